@@ -1,0 +1,91 @@
+"""The log: typed events, the record envelope, the codec and the stores.
+
+This package knows nothing of agents: it stores and chains events, and reads them back.
+"""
+
+from .codec import GENESIS_HASH, register_upcaster, unregister_upcaster
+from .errors import (
+    AgentlogError,
+    ConcurrencyError,
+    CorruptDatabaseError,
+    CorruptRecordError,
+    InvalidAppendError,
+    NotAnAgentlogDatabaseError,
+    SchemaVersionError,
+    StoreClosedError,
+    StoreError,
+    ThreadNotFoundError,
+    UnknownEventKindError,
+)
+from .kinds import (
+    EVENT_TYPES,
+    KINDS,
+    BaseEvent,
+    ContextSummarized,
+    Event,
+    Forked,
+    InterruptRaised,
+    MessageAppended,
+    MessagesReplaced,
+    NodeEntered,
+    Resumed,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    StateUpdated,
+    StepAdvanced,
+    Stopped,
+    StopRequested,
+    ToolCallFinished,
+    ToolCallStarted,
+    kind_of,
+)
+from .memory import MemoryEventStore
+from .record import EventRecord, Snapshot, VerifyReport
+from .sqlite import SQLiteEventStore
+from .store import BaseEventStore, EventStore
+
+__all__ = [
+    "EVENT_TYPES",
+    "GENESIS_HASH",
+    "KINDS",
+    "AgentlogError",
+    "BaseEvent",
+    "BaseEventStore",
+    "ConcurrencyError",
+    "ContextSummarized",
+    "CorruptDatabaseError",
+    "CorruptRecordError",
+    "Event",
+    "EventRecord",
+    "EventStore",
+    "Forked",
+    "InterruptRaised",
+    "InvalidAppendError",
+    "MemoryEventStore",
+    "MessageAppended",
+    "MessagesReplaced",
+    "NodeEntered",
+    "NotAnAgentlogDatabaseError",
+    "Resumed",
+    "RunCompleted",
+    "RunFailed",
+    "RunStarted",
+    "SQLiteEventStore",
+    "SchemaVersionError",
+    "Snapshot",
+    "StateUpdated",
+    "StepAdvanced",
+    "StopRequested",
+    "Stopped",
+    "StoreClosedError",
+    "StoreError",
+    "ThreadNotFoundError",
+    "ToolCallFinished",
+    "ToolCallStarted",
+    "UnknownEventKindError",
+    "VerifyReport",
+    "kind_of",
+    "register_upcaster",
+    "unregister_upcaster",
+]

@@ -1,0 +1,187 @@
+"""The event vocabulary: one frozen msgspec struct per kind of state change.
+
+Payloads hold plain builtins (messages and state values as dicts) so that the log knows
+nothing of agents; the projections validate them into models once, at the edge.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import msgspec
+
+JSON = Any
+"""A value made of builtins only (dict, list, str, int, float, bool, None)."""
+
+
+class BaseEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
+    """Common base: the `kind` tag is the class's snake-case name; VERSION is its schema."""
+
+    VERSION: ClassVar[int] = 1
+
+
+class RunStarted(BaseEvent, tag="run_started"):
+    """A run began on the thread, at `entry_node`, with the caller's input."""
+
+    entry_node: str = "__start__"
+    input: JSON = None
+    graph: str | None = None
+
+
+class NodeEntered(BaseEvent, tag="node_entered"):
+    """A node is about to run: committed before the node does anything."""
+
+    node: str
+
+
+class StepAdvanced(BaseEvent, tag="step_advanced"):
+    """The step counter moved to `step`; `next_node` is where the run goes next."""
+
+    step: int
+    next_node: str | None = None
+
+
+class MessageAppended(BaseEvent, tag="message_appended"):
+    """One message joined the context (through the `add_messages` reducer)."""
+
+    message: dict[str, JSON]
+
+
+class MessagesReplaced(BaseEvent, tag="messages_replaced"):
+    """The whole context was replaced (a trim, a summary, a human edit)."""
+
+    messages: list[dict[str, JSON]]
+
+
+class StateUpdated(BaseEvent, tag="state_updated"):
+    """Custom state fields changed, merged through each field's reducer."""
+
+    values: dict[str, JSON]
+    source: str = "node"
+    reason: str | None = None
+
+
+class InterruptRaised(BaseEvent, tag="interrupt_raised"):
+    """The run paused at `node`, before or after it ran."""
+
+    node: str
+    reason: str
+    when: Literal["before", "after"] = "before"
+    data: dict[str, JSON] | None = None
+
+
+class Resumed(BaseEvent, tag="resumed"):
+    """A paused run was resumed, optionally with a value handed to the paused node."""
+
+    value: JSON = None
+    by: str | None = None
+
+
+class StopRequested(BaseEvent, tag="stop_requested"):
+    """Someone asked the run to stop at the next node boundary."""
+
+    by: str | None = None
+
+
+class Stopped(BaseEvent, tag="stopped"):
+    """The run honoured a stop request and is paused."""
+
+    node: str | None = None
+
+
+class ToolCallStarted(BaseEvent, tag="tool_call_started"):
+    """A tool call began."""
+
+    call_id: str
+    name: str
+    args: dict[str, JSON] = {}
+    node: str | None = None
+
+
+class ToolCallFinished(BaseEvent, tag="tool_call_finished"):
+    """A tool call ended with an output or an error; its result is final."""
+
+    call_id: str
+    name: str
+    status: Literal["completed", "failed"] = "completed"
+    output: JSON = None
+    error: str | None = None
+    duration_ms: float = 0.0
+
+
+class ContextSummarized(BaseEvent, tag="context_summarized"):
+    """The context was condensed: a new summary, and optionally the context that remains."""
+
+    summary: str
+    messages: list[dict[str, JSON]] | None = None
+
+
+class RunCompleted(BaseEvent, tag="run_completed"):
+    """The run reached END."""
+
+
+class RunFailed(BaseEvent, tag="run_failed"):
+    """A node raised, or the run broke a limit; a later invoke retries from `node`."""
+
+    node: str | None
+    error_type: str
+    message: str
+
+
+class Forked(BaseEvent, tag="forked"):
+    """This thread starts as a copy of `source_thread` at `source_seq`, holding `state`."""
+
+    source_thread: str
+    source_seq: int
+    state: dict[str, JSON]
+
+
+Event = (
+    RunStarted
+    | NodeEntered
+    | StepAdvanced
+    | MessageAppended
+    | MessagesReplaced
+    | StateUpdated
+    | InterruptRaised
+    | Resumed
+    | StopRequested
+    | Stopped
+    | ToolCallStarted
+    | ToolCallFinished
+    | ContextSummarized
+    | RunCompleted
+    | RunFailed
+    | Forked
+)
+"""The tagged union of every event kind."""
+
+EVENT_TYPES: tuple[type[BaseEvent], ...] = (
+    RunStarted,
+    NodeEntered,
+    StepAdvanced,
+    MessageAppended,
+    MessagesReplaced,
+    StateUpdated,
+    InterruptRaised,
+    Resumed,
+    StopRequested,
+    Stopped,
+    ToolCallStarted,
+    ToolCallFinished,
+    ContextSummarized,
+    RunCompleted,
+    RunFailed,
+    Forked,
+)
+
+KINDS: dict[str, type[BaseEvent]] = {
+    t.__struct_config__.tag: t  # type: ignore[misc]
+    for t in EVENT_TYPES
+}
+"""Event class by its `kind` string."""
+
+
+def kind_of(event: BaseEvent) -> str:
+    """The `kind` string of an event instance."""
+    return type(event).__struct_config__.tag  # type: ignore[return-value]

@@ -1,0 +1,54 @@
+"""Value objects of the log: the record envelope, snapshots and verification reports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from .kinds import Event
+
+
+class EventRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One committed event with its envelope.
+
+    `seq` counts 1, 2, 3 ... within a thread with no gap; `position` orders every record of
+    the store in commit order; `hash` (hex SHA-256) chains the record to its predecessor.
+    """
+
+    thread_id: str
+    seq: int
+    position: int
+    run_id: str | None
+    actor: str | None
+    at: float
+    kind: str
+    version: int
+    event: Event
+    hash: str
+
+
+class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """A thread's state as plain builtins, valid after the record `seq`."""
+
+    thread_id: str
+    seq: int
+    state: dict[str, Any]
+    state_type: str = ""
+    at: float = 0.0
+
+
+class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
+    """The outcome of re-computing a thread's hash chain.
+
+    `ok` is false when a record's stored hash does not match its bytes, a seq is missing or
+    out of order, or the thread's head does not match its last record; `first_bad_seq` and
+    `problem` then say where and what.
+    """
+
+    thread_id: str
+    ok: bool
+    records_checked: int
+    head_hash: str | None = None
+    first_bad_seq: int | None = None
+    problem: str | None = None

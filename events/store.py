@@ -1,0 +1,275 @@
+"""The `EventStore` protocol and the machinery every backend shares.
+
+A backend only stores and fetches rows (`events.codec.Row`); argument checks, encoding,
+decoding and hash-chain verification live here, once, so every store behaves alike.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable, Sequence
+from types import TracebackType
+from typing import Protocol, Self, runtime_checkable
+
+from .codec import GENESIS_HASH, Row, chain_hash, decode_row
+from .errors import InvalidAppendError, StoreClosedError, ThreadNotFoundError
+from .kinds import BaseEvent, Event
+from .record import EventRecord, Snapshot, VerifyReport
+
+READ_CHUNK = 2048
+"""Rows fetched per round trip when streaming a thread."""
+
+
+@runtime_checkable
+class EventStore(Protocol):
+    """An append-only log of events, chained per thread, ordered globally."""
+
+    async def append(
+        self,
+        thread_id: str,
+        events: Sequence[Event],
+        *,
+        expected_seq: int,
+        run_id: str | None = None,
+        actor: str | None = None,
+    ) -> list[EventRecord]:
+        """Append atomically after `expected_seq`, or raise `ConcurrencyError`."""
+        ...
+
+    def read(
+        self, thread_id: str, from_seq: int = 1, to_seq: int | None = None
+    ) -> AsyncIterator[EventRecord]:
+        """The thread's records with `from_seq <= seq <= to_seq`, in seq order."""
+        ...
+
+    def read_all(self, from_position: int = 0) -> AsyncIterator[EventRecord]:
+        """Every record with `position > from_position`, in commit order."""
+        ...
+
+    async def last_seq(self, thread_id: str) -> int:
+        """The seq of the thread's last record; 0 for a thread with none."""
+        ...
+
+    async def threads(self) -> list[str]:
+        """Every thread id, in order of creation."""
+        ...
+
+    async def save_snapshot(self, snapshot: Snapshot) -> None:
+        """Store a state valid after `snapshot.seq` (replacing one at the same seq)."""
+        ...
+
+    async def load_snapshot(self, thread_id: str, max_seq: int | None = None) -> Snapshot | None:
+        """The newest snapshot with `seq <= max_seq`, or None."""
+        ...
+
+    async def verify(self, thread_id: str) -> VerifyReport:
+        """Recompute the thread's hash chain and report the first bad record."""
+        ...
+
+    async def close(self) -> None:
+        """Finish pending work and release resources."""
+        ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+def check_thread_id(thread_id: object) -> str:
+    """A thread id is a non-empty string; anything else is a caller's mistake."""
+    if not isinstance(thread_id, str) or not thread_id:
+        raise InvalidAppendError(
+            f"thread id must be a non-empty string, got {thread_id!r}: pass "
+            "config={'thread_id': '...'} or a store call with a real id"
+        )
+    return thread_id
+
+
+class BaseEventStore(ABC):
+    """Shared half of every backend: validation, decoding, verification, lifecycle."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._closed = False
+
+    # ---- what a backend provides -------------------------------------------------------
+
+    @abstractmethod
+    async def _commit(
+        self,
+        thread_id: str,
+        events: Sequence[Event],
+        expected_seq: int,
+        run_id: str | None,
+        actor: str | None,
+        at: float,
+    ) -> list[EventRecord]:
+        """Check `expected_seq`, chain, and store the rows in one atomic commit."""
+
+    @abstractmethod
+    async def _fetch(
+        self, thread_id: str, from_seq: int, to_seq: int, limit: int
+    ) -> list[tuple[Row, int]]:
+        """Up to `limit` rows of a thread in seq order, with their positions."""
+
+    @abstractmethod
+    async def _fetch_all(self, from_position: int, limit: int) -> list[tuple[Row, int]]:
+        """Up to `limit` rows with `position > from_position`, in position order."""
+
+    @abstractmethod
+    async def _head(self, thread_id: str) -> tuple[int, bytes] | None:
+        """The thread's recorded (last_seq, last_hash), or None when it does not exist."""
+
+    # ---- the protocol --------------------------------------------------------------------
+
+    async def append(
+        self,
+        thread_id: str,
+        events: Sequence[Event],
+        *,
+        expected_seq: int,
+        run_id: str | None = None,
+        actor: str | None = None,
+    ) -> list[EventRecord]:
+        """Append `events` after `expected_seq`, all or nothing; return their records."""
+        self._check_open()
+        check_thread_id(thread_id)
+        if not isinstance(expected_seq, int) or expected_seq < 0:
+            raise InvalidAppendError(
+                f"expected_seq must be an int >= 0 (0 for a new thread), got {expected_seq!r}"
+            )
+        if not events:
+            raise InvalidAppendError(
+                f"append to thread {thread_id!r} needs at least one event, got none"
+            )
+        for event in events:
+            if not isinstance(event, BaseEvent):
+                raise InvalidAppendError(
+                    f"cannot append {type(event).__name__} to thread {thread_id!r}: "
+                    "only event structs from events.kinds can be stored"
+                )
+        return await self._commit(thread_id, events, expected_seq, run_id, actor, self._clock())
+
+    async def read(
+        self, thread_id: str, from_seq: int = 1, to_seq: int | None = None
+    ) -> AsyncIterator[EventRecord]:
+        """Stream a thread's records in seq order; a missing thread raises."""
+        self._check_open()
+        check_thread_id(thread_id)
+        head = await self._head(thread_id)
+        if head is None:
+            raise ThreadNotFoundError(thread_id)
+        last = head[0] if to_seq is None else min(to_seq, head[0])
+        seq = max(from_seq, 1)
+        while seq <= last:
+            chunk = await self._fetch(thread_id, seq, last, READ_CHUNK)
+            if not chunk:
+                return
+            for row, position in chunk:
+                yield decode_row(row, position)
+            seq = chunk[-1][0].seq + 1
+
+    async def read_all(self, from_position: int = 0) -> AsyncIterator[EventRecord]:
+        """Stream every record after `from_position`, in commit order."""
+        self._check_open()
+        position = from_position
+        while True:
+            chunk = await self._fetch_all(position, READ_CHUNK)
+            if not chunk:
+                return
+            for row, pos in chunk:
+                yield decode_row(row, pos)
+            position = chunk[-1][1]
+
+    async def last_seq(self, thread_id: str) -> int:
+        """The thread's last seq; 0 when it has none yet."""
+        self._check_open()
+        head = await self._head(check_thread_id(thread_id))
+        return 0 if head is None else head[0]
+
+    async def verify(self, thread_id: str) -> VerifyReport:
+        """Recompute the chain from the first record and compare with the thread's head."""
+        self._check_open()
+        head = await self._head(check_thread_id(thread_id))
+        if head is None:
+            raise ThreadNotFoundError(thread_id)
+        head_seq, head_hash = head
+        prev, expected, checked = GENESIS_HASH, 1, 0
+
+        def bad(seq: int, problem: str) -> VerifyReport:
+            return VerifyReport(
+                thread_id=thread_id,
+                ok=False,
+                records_checked=checked,
+                head_hash=head_hash.hex(),
+                first_bad_seq=seq,
+                problem=problem,
+            )
+
+        while True:
+            chunk = await self._fetch(thread_id, expected, 2**62, READ_CHUNK)
+            if not chunk:
+                break
+            for row, _ in chunk:
+                if row.seq != expected:
+                    return bad(expected, f"record seq {expected} is missing (found {row.seq})")
+                envelope = (
+                    row.thread_id, row.seq, row.run_id, row.actor,
+                    row.at, row.kind, row.version,
+                )  # fmt: skip
+                if chain_hash(prev, envelope, row.payload) != row.hash:
+                    return bad(row.seq, f"record seq {row.seq} does not match its hash")
+                prev, expected, checked = row.hash, expected + 1, checked + 1
+        if checked != head_seq:
+            return bad(checked + 1, f"thread head says {head_seq} records, found {checked}")
+        if prev != head_hash:
+            return bad(head_seq, "thread head hash does not match the last record")
+        return VerifyReport(
+            thread_id=thread_id, ok=True, records_checked=checked, head_hash=head_hash.hex()
+        )
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Mark the store closed; backends release their resources too."""
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"{type(self).__name__} is closed: open a new store to use it")
+
+    @staticmethod
+    def _records(
+        rows: Sequence[Row], first_position: int, events: Sequence[Event]
+    ) -> list[EventRecord]:
+        """Records of rows just written, reusing the caller's event objects."""
+        return [
+            EventRecord(
+                thread_id=row.thread_id,
+                seq=row.seq,
+                position=first_position + i,
+                run_id=row.run_id,
+                actor=row.actor,
+                at=row.at,
+                kind=row.kind,
+                version=row.version,
+                event=event,
+                hash=row.hash.hex(),
+            )
+            for i, (row, event) in enumerate(zip(rows, events, strict=True))
+        ]

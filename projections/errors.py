@@ -1,0 +1,21 @@
+"""Typed errors of the projections: transitions the state machine refuses."""
+
+from __future__ import annotations
+
+from events.errors import AgentlogError
+
+
+class ProjectionError(AgentlogError):
+    """A state change was refused before anything was written."""
+
+
+class IllegalTransitionError(ProjectionError):
+    """The event is not a legal next step from the current state (nothing was written)."""
+
+    def __init__(self, kind: str, why: str) -> None:
+        self.kind = kind
+        super().__init__(f"cannot record {kind!r}: {why}")
+
+
+class InvalidStateUpdateError(ProjectionError, ValueError):
+    """A state update names an unknown field or holds a value its field rejects."""

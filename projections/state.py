@@ -1,0 +1,170 @@
+"""The state of a thread: `AgentState` and its execution metadata.
+
+These models are projections: the runtime never mutates them directly but folds events
+into them (see `projections.fold`). The transition methods below are the vocabulary of
+that fold: every event is the record of one of them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, Field
+
+from .messages import Message
+from .reducers import add_messages
+
+START = "__start__"
+END = "__end__"
+
+
+class ExecutionStatus(StrEnum):
+    """Where a run stands."""
+
+    RUNNING = "running"
+    INTERRUPTED_BEFORE = "interrupted_before"
+    INTERRUPTED_AFTER = "interrupted_after"
+    COMPLETED = "completed"
+    ERROR = "error"
+
+
+class StopRequestStatus(StrEnum):
+    """Whether someone asked the run to stop, and whether it has."""
+
+    NONE = "none"
+    STOP_REQUESTED = "stop_requested"
+    STOPPED = "stopped"
+
+
+class ExecutionState(BaseModel):
+    """Progress, interrupt and stop status of a thread's current run."""
+
+    current_node: str
+    step: int = 0
+    status: ExecutionStatus = ExecutionStatus.RUNNING
+    interrupted_node: str | None = None
+    interrupt_reason: str | None = None
+    interrupt_data: dict[str, Any] | None = None
+    thread_id: str | None = None
+    stop_current_execution: StopRequestStatus = StopRequestStatus.NONE
+    internal_data: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExecutionState:
+        """Build from a dict (accepts `_internal_data` as well as `internal_data`)."""
+        return cls.model_validate(
+            {
+                "current_node": data["current_node"],
+                "step": data.get("step", 0),
+                "status": ExecutionStatus(data.get("status", "running")),
+                "interrupted_node": data.get("interrupted_node"),
+                "interrupt_reason": data.get("interrupt_reason"),
+                "interrupt_data": data.get("interrupt_data"),
+                "thread_id": data.get("thread_id"),
+                "stop_current_execution": data.get("stop_current_execution", "none"),
+                "internal_data": data.get("internal_data", data.get("_internal_data", {})),
+            }
+        )
+
+    def set_interrupt(
+        self, node: str, reason: str, status: ExecutionStatus, data: dict[str, Any] | None = None
+    ) -> None:
+        """Pause at `node` with `status` (interrupted before or after it)."""
+        self.interrupted_node = node
+        self.interrupt_reason = reason
+        self.status = status
+        self.interrupt_data = data
+
+    def clear_interrupt(self) -> None:
+        """Leave the interrupt and run again."""
+        self.interrupted_node = None
+        self.interrupt_reason = None
+        self.interrupt_data = None
+        self.status = ExecutionStatus.RUNNING
+
+    def is_interrupted(self) -> bool:
+        """True while paused by an interrupt."""
+        return self.status in (
+            ExecutionStatus.INTERRUPTED_BEFORE,
+            ExecutionStatus.INTERRUPTED_AFTER,
+        )
+
+    def advance_step(self) -> None:
+        """Count one more step."""
+        self.step += 1
+
+    def set_current_node(self, node: str) -> None:
+        """Record the node being run (or about to run)."""
+        self.current_node = node
+
+    def complete(self) -> None:
+        """Mark the run completed."""
+        self.status = ExecutionStatus.COMPLETED
+
+    def error(self, error_msg: str) -> None:
+        """Mark the run failed, keeping the message in `internal_data['error']`."""
+        self.status = ExecutionStatus.ERROR
+        self.internal_data["error"] = error_msg
+
+    def is_running(self) -> bool:
+        """True while the run is running (not paused, finished or failed)."""
+        return self.status == ExecutionStatus.RUNNING
+
+    def is_stopped_requested(self) -> bool:
+        """True when a stop was requested and not yet honoured."""
+        return self.stop_current_execution == StopRequestStatus.STOP_REQUESTED
+
+
+def _new_execution_state() -> ExecutionState:
+    return ExecutionState(current_node=START)
+
+
+class AgentState(BaseModel):
+    """A thread's state: the message context, its summary, and execution metadata.
+
+    Subclass it to add fields; give a field a reducer with `Annotated[T, reducer]` and a
+    node's update of that field is merged through it instead of replacing it.
+    """
+
+    context: Annotated[list[Message], add_messages] = Field(default_factory=list)
+    context_summary: str | None = None
+    execution_meta: ExecutionState = Field(default_factory=_new_execution_state)
+
+    def set_interrupt(
+        self, node: str, reason: str, status: ExecutionStatus, data: dict[str, Any] | None = None
+    ) -> None:
+        """See `ExecutionState.set_interrupt`."""
+        self.execution_meta.set_interrupt(node, reason, status, data)
+
+    def clear_interrupt(self) -> None:
+        """See `ExecutionState.clear_interrupt`."""
+        self.execution_meta.clear_interrupt()
+
+    def is_running(self) -> bool:
+        """See `ExecutionState.is_running`."""
+        return self.execution_meta.is_running()
+
+    def is_interrupted(self) -> bool:
+        """See `ExecutionState.is_interrupted`."""
+        return self.execution_meta.is_interrupted()
+
+    def advance_step(self) -> None:
+        """See `ExecutionState.advance_step`."""
+        self.execution_meta.advance_step()
+
+    def set_current_node(self, node: str) -> None:
+        """See `ExecutionState.set_current_node`."""
+        self.execution_meta.set_current_node(node)
+
+    def complete(self) -> None:
+        """See `ExecutionState.complete`."""
+        self.execution_meta.complete()
+
+    def error(self, error_msg: str) -> None:
+        """See `ExecutionState.error`."""
+        self.execution_meta.error(error_msg)
+
+    def is_stopped_requested(self) -> bool:
+        """See `ExecutionState.is_stopped_requested`."""
+        return self.execution_meta.is_stopped_requested()

@@ -1,0 +1,95 @@
+"""Reading state out of a store: the state at a point, and snapshots that make it cheap."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from events.errors import ThreadNotFoundError
+from events.record import EventRecord, Snapshot
+from events.store import EventStore
+
+from .errors import ProjectionError
+from .fold import Fold, gc_paused
+from .state import AgentState
+
+S = TypeVar("S", bound=AgentState)
+
+
+class PointOutOfRangeError(ProjectionError, IndexError):
+    """A seq or step beyond what the thread has recorded."""
+
+
+def state_type_name(state_cls: type[AgentState]) -> str:
+    """The name a snapshot records for its state class."""
+    return f"{state_cls.__module__}.{state_cls.__qualname__}"
+
+
+async def fold_at(
+    store: EventStore,
+    thread_id: str,
+    seq: int | None = None,
+    state_cls: type[S] = AgentState,  # type: ignore[assignment]
+    *,
+    use_snapshots: bool = True,
+) -> Fold[S]:
+    """A fold positioned after record `seq` (the last one when None).
+
+    It starts from the newest snapshot at or before `seq` and reads only the records after it.
+    """
+    if seq is not None and seq < 0:
+        raise PointOutOfRangeError(f"seq must be >= 0, got {seq}")
+    last = await store.last_seq(thread_id)
+    if last == 0:
+        raise ThreadNotFoundError(thread_id)
+    if seq is not None and seq > last:
+        raise PointOutOfRangeError(
+            f"thread {thread_id!r} has {last} records; seq {seq} does not exist yet"
+        )
+    target = last if seq is None else seq
+    fold: Fold[S] | None = None
+    if use_snapshots and target > 0:
+        snapshot = await store.load_snapshot(thread_id, target)
+        if snapshot is not None and snapshot.state_type == state_type_name(state_cls):
+            with gc_paused():
+                state = state_cls.model_validate(snapshot.state)
+            fold = Fold(state, seq=snapshot.seq, copy=False)
+    if fold is None:
+        fold = Fold.new(state_cls)
+    if fold.seq < target:
+        chunk: list[EventRecord] = []
+        async for record in store.read(thread_id, fold.seq + 1, target):
+            chunk.append(record)
+            if len(chunk) >= 4096:
+                fold.apply_all(chunk)
+                chunk.clear()
+        fold.apply_all(chunk)
+    return fold
+
+
+async def state_at(
+    store: EventStore,
+    thread_id: str,
+    seq: int | None = None,
+    state_cls: type[S] = AgentState,  # type: ignore[assignment]
+    *,
+    use_snapshots: bool = True,
+) -> S:
+    """The thread's state after record `seq` (after its last record when None)."""
+    fold = await fold_at(store, thread_id, seq, state_cls, use_snapshots=use_snapshots)
+    return fold.state
+
+
+def snapshot_of(thread_id: str, seq: int, state: AgentState, at: float = 0.0) -> Snapshot:
+    """A snapshot value of `state` as it stands after record `seq`."""
+    data: dict[str, Any] = state.model_dump(mode="json")
+    return Snapshot(
+        thread_id=thread_id, seq=seq, state=data, state_type=state_type_name(type(state)), at=at
+    )
+
+
+async def take_snapshot(store: EventStore, thread_id: str, seq: int | None = None) -> Snapshot:
+    """Fold the thread up to `seq` (the end by default) and store a snapshot of it there."""
+    fold = await fold_at(store, thread_id, seq)
+    snapshot = snapshot_of(thread_id, fold.seq, fold.state)
+    await store.save_snapshot(snapshot)
+    return snapshot
