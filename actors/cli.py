@@ -87,7 +87,9 @@ def demo(
         f"node={meta.current_node} messages={len(state.context)}"
     )
     for message in state.context:
-        console.print(f"  [cyan]{message.role:>9}[/cyan]  {message.text() or message.content[0].type}")
+        console.print(
+            f"  [cyan]{message.role:>9}[/cyan]  {message.text() or message.content[0].type}"
+        )
     console.print("hash chain verified: [green]ok[/green]")
 
 

@@ -36,7 +36,9 @@ def support_conversation(thread_id: str) -> list[tuple[str, list[Event]]]:
     result = Message.tool_message(
         [ToolResultBlock(call_id=call.id, output={"status": "shipped", "eta": "2 days"})]
     )
-    answer = Message.text_message("Your order A-1042 has shipped and arrives in 2 days.", "assistant")
+    answer = Message.text_message(
+        "Your order A-1042 has shipped and arrives in 2 days.", "assistant"
+    )
     return [
         ("user", [RunStarted(entry_node="agent", input={"messages": 1}), message_appended(ask)]),
         ("agent", [NodeEntered(node="agent")]),

@@ -134,6 +134,11 @@ class Fold(Generic[S]):
             if name in CONTEXT_FIELDS:
                 self._append_messages(_validate_message(m) for m in value)
                 continue
+            if name not in plan:
+                raise InvalidStateUpdateError(
+                    f"the log updates field {name!r}, which {type(self.state).__name__} lacks: "
+                    "replay with the state class the thread was written with (state_cls=...)"
+                )
             adapter, reducer = plan[name]
             new = adapter.validate_python(value)
             setattr(self.state, name, reducer(getattr(self.state, name), new) if reducer else new)

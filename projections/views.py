@@ -87,9 +87,14 @@ def snapshot_of(thread_id: str, seq: int, state: AgentState, at: float = 0.0) ->
     )
 
 
-async def take_snapshot(store: EventStore, thread_id: str, seq: int | None = None) -> Snapshot:
+async def take_snapshot(
+    store: EventStore,
+    thread_id: str,
+    seq: int | None = None,
+    state_cls: type[AgentState] = AgentState,
+) -> Snapshot:
     """Fold the thread up to `seq` (the end by default) and store a snapshot of it there."""
-    fold = await fold_at(store, thread_id, seq)
+    fold = await fold_at(store, thread_id, seq, state_cls)
     snapshot = snapshot_of(thread_id, fold.seq, fold.state)
     await store.save_snapshot(snapshot)
     return snapshot

@@ -1,0 +1,205 @@
+"""The contract every `EventStore` must keep: subclass `StoreConformance` and give `store`.
+
+One suite, every backend: a new store is proven by inheritance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from events import (
+    GENESIS_HASH,
+    ConcurrencyError,
+    EventStore,
+    InvalidAppendError,
+    NodeEntered,
+    RunCompleted,
+    Snapshot,
+    StepAdvanced,
+    StoreClosedError,
+    ThreadNotFoundError,
+)
+from events.codec import chain_hash
+
+from .helpers import step_events, text_event
+
+
+class StoreConformance:
+    """Behaviour shared by all stores. Subclasses provide an async `store` fixture."""
+
+    @pytest.fixture
+    async def store(self) -> AsyncIterator[EventStore]:  # pragma: no cover - overridden
+        raise NotImplementedError
+        yield
+
+    async def test_is_an_event_store(self, store: EventStore) -> None:
+        assert isinstance(store, EventStore)
+
+    async def test_append_numbers_records_from_one(self, store: EventStore) -> None:
+        records = await store.append("t", step_events(1), expected_seq=0, run_id="r1", actor="a")
+        assert [r.seq for r in records] == [1, 2, 3]
+        assert [r.kind for r in records] == ["node_entered", "message_appended", "step_advanced"]
+        assert all(r.thread_id == "t" and r.run_id == "r1" and r.actor == "a" for r in records)
+        more = await store.append("t", [RunCompleted()], expected_seq=3)
+        assert more[0].seq == 4
+        assert await store.last_seq("t") == 4
+
+    async def test_read_returns_what_was_appended(self, store: EventStore) -> None:
+        written = await store.append("t", step_events(1), expected_seq=0)
+        written += await store.append("t", step_events(2), expected_seq=3)
+        read = [r async for r in store.read("t")]
+        assert read == written
+        assert [r.seq for r in store_range(read, 2, 4)] == [2, 3, 4]
+        assert [r.seq async for r in store.read("t", 2, 4)] == [2, 3, 4]
+        assert [r.seq async for r in store.read("t", 5)] == [5, 6]
+        assert [r.seq async for r in store.read("t", 7)] == []
+
+    async def test_read_streams_long_threads_in_order(self, store: EventStore) -> None:
+        seq = 0
+        for step in range(1, 1501):
+            await store.append("long", [StepAdvanced(step=step)], expected_seq=seq)
+            seq += 1
+        seqs = [r.seq async for r in store.read("long")]
+        assert seqs == list(range(1, 1501))
+        assert [r.event.step async for r in store.read("long", 1000, 1002)] == [1000, 1001, 1002]  # type: ignore[union-attr]
+
+    async def test_positions_follow_commit_order_across_threads(self, store: EventStore) -> None:
+        await store.append("a", [NodeEntered(node="x")], expected_seq=0)
+        await store.append("b", [NodeEntered(node="y"), NodeEntered(node="z")], expected_seq=0)
+        await store.append("a", [NodeEntered(node="w")], expected_seq=1)
+        everything = [r async for r in store.read_all()]
+        assert [(r.thread_id, r.seq) for r in everything] == [
+            ("a", 1),
+            ("b", 1),
+            ("b", 2),
+            ("a", 2),
+        ]
+        positions = [r.position for r in everything]
+        assert positions == sorted(positions) and len(set(positions)) == 4
+        after = [r async for r in store.read_all(from_position=positions[1])]
+        assert [(r.thread_id, r.seq) for r in after] == [("b", 2), ("a", 2)]
+        assert await store.threads() == ["a", "b"]
+
+    async def test_wrong_expected_seq_raises_and_writes_nothing(self, store: EventStore) -> None:
+        await store.append("t", step_events(1), expected_seq=0)
+        for wrong in (0, 2, 4):
+            with pytest.raises(ConcurrencyError) as info:
+                await store.append("t", step_events(2), expected_seq=wrong)
+            assert info.value.thread_id == "t"
+            assert info.value.expected_seq == wrong and info.value.actual_seq == 3
+            assert "'t'" in str(info.value)
+        assert [r.seq async for r in store.read("t")] == [1, 2, 3]
+        assert (await store.verify("t")).ok
+
+    async def test_concurrent_appends_one_winner_per_seq(self, store: EventStore) -> None:
+        await store.append("t", step_events(1), expected_seq=0)
+        results = await asyncio.gather(
+            *(store.append("t", step_events(2, f"w{i}"), expected_seq=3) for i in range(10)),
+            return_exceptions=True,
+        )
+        winners = [r for r in results if isinstance(r, list)]
+        losers = [r for r in results if isinstance(r, ConcurrencyError)]
+        assert len(winners) == 1 and len(losers) == 9
+        assert [r.seq async for r in store.read("t")] == [1, 2, 3, 4, 5, 6]
+        assert (await store.verify("t")).ok
+
+    async def test_many_concurrent_threads_all_commit(self, store: EventStore) -> None:
+        async def writer(i: int) -> None:
+            seq = 0
+            for step in range(1, 6):
+                await store.append(f"w{i}", step_events(step), expected_seq=seq)
+                seq += 3
+
+        await asyncio.gather(*(writer(i) for i in range(30)))
+        for i in range(30):
+            assert [r.seq async for r in store.read(f"w{i}")] == list(range(1, 16))
+            assert (await store.verify(f"w{i}")).ok
+        positions = [r.position async for r in store.read_all()]
+        assert positions == sorted(positions) and len(positions) == 450
+
+    async def test_hash_chain_links_every_record(self, store: EventStore) -> None:
+        await store.append("t", step_events(1), expected_seq=0)
+        await store.append("t", step_events(2), expected_seq=3)
+        records = [r async for r in store.read("t")]
+        assert len({r.hash for r in records}) == len(records)
+        report = await store.verify("t")
+        assert report.ok and report.records_checked == 6
+        assert report.head_hash == records[-1].hash
+        assert report.first_bad_seq is None and report.problem is None
+
+    async def test_same_events_on_other_thread_hash_differently(self, store: EventStore) -> None:
+        a = await store.append("a", [NodeEntered(node="n")], expected_seq=0)
+        b = await store.append("b", [NodeEntered(node="n")], expected_seq=0)
+        assert a[0].hash != b[0].hash
+        assert bytes.fromhex(a[0].hash) != GENESIS_HASH
+        assert chain_hash(GENESIS_HASH, ("a",), b"") != chain_hash(GENESIS_HASH, ("b",), b"")
+
+    async def test_invalid_appends_are_refused(self, store: EventStore) -> None:
+        with pytest.raises(InvalidAppendError, match="at least one event"):
+            await store.append("t", [], expected_seq=0)
+        with pytest.raises(InvalidAppendError, match="thread id"):
+            await store.append("", [NodeEntered(node="n")], expected_seq=0)
+        with pytest.raises(InvalidAppendError, match="dict"):
+            await store.append("t", [{"kind": "node_entered"}], expected_seq=0)  # type: ignore[list-item]
+        with pytest.raises(InvalidAppendError, match="expected_seq"):
+            await store.append("t", [NodeEntered(node="n")], expected_seq=-1)
+        assert await store.threads() == []
+
+    async def test_a_bad_event_in_a_batch_writes_none_of_it(self, store: EventStore) -> None:
+        with pytest.raises(InvalidAppendError):
+            await store.append("t", [NodeEntered(node="n"), object()], expected_seq=0)  # type: ignore[list-item]
+        assert await store.last_seq("t") == 0
+
+    async def test_missing_thread_is_a_typed_error(self, store: EventStore) -> None:
+        assert await store.last_seq("nope") == 0
+        with pytest.raises(ThreadNotFoundError, match="'nope'"):
+            [r async for r in store.read("nope")]
+        with pytest.raises(ThreadNotFoundError):
+            await store.verify("nope")
+
+    async def test_snapshots_newest_at_or_before(self, store: EventStore) -> None:
+        assert await store.load_snapshot("t") is None
+        for seq in (3, 9, 6):
+            await store.save_snapshot(
+                Snapshot(thread_id="t", seq=seq, state={"n": seq, "nested": [1, {"a": None}]})
+            )
+        newest = await store.load_snapshot("t")
+        assert newest is not None and newest.seq == 9 and newest.state["n"] == 9
+        at7 = await store.load_snapshot("t", max_seq=7)
+        assert (
+            at7 is not None and at7.seq == 6 and at7.state == {"n": 6, "nested": [1, {"a": None}]}
+        )
+        assert await store.load_snapshot("t", max_seq=2) is None
+        await store.save_snapshot(Snapshot(thread_id="t", seq=9, state={"n": "replaced"}))
+        replaced = await store.load_snapshot("t")
+        assert replaced is not None and replaced.state == {"n": "replaced"}
+        assert await store.load_snapshot("other") is None
+
+    async def test_snapshot_is_a_copy(self, store: EventStore) -> None:
+        state = {"items": [1, 2]}
+        await store.save_snapshot(Snapshot(thread_id="t", seq=1, state=state))
+        state["items"].append(3)
+        loaded = await store.load_snapshot("t")
+        assert loaded is not None and loaded.state == {"items": [1, 2]}
+
+    async def test_events_round_trip_their_payloads(self, store: EventStore) -> None:
+        event = text_event("héllo ✓ " * 50, message_id="m1")
+        [record] = await store.append("t", [event], expected_seq=0)
+        [read] = [r async for r in store.read("t")]
+        assert read.event == event == record.event
+
+    async def test_closed_store_refuses_work(self, store: EventStore) -> None:
+        await store.append("t", [NodeEntered(node="n")], expected_seq=0)
+        await store.close()
+        with pytest.raises(StoreClosedError):
+            await store.append("t", [NodeEntered(node="n")], expected_seq=1)
+        with pytest.raises(StoreClosedError):
+            await store.last_seq("t")
+
+
+def store_range(records: list, first: int, last: int) -> list:  # type: ignore[type-arg]
+    """Records with first <= seq <= last."""
+    return [r for r in records if first <= r.seq <= last]

@@ -1,0 +1,21 @@
+"""Builders shared by the tests."""
+
+from __future__ import annotations
+
+from events import MessageAppended, NodeEntered, StepAdvanced
+from events.kinds import Event
+from projections import Message, message_appended
+
+
+def step_events(step: int, text: str = "hello", role: str = "assistant") -> list[Event]:
+    """The events of one ordinary agent step."""
+    return [
+        NodeEntered(node="agent"),
+        message_appended(Message.text_message(f"{text} {step}", role=role)),  # type: ignore[arg-type]
+        StepAdvanced(step=step, next_node="agent"),
+    ]
+
+
+def text_event(text: str, message_id: str | None = None) -> MessageAppended:
+    """A message_appended event of a user text."""
+    return message_appended(Message.text_message(text, message_id=message_id))

@@ -1,0 +1,18 @@
+"""The conformance suite against the in-memory store."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from events import EventStore, MemoryEventStore
+
+from .conformance import StoreConformance
+
+
+class TestMemoryStore(StoreConformance):
+    @pytest.fixture
+    async def store(self) -> AsyncIterator[EventStore]:
+        async with MemoryEventStore() as store:
+            yield store

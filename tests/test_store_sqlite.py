@@ -1,0 +1,57 @@
+"""The conformance suite against SQLite, plus what only a file can show."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from events import EventStore, NodeEntered, SQLiteEventStore
+
+from .conformance import StoreConformance
+from .helpers import step_events
+
+
+class TestSQLiteStore(StoreConformance):
+    @pytest.fixture
+    async def store(self, tmp_path: Path) -> AsyncIterator[EventStore]:
+        async with SQLiteEventStore(tmp_path / "log.db") as store:
+            yield store
+
+
+async def test_records_survive_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    async with SQLiteEventStore(path) as store:
+        written = await store.append("t", step_events(1), expected_seq=0, run_id="r")
+    async with SQLiteEventStore(path) as store:
+        assert [r async for r in store.read("t")] == written
+        assert await store.last_seq("t") == 3
+        assert (await store.verify("t")).ok
+
+
+async def test_store_opens_lazily_on_first_use(tmp_path: Path) -> None:
+    path = tmp_path / "lazy.db"
+    store = SQLiteEventStore(path)
+    assert not path.exists()
+    await store.append("t", [NodeEntered(node="n")], expected_seq=0)
+    assert path.exists()
+    await store.close()
+    await store.close()  # closing twice is harmless
+
+
+async def test_group_commit_puts_concurrent_appends_in_few_transactions(tmp_path: Path) -> None:
+    async with SQLiteEventStore(tmp_path / "g.db") as store:
+        await store.open()
+        writer = store._writer
+        assert writer is not None
+        statements: list[str] = []
+        await writer._execute(writer._conn.set_trace_callback, statements.append)
+        await asyncio.gather(
+            *(store.append(f"t{i}", step_events(1), expected_seq=0) for i in range(50))
+        )
+        commits = sum(1 for s in statements if s.strip().upper() == "COMMIT")
+        assert 1 <= commits < 10, commits
+        for i in range(50):
+            assert [r.seq async for r in store.read(f"t{i}")] == [1, 2, 3]
