@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import itertools
 import json
 import os
@@ -71,11 +72,13 @@ def alternate(
     """Run every contender once per round, in order (A B A B ...); return their samples.
 
     A contender returns the seconds it measured itself, so it can leave its setup untimed.
-    `warmup` rounds run first and are thrown away.
+    `warmup` rounds run first and are thrown away. The garbage of one run is collected
+    before the next, so that no contender pays for another's.
     """
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     for i in range(warmup + rounds):
         for name, run in contenders.items():
+            gc.collect()
             seconds = run()
             if i >= warmup:
                 samples[name].append(seconds)

@@ -69,27 +69,47 @@ def chain_hash(prev: bytes, row_head: tuple[Any, ...], payload: bytes) -> bytes:
     return h.digest()
 
 
-def encode_events(
-    thread_id: str,
-    first_seq: int,
-    prev_hash: bytes,
-    events: Sequence[Event],
-    run_id: str | None,
-    actor: str | None,
-    at: float,
-) -> list[Row]:
-    """Turn events into chained rows numbered from `first_seq`."""
-    rows: list[Row] = []
-    seq = first_seq
+class Encoded(NamedTuple):
+    """An event's kind, schema version and MessagePack payload, before it is chained."""
+
+    kind: str
+    version: int
+    payload: bytes
+
+
+def encode_payloads(thread_id: str, events: Sequence[Event]) -> list[Encoded]:
+    """Encode events for storage; anything that cannot be stored is refused here, up front."""
+    encoded: list[Encoded] = []
     for event in events:
         if not isinstance(event, BaseEvent):
             raise InvalidAppendError(
                 f"cannot append {type(event).__name__} to thread {thread_id!r}: "
                 "only event structs from events.kinds can be stored"
             )
-        kind = kind_of(event)
-        version = event.VERSION
-        payload = _encoder.encode(event)
+        try:
+            payload = _encoder.encode(event)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InvalidAppendError(
+                f"cannot store {kind_of(event)!r} on thread {thread_id!r}: {exc}; "
+                "event payloads must be plain JSON-like values"
+            ) from exc
+        encoded.append(Encoded(kind_of(event), event.VERSION, payload))
+    return encoded
+
+
+def chain_rows(
+    thread_id: str,
+    first_seq: int,
+    prev_hash: bytes,
+    encoded: Sequence[Encoded],
+    run_id: str | None,
+    actor: str | None,
+    at: float,
+) -> list[Row]:
+    """Number encoded events from `first_seq` and chain each to its predecessor."""
+    rows: list[Row] = []
+    seq = first_seq
+    for kind, version, payload in encoded:
         digest = chain_hash(prev_hash, (thread_id, seq, run_id, actor, at, kind, version), payload)
         rows.append(Row(thread_id, seq, run_id, actor, at, kind, version, payload, digest))
         prev_hash = digest

@@ -10,7 +10,7 @@ import bisect
 import time
 from collections.abc import Callable, Sequence
 
-from .codec import GENESIS_HASH, Row, decode_state, encode_events, encode_state
+from .codec import GENESIS_HASH, Encoded, Row, chain_rows, decode_state, encode_state
 from .errors import ConcurrencyError
 from .kinds import Event
 from .record import EventRecord, Snapshot
@@ -30,6 +30,7 @@ class MemoryEventStore(BaseEventStore):
         self,
         thread_id: str,
         events: Sequence[Event],
+        encoded: Sequence[Encoded],
         expected_seq: int,
         run_id: str | None,
         actor: str | None,
@@ -40,7 +41,7 @@ class MemoryEventStore(BaseEventStore):
         if actual != expected_seq:
             raise ConcurrencyError(thread_id, expected_seq, actual)
         prev = rows_of_thread[-1][0].hash if rows_of_thread else GENESIS_HASH
-        rows = encode_events(thread_id, actual + 1, prev, events, run_id, actor, at)
+        rows = chain_rows(thread_id, actual + 1, prev, encoded, run_id, actor, at)
         first_position = len(self._all) + 1
         placed = [(row, first_position + i) for i, row in enumerate(rows)]
         self._threads.setdefault(thread_id, []).extend(placed)

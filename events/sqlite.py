@@ -17,7 +17,7 @@ from typing import Any, Literal, NamedTuple, TypeVar
 
 import aiosqlite
 
-from .codec import GENESIS_HASH, Row, decode_state, encode_events, encode_state
+from .codec import GENESIS_HASH, Encoded, Row, chain_rows, decode_state, encode_state
 from .errors import (
     ConcurrencyError,
     CorruptDatabaseError,
@@ -85,6 +85,7 @@ T = TypeVar("T")
 class _Append(NamedTuple):
     thread_id: str
     events: Sequence[Event]
+    encoded: Sequence[Encoded]
     expected_seq: int
     run_id: str | None
     actor: str | None
@@ -220,6 +221,7 @@ class SQLiteEventStore(BaseEventStore):
         self,
         thread_id: str,
         events: Sequence[Event],
+        encoded: Sequence[Encoded],
         expected_seq: int,
         run_id: str | None,
         actor: str | None,
@@ -229,7 +231,8 @@ class SQLiteEventStore(BaseEventStore):
             raise StoreClosedError(f"{self.path} is closing: open a new store to append")
         await self.open()
         future: asyncio.Future[list[EventRecord]] = asyncio.get_running_loop().create_future()
-        self._pending.append((_Append(thread_id, events, expected_seq, run_id, actor, at), future))
+        request = _Append(thread_id, events, encoded, expected_seq, run_id, actor, at)
+        self._pending.append((request, future))
         self._wakeup.set()
         return await future
 
@@ -327,8 +330,8 @@ def _write_batch(conn: sqlite3.Connection, batch: list[_Append]) -> list[Any]:
             if actual != req.expected_seq:
                 results.append(ConcurrencyError(req.thread_id, req.expected_seq, actual))
                 continue
-            rows = encode_events(
-                req.thread_id, actual + 1, prev, req.events, req.run_id, req.actor, req.at
+            rows = chain_rows(
+                req.thread_id, actual + 1, prev, req.encoded, req.run_id, req.actor, req.at
             )
             first = position + 1
             rows_out.extend((*row, first + i) for i, row in enumerate(rows))

@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
-from .codec import GENESIS_HASH, Row, chain_hash, decode_row
+from .codec import GENESIS_HASH, Encoded, Row, chain_hash, decode_row, encode_payloads
 from .errors import InvalidAppendError, StoreClosedError, ThreadNotFoundError
-from .kinds import BaseEvent, Event
+from .kinds import Event
 from .record import EventRecord, Snapshot, VerifyReport
 
 READ_CHUNK = 2048
@@ -105,12 +105,13 @@ class BaseEventStore(ABC):
         self,
         thread_id: str,
         events: Sequence[Event],
+        encoded: Sequence[Encoded],
         expected_seq: int,
         run_id: str | None,
         actor: str | None,
         at: float,
     ) -> list[EventRecord]:
-        """Check `expected_seq`, chain, and store the rows in one atomic commit."""
+        """Check `expected_seq`, chain `encoded`, and store the rows in one atomic commit."""
 
     @abstractmethod
     async def _fetch(
@@ -148,13 +149,10 @@ class BaseEventStore(ABC):
             raise InvalidAppendError(
                 f"append to thread {thread_id!r} needs at least one event, got none"
             )
-        for event in events:
-            if not isinstance(event, BaseEvent):
-                raise InvalidAppendError(
-                    f"cannot append {type(event).__name__} to thread {thread_id!r}: "
-                    "only event structs from events.kinds can be stored"
-                )
-        return await self._commit(thread_id, events, expected_seq, run_id, actor, self._clock())
+        encoded = encode_payloads(thread_id, events)
+        return await self._commit(
+            thread_id, events, encoded, expected_seq, run_id, actor, self._clock()
+        )
 
     async def read(
         self, thread_id: str, from_seq: int = 1, to_seq: int | None = None

@@ -16,6 +16,7 @@ from events import (
     EventStore,
     InvalidAppendError,
     NodeEntered,
+    Resumed,
     RunCompleted,
     Snapshot,
     StepAdvanced,
@@ -58,10 +59,8 @@ class StoreConformance:
         assert [r.seq async for r in store.read("t", 7)] == []
 
     async def test_read_streams_long_threads_in_order(self, store: EventStore) -> None:
-        seq = 0
         for step in range(1, 1501):
-            await store.append("long", [StepAdvanced(step=step)], expected_seq=seq)
-            seq += 1
+            await store.append("long", [StepAdvanced(step=step)], expected_seq=step - 1)
         seqs = [r.seq async for r in store.read("long")]
         assert seqs == list(range(1, 1501))
         assert [r.event.step async for r in store.read("long", 1000, 1002)] == [1000, 1001, 1002]  # type: ignore[union-attr]
@@ -152,6 +151,15 @@ class StoreConformance:
         with pytest.raises(InvalidAppendError):
             await store.append("t", [NodeEntered(node="n"), object()], expected_seq=0)  # type: ignore[list-item]
         assert await store.last_seq("t") == 0
+
+    async def test_unencodable_payload_is_refused_up_front(self, store: EventStore) -> None:
+        with pytest.raises(InvalidAppendError, match="'resumed'"):
+            await store.append("t", [NodeEntered(node="n"), Resumed(value=2**70)], expected_seq=0)
+        with pytest.raises(InvalidAppendError, match="JSON-like"):
+            await store.append("t", [Resumed(value=object())], expected_seq=0)
+        assert await store.last_seq("t") == 0
+        ok = await store.append("t", [Resumed(value=2**40)], expected_seq=0)
+        assert ok[0].event == Resumed(value=2**40)
 
     async def test_missing_thread_is_a_typed_error(self, store: EventStore) -> None:
         assert await store.last_seq("nope") == 0

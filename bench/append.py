@@ -1,0 +1,264 @@
+"""Durable appends through `SQLiteEventStore`, against raw stdlib sqlite3 doing the same commits.
+
+An "agent step" is one append of three events: NodeEntered, MessageAppended (a 200-character
+assistant text message) and StepAdvanced.
+
+* single: one task appends N steps to one thread, one commit per append. The baseline is
+  synchronous `sqlite3` on a file with the same schema and pragmas running, per step,
+  BEGIN IMMEDIATE / head SELECT / executemany of 3 pre-encoded rows / head upsert / COMMIT.
+  This is the cost an agent pays per step; the ratio says what asyncio, the writer thread,
+  encoding and hashing add on top of SQLite itself (target: ours >= 0.6 x raw).
+* group: 100 concurrent tasks each append M steps to their own thread through one store,
+  so appends that arrive during a commit are group-committed. The baseline inserts the same
+  rows in one transaction per "round" of the 100 writers (target: >= 150,000 events/s).
+
+Usage: .venv/bin/python bench/append.py [--quick] [--rounds N]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from _common import (
+    alternate,
+    create_store_db,
+    emit,
+    environment,
+    log,
+    medians,
+    parse_args,
+    per_second,
+    ratio,
+    scratch_db,
+    temp_dir,
+)
+
+import events.sqlite as sqlite_backend
+from events import Event, NodeEntered, SQLiteEventStore, StepAdvanced, kind_of
+from events.sqlite import _INSERT, _UPSERT_HEAD
+from projections import Message, message_appended
+
+EVENTS_PER_STEP = 3
+WRITERS = 100
+TARGET_RATIO = 0.6
+TARGET_GROUP_EVENTS_PER_S = 150_000
+
+Step = list[Event]
+RawRow = tuple[Any, ...]
+
+
+def agent_steps(count: int) -> list[Step]:
+    """`count` agent steps of three events, numbered from 1."""
+    return [
+        [
+            NodeEntered(node="agent"),
+            message_appended(Message.text_message("x" * 200, role="assistant")),
+            StepAdvanced(step=k),
+        ]
+        for k in range(1, count + 1)
+    ]
+
+
+def raw_rows(thread_id: str, step: Step, first_seq: int, first_position: int) -> list[RawRow]:
+    """A step's rows as the events table stores them, encoded ahead of time."""
+    at = time.time()
+    return [
+        (thread_id, first_seq + i, None, None, at, kind_of(event), event.VERSION,
+         msgspec.msgpack.encode(event), bytes(32), first_position + i)
+        for i, event in enumerate(step)
+    ]  # fmt: skip
+
+
+# ---- ours -----------------------------------------------------------------------------------
+
+
+async def _append_steps(store: SQLiteEventStore, thread_id: str, steps: Sequence[Step]) -> None:
+    seq = 0
+    for step in steps:
+        await store.append(thread_id, step, expected_seq=seq)
+        seq += len(step)
+
+
+async def _ours(path: Path, threads: dict[str, Sequence[Step]]) -> float:
+    store = SQLiteEventStore(path)
+    await store.open()
+    try:
+        start = time.perf_counter()
+        await asyncio.gather(*(_append_steps(store, tid, s) for tid, s in threads.items()))
+        return time.perf_counter() - start
+    finally:
+        await store.close()
+
+
+class CommitCounter:
+    """Counts the store's write transactions by wrapping `events.sqlite._write_batch`."""
+
+    def __init__(self) -> None:
+        self.commits = 0
+        self._real = sqlite_backend._write_batch
+
+    def __enter__(self) -> CommitCounter:
+        def counted(conn: sqlite3.Connection, batch: list[Any]) -> list[Any]:
+            self.commits += 1
+            return self._real(conn, batch)
+
+        sqlite_backend._write_batch = counted
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sqlite_backend._write_batch = self._real
+
+
+# ---- raw sqlite3 ----------------------------------------------------------------------------
+
+
+def _raw(path: Path, transactions: Sequence[tuple[list[str], list[RawRow]]]) -> float:
+    """Commit each (thread ids, rows) transaction like the store does; return the seconds."""
+    create_store_db(path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA synchronous=NORMAL")
+    try:
+        start = time.perf_counter()
+        for thread_ids, rows in transactions:
+            at = time.time()
+            conn.execute("BEGIN IMMEDIATE")
+            if len(thread_ids) == 1:
+                conn.execute(
+                    "SELECT last_seq, last_hash FROM threads WHERE thread_id=?", thread_ids
+                ).fetchone()
+            else:
+                marks = ",".join("?" * len(thread_ids))
+                conn.execute(
+                    "SELECT thread_id, last_seq, last_hash FROM threads "
+                    f"WHERE thread_id IN ({marks})",
+                    thread_ids,
+                ).fetchall()
+            conn.executemany(_INSERT, rows)
+            heads = {row[0]: (row[1], row[8]) for row in rows}
+            conn.executemany(_UPSERT_HEAD, [(t, *h, at, at) for t, h in heads.items()])
+            conn.execute("COMMIT")
+        return time.perf_counter() - start
+    finally:
+        conn.close()
+
+
+def single_transactions(steps: Sequence[Step]) -> list[tuple[list[str], list[RawRow]]]:
+    """One transaction per step on one thread."""
+    out = []
+    for k, step in enumerate(steps):
+        first = k * EVENTS_PER_STEP + 1
+        out.append((["single"], raw_rows("single", step, first, first)))
+    return out
+
+
+def group_transactions(
+    threads: dict[str, Sequence[Step]], per_thread: int
+) -> list[tuple[list[str], list[RawRow]]]:
+    """One transaction per round of the writers, each contributing its next step."""
+    out, position = [], 1
+    for k in range(per_thread):
+        rows: list[RawRow] = []
+        for tid, steps in threads.items():
+            rows.extend(raw_rows(tid, steps[k], k * EVENTS_PER_STEP + 1, position))
+            position += EVENTS_PER_STEP
+        out.append((list(threads), rows))
+    return out
+
+
+# ---- the benchmark --------------------------------------------------------------------------
+
+
+def run_pair(
+    directory: Path, rounds: int, ours: Callable[[Path], float], raw: Callable[[Path], float]
+) -> dict[str, list[float]]:
+    """Alternate ours and raw, each on a fresh database file deleted afterwards."""
+
+    def fresh(fn: Callable[[Path], float]) -> Callable[[], float]:
+        def run() -> float:
+            with scratch_db(directory) as path:
+                return fn(path)
+
+        return run
+
+    return alternate(rounds, {"ours": fresh(ours), "raw": fresh(raw)})
+
+
+def main() -> None:
+    args = parse_args(__doc__ or "")
+    n_single = 800 if args.quick else 3000
+    per_writer = 30 if args.quick else 100
+    rounds = args.rounds
+
+    log(f"building {n_single} steps for single, {per_writer} x {WRITERS} for group")
+    single_steps = agent_steps(n_single)
+    single_raw = single_transactions(single_steps)
+    shared = agent_steps(per_writer)  # every writer appends the same events to its own thread
+    threads: dict[str, Sequence[Step]] = {f"writer-{i:03d}": shared for i in range(WRITERS)}
+    group_raw = group_transactions(threads, per_writer)
+
+    with temp_dir() as directory:
+        log(f"single: {n_single} steps, one commit per append")
+        single = medians(
+            run_pair(
+                directory,
+                rounds,
+                lambda p: asyncio.run(_ours(p, {"single": single_steps})),
+                lambda p: _raw(p, single_raw),
+            )
+        )
+        log(f"group: {WRITERS} writers x {per_writer} steps")
+        with CommitCounter() as counter:
+            group = medians(
+                run_pair(
+                    directory,
+                    rounds,
+                    lambda p: asyncio.run(_ours(p, threads)),
+                    lambda p: _raw(p, group_raw),
+                )
+            )
+        commits_per_round = counter.commits / rounds
+
+    ours_steps = per_second(n_single, single["ours"])
+    raw_steps = per_second(n_single, single["raw"])
+    group_events = WRITERS * per_writer * EVENTS_PER_STEP
+    ours_group = per_second(group_events, group["ours"])
+    raw_group = per_second(group_events, group["raw"])
+    emit(
+        {
+            "bench": "append",
+            "quick": args.quick,
+            "single": {
+                "steps": n_single,
+                "ours_steps_per_s": ours_steps,
+                "ours_events_per_s": per_second(n_single * EVENTS_PER_STEP, single["ours"]),
+                "raw_steps_per_s": raw_steps,
+                "ratio": ratio(ours_steps, raw_steps),
+                "target_ratio": TARGET_RATIO,
+                "ok": ours_steps >= TARGET_RATIO * raw_steps,
+            },
+            "group": {
+                "writers": WRITERS,
+                "steps_per_writer": per_writer,
+                "ours_events_per_s": ours_group,
+                "ours_commits": round(commits_per_round, 1),
+                "raw_events_per_s": raw_group,
+                "raw_commits": per_writer,
+                "ratio_to_raw": ratio(ours_group, raw_group),
+                "target_events_per_s": TARGET_GROUP_EVENTS_PER_S,
+                "ok": ours_group >= TARGET_GROUP_EVENTS_PER_S,
+            },
+            "rounds": rounds,
+            "median_of": "seconds per round, alternating ours/raw",
+            **environment(),
+        }
+    )
+
+
+if __name__ == "__main__":
+    main()
