@@ -88,6 +88,17 @@ def alternate(
     return samples
 
 
+def timer(fn: Callable[[], object]) -> Callable[[], float]:
+    """A contender that times the whole of `fn()`."""
+
+    def run() -> float:
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+
+    return run
+
+
 def medians(samples: Mapping[str, list[float]]) -> dict[str, float]:
     """The median of each contender's samples."""
     return {name: median(values) for name, values in samples.items()}

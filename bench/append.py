@@ -24,20 +24,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import _common as common
 import msgspec
-from _common import (
-    alternate,
-    create_store_db,
-    emit,
-    environment,
-    log,
-    medians,
-    parse_args,
-    per_second,
-    ratio,
-    scratch_db,
-    temp_dir,
-)
 
 import events.sqlite as sqlite_backend
 from events import Event, NodeEntered, SQLiteEventStore, StepAdvanced, kind_of
@@ -51,6 +39,7 @@ TARGET_GROUP_EVENTS_PER_S = 150_000
 
 Step = list[Event]
 RawRow = tuple[Any, ...]
+Transaction = tuple[list[str], list[RawRow]]  # the thread ids whose heads it reads, its rows
 
 
 def agent_steps(count: int) -> list[Step]:
@@ -86,14 +75,10 @@ async def _append_steps(store: SQLiteEventStore, thread_id: str, steps: Sequence
 
 
 async def _ours(path: Path, threads: dict[str, Sequence[Step]]) -> float:
-    store = SQLiteEventStore(path)
-    await store.open()
-    try:
+    async with SQLiteEventStore(path) as store:  # opened (and the schema made) before timing
         start = time.perf_counter()
         await asyncio.gather(*(_append_steps(store, tid, s) for tid, s in threads.items()))
         return time.perf_counter() - start
-    finally:
-        await store.close()
 
 
 class CommitCounter:
@@ -118,9 +103,9 @@ class CommitCounter:
 # ---- raw sqlite3 ----------------------------------------------------------------------------
 
 
-def _raw(path: Path, transactions: Sequence[tuple[list[str], list[RawRow]]]) -> float:
+def _raw(path: Path, transactions: Sequence[Transaction]) -> float:
     """Commit each (thread ids, rows) transaction like the store does; return the seconds."""
-    create_store_db(path)
+    common.create_store_db(path)
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA synchronous=NORMAL")
     try:
@@ -148,20 +133,19 @@ def _raw(path: Path, transactions: Sequence[tuple[list[str], list[RawRow]]]) -> 
         conn.close()
 
 
-def single_transactions(steps: Sequence[Step]) -> list[tuple[list[str], list[RawRow]]]:
+def single_transactions(steps: Sequence[Step]) -> list[Transaction]:
     """One transaction per step on one thread."""
-    out = []
+    out: list[Transaction] = []
     for k, step in enumerate(steps):
         first = k * EVENTS_PER_STEP + 1
         out.append((["single"], raw_rows("single", step, first, first)))
     return out
 
 
-def group_transactions(
-    threads: dict[str, Sequence[Step]], per_thread: int
-) -> list[tuple[list[str], list[RawRow]]]:
+def group_transactions(threads: dict[str, Sequence[Step]], per_thread: int) -> list[Transaction]:
     """One transaction per round of the writers, each contributing its next step."""
-    out, position = [], 1
+    out: list[Transaction] = []
+    position = 1
     for k in range(per_thread):
         rows: list[RawRow] = []
         for tid, steps in threads.items():
@@ -181,30 +165,30 @@ def run_pair(
 
     def fresh(fn: Callable[[Path], float]) -> Callable[[], float]:
         def run() -> float:
-            with scratch_db(directory) as path:
+            with common.scratch_db(directory) as path:
                 return fn(path)
 
         return run
 
-    return alternate(rounds, {"ours": fresh(ours), "raw": fresh(raw)})
+    return common.alternate(rounds, {"ours": fresh(ours), "raw": fresh(raw)})
 
 
 def main() -> None:
-    args = parse_args(__doc__ or "")
+    args = common.parse_args(__doc__ or "")
     n_single = 800 if args.quick else 3000
     per_writer = 30 if args.quick else 100
     rounds = args.rounds
 
-    log(f"building {n_single} steps for single, {per_writer} x {WRITERS} for group")
+    common.log(f"building {n_single} steps for single, {per_writer} x {WRITERS} for group")
     single_steps = agent_steps(n_single)
     single_raw = single_transactions(single_steps)
     shared = agent_steps(per_writer)  # every writer appends the same events to its own thread
     threads: dict[str, Sequence[Step]] = {f"writer-{i:03d}": shared for i in range(WRITERS)}
     group_raw = group_transactions(threads, per_writer)
 
-    with temp_dir() as directory:
-        log(f"single: {n_single} steps, one commit per append")
-        single = medians(
+    with common.temp_dir() as directory:
+        common.log(f"single: {n_single} steps, one commit per append")
+        single = common.medians(
             run_pair(
                 directory,
                 rounds,
@@ -212,9 +196,9 @@ def main() -> None:
                 lambda p: _raw(p, single_raw),
             )
         )
-        log(f"group: {WRITERS} writers x {per_writer} steps")
+        common.log(f"group: {WRITERS} writers x {per_writer} steps")
         with CommitCounter() as counter:
-            group = medians(
+            group = common.medians(
                 run_pair(
                     directory,
                     rounds,
@@ -224,21 +208,21 @@ def main() -> None:
             )
         commits_per_round = counter.commits / rounds
 
-    ours_steps = per_second(n_single, single["ours"])
-    raw_steps = per_second(n_single, single["raw"])
+    ours_steps = common.per_second(n_single, single["ours"])
+    raw_steps = common.per_second(n_single, single["raw"])
     group_events = WRITERS * per_writer * EVENTS_PER_STEP
-    ours_group = per_second(group_events, group["ours"])
-    raw_group = per_second(group_events, group["raw"])
-    emit(
+    ours_group = common.per_second(group_events, group["ours"])
+    raw_group = common.per_second(group_events, group["raw"])
+    common.emit(
         {
             "bench": "append",
             "quick": args.quick,
             "single": {
                 "steps": n_single,
                 "ours_steps_per_s": ours_steps,
-                "ours_events_per_s": per_second(n_single * EVENTS_PER_STEP, single["ours"]),
+                "ours_events_per_s": common.per_second(n_single * EVENTS_PER_STEP, single["ours"]),
                 "raw_steps_per_s": raw_steps,
-                "ratio": ratio(ours_steps, raw_steps),
+                "ratio": common.ratio(ours_steps, raw_steps),
                 "target_ratio": TARGET_RATIO,
                 "ok": ours_steps >= TARGET_RATIO * raw_steps,
             },
@@ -249,13 +233,13 @@ def main() -> None:
                 "ours_commits": round(commits_per_round, 1),
                 "raw_events_per_s": raw_group,
                 "raw_commits": per_writer,
-                "ratio_to_raw": ratio(ours_group, raw_group),
+                "ratio_to_raw": common.ratio(ours_group, raw_group),
                 "target_events_per_s": TARGET_GROUP_EVENTS_PER_S,
                 "ok": ours_group >= TARGET_GROUP_EVENTS_PER_S,
             },
             "rounds": rounds,
             "median_of": "seconds per round, alternating ours/raw",
-            **environment(),
+            **common.environment(),
         }
     )
 

@@ -20,13 +20,14 @@ Usage: .venv/bin/python bench/replay.py [--quick] [--rounds N]
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from _common import alternate, emit, environment, log, medians, ms, parse_args, per_second, ratio
-from _common import temp_dir as make_temp_dir
+import _common as common
 
 from events import (
     ContextSummarized,
@@ -121,34 +122,22 @@ async def timed_state(path: Path, *, use_snapshots: bool) -> tuple[float, AgentS
     """Seconds `state_at` takes on a freshly opened (already connected) store, and the state."""
     async with SQLiteEventStore(path) as store:  # entering opens both connections
         start = time.perf_counter()
-        state = await state_at(store, THREAD, use_snapshots=use_snapshots)
+        state: AgentState = await state_at(store, THREAD, use_snapshots=use_snapshots)
         return time.perf_counter() - start, state
+
+
+def state_seconds(path: Path, *, use_snapshots: bool) -> Callable[[], float]:
+    """A contender: `state_at` on a fresh store in a fresh event loop."""
+    return lambda: asyncio.run(timed_state(path, use_snapshots=use_snapshots))[0]
 
 
 async def timed_read(path: Path) -> float:
     """Seconds reading every record takes on a freshly opened store."""
-    async with SQLiteEventStore(path) as store:  # entering opens both connections
+    async with SQLiteEventStore(path) as store:
         start = time.perf_counter()
         records = [r async for r in store.read(THREAD)]
-        elapsed = time.perf_counter() - start
         assert records
-        return elapsed
-
-
-def timer(fn: Callable[[], Any]) -> Callable[[], float]:
-    """A contender that times `fn()`."""
-
-    def run() -> float:
-        start = time.perf_counter()
-        fn()
         return time.perf_counter() - start
-
-    return run
-
-
-def run_async(make: Callable[[], Coroutine[Any, Any, float]]) -> Callable[[], float]:
-    """A contender that runs a fresh coroutine in its own event loop."""
-    return lambda: asyncio.run(make())
 
 
 def plain_fold(records: list[EventRecord]) -> list[Message]:
@@ -169,26 +158,26 @@ def plain_fold_gc_paused(records: list[EventRecord]) -> list[Message]:
 def bench_fold(path: Path, rounds: int) -> dict[str, Any]:
     records = asyncio.run(read_records(path))
     n = len(records)
-    log(f"fold: {n} records in memory")
-    t = medians(
-        alternate(
+    common.log(f"fold: {n} records in memory")
+    t = common.medians(
+        common.alternate(
             rounds,
             {
-                "ours": timer(lambda: replay(records)),
-                "plain": timer(lambda: plain_fold(records)),
-                "plain_gc_paused": timer(lambda: plain_fold_gc_paused(records)),
+                "ours": common.timer(lambda: replay(records)),
+                "plain": common.timer(lambda: plain_fold(records)),
+                "plain_gc_paused": common.timer(lambda: plain_fold_gc_paused(records)),
             },
             warmup=1,
         )
     )
-    ours, plain = per_second(n, t["ours"]), per_second(n, t["plain"])
-    paused = per_second(n, t["plain_gc_paused"])
+    ours, plain = common.per_second(n, t["ours"]), common.per_second(n, t["plain"])
+    paused = common.per_second(n, t["plain_gc_paused"])
     return {
         "events_per_s": ours,
         "plain_events_per_s": plain,
-        "ratio": ratio(ours, plain),
+        "ratio": common.ratio(ours, plain),
         "plain_gc_paused_events_per_s": paused,
-        "ratio_to_plain_gc_paused": ratio(ours, paused),
+        "ratio_to_plain_gc_paused": common.ratio(ours, paused),
         "target": TARGET_FOLD_EVENTS_PER_S,
         "ok": ours >= TARGET_FOLD_EVENTS_PER_S,
         "_fold_s": t["ours"],
@@ -196,28 +185,24 @@ def bench_fold(path: Path, rounds: int) -> dict[str, Any]:
 
 
 def bench_from_disk(path: Path, events: int, fold_s: float, rounds: int) -> dict[str, Any]:
-    log("from_disk: state_at(use_snapshots=False) vs store.read on a fresh store")
-    t = medians(
-        alternate(
+    common.log("from_disk: state_at(use_snapshots=False) vs store.read on a fresh store")
+    t = common.medians(
+        common.alternate(
             rounds,
             {
-                "state_at": run_async(lambda: _seconds(timed_state(path, use_snapshots=False))),
-                "read": run_async(lambda: timed_read(path)),
+                "state_at": state_seconds(path, use_snapshots=False),
+                "read": lambda: asyncio.run(timed_read(path)),
             },
         )
     )
     return {
-        "ms": ms(t["state_at"]),
-        "events_per_s": per_second(events, t["state_at"]),
-        "read_only_ms": ms(t["read"]),
-        "read_only_events_per_s": per_second(events, t["read"]),
-        "fold_in_memory_ms": ms(fold_s),
-        "ratio_read_plus_fold_to_state_at": ratio(t["read"] + fold_s, t["state_at"]),
+        "ms": common.ms(t["state_at"]),
+        "events_per_s": common.per_second(events, t["state_at"]),
+        "read_only_ms": common.ms(t["read"]),
+        "read_only_events_per_s": common.per_second(events, t["read"]),
+        "fold_in_memory_ms": common.ms(fold_s),
+        "ratio_read_plus_fold_to_state_at": common.ratio(t["read"] + fold_s, t["state_at"]),
     }
-
-
-async def _seconds(measured: Coroutine[Any, Any, tuple[float, AgentState]]) -> float:
-    return (await measured)[0]
 
 
 def bench_resume(path: Path, rounds: int) -> dict[str, Any]:
@@ -228,50 +213,53 @@ def bench_resume(path: Path, rounds: int) -> dict[str, Any]:
             return time.perf_counter() - start, snap.seq
 
     snapshot_s, snapshot_seq = asyncio.run(snapshot())
+    with closing(sqlite3.connect(path)) as conn:
+        (snapshot_bytes,) = conn.execute("SELECT length(state) FROM snapshots").fetchone()
     last_seq = asyncio.run(append_steps(path, 10))
     _, with_state = asyncio.run(timed_state(path, use_snapshots=True))
     _, without_state = asyncio.run(timed_state(path, use_snapshots=False))
     same_state = with_state.model_dump() == without_state.model_dump()
     messages = len(with_state.context)
     del with_state, without_state  # live objects would slow every GC pass of the rounds
-    t = medians(
-        alternate(
+    t = common.medians(
+        common.alternate(
             rounds,
             {
-                "with": run_async(lambda: _seconds(timed_state(path, use_snapshots=True))),
-                "without": run_async(lambda: _seconds(timed_state(path, use_snapshots=False))),
+                "with": state_seconds(path, use_snapshots=True),
+                "without": state_seconds(path, use_snapshots=False),
             },
         )
     )
     return {
-        "with_snapshot_ms": ms(t["with"]),
-        "without_snapshot_ms": ms(t["without"]),
-        "ratio_without_to_with": ratio(t["without"], t["with"]),
+        "with_snapshot_ms": common.ms(t["with"]),
+        "without_snapshot_ms": common.ms(t["without"]),
+        "ratio_without_to_with": common.ratio(t["without"], t["with"]),
         "messages": messages,
         "snapshot_seq": snapshot_seq,
         "events_after_snapshot": last_seq - snapshot_seq,
-        "take_snapshot_ms": ms(snapshot_s),
+        "take_snapshot_ms": common.ms(snapshot_s),
+        "snapshot_bytes": snapshot_bytes,
         "same_state": same_state,
         "ok": t["with"] * 1000 < TARGET_RESUME_MS,
     }
 
 
 def main() -> None:
-    args = parse_args(__doc__ or "")
+    args = common.parse_args(__doc__ or "")
     total = 20_000 if args.quick else 100_000
-    with make_temp_dir() as directory:
+    with common.temp_dir() as directory:
         full, trim = directory / "full.sqlite", directory / "trimmed.sqlite"
-        log(f"building a {total}-event thread (full context)")
+        common.log(f"building a {total}-event thread (full context)")
         full_messages = asyncio.run(build_thread(full, total, trimmed=False))
-        log(f"building a {total}-event thread (trimmed context, {full_messages} messages)")
+        common.log(f"building a {total}-event thread (trimmed context, {full_messages} messages)")
         asyncio.run(build_thread(trim, total, trimmed=True))
         fold = bench_fold(full, args.rounds)
         from_disk = bench_from_disk(full, total, fold.pop("_fold_s"), args.rounds)
-        log("resume: full context")
+        common.log("resume: full context")
         resume_full = bench_resume(full, args.rounds)
-        log("resume: trimmed context")
+        common.log("resume: trimmed context")
         resume_trim = bench_resume(trim, args.rounds)
-    emit(
+    common.emit(
         {
             "bench": "replay",
             "quick": args.quick,
@@ -284,7 +272,7 @@ def main() -> None:
                 "target_ms": TARGET_RESUME_MS,
             },
             "rounds": args.rounds,
-            **environment(),
+            **common.environment(),
         }
     )
 

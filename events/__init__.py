@@ -14,6 +14,7 @@ from .errors import (
     SchemaVersionError,
     StoreClosedError,
     StoreError,
+    StoreUnavailableError,
     ThreadNotFoundError,
     UnknownEventKindError,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "Stopped",
     "StoreClosedError",
     "StoreError",
+    "StoreUnavailableError",
     "ThreadNotFoundError",
     "ToolCallFinished",
     "ToolCallStarted",

@@ -84,9 +84,13 @@ class CorruptDatabaseError(StoreError):
     def __init__(self, path: str, why: str) -> None:
         self.path = path
         super().__init__(
-            f"{path} is damaged ({why}); nothing was written: restore it from a backup "
-            "or run `sqlite3 {path} .recover` on a copy"
+            f"{path} is damaged ({why}); it was not written to: restore it from a backup "
+            f"or run `sqlite3 {path} .recover` on a copy"
         )
+
+
+class StoreUnavailableError(StoreError):
+    """The store could not complete an operation for a passing reason (locked, disk full)."""
 
 
 class StoreClosedError(StoreError):

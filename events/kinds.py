@@ -14,8 +14,11 @@ JSON = Any
 """A value made of builtins only (dict, list, str, int, float, bool, None)."""
 
 
-class BaseEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
-    """Common base: the `kind` tag is the class's snake-case name; VERSION is its schema."""
+class BaseEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", gc=False):
+    """Common base: the `kind` tag is the class's snake-case name; VERSION is its schema.
+
+    Events are values that never form reference cycles, so the cyclic GC skips them.
+    """
 
     VERSION: ClassVar[int] = 1
 

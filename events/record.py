@@ -9,7 +9,7 @@ import msgspec
 from .kinds import Event
 
 
-class EventRecord(msgspec.Struct, frozen=True, kw_only=True):
+class EventRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One committed event with its envelope.
 
     `seq` counts 1, 2, 3 ... within a thread with no gap; `position` orders every record of

@@ -13,6 +13,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Literal, NamedTuple, TypeVar
 
 import aiosqlite
@@ -24,6 +25,7 @@ from .errors import (
     NotAnAgentlogDatabaseError,
     SchemaVersionError,
     StoreClosedError,
+    StoreUnavailableError,
 )
 from .kinds import Event
 from .record import EventRecord, Snapshot
@@ -92,6 +94,19 @@ class _Append(NamedTuple):
     at: float
 
 
+def storage_error(path: str, exc: sqlite3.Error) -> Exception:
+    """The typed error for a failure SQLite reported: damage, or a passing condition."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or (
+        code is None and type(exc) is sqlite3.DatabaseError
+    ):
+        return CorruptDatabaseError(path, str(exc))
+    return StoreUnavailableError(
+        f"{path}: SQLite could not complete the operation ({exc}); nothing was written: "
+        "retry once the file is free, writable and the disk has space"
+    )
+
+
 def _check_file(path: str) -> None:
     """Refuse, without touching it, a file that is not SQLite at all."""
     try:
@@ -105,19 +120,37 @@ def _check_file(path: str) -> None:
         raise NotAnAgentlogDatabaseError(path, "it is not a SQLite file")
 
 
-def _prepare(conn: sqlite3.Connection, path: str) -> None:
-    """Check the file is ours (or empty) before anything writes to it; then set it up."""
+def _identify(conn: sqlite3.Connection, path: str) -> tuple[int, int, list[str]]:
+    """The file's application id, schema version and table names."""
     try:
         app_id = conn.execute("PRAGMA application_id").fetchone()[0]
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
     except sqlite3.DatabaseError as exc:
         raise NotAnAgentlogDatabaseError(path, f"SQLite cannot read it: {exc}") from exc
+    return app_id, version, tables
+
+
+def _prepare(conn: sqlite3.Connection, path: str) -> None:
+    """Check the file is ours (or empty) before anything writes to it; then set it up.
+
+    An empty file gets the schema under the write lock, so two processes creating the same
+    database at once agree on who did it.
+    """
+    app_id, version, tables = _identify(conn, path)
     if app_id == 0 and not tables:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}COMMIT;")
-        return
-    if app_id != APPLICATION_ID:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            app_id, version, tables = _identify(conn, path)
+            if app_id == 0 and not tables:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+    if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
         shown = ", ".join(sorted(tables)[:5]) or "none"
         raise NotAnAgentlogDatabaseError(
             path, f"a SQLite database of another program: tables {shown}"
@@ -153,8 +186,9 @@ class SQLiteEventStore(BaseEventStore):
         self._reader: aiosqlite.Connection | None = None
         self._open_lock = asyncio.Lock()
         self._pending: list[tuple[_Append, asyncio.Future[list[EventRecord]]]] = []
-        self._wakeup = asyncio.Event()
-        self._writer_task: asyncio.Task[None] | None = None
+        self._in_flight = False
+        self._drained = asyncio.Event()
+        self._drained.set()
         self._closing = False
 
     # ---- connections ---------------------------------------------------------------------
@@ -169,13 +203,12 @@ class SQLiteEventStore(BaseEventStore):
                 _check_file(self.path)
                 writer = await self._connect()
                 try:
-                    await writer._execute(_prepare, writer._conn, self.path)
+                    await self._on(writer, _prepare, self.path)
                     reader = await self._connect()
                 except BaseException:
                     await writer.close()
                     raise
                 self._writer, self._reader = writer, reader
-                self._writer_task = asyncio.get_running_loop().create_task(self._write_loop())
         return self
 
     async def _connect(self) -> aiosqlite.Connection:
@@ -185,10 +218,19 @@ class SQLiteEventStore(BaseEventStore):
             )
         except sqlite3.Error as exc:
             raise NotAnAgentlogDatabaseError(self.path, f"SQLite cannot open it: {exc}") from exc
-        await conn._execute(
-            _configure, conn._conn, int(self._busy_timeout * 1000), self._synchronous
-        )
+        try:
+            await self._on(conn, _configure, int(self._busy_timeout * 1000), self._synchronous)
+        except BaseException:
+            await conn.close()
+            raise
         return conn
+
+    async def _on(self, conn: aiosqlite.Connection, fn: Callable[..., T], *args: Any) -> T:
+        """Run `fn(sqlite3_connection, *args)` on the connection's thread: one hop."""
+        try:
+            return await conn._execute(fn, conn._conn, *args)  # type: ignore[no-any-return]
+        except sqlite3.Error as exc:
+            raise storage_error(self.path, exc) from exc
 
     async def __aenter__(self) -> SQLiteEventStore:
         return await self.open()
@@ -198,9 +240,7 @@ class SQLiteEventStore(BaseEventStore):
         if self._closed:
             return
         self._closing = True
-        if self._writer_task is not None:
-            self._wakeup.set()
-            await self._writer_task
+        await self._drained.wait()
         for conn in (self._writer, self._reader):
             if conn is not None:
                 await conn.close()
@@ -210,12 +250,9 @@ class SQLiteEventStore(BaseEventStore):
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         await self.open()
         assert self._reader is not None
-        try:
-            return await self._reader._execute(fn, self._reader._conn, *args)  # type: ignore[no-any-return]
-        except sqlite3.DatabaseError as exc:
-            raise CorruptDatabaseError(self.path, str(exc)) from exc
+        return await self._on(self._reader, fn, *args)
 
-    # ---- writes: group commit ------------------------------------------------------------
+    # ---- writes: pipelined group commit --------------------------------------------------
 
     async def _commit(
         self,
@@ -233,39 +270,56 @@ class SQLiteEventStore(BaseEventStore):
         future: asyncio.Future[list[EventRecord]] = asyncio.get_running_loop().create_future()
         request = _Append(thread_id, events, encoded, expected_seq, run_id, actor, at)
         self._pending.append((request, future))
-        self._wakeup.set()
+        self._submit_next()
         return await future
 
-    async def _write_loop(self) -> None:
-        assert self._writer is not None
+    def _submit_next(self) -> None:
+        """Hand the pending appends to the writer thread as one batch, unless one is in flight.
+
+        While a batch commits, new appends queue up; they leave as the next batch the moment
+        the writer is free, before the finished batch's callers are even woken, so the writer
+        thread and the event loop work side by side.
+        """
+        if self._in_flight or not self._pending:
+            return
         writer = self._writer
-        while not (self._closing and not self._pending):
-            await self._wakeup.wait()
-            self._wakeup.clear()
-            while self._pending:
-                batch = self._pending[:MAX_BATCH]
-                del self._pending[:MAX_BATCH]
-                try:
-                    results = await writer._execute(
-                        _write_batch, writer._conn, [req for req, _ in batch]
-                    )
-                except sqlite3.DatabaseError as exc:
-                    error: BaseException = CorruptDatabaseError(self.path, str(exc))
-                    results = [error] * len(batch)
-                except asyncio.CancelledError:
-                    for _, fut in batch + self._pending:
-                        if not fut.done():
-                            fut.set_exception(StoreClosedError(f"{self.path}: writer cancelled"))
-                    raise
-                except Exception as exc:  # the whole transaction rolled back
-                    results = [exc] * len(batch)
-                for (_, fut), result in zip(batch, results, strict=True):
-                    if fut.done():
-                        continue
-                    if isinstance(result, BaseException):
-                        fut.set_exception(result)
-                    else:
-                        fut.set_result(result)
+        assert writer is not None
+        batch = self._pending[:MAX_BATCH]
+        del self._pending[:MAX_BATCH]
+        self._in_flight = True
+        self._drained.clear()
+        job = partial(
+            _run_batch,
+            asyncio.get_running_loop(),
+            self._batch_done,
+            batch,
+            writer._conn,
+            [request for request, _ in batch],
+        )
+        # aiosqlite's worker thread takes (future, function) pairs; with no future, the job
+        # reports back itself, which wakes the callers one loop iteration sooner.
+        writer._tx.put_nowait((None, job))
+
+    def _batch_done(
+        self,
+        batch: list[tuple[_Append, asyncio.Future[list[EventRecord]]]],
+        outcome: list[Any] | BaseException,
+    ) -> None:
+        self._in_flight = False
+        self._submit_next()
+        if not self._in_flight:
+            self._drained.set()
+        if isinstance(outcome, BaseException):
+            if isinstance(outcome, sqlite3.Error):
+                outcome = storage_error(self.path, outcome)
+            outcome = [outcome] * len(batch)
+        for (_, future), result in zip(batch, outcome, strict=True):
+            if future.done():
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
 
     # ---- reads ---------------------------------------------------------------------------
 
@@ -313,6 +367,22 @@ class SQLiteEventStore(BaseEventStore):
 # ---- functions that run on a connection's own thread ---------------------------------------
 
 
+def _run_batch(
+    loop: asyncio.AbstractEventLoop,
+    report: Callable[[Any, list[Any] | BaseException], None],
+    batch: Any,
+    conn: sqlite3.Connection,
+    requests: list[_Append],
+) -> None:
+    """Write a batch on the writer thread and report the outcome to the event loop."""
+    outcome: list[Any] | BaseException
+    try:
+        outcome = _write_batch(conn, requests)
+    except BaseException as exc:
+        outcome = exc
+    loop.call_soon_threadsafe(report, batch, outcome)
+
+
 def _write_batch(conn: sqlite3.Connection, batch: list[_Append]) -> list[Any]:
     """One transaction for the whole batch; a request that fails writes none of its rows.
 
@@ -325,6 +395,7 @@ def _write_batch(conn: sqlite3.Connection, batch: list[_Append]) -> list[Any]:
         position = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
         heads = _heads(conn, {req.thread_id for req in batch})
         rows_out: list[tuple[Any, ...]] = []
+        touched: dict[str, float] = {}
         for req in batch:
             actual, prev = heads.get(req.thread_id, (0, GENESIS_HASH))
             if actual != req.expected_seq:
@@ -336,13 +407,14 @@ def _write_batch(conn: sqlite3.Connection, batch: list[_Append]) -> list[Any]:
             first = position + 1
             rows_out.extend((*row, first + i) for i, row in enumerate(rows))
             heads[req.thread_id] = (rows[-1].seq, rows[-1].hash)
+            touched[req.thread_id] = req.at
             position += len(rows)
             results.append(BaseEventStore._records(rows, first, req.events))
         if rows_out:
             conn.executemany(_INSERT, rows_out)
-            at = batch[-1].at
-            touched = {row[0] for row in rows_out}
-            conn.executemany(_UPSERT_HEAD, [(tid, *heads[tid], at, at) for tid in touched])
+            conn.executemany(
+                _UPSERT_HEAD, [(tid, *heads[tid], at, at) for tid, at in touched.items()]
+            )
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
@@ -354,6 +426,11 @@ def _write_batch(conn: sqlite3.Connection, batch: list[_Append]) -> list[Any]:
 def _heads(conn: sqlite3.Connection, thread_ids: set[str]) -> dict[str, tuple[int, bytes]]:
     ids = list(thread_ids)
     heads: dict[str, tuple[int, bytes]] = {}
+    if len(ids) == 1:
+        row = conn.execute(
+            "SELECT last_seq, last_hash FROM threads WHERE thread_id = ?", ids
+        ).fetchone()
+        return heads if row is None else {ids[0]: (row[0], row[1])}
     for i in range(0, len(ids), 500):
         part = ids[i : i + 500]
         marks = ",".join("?" * len(part))

@@ -46,12 +46,18 @@ async def fold_at(
             f"thread {thread_id!r} has {last} records; seq {seq} does not exist yet"
         )
     target = last if seq is None else seq
+    with gc_paused():
+        return await _fold_from_snapshot(store, thread_id, target, state_cls, use_snapshots)
+
+
+async def _fold_from_snapshot(
+    store: EventStore, thread_id: str, target: int, state_cls: type[S], use_snapshots: bool
+) -> Fold[S]:
     fold: Fold[S] | None = None
     if use_snapshots and target > 0:
         snapshot = await store.load_snapshot(thread_id, target)
         if snapshot is not None and snapshot.state_type == state_type_name(state_cls):
-            with gc_paused():
-                state = state_cls.model_validate(snapshot.state)
+            state = state_cls.model_validate(snapshot.state)
             fold = Fold(state, seq=snapshot.seq, copy=False)
     if fold is None:
         fold = Fold.new(state_cls)
