@@ -74,7 +74,7 @@ async def run_demo(db: str, thread_id: str | None = None) -> tuple[list[EventRec
             seq = records[-1].seq
     async with SQLiteEventStore(db) as store:
         timeline = [r async for r in store.read(thread_id)]
-        replayed = await state_at(store, thread_id)
+        replayed: AgentState = await state_at(store, thread_id)
         report = await store.verify(thread_id)
     if replayed != live or not report.ok:
         raise AssertionError("replaying the log did not give the live state")

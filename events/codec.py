@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import msgspec
 
@@ -36,7 +36,7 @@ _sha256 = hashlib.sha256
 
 
 class Row(NamedTuple):
-    """A record as stored, before decoding; `position` is assigned by the store."""
+    """A record as stored, before decoding, in the column order of the stores."""
 
     thread_id: str
     seq: int
@@ -47,6 +47,7 @@ class Row(NamedTuple):
     version: int
     payload: bytes
     hash: bytes
+    position: int
 
 
 def register_upcaster(kind: str, from_version: int, upcaster: Upcaster) -> None:
@@ -105,15 +106,28 @@ def chain_rows(
     run_id: str | None,
     actor: str | None,
     at: float,
+    first_position: int,
 ) -> list[Row]:
-    """Number encoded events from `first_seq` and chain each to its predecessor."""
+    """Number encoded events from `first_seq` / `first_position`, each chained to the last."""
     rows: list[Row] = []
-    seq = first_seq
-    for kind, version, payload in encoded:
+    for i, (kind, version, payload) in enumerate(encoded):
+        seq = first_seq + i
         digest = chain_hash(prev_hash, (thread_id, seq, run_id, actor, at, kind, version), payload)
-        rows.append(Row(thread_id, seq, run_id, actor, at, kind, version, payload, digest))
+        rows.append(
+            Row(
+                thread_id,
+                seq,
+                run_id,
+                actor,
+                at,
+                kind,
+                version,
+                payload,
+                digest,
+                first_position + i,
+            )
+        )
         prev_hash = digest
-        seq += 1
     return rows
 
 
@@ -129,7 +143,7 @@ def decode_event(thread_id: str, seq: int, kind: str, version: int, payload: byt
         )
     try:
         if version == cls.VERSION:
-            return _decoders[kind].decode(payload)  # type: ignore[no-any-return]
+            return cast(Event, _decoders[kind].decode(payload))
         data = _raw_decoder.decode(payload)
         while version < cls.VERSION:
             upcaster = _upcasters.get((kind, version))
@@ -142,17 +156,17 @@ def decode_event(thread_id: str, seq: int, kind: str, version: int, payload: byt
             data = upcaster(data)
             version += 1
         data["kind"] = kind
-        return msgspec.convert(data, cls)  # type: ignore[return-value]
+        return cast(Event, msgspec.convert(data, cls))
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise CorruptRecordError(thread_id, seq, f"{kind} payload: {exc}") from exc
 
 
-def decode_row(row: Row, position: int) -> EventRecord:
+def decode_row(row: Row) -> EventRecord:
     """Build the public record from a stored row."""
     return EventRecord(
         thread_id=row.thread_id,
         seq=row.seq,
-        position=position,
+        position=row.position,
         run_id=row.run_id,
         actor=row.actor,
         at=row.at,

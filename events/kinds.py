@@ -23,7 +23,7 @@ class BaseEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", gc=
     VERSION: ClassVar[int] = 1
 
 
-class RunStarted(BaseEvent, tag="run_started"):
+class RunStarted(BaseEvent, tag="run_started", frozen=True):
     """A run began on the thread, at `entry_node`, with the caller's input."""
 
     entry_node: str = "__start__"
@@ -31,32 +31,32 @@ class RunStarted(BaseEvent, tag="run_started"):
     graph: str | None = None
 
 
-class NodeEntered(BaseEvent, tag="node_entered"):
+class NodeEntered(BaseEvent, tag="node_entered", frozen=True):
     """A node is about to run: committed before the node does anything."""
 
     node: str
 
 
-class StepAdvanced(BaseEvent, tag="step_advanced"):
+class StepAdvanced(BaseEvent, tag="step_advanced", frozen=True):
     """The step counter moved to `step`; `next_node` is where the run goes next."""
 
     step: int
     next_node: str | None = None
 
 
-class MessageAppended(BaseEvent, tag="message_appended"):
+class MessageAppended(BaseEvent, tag="message_appended", frozen=True):
     """One message joined the context (through the `add_messages` reducer)."""
 
     message: dict[str, JSON]
 
 
-class MessagesReplaced(BaseEvent, tag="messages_replaced"):
+class MessagesReplaced(BaseEvent, tag="messages_replaced", frozen=True):
     """The whole context was replaced (a trim, a summary, a human edit)."""
 
     messages: list[dict[str, JSON]]
 
 
-class StateUpdated(BaseEvent, tag="state_updated"):
+class StateUpdated(BaseEvent, tag="state_updated", frozen=True):
     """Custom state fields changed, merged through each field's reducer."""
 
     values: dict[str, JSON]
@@ -64,7 +64,7 @@ class StateUpdated(BaseEvent, tag="state_updated"):
     reason: str | None = None
 
 
-class InterruptRaised(BaseEvent, tag="interrupt_raised"):
+class InterruptRaised(BaseEvent, tag="interrupt_raised", frozen=True):
     """The run paused at `node`, before or after it ran."""
 
     node: str
@@ -73,26 +73,26 @@ class InterruptRaised(BaseEvent, tag="interrupt_raised"):
     data: dict[str, JSON] | None = None
 
 
-class Resumed(BaseEvent, tag="resumed"):
+class Resumed(BaseEvent, tag="resumed", frozen=True):
     """A paused run was resumed, optionally with a value handed to the paused node."""
 
     value: JSON = None
     by: str | None = None
 
 
-class StopRequested(BaseEvent, tag="stop_requested"):
+class StopRequested(BaseEvent, tag="stop_requested", frozen=True):
     """Someone asked the run to stop at the next node boundary."""
 
     by: str | None = None
 
 
-class Stopped(BaseEvent, tag="stopped"):
+class Stopped(BaseEvent, tag="stopped", frozen=True):
     """The run honoured a stop request and is paused."""
 
     node: str | None = None
 
 
-class ToolCallStarted(BaseEvent, tag="tool_call_started"):
+class ToolCallStarted(BaseEvent, tag="tool_call_started", frozen=True):
     """A tool call began."""
 
     call_id: str
@@ -101,7 +101,7 @@ class ToolCallStarted(BaseEvent, tag="tool_call_started"):
     node: str | None = None
 
 
-class ToolCallFinished(BaseEvent, tag="tool_call_finished"):
+class ToolCallFinished(BaseEvent, tag="tool_call_finished", frozen=True):
     """A tool call ended with an output or an error; its result is final."""
 
     call_id: str
@@ -112,18 +112,18 @@ class ToolCallFinished(BaseEvent, tag="tool_call_finished"):
     duration_ms: float = 0.0
 
 
-class ContextSummarized(BaseEvent, tag="context_summarized"):
+class ContextSummarized(BaseEvent, tag="context_summarized", frozen=True):
     """The context was condensed: a new summary, and optionally the context that remains."""
 
     summary: str
     messages: list[dict[str, JSON]] | None = None
 
 
-class RunCompleted(BaseEvent, tag="run_completed"):
+class RunCompleted(BaseEvent, tag="run_completed", frozen=True):
     """The run reached END."""
 
 
-class RunFailed(BaseEvent, tag="run_failed"):
+class RunFailed(BaseEvent, tag="run_failed", frozen=True):
     """A node raised, or the run broke a limit; a later invoke retries from `node`."""
 
     node: str | None
@@ -131,7 +131,7 @@ class RunFailed(BaseEvent, tag="run_failed"):
     message: str
 
 
-class Forked(BaseEvent, tag="forked"):
+class Forked(BaseEvent, tag="forked", frozen=True):
     """This thread starts as a copy of `source_thread` at `source_seq`, holding `state`."""
 
     source_thread: str

@@ -22,8 +22,8 @@ class MemoryEventStore(BaseEventStore):
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         super().__init__(clock=clock)
-        self._threads: dict[str, list[tuple[Row, int]]] = {}
-        self._all: list[tuple[Row, int]] = []
+        self._threads: dict[str, list[Row]] = {}
+        self._all: list[Row] = []
         self._snapshots: dict[str, dict[int, tuple[str, float, bytes]]] = {}
 
     async def _commit(
@@ -40,28 +40,25 @@ class MemoryEventStore(BaseEventStore):
         actual = len(rows_of_thread)
         if actual != expected_seq:
             raise ConcurrencyError(thread_id, expected_seq, actual)
-        prev = rows_of_thread[-1][0].hash if rows_of_thread else GENESIS_HASH
-        rows = chain_rows(thread_id, actual + 1, prev, encoded, run_id, actor, at)
+        prev = rows_of_thread[-1].hash if rows_of_thread else GENESIS_HASH
         first_position = len(self._all) + 1
-        placed = [(row, first_position + i) for i, row in enumerate(rows)]
-        self._threads.setdefault(thread_id, []).extend(placed)
-        self._all.extend(placed)
-        return self._records(rows, first_position, events)
+        rows = chain_rows(thread_id, actual + 1, prev, encoded, run_id, actor, at, first_position)
+        self._threads.setdefault(thread_id, []).extend(rows)
+        self._all.extend(rows)
+        return self._records(rows, events)
 
-    async def _fetch(
-        self, thread_id: str, from_seq: int, to_seq: int, limit: int
-    ) -> list[tuple[Row, int]]:
+    async def _fetch(self, thread_id: str, from_seq: int, to_seq: int, limit: int) -> list[Row]:
         rows = self._threads.get(thread_id, [])
         return rows[from_seq - 1 : min(to_seq, from_seq - 1 + limit)]
 
-    async def _fetch_all(self, from_position: int, limit: int) -> list[tuple[Row, int]]:
+    async def _fetch_all(self, from_position: int, limit: int) -> list[Row]:
         return self._all[from_position : from_position + limit]
 
     async def _head(self, thread_id: str) -> tuple[int, bytes] | None:
         rows = self._threads.get(thread_id)
         if not rows:
             return None
-        return len(rows), rows[-1][0].hash
+        return len(rows), rows[-1].hash
 
     async def threads(self) -> list[str]:
         self._check_open()

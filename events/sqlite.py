@@ -228,7 +228,7 @@ class SQLiteEventStore(BaseEventStore):
     async def _on(self, conn: aiosqlite.Connection, fn: Callable[..., T], *args: Any) -> T:
         """Run `fn(sqlite3_connection, *args)` on the connection's thread: one hop."""
         try:
-            return await conn._execute(fn, conn._conn, *args)  # type: ignore[no-any-return]
+            return await conn._execute(fn, conn._conn, *args)  # type: ignore[no-any-return,no-untyped-call]
         except sqlite3.Error as exc:
             raise storage_error(self.path, exc) from exc
 
@@ -313,22 +313,20 @@ class SQLiteEventStore(BaseEventStore):
             if isinstance(outcome, sqlite3.Error):
                 outcome = storage_error(self.path, outcome)
             outcome = [outcome] * len(batch)
-        for (_, future), result in zip(batch, outcome, strict=True):
+        for (request, future), result in zip(batch, outcome, strict=True):
             if future.done():
                 continue
             if isinstance(result, BaseException):
                 future.set_exception(result)
             else:
-                future.set_result(result)
+                future.set_result(self._records(result, request.events))
 
     # ---- reads ---------------------------------------------------------------------------
 
-    async def _fetch(
-        self, thread_id: str, from_seq: int, to_seq: int, limit: int
-    ) -> list[tuple[Row, int]]:
+    async def _fetch(self, thread_id: str, from_seq: int, to_seq: int, limit: int) -> list[Row]:
         return await self._read(_fetch_thread, thread_id, from_seq, to_seq, limit)
 
-    async def _fetch_all(self, from_position: int, limit: int) -> list[tuple[Row, int]]:
+    async def _fetch_all(self, from_position: int, limit: int) -> list[Row]:
         return await self._read(_fetch_positions, from_position, limit)
 
     async def _head(self, thread_id: str) -> tuple[int, bytes] | None:
@@ -343,11 +341,8 @@ class SQLiteEventStore(BaseEventStore):
         await self.open()
         assert self._writer is not None
         data = encode_state(snapshot.state)
-        await self._writer._execute(
-            _write_snapshot,
-            self._writer._conn,
-            (snapshot.thread_id, snapshot.seq, snapshot.state_type, snapshot.at, data),
-        )
+        values = (snapshot.thread_id, snapshot.seq, snapshot.state_type, snapshot.at, data)
+        await self._on(self._writer, _write_snapshot, values)
 
     async def load_snapshot(self, thread_id: str, max_seq: int | None = None) -> Snapshot | None:
         self._check_open()
@@ -394,7 +389,7 @@ def _write_batch(conn: sqlite3.Connection, batch: list[_Append]) -> list[Any]:
     try:
         position = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
         heads = _heads(conn, {req.thread_id for req in batch})
-        rows_out: list[tuple[Any, ...]] = []
+        rows_out: list[Row] = []
         touched: dict[str, float] = {}
         for req in batch:
             actual, prev = heads.get(req.thread_id, (0, GENESIS_HASH))
@@ -402,14 +397,14 @@ def _write_batch(conn: sqlite3.Connection, batch: list[_Append]) -> list[Any]:
                 results.append(ConcurrencyError(req.thread_id, req.expected_seq, actual))
                 continue
             rows = chain_rows(
-                req.thread_id, actual + 1, prev, req.encoded, req.run_id, req.actor, req.at
-            )
-            first = position + 1
-            rows_out.extend((*row, first + i) for i, row in enumerate(rows))
+                req.thread_id, actual + 1, prev, req.encoded, req.run_id, req.actor, req.at,
+                position + 1,
+            )  # fmt: skip
+            rows_out.extend(rows)
             heads[req.thread_id] = (rows[-1].seq, rows[-1].hash)
             touched[req.thread_id] = req.at
             position += len(rows)
-            results.append(BaseEventStore._records(rows, first, req.events))
+            results.append(rows)
         if rows_out:
             conn.executemany(_INSERT, rows_out)
             conn.executemany(
@@ -455,13 +450,13 @@ def _write_snapshot(conn: sqlite3.Connection, values: tuple[Any, ...]) -> None:
     )
 
 
-def _to_rows(raw: list[tuple[Any, ...]]) -> list[tuple[Row, int]]:
-    return [(Row(*r[:9]), r[9]) for r in raw]
+def _to_rows(raw: list[tuple[Any, ...]]) -> list[Row]:
+    return [Row._make(r) for r in raw]
 
 
 def _fetch_thread(
     conn: sqlite3.Connection, thread_id: str, from_seq: int, to_seq: int, limit: int
-) -> list[tuple[Row, int]]:
+) -> list[Row]:
     raw = conn.execute(
         f"SELECT {_ROW_COLUMNS} FROM events WHERE thread_id = ? AND seq BETWEEN ? AND ? "
         "ORDER BY seq LIMIT ?",
@@ -470,9 +465,7 @@ def _fetch_thread(
     return _to_rows(raw)
 
 
-def _fetch_positions(
-    conn: sqlite3.Connection, from_position: int, limit: int
-) -> list[tuple[Row, int]]:
+def _fetch_positions(conn: sqlite3.Connection, from_position: int, limit: int) -> list[Row]:
     raw = conn.execute(
         f"SELECT {_ROW_COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?",
         (from_position, limit),

@@ -114,13 +114,11 @@ class BaseEventStore(ABC):
         """Check `expected_seq`, chain `encoded`, and store the rows in one atomic commit."""
 
     @abstractmethod
-    async def _fetch(
-        self, thread_id: str, from_seq: int, to_seq: int, limit: int
-    ) -> list[tuple[Row, int]]:
-        """Up to `limit` rows of a thread in seq order, with their positions."""
+    async def _fetch(self, thread_id: str, from_seq: int, to_seq: int, limit: int) -> list[Row]:
+        """Up to `limit` rows of a thread in seq order."""
 
     @abstractmethod
-    async def _fetch_all(self, from_position: int, limit: int) -> list[tuple[Row, int]]:
+    async def _fetch_all(self, from_position: int, limit: int) -> list[Row]:
         """Up to `limit` rows with `position > from_position`, in position order."""
 
     @abstractmethod
@@ -169,9 +167,9 @@ class BaseEventStore(ABC):
             chunk = await self._fetch(thread_id, seq, last, READ_CHUNK)
             if not chunk:
                 return
-            for row, position in chunk:
-                yield decode_row(row, position)
-            seq = chunk[-1][0].seq + 1
+            for row in chunk:
+                yield decode_row(row)
+            seq = chunk[-1].seq + 1
 
     async def read_all(self, from_position: int = 0) -> AsyncIterator[EventRecord]:
         """Stream every record after `from_position`, in commit order."""
@@ -181,9 +179,9 @@ class BaseEventStore(ABC):
             chunk = await self._fetch_all(position, READ_CHUNK)
             if not chunk:
                 return
-            for row, pos in chunk:
-                yield decode_row(row, pos)
-            position = chunk[-1][1]
+            for row in chunk:
+                yield decode_row(row)
+            position = chunk[-1].position
 
     async def last_seq(self, thread_id: str) -> int:
         """The thread's last seq; 0 when it has none yet."""
@@ -214,7 +212,7 @@ class BaseEventStore(ABC):
             chunk = await self._fetch(thread_id, expected, 2**62, READ_CHUNK)
             if not chunk:
                 break
-            for row, _ in chunk:
+            for row in chunk:
                 if row.seq != expected:
                     return bad(expected, f"record seq {expected} is missing (found {row.seq})")
                 envelope = (
@@ -252,15 +250,13 @@ class BaseEventStore(ABC):
             raise StoreClosedError(f"{type(self).__name__} is closed: open a new store to use it")
 
     @staticmethod
-    def _records(
-        rows: Sequence[Row], first_position: int, events: Sequence[Event]
-    ) -> list[EventRecord]:
+    def _records(rows: Sequence[Row], events: Sequence[Event]) -> list[EventRecord]:
         """Records of rows just written, reusing the caller's event objects."""
         return [
             EventRecord(
                 thread_id=row.thread_id,
                 seq=row.seq,
-                position=first_position + i,
+                position=row.position,
                 run_id=row.run_id,
                 actor=row.actor,
                 at=row.at,
@@ -269,5 +265,5 @@ class BaseEventStore(ABC):
                 event=event,
                 hash=row.hash.hex(),
             )
-            for i, (row, event) in enumerate(zip(rows, events, strict=True))
+            for row, event in zip(rows, events, strict=True)
         ]

@@ -80,7 +80,7 @@ def field_plan(
         if name == "execution_meta":
             continue
         reducer = next((m for m in info.metadata if callable(m)), None)
-        plan[name] = (TypeAdapter(info.annotation), reducer)
+        plan[name] = (TypeAdapter(info.annotation if info.annotation is not None else Any), reducer)
     return plan
 
 
