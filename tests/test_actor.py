@@ -1,0 +1,159 @@
+"""The actor core: ordering, backpressure, asks, supervision and stopping."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import pytest
+
+from actors._actor import Actor, ActorFailed, ActorStoppedError, AskTimeoutError
+
+
+@dataclass(frozen=True)
+class Add:
+    n: int
+
+
+@dataclass(frozen=True)
+class Boom:
+    why: str
+
+
+@dataclass(frozen=True)
+class Slow:
+    seconds: float
+
+
+class Counter(Actor[Add | Boom | Slow, int]):
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__("counter", **kwargs)  # type: ignore[arg-type]
+        self.total = 0
+        self.seen: list[int] = []
+        self.events: list[str] = []
+
+    async def on_start(self) -> None:
+        self.events.append("start")
+
+    async def on_stop(self) -> None:
+        self.events.append("stop")
+
+    async def on_failure(self, message: object, error: BaseException) -> None:
+        self.events.append(f"failure:{error}")
+
+    async def receive(self, message: Add | Boom | Slow) -> int:
+        match message:
+            case Add(n):
+                self.total += n
+                self.seen.append(n)
+            case Boom(why):
+                raise ValueError(why)
+            case Slow(seconds):
+                await asyncio.sleep(seconds)
+        return self.total
+
+
+async def test_messages_are_handled_one_at_a_time_in_order() -> None:
+    actor = Counter().start()
+    for i in range(50):
+        await actor.tell(Add(i))
+    assert await actor.ask(Add(0)) == sum(range(50))
+    assert actor.seen == [*range(50), 0]
+    await actor.stop()
+    assert actor.events == ["start", "stop"] and not actor.running
+
+
+async def test_a_failure_reaches_the_asker_and_the_supervisor_and_the_actor_goes_on() -> None:
+    failures: list[ActorFailed] = []
+    actor = Counter(supervisor=failures.append).start()
+    with pytest.raises(ValueError, match="bad"):
+        await actor.ask(Boom("bad"))
+    await actor.tell(Boom("told"))
+    assert await actor.ask(Add(2)) == 2
+    assert [(f.actor, f.message, str(f.error)) for f in failures] == [
+        ("counter", Boom("bad"), "bad"),
+        ("counter", Boom("told"), "told"),
+    ]
+    assert actor.events[1:] == ["failure:bad", "failure:told"]
+    await actor.stop()
+
+
+async def test_async_supervisors_are_awaited() -> None:
+    seen: list[str] = []
+
+    async def supervisor(failure: ActorFailed) -> None:
+        await asyncio.sleep(0)
+        seen.append(str(failure.error))
+
+    actor = Counter(supervisor=supervisor).start()
+    await actor.tell(Boom("x"))
+    await actor.stop()
+    assert seen == ["x"]
+
+
+async def test_the_mailbox_is_bounded() -> None:
+    actor = Counter(mailbox_size=2).start()
+    await actor.tell(Slow(0.2))
+    await asyncio.sleep(0.01)  # the slow message is being handled; the mailbox is empty
+    await actor.tell(Add(1))
+    await actor.tell(Add(2))
+    blocked = asyncio.ensure_future(actor.tell(Add(3)))
+    await asyncio.sleep(0.05)
+    assert not blocked.done()  # backpressure: the third tell waits for room
+    await blocked
+    await actor.stop()
+    assert actor.seen == [1, 2, 3]
+    with pytest.raises(ValueError):
+        Counter(mailbox_size=0)
+
+
+async def test_ask_times_out_with_a_typed_error() -> None:
+    actor = Counter().start()
+    with pytest.raises(AskTimeoutError, match="counter"):
+        await actor.ask(Slow(0.5), timeout=0.05)
+    assert await actor.ask(Add(1)) == 1
+    await actor.stop()
+
+
+async def test_stop_drains_queued_messages_by_default() -> None:
+    actor = Counter().start()
+    await actor.tell(Slow(0.05))
+    pending = [asyncio.ensure_future(actor.ask(Add(i))) for i in range(3)]
+    await asyncio.sleep(0)
+    await actor.stop()
+    assert [await p for p in pending] == [0, 1, 3]
+
+
+async def test_stop_without_drain_fails_waiting_asks_clearly() -> None:
+    actor = Counter().start()
+    await actor.tell(Slow(0.05))
+    await asyncio.sleep(0.01)
+    pending = [asyncio.ensure_future(actor.ask(Add(i))) for i in range(3)]
+    await asyncio.sleep(0)
+    await actor.stop(drain=False)
+    for p in pending:
+        with pytest.raises(ActorStoppedError, match="stopped before handling Add"):
+            await p
+    assert actor.seen == []
+
+
+async def test_a_stopped_or_unstarted_actor_refuses_messages() -> None:
+    actor = Counter()
+    with pytest.raises(ActorStoppedError, match="not started"):
+        await actor.tell(Add(1))
+    actor.start()
+    await actor.stop()
+    await actor.stop()  # twice is harmless
+    with pytest.raises(ActorStoppedError, match="stopped"):
+        await actor.ask(Add(1))
+
+
+async def test_cancelling_the_actor_fails_the_message_in_hand() -> None:
+    actor = Counter().start()
+    ask = asyncio.ensure_future(actor.ask(Slow(1)))
+    await asyncio.sleep(0.01)
+    assert actor._task is not None
+    actor._task.cancel()
+    with pytest.raises(ActorStoppedError, match="cancelled"):
+        await ask
+    assert actor.events == ["start", "stop"]
