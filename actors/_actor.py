@@ -10,11 +10,14 @@ while handling a message reaches the asker as the exception and the supervisor a
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from events.errors import AgentlogError
+
+_log = logging.getLogger("agentlog.actors")
 
 M = TypeVar("M")
 R = TypeVar("R")
@@ -136,7 +139,7 @@ class Actor(Generic[M, R]):
 
     def _after_put(self) -> None:
         """A put that waited for room may land after the actor ended: fail it, never hang."""
-        if self._task is not None and self._task.done():
+        if self._stopping or (self._task is not None and self._task.done()):
             self._fail_queued()
 
     def _check_accepting(self, message: object) -> None:
@@ -160,7 +163,10 @@ class Actor(Generic[M, R]):
         finally:
             self._stopping = True
             self._fail_queued()
-            await self.on_stop()
+            try:
+                await self.on_stop()
+            finally:
+                self._fail_queued()
 
     async def _handle(self, envelope: _Envelope) -> None:
         reply = envelope.reply
@@ -175,8 +181,11 @@ class Actor(Generic[M, R]):
         except Exception as error:
             if reply is not None and not reply.done():
                 reply.set_exception(error)
-            await self.on_failure(envelope.message, error)
-            await self._tell_supervisor(ActorFailed(self.name, envelope.message, error))
+            try:
+                await self.on_failure(envelope.message, error)
+                await self._tell_supervisor(ActorFailed(self.name, envelope.message, error))
+            except Exception:  # a broken hook must not take the actor down with it
+                _log.exception("actor %r: failure hook or supervisor raised", self.name)
             return
         if reply is not None and not reply.done():
             reply.set_result(result)

@@ -71,11 +71,12 @@ def chain_hash(prev: bytes, row_head: tuple[Any, ...], payload: bytes) -> bytes:
 
 
 class Encoded(NamedTuple):
-    """An event's kind, schema version and MessagePack payload, before it is chained."""
+    """An event as it will be stored, and as a reader will decode it, before it is chained."""
 
     kind: str
     version: int
     payload: bytes
+    event: Event
 
 
 def encode_payloads(thread_id: str, events: Sequence[Event]) -> list[Encoded]:
@@ -87,14 +88,18 @@ def encode_payloads(thread_id: str, events: Sequence[Event]) -> list[Encoded]:
                 f"cannot append {type(event).__name__} to thread {thread_id!r}: "
                 "only event structs from events.kinds can be stored"
             )
+        kind = kind_of(event)
         try:
             payload = _encoder.encode(event)
-        except (TypeError, ValueError, OverflowError) as exc:
+            # Structs do not check types when built: decoding the bytes back both checks
+            # them and yields exactly the event every later reader will see.
+            stored = cast(Event, _decoders[kind].decode(payload))
+        except (TypeError, ValueError, OverflowError, msgspec.DecodeError) as exc:
             raise InvalidAppendError(
-                f"cannot store {kind_of(event)!r} on thread {thread_id!r}: {exc}; "
-                "event payloads must be plain JSON-like values"
+                f"cannot store {kind!r} on thread {thread_id!r}: {exc}; "
+                "event fields must have their declared types and plain JSON-like values"
             ) from exc
-        encoded.append(Encoded(kind_of(event), event.VERSION, payload))
+        encoded.append(Encoded(kind, event.VERSION, payload, stored))
     return encoded
 
 
@@ -110,22 +115,12 @@ def chain_rows(
 ) -> list[Row]:
     """Number encoded events from `first_seq` / `first_position`, each chained to the last."""
     rows: list[Row] = []
-    for i, (kind, version, payload) in enumerate(encoded):
-        seq = first_seq + i
-        digest = chain_hash(prev_hash, (thread_id, seq, run_id, actor, at, kind, version), payload)
+    for i, (kind, version, payload, _) in enumerate(encoded):
+        seq, position = first_seq + i, first_position + i
+        envelope = (thread_id, seq, run_id, actor, at, kind, version, position)
+        digest = chain_hash(prev_hash, envelope, payload)
         rows.append(
-            Row(
-                thread_id,
-                seq,
-                run_id,
-                actor,
-                at,
-                kind,
-                version,
-                payload,
-                digest,
-                first_position + i,
-            )
+            Row(thread_id, seq, run_id, actor, at, kind, version, payload, digest, position)
         )
         prev_hash = digest
     return rows

@@ -45,7 +45,7 @@ class MemoryEventStore(BaseEventStore):
         rows = chain_rows(thread_id, actual + 1, prev, encoded, run_id, actor, at, first_position)
         self._threads.setdefault(thread_id, []).extend(rows)
         self._all.extend(rows)
-        return self._records(rows, events)
+        return self._records(rows, encoded)
 
     async def _fetch(self, thread_id: str, from_seq: int, to_seq: int, limit: int) -> list[Row]:
         rows = self._threads.get(thread_id, [])

@@ -137,7 +137,11 @@ def _prepare(conn: sqlite3.Connection, path: str) -> None:
     An empty file gets the schema under the write lock, so two processes creating the same
     database at once agree on who did it.
     """
-    app_id, version, tables = _identify(conn, path)
+    conn.execute("BEGIN")  # one consistent read of the header and the tables
+    try:
+        app_id, version, tables = _identify(conn, path)
+    finally:
+        conn.execute("COMMIT")
     if app_id == 0 and not tables:
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -199,6 +203,8 @@ class SQLiteEventStore(BaseEventStore):
         if self._reader is not None:
             return self
         async with self._open_lock:
+            if self._closing:
+                raise StoreClosedError(f"{self.path} was closed while opening")
             if self._reader is None:
                 _check_file(self.path)
                 writer = await self._connect()
@@ -240,7 +246,8 @@ class SQLiteEventStore(BaseEventStore):
         if self._closed:
             return
         self._closing = True
-        await self._drained.wait()
+        async with self._open_lock:  # an open under way finishes first, then sees _closing
+            await self._drained.wait()
         for conn in (self._writer, self._reader):
             if conn is not None:
                 await conn.close()
@@ -267,6 +274,8 @@ class SQLiteEventStore(BaseEventStore):
         if self._closing:
             raise StoreClosedError(f"{self.path} is closing: open a new store to append")
         await self.open()
+        if self._closing:
+            raise StoreClosedError(f"{self.path} is closing: open a new store to append")
         future: asyncio.Future[list[EventRecord]] = asyncio.get_running_loop().create_future()
         request = _Append(thread_id, events, encoded, expected_seq, run_id, actor, at)
         self._pending.append((request, future))
@@ -280,7 +289,11 @@ class SQLiteEventStore(BaseEventStore):
         the writer is free, before the finished batch's callers are even woken, so the writer
         thread and the event loop work side by side.
         """
-        if self._in_flight or not self._pending:
+        if self._in_flight:
+            return
+        self._pending = [(req, fut) for req, fut in self._pending if not fut.done()]
+        if not self._pending:
+            self._drained.set()
             return
         writer = self._writer
         assert writer is not None
@@ -319,7 +332,7 @@ class SQLiteEventStore(BaseEventStore):
             if isinstance(result, BaseException):
                 future.set_exception(result)
             else:
-                future.set_result(self._records(result, request.events))
+                future.set_result(self._records(result, request.encoded))
 
     # ---- reads ---------------------------------------------------------------------------
 

@@ -88,7 +88,17 @@ def check_thread_id(thread_id: object) -> str:
             f"thread id must be a non-empty string, got {thread_id!r}: pass "
             "config={'thread_id': '...'} or a store call with a real id"
         )
+    _check_text("thread id", thread_id)
     return thread_id
+
+
+def _check_text(name: str, value: object) -> None:
+    if not isinstance(value, str):
+        raise InvalidAppendError(f"{name} must be a string, got {type(value).__name__}")
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidAppendError(f"{name} {value!r} is not valid UTF-8 text: {exc}") from exc
 
 
 class BaseEventStore(ABC):
@@ -147,9 +157,12 @@ class BaseEventStore(ABC):
             raise InvalidAppendError(
                 f"append to thread {thread_id!r} needs at least one event, got none"
             )
+        for name, value in (("run_id", run_id), ("actor", actor)):
+            if value is not None:
+                _check_text(name, value)
         encoded = encode_payloads(thread_id, events)
         return await self._commit(
-            thread_id, events, encoded, expected_seq, run_id, actor, self._clock()
+            thread_id, events, encoded, expected_seq, run_id, actor, float(self._clock())
         )
 
     async def read(
@@ -174,7 +187,7 @@ class BaseEventStore(ABC):
     async def read_all(self, from_position: int = 0) -> AsyncIterator[EventRecord]:
         """Stream every record after `from_position`, in commit order."""
         self._check_open()
-        position = from_position
+        position = max(from_position, 0)
         while True:
             chunk = await self._fetch_all(position, READ_CHUNK)
             if not chunk:
@@ -217,7 +230,7 @@ class BaseEventStore(ABC):
                     return bad(expected, f"record seq {expected} is missing (found {row.seq})")
                 envelope = (
                     row.thread_id, row.seq, row.run_id, row.actor,
-                    row.at, row.kind, row.version,
+                    row.at, row.kind, row.version, row.position,
                 )  # fmt: skip
                 if chain_hash(prev, envelope, row.payload) != row.hash:
                     return bad(row.seq, f"record seq {row.seq} does not match its hash")
@@ -250,7 +263,7 @@ class BaseEventStore(ABC):
             raise StoreClosedError(f"{type(self).__name__} is closed: open a new store to use it")
 
     @staticmethod
-    def _records(rows: Sequence[Row], events: Sequence[Event]) -> list[EventRecord]:
+    def _records(rows: Sequence[Row], encoded: Sequence[Encoded]) -> list[EventRecord]:
         """Records of rows just written, reusing the caller's event objects."""
         return [
             EventRecord(
@@ -262,8 +275,8 @@ class BaseEventStore(ABC):
                 at=row.at,
                 kind=row.kind,
                 version=row.version,
-                event=event,
+                event=enc.event,
                 hash=row.hash.hex(),
             )
-            for row, event in zip(rows, events, strict=True)
+            for row, enc in zip(rows, encoded, strict=True)
         ]

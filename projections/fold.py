@@ -45,6 +45,7 @@ from events.record import EventRecord
 
 from .errors import IllegalTransitionError, InvalidStateUpdateError
 from .messages import Message
+from .reducers import add_messages
 from .state import END, AgentState, ExecutionState, ExecutionStatus, StopRequestStatus
 
 S = TypeVar("S", bound=AgentState)
@@ -132,7 +133,17 @@ class Fold(Generic[S]):
         plan = field_plan(type(self.state))
         for name, value in values.items():
             if name in CONTEXT_FIELDS:
-                self._append_messages(_validate_message(m) for m in value)
+                if not isinstance(value, list):
+                    raise InvalidStateUpdateError(
+                        f"an update of {name!r} must be a list of messages, got "
+                        f"{type(value).__name__}"
+                    )
+                messages = [_validate_message(m) for m in value]
+                reducer = plan["context"][1]
+                if reducer is None or reducer is add_messages:
+                    self._append_messages(messages)
+                else:
+                    self._replace_messages(list(reducer(self.state.context, messages)))
                 continue
             if name not in plan:
                 raise InvalidStateUpdateError(
@@ -196,6 +207,7 @@ def _resumed(fold: Fold[Any], e: Resumed, r: EventRecord) -> None:
     meta.clear_interrupt()
     meta.stop_current_execution = StopRequestStatus.NONE
     meta.internal_data.pop("error", None)
+    meta.internal_data.pop("failed_node", None)
 
 
 def _stop_requested(fold: Fold[Any], e: StopRequested, r: EventRecord) -> None:
@@ -312,6 +324,8 @@ def _check(meta: ExecutionState, event: Event, seq: int, state_cls: type[AgentSt
         case RunCompleted() | RunFailed():
             if finished:
                 refuse(f"the run is already {status.value}")
+            if paused:
+                refuse(f"the run is paused ({_pause_of(meta)}); resume it first")
         case Forked():
             if seq != 0:
                 refuse("a fork can only be the first event of a new thread")
@@ -351,7 +365,9 @@ def decide(state: S, events: Sequence[Event], *, seq: int | None = None) -> list
         record = _scratch_record(event, position + 1, state.execution_meta.thread_id)
         try:
             _HANDLERS[type(event)](shadow, event, record)
-        except ValidationError as exc:
+        except InvalidStateUpdateError:
+            raise
+        except (ValidationError, TypeError, ValueError, KeyError, AttributeError) as exc:
             raise InvalidStateUpdateError(
                 f"{kind_of(event)!r} carries a value its field rejects: {exc}"
             ) from exc

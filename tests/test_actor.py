@@ -157,3 +157,14 @@ async def test_cancelling_the_actor_fails_the_message_in_hand() -> None:
     with pytest.raises(ActorStoppedError, match="cancelled"):
         await ask
     assert actor.events == ["start", "stop"]
+
+
+async def test_a_broken_failure_hook_does_not_stop_the_actor() -> None:
+    def broken(failure: ActorFailed) -> None:
+        raise RuntimeError("supervisor is down")
+
+    actor = Counter(supervisor=broken).start()
+    with pytest.raises(ValueError):
+        await actor.ask(Boom("x"))
+    assert await actor.ask(Add(3)) == 3
+    await actor.stop()

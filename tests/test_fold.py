@@ -19,6 +19,7 @@ from events import (
     RunStarted,
     Snapshot,
     SQLiteEventStore,
+    StateUpdated,
     StepAdvanced,
     Stopped,
     StopRequested,
@@ -254,3 +255,36 @@ async def test_replaying_into_a_class_without_the_field_is_a_typed_error() -> No
             await state_at(store, "t")
         await take_snapshot(store, "t", state_cls=Custom)
         assert (await state_at(store, "t", state_cls=Custom)).mood == "sad"
+
+
+def test_decide_turns_a_malformed_update_into_a_typed_error() -> None:
+    with pytest.raises(InvalidStateUpdateError, match="list of messages"):
+        decide(AgentState(), [StateUpdated(values={"context": None})])
+
+
+def test_a_declared_context_reducer_is_honoured() -> None:
+    from projections import replace_messages
+
+    class Replacing(AgentState):
+        context: Annotated[list[Message], replace_messages] = []
+
+    events: list[Event] = [
+        state_updated({"context": [Message.text_message("a").model_dump()]}),
+        state_updated({"context": [Message.text_message("b").model_dump()]}),
+    ]
+    assert [m.text() for m in replay(records(events), Replacing).context] == ["b"]
+
+
+def test_a_paused_run_cannot_complete_or_fail() -> None:
+    with pytest.raises(IllegalTransitionError, match="paused"):
+        decide(interrupted(), [RunCompleted()])
+    with pytest.raises(IllegalTransitionError, match="paused"):
+        decide(interrupted(), [RunFailed(node="n", error_type="E", message="m")])
+
+
+def test_resuming_a_failed_run_clears_the_failure() -> None:
+    state = replay(
+        records([RunStarted(), RunFailed(node="n", error_type="E", message="m"), Resumed()])
+    )
+    assert "failed_node" not in state.execution_meta.internal_data
+    assert "error" not in state.execution_meta.internal_data

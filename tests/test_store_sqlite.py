@@ -55,3 +55,34 @@ async def test_group_commit_puts_concurrent_appends_in_few_transactions(tmp_path
         assert 1 <= commits < 10, commits
         for i in range(50):
             assert [r.seq async for r in store.read(f"t{i}")] == [1, 2, 3]
+
+
+async def test_an_integer_clock_still_verifies(tmp_path: Path) -> None:
+    async with SQLiteEventStore(tmp_path / "c.db", clock=lambda: 1_700_000_000) as store:
+        await store.append("t", step_events(1), expected_seq=0)
+        assert (await store.verify("t")).ok
+
+
+async def test_an_append_cancelled_while_queued_is_not_written(tmp_path: Path) -> None:
+    async with SQLiteEventStore(tmp_path / "q.db") as store:
+        first = asyncio.ensure_future(store.append("a", step_events(1), expected_seq=0))
+        await asyncio.sleep(0)  # the first batch is on the writer thread
+        queued = asyncio.ensure_future(store.append("b", step_events(1), expected_seq=0))
+        await asyncio.sleep(0)
+        queued.cancel()
+        await first
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+        assert await store.last_seq("b") == 0
+
+
+async def test_close_during_the_first_open_leaves_nothing_running(tmp_path: Path) -> None:
+    from events import StoreClosedError
+
+    store = SQLiteEventStore(tmp_path / "o.db")
+    append = asyncio.ensure_future(store.append("t", step_events(1), expected_seq=0))
+    await asyncio.sleep(0)
+    await store.close()
+    with pytest.raises(StoreClosedError):
+        await append
+    assert store._writer is None and store._reader is None

@@ -71,7 +71,7 @@ def test_flipping_any_payload_byte_is_reported(
 @pytest.mark.parametrize(
     ("column", "value"),
     [("actor", "'mallory'"), ("at", "at + 1"), ("kind", "'node_entered'"), ("run_id", "'r2'"),
-     ("version", "version + 1"), ("hash", "zeroblob(32)")],
+     ("version", "version + 1"), ("hash", "zeroblob(32)"), ("position", "position + 1000")],
 )  # fmt: skip
 def test_altering_any_envelope_column_is_reported(db: Path, column: str, value: str) -> None:
     edit(db, f"UPDATE events SET {column} = {value} WHERE thread_id='t' AND seq=5")
