@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
+
 from events import MessageAppended, NodeEntered, StepAdvanced
 from events.kinds import Event
 from projections import Message, message_appended
@@ -19,3 +22,11 @@ def step_events(step: int, text: str = "hello", role: str = "assistant") -> list
 def text_event(text: str, message_id: str | None = None) -> MessageAppended:
     """A message_appended event of a user text."""
     return message_appended(Message.text_message(text, message_id=message_id))
+
+
+def edit_db(db: Path, sql: str, *args: object) -> None:
+    """Change a database file behind the store's back, as an intruder or a bad disk would."""
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute(sql, args)
+    conn.close()

@@ -24,7 +24,7 @@ from events import (
 )
 from projections import state_at
 
-from .helpers import step_events, text_event
+from .helpers import edit_db, step_events, text_event
 
 
 def digest(path: Path) -> str:
@@ -39,13 +39,6 @@ async def read_all(db: Path, thread: str = "t") -> list[Any]:
 async def build(db: Path) -> None:
     async with SQLiteEventStore(db) as store:
         await store.append("t", step_events(1), expected_seq=0)
-
-
-def edit(db: Path, sql: str, *args: object) -> None:
-    conn = sqlite3.connect(db)
-    with conn:
-        conn.execute(sql, args)
-    conn.close()
 
 
 def test_a_text_file_is_not_a_database(tmp_path: Path) -> None:
@@ -65,7 +58,7 @@ def test_a_directory_is_not_a_database(tmp_path: Path) -> None:
 def test_a_newer_schema_is_refused_untouched(tmp_path: Path) -> None:
     db = tmp_path / "new.db"
     asyncio.run(build(db))
-    edit(db, "PRAGMA user_version = 99")
+    edit_db(db, "PRAGMA user_version = 99")
     before = digest(db)
     with pytest.raises(SchemaVersionError, match="schema version 99"):
         asyncio.run(read_all(db))
@@ -89,7 +82,7 @@ def test_a_damaged_file_is_a_typed_error(tmp_path: Path) -> None:
 def test_a_corrupt_payload_names_the_record(tmp_path: Path) -> None:
     db = tmp_path / "c.db"
     asyncio.run(build(db))
-    edit(db, "UPDATE events SET payload = x'c1c1c1' WHERE seq = 2")
+    edit_db(db, "UPDATE events SET payload = x'c1c1c1' WHERE seq = 2")
     with pytest.raises(CorruptRecordError, match="seq 2 of thread 't'"):
         asyncio.run(read_all(db))
 
@@ -97,7 +90,7 @@ def test_a_corrupt_payload_names_the_record(tmp_path: Path) -> None:
 def test_a_payload_of_another_kind_is_corrupt(tmp_path: Path) -> None:
     db = tmp_path / "k.db"
     asyncio.run(build(db))
-    edit(db, "UPDATE events SET kind = 'node_entered' WHERE seq = 2")
+    edit_db(db, "UPDATE events SET kind = 'node_entered' WHERE seq = 2")
     with pytest.raises(CorruptRecordError, match="seq 2"):
         asyncio.run(read_all(db))
 
@@ -105,7 +98,7 @@ def test_a_payload_of_another_kind_is_corrupt(tmp_path: Path) -> None:
 def test_an_unknown_event_kind_is_named(tmp_path: Path) -> None:
     db = tmp_path / "u.db"
     asyncio.run(build(db))
-    edit(db, "UPDATE events SET kind = 'alien_landed' WHERE seq = 1")
+    edit_db(db, "UPDATE events SET kind = 'alien_landed' WHERE seq = 1")
     with pytest.raises(UnknownEventKindError, match="'alien_landed' at seq 1"):
         asyncio.run(read_all(db))
 
@@ -113,7 +106,7 @@ def test_an_unknown_event_kind_is_named(tmp_path: Path) -> None:
 def test_a_newer_event_version_is_refused(tmp_path: Path) -> None:
     db = tmp_path / "v.db"
     asyncio.run(build(db))
-    edit(db, "UPDATE events SET version = 7 WHERE seq = 2")
+    edit_db(db, "UPDATE events SET version = 7 WHERE seq = 2")
     with pytest.raises(SchemaVersionError, match="version 7"):
         asyncio.run(read_all(db))
 
@@ -163,7 +156,7 @@ def test_record_decoding_never_returns_a_half_event(tmp_path: Path) -> None:
     conn = sqlite3.connect(db)
     (payload,) = conn.execute("SELECT payload FROM events WHERE seq = 2").fetchone()
     conn.close()
-    edit(db, "UPDATE events SET payload = ? WHERE seq = 2", payload[: len(payload) // 2])
+    edit_db(db, "UPDATE events SET payload = ? WHERE seq = 2", payload[: len(payload) // 2])
     with pytest.raises(CorruptRecordError):
         asyncio.run(read_all(db))
     assert msgspec.msgpack.decode(payload)["kind"] == "message_appended"

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from events import SQLiteEventStore, VerifyReport
 
-from .helpers import step_events
+from .helpers import edit_db, step_events
 
 STEPS = 4  # 12 records
 
@@ -29,13 +29,6 @@ async def build(db: Path) -> None:
 async def verify(db: Path, thread: str = "t") -> VerifyReport:
     async with SQLiteEventStore(db) as store:
         return await store.verify(thread)
-
-
-def edit(db: Path, sql: str, *args: object) -> None:
-    conn = sqlite3.connect(db)
-    with conn:
-        conn.execute(sql, args)
-    conn.close()
 
 
 @pytest.fixture
@@ -74,31 +67,31 @@ def test_flipping_any_payload_byte_is_reported(
      ("version", "version + 1"), ("hash", "zeroblob(32)"), ("position", "position + 1000")],
 )  # fmt: skip
 def test_altering_any_envelope_column_is_reported(db: Path, column: str, value: str) -> None:
-    edit(db, f"UPDATE events SET {column} = {value} WHERE thread_id='t' AND seq=5")
+    edit_db(db, f"UPDATE events SET {column} = {value} WHERE thread_id='t' AND seq=5")
     report = asyncio.run(verify(db))
     assert not report.ok and report.first_bad_seq == 5 and "hash" in (report.problem or "")
 
 
 def test_a_deleted_record_is_reported(db: Path) -> None:
-    edit(db, "DELETE FROM events WHERE thread_id='t' AND seq=7")
+    edit_db(db, "DELETE FROM events WHERE thread_id='t' AND seq=7")
     report = asyncio.run(verify(db))
     assert not report.ok and report.first_bad_seq == 7 and "missing" in (report.problem or "")
 
 
 def test_swapped_records_are_reported(db: Path) -> None:
-    edit(db, "UPDATE events SET seq = -seq WHERE thread_id='t' AND seq IN (4, 5)")
-    edit(db, "UPDATE events SET seq = CASE seq WHEN -4 THEN 5 ELSE 4 END WHERE seq < 0")
+    edit_db(db, "UPDATE events SET seq = -seq WHERE thread_id='t' AND seq IN (4, 5)")
+    edit_db(db, "UPDATE events SET seq = CASE seq WHEN -4 THEN 5 ELSE 4 END WHERE seq < 0")
     report = asyncio.run(verify(db))
     assert not report.ok and report.first_bad_seq == 4
 
 
 def test_a_truncated_tail_is_reported_against_the_head(db: Path) -> None:
-    edit(db, "DELETE FROM events WHERE thread_id='t' AND seq > 9")
+    edit_db(db, "DELETE FROM events WHERE thread_id='t' AND seq > 9")
     report = asyncio.run(verify(db))
     assert not report.ok and report.first_bad_seq == 10 and "head says 12" in (report.problem or "")
 
 
 def test_a_rewritten_history_with_a_fresh_chain_is_caught_by_the_head(db: Path) -> None:
-    edit(db, "UPDATE threads SET last_hash = zeroblob(32) WHERE thread_id='t'")
+    edit_db(db, "UPDATE threads SET last_hash = zeroblob(32) WHERE thread_id='t'")
     report = asyncio.run(verify(db))
     assert not report.ok and "head hash" in (report.problem or "")
