@@ -12,17 +12,14 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from events.errors import AgentlogError
 from projections import END, START, AgentState
+
+from .errors import GraphError
 
 S = TypeVar("S", bound=AgentState)
 
 NodeFn = Callable[..., Any]
 Condition = Callable[..., Hashable]
-
-
-class GraphError(AgentlogError, ValueError):
-    """The graph is malformed; the message names the node or edge at fault."""
 
 
 @dataclass(frozen=True)

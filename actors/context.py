@@ -1,0 +1,26 @@
+"""What the runtime hands a node beyond its state and config."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from events import EventRecord
+from events.kinds import Event
+
+
+@dataclass
+class NodeContext:
+    """A node's link to the log while it runs.
+
+    `commit` appends events durably right away, as this node (a tool node records each tool
+    call's start and result this way, so a crash never re-runs a finished call);
+    `step_records` holds what this node already committed in the current step before a
+    crash, read back from the log when the step is run again.
+    """
+
+    thread_id: str
+    run_id: str
+    node: str
+    commit: Callable[[Sequence[Event]], Awaitable[list[EventRecord]]]
+    step_records: list[EventRecord] = field(default_factory=list)

@@ -1,0 +1,53 @@
+"""Typed errors of the graph engine: each names the node, thread or edge at fault."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from events.errors import AgentlogError
+
+
+class GraphError(AgentlogError, ValueError):
+    """The graph is malformed; the message names the node or edge at fault."""
+
+
+class NodeError(AgentlogError):
+    """A node raised; the run is recorded as failed and a later invoke retries the node.
+
+    The original exception is the `__cause__`.
+    """
+
+    def __init__(self, node: str, error: BaseException) -> None:
+        self.node = node
+        super().__init__(
+            f"node {node!r} raised {type(error).__name__}: {error}; the failure is in the log "
+            "and invoking the thread again retries the node"
+        )
+
+
+class NodeReturnError(AgentlogError, TypeError):
+    """A node returned something the runtime cannot turn into events."""
+
+    def __init__(self, node: str, value: object) -> None:
+        self.node = node
+        super().__init__(
+            f"node {node!r} returned {type(value).__name__}; a node may return a list of "
+            "Message, a dict of state fields, an AgentState, a Command or None"
+        )
+
+
+class RecursionLimitError(AgentlogError):
+    """A run took more steps than its recursion limit allows."""
+
+
+class ThreadBusyError(AgentlogError):
+    """Another run is already working on this thread."""
+
+
+class GraphInterrupt(Exception):
+    """Raised inside a node to pause the run; see `actors.interrupt`."""
+
+    def __init__(self, reason: str, data: dict[str, Any] | None = None) -> None:
+        self.reason = reason
+        self.data = data
+        super().__init__(reason)
