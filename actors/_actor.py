@@ -60,14 +60,28 @@ Supervisor = Callable[[ActorFailed], Awaitable[None] | None]
 
 
 class Actor(Generic[M, R]):
-    """Subclass and implement `receive`; optionally `on_start`, `on_stop`, `on_failure`."""
+    """Subclass and implement `receive`; optionally `on_start`, `on_stop`, `on_failure`.
+
+    With `concurrency` above 1 (or None, unbounded) the actor handles that many messages at
+    once, each in its own task; the mailbox still bounds what waits.
+    """
 
     def __init__(
-        self, name: str, *, mailbox_size: int = 1024, supervisor: Supervisor | None = None
+        self,
+        name: str,
+        *,
+        mailbox_size: int = 1024,
+        supervisor: Supervisor | None = None,
+        concurrency: int | None = 1,
     ) -> None:
         if mailbox_size < 1:
             raise ValueError(f"mailbox_size must be >= 1, got {mailbox_size}")
+        if concurrency is not None and concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1 or None, got {concurrency}")
         self.name = name
+        self.concurrency = concurrency
+        self._slots = asyncio.Semaphore(concurrency) if concurrency and concurrency > 1 else None
+        self._in_hand: set[asyncio.Task[None]] = set()
         self.supervisor = supervisor
         self._mailbox: asyncio.Queue[_Envelope | _Stop] = asyncio.Queue(mailbox_size)
         self._task: asyncio.Task[None] | None = None
@@ -158,15 +172,31 @@ class Actor(Generic[M, R]):
             while True:
                 item = await self._mailbox.get()
                 if isinstance(item, _Stop):
+                    if self._in_hand:
+                        await asyncio.wait(self._in_hand)
                     return
-                await self._handle(item)
+                if self.concurrency == 1:
+                    await self._handle(item)
+                    continue
+                if self._slots is not None:
+                    await self._slots.acquire()
+                task = asyncio.get_running_loop().create_task(self._handle(item))
+                self._in_hand.add(task)
+                task.add_done_callback(self._release)
         finally:
+            for task in self._in_hand:
+                task.cancel()
             self._stopping = True
             self._fail_queued()
             try:
                 await self.on_stop()
             finally:
                 self._fail_queued()
+
+    def _release(self, task: asyncio.Task[None]) -> None:
+        self._in_hand.discard(task)
+        if self._slots is not None:
+            self._slots.release()
 
     async def _handle(self, envelope: _Envelope) -> None:
         reply = envelope.reply

@@ -168,3 +168,35 @@ async def test_a_broken_failure_hook_does_not_stop_the_actor() -> None:
         await actor.ask(Boom("x"))
     assert await actor.ask(Add(3)) == 3
     await actor.stop()
+
+
+class Sleeper(Actor[float, float]):
+    def __init__(self, concurrency: int | None) -> None:
+        super().__init__("sleeper", concurrency=concurrency)
+        self.active = 0
+        self.peak = 0
+
+    async def receive(self, message: float) -> float:
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+        await asyncio.sleep(message)
+        self.active -= 1
+        return message
+
+
+@pytest.mark.parametrize(("limit", "peak"), [(1, 1), (3, 3), (None, 8)])
+async def test_concurrency_limits_messages_in_hand(limit: int | None, peak: int) -> None:
+    actor = Sleeper(limit).start()
+    replies = await asyncio.gather(*(actor.ask(0.02) for _ in range(8)))
+    assert replies == [0.02] * 8 and actor.peak == peak
+    await actor.stop()
+    with pytest.raises(ValueError):
+        Sleeper(0)
+
+
+async def test_stop_waits_for_messages_in_hand() -> None:
+    actor = Sleeper(None).start()
+    asks = [asyncio.ensure_future(actor.ask(0.05)) for _ in range(3)]
+    await asyncio.sleep(0.01)
+    await actor.stop()
+    assert [await a for a in asks] == [0.05] * 3
