@@ -1,6 +1,42 @@
 """The runtime: actors, the graph engine and the command line.
 
-The graph engine grows here; today this package holds the command line.
+Every node, tool node and stream is an asyncio actor; one journal actor per store writes
+the log. Build a `StateGraph`, `compile` it onto a store, and run threads with
+`ainvoke` / `astream`.
 """
 
-__all__: list[str] = []
+from projections import END, START
+
+from ._actor import Actor, ActorFailed, ActorStoppedError, AskTimeoutError
+from .compiled import CompiledGraph
+from .context import NodeContext
+from .errors import (
+    GraphError,
+    GraphInterrupt,
+    NodeError,
+    NodeReturnError,
+    RecursionLimitError,
+    ThreadBusyError,
+)
+from .graph import Command, StateGraph
+from .nodes import interrupt
+
+__all__ = [
+    "END",
+    "START",
+    "Actor",
+    "ActorFailed",
+    "ActorStoppedError",
+    "AskTimeoutError",
+    "Command",
+    "CompiledGraph",
+    "GraphError",
+    "GraphInterrupt",
+    "NodeContext",
+    "NodeError",
+    "NodeReturnError",
+    "RecursionLimitError",
+    "StateGraph",
+    "ThreadBusyError",
+    "interrupt",
+]

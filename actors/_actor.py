@@ -13,7 +13,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 from events.errors import AgentlogError
 
@@ -109,7 +109,7 @@ class Actor(Generic[M, R]):
         """True between `start` and the end of `stop`."""
         return self._task is not None and not self._task.done()
 
-    def start(self) -> Actor[M, R]:
+    def start(self) -> Self:
         """Start the actor's task (idempotent)."""
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(

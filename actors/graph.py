@@ -8,13 +8,17 @@ point, or a node from which END cannot be reached, naming the node.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from events import EventStore
 from projections import END, START, AgentState
 
 from .errors import GraphError
+
+if TYPE_CHECKING:
+    from .compiled import CompiledGraph
 
 S = TypeVar("S", bound=AgentState)
 
@@ -71,6 +75,7 @@ class StateGraph(Generic[S]):
     edges: dict[str, str] = field(default_factory=dict)
     branches: dict[str, ConditionalEdge] = field(default_factory=dict)
     dependencies: dict[str, Any] = field(default_factory=dict)
+    name: str | None = None
 
     def add_node(self, name_or_fn: str | NodeFn, fn: NodeFn | None = None) -> StateGraph[S]:
         """Add a node: `add_node("name", fn)` or `add_node(fn)`, named after the function."""
@@ -164,6 +169,29 @@ class StateGraph(Generic[S]):
                     reaching.add(name)
                     changed = True
         return reaching
+
+    def compile(
+        self,
+        store: EventStore | None = None,
+        interrupt_before: Sequence[str] = (),
+        interrupt_after: Sequence[str] = (),
+        recursion_limit: int = 25,
+        *,
+        snapshot_every: int | None = 1000,
+        node_concurrency: Mapping[str, int] | None = None,
+    ) -> CompiledGraph[S]:
+        """Check the graph and bind it to a store (in memory when none is given)."""
+        from .compiled import CompiledGraph
+
+        return CompiledGraph(
+            self,
+            store=store,
+            interrupt_before=interrupt_before,
+            interrupt_after=interrupt_after,
+            recursion_limit=recursion_limit,
+            snapshot_every=snapshot_every,
+            node_concurrency=node_concurrency,
+        )
 
 
 def _check_parameters(name: str, fn: NodeFn, dependencies: Mapping[str, Any]) -> None:

@@ -56,6 +56,9 @@ CONTEXT_FIELDS = frozenset({"context", "messages"})
 TOOL_CALLS_KEY = "pending_tool_calls"
 """`internal_data` key of tool calls started and not yet finished."""
 
+ENTERED_KEY = "entered"
+"""`internal_data` key of the node whose step has begun and not yet advanced: node and seq."""
+
 _validate_message = Message.model_validate
 
 
@@ -171,11 +174,14 @@ def _run_started(fold: Fold[Any], e: RunStarted, r: EventRecord) -> None:
 
 
 def _node_entered(fold: Fold[Any], e: NodeEntered, r: EventRecord) -> None:
-    fold.state.execution_meta.set_current_node(e.node)
+    meta = fold.state.execution_meta
+    meta.set_current_node(e.node)
+    meta.internal_data[ENTERED_KEY] = {"node": e.node, "seq": r.seq}
 
 
 def _step_advanced(fold: Fold[Any], e: StepAdvanced, r: EventRecord) -> None:
     meta = fold.state.execution_meta
+    meta.internal_data.pop(ENTERED_KEY, None)
     meta.advance_step()
     if e.next_node is not None:
         meta.set_current_node(e.next_node)
@@ -362,7 +368,7 @@ def decide(state: S, events: Sequence[Event], *, seq: int | None = None) -> list
     position = shadow.seq
     for event in events:
         _check(shadow.state.execution_meta, event, position, state_cls)
-        record = _scratch_record(event, position + 1, state.execution_meta.thread_id)
+        record = uncommitted_record(event, position + 1, state.execution_meta.thread_id)
         try:
             _HANDLERS[type(event)](shadow, event, record)
         except InvalidStateUpdateError:
@@ -375,7 +381,8 @@ def decide(state: S, events: Sequence[Event], *, seq: int | None = None) -> list
     return list(events)
 
 
-def _scratch_record(event: Event, seq: int, thread_id: str | None) -> EventRecord:
+def uncommitted_record(event: Event, seq: int, thread_id: str | None) -> EventRecord:
+    """A record for folding an event before (or without) committing it."""
     return EventRecord(
         thread_id=thread_id or "",
         seq=seq,

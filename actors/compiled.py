@@ -1,0 +1,556 @@
+"""`CompiledGraph`: a `StateGraph` run on the log, one committed step at a time.
+
+A step: append `node_entered` (committed before the node runs), run the node, turn its
+output into events, route, and append the outputs with `step_advanced` in one commit. The
+live state is the fold of exactly those events, so `replay(log) == live state` after every
+step; a crash before the commit re-runs the node, a crash after it loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import threading
+import uuid
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+from events import (
+    ConcurrencyError,
+    EventRecord,
+    EventStore,
+    InterruptRaised,
+    MemoryEventStore,
+    NodeEntered,
+    Resumed,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    StepAdvanced,
+    Stopped,
+    StopRequested,
+)
+from events.kinds import Event
+from events.store import check_thread_id
+from projections import (
+    END,
+    START,
+    AgentState,
+    ExecutionStatus,
+    Fold,
+    Message,
+    StopRequestStatus,
+    StreamChunk,
+    StreamEvent,
+    decide,
+    fold_at,
+    snapshot_of,
+    to_builtins,
+)
+from projections.fold import ENTERED_KEY, uncommitted_record
+
+from .context import NodeContext
+from .errors import GraphError, GraphInterrupt, NodeError, RecursionLimitError, ThreadBusyError
+from .graph import Command, StateGraph
+from .journal import Journal, journal_for
+from .nodes import NodeActor, RunNode, output_events, resume_marker
+from .stream import END_OF_STREAM, RunStream
+
+S = TypeVar("S", bound=AgentState)
+_log = logging.getLogger("agentlog.runtime")
+_NO_RESUME = resume_marker()
+DEFAULT_RECURSION_LIMIT = 25
+COMMIT_ATTEMPTS = 5
+
+
+@dataclass
+class _Run(Generic[S]):
+    thread_id: str
+    run_id: str
+    config: dict[str, Any]
+    fold: Fold[S]
+    journal: Journal
+    stream: RunStream | None
+    resume_value: Any = _NO_RESUME
+    skip_interrupt_before: str | None = None
+    recovering: bool = False
+    last_snapshot: int = 0
+    background: set[asyncio.Task[None]] = field(default_factory=set)
+
+
+class CompiledGraph(Generic[S]):
+    """Run, stream, stop, resume and inspect threads of a graph, on an event store."""
+
+    def __init__(
+        self,
+        graph: StateGraph[S],
+        *,
+        store: EventStore | None = None,
+        interrupt_before: Sequence[str] = (),
+        interrupt_after: Sequence[str] = (),
+        recursion_limit: int = DEFAULT_RECURSION_LIMIT,
+        snapshot_every: int | None = 1000,
+        node_concurrency: Mapping[str, int] | None = None,
+    ) -> None:
+        graph.check()
+        for name in (*interrupt_before, *interrupt_after, *(node_concurrency or {})):
+            if name not in graph.nodes:
+                raise GraphError(f"{name!r} is named in compile() but is not a node of the graph")
+        if recursion_limit < 1:
+            raise GraphError(f"recursion_limit must be >= 1, got {recursion_limit}")
+        self.graph = graph
+        self.store: EventStore = store if store is not None else MemoryEventStore()
+        self.interrupt_before = frozenset(interrupt_before)
+        self.interrupt_after = frozenset(interrupt_after)
+        self.recursion_limit = recursion_limit
+        self.snapshot_every = snapshot_every
+        self.node_concurrency = dict(node_concurrency or {})
+        self._actors: dict[asyncio.AbstractEventLoop, dict[str, NodeActor]] = {}
+        self._busy: set[str] = set()
+        self._portal: _Portal | None = None
+
+    # ---- the async API ---------------------------------------------------------------
+
+    async def ainvoke(
+        self,
+        input: Any = None,
+        config: Mapping[str, Any] | None = None,
+        *,
+        include_state: bool = False,
+    ) -> dict[str, Any]:
+        """Run (or resume) the thread until it ends, pauses or fails; return its messages."""
+        run = await self._run(input, config, stream=None)
+        return self._result(run.fold.state, include_state)
+
+    async def astream(
+        self, input: Any = None, config: Mapping[str, Any] | None = None
+    ) -> AsyncIterator[StreamChunk]:
+        """Run like `ainvoke`, yielding message, update and state chunks as they commit."""
+        stream = RunStream(str((config or {}).get("thread_id", "new"))).start()
+        chunks = stream.subscribe()
+        task = asyncio.ensure_future(self._run(input, config, stream=stream))
+        try:
+            while True:
+                chunk = await chunks.get()
+                if chunk is END_OF_STREAM:
+                    break
+                yield chunk
+            await task
+        finally:
+            if not task.done():
+                task.cancel()
+            await stream.stop(drain=False)
+
+    async def aget_state(self, config: Mapping[str, Any]) -> S:
+        """The thread's state, replayed from the log (snapshot + tail)."""
+        fold = await self._load(_thread_of(config))
+        return fold.state
+
+    async def astop(self, config: Mapping[str, Any]) -> None:
+        """Ask the thread's run to stop at the next node boundary; recorded at once."""
+        thread_id = _thread_of(config)
+        journal = journal_for(self.store)
+        for _ in range(COMMIT_ATTEMPTS * 4):
+            fold = await self._load(thread_id)
+            event = StopRequested(by=str(config.get("user", "user")))
+            decide(fold.state, [event], seq=fold.seq)
+            try:
+                await journal.append(thread_id, [event], expected_seq=fold.seq, actor="user")
+                return
+            except ConcurrencyError:
+                await asyncio.sleep(0)
+        raise ThreadBusyError(f"could not record a stop on thread {thread_id!r}: it kept moving")
+
+    # ---- the blocking API ------------------------------------------------------------
+
+    def invoke(
+        self,
+        input: Any = None,
+        config: Mapping[str, Any] | None = None,
+        *,
+        include_state: bool = False,
+    ) -> dict[str, Any]:
+        """Blocking `ainvoke`, for code without an event loop."""
+        result: dict[str, Any] = self._blocking(
+            self.ainvoke(input, config, include_state=include_state)
+        )
+        return result
+
+    def stream(
+        self, input: Any = None, config: Mapping[str, Any] | None = None
+    ) -> Iterator[StreamChunk]:
+        """Blocking `astream`."""
+        portal = self._get_portal()
+        yield from portal.iterate(self.astream(input, config))
+
+    def get_state(self, config: Mapping[str, Any]) -> S:
+        """Blocking `aget_state`."""
+        state: S = self._blocking(self.aget_state(config))
+        return state
+
+    def stop(self, config: Mapping[str, Any]) -> None:
+        """Blocking `astop`."""
+        self._blocking(self.astop(config))
+
+    def _blocking(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._get_portal().call(coro)
+        coro.close()
+        raise RuntimeError(
+            "the blocking graph methods cannot run inside an event loop: await the a-prefixed "
+            "form (ainvoke, astream, aget_state, astop) instead"
+        )
+
+    def _get_portal(self) -> _Portal:
+        if self._portal is None:
+            self._portal = _Portal()
+        return self._portal
+
+    # ---- a run -------------------------------------------------------------------------
+
+    async def _run(
+        self, input: Any, config: Mapping[str, Any] | None, stream: RunStream | None
+    ) -> _Run[S]:
+        config = dict(config or {})
+        thread_id = check_thread_id(config.setdefault("thread_id", f"thread-{uuid.uuid4().hex}"))
+        if thread_id in self._busy:
+            raise ThreadBusyError(
+                f"thread {thread_id!r} is already running in this process: wait for that "
+                "run to finish, or stop it with astop()"
+            )
+        self._busy.add(thread_id)
+        run: _Run[S] | None = None
+        try:
+            run = await self._begin(input, config, stream)
+            await self._steps(run)
+            if stream is not None:
+                await stream.tell(
+                    StreamChunk(
+                        event=StreamEvent.STATE,
+                        state=run.fold.snapshot_state(),
+                        thread_id=thread_id,
+                        run_id=run.run_id,
+                    )
+                )
+            return run
+        except Exception as exc:
+            if stream is not None and not isinstance(exc, asyncio.CancelledError):
+                await stream.tell(
+                    StreamChunk(
+                        event=StreamEvent.ERROR,
+                        thread_id=thread_id,
+                        data={"error": type(exc).__name__, "message": str(exc)},
+                    )
+                )
+            raise
+        finally:
+            self._busy.discard(thread_id)
+            if run is not None and run.background:
+                await asyncio.gather(*run.background, return_exceptions=True)
+            if stream is not None:
+                await stream.tell(END_OF_STREAM)
+
+    async def _begin(self, input: Any, config: dict[str, Any], stream: RunStream | None) -> _Run[S]:
+        thread_id = config["thread_id"]
+        fold = await self._load(thread_id)
+        meta = fold.state.execution_meta
+        command = input if isinstance(input, Command) else None
+        values = command.update if command is not None else input
+        user = str(config.get("user", "user"))
+        run = _Run(
+            thread_id,
+            str(meta.internal_data.get("run_id") or ""),
+            config,
+            fold,
+            journal_for(self.store),
+            stream,
+        )
+        events: list[Event] = []
+        paused = meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED
+        if fold.seq == 0 or meta.status == ExecutionStatus.COMPLETED:
+            run.run_id = f"run-{uuid.uuid4().hex[:12]}"
+            events.append(RunStarted(entry_node=self.graph.edges[START], graph=self.graph.name))
+        elif paused or meta.status == ExecutionStatus.ERROR or command is not None:
+            resume = command.resume if command is not None else None
+            events.append(Resumed(value=to_builtins(resume), by=user))
+            if meta.status == ExecutionStatus.INTERRUPTED_BEFORE:
+                run.skip_interrupt_before = meta.interrupted_node
+                run.resume_value = resume
+        else:
+            run.recovering = True  # a run that was cut short: carry on where the log stops
+        events.extend(output_events("user", values, fold.state)[0] if values is not None else [])
+        if not run.run_id:
+            run.run_id = f"run-{uuid.uuid4().hex[:12]}"
+        if events:
+            await self._commit(run, events, actor=user)
+        return run
+
+    async def _steps(self, run: _Run[S]) -> None:
+        taken = 0
+        while True:
+            meta = run.fold.state.execution_meta
+            node = meta.current_node
+            if meta.is_stopped_requested():
+                await self._commit(run, [Stopped(node=node)], actor="runtime")
+                return
+            if node == END:
+                await self._commit(run, [RunCompleted()], actor="runtime")
+                return
+            if node in self.interrupt_before and node != run.skip_interrupt_before:
+                event = InterruptRaised(node=node, reason="interrupt_before", when="before")
+                await self._commit(run, [event], actor="runtime")
+                return
+            run.skip_interrupt_before = None
+            if taken >= self.recursion_limit:
+                message = (
+                    f"run {run.run_id} on thread {run.thread_id!r} reached its recursion limit "
+                    f"of {self.recursion_limit} steps before node {node!r}; raise "
+                    "recursion_limit in compile() if the graph really needs more"
+                )
+                await self._commit(
+                    run,
+                    [RunFailed(node=node, error_type="RecursionLimitError", message=message)],
+                    actor="runtime",
+                )
+                raise RecursionLimitError(message)
+            if node not in self.graph.nodes:
+                raise GraphError(f"thread {run.thread_id!r} is at node {node!r}, not in this graph")
+            await self._step(run, node)
+            taken += 1
+            if run.fold.state.execution_meta.is_interrupted():
+                return
+
+    async def _step(self, run: _Run[S], node: str) -> None:
+        meta = run.fold.state.execution_meta
+        entered = meta.internal_data.get(ENTERED_KEY)
+        step_records: list[EventRecord] = []
+        if run.recovering and entered and entered["node"] == node:
+            step_records = [r async for r in self.store.read(run.thread_id, entered["seq"] + 1)]
+        else:
+            await self._commit(run, [NodeEntered(node=node)], actor=node)
+        run.recovering = False
+        context = NodeContext(
+            run.thread_id, run.run_id, node, partial(self._commit, run, actor=node), step_records
+        )
+        resume, run.resume_value = run.resume_value, _NO_RESUME
+        actor = self._node_actor(node)
+        try:
+            output = await actor.ask(
+                RunNode(self._view(run.fold.state), run.config, context, resume)
+            )
+            events, goto = output_events(node, output, run.fold.state)
+            await self._commit_step(run, node, events, goto)
+        except GraphInterrupt as signal:
+            event = InterruptRaised(
+                node=node, reason=signal.reason, when="before", data=signal.data
+            )
+            await self._commit(run, [event], actor=node)
+        except (ThreadBusyError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            run.fold = await self._load(run.thread_id)
+            failed = RunFailed(node=node, error_type=type(exc).__name__, message=str(exc))
+            await self._commit(run, [failed], actor="runtime")
+            raise NodeError(node, exc) from exc
+
+    async def _commit_step(
+        self, run: _Run[S], node: str, events: list[Event], goto: str | None
+    ) -> None:
+        """Outputs, `step_advanced` and any after-interrupt in one commit."""
+        for _ in range(COMMIT_ATTEMPTS):
+            fold = run.fold
+            base = fold.seq
+            decide(fold.state, events, seq=base)
+            fold.apply_all(self._scratch(run, events, base))  # routing sees the updated state
+            target = goto if goto is not None else self._route(node, fold.state)
+            tail: list[Event] = [
+                StepAdvanced(step=fold.state.execution_meta.step + 1, next_node=target)
+            ]
+            if node in self.interrupt_after:
+                tail.append(InterruptRaised(node=node, reason="interrupt_after", when="after"))
+            decide(fold.state, tail, seq=base + len(events))
+            fold.apply_all(self._scratch(run, tail, base + len(events)))
+            batch = [*events, *tail]
+            try:
+                records = await run.journal.append(
+                    run.thread_id, batch, expected_seq=base, run_id=run.run_id, actor=node
+                )
+            except ConcurrencyError:
+                await self._catch_up(run, base)
+                continue
+            except BaseException:
+                run.fold = await self._load(run.thread_id)
+                raise
+            fold.seq = records[-1].seq
+            if any(r.event != e for r, e in zip(records, batch, strict=True)):
+                run.fold = await self._load(run.thread_id)  # keep the canonical decoded values
+            await self._after_commit(run, records)
+            return
+        raise ThreadBusyError(f"thread {run.thread_id!r} kept moving under node {node!r}")
+
+    async def _commit(
+        self, run: _Run[S], events: Sequence[Event], *, actor: str
+    ) -> list[EventRecord]:
+        """Decide, append and fold `events`; a concurrent stop request is folded in first."""
+        for _ in range(COMMIT_ATTEMPTS):
+            decide(run.fold.state, events, seq=run.fold.seq)
+            try:
+                records = await run.journal.append(
+                    run.thread_id, events, expected_seq=run.fold.seq, run_id=run.run_id, actor=actor
+                )
+            except ConcurrencyError:
+                await self._catch_up(run, run.fold.seq)
+                continue
+            run.fold.apply_all(records)
+            await self._after_commit(run, records)
+            return records
+        raise ThreadBusyError(f"thread {run.thread_id!r} kept moving while {actor!r} wrote to it")
+
+    async def _catch_up(self, run: _Run[S], since: int) -> None:
+        """Reload after another writer appended; only a stop request may come from outside."""
+        async for record in self.store.read(run.thread_id, since + 1):
+            if not isinstance(record.event, StopRequested):
+                raise ThreadBusyError(
+                    f"thread {run.thread_id!r} was changed by another writer ({record.actor!r} "
+                    f"appended {record.kind!r} at seq {record.seq}) while run {run.run_id} was "
+                    "on it; two runs must not share a thread at once"
+                )
+        run.fold = await self._load(run.thread_id)
+
+    async def _after_commit(self, run: _Run[S], records: list[EventRecord]) -> None:
+        if run.stream is not None:
+            await self._publish(run, records)
+        every = self.snapshot_every
+        if every and run.fold.seq // every > run.last_snapshot // every:
+            run.last_snapshot = run.fold.seq
+            snapshot = snapshot_of(run.thread_id, run.fold.seq, run.fold.state)
+            task = asyncio.ensure_future(self.store.save_snapshot(snapshot))
+            run.background.add(task)
+            task.add_done_callback(partial(_snapshot_done, run.background))
+
+    async def _publish(self, run: _Run[S], records: list[EventRecord]) -> None:
+        assert run.stream is not None
+        for record in records:
+            event = record.event
+            if record.kind == "message_appended":
+                message = Message.model_validate(event.message)  # type: ignore[union-attr]
+                chunk = StreamChunk(
+                    event=StreamEvent.MESSAGE,
+                    message=message,
+                    thread_id=run.thread_id,
+                    run_id=run.run_id,
+                )
+            elif record.kind in (
+                "step_advanced",
+                "state_updated",
+                "interrupt_raised",
+                "run_completed",
+                "stopped",
+                "run_failed",
+            ):
+                data = {
+                    "kind": record.kind,
+                    "seq": record.seq,
+                    "actor": record.actor,
+                    **msgspec.to_builtins(event),
+                }
+                chunk = StreamChunk(
+                    event=StreamEvent.UPDATES, data=data, thread_id=run.thread_id, run_id=run.run_id
+                )
+            else:
+                continue
+            await run.stream.tell(chunk)
+
+    # ---- helpers -----------------------------------------------------------------------
+
+    def _route(self, node: str, state: S) -> str:
+        if node in self.graph.edges:
+            return self.graph.edges[node]
+        branch = self.graph.branches.get(node)
+        if branch is None:
+            return END
+        target = branch.resolve(branch.condition(self._view(state)), node)
+        if target != END and target not in self.graph.nodes:
+            raise GraphError(f"the condition after {node!r} chose {target!r}, which is no node")
+        return target
+
+    @staticmethod
+    def _scratch(run: _Run[S], events: Sequence[Event], base: int) -> list[EventRecord]:
+        return [uncommitted_record(e, base + i + 1, run.thread_id) for i, e in enumerate(events)]
+
+    @staticmethod
+    def _view(state: S) -> S:
+        """What a node or condition sees: a copy it may change without touching the log's state."""
+        view = state.model_copy()
+        view.context = list(state.context)
+        for name in type(state).model_fields:
+            if name != "context":
+                setattr(view, name, copy.deepcopy(getattr(state, name)))
+        return view
+
+    def _node_actor(self, node: str) -> NodeActor:
+        loop = asyncio.get_running_loop()
+        actors = self._actors.setdefault(loop, {})
+        actor = actors.get(node)
+        if actor is None or not actor.running:
+            actor = NodeActor(
+                node,
+                self.graph.nodes[node],
+                self.graph.dependencies,
+                concurrency=self.node_concurrency.get(node),
+            )
+            actor.start()
+            actors[node] = actor
+        return actor
+
+    async def _load(self, thread_id: str) -> Fold[S]:
+        if await self.store.last_seq(thread_id) == 0:
+            return Fold.new(self.graph.state_cls)
+        return await fold_at(self.store, thread_id, state_cls=self.graph.state_cls)
+
+    @staticmethod
+    def _result(state: AgentState, include_state: bool) -> dict[str, Any]:
+        result: dict[str, Any] = {"messages": list(state.context)}
+        if include_state:
+            result["state"] = state
+        return result
+
+
+def _thread_of(config: Mapping[str, Any] | None) -> str:
+    if not config or "thread_id" not in config:
+        raise GraphError("this call needs config={'thread_id': ...} naming the thread")
+    return check_thread_id(config["thread_id"])
+
+
+def _snapshot_done(tasks: set[asyncio.Task[None]], task: asyncio.Task[None]) -> None:
+    tasks.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        _log.warning("snapshot failed: %s", task.exception())
+
+
+class _Portal:
+    """A private event loop in a daemon thread, serving the blocking methods."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="agentlog-portal", daemon=True
+        )
+        self.thread.start()
+
+    def call(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def iterate(self, agen: AsyncIterator[StreamChunk]) -> Iterator[StreamChunk]:
+        while True:
+            try:
+                yield self.call(agen.__anext__())  # type: ignore[arg-type]
+            except StopAsyncIteration:
+                return

@@ -1,0 +1,73 @@
+"""The journal: the one actor that writes a store, shared by every run on it."""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from events import EventRecord, EventStore
+from events.kinds import Event
+
+from ._actor import Actor
+
+
+@dataclass(frozen=True)
+class Append:
+    """Append `events` to a thread after `expected_seq`."""
+
+    thread_id: str
+    events: Sequence[Event]
+    expected_seq: int
+    run_id: str | None
+    actor: str | None
+
+
+class Journal(Actor[Append, list[EventRecord]]):
+    """Every append of every run passes here; appends arriving together commit together.
+
+    It handles its messages concurrently, so the store sees concurrent appends and
+    group-commits them; each append is still all-or-nothing and answered on its own.
+    """
+
+    def __init__(self, store: EventStore) -> None:
+        super().__init__("journal", mailbox_size=4096, concurrency=None)
+        self.store = store
+
+    async def receive(self, message: Append) -> list[EventRecord]:
+        return await self.store.append(
+            message.thread_id,
+            message.events,
+            expected_seq=message.expected_seq,
+            run_id=message.run_id,
+            actor=message.actor,
+        )
+
+    async def append(
+        self,
+        thread_id: str,
+        events: Sequence[Event],
+        *,
+        expected_seq: int,
+        run_id: str | None = None,
+        actor: str | None = None,
+    ) -> list[EventRecord]:
+        """Ask the journal to append and wait for the records."""
+        return await self.ask(Append(thread_id, events, expected_seq, run_id, actor))
+
+
+_journals: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, Journal]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def journal_for(store: EventStore) -> Journal:
+    """The running loop's journal of `store`, started on first use."""
+    loop = asyncio.get_running_loop()
+    per_loop = _journals.setdefault(loop, {})
+    journal = per_loop.get(id(store))
+    if journal is None or journal.store is not store or not journal.running:
+        journal = Journal(store).start()
+        per_loop[id(store)] = journal
+    return journal

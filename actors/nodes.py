@@ -1,0 +1,174 @@
+"""Node actors: run a user's function with what it asks for, and turn its result into events."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from events.kinds import Event
+from projections import (
+    AgentState,
+    Message,
+    message_appended,
+    state_updated,
+)
+
+from ._actor import Actor
+from .context import NodeContext
+from .errors import GraphInterrupt, NodeReturnError
+
+_NO_RESUME = object()
+_resume_value: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "agentlog_resume", default=_NO_RESUME
+)
+
+
+def interrupt(reason: str, data: dict[str, Any] | None = None) -> Any:
+    """Pause the run inside a node; when it is resumed, return the resume value instead.
+
+    The first time, this raises and the run pauses (`interrupted_before` the node). When the
+    run is resumed (with `Command(resume=value)`, or plainly, giving None) the node runs
+    again and this call returns that value.
+    """
+    value = _resume_value.get()
+    if value is _NO_RESUME:
+        raise GraphInterrupt(reason, data)
+    return value
+
+
+@dataclass(frozen=True)
+class RunNode:
+    """Run the node once on `state`."""
+
+    state: AgentState
+    config: Mapping[str, Any]
+    context: NodeContext
+    resume: Any = _NO_RESUME
+
+
+class NodeActor(Actor[RunNode, Any]):
+    """One per node: injects `state`, `config`, `context` and the graph's dependencies."""
+
+    def __init__(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        dependencies: Mapping[str, Any],
+        *,
+        concurrency: int | None = None,
+    ) -> None:
+        super().__init__(f"node:{name}", concurrency=concurrency)
+        self.node = name
+        self.fn = fn
+        self.dependencies = dict(dependencies)
+        self.is_async = _is_async(fn)
+        self.wants = _wanted_parameters(fn)
+
+    async def receive(self, message: RunNode) -> Any:
+        token = _resume_value.set(message.resume)
+        try:
+            run = getattr(self.fn, "run", None)
+            if _is_tool_node(self.fn) and run is not None:
+                return await run(message.state, message.context)
+            kwargs = self._arguments(message)
+            if self.is_async:
+                return await self.fn(**kwargs)
+            call = functools.partial(self.fn, **kwargs)
+            return await asyncio.to_thread(contextvars.copy_context().run, call)
+        finally:
+            _resume_value.reset(token)
+
+    def _arguments(self, message: RunNode) -> dict[str, Any]:
+        given = {"state": message.state, "config": message.config, "context": message.context}
+        kwargs: dict[str, Any] = {}
+        for name in self.wants:
+            if name in given:
+                kwargs[name] = given[name]
+            elif name in self.dependencies:
+                kwargs[name] = self.dependencies[name]
+        return kwargs
+
+
+def _is_tool_node(fn: object) -> bool:
+    from .tools import ToolNode
+
+    return isinstance(fn, ToolNode)
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - a callable object's own method
+    )
+
+
+def _wanted_parameters(fn: Callable[..., Any]) -> list[str]:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def output_events(node: str, output: Any, state: AgentState) -> tuple[list[Event], str | None]:
+    """The events recording what a node returned, and the node it chose to go to, if any."""
+    from .graph import Command
+
+    goto: str | None = None
+    if isinstance(output, Command):
+        goto = output.goto
+        output = output.update
+    if output is None:
+        return [], goto
+    if isinstance(output, AgentState):
+        return _state_events(node, output, state), goto
+    if isinstance(output, Mapping):
+        return _mapping_events(node, output), goto
+    if (
+        isinstance(output, Sequence)
+        and not isinstance(output, str | bytes)
+        and all(isinstance(m, Message) for m in output)
+    ):
+        return [message_appended(m) for m in output], goto
+    raise NodeReturnError(node, output)
+
+
+def _mapping_events(node: str, values: Mapping[str, Any]) -> list[Event]:
+    events: list[Event] = []
+    rest = dict(values)
+    for key in ("messages", "context"):
+        if key in rest:
+            messages = rest.pop(key)
+            if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
+                raise NodeReturnError(node, messages)
+            for m in messages:
+                events.append(message_appended(Message.model_validate(m)))
+    if rest:
+        events.append(state_updated(rest, source=node))
+    return events
+
+
+def _state_events(node: str, returned: AgentState, current: AgentState) -> list[Event]:
+    """A returned state is merged: new messages appended, changed fields updated."""
+    known = {m.message_id for m in current.context}
+    events: list[Event] = [
+        message_appended(m) for m in returned.context if m.message_id not in known
+    ]
+    changed = {
+        name: getattr(returned, name)
+        for name in type(returned).model_fields
+        if name not in ("context", "execution_meta")
+        and getattr(returned, name) != getattr(current, name, None)
+    }
+    if changed:
+        events.append(state_updated(changed, source=node))
+    return events
+
+
+def resume_marker() -> object:
+    """The value meaning 'not resuming' (for the runtime)."""
+    return _NO_RESUME
