@@ -11,9 +11,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from events import AgentlogError
+from events import AgentlogError, EventRecord, SQLiteEventStore, VerifyReport
+from projections import AgentState, StreamChunk
 
-from .demo import run_demo, summarize
+from .demo import run_demo
+from .timeline import summarize
 
 app = typer.Typer(
     name="agentlog",
@@ -52,12 +54,37 @@ def main_callback(
 
 @app.command()
 def demo(
-    db: Annotated[str, typer.Option(help="The SQLite database to append to.")] = "agentlog.db",
+    db: Annotated[str, typer.Option(help="The SQLite database to write.")] = "agentlog.db",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON for machines.")] = False,
 ) -> None:
-    """Append a support conversation to the log, read it back and replay it."""
+    """Run the scripted support agent: a lookup, a refund a human approves, an answer."""
+
+    def show(chunk: StreamChunk) -> None:
+        if as_json:
+            return
+        if chunk.message is not None:
+            message = chunk.message
+            calls = ", ".join(f"{c.name}({c.args})" for c in message.tool_calls())
+            text = message.text() or ""
+            console.print(
+                f"  [cyan]{message.role:>9}[/cyan]  {text}" + (f" -> {calls}" if calls else "")
+            )
+        elif chunk.data and chunk.data.get("kind") == "interrupt_raised":
+            console.print(
+                f"  [yellow]paused[/yellow] before {chunk.data['node']!r}: awaiting approval"
+            )
+
+    def approve(state: AgentState) -> bool:
+        if not as_json:
+            console.print("  [green]approved[/green] by supervisor; resuming the same thread")
+        return True
+
+    async def main() -> tuple[list[EventRecord], AgentState, VerifyReport]:
+        async with SQLiteEventStore(db) as store:
+            return await run_demo(store, show, approve)
+
     try:
-        timeline, state = asyncio.run(run_demo(db))
+        timeline, state, report = asyncio.run(main())
     except AgentlogError as exc:
         errors.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from None
@@ -71,11 +98,12 @@ def demo(
                         for r in timeline
                     ],
                     "state": state.model_dump(mode="json"),
+                    "verified": report.ok,
                 }
             )
         )
         return
-    table = Table(title=f"thread {timeline[0].thread_id} in {db}")
+    table = Table(title=f"thread {timeline[0].thread_id}: the log, read back from {db}")
     for column in ("seq", "kind", "actor", "summary", "hash"):
         table.add_column(column)
     for r in timeline:
@@ -86,11 +114,8 @@ def demo(
         f"replayed state: status=[bold]{meta.status.value}[/bold] step={meta.step} "
         f"node={meta.current_node} messages={len(state.context)}"
     )
-    for message in state.context:
-        console.print(
-            f"  [cyan]{message.role:>9}[/cyan]  {message.text() or message.content[0].type}"
-        )
-    console.print("hash chain verified: [green]ok[/green]")
+    verdict = "[green]ok[/green]" if report.ok else f"[red]{report.problem}[/red]"
+    console.print(f"hash chain of {report.records_checked} records verified: {verdict}")
 
 
 def main() -> None:

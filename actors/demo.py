@@ -1,94 +1,137 @@
-"""The demo job: a conversation appended to the log, then read back and replayed."""
+"""The demo job: a scripted support agent that needs a human's approval for a refund.
+
+No network and no model: `support_model` plays the model, deterministically. The graph is
+agent -> lookup tool -> agent -> refund tool (interrupted before it runs, until a human
+approves) -> agent -> END, on a SQLite log.
+"""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable
 
-from events import (
-    EventRecord,
-    NodeEntered,
-    RunCompleted,
-    RunStarted,
-    SQLiteEventStore,
-    StepAdvanced,
-    ToolCallFinished,
-    ToolCallStarted,
-)
-from events.kinds import Event
+from events import EventRecord, EventStore, VerifyReport
 from projections import (
+    END,
     AgentState,
+    ContentBlock,
     Message,
+    StreamChunk,
+    TextBlock,
     ToolCallBlock,
     ToolResultBlock,
-    decide,
-    message_appended,
-    replay,
     state_at,
 )
 
+from .compiled import CompiledGraph
+from .graph import Command, StateGraph
+from .tools import ToolNode
 
-def support_conversation(thread_id: str) -> list[tuple[str, list[Event]]]:
-    """The steps of a small support conversation: (actor, events) per commit."""
-    call = ToolCallBlock(id=f"call-{thread_id}", name="lookup_order", args={"order_id": "A-1042"})
-    ask = Message.text_message("Where is my order A-1042?", role="user")
-    plan = Message(role="assistant", content=[call])
-    result = Message.tool_message(
-        [ToolResultBlock(call_id=call.id, output={"status": "shipped", "eta": "2 days"})]
+ORDERS = {"A-1042": {"status": "delivered damaged", "total": 89.90, "customer": "Ingrid"}}
+
+
+def lookup_order(order_id: str) -> dict[str, object]:
+    """Look up an order by its id.
+
+    Args:
+        order_id: The order's id, like A-1042.
+    """
+    if order_id not in ORDERS:
+        raise KeyError(f"no order {order_id}")
+    return {"order_id": order_id, **ORDERS[order_id]}
+
+
+def issue_refund(order_id: str, amount: float) -> dict[str, object]:
+    """Refund an order (needs a human's approval first).
+
+    Args:
+        order_id: The order to refund.
+        amount: How much to refund.
+    """
+    return {"order_id": order_id, "refunded": amount, "reference": f"RF-{order_id}"}
+
+
+def _results(state: AgentState) -> dict[str, object]:
+    found: dict[str, object] = {}
+    for message in state.context:
+        for block in message.content:
+            if isinstance(block, ToolResultBlock) and message.metadata.get("tool_name"):
+                found[str(message.metadata["tool_name"])] = block.output
+    return found
+
+
+def support_model(state: AgentState) -> list[Message]:
+    """The scripted model: look the order up, propose a refund, then confirm it."""
+    turn = sum(1 for m in state.context if m.role == "assistant")
+    thread = state.execution_meta.thread_id or "t"
+    results = _results(state)
+    if "lookup_order" not in results:
+        call = ToolCallBlock(
+            id=f"{thread}-lookup", name="lookup_order", args={"order_id": "A-1042"}
+        )
+        content: list[ContentBlock] = [TextBlock(text="Let me look up order A-1042."), call]
+    elif "issue_refund" not in results:
+        order = results["lookup_order"]
+        total = order["total"] if isinstance(order, dict) else 0.0
+        call = ToolCallBlock(
+            id=f"{thread}-refund", name="issue_refund", args={"order_id": "A-1042", "amount": total}
+        )
+        content = [
+            TextBlock(text=f"The order arrived damaged; I propose a refund of {total}."),
+            call,
+        ]
+    else:
+        refund = results["issue_refund"]
+        reference = refund.get("reference") if isinstance(refund, dict) else "?"
+        content = [TextBlock(text=f"Done: your refund is on its way (reference {reference}).")]
+    return [Message(message_id=f"{thread}-a{turn}", role="assistant", content=content)]
+
+
+def route(state: AgentState) -> str:
+    """Go to the tool the last message calls, or end."""
+    calls = state.context[-1].tool_calls() if state.context else []
+    return calls[0].name if calls else END
+
+
+def support_graph(store: EventStore) -> CompiledGraph[AgentState]:
+    """The demo graph, compiled onto `store`, pausing before every refund."""
+    graph: StateGraph[AgentState] = StateGraph(name="support")
+    graph.add_node("agent", support_model)
+    graph.add_node("lookup", ToolNode([lookup_order]))
+    graph.add_node("refund", ToolNode([issue_refund]))
+    graph.set_entry_point("agent")
+    graph.add_conditional_edges(
+        "agent", route, {"lookup_order": "lookup", "issue_refund": "refund", END: END}
     )
-    answer = Message.text_message(
-        "Your order A-1042 has shipped and arrives in 2 days.", "assistant"
-    )
-    return [
-        ("user", [RunStarted(entry_node="agent", input={"messages": 1}), message_appended(ask)]),
-        ("agent", [NodeEntered(node="agent")]),
-        ("agent", [message_appended(plan), StepAdvanced(step=1, next_node="tools")]),
-        ("tools", [NodeEntered(node="tools")]),
-        ("tools", [ToolCallStarted(call_id=call.id, name=call.name, args=call.args, node="tools")]),
-        (
-            "tools",
-            [
-                ToolCallFinished(call_id=call.id, name=call.name, output={"status": "shipped"}),
-                message_appended(result),
-                StepAdvanced(step=2, next_node="agent"),
-            ],
-        ),
-        ("agent", [NodeEntered(node="agent")]),
-        ("agent", [message_appended(answer), StepAdvanced(step=3), RunCompleted()]),
-    ]
+    graph.add_edge("lookup", "agent")
+    graph.add_edge("refund", "agent")
+    return graph.compile(store=store, interrupt_before=["refund"])
 
 
-async def run_demo(db: str, thread_id: str | None = None) -> tuple[list[EventRecord], AgentState]:
-    """Append the conversation (each commit checked by `decide`), then replay it from disk."""
+async def run_demo(
+    store: EventStore,
+    show: Callable[[StreamChunk], None],
+    approve: Callable[[AgentState], bool],
+    thread_id: str | None = None,
+) -> tuple[list[EventRecord], AgentState, VerifyReport]:
+    """Run the conversation, ask `approve` at the interrupt, then read the log back."""
     thread_id = thread_id or f"demo-{uuid.uuid4().hex[:8]}"
-    run_id = f"run-{uuid.uuid4().hex[:8]}"
-    async with SQLiteEventStore(db) as store:
-        live = AgentState()
-        seq = 0
-        for actor, events in support_conversation(thread_id):
-            decide(live, events, seq=seq)
-            records = await store.append(
-                thread_id, events, expected_seq=seq, run_id=run_id, actor=actor
-            )
-            live = replay(records, state=live)
-            seq = records[-1].seq
-    async with SQLiteEventStore(db) as store:
-        timeline = [r async for r in store.read(thread_id)]
-        replayed: AgentState = await state_at(store, thread_id)
-        report = await store.verify(thread_id)
-    if replayed != live or not report.ok:
-        raise AssertionError("replaying the log did not give the live state")
-    return timeline, replayed
+    app = support_graph(store)
+    config = {"thread_id": thread_id}
+    question = Message.text_message(
+        "My order A-1042 arrived damaged. Can I get my money back?", message_id=f"{thread_id}-u0"
+    )
+    await _drain(app.astream({"messages": [question]}, config), show)
+    paused = await app.aget_state(config)
+    if paused.is_interrupted():
+        if not approve(paused):
+            return [r async for r in store.read(thread_id)], paused, await store.verify(thread_id)
+        await _drain(app.astream(Command(resume={"approved_by": "supervisor"}), config), show)
+    timeline = [r async for r in store.read(thread_id)]
+    replayed: AgentState = await state_at(store, thread_id)
+    return timeline, replayed, await store.verify(thread_id)
 
 
-def summarize(record: EventRecord) -> str:
-    """A one-line summary of a record, for people."""
-    event = record.event
-    fields: Sequence[str] = getattr(event, "__struct_fields__", ())
-    for name in ("node", "next_node", "name", "entry_node"):
-        if name in fields and getattr(event, name):
-            return f"{name}={getattr(event, name)}"
-    if record.kind == "message_appended":
-        message = Message.model_validate(event.message)  # type: ignore[union-attr]
-        return f"{message.role}: {message.text()[:60] or '[' + message.content[0].type + ']'}"
-    return ""
+async def _drain(chunks: AsyncIterator[StreamChunk], show: Callable[[StreamChunk], None]) -> None:
+    async for chunk in chunks:
+        show(chunk)

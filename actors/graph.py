@@ -19,10 +19,12 @@ from .errors import GraphError
 
 if TYPE_CHECKING:
     from .compiled import CompiledGraph
+    from .tools import ToolNode
 
 S = TypeVar("S", bound=AgentState)
 
 NodeFn = Callable[..., Any]
+"""A node: a function (sync or async) or a `ToolNode`."""
 Condition = Callable[..., Hashable]
 
 
@@ -71,13 +73,15 @@ class StateGraph(Generic[S]):
     """A graph of named nodes over a state class (`AgentState` unless given)."""
 
     state_cls: type[S] = AgentState  # type: ignore[assignment]
-    nodes: dict[str, NodeFn] = field(default_factory=dict)
+    nodes: dict[str, NodeFn | ToolNode] = field(default_factory=dict)
     edges: dict[str, str] = field(default_factory=dict)
     branches: dict[str, ConditionalEdge] = field(default_factory=dict)
     dependencies: dict[str, Any] = field(default_factory=dict)
     name: str | None = None
 
-    def add_node(self, name_or_fn: str | NodeFn, fn: NodeFn | None = None) -> StateGraph[S]:
+    def add_node(
+        self, name_or_fn: str | NodeFn, fn: NodeFn | ToolNode | None = None
+    ) -> StateGraph[S]:
         """Add a node: `add_node("name", fn)` or `add_node(fn)`, named after the function."""
         if fn is None:
             if isinstance(name_or_fn, str) or not callable(name_or_fn):
@@ -89,7 +93,7 @@ class StateGraph(Generic[S]):
             raise GraphError(f"{name!r} cannot name a node: use a non-empty, non-reserved name")
         if name in self.nodes:
             raise GraphError(f"node {name!r} is already in the graph")
-        if not callable(fn):
+        if not callable(fn) and not is_tool_node(fn):
             raise GraphError(f"node {name!r} must be callable, got {type(fn).__name__}")
         self.nodes[name] = fn
         return self
@@ -146,7 +150,8 @@ class StateGraph(Generic[S]):
                 if target not in known:
                     raise GraphError(f"an edge from {source!r} leads to unknown node {target!r}")
         for name, fn in self.nodes.items():
-            _check_parameters(name, fn, self.dependencies)
+            if not is_tool_node(fn):
+                _check_parameters(name, fn, self.dependencies)  # type: ignore[arg-type]
         reaches_end = self._reaching_end()
         for name in self.nodes:
             if name not in reaches_end:
@@ -192,6 +197,13 @@ class StateGraph(Generic[S]):
             snapshot_every=snapshot_every,
             node_concurrency=node_concurrency,
         )
+
+
+def is_tool_node(fn: object) -> bool:
+    """True for a `ToolNode` (imported late: tools import the graph's errors)."""
+    from .tools import ToolNode
+
+    return isinstance(fn, ToolNode)
 
 
 def _check_parameters(name: str, fn: NodeFn, dependencies: Mapping[str, Any]) -> None:

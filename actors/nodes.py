@@ -21,6 +21,7 @@ from projections import (
 from ._actor import Actor
 from .context import NodeContext
 from .errors import GraphInterrupt, NodeReturnError
+from .graph import is_tool_node
 
 _NO_RESUME = object()
 _resume_value: contextvars.ContextVar[Any] = contextvars.ContextVar(
@@ -57,7 +58,7 @@ class NodeActor(Actor[RunNode, Any]):
     def __init__(
         self,
         name: str,
-        fn: Callable[..., Any],
+        fn: Any,
         dependencies: Mapping[str, Any],
         *,
         concurrency: int | None = None,
@@ -73,7 +74,7 @@ class NodeActor(Actor[RunNode, Any]):
         token = _resume_value.set(message.resume)
         try:
             run = getattr(self.fn, "run", None)
-            if _is_tool_node(self.fn) and run is not None:
+            if is_tool_node(self.fn) and run is not None:
                 return await run(message.state, message.context)
             kwargs = self._arguments(message)
             if self.is_async:
@@ -92,12 +93,6 @@ class NodeActor(Actor[RunNode, Any]):
             elif name in self.dependencies:
                 kwargs[name] = self.dependencies[name]
         return kwargs
-
-
-def _is_tool_node(fn: object) -> bool:
-    from .tools import ToolNode
-
-    return isinstance(fn, ToolNode)
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:
