@@ -30,6 +30,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/append.py
 	$(BIN)/python bench/replay.py
+	$(BIN)/python bench/steps.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache agentlog.db*

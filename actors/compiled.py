@@ -94,7 +94,7 @@ class CompiledGraph(Generic[S]):
         interrupt_before: Sequence[str] = (),
         interrupt_after: Sequence[str] = (),
         recursion_limit: int = DEFAULT_RECURSION_LIMIT,
-        snapshot_every: int | None = 1000,
+        snapshot_every: int | None = 5000,
         node_concurrency: Mapping[str, int] | None = None,
     ) -> None:
         graph.check()

@@ -182,7 +182,7 @@ class StateGraph(Generic[S]):
         interrupt_after: Sequence[str] = (),
         recursion_limit: int = 25,
         *,
-        snapshot_every: int | None = 1000,
+        snapshot_every: int | None = 5000,
         node_concurrency: Mapping[str, int] | None = None,
     ) -> CompiledGraph[S]:
         """Check the graph and bind it to a store (in memory when none is given)."""

@@ -361,9 +361,13 @@ def decide(state: S, events: Sequence[Event], *, seq: int | None = None) -> list
     changed; the events are returned for convenience.
     """
     state_cls = type(state)
+    # A shallow copy is enough: handlers replace field values rather than mutate them,
+    # except execution_meta, which is copied deeply; the context is left out entirely.
+    meta = state.execution_meta.model_copy(deep=True)
     shadow = Fold(
-        state.model_copy(update={"context": [], "execution_meta": state.execution_meta}),
+        state.model_copy(update={"context": [], "execution_meta": meta}),
         seq=1 if seq is None else seq,
+        copy=False,
     )
     position = shadow.seq
     for event in events:
