@@ -52,7 +52,7 @@ from projections import (
     snapshot_of,
     to_builtins,
 )
-from projections.fold import ENTERED_KEY, uncommitted_record
+from projections.fold import ENTERED_KEY, copy_meta, uncommitted_record
 
 from .context import NodeContext
 from .errors import GraphError, GraphInterrupt, NodeError, RecursionLimitError, ThreadBusyError
@@ -490,8 +490,9 @@ class CompiledGraph(Generic[S]):
         """What a node or condition sees: a copy it may change without touching the log's state."""
         view = state.model_copy()
         view.context = list(state.context)
+        view.execution_meta = copy_meta(state.execution_meta)
         for name in type(state).model_fields:
-            if name != "context":
+            if name not in ("context", "execution_meta", "context_summary"):
                 setattr(view, name, copy.deepcopy(getattr(state, name)))
         return view
 
