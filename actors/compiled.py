@@ -81,6 +81,8 @@ class _Run(Generic[S]):
     recovering: bool = False
     last_snapshot: int = 0
     background: set[asyncio.Task[None]] = field(default_factory=set)
+    writing: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Commits of one run go one at a time (a tool node's calls finish concurrently)."""
 
 
 class CompiledGraph(Generic[S]):
@@ -364,6 +366,12 @@ class CompiledGraph(Generic[S]):
         self, run: _Run[S], node: str, events: list[Event], goto: str | None
     ) -> None:
         """Outputs, `step_advanced` and any after-interrupt in one commit."""
+        async with run.writing:
+            await self._commit_step_unlocked(run, node, events, goto)
+
+    async def _commit_step_unlocked(
+        self, run: _Run[S], node: str, events: list[Event], goto: str | None
+    ) -> None:
         for _ in range(COMMIT_ATTEMPTS):
             fold = run.fold
             base = fold.seq
@@ -399,6 +407,12 @@ class CompiledGraph(Generic[S]):
         self, run: _Run[S], events: Sequence[Event], *, actor: str
     ) -> list[EventRecord]:
         """Decide, append and fold `events`; a concurrent stop request is folded in first."""
+        async with run.writing:
+            return await self._commit_unlocked(run, events, actor=actor)
+
+    async def _commit_unlocked(
+        self, run: _Run[S], events: Sequence[Event], *, actor: str
+    ) -> list[EventRecord]:
         for _ in range(COMMIT_ATTEMPTS):
             decide(run.fold.state, events, seq=run.fold.seq)
             try:
