@@ -13,6 +13,7 @@ import copy
 import logging
 import threading
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -34,6 +35,7 @@ from events import (
     StepAdvanced,
     Stopped,
     StopRequested,
+    ThreadNotFoundError,
 )
 from events.kinds import Event
 from events.store import check_thread_id
@@ -79,6 +81,7 @@ class _Run(Generic[S]):
     resume_value: Any = _NO_RESUME
     skip_interrupt_before: str | None = None
     recovering: bool = False
+    idle: bool = False
     last_snapshot: int = 0
     background: set[asyncio.Task[None]] = field(default_factory=set)
     writing: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -113,7 +116,6 @@ class CompiledGraph(Generic[S]):
         self.snapshot_every = snapshot_every
         self.node_concurrency = dict(node_concurrency or {})
         self._actors: dict[asyncio.AbstractEventLoop, dict[str, NodeActor]] = {}
-        self._busy: set[str] = set()
         self._portal: _Portal | None = None
 
     # ---- the async API ---------------------------------------------------------------
@@ -159,6 +161,8 @@ class CompiledGraph(Generic[S]):
         journal = journal_for(self.store)
         for _ in range(COMMIT_ATTEMPTS * 4):
             fold = await self._load(thread_id)
+            if fold.seq == 0:
+                raise ThreadNotFoundError(thread_id)
             event = StopRequested(by=str(config.get("user", "user")))
             decide(fold.state, [event], seq=fold.seq)
             try:
@@ -221,17 +225,22 @@ class CompiledGraph(Generic[S]):
         self, input: Any, config: Mapping[str, Any] | None, stream: RunStream | None
     ) -> _Run[S]:
         config = dict(config or {})
-        thread_id = check_thread_id(config.setdefault("thread_id", f"thread-{uuid.uuid4().hex}"))
-        if thread_id in self._busy:
-            raise ThreadBusyError(
-                f"thread {thread_id!r} is already running in this process: wait for that "
-                "run to finish, or stop it with astop()"
-            )
-        self._busy.add(thread_id)
+        thread_id = str(config.setdefault("thread_id", f"thread-{uuid.uuid4().hex}"))
+        busy = _busy_threads(self.store)
+        claimed = False
         run: _Run[S] | None = None
         try:
+            check_thread_id(config["thread_id"])
+            if thread_id in busy:
+                raise ThreadBusyError(
+                    f"thread {thread_id!r} is already running in this process: wait for that "
+                    "run to finish, or stop it with astop()"
+                )
+            busy.add(thread_id)
+            claimed = True
             run = await self._begin(input, config, stream)
-            await self._steps(run)
+            if not run.idle:
+                await self._steps(run)
             if stream is not None:
                 await stream.tell(
                     StreamChunk(
@@ -253,7 +262,8 @@ class CompiledGraph(Generic[S]):
                 )
             raise
         finally:
-            self._busy.discard(thread_id)
+            if claimed:
+                busy.discard(thread_id)
             if run is not None and run.background:
                 await asyncio.gather(*run.background, return_exceptions=True)
             if stream is not None:
@@ -276,6 +286,9 @@ class CompiledGraph(Generic[S]):
         )
         events: list[Event] = []
         paused = meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED
+        if meta.status == ExecutionStatus.COMPLETED and input is None:
+            run.idle = True  # nothing new to do: a finished thread stays as it is
+            return run
         if fold.seq == 0 or meta.status == ExecutionStatus.COMPLETED:
             run.run_id = f"run-{uuid.uuid4().hex[:12]}"
             events.append(RunStarted(entry_node=self.graph.edges[START], graph=self.graph.name))
@@ -378,6 +391,9 @@ class CompiledGraph(Generic[S]):
             decide(fold.state, events, seq=base)
             fold.apply_all(self._scratch(run, events, base))  # routing sees the updated state
             target = goto if goto is not None else self._route(node, fold.state)
+            if target != END and target not in self.graph.nodes:
+                run.fold = await self._load(run.thread_id)
+                raise GraphError(f"node {node!r} chose to go to {target!r}, which is no node")
             tail: list[Event] = [
                 StepAdvanced(step=fold.state.execution_meta.step + 1, next_node=target)
             ]
@@ -503,7 +519,7 @@ class CompiledGraph(Generic[S]):
     def _view(state: S) -> S:
         """What a node or condition sees: a copy it may change without touching the log's state."""
         view = state.model_copy()
-        view.context = list(state.context)
+        view.context = CopyOnRead(state.context)
         view.execution_meta = copy_meta(state.execution_meta)
         for name in type(state).model_fields:
             if name not in ("context", "execution_meta", "context_summary"):
@@ -538,6 +554,14 @@ class CompiledGraph(Generic[S]):
         return result
 
 
+_busy_by_store: weakref.WeakKeyDictionary[EventStore, set[str]] = weakref.WeakKeyDictionary()
+
+
+def _busy_threads(store: EventStore) -> set[str]:
+    """Threads with a run in progress in this process, per store (shared by every app)."""
+    return _busy_by_store.setdefault(store, set())
+
+
 def _thread_of(config: Mapping[str, Any] | None) -> str:
     if not config or "thread_id" not in config:
         raise GraphError("this call needs config={'thread_id': ...} naming the thread")
@@ -548,6 +572,28 @@ def _snapshot_done(tasks: set[asyncio.Task[None]], task: asyncio.Task[None]) -> 
     tasks.discard(task)
     if not task.cancelled() and task.exception() is not None:
         _log.warning("snapshot failed: %s", task.exception())
+
+
+class CopyOnRead(list[Message]):
+    """The context as a node sees it: each message it reads is its own copy.
+
+    Copying only what is read keeps a step's cost flat as the conversation grows, and a
+    node that edits a message in place cannot reach the log's state.
+    """
+
+    def __getitem__(self, index: Any) -> Any:
+        item = super().__getitem__(index)
+        if isinstance(index, slice):
+            return CopyOnRead(item)
+        return item.model_copy(deep=True)
+
+    def __iter__(self) -> Iterator[Message]:
+        for item in super().__iter__():
+            yield item.model_copy(deep=True)
+
+    def __reversed__(self) -> Iterator[Message]:
+        for item in super().__reversed__():
+            yield item.model_copy(deep=True)
 
 
 class _Portal:
