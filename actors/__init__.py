@@ -20,6 +20,7 @@ from .errors import (
 )
 from .graph import Command, StateGraph
 from .nodes import interrupt
+from .tools import ToolNode
 
 __all__ = [
     "END",
@@ -38,5 +39,6 @@ __all__ = [
     "RecursionLimitError",
     "StateGraph",
     "ThreadBusyError",
+    "ToolNode",
     "interrupt",
 ]

@@ -118,7 +118,8 @@ class Actor(Generic[M, R]):
         return self
 
     async def stop(self, *, drain: bool = True) -> None:
-        """Stop after the messages already queued (`drain`) or right after the current one."""
+        """Stop after the messages already queued (`drain`), or now: without draining, queued
+        asks fail and messages in hand are cancelled (their asks fail too)."""
         if self._task is None or self._task.done():
             self._fail_queued()
             return
@@ -173,6 +174,9 @@ class Actor(Generic[M, R]):
                 item = await self._mailbox.get()
                 if isinstance(item, _Stop):
                     if self._in_hand:
+                        if not item.drain:
+                            for task in self._in_hand:
+                                task.cancel()
                         await asyncio.wait(self._in_hand)
                     return
                 if self.concurrency == 1:

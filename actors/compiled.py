@@ -84,6 +84,7 @@ class _Run(Generic[S]):
     idle: bool = False
     last_snapshot: int = 0
     background: set[asyncio.Task[None]] = field(default_factory=set)
+    actors: dict[str, NodeActor] = field(default_factory=dict)
     writing: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Commits of one run go one at a time (a tool node's calls finish concurrently)."""
 
@@ -115,7 +116,9 @@ class CompiledGraph(Generic[S]):
         self.recursion_limit = recursion_limit
         self.snapshot_every = snapshot_every
         self.node_concurrency = dict(node_concurrency or {})
-        self._actors: dict[asyncio.AbstractEventLoop, dict[str, NodeActor]] = {}
+        self._slots: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]
+        ] = weakref.WeakKeyDictionary()
         self._portal: _Portal | None = None
 
     # ---- the async API ---------------------------------------------------------------
@@ -264,6 +267,9 @@ class CompiledGraph(Generic[S]):
         finally:
             if claimed:
                 busy.discard(thread_id)
+            if run is not None:
+                for actor in run.actors.values():
+                    await actor.stop(drain=False)
             if run is not None and run.background:
                 await asyncio.gather(*run.background, return_exceptions=True)
             if stream is not None:
@@ -355,7 +361,7 @@ class CompiledGraph(Generic[S]):
             run.thread_id, run.run_id, node, partial(self._commit, run, actor=node), step_records
         )
         resume, run.resume_value = run.resume_value, _NO_RESUME
-        actor = self._node_actor(node)
+        actor = self._node_actor(run, node)
         try:
             output = await actor.ask(
                 RunNode(self._view(run.fold.state), run.config, context, resume)
@@ -526,19 +532,21 @@ class CompiledGraph(Generic[S]):
                 setattr(view, name, copy.deepcopy(getattr(state, name)))
         return view
 
-    def _node_actor(self, node: str) -> NodeActor:
-        loop = asyncio.get_running_loop()
-        actors = self._actors.setdefault(loop, {})
-        actor = actors.get(node)
-        if actor is None or not actor.running:
-            actor = NodeActor(
-                node,
-                self.graph.nodes[node],
-                self.graph.dependencies,
-                concurrency=self.node_concurrency.get(node),
-            )
-            actor.start()
-            actors[node] = actor
+    def _node_actor(self, run: _Run[S], node: str) -> NodeActor:
+        """The run's actor for `node`, started on first use and stopped when the run ends.
+
+        A node's concurrency limit holds across all runs of this graph on the event loop:
+        its actors share one semaphore.
+        """
+        actor = run.actors.get(node)
+        if actor is None:
+            limit = self.node_concurrency.get(node)
+            slots = None
+            if limit is not None:
+                per_loop = self._slots.setdefault(asyncio.get_running_loop(), {})
+                slots = per_loop.setdefault(node, asyncio.Semaphore(limit))
+            actor = NodeActor(node, self.graph.nodes[node], self.graph.dependencies, slots=slots)
+            run.actors[node] = actor.start()
         return actor
 
     async def _load(self, thread_id: str) -> Fold[S]:

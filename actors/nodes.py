@@ -53,7 +53,11 @@ class RunNode:
 
 
 class NodeActor(Actor[RunNode, Any]):
-    """One per node: injects `state`, `config`, `context` and the graph's dependencies."""
+    """One per node and run: injects `state`, `config`, `context` and the graph's dependencies.
+
+    `slots`, shared by the node's actors of every run, caps how many calls of the node run
+    at once (an LLM node limited to N concurrent calls).
+    """
 
     def __init__(
         self,
@@ -61,9 +65,10 @@ class NodeActor(Actor[RunNode, Any]):
         fn: Any,
         dependencies: Mapping[str, Any],
         *,
-        concurrency: int | None = None,
+        slots: asyncio.Semaphore | None = None,
     ) -> None:
-        super().__init__(f"node:{name}", concurrency=concurrency)
+        super().__init__(f"node:{name}", concurrency=None)
+        self.slots = slots
         self.node = name
         self.fn = fn
         self.dependencies = dict(dependencies)
@@ -71,6 +76,12 @@ class NodeActor(Actor[RunNode, Any]):
         self.wants = _wanted_parameters(fn)
 
     async def receive(self, message: RunNode) -> Any:
+        if self.slots is None:
+            return await self._call(message)
+        async with self.slots:
+            return await self._call(message)
+
+    async def _call(self, message: RunNode) -> Any:
         token = _resume_value.set(message.resume)
         try:
             run = getattr(self.fn, "run", None)

@@ -200,3 +200,12 @@ async def test_stop_waits_for_messages_in_hand() -> None:
     await asyncio.sleep(0.01)
     await actor.stop()
     assert [await a for a in asks] == [0.05] * 3
+
+
+async def test_stop_without_drain_cancels_messages_in_hand() -> None:
+    actor = Sleeper(None).start()
+    ask = asyncio.ensure_future(actor.ask(60.0))
+    await asyncio.sleep(0.01)
+    await asyncio.wait_for(actor.stop(drain=False), 5)
+    with pytest.raises(ActorStoppedError, match="cancelled"):
+        await ask
