@@ -10,6 +10,7 @@ while handling a message reaches the asker as the exception and the supervisor a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -127,8 +128,11 @@ class Actor(Generic[M, R]):
             self._stopping = True
             if not drain:
                 self._fail_queued()
-            await self._mailbox.put(_Stop(drain))
-        await asyncio.shield(self._task)
+                self._task.cancel()  # interrupts a receive in progress, whatever it awaits
+            else:
+                await self._mailbox.put(_Stop(drain))
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(self._task)
 
     # ---- messaging -----------------------------------------------------------------------
 
@@ -146,6 +150,9 @@ class Actor(Generic[M, R]):
         self._after_put()
         try:
             return await asyncio.wait_for(asyncio.shield(reply), timeout)
+        except asyncio.CancelledError:
+            reply.cancel()
+            raise
         except TimeoutError:
             reply.cancel()
             raise AskTimeoutError(

@@ -9,12 +9,13 @@ step; a crash before the commit re-runs the node, a crash after it loses nothing
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 import threading
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Generic, TypeVar
@@ -45,6 +46,7 @@ from projections import (
     AgentState,
     ExecutionStatus,
     Fold,
+    IllegalTransitionError,
     Message,
     StopRequestStatus,
     StreamChunk,
@@ -54,8 +56,9 @@ from projections import (
     snapshot_of,
     to_builtins,
 )
-from projections.fold import ENTERED_KEY, copy_meta, uncommitted_record
+from projections.fold import ENTERED_KEY, RESUME_KEY, copy_meta, uncommitted_record
 
+from ._actor import ActorStoppedError
 from .context import NodeContext
 from .errors import GraphError, GraphInterrupt, NodeError, RecursionLimitError, ThreadBusyError
 from .graph import Command, StateGraph
@@ -78,10 +81,9 @@ class _Run(Generic[S]):
     fold: Fold[S]
     journal: Journal
     stream: RunStream | None
-    resume_value: Any = _NO_RESUME
     skip_interrupt_before: str | None = None
-    recovering: bool = False
     idle: bool = False
+    cut_short: bool = False
     last_snapshot: int = 0
     background: set[asyncio.Task[None]] = field(default_factory=set)
     actors: dict[str, NodeActor] = field(default_factory=dict)
@@ -136,7 +138,7 @@ class CompiledGraph(Generic[S]):
 
     async def astream(
         self, input: Any = None, config: Mapping[str, Any] | None = None
-    ) -> AsyncIterator[StreamChunk]:
+    ) -> AsyncGenerator[StreamChunk, None]:
         """Run like `ainvoke`, yielding message, update and state chunks as they commit."""
         stream = RunStream(str((config or {}).get("thread_id", "new"))).start()
         chunks = stream.subscribe()
@@ -151,6 +153,8 @@ class CompiledGraph(Generic[S]):
         finally:
             if not task.done():
                 task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
             await stream.stop(drain=False)
 
     async def aget_state(self, config: Mapping[str, Any]) -> S:
@@ -220,7 +224,14 @@ class CompiledGraph(Generic[S]):
     def _get_portal(self) -> _Portal:
         if self._portal is None:
             self._portal = _Portal()
+            weakref.finalize(self, self._portal.close)
         return self._portal
+
+    def close(self) -> None:
+        """Stop the private event loop of the blocking methods, if they started one."""
+        if self._portal is not None:
+            self._portal.close()
+            self._portal = None
 
     # ---- a run -------------------------------------------------------------------------
 
@@ -255,7 +266,7 @@ class CompiledGraph(Generic[S]):
                 )
             return run
         except Exception as exc:
-            if stream is not None and not isinstance(exc, asyncio.CancelledError):
+            if stream is not None and stream.running:
                 await stream.tell(
                     StreamChunk(
                         event=StreamEvent.ERROR,
@@ -273,7 +284,8 @@ class CompiledGraph(Generic[S]):
             if run is not None and run.background:
                 await asyncio.gather(*run.background, return_exceptions=True)
             if stream is not None:
-                await stream.tell(END_OF_STREAM)
+                with contextlib.suppress(ActorStoppedError):
+                    await stream.tell(END_OF_STREAM)
 
     async def _begin(self, input: Any, config: dict[str, Any], stream: RunStream | None) -> _Run[S]:
         thread_id = config["thread_id"]
@@ -295,17 +307,24 @@ class CompiledGraph(Generic[S]):
         if meta.status == ExecutionStatus.COMPLETED and input is None:
             run.idle = True  # nothing new to do: a finished thread stays as it is
             return run
+        resuming = paused or meta.status == ExecutionStatus.ERROR
+        if command is not None and command.goto is not None:
+            raise GraphError("Command(goto=...) is for nodes to return, not an input to invoke")
+        if command is not None and command.resume is not None and not resuming:
+            raise IllegalTransitionError(
+                "resumed",
+                f"thread {thread_id!r} is not paused or failed: there is nothing to resume",
+            )
         if fold.seq == 0 or meta.status == ExecutionStatus.COMPLETED:
             run.run_id = f"run-{uuid.uuid4().hex[:12]}"
             events.append(RunStarted(entry_node=self.graph.edges[START], graph=self.graph.name))
-        elif paused or meta.status == ExecutionStatus.ERROR or command is not None:
+        elif resuming:
             resume = command.resume if command is not None else None
             events.append(Resumed(value=to_builtins(resume), by=user))
             if meta.status == ExecutionStatus.INTERRUPTED_BEFORE:
                 run.skip_interrupt_before = meta.interrupted_node
-                run.resume_value = resume
         else:
-            run.recovering = True  # a run that was cut short: carry on where the log stops
+            run.cut_short = True  # a run that was cut short: carry on where the log stops
         events.extend(output_events("user", values, fold.state)[0] if values is not None else [])
         if not run.run_id:
             run.run_id = f"run-{uuid.uuid4().hex[:12]}"
@@ -324,7 +343,9 @@ class CompiledGraph(Generic[S]):
             if node == END:
                 await self._commit(run, [RunCompleted()], actor="runtime")
                 return
-            if node in self.interrupt_before and node != run.skip_interrupt_before:
+            entered = meta.internal_data.get(ENTERED_KEY)
+            passed = node == run.skip_interrupt_before or (entered and entered["node"] == node)
+            if node in self.interrupt_before and not passed:
                 event = InterruptRaised(node=node, reason="interrupt_before", when="before")
                 await self._commit(run, [event], actor="runtime")
                 return
@@ -352,27 +373,32 @@ class CompiledGraph(Generic[S]):
         meta = run.fold.state.execution_meta
         entered = meta.internal_data.get(ENTERED_KEY)
         step_records: list[EventRecord] = []
-        if run.recovering and entered and entered["node"] == node:
+        if entered and entered["node"] == node:
+            # The node's step began before (a crash, a pause, a failure): let the node see
+            # what it committed then (a tool node's finished calls). After a crash the step
+            # simply goes on; after a pause or a failure the log shows the node entered again.
             step_records = [r async for r in self.store.read(run.thread_id, entered["seq"] + 1)]
-        else:
+        if not (run.cut_short and entered and entered["node"] == node):
             await self._commit(run, [NodeEntered(node=node)], actor=node)
-        run.recovering = False
+        run.cut_short = False
+        pending = run.fold.state.execution_meta.internal_data.get(RESUME_KEY)
+        resume = pending["value"] if pending else _NO_RESUME
         context = NodeContext(
             run.thread_id, run.run_id, node, partial(self._commit, run, actor=node), step_records
         )
-        resume, run.resume_value = run.resume_value, _NO_RESUME
         actor = self._node_actor(run, node)
         try:
-            output = await actor.ask(
-                RunNode(self._view(run.fold.state), run.config, context, resume)
-            )
+            try:
+                output = await actor.ask(
+                    RunNode(self._view(run.fold.state), run.config, context, resume)
+                )
+            except GraphInterrupt as signal:
+                event = InterruptRaised(node=node, reason=str(signal.reason), when="before",
+                                        data=to_builtins(signal.data), by_node=True)  # fmt: skip
+                await self._commit(run, [event], actor=node)
+                return
             events, goto = output_events(node, output, run.fold.state)
             await self._commit_step(run, node, events, goto)
-        except GraphInterrupt as signal:
-            event = InterruptRaised(
-                node=node, reason=signal.reason, when="before", data=signal.data
-            )
-            await self._commit(run, [event], actor=node)
         except (ThreadBusyError, asyncio.CancelledError):
             raise
         except Exception as exc:
@@ -603,6 +629,16 @@ class CopyOnRead(list[Message]):
         for item in super().__reversed__():
             yield item.model_copy(deep=True)
 
+    def copy(self) -> list[Message]:
+        return list(self)
+
+    def pop(self, index: Any = -1) -> Message:
+        return super().pop(index).model_copy(deep=True)
+
+    def originals(self) -> Iterator[Message]:
+        """The messages themselves, for the runtime's own read-only passes."""
+        return super().__iter__()
+
 
 class _Portal:
     """A private event loop in a daemon thread, serving the blocking methods."""
@@ -615,11 +651,24 @@ class _Portal:
         self.thread.start()
 
     def call(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # Ctrl-C in the caller ends the run instead of orphaning it
+            raise
 
-    def iterate(self, agen: AsyncIterator[StreamChunk]) -> Iterator[StreamChunk]:
-        while True:
-            try:
-                yield self.call(agen.__anext__())  # type: ignore[arg-type]
-            except StopAsyncIteration:
-                return
+    def iterate(self, agen: AsyncGenerator[StreamChunk, None]) -> Iterator[StreamChunk]:
+        try:
+            while True:
+                try:
+                    yield self.call(agen.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            self.call(agen.aclose())
+
+    def close(self) -> None:
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=5)

@@ -65,6 +65,8 @@ _journals: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, Journa
 def journal_for(store: EventStore) -> Journal:
     """The running loop's journal of `store`, started on first use."""
     loop = asyncio.get_running_loop()
+    for old in [other for other in _journals if other.is_closed()]:
+        del _journals[old]  # its journal's task keeps a closed loop alive otherwise
     per_loop = _journals.setdefault(loop, {})
     journal = per_loop.get(id(store))
     if journal is None or journal.store is not store or not journal.running:

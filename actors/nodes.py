@@ -161,9 +161,9 @@ def _mapping_events(node: str, values: Mapping[str, Any]) -> list[Event]:
 def _state_events(node: str, returned: AgentState, current: AgentState) -> list[Event]:
     """A returned state is merged: new messages appended, changed fields updated."""
     known = {m.message_id for m in current.context}
-    events: list[Event] = [
-        message_appended(m) for m in returned.context if m.message_id not in known
-    ]
+    originals = getattr(returned.context, "originals", None)
+    messages = originals() if originals is not None else iter(returned.context)
+    events: list[Event] = [message_appended(m) for m in messages if m.message_id not in known]
     changed = {
         name: getattr(returned, name)
         for name in type(returned).model_fields

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from events.kinds import Event, ToolCallFinished, ToolCallStarted
@@ -241,11 +242,13 @@ def _describe(name: str, exc: ValidationError) -> str:
 
 
 def _plain(output: Any) -> Any:
-    """`output` as JSON-like builtins, or its repr when it has no such form."""
+    """`output` as builtins the log can store, or its repr when it has no such form."""
     try:
-        return to_builtins(output)
+        plain = to_builtins(output)
+        msgspec.msgpack.encode(plain)  # e.g. an int beyond 64 bits converts but cannot be stored
     except Exception:
         return repr(output)
+    return plain
 
 
 def _args_section(doc: str) -> dict[str, str]:

@@ -65,12 +65,17 @@ class StateUpdated(BaseEvent, tag="state_updated", frozen=True):
 
 
 class InterruptRaised(BaseEvent, tag="interrupt_raised", frozen=True):
-    """The run paused at `node`, before or after it ran."""
+    """The run paused at `node`, before or after it ran.
+
+    `by_node` is true when the node itself asked for the pause (and waits for a resume
+    value), false for a breakpoint set when the graph was compiled.
+    """
 
     node: str
     reason: str
     when: Literal["before", "after"] = "before"
     data: dict[str, JSON] | None = None
+    by_node: bool = False
 
 
 class Resumed(BaseEvent, tag="resumed", frozen=True):

@@ -57,6 +57,12 @@ CONTEXT_FIELDS = frozenset({"context", "messages"})
 TOOL_CALLS_KEY = "pending_tool_calls"
 """`internal_data` key of tool calls started and not yet finished."""
 
+RESUME_KEY = "resume"
+"""`internal_data` key of the value a node-raised interrupt was resumed with, until it is used."""
+
+AWAITING_KEY = "awaiting_resume"
+"""`internal_data` key set while a node-raised interrupt waits for its resume value."""
+
 ENTERED_KEY = "entered"
 """`internal_data` key of the node whose step has begun and not yet advanced: node and seq."""
 
@@ -156,7 +162,10 @@ class Fold(Generic[S]):
                 )
             adapter, reducer = plan[name]
             new = adapter.validate_python(value)
-            setattr(self.state, name, reducer(getattr(self.state, name), new) if reducer else new)
+            if reducer is None:
+                setattr(self.state, name, new)
+            else:  # a copy: a reducer that extends its input in place must not reach others
+                setattr(self.state, name, reducer(copy.copy(getattr(self.state, name)), new))
 
 
 # ---- the handlers: one per kind, each the record of one transition method ----------------
@@ -177,12 +186,15 @@ def _run_started(fold: Fold[Any], e: RunStarted, r: EventRecord) -> None:
 def _node_entered(fold: Fold[Any], e: NodeEntered, r: EventRecord) -> None:
     meta = fold.state.execution_meta
     meta.set_current_node(e.node)
-    meta.internal_data[ENTERED_KEY] = {"node": e.node, "seq": r.seq}
+    entered = meta.internal_data.get(ENTERED_KEY)
+    if not (entered and entered["node"] == e.node):  # re-entering keeps the step's start
+        meta.internal_data[ENTERED_KEY] = {"node": e.node, "seq": r.seq}
 
 
 def _step_advanced(fold: Fold[Any], e: StepAdvanced, r: EventRecord) -> None:
     meta = fold.state.execution_meta
     meta.internal_data.pop(ENTERED_KEY, None)
+    meta.internal_data.pop(RESUME_KEY, None)
     meta.advance_step()
     if e.next_node is not None:
         meta.set_current_node(e.next_node)
@@ -206,11 +218,17 @@ def _interrupt_raised(fold: Fold[Any], e: InterruptRaised, r: EventRecord) -> No
         if e.when == "before"
         else ExecutionStatus.INTERRUPTED_AFTER
     )
-    fold.state.execution_meta.set_interrupt(e.node, e.reason, status, e.data)
+    meta = fold.state.execution_meta
+    meta.set_interrupt(e.node, e.reason, status, e.data)
+    meta.internal_data.pop(RESUME_KEY, None)
+    if e.by_node:
+        meta.internal_data[AWAITING_KEY] = True
 
 
 def _resumed(fold: Fold[Any], e: Resumed, r: EventRecord) -> None:
     meta = fold.state.execution_meta
+    if meta.internal_data.pop(AWAITING_KEY, False):
+        meta.internal_data[RESUME_KEY] = {"value": e.value}
     meta.clear_interrupt()
     meta.stop_current_execution = StopRequestStatus.NONE
     meta.internal_data.pop("error", None)
