@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from events import SQLiteEventStore
+from events import sqlite as sqlite_backend
 
 _START = time.perf_counter()
 _names = itertools.count(1)
@@ -155,3 +156,22 @@ def environment() -> dict[str, Any]:
 def emit(result: Mapping[str, Any]) -> None:
     """Print the result as exactly one JSON line on stdout."""
     print(json.dumps(dict(result), separators=(",", ":")), flush=True)
+
+
+class CommitCounter:
+    """Counts the store's write transactions by wrapping `events.sqlite._write_batch`."""
+
+    def __init__(self) -> None:
+        self.commits = 0
+        self._real = sqlite_backend._write_batch
+
+    def __enter__(self) -> CommitCounter:
+        def counted(conn: sqlite3.Connection, batch: list[Any]) -> list[Any]:
+            self.commits += 1
+            return self._real(conn, batch)
+
+        sqlite_backend._write_batch = counted
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sqlite_backend._write_batch = self._real

@@ -27,7 +27,6 @@ from typing import Any
 import _common as common
 import msgspec
 
-import events.sqlite as sqlite_backend
 from events import Event, NodeEntered, SQLiteEventStore, StepAdvanced, kind_of
 from events.sqlite import _INSERT, _UPSERT_HEAD
 from projections import Message, message_appended
@@ -79,25 +78,6 @@ async def _ours(path: Path, threads: dict[str, Sequence[Step]]) -> float:
         start = time.perf_counter()
         await asyncio.gather(*(_append_steps(store, tid, s) for tid, s in threads.items()))
         return time.perf_counter() - start
-
-
-class CommitCounter:
-    """Counts the store's write transactions by wrapping `events.sqlite._write_batch`."""
-
-    def __init__(self) -> None:
-        self.commits = 0
-        self._real = sqlite_backend._write_batch
-
-    def __enter__(self) -> CommitCounter:
-        def counted(conn: sqlite3.Connection, batch: list[Any]) -> list[Any]:
-            self.commits += 1
-            return self._real(conn, batch)
-
-        sqlite_backend._write_batch = counted
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        sqlite_backend._write_batch = self._real
 
 
 # ---- raw sqlite3 ----------------------------------------------------------------------------
@@ -197,7 +177,7 @@ def main() -> None:
             )
         )
         common.log(f"group: {WRITERS} writers x {per_writer} steps")
-        with CommitCounter() as counter:
+        with common.CommitCounter() as counter:
             group = common.medians(
                 run_pair(
                     directory,

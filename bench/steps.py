@@ -127,25 +127,6 @@ async def _ours(path: Path, steps: int) -> tuple[float, int]:
     return seconds, state.execution_meta.step
 
 
-class CommitCounter:
-    """Counts the store's write transactions by wrapping `events.sqlite._write_batch`."""
-
-    def __init__(self) -> None:
-        self.commits = 0
-        self._real = sqlite_backend._write_batch
-
-    def __enter__(self) -> CommitCounter:
-        def counted(conn: sqlite3.Connection, batch: list[Any]) -> list[Any]:
-            self.commits += 1
-            return self._real(conn, batch)
-
-        sqlite_backend._write_batch = counted
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        sqlite_backend._write_batch = self._real
-
-
 def step_durations(path: Path) -> list[float]:
     """Each step's seconds, from the log: consecutive step_advanced `at`s (first: run start)."""
     with closing(sqlite3.connect(path)) as conn:
@@ -306,7 +287,7 @@ def bench_size(directory: Path, steps: int, rounds: int) -> dict[str, Any]:
     ours = OursRuns(directory, steps)
     try:
         with common.scratch_db(directory, f"shape-{steps}") as shape:
-            with CommitCounter() as counter:
+            with common.CommitCounter() as counter:
                 asyncio.run(_ours(shape, steps))
             raw_steps = step_rows(shape)
         assert len(raw_steps) == steps, f"{len(raw_steps)} steps in the log, expected {steps}"

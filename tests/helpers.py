@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from actors import END, StateGraph
 from events import MessageAppended, NodeEntered, StepAdvanced
 from events.kinds import Event
-from projections import Message, message_appended
+from projections import AgentState, Message, message_appended
 
 
 def step_events(step: int, text: str = "hello", role: str = "assistant") -> list[Event]:
@@ -30,3 +34,15 @@ def edit_db(db: Path, sql: str, *args: object) -> None:
     with conn:
         conn.execute(sql, args)
     conn.close()
+
+
+def line(*nodes: tuple[str, Callable[..., Any]], state_cls: type[AgentState] = AgentState) -> Any:
+    """A graph running `nodes` one after the other, then END."""
+    graph: StateGraph[Any] = StateGraph(state_cls)
+    for name, fn in nodes:
+        graph.add_node(name, fn)
+    graph.set_entry_point(nodes[0][0])
+    for (a, _), (b, _) in itertools.pairwise(nodes):
+        graph.add_edge(a, b)
+    graph.add_edge(nodes[-1][0], END)
+    return graph

@@ -47,6 +47,8 @@ from projections import (
     replay,
 )
 
+from .helpers import line
+
 CFG = {"thread_id": "t1"}
 WAIT = 2.0  # seconds a test waits for something that should happen at once
 
@@ -121,18 +123,6 @@ async def check_replay(
         assert returned == replayed
     assert (await app.store.verify(thread_id)).ok
     return replayed
-
-
-def line(*nodes: tuple[str, Callable[..., Any]], state_cls: type[AgentState] = AgentState) -> Any:
-    """A graph running `nodes` one after the other, then END."""
-    graph: StateGraph[Any] = StateGraph(state_cls)
-    for name, fn in nodes:
-        graph.add_node(name, fn)
-    graph.set_entry_point(nodes[0][0])
-    for (a, _), (b, _) in itertools.pairwise(nodes):
-        graph.add_edge(a, b)
-    graph.add_edge(nodes[-1][0], END)
-    return graph
 
 
 def replying(text: str, calls: list[str] | None = None) -> Callable[..., Any]:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import Callable
 from typing import Annotated, Any
 
 import pytest
 
-from actors import END, Command, GraphError, NodeError, StateGraph, ToolNode, interrupt
+from actors import Command, GraphError, NodeError, ToolNode, interrupt
 from events import EventStore, MemoryEventStore, Resumed
 from projections import (
     AgentState,
@@ -19,6 +18,8 @@ from projections import (
     ToolCallBlock,
     replay,
 )
+
+from .helpers import line
 
 CFG = {"thread_id": "t1"}
 
@@ -30,17 +31,6 @@ def user(text: str) -> Message:
 def asks(*calls: tuple[str, str, dict[str, Any]]) -> Message:
     blocks = [ToolCallBlock(id=c, name=n, args=a) for c, n, a in calls]
     return Message(role="assistant", content=blocks)  # type: ignore[arg-type]
-
-
-def line(*nodes: tuple[str, Any], state_cls: type[AgentState] = AgentState) -> StateGraph[Any]:
-    graph: StateGraph[Any] = StateGraph(state_cls)
-    for name, fn in nodes:
-        graph.add_node(name, fn)
-    graph.set_entry_point(nodes[0][0])
-    for (a, _), (b, _) in itertools.pairwise(nodes):
-        graph.add_edge(a, b)
-    graph.add_edge(nodes[-1][0], END)
-    return graph
 
 
 async def kinds(store: EventStore) -> list[str]:
