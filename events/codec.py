@@ -1,8 +1,10 @@
 """Encoding of events: MessagePack at rest, JSON for export, a SHA-256 chain per thread.
 
-A stored row is `(thread_id, seq, run_id, actor, at, kind, version, payload, hash)`. The
-hash covers the previous record's hash, the envelope and the payload bytes exactly as
-stored, so any altered byte, dropped record or swapped pair breaks the chain.
+A stored row is `(thread_id, seq, run_id, actor, at, kind, version, payload, hash,
+position)`. The hash is SHA-256 over the previous record's hash, the envelope
+`[thread_id, seq, run_id, actor, at, kind, version, position]` as compact JSON, and the
+payload bytes exactly as stored, so any altered byte, dropped record or swapped pair
+breaks the chain.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ GENESIS_HASH = bytes(32)
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
 _encoder = msgspec.msgpack.Encoder()
-_header_encoder = msgspec.msgpack.Encoder()
+_header_encoder = msgspec.json.Encoder()
 _decoders = {kind: msgspec.msgpack.Decoder(cls) for kind, cls in KINDS.items()}
 _raw_decoder = msgspec.msgpack.Decoder(dict[str, Any])
 _upcasters: dict[tuple[str, int], Upcaster] = {}
@@ -62,10 +64,18 @@ def unregister_upcaster(kind: str, from_version: int) -> None:
     _upcasters.pop((kind, from_version), None)
 
 
+def envelope_bytes(row_head: tuple[Any, ...]) -> bytes:
+    """The canonical bytes of an envelope: compact JSON of its fields, UTF-8.
+
+    JSON, so that anyone can rebuild them from an export with a standard library alone.
+    """
+    return _header_encoder.encode(row_head)
+
+
 def chain_hash(prev: bytes, row_head: tuple[Any, ...], payload: bytes) -> bytes:
     """SHA-256 over the previous hash, the canonical envelope and the payload bytes."""
     h = _sha256(prev)
-    h.update(_header_encoder.encode(row_head))
+    h.update(envelope_bytes(row_head))
     h.update(payload)
     return h.digest()
 
