@@ -64,6 +64,9 @@ class MemoryEventStore(BaseEventStore):
         self._check_open()
         return list(self._threads)
 
+    async def _seqs_of_kind(self, thread_id: str, kind: str) -> list[int]:
+        return [row.seq for row in self._threads.get(thread_id, []) if row.kind == kind]
+
     async def save_snapshot(self, snapshot: Snapshot) -> None:
         self._check_open()
         stored = (snapshot.state_type, snapshot.at, encode_state(snapshot.state))

@@ -57,6 +57,7 @@ CREATE TABLE threads (
     created_at REAL    NOT NULL,
     updated_at REAL    NOT NULL
 );
+CREATE INDEX events_steps ON events (thread_id, seq) WHERE kind = 'step_advanced';
 CREATE TABLE snapshots (
     thread_id  TEXT    NOT NULL,
     seq        INTEGER NOT NULL,
@@ -349,6 +350,9 @@ class SQLiteEventStore(BaseEventStore):
         self._check_open()
         return await self._read(_fetch_threads)
 
+    async def _seqs_of_kind(self, thread_id: str, kind: str) -> list[int]:
+        return await self._read(_fetch_seqs_of_kind, thread_id, kind)
+
     async def save_snapshot(self, snapshot: Snapshot) -> None:
         self._check_open()
         await self.open()
@@ -491,6 +495,13 @@ def _fetch_head(conn: sqlite3.Connection, thread_id: str) -> tuple[int, bytes] |
         "SELECT last_seq, last_hash FROM threads WHERE thread_id = ?", (thread_id,)
     ).fetchone()
     return None if row is None else (row[0], row[1])
+
+
+def _fetch_seqs_of_kind(conn: sqlite3.Connection, thread_id: str, kind: str) -> list[int]:
+    # `kind` is one of KINDS (checked by the caller), so it can be a literal, which lets
+    # SQLite use the partial index of step_advanced records.
+    sql = f"SELECT seq FROM events WHERE thread_id = ? AND kind = '{kind}' ORDER BY seq"
+    return [r[0] for r in conn.execute(sql, (thread_id,))]
 
 
 def _fetch_threads(conn: sqlite3.Connection) -> list[str]:

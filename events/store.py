@@ -13,8 +13,13 @@ from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
 from .codec import GENESIS_HASH, Encoded, Row, chain_hash, decode_row, encode_payloads
-from .errors import InvalidAppendError, StoreClosedError, ThreadNotFoundError
-from .kinds import Event
+from .errors import (
+    InvalidAppendError,
+    StoreClosedError,
+    ThreadNotFoundError,
+    UnknownEventKindError,
+)
+from .kinds import KINDS, Event
 from .record import EventRecord, Snapshot, VerifyReport
 
 READ_CHUNK = 2048
@@ -53,6 +58,10 @@ class EventStore(Protocol):
 
     async def threads(self) -> list[str]:
         """Every thread id, in order of creation."""
+        ...
+
+    async def seqs_of_kind(self, thread_id: str, kind: str) -> list[int]:
+        """The seqs of the thread's records of one kind, in order (an index for time travel)."""
         ...
 
     async def save_snapshot(self, snapshot: Snapshot) -> None:
@@ -132,6 +141,10 @@ class BaseEventStore(ABC):
         """Up to `limit` rows with `position > from_position`, in position order."""
 
     @abstractmethod
+    async def _seqs_of_kind(self, thread_id: str, kind: str) -> list[int]:
+        """Seqs of the thread's records of `kind` (a known kind), in order."""
+
+    @abstractmethod
     async def _head(self, thread_id: str) -> tuple[int, bytes] | None:
         """The thread's recorded (last_seq, last_hash), or None when it does not exist."""
 
@@ -195,6 +208,15 @@ class BaseEventStore(ABC):
             for row in chunk:
                 yield decode_row(row)
             position = chunk[-1].position
+
+    async def seqs_of_kind(self, thread_id: str, kind: str) -> list[int]:
+        """The seqs of the thread's records of `kind`, in order; a missing thread raises."""
+        self._check_open()
+        if kind not in KINDS:
+            raise UnknownEventKindError(kind)
+        if await self._head(check_thread_id(thread_id)) is None:
+            raise ThreadNotFoundError(thread_id)
+        return await self._seqs_of_kind(thread_id, kind)
 
     async def last_seq(self, thread_id: str) -> int:
         """The thread's last seq; 0 when it has none yet."""

@@ -23,6 +23,7 @@ from events import (
     StepAdvanced,
     StoreClosedError,
     ThreadNotFoundError,
+    UnknownEventKindError,
 )
 
 from .helpers import step_events, text_event
@@ -187,6 +188,19 @@ class StoreConformance:
     ) -> None:
         await store.append("t", step_events(1), expected_seq=0)
         assert len([r async for r in store.read_all(-5)]) == 3
+
+    async def test_seqs_of_kind_index_the_thread(self, store: EventStore) -> None:
+        await store.append("t", step_events(1), expected_seq=0)
+        await store.append("t", [NodeEntered(node="x")], expected_seq=3)
+        await store.append("t", step_events(2), expected_seq=4)
+        await store.append("u", step_events(1), expected_seq=0)
+        assert await store.seqs_of_kind("t", "step_advanced") == [3, 7]
+        assert await store.seqs_of_kind("t", "node_entered") == [1, 4, 5]
+        assert await store.seqs_of_kind("t", "run_completed") == []
+        with pytest.raises(UnknownEventKindError):
+            await store.seqs_of_kind("t", "nope")
+        with pytest.raises(ThreadNotFoundError):
+            await store.seqs_of_kind("missing", "step_advanced")
 
     async def test_missing_thread_is_a_typed_error(self, store: EventStore) -> None:
         assert await store.last_seq("nope") == 0
