@@ -12,10 +12,9 @@ from rich.console import Console
 from rich.table import Table
 
 from events import AgentlogError, EventRecord, SQLiteEventStore, VerifyReport
-from projections import AgentState, StreamChunk
+from projections import AgentState, StreamChunk, summarize
 
 from .demo import run_demo
-from .timeline import summarize
 
 app = typer.Typer(
     name="agentlog",

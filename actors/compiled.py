@@ -44,17 +44,26 @@ from projections import (
     END,
     START,
     AgentState,
+    EventRow,
     ExecutionStatus,
     Fold,
     IllegalTransitionError,
     Message,
+    StateDiff,
+    StepEntry,
     StopRequestStatus,
     StreamChunk,
     StreamEvent,
     decide,
+    diff,
+    event_history,
     fold_at,
+    fork,
     snapshot_of,
+    state_at_point,
+    state_history,
     to_builtins,
+    update_state,
 )
 from projections.fold import ENTERED_KEY, RESUME_KEY, copy_meta, uncommitted_record
 
@@ -157,10 +166,80 @@ class CompiledGraph(Generic[S]):
                     await task
             await stream.stop(drain=False)
 
-    async def aget_state(self, config: Mapping[str, Any]) -> S:
-        """The thread's state, replayed from the log (snapshot + tail)."""
-        fold = await self._load(_thread_of(config))
-        return fold.state
+    async def aget_state(
+        self,
+        config: Mapping[str, Any],
+        at_step: int | None = None,
+        at_seq: int | None = None,
+    ) -> S:
+        """The thread's state, now or at a past step or seq, read from the log."""
+        thread_id = _thread_of(config)
+        if at_step is None and at_seq is None:
+            fold = await self._load(thread_id)
+            return fold.state
+        return await state_at_point(
+            self.store, thread_id, self.graph.state_cls, at_step=at_step, at_seq=at_seq
+        )
+
+    async def aget_state_history(self, config: Mapping[str, Any]) -> list[StepEntry]:
+        """One entry per step, oldest first (`await entry.state()` loads its state)."""
+        return await state_history(self.store, _thread_of(config), self.graph.state_cls)
+
+    async def ahistory(
+        self, config: Mapping[str, Any], kinds: Sequence[str] | None = None
+    ) -> list[EventRow]:
+        """One row per event of the thread: seq, time, kind, actor, node and a summary."""
+        return await event_history(self.store, _thread_of(config), kinds)
+
+    async def adiff(
+        self, config: Mapping[str, Any], a: int, b: int, *, by: str = "step"
+    ) -> StateDiff:
+        """What changed between two points (steps, or seqs with by="seq")."""
+        return await diff(
+            self.store, _thread_of(config), a, b, by=by, state_cls=self.graph.state_cls
+        )
+
+    async def afork(
+        self,
+        config: Mapping[str, Any],
+        *,
+        at_step: int | None = None,
+        at_seq: int | None = None,
+        new_thread_id: str | None = None,
+    ) -> str:
+        """Branch the thread at a past point into a new thread; return the new thread id."""
+        return await fork(
+            self.store,
+            _thread_of(config),
+            at_step=at_step,
+            at_seq=at_seq,
+            new_thread_id=new_thread_id,
+            state_cls=self.graph.state_cls,
+        )
+
+    async def aupdate_state(
+        self,
+        config: Mapping[str, Any],
+        values: Mapping[str, Any],
+        as_node: str | None = None,
+        actor: str = "user",
+        reason: str | None = None,
+    ) -> list[EventRecord]:
+        """A human edit of the thread's state, recorded as who changed what and why."""
+        thread_id = _thread_of(config)
+        if thread_id in _busy_threads(self.store):
+            raise ThreadBusyError(f"thread {thread_id!r} is running: edit it once it pauses")
+        if as_node is not None and as_node not in self.graph.nodes:
+            raise GraphError(f"as_node={as_node!r} is not a node of the graph")
+        return await update_state(
+            self.store,
+            thread_id,
+            values,
+            as_node=as_node,
+            actor=actor,
+            reason=reason,
+            state_cls=self.graph.state_cls,
+        )
 
     async def astop(self, config: Mapping[str, Any]) -> None:
         """Ask the thread's run to stop at the next node boundary; recorded at once."""
@@ -201,10 +280,27 @@ class CompiledGraph(Generic[S]):
         portal = self._get_portal()
         yield from portal.iterate(self.astream(input, config))
 
-    def get_state(self, config: Mapping[str, Any]) -> S:
+    def get_state(
+        self, config: Mapping[str, Any], at_step: int | None = None, at_seq: int | None = None
+    ) -> S:
         """Blocking `aget_state`."""
-        state: S = self._blocking(self.aget_state(config))
+        state: S = self._blocking(self.aget_state(config, at_step, at_seq))
         return state
+
+    def get_state_history(self, config: Mapping[str, Any]) -> list[StepEntry]:
+        """Blocking `aget_state_history`."""
+        entries: list[StepEntry] = self._blocking(self.aget_state_history(config))
+        return entries
+
+    def fork(self, config: Mapping[str, Any], **point: Any) -> str:
+        """Blocking `afork`."""
+        return str(self._blocking(self.afork(config, **point)))
+
+    def update_state(
+        self, config: Mapping[str, Any], values: Mapping[str, Any], **how: Any
+    ) -> None:
+        """Blocking `aupdate_state`."""
+        self._blocking(self.aupdate_state(config, values, **how))
 
     def stop(self, config: Mapping[str, Any]) -> None:
         """Blocking `astop`."""
@@ -393,8 +489,13 @@ class CompiledGraph(Generic[S]):
                     RunNode(self._view(run.fold.state), run.config, context, resume)
                 )
             except GraphInterrupt as signal:
-                event = InterruptRaised(node=node, reason=str(signal.reason), when="before",
-                                        data=to_builtins(signal.data), by_node=True)  # fmt: skip
+                event = InterruptRaised(
+                    node=node,
+                    reason=str(signal.reason),
+                    when="before",
+                    data=to_builtins(signal.data),
+                    by_node=True,
+                )
                 await self._commit(run, [event], actor=node)
                 return
             events, goto = output_events(node, output, run.fold.state)

@@ -36,6 +36,20 @@ from .reducers import (
 )
 from .state import END, START, AgentState, ExecutionState, ExecutionStatus, StopRequestStatus
 from .stream import StreamChunk, StreamEvent
+from .timetravel import (
+    EventRow,
+    StateDiff,
+    StepEntry,
+    diff,
+    event_history,
+    fork,
+    point_seq,
+    state_at_point,
+    state_history,
+    step_seq,
+    summarize,
+    update_state,
+)
 from .views import PointOutOfRangeError, fold_at, snapshot_of, state_at, take_snapshot
 
 __all__ = [
@@ -50,6 +64,7 @@ __all__ = [
     "DataBlock",
     "DocumentBlock",
     "ErrorBlock",
+    "EventRow",
     "ExecutionState",
     "ExecutionStatus",
     "Fold",
@@ -63,6 +78,8 @@ __all__ = [
     "ProjectionError",
     "ReasoningBlock",
     "RemoteToolCallBlock",
+    "StateDiff",
+    "StepEntry",
     "StopRequestStatus",
     "StreamChunk",
     "StreamEvent",
@@ -75,18 +92,27 @@ __all__ = [
     "append_items",
     "apply",
     "decide",
+    "diff",
+    "event_history",
     "fold_at",
+    "fork",
     "generate_id",
     "message_appended",
     "messages_appended",
     "messages_replaced",
+    "point_seq",
     "remove_tool_messages",
     "replace_messages",
     "replace_value",
     "replay",
     "snapshot_of",
     "state_at",
+    "state_at_point",
+    "state_history",
     "state_updated",
+    "step_seq",
+    "summarize",
     "take_snapshot",
     "to_builtins",
+    "update_state",
 ]
