@@ -3,6 +3,7 @@
 This package knows nothing of agents: it stores and chains events, and reads them back.
 """
 
+from .audit import Head, export_jsonl, head, verify_store, verify_thread
 from .codec import GENESIS_HASH, register_upcaster, unregister_upcaster
 from .errors import (
     AgentlogError,
@@ -61,6 +62,7 @@ __all__ = [
     "EventRecord",
     "EventStore",
     "Forked",
+    "Head",
     "InterruptRaised",
     "InvalidAppendError",
     "MemoryEventStore",
@@ -87,7 +89,11 @@ __all__ = [
     "ToolCallStarted",
     "UnknownEventKindError",
     "VerifyReport",
+    "export_jsonl",
+    "head",
     "kind_of",
     "register_upcaster",
     "unregister_upcaster",
+    "verify_store",
+    "verify_thread",
 ]

@@ -6,6 +6,7 @@ decoding and hash-chain verification live here, once, so every store behaves ali
 
 from __future__ import annotations
 
+import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -174,9 +175,10 @@ class BaseEventStore(ABC):
             if value is not None:
                 _check_text(name, value)
         encoded = encode_payloads(thread_id, events)
-        return await self._commit(
-            thread_id, events, encoded, expected_seq, run_id, actor, float(self._clock())
-        )
+        at = float(self._clock()) + 0.0  # + 0.0 turns -0.0 into 0.0, as the database would
+        if not math.isfinite(at):
+            raise InvalidAppendError(f"the store's clock returned {at!r}, not a finite time")
+        return await self._commit(thread_id, events, encoded, expected_seq, run_id, actor, at)
 
     async def read(
         self, thread_id: str, from_seq: int = 1, to_seq: int | None = None

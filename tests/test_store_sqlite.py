@@ -86,3 +86,19 @@ async def test_close_during_the_first_open_leaves_nothing_running(tmp_path: Path
     with pytest.raises(StoreClosedError):
         await append
     assert store._writer is None and store._reader is None
+
+
+@pytest.mark.parametrize("reading", [-0.0, float("nan"), float("inf")])
+async def test_odd_clock_readings_never_store_an_unverifiable_record(
+    tmp_path: Path, reading: float
+) -> None:
+    from events import InvalidAppendError
+
+    async with SQLiteEventStore(tmp_path / "clock.db", clock=lambda: reading) as store:
+        if reading == 0.0:
+            await store.append("t", step_events(1), expected_seq=0)
+            assert (await store.verify("t")).ok
+        else:
+            with pytest.raises(InvalidAppendError, match="clock"):
+                await store.append("t", step_events(1), expected_seq=0)
+            assert await store.last_seq("t") == 0
