@@ -16,7 +16,7 @@ from events.kinds import Event
 
 from .edge import messages_appended, state_updated
 from .errors import IllegalTransitionError
-from .fold import AWAITING_KEY, ENTERED_KEY, RESUME_KEY, TOOL_CALLS_KEY, decide
+from .fold import ENTERED_KEY, RESUME_KEY, TOOL_CALLS_KEY, decide
 from .messages import Message
 from .state import AgentState
 from .views import PointOutOfRangeError, fold_at, state_at
@@ -32,29 +32,31 @@ _STATUS_AFTER = {
 
 
 async def step_seq(store: EventStore, thread_id: str, step: int) -> int:
-    """The seq after which the thread stood at `step` (its step_advanced record)."""
+    """The seq after which the thread stood at `step` (its step_advanced record).
+
+    The step a thread starts from (0, or the source's step for a fork) names the state
+    before its first node ran.
+    """
     seqs = await store.seqs_of_kind(thread_id, "step_advanced")
-    if not seqs:
-        if step == 0:
-            return await store.last_seq(thread_id)
-        raise PointOutOfRangeError(f"thread {thread_id!r} has taken no step yet; step {step}?")
-    first_step = await _step_number(store, thread_id, seqs[0])
-    index = step - first_step
-    if index == -1:  # the state before the first step: just before its node was entered
+    base = await _base_step(store, thread_id)
+    if step == base:
         entered = await store.seqs_of_kind(thread_id, "node_entered")
-        return (entered[0] if entered else seqs[0]) - 1
+        return entered[0] - 1 if entered else await store.last_seq(thread_id)
+    index = step - base - 1
     if not 0 <= index < len(seqs):
         raise PointOutOfRangeError(
-            f"thread {thread_id!r} has steps {first_step - 1} to {first_step + len(seqs) - 1}; "
+            f"thread {thread_id!r} has steps {base} to {base + len(seqs)}; "
             f"step {step} does not exist"
         )
     return seqs[index]
 
 
-async def _step_number(store: EventStore, thread_id: str, seq: int) -> int:
-    async for record in store.read(thread_id, seq, seq):
-        return int(record.event.step)  # type: ignore[union-attr]
-    raise PointOutOfRangeError(f"thread {thread_id!r} has no record {seq}")
+async def _base_step(store: EventStore, thread_id: str) -> int:
+    """The step the thread started from: 0, or its source's step when it is a fork."""
+    async for record in store.read(thread_id, 1, 1):
+        if isinstance(record.event, Forked):
+            return int(record.event.state.get("execution_meta", {}).get("step", 0))
+    return 0
 
 
 async def point_seq(
@@ -304,7 +306,7 @@ async def fork(
     fold = await fold_at(store, thread_id, seq, state_cls)
     state = fold.state.model_copy(deep=True)
     internal = state.execution_meta.internal_data
-    for key in (ENTERED_KEY, RESUME_KEY, AWAITING_KEY, TOOL_CALLS_KEY, "run_id"):
+    for key in (ENTERED_KEY, RESUME_KEY, TOOL_CALLS_KEY, "run_id"):
         internal.pop(key, None)  # a step in flight starts over on the fork
     new_id = new_thread_id or f"{thread_id}-fork-{uuid.uuid4().hex[:8]}"
     if await store.last_seq(new_id):
