@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/append.py
 	$(BIN)/python bench/replay.py
 	$(BIN)/python bench/steps.py
+	$(BIN)/python bench/timetravel.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache agentlog.db*
