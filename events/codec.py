@@ -166,8 +166,8 @@ def decode_event(thread_id: str, seq: int, kind: str, version: int, payload: byt
         raise CorruptRecordError(thread_id, seq, f"{kind} payload: {exc}") from exc
 
 
-def decode_row(row: Row) -> EventRecord:
-    """Build the public record from a stored row."""
+def record_of(row: Row, event: Event) -> EventRecord:
+    """The public record of a stored row carrying `event`."""
     return EventRecord(
         thread_id=row.thread_id,
         seq=row.seq,
@@ -177,9 +177,14 @@ def decode_row(row: Row) -> EventRecord:
         at=row.at,
         kind=row.kind,
         version=row.version,
-        event=decode_event(row.thread_id, row.seq, row.kind, row.version, row.payload),
+        event=event,
         hash=row.hash.hex(),
     )
+
+
+def decode_row(row: Row) -> EventRecord:
+    """Build the public record from a stored row."""
+    return record_of(row, decode_event(row.thread_id, row.seq, row.kind, row.version, row.payload))
 
 
 def encode_json(obj: Any) -> bytes:

@@ -13,7 +13,15 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
-from .codec import GENESIS_HASH, Encoded, Row, chain_hash, decode_row, encode_payloads
+from .codec import (
+    GENESIS_HASH,
+    Encoded,
+    Row,
+    chain_hash,
+    decode_row,
+    encode_payloads,
+    record_of,
+)
 from .errors import (
     InvalidAppendError,
     StoreClosedError,
@@ -288,19 +296,5 @@ class BaseEventStore(ABC):
 
     @staticmethod
     def _records(rows: Sequence[Row], encoded: Sequence[Encoded]) -> list[EventRecord]:
-        """Records of rows just written, reusing the caller's event objects."""
-        return [
-            EventRecord(
-                thread_id=row.thread_id,
-                seq=row.seq,
-                position=row.position,
-                run_id=row.run_id,
-                actor=row.actor,
-                at=row.at,
-                kind=row.kind,
-                version=row.version,
-                event=enc.event,
-                hash=row.hash.hex(),
-            )
-            for row, enc in zip(rows, encoded, strict=True)
-        ]
+        """Records of rows just written, with the events as readers will decode them."""
+        return [record_of(row, enc.event) for row, enc in zip(rows, encoded, strict=True)]
