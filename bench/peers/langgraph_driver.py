@@ -1,0 +1,504 @@
+"""Benchmark driver for LangGraph, a peer of agentlog (run with the langgraph venv's python).
+
+    python langgraph_driver.py --workload W --n N --db PATH [--durability sync|async]
+        [--threads T] [--side-effects FILE] [--thread-id ID]
+
+Prints ONE JSON line on stdout (crash-run also prints "ready" first); progress goes to stderr.
+It does not import agentlog: everything here is plain, idiomatic LangGraph:
+
+* state: ``TypedDict`` with ``messages: Annotated[list, add_messages]`` and a ``step`` counter;
+* an ``agent`` node (scripted, deterministic, no I/O) that appends one ~150-char AIMessage,
+  every other one carrying one tool call to ``ping``;
+* a plain ``tools`` node that runs ``ping`` and appends a ToolMessage;
+* routing: agent -> tools if the last message has tool calls, else agent again; END once
+  ``step`` (node executions) reaches N; ``recursion_limit = N + 10``;
+* the SQLite checkpointer (``SqliteSaver`` on ``sqlite3.connect(path,
+  check_same_thread=False)``, or ``AsyncSqliteSaver`` for the asyncio workloads), written
+  after every superstep per ``durability="sync"|"async"``.
+
+Workloads ``loop``, ``concurrency``, ``concurrent`` and ``crash-run`` start from a fresh
+database (they delete PATH, PATH-wal and PATH-shm); ``load``, ``history`` and ``resume`` open
+the existing one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import platform
+import sqlite3
+import statistics
+import sys
+import threading
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+
+_START = time.perf_counter()
+_FILLER = (
+    "The agent considers the task, weighs the evidence gathered so far and writes down "
+    "its next thought in a sentence long enough to look like real model output. "
+) * 2
+
+
+def log(message: str) -> None:
+    print(f"[{time.perf_counter() - _START:7.2f}s] {message}", file=sys.stderr, flush=True)
+
+
+def emit(result: dict[str, Any]) -> None:
+    print(json.dumps(result), flush=True)
+
+
+def versions() -> dict[str, str]:
+    out = {}
+    for pkg in (
+        "langgraph",
+        "langgraph-checkpoint",
+        "langgraph-checkpoint-sqlite",
+        "langchain-core",
+    ):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "?"
+    return out
+
+
+def base_result(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "system": "langgraph",
+        "version": versions(),
+        "python": platform.python_version(),
+        "workload": args.workload,
+        "n": args.n,
+        "durability": args.durability,
+    }
+
+
+def fresh_db(path: str) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(path + suffix).unlink(missing_ok=True)
+
+
+def db_bytes(path: str) -> int:
+    return sum(Path(path + s).stat().st_size for s in ("", "-wal") if Path(path + s).exists())
+
+
+def config_for(thread_id: str, n: int) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread_id}, "recursion_limit": n + 10}
+
+
+# --------------------------------------------------------------------------- the graph
+
+
+class State(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+    step: int
+
+
+def ping(x: int) -> str:
+    """The tool: deterministic, no I/O."""
+    return f"pong {x}"
+
+
+def build_graph(
+    n: int,
+    *,
+    marks: list[float] | None = None,
+    side_effects: str | None = None,
+    ready: bool = False,
+    use_async: bool = False,
+) -> StateGraph:
+    """The scripted agent loop. `marks` gets a perf_counter stamp at every node entry."""
+    announced = [not ready]
+
+    def on_entry() -> None:
+        if marks is not None:
+            marks.append(time.perf_counter())
+        if not announced[0]:
+            announced[0] = True
+            print("ready", flush=True)
+
+    def agent(state: State) -> dict[str, Any]:
+        on_entry()
+        step = state.get("step", 0) + 1
+        messages = state["messages"]
+        # Every other agent message carries a tool call: call unless we just got a result.
+        call = not (messages and isinstance(messages[-1], ToolMessage))
+        content = f"Step {step}: {_FILLER}"[:150]
+        if call:
+            msg = AIMessage(
+                content=content,
+                tool_calls=[{"id": f"call_{step}", "name": "ping", "args": {"x": step}}],
+            )
+        else:
+            msg = AIMessage(content=content)
+        return {"messages": [msg], "step": step}
+
+    def tools(state: State) -> dict[str, Any]:
+        on_entry()
+        step = state.get("step", 0) + 1
+        last = state["messages"][-1]
+        out = []
+        for tc in last.tool_calls:
+            if side_effects is not None:
+                with open(side_effects, "a") as f:
+                    f.write(f"{tc['id']}\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+            result = ping(**tc["args"])
+            out.append(ToolMessage(content=result, tool_call_id=tc["id"], name=tc["name"]))
+        return {"messages": out, "step": step}
+
+    async def aagent(state: State) -> dict[str, Any]:
+        return agent(state)
+
+    async def atools(state: State) -> dict[str, Any]:
+        return tools(state)
+
+    def after_agent(state: State) -> str:
+        if state["step"] >= n:
+            return END
+        last = state["messages"][-1]
+        return "tools" if getattr(last, "tool_calls", None) else "agent"
+
+    def after_tools(state: State) -> str:
+        return END if state["step"] >= n else "agent"
+
+    builder = StateGraph(State)
+    builder.add_node("agent", aagent if use_async else agent)
+    builder.add_node("tools", atools if use_async else tools)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", after_agent, ["agent", "tools", END])
+    builder.add_conditional_edges("tools", after_tools, ["agent", END])
+    return builder
+
+
+def first_input() -> dict[str, Any]:
+    return {"messages": [HumanMessage(content="Please run the benchmark task.")], "step": 0}
+
+
+def open_saver(path: str) -> tuple[sqlite3.Connection, SqliteSaver]:
+    conn = sqlite3.connect(path, check_same_thread=False)
+    return conn, SqliteSaver(conn)
+
+
+# --------------------------------------------------------------------------- workloads
+
+
+def w_loop(args: argparse.Namespace) -> dict[str, Any]:
+    n = args.n
+    fresh_db(args.db)
+    conn, saver = open_saver(args.db)
+    saver.setup()  # idempotent; would otherwise run lazily inside the first checkpoint write
+    marks: list[float] = []
+    graph = build_graph(n, marks=marks).compile(checkpointer=saver)
+    config = config_for(args.thread_id, n)
+    log(f"loop: n={n} durability={args.durability}")
+    t0 = time.perf_counter()
+    final = graph.invoke(first_input(), config, durability=args.durability)
+    t1 = time.perf_counter()
+    state = graph.get_state(config)  # after invoke returns, async writes are flushed
+    conn.close()
+    steps = final["step"]
+    durations = [b - a for a, b in itertools.pairwise(marks)] + [t1 - marks[-1]]
+    k = max(1, len(durations) // 10)
+    first10 = statistics.median(durations[:k])
+    last10 = statistics.median(durations[-k:])
+    size = db_bytes(args.db)
+    log(f"loop: {steps} steps in {t1 - t0:.3f}s")
+    return {
+        **base_result(args),
+        "steps": steps,
+        "messages": len(state.values["messages"]),
+        "seconds": round(t1 - t0, 4),
+        "steps_per_s": round(steps / (t1 - t0), 1),
+        "first10_ms": round(first10 * 1000, 3),
+        "last10_ms": round(last10 * 1000, 3),
+        "ratio_last_first": round(last10 / first10, 3) if first10 else None,
+        "db_bytes": size,
+        "bytes_per_step": round(size / steps, 1),
+    }
+
+
+def w_load(args: argparse.Namespace) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    conn, saver = open_saver(args.db)
+    saver.setup()
+    graph = build_graph(args.n).compile(checkpointer=saver)
+    t1 = time.perf_counter()
+    state = graph.get_state(config_for(args.thread_id, args.n))
+    t2 = time.perf_counter()
+    messages = len(state.values.get("messages", []))
+    conn.close()
+    return {
+        **base_result(args),
+        "load_ms": round((t2 - t1) * 1000, 3),
+        "open_ms": round((t1 - t0) * 1000, 3),
+        "messages": messages,
+        "step": state.values.get("step"),
+    }
+
+
+def w_history(args: argparse.Namespace) -> dict[str, Any]:
+    conn, saver = open_saver(args.db)
+    saver.setup()
+    graph = build_graph(args.n).compile(checkpointer=saver)
+    config = config_for(args.thread_id, args.n)
+    t0 = time.perf_counter()
+    history = list(graph.get_state_history(config))
+    t1 = time.perf_counter()
+    # Find the checkpoint written right after node execution number N/2 (untimed).
+    half = args.n // 2
+    target = next((s for s in history if s.values.get("step") == half), None)
+    result: dict[str, Any] = {
+        **base_result(args),
+        "history_ms": round((t1 - t0) * 1000, 3),
+        "states": len(history),
+    }
+    if target is not None:
+        cid = target.config["configurable"]["checkpoint_id"]
+        at = {"configurable": {"thread_id": args.thread_id, "checkpoint_id": cid}}
+        t2 = time.perf_counter()
+        snap = graph.get_state(at)
+        t3 = time.perf_counter()
+        result["state_at_half_ms"] = round((t3 - t2) * 1000, 3)
+        result["half_step"] = snap.values.get("step")
+        result["half_messages"] = len(snap.values.get("messages", []))
+    else:
+        result["state_at_half_ms"] = None
+    conn.close()
+    return result
+
+
+def w_concurrency(args: argparse.Namespace) -> dict[str, Any]:
+    n = args.n
+    threads = args.threads
+    fresh_db(args.db)
+
+    async def run() -> tuple[int, float]:
+        async with AsyncSqliteSaver.from_conn_string(args.db) as saver:
+            await saver.setup()
+            graph = build_graph(n, use_async=True).compile(checkpointer=saver)
+            configs = [config_for(f"t{i}", n) for i in range(threads)]
+            t0 = time.perf_counter()
+            finals = await asyncio.gather(
+                *(graph.ainvoke(first_input(), c, durability=args.durability) for c in configs)
+            )
+            t1 = time.perf_counter()
+            return sum(f["step"] for f in finals), t1 - t0
+
+    log(f"concurrency: threads={threads} n={n} durability={args.durability}")
+    completed, seconds = asyncio.run(run())
+    return {
+        **base_result(args),
+        "threads": threads,
+        "completed_steps": completed,
+        "seconds": round(seconds, 4),
+        "steps_per_s": round(completed / seconds, 1),
+        "db_bytes": db_bytes(args.db),
+    }
+
+
+def w_crash_run(args: argparse.Namespace) -> dict[str, Any]:
+    fresh_db(args.db)
+    conn, saver = open_saver(args.db)
+    saver.setup()
+    graph = build_graph(args.n, side_effects=args.side_effects, ready=True).compile(
+        checkpointer=saver
+    )
+    config = config_for(args.thread_id, args.n)
+    log(f"crash-run: n={args.n} thread={args.thread_id}")
+    final = graph.invoke(first_input(), config, durability=args.durability)
+    conn.close()
+    # Only reached if nobody killed us.
+    return {**base_result(args), "final_step": final["step"], "completed": True}
+
+
+def w_resume(args: argparse.Namespace) -> dict[str, Any]:
+    conn, saver = open_saver(args.db)
+    saver.setup()
+    graph = build_graph(args.n, side_effects=args.side_effects).compile(checkpointer=saver)
+    config = config_for(args.thread_id, args.n)
+    before = graph.get_state(config)
+    step_before = before.values.get("step")
+    log(f"resume: state at step {step_before}, next={before.next}")
+    t0 = time.perf_counter()
+    if not before.values:
+        # Killed before the first checkpoint: nothing to resume, start over.
+        graph.invoke(first_input(), config, durability=args.durability)
+    else:
+        # The idiomatic LangGraph resume: input None continues from the last checkpoint.
+        # Not gated on `before.next`: if the killed run had saved a finished task's writes
+        # but not the next checkpoint, get_state shows next=() although the run is unfinished
+        # (and invoke(None) on a finished thread runs nothing anyway).
+        graph.invoke(None, config, durability=args.durability)
+    t1 = time.perf_counter()
+    after = graph.get_state(config)
+    conn.close()
+    final_step = after.values.get("step", 0)
+    return {
+        **base_result(args),
+        "resumed_from_step": step_before,
+        "final_step": final_step,
+        "messages": len(after.values.get("messages", [])),
+        "completed": final_step >= args.n and not after.next,
+        "resume_ms": round((t1 - t0) * 1000, 3),
+    }
+
+
+def slow_graph(saver: SqliteSaver) -> Any:
+    """One node that sleeps 0.3 s, then replies to the last message."""
+
+    def slow(state: State) -> dict[str, Any]:
+        who = state["messages"][-1].content
+        time.sleep(0.3)
+        return {"messages": [AIMessage(content=f"reply to: {who}")], "step": state["step"] + 1}
+
+    builder = StateGraph(State)
+    builder.add_node("slow", slow)
+    builder.add_edge(START, "slow")
+    builder.add_edge("slow", END)
+    return builder.compile(checkpointer=saver)
+
+
+def concurrent_once(path: str, thread_id: str, durability: str, shared: bool) -> dict[str, Any]:
+    """Two invocations of one thread_id at once, from two Python threads.
+
+    `shared`: both go through one SqliteSaver (one connection); otherwise each has its own
+    connection and saver on the same file, standing for two processes.
+    """
+    fresh_db(path)
+    conns = []
+    graphs = []
+    for _ in range(1 if shared else 2):
+        conn, saver = open_saver(path)
+        saver.setup()
+        conns.append(conn)
+        graphs.append(slow_graph(saver))
+    if shared:
+        graphs.append(graphs[0])
+    config = {"configurable": {"thread_id": thread_id}}
+
+    # Seed the conversation so both runs start from the same existing checkpoint.
+    graphs[0].invoke({"messages": [HumanMessage(content="seed")], "step": 0}, config)
+    seeded = len(graphs[0].get_state(config).values["messages"])
+
+    barrier = threading.Barrier(2)
+    returned: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+
+    def run(name: str, graph: Any) -> None:
+        barrier.wait()
+        try:
+            out = graph.invoke(
+                {"messages": [HumanMessage(content=f"from {name}")]},
+                config,
+                durability=durability,
+            )
+            returned[name] = [m.content for m in out["messages"]]
+        except Exception as exc:  # report whatever happened
+            errors[name] = f"{type(exc).__name__}: {exc}"
+
+    workers = [
+        threading.Thread(target=run, args=(name, g))
+        for name, g in zip(("A", "B"), graphs, strict=True)
+    ]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+
+    final = graphs[0].get_state(config)
+    contents = [m.content for m in final.values["messages"]]
+    history = list(graphs[0].get_state_history(config))
+    children: dict[str, int] = {}
+    for snap in history:
+        if snap.parent_config is not None:
+            pid = snap.parent_config["configurable"]["checkpoint_id"]
+            children[pid] = children.get(pid, 0) + 1
+    forks = sum(1 for c in children.values() if c > 1)
+    for conn in conns:
+        conn.close()
+
+    expected = seeded + 4  # union: each run adds its human message and the reply
+    wanted = ("from A", "reply to: from A", "from B", "reply to: from B")
+    lost = [
+        c
+        for name, c in zip("AABB", wanted, strict=True)
+        if c not in contents and name not in errors
+    ]
+    if len(errors) == 2:
+        outcome = "both_failed"
+    elif errors:
+        outcome = "one_failed_loudly"
+    elif lost:
+        outcome = "both_succeeded_lost_update"
+    else:
+        outcome = "both_succeeded_merged"
+    detail = (
+        f"{'one shared SqliteSaver' if shared else 'two connections/savers on one file'}; "
+        f"the seeded thread had {seeded} messages, each run appends 2, so the union is "
+        f"{expected}; the latest checkpoint has {len(contents)}: {contents}; missing from "
+        f"it: {lost}; {len(history)} checkpoints in the history, {forks} of them with two "
+        f"children (a fork: both runs wrote a child of the same parent, and the thread's "
+        f"head is the one with the later checkpoint_id); what each invoke returned: {returned}"
+    )
+    return {
+        "outcome": outcome,
+        "error": "; ".join(f"{k}: {v}" for k, v in errors.items()) or None,
+        "messages_after": len(contents),
+        "messages_expected_union": expected,
+        "lost_messages": lost,
+        "forks": forks,
+        "detail": detail,
+    }
+
+
+def w_concurrent(args: argparse.Namespace) -> dict[str, Any]:
+    """Headline: two savers on one file (like two processes); also one shared saver."""
+    separate = concurrent_once(args.db, args.thread_id, args.durability, shared=False)
+    shared = concurrent_once(args.db, args.thread_id, args.durability, shared=True)
+    return {**base_result(args), **separate, "same_process": shared}
+
+
+WORKLOADS = {
+    "loop": w_loop,
+    "load": w_load,
+    "history": w_history,
+    "concurrency": w_concurrency,
+    "crash-run": w_crash_run,
+    "resume": w_resume,
+    "concurrent": w_concurrent,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", required=True, choices=sorted(WORKLOADS))
+    parser.add_argument("--n", type=int, default=None)
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--durability", choices=["sync", "async"], default="sync")
+    parser.add_argument("--threads", type=int, default=200)
+    parser.add_argument("--side-effects", default=None)
+    parser.add_argument("--thread-id", default="bench")
+    args = parser.parse_args()
+    if args.n is None:
+        args.n = 10 if args.workload == "concurrency" else 100
+    if args.n < 1:
+        parser.error("--n must be >= 1")
+    emit(WORKLOADS[args.workload](args))
+
+
+if __name__ == "__main__":
+    main()
