@@ -27,11 +27,13 @@ test: lint typecheck $(STAMP)
 demo: $(STAMP)
 	$(BIN)/agentlog demo --db agentlog.db
 
+# `make bench QUICK=1`: the smaller versions, one round of the side-by-side (< 5 minutes).
 bench: $(STAMP)
-	$(BIN)/python bench/append.py
-	$(BIN)/python bench/replay.py
-	$(BIN)/python bench/steps.py
-	$(BIN)/python bench/timetravel.py
+	$(BIN)/python bench/append.py $(if $(QUICK),--quick,)
+	$(BIN)/python bench/replay.py $(if $(QUICK),--quick,)
+	$(BIN)/python bench/steps.py $(if $(QUICK),--quick,)
+	$(BIN)/python bench/timetravel.py $(if $(QUICK),--quick,)
+	$(BIN)/python bench/compare.py $(if $(QUICK),--quick,)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache agentlog.db*

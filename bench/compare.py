@@ -1,0 +1,539 @@
+"""Side by side: agentlog against LangGraph and Agentflow, through one driver per system.
+
+Every system has a standalone driver in bench/peers/ run by its own venv's python (agentlog:
+.venv; peers: .bench-venvs/<name>, created here when missing) and printing one JSON line.
+Runs alternate between the systems (A B C A B C ...) on fresh temporary databases, medians
+are reported per system, and ratios agentlog / peer are taken per round and their median
+reported. A driver that is missing or fails shows up as such; it never stops the harness.
+
+Results go to bench/results/<benchmark>.json, and a summary table to stdout.
+
+Usage: .venv/bin/python bench/compare.py [--quick] [--rounds R] [--no-setup]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import select
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PEERS_DIR = [ROOT / "bench" / "peers"]  # --peers-dir replaces it
+VENVS = ROOT / ".bench-venvs"
+RESULTS = ROOT / "bench" / "results"
+START = time.perf_counter()
+
+PACKAGES = {
+    "langgraph": ["langgraph", "langgraph-checkpoint-sqlite", "aiosqlite"],
+    "agentflow": ["10xscale-agentflow"],
+}
+SIZES, QUICK_SIZES = (200, 1000), (200,)
+TIMEOUT = [300.0]  # seconds any one driver run may take (quick: 60); a hung driver is killed
+
+
+def log(message: str) -> None:
+    print(f"[{time.perf_counter() - START:7.2f}s] {message}", file=sys.stderr, flush=True)
+
+
+# ---- systems and their interpreters ---------------------------------------------------------
+
+
+@dataclass
+class Contender:
+    """One column of the tables: a system's driver, run with some fixed extra arguments."""
+
+    label: str
+    system: str
+    extra: list[str] = field(default_factory=list)
+    python: Path | None = None
+    problem: str | None = None  # why it cannot run (missing driver, failed setup)
+
+    @property
+    def driver(self) -> Path:
+        return PEERS_DIR[0] / f"{self.system}_driver.py"
+
+
+def _version_of(python: str) -> tuple[int, int] | None:
+    """The (major, minor) of an interpreter that really runs (pyenv shims may not)."""
+    try:
+        out = subprocess.run(
+            [python, "-c", "import sys; print(*sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    major, minor = out.stdout.split()
+    return int(major), int(minor)
+
+
+def newest_python() -> str | None:
+    """The newest python3.13 / python3.12 on the machine that actually runs."""
+    for minor in (13, 12):
+        name = f"python3.{minor}"
+        candidates = [shutil.which(name)]
+        pyenv = Path(os.environ.get("PYENV_ROOT", "/root/.pyenv")) / "versions"
+        if pyenv.is_dir():
+            candidates += [str(p) for p in sorted(pyenv.glob(f"3.{minor}*/bin/{name}"))[::-1]]
+        for candidate in candidates:
+            if candidate and _version_of(candidate) == (3, minor):
+                return candidate
+    return None
+
+
+def setup_venv(system: str, base_python: str | None) -> tuple[Path | None, str | None]:
+    """The venv python of a peer, creating the venv and installing its packages if missing."""
+    venv = VENVS / system
+    python = venv / "bin" / "python"
+    stamp = venv / ".installed"
+    wanted = " ".join(PACKAGES[system])
+    if python.exists() and stamp.exists() and stamp.read_text().strip() == wanted:
+        return python, None
+    if base_python is None:
+        return None, "no python3.12+ found for its venv"
+    log(f"setting up {venv} with {base_python}: pip install {wanted}")
+    try:
+        if not python.exists():
+            subprocess.run([base_python, "-m", "venv", str(venv)], check=True, timeout=300)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", "--upgrade", "pip"],
+            check=True,
+            timeout=600,
+        )
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", *PACKAGES[system]],
+            check=True,
+            timeout=900,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"venv setup failed: {exc}"
+    stamp.write_text(wanted + "\n")
+    return python, None
+
+
+def contenders(setup: bool) -> list[Contender]:
+    """agentlog, LangGraph (durability sync, and its default async), Agentflow."""
+    out = [
+        Contender("agentlog", "agentlog", python=ROOT / ".venv" / "bin" / "python"),
+        Contender("langgraph-sync", "langgraph", ["--durability", "sync"]),
+        Contender("langgraph-async", "langgraph", ["--durability", "async"]),
+        Contender("agentflow", "agentflow"),
+    ]
+    base: str | None = None
+    venvs: dict[str, tuple[Path | None, str | None]] = {}
+    for c in out:
+        if not c.driver.exists():
+            c.problem = "missing driver"
+            continue
+        if c.python is not None:
+            if not c.python.exists():
+                c.problem = f"missing {c.python}"
+            continue
+        if c.system not in venvs:
+            existing = VENVS / c.system / "bin" / "python"
+            if not setup and existing.exists():
+                venvs[c.system] = (existing, None)
+            elif not setup:
+                venvs[c.system] = (None, "no venv (--no-setup)")
+            else:
+                base = base or newest_python()
+                venvs[c.system] = setup_venv(c.system, base)
+        c.python, c.problem = venvs[c.system]
+    return out
+
+
+# ---- running a driver -----------------------------------------------------------------------
+
+
+def last_json(stdout: str) -> dict[str, Any] | None:
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def run(
+    c: Contender, workload: str, db: Path, timeout: float, *more: str
+) -> tuple[dict[str, Any] | None, str | None]:
+    """Run a driver once: its JSON result, or None and why not."""
+    if c.problem:
+        return None, c.problem
+    timeout = min(timeout, TIMEOUT[0])
+    cmd = [str(c.python), str(c.driver), "--workload", workload, "--db", str(db), *c.extra, *more]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout:.0f} s"
+    except OSError as exc:
+        return None, f"could not start: {exc}"
+    result = last_json(out.stdout)
+    if out.returncode != 0 or result is None:
+        tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        return None, f"failed (exit {out.returncode}): {tail[:200]}"
+    return result, None
+
+
+def fresh_db(directory: Path, c: Contender, what: str) -> Path:
+    path = Path(tempfile.mkdtemp(prefix=f"{c.label}-{what}-", dir=directory)) / "bench.sqlite"
+    return path
+
+
+def median_of(values: list[float]) -> float | None:
+    return round(statistics.median(values), 4) if values else None
+
+
+def summarize(
+    samples: dict[str, list[dict[str, Any]]], keys: list[str], errors: dict[str, list[str]]
+) -> dict[str, Any]:
+    """Medians per system and key, and median per-round ratios agentlog / peer."""
+    out: dict[str, Any] = {}
+    for label, runs in samples.items():
+        entry: dict[str, Any] = {"runs": len(runs), "errors": errors.get(label, [])}
+        for key in keys:
+            vals = [r[key] for r in runs if isinstance(r.get(key), int | float)]
+            entry[key] = median_of(vals)
+        if runs:
+            entry["version"] = runs[-1].get("version")
+            entry["python"] = runs[-1].get("python")
+            entry["last_result"] = runs[-1]
+        out[label] = entry
+    ours = samples.get("agentlog", [])
+    for label, runs in samples.items():
+        if label == "agentlog":
+            continue
+        ratios: dict[str, float | None] = {}
+        for key in keys:
+            per_round = [
+                a[key] / b[key]
+                for a, b in zip(ours, runs, strict=False)
+                if isinstance(a.get(key), int | float) and isinstance(b.get(key), int | float)
+                if b[key]
+            ]
+            ratios[key] = median_of(per_round)
+        out[label]["agentlog_over_this"] = ratios
+    return out
+
+
+def alternate(
+    cs: list[Contender],
+    rounds: int,
+    workload: str,
+    make_db: Any,
+    timeout: float,
+    *more: str,
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[str]]]:
+    """A B C A B C ... for `rounds` rounds; `make_db(c, round)` names each run's database."""
+    samples: dict[str, list[dict[str, Any]]] = {c.label: [] for c in cs}
+    errors: dict[str, list[str]] = {c.label: [] for c in cs}
+    for r in range(rounds):
+        for c in cs:
+            result, error = run(c, workload, make_db(c, r), timeout, *more)
+            if result is None:
+                errors[c.label].append(error or "failed")
+            else:
+                samples[c.label].append(result)
+        log(f"  {workload} {' '.join(more)} round {r + 1}/{rounds} done")
+    return samples, errors
+
+
+# ---- the benchmarks -------------------------------------------------------------------------
+
+
+LOOP_KEYS = ["steps_per_s", "first10_ms", "last10_ms", "ratio_last_first", "bytes_per_step"]
+
+
+def _loop_db(dbs: dict[str, Path], tmp: Path, n: int, c: Contender, r: int) -> Path:
+    """A fresh database for a loop run, remembered as the system's latest."""
+    dbs[c.label] = fresh_db(tmp, c, f"loop{n}")
+    return dbs[c.label]
+
+
+def _kept_db(dbs: dict[str, Path], c: Contender, r: int) -> Path:
+    return dbs[c.label]
+
+
+def bench_steps(cs: list[Contender], sizes: tuple[int, ...], rounds: int, tmp: Path) -> dict:
+    """loop, then load and history on each system's last loop database."""
+    loop: dict[str, Any] = {}
+    load: dict[str, Any] = {}
+    history: dict[str, Any] = {}
+    for n in sizes:
+        log(f"loop N={n}: {rounds} rounds")
+        dbs: dict[str, Path] = {}
+        loop_db = partial(_loop_db, dbs, tmp, n)
+        samples, errors = alternate(cs, rounds, "loop", loop_db, 600, "--n", str(n))
+        loop[str(n)] = summarize(samples, LOOP_KEYS, errors)
+        ok = [c for c in cs if samples[c.label]]  # load/history on the databases that exist
+        kept = partial(_kept_db, dbs)
+
+        failed = {c.label: [c.problem or "no loop database"] for c in cs if c not in ok}
+        s, e = alternate(ok, rounds, "load", kept, 300, "--n", str(n))
+        load[str(n)] = summarize(s, ["load_ms", "messages"], {**e, **failed})
+        s, e = alternate(ok, rounds, "history", kept, 300, "--n", str(n))
+        history[str(n)] = summarize(
+            s, ["history_ms", "states", "state_at_half_ms"], {**e, **failed}
+        )
+        for c in cs:
+            for table in (load, history):
+                table[str(n)].setdefault(c.label, {"runs": 0, "errors": failed.get(c.label, [])})
+    return {"loop": loop, "load": load, "history": history}
+
+
+def bench_concurrency(cs: list[Contender], rounds: int, tmp: Path, threads: int) -> dict:
+    log(f"concurrency: {threads} threads x 10 steps, {rounds} rounds")
+    samples, errors = alternate(
+        cs,
+        rounds,
+        "concurrency",
+        lambda c, r: fresh_db(tmp, c, "conc"),
+        600,
+        "--n",
+        "10",
+        "--threads",
+        str(threads),
+    )
+    return summarize(samples, ["completed_steps", "steps_per_s"], errors)
+
+
+def _crash_once(
+    c: Contender, n: int, tmp: Path, kill_after: float | None, timeout: float
+) -> dict[str, Any]:
+    """One crash-run (killed after `kill_after` s from "ready", or to the end), then resume."""
+    db = fresh_db(tmp, c, "crash")
+    effects = db.parent / "side-effects.txt"
+    effects.touch()
+    thread = "crash-thread"
+    cmd = [
+        str(c.python),
+        str(c.driver),
+        "--workload",
+        "crash-run",
+        "--n",
+        str(n),
+        "--db",
+        str(db),
+        "--side-effects",
+        str(effects),
+        "--thread-id",
+        thread,
+        *c.extra,
+    ]
+    out: dict[str, Any] = {}
+    with open(db.parent / "crash.stderr", "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+        try:
+            assert proc.stdout is not None
+            waiting = select.select([proc.stdout], [], [], timeout)[0]
+            line = proc.stdout.readline() if waiting else ""  # "ready" (or the end)
+            ready = time.perf_counter()
+            if line.strip() != "ready":
+                proc.kill()
+                proc.wait()
+                return {"error": f"no 'ready' line (got {line.strip()[:80]!r})"}
+            if kill_after is None:
+                try:
+                    proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    return {"error": f"timed out after {timeout:.0f} s"}
+                out["run_s"] = time.perf_counter() - ready
+            else:
+                time.sleep(kill_after)
+                out["finished_before_kill"] = proc.poll() is not None
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    before = effects.read_text().split()
+    out["side_effects_before_resume"] = len(before)
+    more = ["--n", str(n), "--side-effects", str(effects), "--thread-id", thread]
+    result, error = run(c, "resume", db, timeout, *more)
+    if result is None:
+        out["error"] = f"resume {error}"
+        return out
+    calls = effects.read_text().split()
+    out.update(
+        final_step=result.get("final_step"),
+        messages=result.get("messages"),
+        completed=result.get("completed"),
+        tool_calls=len(calls),
+        duplicate_calls=sorted({x for x in calls if calls.count(x) > 1}),
+    )
+    return out
+
+
+def bench_fault(cs: list[Contender], n: int, rounds: int, tmp: Path) -> dict[str, Any]:
+    """Uninterrupted reference, then `rounds` SIGKILLs at 40% of the run, each resumed."""
+    log(f"fault: crash-run N={n}, SIGKILL at 40% of an uninterrupted run, resume")
+    table: dict[str, Any] = {}
+    for c in cs:
+        if c.problem:
+            table[c.label] = {"error": c.problem}
+            continue
+        ref = _crash_once(c, n, tmp, None, TIMEOUT[0])
+        if "error" in ref:
+            table[c.label] = {"error": f"uninterrupted run: {ref['error']}"}
+            continue
+        kill_after = 0.4 * ref["run_s"]
+        crashes = [_crash_once(c, n, tmp, kill_after, TIMEOUT[0]) for _ in range(rounds)]
+        errors = [x["error"] for x in crashes if "error" in x]
+        good = [x for x in crashes if "error" not in x]
+        right = [
+            x
+            for x in good
+            if x["final_step"] == ref["final_step"] and x["messages"] == ref["messages"]
+        ]
+        table[c.label] = {
+            "n": n,
+            "uninterrupted": {k: ref.get(k) for k in ("run_s", "final_step", "messages")},
+            "kill_after_s": round(kill_after, 4),
+            "crashes": crashes,
+            "resumed_right": f"{len(right)}/{len(crashes)}",
+            "duplicate_side_effects": sum(bool(x["duplicate_calls"]) for x in good),
+            "killed_mid_run": sum(x.get("finished_before_kill") is False for x in crashes),
+            "errors": errors,
+        }
+        log(f"  fault {c.label}: resumed right {len(right)}/{len(crashes)}")
+    return table
+
+
+def bench_concurrent(cs: list[Contender], tmp: Path) -> dict[str, Any]:
+    log("concurrent: two invocations on one thread at once")
+    table: dict[str, Any] = {}
+    for c in cs:
+        result, error = run(c, "concurrent", fresh_db(tmp, c, "same"), 300)
+        failed = {"outcome": "driver failed", "error": error}
+        table[c.label] = result if result is not None else failed
+    return table
+
+
+# ---- output ---------------------------------------------------------------------------------
+
+
+def write(name: str, body: dict[str, Any], meta: dict[str, Any]) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"compare-{name}.json"
+    path.write_text(json.dumps({"bench": name, **meta, "results": body}, indent=2) + "\n")
+    log(f"wrote {path.relative_to(ROOT)}")
+
+
+def cell(entry: dict[str, Any] | None, key: str) -> str:
+    if not entry:
+        return "-"
+    value = entry.get(key)
+    if value is None and entry.get("runs"):  # the driver ran but did not report this key
+        last = entry.get("last_result") or {}
+        why = last.get("note") or last.get("error") or last.get("unsupported") or "not reported"
+        return f"n/a: {str(why)[:38]}"
+    if value is None:
+        errors = entry.get("errors") or [entry.get("error") or "no data"]
+        if not errors:
+            return "-"
+        first = str(errors[0])
+        return "MISSING driver" if first == "missing driver" else f"FAILED: {first[:38]}"
+    return f"{value:,.3f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
+
+
+def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(r[i]) for r in [columns, *rows]) for i in range(len(columns))]
+    print(f"\n{title}")
+    print("  ".join(h.ljust(w) for h, w in zip(columns, widths, strict=True)))
+    print("  ".join("-" * w for w in widths))
+    for row in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+
+
+def report(cs: list[Contender], steps: dict, conc: dict, fault: dict, same: dict) -> None:
+    labels = [c.label for c in cs]
+    header = ["system", *[f"{lbl}" for lbl in labels]]
+    print("\nSide-by-side (medians; ratio = agentlog / peer, median of per-round ratios)")
+    print("status: " + ", ".join(f"{c.label}: {c.problem or 'ok'}" for c in cs))
+    for n, table in steps["loop"].items():
+        rows = [[key, *[cell(table.get(lbl), key) for lbl in labels]] for key in LOOP_KEYS]
+        rows.append(
+            [
+                "agentlog/peer steps/s",
+                *[
+                    cell((table.get(lbl) or {}).get("agentlog_over_this"), "steps_per_s")
+                    for lbl in labels
+                ],
+            ]
+        )
+        for key in ("load_ms", "messages"):
+            rows.append([key, *[cell(steps["load"][n].get(lbl), key) for lbl in labels]])
+        for key in ("history_ms", "states", "state_at_half_ms"):
+            rows.append([key, *[cell(steps["history"][n].get(lbl), key) for lbl in labels]])
+        print_table(f"loop / load / history, N={n}", header, rows)
+    rows = [[k, *[cell(conc.get(lbl), k) for lbl in labels]] for k in ("completed_steps",)]
+    rows.append(["steps_per_s", *[cell(conc.get(lbl), "steps_per_s") for lbl in labels]])
+    print_table("concurrency (200 threads x 10 steps, one store)", header, rows)
+    rows = []
+    for key in ("resumed_right", "duplicate_side_effects", "killed_mid_run", "kill_after_s"):
+        rows.append([key, *[cell(fault.get(lbl), key) for lbl in labels]])
+    print_table("fault: SIGKILL mid-run, then resume", header, rows)
+    rows = [
+        ["outcome", *[str((same.get(lbl) or {}).get("outcome", "-")) for lbl in labels]],
+        ["error", *[str((same.get(lbl) or {}).get("error", "-"))[:40] for lbl in labels]],
+    ]
+    print_table("concurrent: two invocations of one thread at once", header, rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="N=200 only, one round")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds (default 3, quick 1)")
+    parser.add_argument("--no-setup", action="store_true", help="do not create peer venvs")
+    parser.add_argument("--peers-dir", type=Path, help="where the drivers are (bench/peers)")
+    args = parser.parse_args()
+    if args.peers_dir is not None:
+        PEERS_DIR[0] = args.peers_dir.resolve()
+    TIMEOUT[0] = 60.0 if args.quick else 300.0
+    rounds = args.rounds or (1 if args.quick else 3)
+    sizes = QUICK_SIZES if args.quick else SIZES
+    cs = contenders(setup=not args.no_setup)
+    for c in cs:
+        log(f"{c.label}: {c.problem or c.python}")
+    meta = {
+        "quick": args.quick,
+        "rounds": rounds,
+        "host": {"python": platform.python_version(), "cpus": os.cpu_count()},
+        "status": {c.label: c.problem or "ok" for c in cs},
+        "order": [c.label for c in cs],
+    }
+    with tempfile.TemporaryDirectory(prefix="agentlog-compare-") as name:
+        tmp = Path(name)
+        steps = bench_steps(cs, sizes, rounds, tmp)
+        for key, body in steps.items():
+            write(key, body, meta)
+        conc = bench_concurrency(cs, rounds, tmp, 200)
+        write("concurrency", conc, meta)
+        fault = bench_fault(cs, max(sizes), 1 if args.quick else 3, tmp)
+        write("fault", fault, meta)
+        same = bench_concurrent(cs, tmp)
+        write("concurrent", same, meta)
+    report(cs, steps, conc, fault, same)
+
+
+if __name__ == "__main__":
+    main()

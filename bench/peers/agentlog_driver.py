@@ -1,0 +1,360 @@
+"""The agentlog driver of the side-by-side benchmark (see README.md in this folder).
+
+Run with agentlog's own venv:
+
+    .venv/bin/python bench/peers/agentlog_driver.py --workload loop --n 200 --db /tmp/a.sqlite
+
+Prints one JSON line on stdout (crash-run first prints "ready"); progress goes to stderr.
+The graph is the agent/tools loop of bench/steps.py (same routing, same shape), with the
+agent's messages ~150 characters (every other one also carrying one tool call), a timing hook
+in the agent node and a tool that can write its call id to a side-effects file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import platform
+import sqlite3
+import statistics
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from actors import END, StateGraph  # noqa: E402
+from actors.tools import ToolNode  # noqa: E402
+from events import SQLiteEventStore  # noqa: E402
+from projections import AgentState, Message, TextBlock, ToolCallBlock  # noqa: E402
+
+SYSTEM = "agentlog"
+THREAD = "bench"
+
+
+def log(message: str) -> None:
+    print(f"[agentlog] {message}", file=sys.stderr, flush=True)
+
+
+def emit(result: dict[str, Any]) -> None:
+    print(json.dumps(result, separators=(",", ":")), flush=True)
+
+
+def version() -> str:
+    try:
+        return metadata.version("agentlog")
+    except metadata.PackageNotFoundError:
+        return "source"
+
+
+# ---- the graph ------------------------------------------------------------------------------
+
+
+class Loop:
+    """The agent/tools loop of N steps, with per-step timing and optional side effects."""
+
+    def __init__(self, steps: int, side_effects: str | None = None, ready: bool = False) -> None:
+        self.steps = steps
+        self.side_effects = side_effects
+        self.ready = ready
+        self.marks: list[tuple[int, float]] = []  # (step about to run, perf_counter)
+
+    async def agent(self, state: AgentState) -> list[Message]:
+        """A scripted model: ~150 characters of text, plus a tool call every other message."""
+        k = state.execution_meta.step + 1
+        self.marks.append((k, time.perf_counter()))
+        if self.ready:
+            self.ready = False
+            print("ready", flush=True)
+        last = state.context[-1] if state.context else None
+        text = f"answer at step {k}: ".ljust(100 + (k * 37) % 101, "z")  # 100-200 characters
+        if last is None or last.role != "tool":
+            call_id = f"call-{k}"
+            call = ToolCallBlock(
+                id=call_id, name="lookup", args={"query": f"question {k}", "call_id": call_id}
+            )
+            return [Message(role="assistant", content=[TextBlock(text=text), call])]
+        return [Message.text_message(text, role="assistant")]
+
+    async def lookup(self, query: str, call_id: str) -> str:
+        """Look a query up (instantly), recording the call when asked to.
+
+        Args:
+            query: What to look up.
+            call_id: The id of the tool call.
+        """
+        if self.side_effects:
+            with open(self.side_effects, "a", encoding="utf-8") as f:
+                f.write(f"{call_id}\n")
+                f.flush()
+                os.fsync(f.fileno())
+        return f"result for {query}"
+
+    def graph(self) -> StateGraph[AgentState]:
+        steps = self.steps
+
+        def route(state: AgentState) -> str:
+            if state.execution_meta.step + 1 >= steps:  # the step being routed is the last one
+                return END
+            last = state.context[-1]
+            return "tools" if last.role == "assistant" and last.tool_calls() else "agent"
+
+        graph: StateGraph[AgentState] = StateGraph()
+        graph.add_node("agent", self.agent)
+        graph.add_node("tools", ToolNode([self.lookup]))
+        graph.set_entry_point("agent")
+        graph.add_conditional_edges("agent", route, {"tools": "tools", "agent": "agent", END: END})
+        graph.add_conditional_edges("tools", route, {"agent": "agent", END: END})
+        return graph
+
+    def per_step(self, end: float, last_step: int) -> list[float]:
+        """Seconds per step: time between agent entries, spread over the steps between them."""
+        marks = [*self.marks, (last_step + 1, end)]
+        out: list[float] = []
+        for (k0, t0), (k1, t1) in itertools.pairwise(marks):
+            if k1 > k0:
+                out.extend([(t1 - t0) / (k1 - k0)] * (k1 - k0))
+        return out
+
+
+def first_input() -> dict[str, Any]:
+    return {"messages": [Message.text_message("Please look a few things up.", role="user")]}
+
+
+def db_size(path: str) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return sum(
+        Path(f"{path}{s}").stat().st_size for s in ("", "-wal") if Path(f"{path}{s}").exists()
+    )
+
+
+def base(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "system": SYSTEM,
+        "version": version(),
+        "python": platform.python_version(),
+        "workload": args.workload,
+        "n": args.n,
+        "durability": "sync",  # every step commits before the next; there is no async mode
+    }
+
+
+# ---- workloads ------------------------------------------------------------------------------
+
+
+async def w_loop(args: argparse.Namespace) -> dict[str, Any]:
+    loop = Loop(args.n)
+    async with SQLiteEventStore(args.db) as store:
+        compiled = loop.graph().compile(store, recursion_limit=args.n + 10)
+        start = time.perf_counter()
+        result = await compiled.ainvoke(
+            first_input(), {"thread_id": args.thread_id}, include_state=True
+        )
+        end = time.perf_counter()
+    state: AgentState = result["state"]
+    taken = state.execution_meta.step
+    per = loop.per_step(end, taken)
+    tenth = max(1, len(per) // 10)
+    first, last = statistics.median(per[:tenth]), statistics.median(per[-tenth:])
+    size = db_size(args.db)
+    return {
+        **base(args),
+        "steps": taken,
+        "messages": len(state.context),
+        "seconds": round(end - start, 4),
+        "steps_per_s": round(taken / (end - start), 1),
+        "first10_ms": round(first * 1000, 4),
+        "last10_ms": round(last * 1000, 4),
+        "ratio_last_first": round(last / first, 3) if first else None,
+        "db_bytes": size,
+        "bytes_per_step": round(size / taken, 1),
+    }
+
+
+async def w_load(args: argparse.Namespace) -> dict[str, Any]:
+    start = time.perf_counter()
+    async with SQLiteEventStore(args.db) as store:
+        compiled = Loop(args.n).graph().compile(store)
+        state = await compiled.aget_state({"thread_id": args.thread_id})
+        load = time.perf_counter() - start
+    return {**base(args), "load_ms": round(load * 1000, 3), "messages": len(state.context)}
+
+
+async def w_history(args: argparse.Namespace) -> dict[str, Any]:
+    async with SQLiteEventStore(args.db) as store:
+        compiled = Loop(args.n).graph().compile(store)
+        config = {"thread_id": args.thread_id}
+        start = time.perf_counter()
+        entries = await compiled.aget_state_history(config)
+        history = time.perf_counter() - start
+        half = max(1, len(entries) // 2)
+        start = time.perf_counter()
+        state = await compiled.aget_state(config, at_step=half)
+        at_half = time.perf_counter() - start
+    return {
+        **base(args),
+        "history_ms": round(history * 1000, 3),
+        "states": len(entries),
+        "states_note": "StepEntry per step; each entry's state() loads on demand",
+        "state_at_half_ms": round(at_half * 1000, 3),
+        "state_at_half_step": state.execution_meta.step,
+    }
+
+
+async def w_concurrency(args: argparse.Namespace) -> dict[str, Any]:
+    threads = args.threads
+    async with SQLiteEventStore(args.db) as store:
+        compiled = Loop(args.n).graph().compile(store, recursion_limit=args.n + 10)
+        start = time.perf_counter()
+        results = await asyncio.gather(
+            *(
+                compiled.ainvoke(first_input(), {"thread_id": f"t{i}"}, include_state=True)
+                for i in range(threads)
+            ),
+            return_exceptions=True,
+        )
+        seconds = time.perf_counter() - start
+    errors = [r for r in results if isinstance(r, BaseException)]
+    steps = sum(r["state"].execution_meta.step for r in results if isinstance(r, dict))
+    out = {
+        **base(args),
+        "threads": threads,
+        "completed_steps": steps,
+        "failed_threads": len(errors),
+        "seconds": round(seconds, 4),
+        "steps_per_s": round(steps / seconds, 1),
+    }
+    if errors:
+        out["error"] = f"{type(errors[0]).__name__}: {errors[0]}"
+    return out
+
+
+async def w_crash_run(args: argparse.Namespace) -> dict[str, Any]:
+    loop = Loop(args.n, side_effects=args.side_effects, ready=True)
+    async with SQLiteEventStore(args.db) as store:
+        compiled = loop.graph().compile(store, recursion_limit=args.n + 10)
+        result = await compiled.ainvoke(
+            first_input(), {"thread_id": args.thread_id}, include_state=True
+        )
+    state: AgentState = result["state"]
+    return {
+        **base(args),
+        "final_step": state.execution_meta.step,
+        "messages": len(state.context),
+        "completed": state.execution_meta.status.value == "completed",
+    }
+
+
+async def w_resume(args: argparse.Namespace) -> dict[str, Any]:
+    loop = Loop(args.n, side_effects=args.side_effects)
+    async with SQLiteEventStore(args.db) as store:
+        compiled = loop.graph().compile(store, recursion_limit=args.n + 10)
+        before = await compiled.aget_state({"thread_id": args.thread_id})
+        result = await compiled.ainvoke(None, {"thread_id": args.thread_id}, include_state=True)
+    state: AgentState = result["state"]
+    return {
+        **base(args),
+        "resumed_from_step": before.execution_meta.step,
+        "final_step": state.execution_meta.step,
+        "messages": len(state.context),
+        "completed": state.execution_meta.status.value == "completed",
+    }
+
+
+def slow_graph() -> StateGraph[AgentState]:
+    async def slow(state: AgentState) -> list[Message]:
+        await asyncio.sleep(0.3)
+        return [Message.text_message(f"reply to {len(state.context)} messages", role="assistant")]
+
+    graph: StateGraph[AgentState] = StateGraph()
+    graph.add_node("slow", slow)
+    graph.set_entry_point("slow")
+    graph.add_edge("slow", END)
+    return graph
+
+
+async def _two_runs(path: str, thread: str, separate: bool) -> dict[str, Any]:
+    """Two ainvokes on one thread at once: one store (one process) or two (two processes)."""
+    stores = [SQLiteEventStore(path) for _ in range(2 if separate else 1)]
+    for store in stores:
+        await store.open()
+    try:
+        graphs = [slow_graph().compile(s) for s in stores]
+        runs = [graphs[i % len(graphs)] for i in range(2)]
+        results = await asyncio.gather(
+            *(
+                g.ainvoke({"messages": [Message.text_message(f"user {i}")]}, {"thread_id": thread})
+                for i, g in enumerate(runs)
+            ),
+            return_exceptions=True,
+        )
+        final = await graphs[0].aget_state({"thread_id": thread})
+    finally:
+        for store in stores:
+            await store.close()
+    errors = [r for r in results if isinstance(r, BaseException)]
+    texts = [m.text() for m in final.context]
+    users = sum(t.startswith("user ") for t in texts)
+    if len(errors) == 2:
+        outcome = "both_failed"
+    elif errors:
+        outcome = "one_failed_loudly"
+    elif users == 2 and len(texts) == 4:
+        outcome = "both_succeeded_merged"
+    else:
+        outcome = "both_succeeded_lost_update"
+    out: dict[str, Any] = {"outcome": outcome, "final_messages": len(texts)}
+    if errors:
+        out["error"] = f"{type(errors[0]).__name__}: {errors[0]}"
+    return out
+
+
+async def w_concurrent(args: argparse.Namespace) -> dict[str, Any]:
+    # Two stores on one file stand for two processes; one store is two tasks of one process.
+    two = await _two_runs(args.db, "concurrent-a", separate=True)
+    one = await _two_runs(args.db, "concurrent-b", separate=False)
+    return {
+        **base(args),
+        **two,
+        "mode": "two stores on one file (as two processes), a slow node (0.3 s)",
+        "same_process": one,
+    }
+
+
+WORKLOADS = {
+    "loop": w_loop,
+    "load": w_load,
+    "history": w_history,
+    "concurrency": w_concurrency,
+    "crash-run": w_crash_run,
+    "resume": w_resume,
+    "concurrent": w_concurrent,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--workload", required=True, choices=sorted(WORKLOADS))
+    parser.add_argument("--n", type=int, default=200)
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--durability", choices=("sync", "async"), default="sync")
+    parser.add_argument("--threads", type=int, default=200)
+    parser.add_argument("--side-effects", default=None)
+    parser.add_argument("--thread-id", default=THREAD)
+    args = parser.parse_args()
+    if args.workload == "concurrency" and args.n == 200 and "--n" not in sys.argv:
+        args.n = 10
+    log(f"{args.workload} n={args.n} db={args.db}")
+    emit(asyncio.run(WORKLOADS[args.workload](args)))
+
+
+if __name__ == "__main__":
+    main()
