@@ -1,4 +1,5 @@
 # Every target sets itself up: a fresh machine needs nothing but Python >= 3.11.
+SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -29,10 +30,10 @@ demo: $(STAMP)
 
 # `make bench QUICK=1`: the smaller versions, one round of the side-by-side (< 5 minutes).
 bench: $(STAMP)
-	$(BIN)/python bench/append.py $(if $(QUICK),--quick,)
-	$(BIN)/python bench/replay.py $(if $(QUICK),--quick,)
-	$(BIN)/python bench/steps.py $(if $(QUICK),--quick,)
-	$(BIN)/python bench/timetravel.py $(if $(QUICK),--quick,)
+	mkdir -p bench/results
+	set -o pipefail; for b in append replay steps timetravel; do \
+		$(BIN)/python bench/$$b.py $(if $(QUICK),--quick,) | tee bench/results/$$b.json || exit 1; \
+	done
 	$(BIN)/python bench/compare.py $(if $(QUICK),--quick,)
 
 clean:
