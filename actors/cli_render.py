@@ -30,6 +30,7 @@ from projections import (
     summarize,
     to_builtins,
 )
+from projections.timetravel import interrupt_summary
 
 TABLE_ROWS = 2000
 """Past this many rows a timeline prints as plain aligned lines rather than a rich table."""
@@ -243,15 +244,7 @@ def message_line(message: Message) -> Text:
 
 
 def _interrupt(state: AgentState) -> dict[str, Any] | None:
-    meta = state.execution_meta
-    if not meta.is_interrupted():
-        return None
-    return {
-        "node": meta.interrupted_node,
-        "reason": meta.interrupt_reason,
-        "data": meta.interrupt_data,
-        "status": meta.status.value,
-    }
+    return interrupt_summary(state.execution_meta)
 
 
 def custom_fields(state: AgentState) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from .edge import messages_appended, state_updated
 from .errors import IllegalTransitionError
 from .fold import ENTERED_KEY, RESUME_KEY, TOOL_CALLS_KEY, decide
 from .messages import Message
-from .state import AgentState
+from .state import AgentState, ExecutionState
 from .views import PointOutOfRangeError, fold_at, state_at
 
 S = TypeVar("S", bound=AgentState)
@@ -256,6 +256,18 @@ async def diff(
     return _compare(seqs[0], seqs[1], before.state, after.state)
 
 
+def interrupt_summary(meta: ExecutionState) -> dict[str, Any] | None:
+    """The pending interrupt of a run (node, reason, data, status), or None."""
+    if not meta.is_interrupted():
+        return None
+    return {
+        "node": meta.interrupted_node,
+        "reason": meta.interrupt_reason,
+        "data": meta.interrupt_data,
+        "status": meta.status.value,
+    }
+
+
 def _compare(a_seq: int, b_seq: int, old: AgentState, new: AgentState) -> StateDiff:
     old_by_id = {m.message_id: m for m in old.context}
     new_by_id = {m.message_id: m for m in new.context}
@@ -265,16 +277,7 @@ def _compare(a_seq: int, b_seq: int, old: AgentState, new: AgentState) -> StateD
         if name not in ("context", "execution_meta") and getattr(old, name) != getattr(new, name)
     }
     om, nm = old.execution_meta, new.execution_meta
-
-    def interrupt(meta: Any) -> dict[str, Any] | None:
-        if not meta.is_interrupted():
-            return None
-        return {
-            "node": meta.interrupted_node,
-            "reason": meta.interrupt_reason,
-            "data": meta.interrupt_data,
-            "status": meta.status.value,
-        }
+    interrupt = interrupt_summary
 
     return StateDiff(
         a_seq=a_seq,
@@ -353,6 +356,7 @@ __all__ = [
     "diff",
     "event_history",
     "fork",
+    "interrupt_summary",
     "point_seq",
     "state_at_point",
     "state_history",
