@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from events import EventStore, MemoryEventStore, SQLiteEventStore
 
 settings.register_profile(
     "ci",
@@ -21,3 +27,19 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+def ticking_clock() -> Callable[[], float]:
+    """A clock read once per append: records of one commit share `at`, commits differ."""
+    counter = itertools.count(1)
+    return lambda: float(next(counter))
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[EventStore]:
+    """Each store kind in turn, on a ticking clock (test classes may override it)."""
+    if request.param == "memory":
+        yield MemoryEventStore(clock=ticking_clock())
+    else:
+        async with SQLiteEventStore(tmp_path / "log.db", clock=ticking_clock()) as sqlite:
+            yield sqlite

@@ -79,35 +79,27 @@ def test_a_damaged_file_is_a_typed_error(tmp_path: Path) -> None:
         asyncio.run(read_all(db))
 
 
-def test_a_corrupt_payload_names_the_record(tmp_path: Path) -> None:
-    db = tmp_path / "c.db"
+@pytest.mark.parametrize(
+    ("edit", "error", "match"),
+    [
+        ("SET payload = x'c1c1c1' WHERE seq = 2", CorruptRecordError, "seq 2 of thread 't'"),
+        ("SET kind = 'node_entered' WHERE seq = 2", CorruptRecordError, "seq 2"),
+        (
+            "SET kind = 'alien_landed' WHERE seq = 1",
+            UnknownEventKindError,
+            "'alien_landed' at seq 1",
+        ),
+        ("SET version = 7 WHERE seq = 2", SchemaVersionError, "version 7"),
+    ],
+    ids=["corrupt-payload", "payload-of-another-kind", "unknown-kind", "newer-version"],
+)
+def test_a_bad_row_is_a_typed_error_naming_the_record(
+    tmp_path: Path, edit: str, error: type[Exception], match: str
+) -> None:
+    db = tmp_path / "bad.db"
     asyncio.run(build(db))
-    edit_db(db, "UPDATE events SET payload = x'c1c1c1' WHERE seq = 2")
-    with pytest.raises(CorruptRecordError, match="seq 2 of thread 't'"):
-        asyncio.run(read_all(db))
-
-
-def test_a_payload_of_another_kind_is_corrupt(tmp_path: Path) -> None:
-    db = tmp_path / "k.db"
-    asyncio.run(build(db))
-    edit_db(db, "UPDATE events SET kind = 'node_entered' WHERE seq = 2")
-    with pytest.raises(CorruptRecordError, match="seq 2"):
-        asyncio.run(read_all(db))
-
-
-def test_an_unknown_event_kind_is_named(tmp_path: Path) -> None:
-    db = tmp_path / "u.db"
-    asyncio.run(build(db))
-    edit_db(db, "UPDATE events SET kind = 'alien_landed' WHERE seq = 1")
-    with pytest.raises(UnknownEventKindError, match="'alien_landed' at seq 1"):
-        asyncio.run(read_all(db))
-
-
-def test_a_newer_event_version_is_refused(tmp_path: Path) -> None:
-    db = tmp_path / "v.db"
-    asyncio.run(build(db))
-    edit_db(db, "UPDATE events SET version = 7 WHERE seq = 2")
-    with pytest.raises(SchemaVersionError, match="version 7"):
+    edit_db(db, f"UPDATE events {edit}")
+    with pytest.raises(error, match=match):
         asyncio.run(read_all(db))
 
 

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import itertools
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -54,21 +54,6 @@ WAIT = 2.0  # seconds a test waits for something that should happen at once
 
 
 # ---- builders ----------------------------------------------------------------------------
-
-
-def ticking_clock() -> Callable[[], float]:
-    """A clock read once per append: records of one commit share `at`, commits differ."""
-    counter = itertools.count(1)
-    return lambda: float(next(counter))
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[EventStore]:
-    if request.param == "memory":
-        yield MemoryEventStore(clock=ticking_clock())
-    else:
-        async with SQLiteEventStore(tmp_path / "graph.db", clock=ticking_clock()) as sqlite:
-            yield sqlite
 
 
 def user(text: str) -> Message:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -398,20 +398,6 @@ def weather_graph(state_cls: type[AgentState] = AgentState) -> StateGraph[Any]:
     )
     graph.add_edge("tools", "agent")
     return graph
-
-
-def ticking_clock() -> Callable[[], float]:
-    counter = itertools.count(1)
-    return lambda: float(next(counter))
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[EventStore]:
-    if request.param == "memory":
-        yield MemoryEventStore(clock=ticking_clock())
-    else:
-        async with SQLiteEventStore(tmp_path / "tt.db", clock=ticking_clock()) as sqlite:
-            yield sqlite
 
 
 # ---- history -----------------------------------------------------------------------------
