@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from events.errors import AgentlogError
+from events.errors import AgentlogError, ThreadBusyError
+
+__all__ = [
+    "GraphError",
+    "GraphInterrupt",
+    "NodeError",
+    "NodeReturnError",
+    "RecursionLimitError",
+    "ThreadBusyError",
+]
 
 
 class GraphError(AgentlogError, ValueError):
@@ -38,10 +47,6 @@ class NodeReturnError(AgentlogError, TypeError):
 
 class RecursionLimitError(AgentlogError):
     """A run took more steps than its recursion limit allows."""
-
-
-class ThreadBusyError(AgentlogError):
-    """Another run is already working on this thread."""
 
 
 class GraphInterrupt(Exception):

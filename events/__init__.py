@@ -7,15 +7,19 @@ from .audit import Head, export_jsonl, head, verify_store, verify_thread
 from .codec import GENESIS_HASH, register_upcaster, unregister_upcaster
 from .errors import (
     AgentlogError,
+    ChainBrokenError,
+    ClaimLostError,
     ConcurrencyError,
     CorruptDatabaseError,
     CorruptRecordError,
     InvalidAppendError,
     NotAnAgentlogDatabaseError,
+    ReadOnlyStoreError,
     SchemaVersionError,
     StoreClosedError,
     StoreError,
     StoreUnavailableError,
+    ThreadBusyError,
     ThreadNotFoundError,
     UnknownEventKindError,
 )
@@ -45,7 +49,7 @@ from .kinds import (
 from .memory import MemoryEventStore
 from .record import EventRecord, Snapshot, VerifyReport
 from .sqlite import SQLiteEventStore
-from .store import BaseEventStore, EventStore
+from .store import BaseEventStore, Claim, EventStore
 
 __all__ = [
     "EVENT_TYPES",
@@ -54,6 +58,9 @@ __all__ = [
     "AgentlogError",
     "BaseEvent",
     "BaseEventStore",
+    "ChainBrokenError",
+    "Claim",
+    "ClaimLostError",
     "ConcurrencyError",
     "ContextSummarized",
     "CorruptDatabaseError",
@@ -70,6 +77,7 @@ __all__ = [
     "MessagesReplaced",
     "NodeEntered",
     "NotAnAgentlogDatabaseError",
+    "ReadOnlyStoreError",
     "Resumed",
     "RunCompleted",
     "RunFailed",
@@ -84,6 +92,7 @@ __all__ = [
     "StoreClosedError",
     "StoreError",
     "StoreUnavailableError",
+    "ThreadBusyError",
     "ThreadNotFoundError",
     "ToolCallFinished",
     "ToolCallStarted",

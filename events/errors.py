@@ -95,3 +95,29 @@ class StoreUnavailableError(StoreError):
 
 class StoreClosedError(StoreError):
     """The store was closed; open a new one to keep working."""
+
+
+class ThreadBusyError(StoreError):
+    """Another run (in this process or another) owns the thread: wait for it, or stop it."""
+
+
+class ClaimLostError(ThreadBusyError):
+    """This run's claim on a thread was taken over (it looked dead): it may no longer write."""
+
+
+class ChainBrokenError(CorruptRecordError):
+    """A record read does not match its hash link: the log was altered behind the store."""
+
+    def __init__(self, thread_id: str, seq: int, why: str) -> None:
+        StoreError.__init__(
+            self,
+            f"record seq {seq} of thread {thread_id!r} fails its hash check ({why}); the log "
+            "was changed outside agentlog, so nothing built from it is trusted: run "
+            "`agentlog verify` and restore the file from a verified copy",
+        )
+        self.thread_id = thread_id
+        self.seq = seq
+
+
+class ReadOnlyStoreError(StoreError):
+    """A write was asked of a store opened read-only, or a read needs a write it cannot do."""

@@ -7,9 +7,11 @@ exercises the codec and the chain too.
 from __future__ import annotations
 
 import bisect
+import threading
 import time
 from collections.abc import Callable, Sequence
 
+from .claims import DEFAULT_LEASE, Claim, Holder, fence, new_claim
 from .codec import GENESIS_HASH, Encoded, Row, chain_rows, decode_state, encode_state
 from .errors import ConcurrencyError
 from .kinds import Event
@@ -25,6 +27,8 @@ class MemoryEventStore(BaseEventStore):
         self._threads: dict[str, list[Row]] = {}
         self._all: list[Row] = []
         self._snapshots: dict[str, dict[int, tuple[str, float, bytes]]] = {}
+        self._claims: dict[str, Holder] = {}
+        self._claims_lock = threading.Lock()  # released from worker threads too
 
     async def _commit(
         self,
@@ -35,7 +39,15 @@ class MemoryEventStore(BaseEventStore):
         run_id: str | None,
         actor: str | None,
         at: float,
+        claim: Claim | None = None,
     ) -> list[EventRecord]:
+        only_stops = all(e.kind == "stop_requested" for e in encoded)
+        with self._claims_lock:
+            holder = self._claims.get(thread_id)
+        token = None if claim is None else claim.token
+        refusal = fence(thread_id, token, only_stops, holder, time.time())
+        if refusal is not None:
+            raise refusal
         rows_of_thread = self._threads.get(thread_id, [])
         actual = len(rows_of_thread)
         if actual != expected_seq:
@@ -85,3 +97,41 @@ class MemoryEventStore(BaseEventStore):
         state_type, at, data = by_seq[seq]
         state = decode_state(thread_id, seq, data)
         return Snapshot(thread_id=thread_id, seq=seq, state=state, state_type=state_type, at=at)
+
+    async def claim(
+        self, thread_id: str, *, purpose: str = "run", lease: float = DEFAULT_LEASE
+    ) -> Claim:
+        self._check_open()
+        claim = new_claim(self._checked_id(thread_id), lease=lease, purpose=purpose)
+        now = time.time()
+        with self._claims_lock:
+            holder = self._claims.get(thread_id)
+            if holder is not None and holder.alive(now):
+                raise holder.busy_error(thread_id, now)
+            self._claims[thread_id] = Holder(
+                claim.token, claim.host, claim.pid, claim.started, now, lease, purpose
+            )
+        return claim
+
+    async def release(self, claim: Claim) -> None:
+        self.release_threadsafe(claim)
+
+    def release_threadsafe(self, claim: Claim) -> None:
+        with self._claims_lock:
+            holder = self._claims.get(claim.thread_id)
+            if holder is not None and holder.token == claim.token:
+                del self._claims[claim.thread_id]
+
+    async def relabel(self, claim: Claim, purpose: str) -> None:
+        with self._claims_lock:
+            holder = self._claims.get(claim.thread_id)
+            if holder is not None and holder.token == claim.token:
+                self._claims[claim.thread_id] = Holder(
+                    holder.token, holder.host, holder.pid, holder.started,
+                    holder.heartbeat_at, holder.lease, purpose,
+                )  # fmt: skip
+
+    async def holder(self, thread_id: str) -> Holder | None:
+        self._check_open()
+        with self._claims_lock:
+            return self._claims.get(self._checked_id(thread_id))

@@ -1,40 +1,60 @@
-"""`SQLiteEventStore`: the embedded default, on aiosqlite.
+"""`SQLiteEventStore`: the embedded default.
 
-One writer connection in WAL mode. Every append is a single hop to the writer thread that
-runs BEGIN IMMEDIATE ... INSERTs ... COMMIT there; appends that arrive while a commit is in
-flight are group-committed together in the next one, each still all-or-nothing. A second
-connection serves reads, so readers never queue behind writers.
+One writer connection in WAL mode, on a daemon thread of its own. Every append is a single
+hop to that thread, which runs BEGIN IMMEDIATE ... INSERTs ... COMMIT there; appends that
+arrive while a commit is in flight are group-committed together in the next one, each still
+all-or-nothing. A second connection serves reads, so readers never queue behind writers.
+Claims (one owner per thread) live in the file's own `claims` table, never in a lock on the
+database file, which would break SQLite's own locking.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Literal, NamedTuple, TypeVar
+from urllib.parse import quote
 
-import aiosqlite
-
+from ._sqlite_thread import ConnectionThread
+from .claims import DEFAULT_LEASE, Claim, Heartbeat, Holder, fence, new_claim
 from .codec import GENESIS_HASH, Encoded, Row, chain_rows, decode_state, encode_state
 from .errors import (
     ConcurrencyError,
     CorruptDatabaseError,
+    CorruptRecordError,
     NotAnAgentlogDatabaseError,
+    ReadOnlyStoreError,
     SchemaVersionError,
     StoreClosedError,
     StoreUnavailableError,
 )
 from .kinds import Event
 from .record import EventRecord, Snapshot
-from .store import BaseEventStore
+from .store import MAX_POSITION, BaseEventStore
 
 APPLICATION_ID = 0x41474C47  # "AGLG" in the SQLite header marks an agentlog database.
 SCHEMA_VERSION = 1
 SQLITE_MAGIC = b"SQLite format 3\x00"
 MAX_BATCH = 512
+
+_CLAIMS = """
+CREATE TABLE IF NOT EXISTS claims (
+    thread_id    TEXT PRIMARY KEY,
+    token        TEXT    NOT NULL,
+    host         TEXT    NOT NULL,
+    pid          INTEGER NOT NULL,
+    started      TEXT    NOT NULL,
+    heartbeat_at REAL    NOT NULL,
+    lease        REAL    NOT NULL,
+    purpose      TEXT    NOT NULL
+)
+"""
 
 _SCHEMA = f"""
 CREATE TABLE events (
@@ -66,9 +86,11 @@ CREATE TABLE snapshots (
     state      BLOB    NOT NULL,
     PRIMARY KEY (thread_id, seq)
 );
+{_CLAIMS};
 PRAGMA application_id = {APPLICATION_ID};
 PRAGMA user_version = {SCHEMA_VERSION};
 """
+_REQUIRED_TABLES = frozenset({"events", "threads", "snapshots"})
 
 _ROW_COLUMNS = "thread_id, seq, run_id, actor, at, kind, version, payload, hash, position"
 _INSERT = (
@@ -81,6 +103,7 @@ _UPSERT_HEAD = (
     "last_seq = excluded.last_seq, last_hash = excluded.last_hash, "
     "updated_at = excluded.updated_at"
 )
+_HOLDER_COLUMNS = "token, host, pid, started, heartbeat_at, lease, purpose"
 
 T = TypeVar("T")
 
@@ -93,6 +116,8 @@ class _Append(NamedTuple):
     run_id: str | None
     actor: str | None
     at: float
+    token: str | None
+    only_stop_requests: bool
 
 
 def storage_error(path: str, exc: sqlite3.Error) -> Exception:
@@ -102,23 +127,42 @@ def storage_error(path: str, exc: sqlite3.Error) -> Exception:
         code is None and type(exc) is sqlite3.DatabaseError
     ):
         return CorruptDatabaseError(path, str(exc))
+    if code == sqlite3.SQLITE_READONLY or "readonly" in str(exc):
+        return ReadOnlyStoreError(
+            f"{path}: the database or its directory is read-only ({exc}); nothing was written: "
+            "open it with SQLiteEventStore(path, readonly=True) to read it"
+        )
     return StoreUnavailableError(
         f"{path}: SQLite could not complete the operation ({exc}); nothing was written: "
         "retry once the file is free, writable and the disk has space"
     )
 
 
-def _check_file(path: str) -> None:
-    """Refuse, without touching it, a file that is not SQLite at all."""
+def _check_file(path: str) -> bool:
+    """Refuse, without touching it, anything that is not a SQLite file; True when it exists.
+
+    A FIFO or a device would block or stream for ever on open, so only regular files pass.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise NotAnAgentlogDatabaseError(path, f"it cannot be examined ({exc})") from None
+    if stat.S_ISDIR(mode):
+        raise NotAnAgentlogDatabaseError(path, "it is a directory")
+    if not stat.S_ISREG(mode):
+        raise NotAnAgentlogDatabaseError(
+            path, "it is not a regular file (a pipe, socket or device)"
+        )
     try:
         with open(path, "rb") as f:
             head = f.read(len(SQLITE_MAGIC))
-    except FileNotFoundError:
-        return
-    except IsADirectoryError:
-        raise NotAnAgentlogDatabaseError(path, "it is a directory") from None
+    except OSError as exc:
+        raise NotAnAgentlogDatabaseError(path, f"it cannot be read ({exc})") from None
     if head and head != SQLITE_MAGIC:
         raise NotAnAgentlogDatabaseError(path, "it is not a SQLite file")
+    return True
 
 
 def _identify(conn: sqlite3.Connection, path: str) -> tuple[int, int, list[str]]:
@@ -128,8 +172,28 @@ def _identify(conn: sqlite3.Connection, path: str) -> tuple[int, int, list[str]]
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
     except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_CANTOPEN,):
+            raise
         raise NotAnAgentlogDatabaseError(path, f"SQLite cannot read it: {exc}") from exc
     return app_id, version, tables
+
+
+def _check_identity(path: str, app_id: int, version: int, tables: list[str]) -> None:
+    if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
+        shown = ", ".join(sorted(tables)[:5]) or "none"
+        raise NotAnAgentlogDatabaseError(
+            path, f"a SQLite database of another program: tables {shown}"
+        )
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{path} has schema version {version}, newer than this agentlog knows "
+            f"({SCHEMA_VERSION}); it was left untouched: upgrade agentlog to open it"
+        )
+    missing = _REQUIRED_TABLES - set(tables)
+    if app_id == APPLICATION_ID and missing:
+        raise CorruptDatabaseError(
+            path, f"it bears agentlog's mark but lacks the tables {', '.join(sorted(missing))}"
+        )
 
 
 def _prepare(conn: sqlite3.Connection, path: str) -> None:
@@ -151,28 +215,69 @@ def _prepare(conn: sqlite3.Connection, path: str) -> None:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         conn.execute(statement)
+                app_id, version, tables = APPLICATION_ID, SCHEMA_VERSION, list(_REQUIRED_TABLES)
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
-    if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
-        shown = ", ".join(sorted(tables)[:5]) or "none"
-        raise NotAnAgentlogDatabaseError(
-            path, f"a SQLite database of another program: tables {shown}"
-        )
-    if version > SCHEMA_VERSION:
-        raise SchemaVersionError(
-            f"{path} has schema version {version}, newer than this agentlog knows "
-            f"({SCHEMA_VERSION}); it was left untouched: upgrade agentlog to open it"
-        )
+    _check_identity(path, app_id, version, tables)
     conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(_CLAIMS)  # files written before claims existed gain the table
+
+
+def _prepare_readonly(conn: sqlite3.Connection, path: str) -> None:
+    """Check the file is an agentlog database, writing nothing."""
+    app_id, version, tables = _identify(conn, path)
+    if app_id == 0 and not tables:
+        raise NotAnAgentlogDatabaseError(path, "it is empty: there is nothing to read")
+    _check_identity(path, app_id, version, tables)
+
+
+def _connect(
+    target: str, uri: bool, busy_ms: int, synchronous: str | None
+) -> Callable[[], sqlite3.Connection]:
+    def connect() -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            target, isolation_level=None, check_same_thread=False, uri=uri, timeout=busy_ms / 1000
+        )
+        conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
+        if synchronous is not None:
+            conn.execute(f"PRAGMA synchronous = {synchronous}")
+        return conn
+
+    return connect
+
+
+def _readonly_uri(path: str) -> str:
+    """How to read `path` without creating or changing any file.
+
+    A file nobody can write to (an archive, a read-only mount) is opened immutable, which
+    needs no -shm or lock files; its WAL must then be empty, or the copy would read stale.
+    A live database is opened read-only with SQLite's ordinary locking.
+    """
+    absolute = quote(os.path.abspath(path))
+    directory = os.path.dirname(os.path.abspath(path)) or "."
+    writable = os.access(path, os.W_OK) and os.access(directory, os.W_OK)
+    if writable:
+        return f"file:{absolute}?mode=ro"
+    wal = f"{path}-wal"
+    if os.path.exists(wal) and os.path.getsize(wal) > 0:
+        raise ReadOnlyStoreError(
+            f"{path}: its write-ahead log {wal} holds commits that cannot be read without "
+            "writing, and the file or its directory is read-only: checkpoint the database "
+            "before archiving it (sqlite3 FILE 'PRAGMA wal_checkpoint(TRUNCATE)'), or read a "
+            "writable copy"
+        )
+    return f"file:{absolute}?mode=ro&immutable=1"
 
 
 class SQLiteEventStore(BaseEventStore):
     """A durable event store in one SQLite file (WAL).
 
     `synchronous="NORMAL"` (the default) survives any crash of the process; "FULL" also
-    survives a power loss, at the price of an fsync per commit.
+    survives a power loss, at the price of an fsync per commit. `readonly=True` reads a
+    database (even an archived copy in a read-only directory) and never creates or changes a
+    file; any write raises `ReadOnlyStoreError`.
     """
 
     def __init__(
@@ -182,19 +287,22 @@ class SQLiteEventStore(BaseEventStore):
         synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
         busy_timeout: float = 30.0,
         clock: Callable[[], float] = time.time,
+        readonly: bool = False,
     ) -> None:
         super().__init__(clock=clock)
         self.path = os.fspath(path)
+        self.readonly = readonly
         self._synchronous = synchronous
         self._busy_timeout = busy_timeout
-        self._writer: aiosqlite.Connection | None = None
-        self._reader: aiosqlite.Connection | None = None
+        self._writer: ConnectionThread | None = None
+        self._reader: ConnectionThread | None = None
         self._open_lock = asyncio.Lock()
         self._pending: list[tuple[_Append, asyncio.Future[list[EventRecord]]]] = []
         self._in_flight = False
         self._drained = asyncio.Event()
         self._drained.set()
         self._closing = False
+        self._heartbeat = Heartbeat(self._renew_blocking)
 
     # ---- connections ---------------------------------------------------------------------
 
@@ -207,35 +315,42 @@ class SQLiteEventStore(BaseEventStore):
             if self._closing:
                 raise StoreClosedError(f"{self.path} was closed while opening")
             if self._reader is None:
-                _check_file(self.path)
-                writer = await self._connect()
-                try:
-                    await self._on(writer, _prepare, self.path)
-                    reader = await self._connect()
-                except BaseException:
-                    await writer.close()
-                    raise
-                self._writer, self._reader = writer, reader
+                await self._open_connections()
         return self
 
-    async def _connect(self) -> aiosqlite.Connection:
+    async def _open_connections(self) -> None:
+        busy_ms = int(self._busy_timeout * 1000)
+        exists = _check_file(self.path)
+        if self.readonly:
+            if not exists:
+                raise NotAnAgentlogDatabaseError(self.path, "there is no such file")
+            reader = self._thread("reader", _connect(_readonly_uri(self.path), True, busy_ms, None))
+            try:
+                await self._on(reader, _prepare_readonly, self.path)
+            except BaseException:
+                await reader.close()
+                raise
+            self._reader = reader
+            return
+        writer = self._thread("writer", _connect(self.path, False, busy_ms, self._synchronous))
         try:
-            conn = await aiosqlite.connect(
-                self.path, isolation_level=None, timeout=self._busy_timeout
-            )
+            await self._on(writer, _prepare, self.path)
+            reader = self._thread("reader", _connect(self.path, False, busy_ms, None))
+        except BaseException:
+            await writer.close()
+            raise
+        self._writer, self._reader = writer, reader
+
+    def _thread(self, role: str, connect: Callable[[], sqlite3.Connection]) -> ConnectionThread:
+        try:
+            return ConnectionThread(f"agentlog-sqlite-{role}", connect).start()
         except sqlite3.Error as exc:
             raise NotAnAgentlogDatabaseError(self.path, f"SQLite cannot open it: {exc}") from exc
-        try:
-            await self._on(conn, _configure, int(self._busy_timeout * 1000), self._synchronous)
-        except BaseException:
-            await conn.close()
-            raise
-        return conn
 
-    async def _on(self, conn: aiosqlite.Connection, fn: Callable[..., T], *args: Any) -> T:
+    async def _on(self, conn: ConnectionThread, fn: Callable[..., T], *args: Any) -> T:
         """Run `fn(sqlite3_connection, *args)` on the connection's thread: one hop."""
         try:
-            return await conn._execute(fn, conn._conn, *args)  # type: ignore[no-any-return,no-untyped-call]
+            return await conn.call(fn, *args)
         except sqlite3.Error as exc:
             raise storage_error(self.path, exc) from exc
 
@@ -243,12 +358,13 @@ class SQLiteEventStore(BaseEventStore):
         return await self.open()
 
     async def close(self) -> None:
-        """Commit what is pending, then close both connections."""
+        """Commit what is pending, release this store's claims, then close both connections."""
         if self._closed:
             return
         self._closing = True
         async with self._open_lock:  # an open under way finishes first, then sees _closing
             await self._drained.wait()
+        self._heartbeat.stop()
         for conn in (self._writer, self._reader):
             if conn is not None:
                 await conn.close()
@@ -259,6 +375,17 @@ class SQLiteEventStore(BaseEventStore):
         await self.open()
         assert self._reader is not None
         return await self._on(self._reader, fn, *args)
+
+    async def _write(self, fn: Callable[..., T], *args: Any) -> T:
+        if self.readonly:
+            raise ReadOnlyStoreError(
+                f"{self.path} was opened read-only: open it without readonly=True to write"
+            )
+        if self._closing:
+            raise StoreClosedError(f"{self.path} is closing: open a new store to write")
+        await self.open()
+        assert self._writer is not None
+        return await self._on(self._writer, fn, *args)
 
     # ---- writes: pipelined group commit --------------------------------------------------
 
@@ -271,14 +398,23 @@ class SQLiteEventStore(BaseEventStore):
         run_id: str | None,
         actor: str | None,
         at: float,
+        claim: Claim | None = None,
     ) -> list[EventRecord]:
+        if self.readonly:
+            raise ReadOnlyStoreError(
+                f"{self.path} was opened read-only: open it without readonly=True to append"
+            )
         if self._closing:
             raise StoreClosedError(f"{self.path} is closing: open a new store to append")
         await self.open()
         if self._closing:
             raise StoreClosedError(f"{self.path} is closing: open a new store to append")
         future: asyncio.Future[list[EventRecord]] = asyncio.get_running_loop().create_future()
-        request = _Append(thread_id, events, encoded, expected_seq, run_id, actor, at)
+        only_stops = all(e.kind == "stop_requested" for e in encoded)
+        token = None if claim is None else claim.token
+        request = _Append(
+            thread_id, events, encoded, expected_seq, run_id, actor, at, token, only_stops
+        )
         self._pending.append((request, future))
         self._submit_next()
         return await future
@@ -307,12 +443,10 @@ class SQLiteEventStore(BaseEventStore):
             asyncio.get_running_loop(),
             self._batch_done,
             batch,
-            writer._conn,
             [request for request, _ in batch],
+            self.path,
         )
-        # aiosqlite's worker thread takes (future, function) pairs; with no future, the job
-        # reports back itself, which wakes the callers one loop iteration sooner.
-        writer._tx.put_nowait((None, job))
+        writer.submit(job)
 
     def _batch_done(
         self,
@@ -335,6 +469,47 @@ class SQLiteEventStore(BaseEventStore):
             else:
                 future.set_result(self._records(result, request.encoded))
 
+    # ---- claims --------------------------------------------------------------------------
+
+    async def claim(
+        self, thread_id: str, *, purpose: str = "run", lease: float = DEFAULT_LEASE
+    ) -> Claim:
+        self._check_open()
+        claim = new_claim(self._checked_id(thread_id), lease=lease, purpose=purpose)
+        await self._write(_take_claim, claim, self._clock())
+        self._heartbeat.add(claim)
+        return claim
+
+    async def release(self, claim: Claim) -> None:
+        self._heartbeat.discard(claim)
+        if self._closed or self._writer is None:
+            return
+        await self._write(_drop_claim, claim.thread_id, claim.token)
+
+    def release_threadsafe(self, claim: Claim) -> None:
+        self._heartbeat.discard(claim)
+        writer = self._writer
+        if writer is None or self._closing:
+            return  # a closed store's claims die with this process (same host) or lease
+
+        def job(conn: sqlite3.Connection) -> None:
+            with contextlib.suppress(sqlite3.Error):  # else it stays until seen dead
+                _drop_claim(conn, claim.thread_id, claim.token)
+
+        writer.submit(job)
+
+    async def relabel(self, claim: Claim, purpose: str) -> None:
+        await self._write(_relabel_claim, claim.thread_id, claim.token, purpose)
+
+    async def holder(self, thread_id: str) -> Holder | None:
+        self._check_open()
+        return await self._read(_fetch_holder, self._checked_id(thread_id))
+
+    def _renew_blocking(self, claims: list[Claim], now: float) -> None:
+        writer = self._writer
+        if writer is not None and not self._closing:
+            writer.call_blocking(_renew_claims, [c.token for c in claims], now, timeout=60)
+
     # ---- reads ---------------------------------------------------------------------------
 
     async def _fetch(self, thread_id: str, from_seq: int, to_seq: int, limit: int) -> list[Row]:
@@ -355,11 +530,9 @@ class SQLiteEventStore(BaseEventStore):
 
     async def save_snapshot(self, snapshot: Snapshot) -> None:
         self._check_open()
-        await self.open()
-        assert self._writer is not None
         data = encode_state(snapshot.state)
         values = (snapshot.thread_id, snapshot.seq, snapshot.state_type, snapshot.at, data)
-        await self._on(self._writer, _write_snapshot, values)
+        await self._write(_write_snapshot, values)
 
     async def load_snapshot(self, thread_id: str, max_seq: int | None = None) -> Snapshot | None:
         self._check_open()
@@ -383,35 +556,51 @@ def _run_batch(
     loop: asyncio.AbstractEventLoop,
     report: Callable[[Any, list[Any] | BaseException], None],
     batch: Any,
-    conn: sqlite3.Connection,
     requests: list[_Append],
+    path: str,
+    conn: sqlite3.Connection,
 ) -> None:
     """Write a batch on the writer thread and report the outcome to the event loop."""
     outcome: list[Any] | BaseException
     try:
-        outcome = _write_batch(conn, requests)
+        outcome = _write_batch(conn, requests, path)
     except BaseException as exc:
         outcome = exc
-    loop.call_soon_threadsafe(report, batch, outcome)
+    with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for the answer
+        loop.call_soon_threadsafe(report, batch, outcome)
 
 
-def _write_batch(conn: sqlite3.Connection, batch: list[_Append]) -> list[Any]:
+def _write_batch(conn: sqlite3.Connection, batch: list[_Append], path: str) -> list[Any]:
     """One transaction for the whole batch; a request that fails writes none of its rows.
 
-    Heads are read with one query and rows written with one `executemany`, so a batch
-    costs a handful of statements however many appends it carries.
+    Heads and claims are read with one query each and rows written with one `executemany`,
+    so a batch costs a handful of statements however many appends it carries. Each request
+    is fenced: it must hold the thread's claim, or the thread must have no live owner (an
+    outsider may only ask the owner to stop).
     """
     results: list[Any] = []
     conn.execute("BEGIN IMMEDIATE")
     try:
-        position = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
-        heads = _heads(conn, {req.thread_id for req in batch})
+        position = _last_position(conn)
+        thread_ids = {req.thread_id for req in batch}
+        heads = _heads(conn, thread_ids)
+        holders = _holders(conn, thread_ids)
+        now = time.time()
         rows_out: list[Row] = []
         touched: dict[str, float] = {}
         for req in batch:
+            holder = holders.get(req.thread_id)
+            refusal = fence(req.thread_id, req.token, req.only_stop_requests, holder, now)
+            if refusal is not None:
+                results.append(refusal)
+                continue
             actual, prev = heads.get(req.thread_id, (0, GENESIS_HASH))
             if actual != req.expected_seq:
                 results.append(ConcurrencyError(req.thread_id, req.expected_seq, actual))
+                continue
+            n = len(req.encoded)
+            if actual + n > MAX_POSITION or position + n > MAX_POSITION:
+                results.append(_exhausted(path, req.thread_id, actual, position))
                 continue
             rows = chain_rows(
                 req.thread_id, actual + 1, prev, req.encoded, req.run_id, req.actor, req.at,
@@ -420,7 +609,7 @@ def _write_batch(conn: sqlite3.Connection, batch: list[_Append]) -> list[Any]:
             rows_out.extend(rows)
             heads[req.thread_id] = (rows[-1].seq, rows[-1].hash)
             touched[req.thread_id] = req.at
-            position += len(rows)
+            position += n
             results.append(rows)
         if rows_out:
             conn.executemany(_INSERT, rows_out)
@@ -435,28 +624,94 @@ def _write_batch(conn: sqlite3.Connection, batch: list[_Append]) -> list[Any]:
     return results
 
 
+def _last_position(conn: sqlite3.Connection) -> int:
+    """The highest position in use; positions beyond the legal range are damage, not order."""
+    row = conn.execute(
+        "SELECT max(position) FROM events WHERE position <= ?", (MAX_POSITION,)
+    ).fetchone()
+    return int(row[0] or 0)
+
+
+def _exhausted(path: str, thread_id: str, seq: int, position: int) -> Exception:
+    if seq >= MAX_POSITION:
+        return CorruptRecordError(
+            thread_id, seq, f"its head in {path} claims seq {seq}, beyond any real thread"
+        )
+    return CorruptDatabaseError(path, f"the global position counter is exhausted at {position}")
+
+
 def _heads(conn: sqlite3.Connection, thread_ids: set[str]) -> dict[str, tuple[int, bytes]]:
+    return {
+        tid: (seq, digest)
+        for tid, seq, digest in _select_in(
+            conn, "SELECT thread_id, last_seq, last_hash FROM threads", thread_ids
+        )
+    }
+
+
+def _holders(conn: sqlite3.Connection, thread_ids: set[str]) -> dict[str, Holder]:
+    sql = f"SELECT thread_id, {_HOLDER_COLUMNS} FROM claims"
+    return {row[0]: Holder(*row[1:]) for row in _select_in(conn, sql, thread_ids)}
+
+
+def _select_in(conn: sqlite3.Connection, select: str, thread_ids: set[str]) -> list[Any]:
     ids = list(thread_ids)
-    heads: dict[str, tuple[int, bytes]] = {}
     if len(ids) == 1:
-        row = conn.execute(
-            "SELECT last_seq, last_hash FROM threads WHERE thread_id = ?", ids
-        ).fetchone()
-        return heads if row is None else {ids[0]: (row[0], row[1])}
+        return conn.execute(f"{select} WHERE thread_id = ?", ids).fetchall()
+    found: list[Any] = []
     for i in range(0, len(ids), 500):
         part = ids[i : i + 500]
         marks = ",".join("?" * len(part))
-        for tid, seq, digest in conn.execute(
-            f"SELECT thread_id, last_seq, last_hash FROM threads WHERE thread_id IN ({marks})",
-            part,
-        ):
-            heads[tid] = (seq, digest)
-    return heads
+        found.extend(conn.execute(f"{select} WHERE thread_id IN ({marks})", part).fetchall())
+    return found
 
 
-def _configure(conn: sqlite3.Connection, busy_ms: int, synchronous: str) -> None:
-    conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
-    conn.execute(f"PRAGMA synchronous = {synchronous}")
+def _take_claim(conn: sqlite3.Connection, claim: Claim, now: float) -> None:
+    """Record `claim` unless a live owner holds the thread; a dead owner's claim is replaced."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        holder = _holders(conn, {claim.thread_id}).get(claim.thread_id)
+        if holder is not None and holder.alive(now):
+            raise holder.busy_error(claim.thread_id, now)
+        conn.execute(
+            f"INSERT OR REPLACE INTO claims (thread_id, {_HOLDER_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                claim.thread_id, claim.token, claim.host, claim.pid, claim.started, now,
+                claim.lease, claim.purpose,
+            ),
+        )  # fmt: skip
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _drop_claim(conn: sqlite3.Connection, thread_id: str, token: str) -> None:
+    conn.execute("DELETE FROM claims WHERE thread_id = ? AND token = ?", (thread_id, token))
+
+
+def _relabel_claim(conn: sqlite3.Connection, thread_id: str, token: str, purpose: str) -> None:
+    conn.execute(
+        "UPDATE claims SET purpose = ? WHERE thread_id = ? AND token = ?",
+        (purpose, thread_id, token),
+    )
+
+
+def _renew_claims(conn: sqlite3.Connection, tokens: list[str], now: float) -> None:
+    beats = [(now, token) for token in tokens]
+    conn.executemany("UPDATE claims SET heartbeat_at = ? WHERE token = ?", beats)
+
+
+def _fetch_holder(conn: sqlite3.Connection, thread_id: str) -> Holder | None:
+    try:
+        row = conn.execute(
+            f"SELECT {_HOLDER_COLUMNS} FROM claims WHERE thread_id = ?", (thread_id,)
+        ).fetchone()
+    except sqlite3.OperationalError:  # a read-only copy written before claims existed
+        return None
+    return None if row is None else Holder(*row)
 
 
 def _write_snapshot(conn: sqlite3.Connection, values: tuple[Any, ...]) -> None:

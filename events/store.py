@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
+from .claims import DEFAULT_LEASE, Claim, Holder
 from .codec import (
     GENESIS_HASH,
     Encoded,
@@ -23,6 +24,7 @@ from .codec import (
     record_of,
 )
 from .errors import (
+    ChainBrokenError,
     InvalidAppendError,
     StoreClosedError,
     ThreadNotFoundError,
@@ -33,6 +35,11 @@ from .record import EventRecord, Snapshot, VerifyReport
 
 READ_CHUNK = 2048
 """Rows fetched per round trip when streaming a thread."""
+
+MAX_POSITION = 2**53 - 1
+"""The largest seq or position a store hands out (exact in JSON too); beyond is damage."""
+
+__all__ = ["MAX_POSITION", "BaseEventStore", "Claim", "EventStore", "Holder", "check_thread_id"]
 
 
 @runtime_checkable
@@ -47,14 +54,27 @@ class EventStore(Protocol):
         expected_seq: int,
         run_id: str | None = None,
         actor: str | None = None,
+        claim: Claim | None = None,
     ) -> list[EventRecord]:
-        """Append atomically after `expected_seq`, or raise `ConcurrencyError`."""
+        """Append atomically after `expected_seq`, or raise `ConcurrencyError`.
+
+        With `claim`, the thread must still be claimed by it (else `ClaimLostError`); without,
+        the thread must have no live owner (else `ThreadBusyError`), unless every event is a
+        stop request addressed to that owner.
+        """
         ...
 
     def read(
-        self, thread_id: str, from_seq: int = 1, to_seq: int | None = None
+        self,
+        thread_id: str,
+        from_seq: int = 1,
+        to_seq: int | None = None,
+        *,
+        after_hash: bytes | None = None,
     ) -> AsyncIterator[EventRecord]:
-        """The thread's records with `from_seq <= seq <= to_seq`, in seq order."""
+        """The thread's records with `from_seq <= seq <= to_seq`, in seq order, each checked
+        against its hash link (`ChainBrokenError` otherwise); `after_hash`, when given, is what
+        the caller believes the hash of record `from_seq - 1` to be (a snapshot's)."""
         ...
 
     def read_all(self, from_position: int = 0) -> AsyncIterator[EventRecord]:
@@ -85,6 +105,28 @@ class EventStore(Protocol):
         """Recompute the thread's hash chain and report the first bad record."""
         ...
 
+    async def claim(
+        self, thread_id: str, *, purpose: str = "run", lease: float = DEFAULT_LEASE
+    ) -> Claim:
+        """Own the thread until released; `ThreadBusyError` while a live owner holds it."""
+        ...
+
+    async def release(self, claim: Claim) -> None:
+        """Give the thread up (a no-op when the claim was already lost)."""
+        ...
+
+    def release_threadsafe(self, claim: Claim) -> None:
+        """`release` from any thread, without waiting (a worker that outlived its run)."""
+        ...
+
+    async def relabel(self, claim: Claim, purpose: str) -> None:
+        """Change what the claim says its owner is doing (shown to whoever is refused)."""
+        ...
+
+    async def holder(self, thread_id: str) -> Holder | None:
+        """The thread's current claim, live or not, or None."""
+        ...
+
     async def close(self) -> None:
         """Finish pending work and release resources."""
         ...
@@ -101,12 +143,21 @@ class EventStore(Protocol):
 
 def check_thread_id(thread_id: object) -> str:
     """A thread id is a non-empty string; anything else is a caller's mistake."""
-    if not isinstance(thread_id, str) or not thread_id:
+    if not isinstance(thread_id, str) or not thread_id.strip():
         raise InvalidAppendError(
-            f"thread id must be a non-empty string, got {thread_id!r}: pass "
+            f"thread id must be a non-blank string, got {thread_id!r}: pass "
             "config={'thread_id': '...'} or a store call with a real id"
         )
     _check_text("thread id", thread_id)
+    if thread_id.startswith("-"):
+        raise InvalidAppendError(
+            f"thread id {thread_id!r} begins with '-', which a command line reads as an "
+            "option: choose an id that starts with a letter or digit"
+        )
+    if any(ord(c) < 32 or ord(c) == 127 for c in thread_id):
+        raise InvalidAppendError(
+            f"thread id {thread_id!r} holds control characters: use printable text"
+        )
     return thread_id
 
 
@@ -138,8 +189,10 @@ class BaseEventStore(ABC):
         run_id: str | None,
         actor: str | None,
         at: float,
+        claim: Claim | None = None,
     ) -> list[EventRecord]:
-        """Check `expected_seq`, chain `encoded`, and store the rows in one atomic commit."""
+        """Fence `claim` (see `events.claims.fence`), check `expected_seq`, chain `encoded`,
+        and store the rows in one atomic commit."""
 
     @abstractmethod
     async def _fetch(self, thread_id: str, from_seq: int, to_seq: int, limit: int) -> list[Row]:
@@ -167,6 +220,7 @@ class BaseEventStore(ABC):
         expected_seq: int,
         run_id: str | None = None,
         actor: str | None = None,
+        claim: Claim | None = None,
     ) -> list[EventRecord]:
         """Append `events` after `expected_seq`, all or nothing; return their records."""
         self._check_open()
@@ -186,26 +240,67 @@ class BaseEventStore(ABC):
         at = float(self._clock()) + 0.0  # + 0.0 turns -0.0 into 0.0, as the database would
         if not math.isfinite(at):
             raise InvalidAppendError(f"the store's clock returned {at!r}, not a finite time")
-        return await self._commit(thread_id, events, encoded, expected_seq, run_id, actor, at)
+        if claim is not None and claim.thread_id != thread_id:
+            raise InvalidAppendError(
+                f"the claim passed is for thread {claim.thread_id!r}, not {thread_id!r}"
+            )
+        return await self._commit(
+            thread_id, events, encoded, expected_seq, run_id, actor, at, claim
+        )
 
     async def read(
-        self, thread_id: str, from_seq: int = 1, to_seq: int | None = None
+        self,
+        thread_id: str,
+        from_seq: int = 1,
+        to_seq: int | None = None,
+        *,
+        after_hash: bytes | None = None,
     ) -> AsyncIterator[EventRecord]:
-        """Stream a thread's records in seq order; a missing thread raises."""
+        """Stream a thread's records in seq order, each checked against its hash link.
+
+        The record before `from_seq` is fetched for its hash (and compared with `after_hash`
+        when given); reading through the last record also checks the thread's head. A link
+        that does not hold raises `ChainBrokenError` naming thread and seq, so nothing is
+        built from a log altered behind the store's back.
+        """
         self._check_open()
         check_thread_id(thread_id)
         head = await self._head(thread_id)
         if head is None:
             raise ThreadNotFoundError(thread_id)
-        last = head[0] if to_seq is None else min(to_seq, head[0])
+        head_seq, head_hash = head
+        last = head_seq if to_seq is None else min(to_seq, head_seq)
         seq = max(from_seq, 1)
+        prev, linked = GENESIS_HASH, seq == 1
+        if seq > 1 and (seq <= last or after_hash is not None):
+            before = await self._fetch(thread_id, seq - 1, seq - 1, 1)
+            if not before or before[0].seq != seq - 1:
+                raise ChainBrokenError(thread_id, seq - 1, "the record is missing")
+            prev, linked = before[0].hash, True
+            if after_hash is not None and prev != after_hash:
+                raise ChainBrokenError(
+                    thread_id, seq - 1, "its hash differs from the one its snapshot names"
+                )
         while seq <= last:
             chunk = await self._fetch(thread_id, seq, last, READ_CHUNK)
             if not chunk:
-                return
+                raise ChainBrokenError(thread_id, seq, "the record is missing")
             for row in chunk:
+                if row.seq != seq:
+                    raise ChainBrokenError(
+                        thread_id, seq, f"the record is missing (found {row.seq})"
+                    )
+                envelope = (
+                    row.thread_id, row.seq, row.run_id, row.actor,
+                    row.at, row.kind, row.version, row.position,
+                )  # fmt: skip
+                if chain_hash(prev, envelope, row.payload) != row.hash:
+                    raise ChainBrokenError(thread_id, seq, "its bytes do not match its hash")
+                prev = row.hash
+                seq += 1
                 yield decode_row(row)
-            seq = chunk[-1].seq + 1
+        if linked and last == head_seq and seq == head_seq + 1 and prev != head_hash:
+            raise ChainBrokenError(thread_id, head_seq, "the thread's head names another hash")
 
     async def read_all(self, from_position: int = 0) -> AsyncIterator[EventRecord]:
         """Stream every record after `from_position`, in commit order."""
@@ -289,6 +384,9 @@ class BaseEventStore(ABC):
     async def close(self) -> None:
         """Mark the store closed; backends release their resources too."""
         self._closed = True
+
+    def _checked_id(self, thread_id: str) -> str:
+        return check_thread_id(thread_id)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from actors import END, StateGraph
-from events import MessageAppended, NodeEntered, StepAdvanced
+from events import GENESIS_HASH, MessageAppended, NodeEntered, StepAdvanced
+from events.codec import chain_hash
 from events.kinds import Event
 from projections import AgentState, Message, message_appended
 
@@ -33,6 +34,23 @@ def edit_db(db: Path, sql: str, *args: object) -> None:
     conn = sqlite3.connect(db)
     with conn:
         conn.execute(sql, args)
+    conn.close()
+
+
+def rechain(db: Path, thread_id: str = "t") -> None:
+    """Recompute a thread's hashes after an edit, as a newer agentlog writing it would have."""
+    conn = sqlite3.connect(db)
+    with conn:
+        prev = GENESIS_HASH
+        rows = conn.execute(
+            "SELECT thread_id, seq, run_id, actor, at, kind, version, position, payload "
+            "FROM events WHERE thread_id = ? ORDER BY seq",
+            (thread_id,),
+        ).fetchall()
+        for *envelope, payload in rows:
+            prev = chain_hash(prev, tuple(envelope), payload)
+            conn.execute("UPDATE events SET hash = ? WHERE position = ?", (prev, envelope[7]))
+        conn.execute("UPDATE threads SET last_hash = ? WHERE thread_id = ?", (prev, thread_id))
     conn.close()
 
 

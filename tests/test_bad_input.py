@@ -12,6 +12,7 @@ import msgspec
 import pytest
 
 from events import (
+    ChainBrokenError,
     CorruptDatabaseError,
     CorruptRecordError,
     MessageAppended,
@@ -24,7 +25,7 @@ from events import (
 )
 from projections import state_at
 
-from .helpers import edit_db, step_events, text_event
+from .helpers import edit_db, rechain, step_events, text_event
 
 
 def digest(path: Path) -> str:
@@ -80,25 +81,39 @@ def test_a_damaged_file_is_a_typed_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("edit", "error", "match"),
+    ("edit", "chained", "error", "match"),
     [
-        ("SET payload = x'c1c1c1' WHERE seq = 2", CorruptRecordError, "seq 2 of thread 't'"),
-        ("SET kind = 'node_entered' WHERE seq = 2", CorruptRecordError, "seq 2"),
+        ("SET payload = x'c1c1c1' WHERE seq = 2", False, ChainBrokenError, "seq 2 of thread 't'"),
+        ("SET payload = x'c1c1c1' WHERE seq = 2", True, CorruptRecordError, "seq 2 of thread"),
+        ("SET kind = 'node_entered' WHERE seq = 2", True, CorruptRecordError, "seq 2"),
+        ("SET kind = 'alien_landed' WHERE seq = 1", False, ChainBrokenError, "seq 1"),
         (
             "SET kind = 'alien_landed' WHERE seq = 1",
+            True,
             UnknownEventKindError,
             "'alien_landed' at seq 1",
         ),
-        ("SET version = 7 WHERE seq = 2", SchemaVersionError, "version 7"),
+        ("SET version = 7 WHERE seq = 2", True, SchemaVersionError, "version 7"),
     ],
-    ids=["corrupt-payload", "payload-of-another-kind", "unknown-kind", "newer-version"],
+    ids=[
+        "tampered-payload",
+        "corrupt-payload",
+        "payload-of-another-kind",
+        "tampered-kind",
+        "unknown-kind",
+        "newer-version",
+    ],
 )
 def test_a_bad_row_is_a_typed_error_naming_the_record(
-    tmp_path: Path, edit: str, error: type[Exception], match: str
+    tmp_path: Path, edit: str, chained: bool, error: type[Exception], match: str
 ) -> None:
+    """An edit behind the store's back breaks the chain; a well-chained row that still cannot
+    be read (a newer or foreign writer, or damage hashed in) names its own problem."""
     db = tmp_path / "bad.db"
     asyncio.run(build(db))
     edit_db(db, f"UPDATE events {edit}")
+    if chained:
+        rechain(db)
     with pytest.raises(error, match=match):
         asyncio.run(read_all(db))
 

@@ -47,7 +47,7 @@ async def test_group_commit_puts_concurrent_appends_in_few_transactions(tmp_path
         writer = store._writer
         assert writer is not None
         statements: list[str] = []
-        await writer._execute(writer._conn.set_trace_callback, statements.append)
+        await writer.call(lambda conn: conn.set_trace_callback(statements.append))
         await asyncio.gather(
             *(store.append(f"t{i}", step_events(1), expected_seq=0) for i in range(50))
         )

@@ -1,0 +1,180 @@
+"""Thread claims: one owner per thread at a time, across processes and hosts.
+
+A run claims its thread in the store before it writes or runs anything, and every append it
+makes carries the claim's token (fencing), so an owner that was taken over cannot write. An
+owner is judged alive by the rule here, shared by every store: on this host, by its process
+(gone means dead at once, so the first restart after a crash just works); on another host,
+only by its heartbeat, which must be younger than its lease.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .errors import ClaimLostError, ThreadBusyError
+
+DEFAULT_LEASE = 30.0
+"""Seconds a claim stays valid across hosts without a heartbeat."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A run's ownership of one thread; pass it to `append` so the store can fence it."""
+
+    thread_id: str
+    token: str
+    host: str
+    pid: int
+    started: str
+    lease: float
+    purpose: str = "run"
+
+
+@dataclass(frozen=True)
+class Holder:
+    """What a store knows of a thread's current owner."""
+
+    token: str
+    host: str
+    pid: int
+    started: str
+    heartbeat_at: float
+    lease: float
+    purpose: str
+
+    def alive(self, now: float) -> bool:
+        """True while the owner may still be working (see the module's rule)."""
+        if self.host == HOST:
+            return self.started == process_marker(self.pid)
+        return now - self.heartbeat_at < self.lease
+
+    def busy_error(self, thread_id: str, now: float) -> ThreadBusyError:
+        """The error telling a second comer who holds the thread."""
+        where = "this process" if (self.host, self.pid) == (HOST, PID) else f"process {self.pid}"
+        if self.host != HOST:
+            where += f" on host {self.host.split('/')[0]}"
+        return ThreadBusyError(
+            f"thread {thread_id!r} is owned by {where} ({self.purpose}; heartbeat "
+            f"{max(now - self.heartbeat_at, 0.0):.0f}s ago): wait until it finishes or pauses, "
+            "or ask it to stop with astop(); two runs never share a thread"
+        )
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def process_marker(pid: int) -> str:
+    """A string that changes when `pid` is reused; "" when no such process runs.
+
+    On Linux it is the process's start time from /proc; elsewhere a live pid gives "pid"
+    (a reused pid then looks alive until its lease runs out).
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        if fields[0] in (b"Z", b"X"):  # a zombie has finished its work
+            return ""
+        return fields[19].decode()
+    except FileNotFoundError:
+        return ""
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return ""
+    except PermissionError:
+        return "pid"
+    return "pid"
+
+
+HOST = f"{socket.gethostname()}/{_boot_id()}"
+"""This host, as claims name it: its name and boot, so a rebooted host's owners are dead."""
+
+PID = os.getpid()
+
+
+def new_claim(thread_id: str, *, lease: float = DEFAULT_LEASE, purpose: str = "run") -> Claim:
+    """A fresh claim by this process, not yet recorded in any store."""
+    if not lease > 0:
+        raise ValueError(f"a claim's lease must be > 0 seconds, got {lease!r}")
+    pid = os.getpid()
+    return Claim(thread_id, uuid.uuid4().hex, HOST, pid, process_marker(pid), lease, purpose)
+
+
+class Heartbeat:
+    """A daemon thread renewing a store's live claims, off the event loop.
+
+    A run blocked in a slow tool keeps its claim: its heartbeat does not wait for the loop.
+    """
+
+    def __init__(self, renew: Callable[[list[Claim], float], None]) -> None:
+        self._renew = renew
+        self._claims: dict[str, Claim] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def add(self, claim: Claim) -> None:
+        """Renew `claim` from now on."""
+        with self._lock:
+            self._claims[claim.token] = claim
+            if self._thread is None and not self._stopped:
+                self._thread = threading.Thread(
+                    target=self._run, name="agentlog-heartbeat", daemon=True
+                )
+                self._thread.start()
+
+    def discard(self, claim: Claim) -> None:
+        """Stop renewing `claim`."""
+        with self._lock:
+            self._claims.pop(claim.token, None)
+
+    def stop(self) -> None:
+        """End the thread (the store is closing)."""
+        self._stopped = True
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stopped:
+            with self._lock:
+                claims = list(self._claims.values())
+            interval = min((c.lease for c in claims), default=DEFAULT_LEASE) / 3
+            if claims:
+                with contextlib.suppress(Exception):  # busy or closing: the next beat retries
+                    self._renew(claims, time.time())
+            self._wake.wait(interval)
+
+
+def fence(
+    thread_id: str, token: str | None, only_stop_requests: bool, holder: Holder | None, now: float
+) -> Exception | None:
+    """Why an append may not write under the thread's current claim; None when it may.
+
+    A claimed append must hold the claim itself. An append without a claim may write to a
+    thread without a live owner, and to any thread when all it does is ask for a stop.
+    """
+    if token is not None:
+        if holder is None or holder.token != token:
+            return ClaimLostError(
+                f"thread {thread_id!r} is no longer claimed by this run (its claim was taken "
+                "over or released); nothing was written: this run must stop"
+            )
+        return None
+    if holder is not None and holder.alive(now) and not only_stop_requests:
+        return holder.busy_error(thread_id, now)
+    return None
