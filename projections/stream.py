@@ -6,7 +6,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from .messages import Message
 from .state import AgentState
@@ -22,9 +22,11 @@ class StreamEvent(StrEnum):
 
 
 class StreamChunk(BaseModel):
-    """One item of a run's stream: a message, a state, an update or an error."""
+    """One item of a run's stream: a message, a state, an update or an error.
 
-    model_config = ConfigDict(use_enum_values=True)
+    `event` is always a `StreamEvent` member (a str enum, so it also equals "message" etc.):
+    the annotation and the value agree, and JSON output carries the plain string.
+    """
 
     event: StreamEvent = StreamEvent.MESSAGE
     message: Message | None = None
