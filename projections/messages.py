@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+
+from .errors import ProjectionError
 
 Role = Literal["user", "assistant", "system", "tool"]
 
@@ -266,3 +268,249 @@ class Message(BaseModel):
                 args = json.loads(args) if args.strip() else {}
             calls.append(ToolCallBlock(id=str(raw.get("id")), name=fn["name"], args=args))
         return calls
+
+
+# ---- input as users write it ---------------------------------------------------------------
+
+ACCEPTED_INPUT = (
+    "a str (one user message), a Message, a dict such as {'role': 'user', 'content': 'hi'} "
+    "(OpenAI style: role user/assistant/system/tool, content a str or a list of "
+    "{'type': 'text', 'text': ...} parts, tool_calls on an assistant message, tool_call_id on "
+    "a tool message), a Message's own dict form, or a list of these"
+)
+"""The forms `to_messages` accepts, quoted by its errors."""
+
+_ROLES = ("user", "assistant", "system", "tool")
+_ROLE_ALIASES = {"developer": "system"}
+"""OpenAI's `developer` role is its newer name for the system prompt."""
+
+_OPENAI_KEYS = {"role", "content", "name", "tool_calls", "tool_call_id", "refusal"}
+_OWN_KEYS = set(Message.model_fields)
+MESSAGE_KEYS = frozenset(_OPENAI_KEYS | _OWN_KEYS)
+"""Keys a message dict may have; a dict with `role` and only these keys is a message."""
+
+_BLOCK_TYPES = {
+    "text",
+    "image",
+    "audio",
+    "video",
+    "document",
+    "data",
+    "tool_call",
+    "remote_tool_call",
+    "tool_result",
+    "reasoning",
+    "annotation",
+    "error",
+}
+
+
+_BLOCK: TypeAdapter[ContentBlock] = TypeAdapter(ContentBlock)
+
+
+class InvalidMessageError(ProjectionError, ValueError):
+    """Input that cannot be read as messages; the message says what and lists what can."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(f"{why}; messages can be given as {ACCEPTED_INPUT}")
+
+
+def to_messages(value: Any) -> list[Message]:
+    """Read messages as users write them: a str, a Message, an OpenAI-style or our own dict,
+    or a list of these; anything else raises `InvalidMessageError` naming the problem."""
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray):
+        messages: list[Message] = []
+        for index, item in enumerate(value):
+            try:
+                messages.append(_one_message(item))
+            except InvalidMessageError as exc:
+                raise InvalidMessageError(f"item {index} of the list: {_why(exc)}") from exc
+        return messages
+    return [_one_message(value)]
+
+
+def is_message_dict(value: object) -> bool:
+    """True for a dict that reads as one message (a `role` and only message keys)."""
+    return isinstance(value, Mapping) and "role" in value and set(value) <= MESSAGE_KEYS
+
+
+def normalize_input(value: Any) -> Any:
+    """Input to a run as the engine takes it: messages in any `to_messages` form become
+    `list[Message]`; in a dict of state fields, `messages` / `context` are read the same way
+    and the other fields are left as they are; None and an `AgentState` pass through."""
+    if value is None or isinstance(value, Message):
+        return None if value is None else [value]
+    if isinstance(value, Mapping) and not is_message_dict(value):
+        if not any(key in value for key in ("messages", "context")):
+            return value
+        update = dict(value)
+        for key in ("messages", "context"):
+            if key in update:
+                try:
+                    update[key] = to_messages(update[key])
+                except InvalidMessageError as exc:
+                    raise InvalidMessageError(f"in {key!r}: {_why(exc)}") from exc
+        return update
+    if isinstance(value, str | Mapping) or (
+        isinstance(value, Sequence) and not isinstance(value, bytes | bytearray)
+    ):
+        return to_messages(value)
+    return value  # an AgentState, or something the engine will refuse by its own rules
+
+
+def _why(exc: InvalidMessageError) -> str:
+    """The first part of an error's message, without the list of accepted forms."""
+    return str(exc).split("; messages can be given as ", 1)[0]
+
+
+def _one_message(value: Any) -> Message:
+    if isinstance(value, Message):
+        return value
+    if isinstance(value, str):
+        return Message.text_message(value)
+    if not isinstance(value, Mapping):
+        raise InvalidMessageError(f"a {type(value).__name__} is not a message ({value!r:.60})")
+    if "messages" in value or "context" in value:
+        raise InvalidMessageError(
+            "a dict with 'messages' is a state update, not one message: pass it to the graph as "
+            "it is, or pass its list here"
+        )
+    if "role" not in value:
+        raise InvalidMessageError(f"the dict {dict(value)!r:.80} has no 'role'")
+    role = _ROLE_ALIASES.get(value["role"], value["role"])
+    if role not in _ROLES:
+        raise InvalidMessageError(
+            f"role {value['role']!r} is not one of {', '.join(map(repr, _ROLES))}"
+        )
+    data: dict[str, Any] = {k: v for k, v in value.items() if k in _OWN_KEYS}
+    data["role"] = role
+    content = _content_blocks(value.get("content"))
+    if value.get("refusal"):
+        content.append(TextBlock(text=str(value["refusal"])))
+    if value.get("tool_calls"):
+        if role != "assistant":
+            raise InvalidMessageError(f"a {role} message cannot carry tool_calls")
+        content.extend(_tool_calls(value["tool_calls"]))
+    if role == "tool" and not any(isinstance(b, ToolResultBlock) for b in content):
+        call_id = value.get("tool_call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise InvalidMessageError(
+                "a tool message needs the 'tool_call_id' of the call it answers"
+            )
+        texts = [b.text for b in content if isinstance(b, TextBlock)]
+        others = [b for b in content if not isinstance(b, TextBlock)]
+        content = [ToolResultBlock(call_id=call_id, output="".join(texts)), *others]
+    data["content"] = content
+    if "name" in value:
+        data["metadata"] = {**dict(value.get("metadata") or {}), "name": value["name"]}
+    try:
+        return Message.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidMessageError(f"the message dict is invalid ({_problems(exc)})") from exc
+
+
+def _problems(exc: ValidationError) -> str:
+    """Pydantic's complaints, one `field: message` each."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors())
+
+
+def _content_blocks(content: Any) -> list[Any]:
+    """OpenAI content (a str, None, or a list of parts) or our blocks, as content blocks."""
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [TextBlock(text=content)]
+    if not isinstance(content, Sequence) or isinstance(content, bytes | bytearray):
+        raise InvalidMessageError(
+            f"content must be a str or a list of parts, got {type(content).__name__}"
+        )
+    blocks: list[Any] = []
+    for index, part in enumerate(content):
+        if isinstance(part, str):
+            blocks.append(TextBlock(text=part))
+        elif isinstance(part, BaseModel):
+            blocks.append(part)
+        elif isinstance(part, Mapping):
+            blocks.append(_content_part(index, part))
+        else:
+            raise InvalidMessageError(
+                f"content part {index} is a {type(part).__name__}, not a dict such as "
+                "{'type': 'text', 'text': ...}"
+            )
+    return blocks
+
+
+def _content_part(index: int, part: Mapping[str, Any]) -> Any:
+    """One OpenAI content part, or one of our own blocks as a dict."""
+    kind = part.get("type")
+    try:
+        if kind == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, Mapping) else image
+            return ImageBlock(media=_media_from_url(str(url)))
+        if kind == "input_audio":
+            audio = part["input_audio"]
+            return AudioBlock(
+                media=MediaRef(
+                    kind="data", data_base64=audio["data"], mime_type=f"audio/{audio['format']}"
+                )
+            )
+        if kind == "file":
+            file = part["file"]
+            if file.get("file_id"):
+                media = MediaRef(kind="file_id", file_id=file["file_id"])
+            else:
+                media = _media_from_url(str(file["file_data"]))
+            media.filename = file.get("filename")
+            return DocumentBlock(media=media)
+        if kind == "refusal":
+            return TextBlock(text=str(part["refusal"]))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise InvalidMessageError(f"content part {index} ({kind!r}) lacks {exc}") from exc
+    if kind in _BLOCK_TYPES:
+        try:
+            return _BLOCK.validate_python(dict(part))
+        except ValidationError as exc:
+            raise InvalidMessageError(
+                f"content part {index} ({kind!r}) is invalid ({_problems(exc)})"
+            ) from exc
+    known = ", ".join(map(repr, ["text", "image_url", "input_audio", "file", *_BLOCK_TYPES]))
+    raise InvalidMessageError(f"content part {index} has type {kind!r}; known types: {known}")
+
+
+def _media_from_url(url: str) -> MediaRef:
+    """A URL, or a `data:<mime>;base64,<data>` URL kept inline."""
+    if url.startswith("data:") and "," in url:
+        header, data = url[5:].split(",", 1)
+        mime = header.split(";", 1)[0] or None
+        return MediaRef(kind="data", data_base64=data, mime_type=mime)
+    return MediaRef(kind="url", url=url)
+
+
+def _tool_calls(calls: Any) -> list[ToolCallBlock]:
+    """OpenAI `tool_calls` ({'id', 'function': {'name', 'arguments': JSON}}) as blocks."""
+    if not isinstance(calls, Sequence) or isinstance(calls, str | bytes):
+        raise InvalidMessageError(f"tool_calls must be a list, got {type(calls).__name__}")
+    blocks: list[ToolCallBlock] = []
+    for index, call in enumerate(calls):
+        fn = call.get("function", call) if isinstance(call, Mapping) else None
+        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+            raise InvalidMessageError(
+                f"tool call {index} must look like {{'id': ..., 'function': {{'name': ..., "
+                f"'arguments': '{{...}}'}}}}, got {call!r:.80}"
+            )
+        args = fn.get("arguments", fn.get("args", {}))
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise InvalidMessageError(
+                    f"the arguments of tool call {index} ({fn['name']!r}) are not JSON: {exc}"
+                ) from exc
+        if not isinstance(args, dict):
+            raise InvalidMessageError(
+                f"the arguments of tool call {index} ({fn['name']!r}) must be a JSON object"
+            )
+        call_id = call.get("id") if isinstance(call, Mapping) else None
+        blocks.append(ToolCallBlock(id=str(call_id or generate_id()), name=fn["name"], args=args))
+    return blocks
