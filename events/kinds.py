@@ -24,11 +24,17 @@ class BaseEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", gc=
 
 
 class RunStarted(BaseEvent, tag="run_started", frozen=True):
-    """A run began on the thread, at `entry_node`, with the caller's input."""
+    """A run began on the thread, at `entry_node`, with the caller's input.
+
+    `fields` maps each custom state field to its reducer's qualified name (None: replace),
+    so the thread can be read without the state class (`projections.generic`); None when
+    the writer did not record it.
+    """
 
     entry_node: str = "__start__"
     input: JSON = None
     graph: str | None = None
+    fields: dict[str, str | None] | None = None
 
 
 class NodeEntered(BaseEvent, tag="node_entered", frozen=True):
@@ -137,11 +143,15 @@ class RunFailed(BaseEvent, tag="run_failed", frozen=True):
 
 
 class Forked(BaseEvent, tag="forked", frozen=True):
-    """This thread starts as a copy of `source_thread` at `source_seq`, holding `state`."""
+    """This thread starts as a copy of `source_thread` at `source_seq`, holding `state`.
+
+    `fields` is as in `RunStarted`: the custom fields' reducers, when recorded.
+    """
 
     source_thread: str
     source_seq: int
     state: dict[str, JSON]
+    fields: dict[str, str | None] | None = None
 
 
 Event = (
