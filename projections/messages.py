@@ -336,8 +336,8 @@ def is_message_dict(value: object) -> bool:
 
 def normalize_input(value: Any) -> Any:
     """Input to a run as the engine takes it: messages in any `to_messages` form become
-    `list[Message]`; in a dict of state fields, `messages` / `context` are read the same way
-    and the other fields are left as they are; None and an `AgentState` pass through."""
+    `list[Message]`; in a dict of state fields, `messages` / `context` (lists) are read the
+    same way and the other fields are left as they are; None and an `AgentState` pass through."""
     if value is None or isinstance(value, Message):
         return None if value is None else [value]
     if isinstance(value, Mapping) and not is_message_dict(value):
@@ -346,6 +346,11 @@ def normalize_input(value: Any) -> Any:
         update = dict(value)
         for key in ("messages", "context"):
             if key in update:
+                if not isinstance(update[key], list | tuple):
+                    raise InvalidMessageError(
+                        f"{key!r} must be a list of messages, got {type(update[key]).__name__} "
+                        f"{update[key]!r:.60}"
+                    )
                 try:
                     update[key] = to_messages(update[key])
                 except InvalidMessageError as exc:

@@ -297,6 +297,10 @@ def test_normalize_input_keeps_state_fields_and_converts_messages() -> None:
     assert normalize_input({"role": "user", "content": "hi"})[0].text() == "hi"  # type: ignore[index]
     assert normalize_input("yo")[0].role == "user"  # type: ignore[index]
     assert normalize_input({"notes": ["a"]}) == {"notes": ["a"]}
+    with pytest.raises(InvalidMessageError, match="'messages' must be a list"):
+        normalize_input({"messages": "not a list"})
+    with pytest.raises(InvalidMessageError, match=r"in 'context': item 0.*'robot'"):
+        normalize_input({"context": [{"role": "robot", "content": "x"}]})
 
 
 @given(st.text())
