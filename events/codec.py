@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, NoReturn, cast
 
 import msgspec
 
@@ -104,7 +104,16 @@ def encode_payloads(thread_id: str, events: Sequence[Event]) -> list[Encoded]:
             # Structs do not check types when built: decoding the bytes back both checks
             # them and yields exactly the event every later reader will see.
             stored = cast(Event, _decoders[kind].decode(payload))
+        except RecursionError as exc:
+            raise UnstorableValueError(
+                f"{kind!r} on thread {thread_id!r}", "a value", TOO_DEEP
+            ) from exc
         except (TypeError, ValueError, OverflowError, msgspec.DecodeError) as exc:
+            found = _unstorable_field(event)
+            if found is not None:
+                raise UnstorableValueError(
+                    f"{kind!r} on thread {thread_id!r}", found[0], found[1]
+                ) from exc
             raise InvalidAppendError(
                 f"cannot store {kind!r} on thread {thread_id!r}: {exc}; "
                 "event fields must have their declared types and plain JSON-like values"
@@ -192,14 +201,140 @@ def encode_json(obj: Any) -> bytes:
     return msgspec.json.encode(obj)
 
 
+BIG_INT_EXT = 1
+"""MessagePack extension code of a snapshot int beyond 64 bits: signed, big-endian bytes."""
+
+INT_RANGE = (-(2**63), 2**64 - 1)
+"""The ints MessagePack stores natively; events refuse any other, snapshots use an extension."""
+
+
+TOO_DEEP = (
+    "nests lists and dicts deeper than the codec can follow (Python's recursion limit, "
+    "about 1000 levels): flatten it"
+)
+
+
+class UnstorableValueError(InvalidAppendError):
+    """A value has no exact MessagePack form, so it was refused before anything was written."""
+
+    def __init__(self, where: str, path: str, why: str) -> None:
+        self.path = path
+        super().__init__(f"cannot store {where}: {path} {why}")
+
+
+def find_unstorable(
+    value: Any, path: str = "value", *, big_ints: bool = False
+) -> tuple[str, str] | None:
+    """Where `value` holds something MessagePack cannot store exactly, and why; None if nothing.
+
+    Stored exactly: None, bool, int in `INT_RANGE` (any int when `big_ints`), float (NaN,
+    infinities and -0.0 included), valid Unicode str, bytes, and dicts and lists of these.
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return path, (
+                f"is a str holding a lone surrogate ({value[exc.start]!r} at index {exc.start}), "
+                "which is not valid Unicode: fix the text, or store raw data as bytes"
+            )
+        return None
+    if isinstance(value, bool | float | bytes | bytearray | memoryview) or value is None:
+        return None
+    if isinstance(value, int):
+        if big_ints or INT_RANGE[0] <= value <= INT_RANGE[1]:
+            return None
+        return path, (
+            f"is an int of {value.bit_length()} bits, outside the 64-bit range the log stores "
+            "(-2**63 to 2**64-1): store it as a str and convert it back in the field's validator"
+        )
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = find_unstorable(key, f"{path} key {key!r}", big_ints=big_ints)
+            found = found or find_unstorable(item, f"{path}[{key!r}]", big_ints=big_ints)
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = find_unstorable(item, f"{path}[{index}]", big_ints=big_ints)
+            if found is not None:
+                return found
+        return None
+    try:
+        _encoder.encode(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        return path, (
+            f"is of type {type(value).__name__}, which the log cannot store ({exc}): "
+            "stored values must be plain JSON-like builtins (dict, list, str, int, float, "
+            "bool, None) or bytes; convert it first"
+        )
+    return None
+
+
+def _unstorable_field(event: BaseEvent) -> tuple[str, str] | None:
+    """The first field path of `event` holding a value MessagePack cannot store exactly."""
+    for name in event.__struct_fields__:
+        found = find_unstorable(getattr(event, name), name)
+        if found is not None:
+            return found
+    return None
+
+
+def _big_ints_as_ext(value: Any) -> Any:
+    """A copy of `value` with every int beyond 64 bits wrapped in the `BIG_INT_EXT` extension."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if INT_RANGE[0] <= value <= INT_RANGE[1]:
+            return value
+        size = value.bit_length() // 8 + 1  # one spare bit for the sign
+        return msgspec.msgpack.Ext(BIG_INT_EXT, value.to_bytes(size, "big", signed=True))
+    if isinstance(value, dict):
+        return {key: _big_ints_as_ext(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_big_ints_as_ext(item) for item in value]
+    return value
+
+
+def _state_ext(code: int, data: memoryview) -> Any:
+    if code != BIG_INT_EXT:
+        raise ValueError(f"unknown MessagePack extension code {code}")
+    return int.from_bytes(data, "big", signed=True)
+
+
+_state_decoder = msgspec.msgpack.Decoder(dict[str, Any], ext_hook=_state_ext)
+
+
 def encode_state(state: dict[str, Any]) -> bytes:
-    """MessagePack bytes of a snapshot's state."""
-    return _encoder.encode(state)
+    """MessagePack bytes of a snapshot's state, every value exact.
+
+    NaN, infinities, -0.0 and bytes are native MessagePack; an int beyond 64 bits (a reducer
+    can sum past it) is kept in the `BIG_INT_EXT` extension. Anything else without an exact
+    form is refused with `UnstorableValueError` naming where it is.
+    """
+    try:
+        return _encoder.encode(state)
+    except RecursionError as exc:
+        raise UnstorableValueError("a snapshot", "state", TOO_DEEP) from exc
+    except OverflowError:
+        try:
+            return _encoder.encode(_big_ints_as_ext(state))
+        except (TypeError, ValueError, OverflowError) as exc:
+            _refuse_state(state, exc)
+    except (TypeError, ValueError) as exc:
+        _refuse_state(state, exc)
+
+
+def _refuse_state(state: dict[str, Any], exc: Exception) -> NoReturn:
+    found = find_unstorable(state, "state", big_ints=True) or (
+        "state",
+        f"cannot be encoded ({exc})",
+    )
+    raise UnstorableValueError("a snapshot", found[0], found[1]) from exc
 
 
 def decode_state(thread_id: str, seq: int, data: bytes) -> dict[str, Any]:
-    """The state dict of a stored snapshot."""
+    """The state dict of a stored snapshot, with the exact values `encode_state` was given."""
     try:
-        return _raw_decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        return _state_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError) as exc:
         raise CorruptRecordError(thread_id, seq, f"snapshot: {exc}") from exc

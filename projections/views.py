@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from events.errors import ThreadNotFoundError
 from events.record import EventRecord, Snapshot
 from events.store import EventStore
 
+from .edge import state_data
 from .errors import ProjectionError
 from .fold import Fold, gc_paused
 from .state import AgentState
@@ -86,8 +87,11 @@ async def state_at(
 
 
 def snapshot_of(thread_id: str, seq: int, state: AgentState, at: float = 0.0) -> Snapshot:
-    """A snapshot value of `state` as it stands after record `seq`."""
-    data: dict[str, Any] = state.model_dump(mode="json")
+    """A snapshot value of `state` as it stands after record `seq`.
+
+    Its data is `state_data(state)`: exact builtins, so the snapshot folds back to `state`.
+    """
+    data = state_data(state)
     return Snapshot(
         thread_id=thread_id, seq=seq, state=data, state_type=state_type_name(type(state)), at=at
     )
