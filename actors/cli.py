@@ -2,7 +2,12 @@
 
 Every command but `demo` opens an existing agentlog database and never creates one; only
 `fork` writes to it (it appends the new thread). `--json` prints JSON on stdout instead of
-tables. A failure prints one line, `error: ...`, on stderr and exits 1 (usage errors: 2).
+tables. A failure prints one line, `error: ...`, on stderr and exits 1 (usage errors: 2);
+with `--json` that line is a JSON object, `{"error": ..., "exit": N}`. Stored text is shown
+inert (see `cli_render.inert`), and a view is bounded unless `--full` asks for everything.
+When stdout is not a terminal, nothing is wrapped or cut to a terminal's width.
+
+Points may count back from the end: step -1 is the thread's last step, seq -1 its last record.
 """
 
 from __future__ import annotations
@@ -16,25 +21,20 @@ from contextlib import asynccontextmanager
 from enum import StrEnum
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import IO, Annotated, Any, NoReturn, TypeVar, cast
+from typing import IO, Annotated, Any, NoReturn, TypeVar
 
 import typer
-from rich.console import Console
-from rich.markup import escape
+from rich.console import Console, RenderableType
+from rich.text import Text
+from typer._click.exceptions import ClickException
 
-from events import KINDS, AgentlogError, EventRecord, SQLiteEventStore, VerifyReport
+from events import KINDS, AgentlogError, EventRecord, Forked, SQLiteEventStore, VerifyReport
 from events.audit import Head, export_jsonl, verify_store, verify_thread
 from events.sqlite import APPLICATION_ID, SQLITE_MAGIC
-from projections import (
-    AgentState,
-    InvalidStateUpdateError,
-    StreamChunk,
-    diff,
-    event_history,
-    fork,
-    state_at,
-    step_seq,
-)
+from projections import AgentState, StreamChunk, event_history, fork, step_seq
+from projections.generic import OpenState, open_states
+from projections.timetravel import StateDiff
+from projections.timetravel import _compare as compare_states
 
 from . import cli_render as render
 from .demo import run_demo
@@ -45,8 +45,22 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-console = Console()
-errors = Console(stderr=True)
+UNBOUNDED = 1_000_000
+"""The width of output that is not a terminal: nothing is wrapped or cut to fit."""
+
+
+def _console(*, stderr: bool = False) -> Console:
+    """A console that wraps to the terminal, or not at all when the output is not one."""
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal:
+        console = Console(stderr=stderr, highlight=False, width=UNBOUNDED)
+    return console
+
+
+console = _console()
+errors = _console(stderr=True)
+_json_errors = False
+"""Set when the command line holds --json: errors are then printed as JSON objects."""
 
 T = TypeVar("T")
 
@@ -55,8 +69,19 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")
 Thread = Annotated[
     str, typer.Argument(metavar="THREAD", help="The thread id (see `agentlog threads`).")
 ]
-StepOpt = Annotated[int | None, typer.Option("--step", help="The point right after step N.")]
-SeqOpt = Annotated[int | None, typer.Option("--seq", help="The point right after record S.")]
+StepOpt = Annotated[
+    int | None, typer.Option("--step", help="The point right after step N (-1: the last).")
+]
+SeqOpt = Annotated[
+    int | None, typer.Option("--seq", help="The point right after record S (-1: the last).")
+]
+Full = Annotated[
+    bool, typer.Option("--full", help="Show everything: every message, every text whole.")
+]
+Last = Annotated[
+    int,
+    typer.Option("--last", min=1, help="How many of the latest messages to show."),
+]
 
 
 class By(StrEnum):
@@ -72,9 +97,19 @@ class CliError(Exception):
     """A problem a command reports in one line, exiting 1."""
 
 
-def _fail(message: str) -> NoReturn:
+def _error_line(message: str, code: int) -> None:
+    """Print an error: one inert line on stderr, or one JSON object with --json."""
+    if _json_errors:
+        typer.echo(json.dumps({"error": message, "exit": code}), err=True)
+        return
     line = " ".join(part.strip() for part in message.splitlines() if part.strip())
-    errors.print(f"[red]error:[/red] {escape(line)}", soft_wrap=True, highlight=False)
+    text = Text("error:", style="red")
+    text.append(" " + render.inert(line))
+    errors.print(text, soft_wrap=True)
+
+
+def _fail(message: str) -> NoReturn:
+    _error_line(message, 1)
     raise typer.Exit(1)
 
 
@@ -161,11 +196,6 @@ def _run(
 
     try:
         return asyncio.run(main())
-    except InvalidStateUpdateError as exc:
-        _fail(
-            f"thread {thread_id!r} was written with a custom state class ({exc}); this command "
-            "knows only AgentState's fields: read the thread from Python with its state class"
-        )
     except (CliError, AgentlogError) as exc:
         _fail(str(exc))
 
@@ -175,11 +205,48 @@ def _one_point(step: int | None, seq: int | None) -> None:
         raise typer.BadParameter("name the point with --step or with --seq, not both")
 
 
+async def _first_step(store: SQLiteEventStore, thread_id: str) -> int:
+    """The step a thread starts from: 0, or its source's step when it is a fork."""
+    async for record in store.read(thread_id, 1, 1):
+        if isinstance(record.event, Forked):
+            meta = record.event.state.get("execution_meta")
+            return int(meta.get("step", 0)) if isinstance(meta, dict) else 0
+    return 0
+
+
+async def _from_end(store: SQLiteEventStore, thread_id: str, point: int, by: str) -> int:
+    """`point` itself, or for a negative one the step or seq it counts back to (-1: last)."""
+    if point >= 0:
+        return point
+    if by == "seq":
+        first, last = 0, await store.last_seq(thread_id)
+    else:
+        first = await _first_step(store, thread_id)
+        last = first + len(await store.seqs_of_kind(thread_id, "step_advanced"))
+    resolved = last + 1 + point
+    if resolved < first:
+        raise CliError(
+            f"{by} {point} counts back past the start of thread {thread_id!r}, which has "
+            f"{by}s {first} to {last} ({by} -1 is the last, {by} {first - last - 1} the first)"
+        )
+    return resolved
+
+
 async def _point(store: SQLiteEventStore, thread_id: str, step: int | None, seq: int | None) -> int:
     """The seq a --step or --seq names; the thread's last seq when neither is given."""
     if step is not None:
-        return await step_seq(store, thread_id, step)
-    return await store.last_seq(thread_id) if seq is None else seq
+        return await step_seq(store, thread_id, await _from_end(store, thread_id, step, "step"))
+    if seq is None:
+        return await store.last_seq(thread_id)
+    return await _from_end(store, thread_id, seq, "seq")
+
+
+def _bounds(full: bool, last: int) -> render.Bounds:
+    return render.Bounds.full() if full else render.Bounds(messages=last)
+
+
+def _print(renderable: RenderableType) -> None:
+    console.print(renderable, soft_wrap=not console.is_terminal)
 
 
 # ---- commands --------------------------------------------------------------------------------
@@ -202,7 +269,7 @@ def threads_command(db: Db = "agentlog.db", as_json: AsJson = False) -> None:
     if as_json:
         _echo_json(render.threads_json(infos))
     else:
-        console.print(render.threads_table(infos))
+        _print(render.threads_table(infos))
 
 
 async def _thread_info(store: SQLiteEventStore, thread_id: str) -> render.ThreadInfo:
@@ -210,12 +277,10 @@ async def _thread_info(store: SQLiteEventStore, thread_id: str) -> render.Thread
     try:
         async for record in store.read(thread_id, records, records):
             at = record.at
-        state: AgentState = await state_at(store, thread_id)
-    except InvalidStateUpdateError:
-        return render.ThreadInfo(thread_id, records, at, error="custom state")
+        (point,) = await open_states(store, thread_id, [records])
     except AgentlogError as exc:
         return render.ThreadInfo(thread_id, records, at, error=f"unreadable: {type(exc).__name__}")
-    return render.ThreadInfo.of(thread_id, records, at, state)
+    return render.ThreadInfo.of(thread_id, records, at, point.state)
 
 
 def _check_kinds(kinds: list[str] | None) -> list[str] | None:
@@ -245,7 +310,7 @@ def history_command(
         for lines in render.history_lines(thread, rows):
             typer.echo(lines)
     else:
-        console.print(render.history_table(thread, rows))
+        _print(render.history_table(thread, rows))
 
 
 @app.command("show")
@@ -254,37 +319,56 @@ def show_command(
     step: StepOpt = None,
     seq: SeqOpt = None,
     db: Db = "agentlog.db",
+    full: Full = False,
+    last: Last = render.LAST_MESSAGES,
     as_json: AsJson = False,
 ) -> None:
-    """The thread's state at a point (the latest by default): status, messages, fields."""
+    """The thread's state at a point (the latest by default): status, messages, fields.
+
+    Shows the last messages and cuts long texts unless --full; --json is always complete.
+    """
     _one_point(step, seq)
 
-    async def job(store: SQLiteEventStore) -> tuple[int, AgentState]:
-        point = await _point(store, thread, step, seq)
-        return point, await state_at(store, thread, point)
+    async def job(store: SQLiteEventStore) -> OpenState:
+        (point,) = await open_states(store, thread, [await _point(store, thread, step, seq)])
+        return point
 
-    point, state = _run(job, db, thread)
+    point = _run(job, db, thread)
     if as_json:
-        _echo_json(render.state_json(thread, point, state))
+        _echo_json(render.state_json(thread, point.seq, point.state, point))
     else:
-        console.print(render.state_view(thread, point, state))
+        _print(render.state_view(thread, point.seq, point.state, _bounds(full, last), point))
 
 
-@app.command("diff")
+@app.command("diff", context_settings={"ignore_unknown_options": True})
 def diff_command(
     thread: Thread,
-    a: Annotated[int, typer.Argument(metavar="A", help="The earlier point.")],
-    b: Annotated[int, typer.Argument(metavar="B", help="The later point.")],
+    a: Annotated[int, typer.Argument(metavar="A", help="The earlier point (-1: the last).")],
+    b: Annotated[int, typer.Argument(metavar="B", help="The later point (-1: the last).")],
     by: Annotated[By, typer.Option("--by", help="Points are steps or seqs.")] = By.step,
     db: Db = "agentlog.db",
+    full: Full = False,
+    last: Last = render.LAST_MESSAGES,
     as_json: AsJson = False,
 ) -> None:
-    """What changed between two points of a thread: messages, fields, status, interrupt."""
-    change = _run(lambda store: diff(store, thread, a, b, by=by.value), db, thread)
+    """What changed between two points of a thread: messages, fields, status, interrupt.
+
+    Shows the last changed messages and cuts long texts unless --full; --json is complete.
+    """
+
+    async def job(store: SQLiteEventStore) -> tuple[StateDiff, tuple[OpenState, OpenState]]:
+        seqs = []
+        for p in (a, b):
+            point = await _from_end(store, thread, p, by.value)
+            seqs.append(await step_seq(store, thread, point) if by == By.step else point)
+        before, after = await open_states(store, thread, seqs)
+        return compare_states(seqs[0], seqs[1], before.state, after.state), (before, after)
+
+    change, points = _run(job, db, thread)
     if as_json:
-        _echo_json(render.diff_json(thread, a, b, by.value, change))
+        _echo_json(render.diff_json(thread, a, b, by.value, change, points))
     else:
-        console.print(render.diff_view(thread, a, b, by.value, change))
+        _print(render.diff_view(thread, a, b, by.value, change, _bounds(full, last), points))
 
 
 @app.command("fork")
@@ -309,7 +393,16 @@ def fork_command(
         point = await _point(store, thread, step, seq)
         if to is not None and await store.last_seq(to):
             raise CliError(f"thread {to!r} already exists in {db}: pick a new id with --to")
-        return point, await fork(store, thread, at_seq=point, new_thread_id=to)
+        (at,) = await open_states(store, thread, [point])
+        if at.notes:
+            name, note = next(iter(at.notes.items()))
+            raise CliError(
+                f"cannot fork thread {thread!r} at seq {point} from the log alone: field "
+                f"{name!r} is {note.split(':')[0]}; fork it from Python with its state class "
+                "(CompiledGraph.afork), or at a point where a snapshot holds its value"
+            )
+        state_cls = type(at.state)
+        return point, await fork(store, thread, at_seq=point, new_thread_id=to, state_cls=state_cls)
 
     point, new_id = _run(job, db, thread)
     if as_json:
@@ -357,7 +450,7 @@ def verify_command(
     if as_json:
         _echo_json(render.verify_json(reports))
     else:
-        console.print(render.verify_table(reports))
+        _print(render.verify_table(reports))
     failed = [r for r in reports if not r.ok]
     if failed:
         first = failed[0]
@@ -368,23 +461,9 @@ def verify_command(
 
 
 async def _export(store: SQLiteEventStore, thread: str, out: Path | None) -> Head:
-    total = await store.last_seq(thread)
-    with render.progress(errors, f"exporting {thread}") as update:
-        if out is None:
-            writer = render.CountingWriter(sys.stdout, total, update)
-            return await export_jsonl(store, thread, cast(IO[str], writer))
-        tmp = out.with_name(out.name + ".tmp")  # replaced only once the export is whole
-        try:
-            with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-                exported = await export_jsonl(
-                    store, thread, cast(IO[str], render.CountingWriter(f, total, update))
-                )
-            os.replace(tmp, out)
-        except OSError as exc:
-            raise CliError(f"cannot write {out}: {exc.strerror}") from None
-        finally:
-            tmp.unlink(missing_ok=True)
-        return exported
+    with render.progress(errors, f"exporting {render.inert(thread)}") as update:
+        target: IO[str] | Path = sys.stdout if out is None else out
+        return await export_jsonl(store, thread, target, progress=update)
 
 
 @app.command("export")
@@ -401,18 +480,18 @@ def export_command(
 
     The head (THREAD@SEQ:HASH) is printed on stdout with --out, else on stderr.
     """
-    if out is not None and out.exists() and os.path.exists(db) and out.samefile(db):
-        _fail(f"--out {out} is the database itself; pick another file")
     exported = _run(lambda store: _export(store, thread, out), db, thread)
     if as_json:
         report = {"thread_id": thread, "format": fmt.value, "records": exported.seq}
         report |= {"head": str(exported), "hash": exported.hash, "out": out and str(out)}
         typer.echo(json.dumps(report), err=out is None)
     elif out is None:
-        typer.echo(f"head: {exported}", err=True)
+        typer.echo(f"head: {render.inert(str(exported))}", err=True)
     else:
-        console.print(f"exported {exported.seq} records of {escape(thread)} to {escape(str(out))}")
-        typer.echo(f"head: {exported}")
+        said = Text(f"exported {exported.seq} records of {render.inert(thread)} to ")
+        said.append(render.inert(str(out)))
+        _print(said)
+        typer.echo(f"head: {render.inert(str(exported))}")
 
 
 @app.command()
@@ -427,19 +506,23 @@ def demo(
             return
         if chunk.message is not None:
             message = chunk.message
-            calls = ", ".join(f"{c.name}({c.args})" for c in message.tool_calls())
-            text = message.text() or ""
-            console.print(
-                f"  [cyan]{message.role:>9}[/cyan]  {text}" + (f" -> {calls}" if calls else "")
-            )
+            line = Text("  ")
+            line.append(f"{render.inert(message.role):>9}", style="cyan")
+            line.append("  ")
+            line.append_text(render.message_line(message))
+            _print(line)
         elif chunk.data and chunk.data.get("kind") == "interrupt_raised":
-            console.print(
-                f"  [yellow]paused[/yellow] before {chunk.data['node']!r}: awaiting approval"
-            )
+            line = Text("  ")
+            line.append("paused", style="yellow")
+            line.append(f" before {render.inert(repr(chunk.data['node']))}: awaiting approval")
+            _print(line)
 
     def approve(state: AgentState) -> bool:
         if not as_json:
-            console.print("  [green]approved[/green] by supervisor; resuming the same thread")
+            line = Text("  ")
+            line.append("approved", style="green")
+            line.append(" by supervisor; resuming the same thread")
+            _print(line)
         return True
 
     async def main() -> tuple[list[EventRecord], AgentState, VerifyReport]:
@@ -453,9 +536,29 @@ def demo(
     if as_json:
         _echo_json(render.demo_json(timeline, state, report))
     else:
-        console.print(render.demo_view(db, timeline, state, report))
+        _print(render.demo_view(db, timeline, state, report))
 
 
-def main() -> None:
-    """Console-script entry point."""
-    app()
+def _usage_line(exc: ClickException) -> str:
+    """A usage error in one line, naming the command's --help."""
+    message = exc.format_message()
+    ctx = getattr(exc, "ctx", None)
+    path = getattr(ctx, "command_path", None) or "agentlog"
+    return f"{message} (see `{path} --help`)"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: usage errors and failures print one line, never a panel."""
+    global _json_errors
+    args = sys.argv[1:] if argv is None else list(argv)
+    _json_errors = "--json" in args[: args.index("--")] if "--" in args else "--json" in args
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=args, prog_name="agentlog", standalone_mode=False)
+    except ClickException as exc:
+        _error_line(_usage_line(exc), exc.exit_code)
+        code = exc.exit_code
+    except (KeyboardInterrupt, typer.Abort):
+        _error_line("interrupted", 130)
+        code = 130
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,18 +1,24 @@
 """What the `agentlog` commands print: rich tables for people, plain dicts for `--json`.
 
 Functions of what the library returns, and the progress bars; the commands in `actors.cli`
-read the store. Text that comes from the log (messages, ids, values) is never read as rich
-markup.
+read the store. Text from the log comes from models, tools and users, so it is inert when
+shown: every string passes through `inert` (control characters, bidi overrides and other
+invisible format characters become visible escapes such as `\\x1b` and `\\u202e`) and goes
+into rich as `Text`, never as markup. `--json` output is exact (JSON escapes).
+
+People get a bounded view by default: long texts are cut with a marker saying how much was
+cut, and a long thread shows its last messages with a line saying how many were left out.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import IO, Any
+from typing import Any
 
 from rich.console import Console, Group, RenderableType
 from rich.markup import escape
@@ -30,6 +36,7 @@ from projections import (
     summarize,
     to_builtins,
 )
+from projections.generic import OpenState
 from projections.timetravel import interrupt_summary
 
 TABLE_ROWS = 2000
@@ -37,6 +44,79 @@ TABLE_ROWS = 2000
 
 BUILTIN_FIELDS = ("context", "execution_meta")
 """AgentState fields shown on their own; every other field is a custom field."""
+
+TEXT_LIMIT = 2000
+"""Characters of one text (a message, a field value) shown before it is cut."""
+
+LAST_MESSAGES = 20
+"""Messages of a thread (and of each kind of change in a diff) shown by default."""
+
+FULL_FLAG = "--full"
+"""The flag that shows everything: every message, every text whole."""
+
+
+# ---- making stored text inert ----------------------------------------------------------
+
+_FORMAT = (
+    "\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f"
+    "\ufeff\ufff9-\ufffb\U000e0001\U000e0020-\U000e007f\ud800-\udfff"
+)
+_BODY_UNSAFE = re.compile(f"[\x00-\x08\x0b-\x1f{_FORMAT}]")
+_LINE_UNSAFE = re.compile(f"[\\\\\x00-\x1f{_FORMAT}]")
+
+
+_SHORT = {0x5C: "\\\\", 0x0A: "\\n", 0x09: "\\t", 0x0D: "\\r"}
+
+
+def _escape_char(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    if code in _SHORT:
+        return _SHORT[code]
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def inert(text: str, *, body: bool = False) -> str:
+    """`text` safe to print: every control, bidi and invisible format character escaped.
+
+    C0 and C1 controls, DEL, bidi embeddings, overrides and isolates (U+202A-202E,
+    U+2066-2069), zero-width and other format characters, line and paragraph separators
+    become `\\n`, `\\t`, `\\r`, `\\xNN`, `\\uNNNN` or `\\UNNNNNNNN`. In a message `body`,
+    newlines and tabs stay; in a one-line field (a thread id, node, actor, summary) they are
+    escaped too, and a backslash is doubled, so that stored text can neither forge a line
+    nor pose as an escape.
+    """
+    pattern = _BODY_UNSAFE if body else _LINE_UNSAFE
+    return pattern.sub(_escape_char, text)
+
+
+def cell(text: object, *, body: bool = False, style: str = "") -> Text:
+    """Stored text as an inert rich `Text` (never read as markup)."""
+    return Text(inert(str(text), body=body), style=style)
+
+
+def clip(text: str, limit: int | None) -> tuple[str, int]:
+    """`text` cut to `limit` characters (None: whole), and how many were cut."""
+    if limit is None or len(text) <= limit:
+        return text, 0
+    return text[:limit], len(text) - limit
+
+
+def cut_marker(cut: int) -> str:
+    """The marker that ends a cut text."""
+    return f" … [{cut:,} more characters; {FULL_FLAG} shows all]"
+
+
+def bounded(text: str, limit: int | None, *, body: bool = True, style: str = "") -> Text:
+    """Stored text, inert, cut to `limit` characters with a marker saying how many were cut."""
+    shown, cut = clip(text, limit)
+    out = cell(shown, body=body, style=style)
+    if cut:
+        out.append(cut_marker(cut), style="dim")
+    return out
 
 
 def iso(at: float) -> str:
@@ -49,11 +129,20 @@ def _value(value: Any) -> str:
     return json.dumps(to_builtins(value), ensure_ascii=False, default=str)
 
 
-def _table(title: str, *columns: str) -> Table:
-    table = Table(title=Text(title), title_justify="left")
+def _table(title: str | Text, *columns: str) -> Table:
+    """A table; a str title is ours (no stored text), stored text comes as a `Text`."""
+    table = Table(title=Text(title) if isinstance(title, str) else title, title_justify="left")
     for column in columns:
         table.add_column(column, overflow="fold")
     return table
+
+
+def _title(*parts: str | tuple[str]) -> Text:
+    """A line of our words (str) and stored one-line values (a 1-tuple), made inert."""
+    text = Text()
+    for part in parts:
+        text.append(part if isinstance(part, str) else inert(part[0]))
+    return text
 
 
 # ---- progress --------------------------------------------------------------------------
@@ -86,20 +175,6 @@ def progress(console: Console, description: str) -> Iterator[Progressed]:
             bar.update(task, completed=done, total=total)
 
         yield update
-
-
-class CountingWriter:
-    """Passes an export's lines on to `out`, reporting their count every so often."""
-
-    def __init__(self, out: IO[str], total: int, update: Progressed) -> None:
-        self.out, self.total, self.update, self.lines = out, total, update, 0
-
-    def write(self, text: str) -> int:
-        written = self.out.write(text)
-        self.lines += text.count("\n")
-        if self.lines % 256 == 0 or self.lines == self.total:
-            self.update(self.lines, self.total)
-        return written
 
 
 # ---- threads ---------------------------------------------------------------------------
@@ -156,19 +231,19 @@ def threads_table(infos: Sequence[ThreadInfo]) -> Table:
     table.add_column("last activity (UTC)")
     for i in infos:
         if i.error is not None:
-            status = Text(f"? ({i.error})", style="yellow")
+            status = cell(f"? ({i.error})", style="yellow")
         else:
-            status = Text(i.status or "")
+            status = cell(i.status or "")
             if i.stop:
-                status.append(f" ({i.stop})")
+                status.append(f" ({inert(i.stop)})")
         step = "" if i.step is None else str(i.step)
         table.add_row(
-            Text(i.thread_id),
+            cell(i.thread_id),
             status,
-            step,
-            Text(i.node or ""),
-            str(i.records),
-            iso(i.last_activity),
+            Text(step),
+            cell(i.node or ""),
+            Text(str(i.records)),
+            Text(iso(i.last_activity)),
         )
     return table
 
@@ -191,13 +266,18 @@ def history_json(rows: Sequence[EventRow]) -> list[dict[str, Any]]:
 
 
 def history_table(thread_id: str, rows: Sequence[EventRow]) -> Table:
-    table = _table(f"thread {thread_id}: {len(rows)} events", "seq", "time (UTC)", "kind")
+    table = _table(_title("thread ", (thread_id,), f": {len(rows)} events"), "seq", "time (UTC)")
     table.columns[0].justify = "right"
-    for column in ("actor", "node", "summary"):
+    for column in ("kind", "actor", "node", "summary"):
         table.add_column(column, overflow="fold")
     for r in rows:
         table.add_row(
-            str(r.seq), iso(r.at), r.kind, Text(r.actor or ""), Text(r.node or ""), Text(r.summary)
+            Text(str(r.seq)),
+            Text(iso(r.at)),
+            cell(r.kind),
+            cell(r.actor or ""),
+            cell(r.node or ""),
+            cell(r.summary),
         )
     return table
 
@@ -213,12 +293,12 @@ def history_lines(thread_id: str, rows: Sequence[EventRow], chunk: int = 2048) -
         f"{'seq':>{seq_w}}  {'time (UTC)':<24}  {'kind':<{kind_w}}  "
         f"{'actor':<{actor_w}}  {'node':<{node_w}}  summary"
     )
-    lines = [f"thread {thread_id}: {len(rows)} events", head]
+    lines = [f"thread {inert(thread_id)}: {len(rows)} events", head]
     for r in rows:
-        summary = " ".join(r.summary.split())
+        summary = inert(" ".join(r.summary.split(" ")))
         lines.append(
-            f"{r.seq:>{seq_w}}  {iso(r.at):<24}  {r.kind:<{kind_w}}  "
-            f"{r.actor or '':<{actor_w}}  {r.node or '':<{node_w}}  {summary}"
+            f"{r.seq:>{seq_w}}  {iso(r.at):<24}  {inert(r.kind):<{kind_w}}  "
+            f"{inert(r.actor or ''):<{actor_w}}  {inert(r.node or ''):<{node_w}}  {summary}"
         )
         if len(lines) >= chunk:
             yield "\n".join(lines)
@@ -234,12 +314,16 @@ def message_json(message: Message) -> dict[str, Any]:
     return message.model_dump(mode="json")
 
 
-def message_line(message: Message) -> Text:
-    """A message in one line: its text and the tools it calls."""
-    text = Text(message.text() or "")
+def message_line(message: Message, limit: int | None = TEXT_LIMIT) -> Text:
+    """A message: its text (cut at `limit` characters) and the tools it calls."""
+    text = bounded(message.text() or "", limit)
     calls = ", ".join(f"{c.name}({_value(c.args)})" for c in message.tool_calls())
     if calls:
-        text.append(f" -> {calls}" if text else f"-> {calls}", style="cyan")
+        calls, cut = clip(calls, limit)
+        text.append(" -> " if text else "-> ", style="cyan")
+        text.append(inert(calls, body=True), style="cyan")
+        if cut:
+            text.append(cut_marker(cut), style="dim")
     return text
 
 
@@ -253,9 +337,20 @@ def custom_fields(state: AgentState) -> dict[str, Any]:
     return {name: data[name] for name in type(state).model_fields if name not in BUILTIN_FIELDS}
 
 
-def state_json(thread_id: str, seq: int, state: AgentState) -> dict[str, Any]:
+def _point_notes(point: OpenState | None) -> dict[str, Any]:
+    if point is None:
+        return {}
+    return {"notes": dict(point.notes), "unset": list(point.unset)}
+
+
+def state_json(
+    thread_id: str, seq: int, state: AgentState, point: OpenState | None = None
+) -> dict[str, Any]:
     meta = state.execution_meta
     stop = meta.stop_current_execution
+    fields = custom_fields(state)
+    for name in point.unset if point is not None else ():
+        fields.pop(name, None)
     return {
         "thread_id": thread_id,
         "seq": seq,
@@ -265,34 +360,93 @@ def state_json(thread_id: str, seq: int, state: AgentState) -> dict[str, Any]:
         "node": meta.current_node,
         "interrupt": _interrupt(state),
         "messages": [message_json(m) for m in state.context],
-        "fields": custom_fields(state),
+        "fields": fields,
         "state": state.model_dump(mode="json"),
+        **_point_notes(point),
     }
 
 
-def state_view(thread_id: str, seq: int, state: AgentState) -> RenderableType:
+@dataclass(frozen=True)
+class Bounds:
+    """How much of a state or diff to show: the last `messages`, texts cut at `text`."""
+
+    messages: int | None = LAST_MESSAGES
+    text: int | None = TEXT_LIMIT
+
+    @classmethod
+    def full(cls) -> Bounds:
+        return cls(None, None)
+
+
+def _left_out(count: int, what: str) -> Text:
+    return Text(
+        f"… {count:,} earlier {what} not shown; {FULL_FLAG} shows all (or --last N)",
+        style="dim",
+    )
+
+
+def state_view(
+    thread_id: str,
+    seq: int,
+    state: AgentState,
+    bounds: Bounds = Bounds(),
+    point: OpenState | None = None,
+) -> RenderableType:
     meta = state.execution_meta
-    head = Text(f"thread {thread_id} at seq {seq}: ", style="bold")
-    head.append(f"status={meta.status.value} step={meta.step} node={meta.current_node}")
+    head = _title("thread ", (thread_id,), f" at seq {seq}: ")
+    head.stylize("bold")
+    head.append(f"status={meta.status.value} step={meta.step} node={inert(meta.current_node)}")
     if meta.stop_current_execution != StopRequestStatus.NONE:
         head.append(f" stop={meta.stop_current_execution.value}")
     parts: list[RenderableType] = [head]
     interrupt = _interrupt(state)
     if interrupt is not None:
         line = Text("interrupt: ", style="yellow")
-        line.append(f"{interrupt['status']} at {interrupt['node']!r} ({interrupt['reason']})")
+        line.append(
+            f"{interrupt['status']} at {inert(repr(interrupt['node']))} "
+            f"({inert(str(interrupt['reason']))})"
+        )
         if interrupt["data"]:
-            line.append(f" data={_value(interrupt['data'])}")
+            line.append(" data=")
+            line.append_text(bounded(_value(interrupt["data"]), bounds.text, body=False))
         parts.append(line)
     fields = custom_fields(state)
-    if fields:
+    unset = point.unset if point is not None else []
+    notes = point.notes if point is not None else {}
+    if fields or unset:
         table = _table("fields", "field", "value")
         for name, value in fields.items():
-            table.add_row(name, Text(_value(value)))
+            if name in unset:
+                continue
+            shown = bounded(_value(value), bounds.text)
+            if name in notes:
+                shown.append(" (see note)", style="yellow")
+            table.add_row(cell(name), shown)
+        for name in unset:
+            table.add_row(cell(name), Text("(not set in the log: the class default)", style="dim"))
         parts.append(table)
-    messages = _table(f"{len(state.context)} messages", "#", "role", "id", "text")
-    for n, message in enumerate(state.context, 1):
-        messages.add_row(str(n), message.role, Text(str(message.message_id)), message_line(message))
+    for name, note in notes.items():
+        line = Text("note: ", style="yellow")
+        line.append(f"field {inert(name)}: {inert(note)}")
+        parts.append(line)
+    total = len(state.context)
+    shown_from = 0 if bounds.messages is None else max(0, total - bounds.messages)
+    title = (
+        f"{total} messages"
+        if not shown_from
+        else f"{total} messages (the last {total - shown_from})"
+    )
+    messages = _table(title, "#", "role", "id", "text")
+    for n in range(shown_from, total):
+        message = state.context[n]
+        messages.add_row(
+            Text(str(n + 1)),
+            cell(message.role),
+            cell(message.message_id),
+            message_line(message, bounds.text),
+        )
+    if shown_from:
+        parts.append(_left_out(shown_from, "messages"))
     parts.append(messages)
     return Group(*parts)
 
@@ -300,8 +454,15 @@ def state_view(thread_id: str, seq: int, state: AgentState) -> RenderableType:
 # ---- diff ------------------------------------------------------------------------------
 
 
-def diff_json(thread_id: str, a: int, b: int, by: str, d: StateDiff) -> dict[str, Any]:
-    return {
+def diff_json(
+    thread_id: str,
+    a: int,
+    b: int,
+    by: str,
+    d: StateDiff,
+    points: tuple[OpenState, OpenState] | None = None,
+) -> dict[str, Any]:
+    data = {
         "thread_id": thread_id,
         "by": by,
         "a": a,
@@ -317,28 +478,77 @@ def diff_json(thread_id: str, a: int, b: int, by: str, d: StateDiff) -> dict[str
         "messages_removed": [message_json(m) for m in d.messages_removed],
         "messages_changed": [[message_json(o), message_json(n)] for o, n in d.messages_changed],
     }
+    if points is not None:
+        data["notes"] = [dict(points[0].notes), dict(points[1].notes)]
+        data["unset"] = [list(points[0].unset), list(points[1].unset)]
+    return data
 
 
-def diff_view(thread_id: str, a: int, b: int, by: str, d: StateDiff) -> RenderableType:
-    title = f"thread {thread_id}: {by} {a} (seq {d.a_seq}) -> {by} {b} (seq {d.b_seq})"
+def _unset_or(name: str, value: Any, point: OpenState | None, limit: int | None) -> Text:
+    if point is not None and name in point.unset:
+        return Text("(not set in the log: the class default)", style="dim")
+    shown = bounded(_value(value), limit)
+    if point is not None and name in point.notes:
+        shown.append(" (see note)", style="yellow")
+    return shown
+
+
+def diff_view(
+    thread_id: str,
+    a: int,
+    b: int,
+    by: str,
+    d: StateDiff,
+    bounds: Bounds = Bounds(),
+    points: tuple[OpenState, OpenState] | None = None,
+) -> RenderableType:
+    title = _title(
+        "thread ", (thread_id,), f": {by} {a} (seq {d.a_seq}) -> {by} {b} (seq {d.b_seq})"
+    )
     if d.empty:
-        return Text(f"{title}: no change")
+        title.append(": no change")
+        return title
     table = _table(title, "what", "before", "after")
     if d.step[0] != d.step[1]:
-        table.add_row("step", str(d.step[0]), str(d.step[1]))
+        table.add_row(Text("step"), Text(str(d.step[0])), Text(str(d.step[1])))
     if d.status is not None:
-        table.add_row("status", *d.status)
+        table.add_row(Text("status"), cell(d.status[0]), cell(d.status[1]))
     if d.interrupt is not None:
-        table.add_row("interrupt", *(Text(_value(i)) for i in d.interrupt))
+        table.add_row(Text("interrupt"), *(bounded(_value(i), bounds.text) for i in d.interrupt))
+    before, after = points if points is not None else (None, None)
     for name, (old, new) in d.fields.items():
-        table.add_row(Text(name), Text(_value(old)), Text(_value(new)))
-    for m in d.messages_added:
-        table.add_row(f"+ {m.role} message", "", message_line(m))
-    for m in d.messages_removed:
-        table.add_row(f"- {m.role} message", message_line(m), "")
-    for old_m, new_m in d.messages_changed:
-        table.add_row(f"~ {new_m.role} message", message_line(old_m), message_line(new_m))
-    return table
+        table.add_row(
+            cell(name),
+            _unset_or(name, old, before, bounds.text),
+            _unset_or(name, new, after, bounds.text),
+        )
+    left_out: list[Text] = []
+
+    def last(items: Sequence[Any], what: str) -> Sequence[Any]:
+        if bounds.messages is None or len(items) <= bounds.messages:
+            return items
+        hidden = len(items) - bounds.messages
+        left_out.append(_left_out(hidden, what))
+        return items[hidden:]
+
+    for m in last(d.messages_added, "added messages"):
+        table.add_row(cell(f"+ {m.role} message"), Text(""), message_line(m, bounds.text))
+    for m in last(d.messages_removed, "removed messages"):
+        table.add_row(cell(f"- {m.role} message"), message_line(m, bounds.text), Text(""))
+    for old_m, new_m in last(d.messages_changed, "changed messages"):
+        table.add_row(
+            cell(f"~ {new_m.role} message"),
+            message_line(old_m, bounds.text),
+            message_line(new_m, bounds.text),
+        )
+    notes: list[Text] = []
+    for label, point in (("before", before), ("after", after)):
+        for name, note in (point.notes if point is not None else {}).items():
+            if name in d.fields:
+                line = Text(f"note ({label}): ", style="yellow")
+                line.append(f"field {inert(name)}: {inert(note)}")
+                notes.append(line)
+    return Group(*left_out, table, *notes)
 
 
 # ---- verify ----------------------------------------------------------------------------
@@ -379,7 +589,9 @@ def verify_table(reports: Sequence[VerifyReport]) -> Table:
     for r in reports:
         verdict_cell = Text("ok", style="green") if r.ok else Text("FAILED", style="bold red")
         detail = head_of(r) if r.ok else f"seq {r.first_bad_seq}: {r.problem}"
-        table.add_row(Text(r.thread_id), str(r.records_checked), verdict_cell, Text(detail or ""))
+        table.add_row(
+            cell(r.thread_id), Text(str(r.records_checked)), verdict_cell, cell(detail or "")
+        )
     return table
 
 
@@ -402,16 +614,27 @@ def demo_json(
 def demo_view(
     db: str, timeline: Sequence[EventRecord], state: AgentState, report: VerifyReport
 ) -> RenderableType:
-    table = Table(title=f"thread {timeline[0].thread_id}: the log, read back from {db}")
-    for column in ("seq", "kind", "actor", "summary", "hash"):
-        table.add_column(column)
+    table = _table(
+        _title("thread ", (timeline[0].thread_id,), ": the log, read back from ", (db,)),
+        "seq", "kind", "actor", "summary", "hash",
+    )  # fmt: skip
     for r in timeline:
-        table.add_row(str(r.seq), r.kind, r.actor or "", Text(summarize(r)), r.hash[:12])
+        table.add_row(
+            Text(str(r.seq)),
+            cell(r.kind),
+            cell(r.actor or ""),
+            cell(summarize(r)),
+            Text(r.hash[:12]),
+        )
     meta = state.execution_meta
-    replayed = (
-        f"replayed state: status=[bold]{meta.status.value}[/bold] step={meta.step} "
-        f"node={meta.current_node} messages={len(state.context)}"
+    replayed = Text("replayed state: status=")
+    replayed.append(meta.status.value, style="bold")
+    replayed.append(
+        f" step={meta.step} node={inert(meta.current_node)} messages={len(state.context)}"
     )
-    verdict = "[green]ok[/green]" if report.ok else f"[red]{escape(report.problem or '')}[/red]"
-    verified = f"hash chain of {report.records_checked} records verified: {verdict}"
+    verified = Text(f"hash chain of {report.records_checked} records verified: ")
+    if report.ok:
+        verified.append("ok", style="green")
+    else:
+        verified.append(inert(report.problem or ""), style="red")
     return Group(table, replayed, verified)

@@ -12,20 +12,32 @@ recompute its chain; `events/verify_export.py` does so with the standard library
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import re
-from collections.abc import Callable
+import secrets
+import socket
+import stat
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from types import TracebackType
 from typing import IO, Any
 
-import msgspec
-
 from .codec import GENESIS_HASH, Row, decode_event, encode_json
-from .errors import CorruptRecordError, ThreadNotFoundError
+from .errors import CorruptRecordError, StoreError, ThreadNotFoundError
 from .record import VerifyReport
 from .store import READ_CHUNK, BaseEventStore, EventStore
+from .verify_export import readable_payload
 
-__all__ = ["Head", "export_jsonl", "head", "verify_store", "verify_thread"]
+__all__ = [
+    "ExportError",
+    "ExportFile",
+    "Head",
+    "export_jsonl",
+    "head",
+    "verify_store",
+    "verify_thread",
+]
 
 _HEAD_FORM = "THREAD@SEQ:HASH (a thread id, its last seq, that record's 64 hex digit hash)"
 _SEQ = re.compile(r"[0-9]+")
@@ -148,7 +160,11 @@ def _export_line(row: Row, prev: bytes) -> bytes:
         row.thread_id, row.seq, row.run_id, row.actor,
         row.at, row.kind, row.version, row.position,
     ]  # fmt: skip
-    event = decode_event(row.thread_id, row.seq, row.kind, row.version, row.payload)
+    decode_event(row.thread_id, row.seq, row.kind, row.version, row.payload)  # refuse corrupt
+    try:
+        event = readable_payload(row.payload)
+    except ValueError as exc:
+        raise CorruptRecordError(row.thread_id, row.seq, f"{row.kind} payload: {exc}") from exc
     line: dict[str, Any] = {
         "thread_id": row.thread_id,
         "seq": row.seq,
@@ -158,7 +174,7 @@ def _export_line(row: Row, prev: bytes) -> bytes:
         "at": row.at,
         "kind": row.kind,
         "version": row.version,
-        "event": msgspec.to_builtins(event),
+        "event": event,
         "payload_b64": base64.b64encode(row.payload).decode("ascii"),
         "envelope": envelope,
         "prev_hash": prev.hex(),
@@ -168,13 +184,19 @@ def _export_line(row: Row, prev: bytes) -> bytes:
 
 
 async def export_jsonl(
-    store: EventStore, thread_id: str, out: IO[str] | str | os.PathLike[str]
+    store: EventStore,
+    thread_id: str,
+    out: IO[str] | str | os.PathLike[str],
+    *,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Head:
     """Write the thread as JSON lines in seq order, exactly as stored; return its head.
 
     Rows are exported as they are, tampered or not: `verify_export.py` is the judge. `event`
-    is the decoded event for people to read; only `envelope` and `payload_b64` are hashed.
-    A path is written to a temporary file first and only replaced once the export is whole.
+    is the payload in readable form (see `verify_export.readable`); `envelope` and
+    `payload_b64` are hashed, and the verifier checks `event` against the payload. A path is
+    written through `ExportFile`: a new file of its own, renamed into place once whole.
+    `progress(done, total)` is called every so often with the count of lines written.
     """
     if not isinstance(store, BaseEventStore):
         raise TypeError(f"export_jsonl reads raw rows; {type(store).__name__} has none")
@@ -182,20 +204,19 @@ async def export_jsonl(
     if last == 0:
         raise ThreadNotFoundError(thread_id)
     if not isinstance(out, str | os.PathLike):
-        return await _export(store, thread_id, last, out)
-    path = os.fspath(out)
-    tmp = f"{path}.tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-            exported = await _export(store, thread_id, last, f)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return exported
+        return await _export(store, thread_id, last, out, progress)
+    database = getattr(store, "path", None)
+    with ExportFile(out, protect=[database] if isinstance(database, str) else []) as f:
+        return await _export(store, thread_id, last, f, progress)
 
 
-async def _export(store: BaseEventStore, thread_id: str, last: int, out: IO[str]) -> Head:
+async def _export(
+    store: BaseEventStore,
+    thread_id: str,
+    last: int,
+    out: IO[str],
+    progress: Callable[[int, int], None] | None,
+) -> Head:
     prev, seq, final = GENESIS_HASH, 1, None
     while seq <= last:
         # Raw rows, as `verify` reads them: the payload bytes exactly as stored.
@@ -206,6 +227,192 @@ async def _export(store: BaseEventStore, thread_id: str, last: int, out: IO[str]
             out.write(_export_line(row, prev).decode("utf-8"))
             prev, final = row.hash, row
         seq = rows[-1].seq + 1
+        if progress is not None:
+            progress(seq - 1, last)
     if final is None:
         raise CorruptRecordError(thread_id, 1, f"the thread's head says {last} records, none")
     return Head(thread_id, final.seq, final.hash.hex())
+
+
+# ---- writing an export file ---------------------------------------------------------------
+
+DATABASE_SUFFIXES = ("", "-wal", "-shm", "-journal")
+"""A SQLite database's own files: the database, its write-ahead log, shared memory, journal."""
+
+_TMP_MARK = "agentlog-export"
+_TMP_NAME = re.compile(
+    r"\.(?P<name>.*)\." + _TMP_MARK + r"-(?P<host>[A-Za-z0-9-]*)-(?P<pid>[0-9]+)-[0-9a-f]{16}\.tmp"
+)
+_NAME_KEEP = 100  # of the target's name in a temporary file's name, to stay under NAME_MAX
+
+
+class ExportError(StoreError):
+    """An export cannot be written where it was asked to go; nothing there was changed."""
+
+    def __init__(self, path: str, why: str) -> None:
+        self.path = path
+        super().__init__(f"cannot write {path}: {why}")
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:32]
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process with this id exists on this host (one we may not signal counts)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except (OverflowError, OSError):
+        return False
+    return True
+
+
+def _fsync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ExportFile:
+    """A text file that appears at `path` whole or not at all, and harms nothing else.
+
+    The text goes to a new temporary file in the target's directory, created exclusively
+    (O_EXCL) under a name no one else uses (`.NAME.agentlog-export-HOST-PID-RANDOM.tmp`);
+    when the block ends without an error it is flushed, fsynced, renamed over `path`, and
+    the directory is fsynced: an export is an audit artefact. On an error only that
+    temporary file is removed. `path` may not be one of the `protect`ed databases' own
+    files (the database, `-wal`, `-shm`, `-journal`), nor an existing non-regular file.
+    Leftovers of exports to the same target whose process is gone are removed first.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, protect: Iterable[str] = ()) -> None:
+        self.path = os.fspath(path)
+        self.target = os.path.realpath(self.path)  # a symlink is written through
+        self.directory = os.path.dirname(self.target)
+        self._protect = [os.fspath(p) for p in protect]
+        self._tmp: str | None = None
+        self._file: IO[str] | None = None
+
+    def _refuse(self, why: str) -> ExportError:
+        return ExportError(self.path, why)
+
+    def _check_target(self) -> None:
+        for database in self._protect:
+            real = os.path.realpath(database)
+            for suffix in DATABASE_SUFFIXES:
+                own = real + suffix
+                same = self.target == own
+                if not same and os.path.exists(own) and os.path.exists(self.target):
+                    same = os.path.samefile(own, self.target)
+                if same:
+                    what = "the database itself" if not suffix else f"the database's {suffix} file"
+                    raise self._refuse(
+                        f"it is {what} ({database}{suffix}); nothing was written: "
+                        "pick another file for the export"
+                    )
+        try:
+            mode = os.stat(self.target).st_mode
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise self._refuse(f"{exc.strerror}; nothing was written") from None
+        if stat.S_ISDIR(mode):
+            raise self._refuse("it is a directory; name a file inside it")
+        if not stat.S_ISREG(mode):
+            raise self._refuse(
+                "it exists and is not a regular file (a FIFO, device or socket); "
+                "it was left untouched: pick a regular file"
+            )
+
+    def _tmp_name(self) -> str:
+        name = os.path.basename(self.target)[:_NAME_KEEP]
+        token = secrets.token_hex(8)
+        return f".{name}.{_TMP_MARK}-{_host()}-{os.getpid()}-{token}.tmp"
+
+    def sweep(self) -> list[str]:
+        """Remove what killed exports to this target left; return the paths removed.
+
+        Only a regular file of ours with the export's own name pattern, for this target
+        name, made on this host by a process that no longer exists.
+        """
+        removed: list[str] = []
+        name, host = os.path.basename(self.target)[:_NAME_KEEP], _host()
+        try:
+            entries = os.listdir(self.directory)
+        except OSError:
+            return removed
+        for entry in entries:
+            found = _TMP_NAME.fullmatch(entry)
+            if not found or found["name"] != name or found["host"] != host:
+                continue
+            if _alive(int(found["pid"])):
+                continue
+            path = os.path.join(self.directory, entry)
+            try:
+                info = os.lstat(path)
+                if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+                    continue
+                os.unlink(path)
+            except OSError:
+                continue
+            removed.append(path)
+        return removed
+
+    def __enter__(self) -> IO[str]:
+        self._check_target()
+        self.sweep()
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+        for _ in range(8):  # a clash of 64 random bits is a retry, not an error
+            tmp = os.path.join(self.directory, self._tmp_name())
+            try:
+                fd = os.open(tmp, flags, 0o666)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise self._refuse(f"{exc.strerror}; nothing was written") from None
+            break
+        else:
+            raise self._refuse("no unused temporary name in its directory; nothing was written")
+        self._tmp = tmp
+        self._file = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+        return self._file
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._file is not None and self._tmp is not None
+        f, tmp = self._file, self._tmp
+        renamed = False
+        try:
+            if exc_type is None:
+                try:
+                    f.flush()
+                    os.fsync(f.fileno())
+                    f.close()
+                    self._check_target()  # it may have changed while the export ran
+                    os.replace(tmp, self.target)
+                    renamed = True
+                    _fsync_directory(self.directory)
+                except OSError as error:
+                    if renamed:
+                        why = f"written, but its directory could not be synced: {error.strerror}"
+                        raise self._refuse(why) from None
+                    raise self._refuse(f"{error.strerror}; nothing was written") from None
+        finally:
+            if not f.closed:
+                f.close()
+            if not renamed:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)  # ours: created with O_EXCL, never renamed

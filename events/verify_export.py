@@ -8,8 +8,27 @@ and its envelope the line's own fields. With --head (a head saved earlier), the 
 still hold that record, with that hash. Prints "ok: N records, head THREAD@SEQ:HASH" and
 exits 0, or prints the first bad line and exits 1.
 
-Only `envelope` and `payload_b64` are hashed: `event`, a readable rendering of the
-MessagePack payload, is not checked here.
+Only `envelope` and `payload_b64` are hashed. `event`, the payload in readable JSON, is
+what a person reads, so it is checked too: the payload is decoded here (a small MessagePack
+reader, below) and `event` must equal its readable form, exactly, or the line is bad.
+
+The readable form of a MessagePack value (`readable`) is plain JSON where JSON can hold the
+value exactly, and a one-key object naming the type where it cannot:
+
+    nil, true/false, strings, arrays      as JSON
+    integers within +/-2**53              JSON numbers
+    integers beyond +/-2**53              {"$int": "123456789012345678901"}  (decimal)
+    finite floats                         JSON numbers (shortest round-trip digits)
+    NaN, +infinity, -infinity             {"$float": "nan"}, {"$float": "inf"}, {"$float": "-inf"}
+    binary (bin 8/16/32)                  {"$bytes": "<standard base64>"}
+    extension types                       {"$ext": [type, "<standard base64 of its data>"]}
+    maps with string keys                 JSON objects, unless the map has exactly one key
+                                          and it starts with "$"
+    any other map                         {"$map": [[key, value], ...]} (in stored order)
+
+So a one-key object whose key starts with "$" is always a type name, never stored data, and
+every payload has exactly one readable form. The comparison is strict: 1, 1.0 and true
+differ, object keys must be unique, and the literals NaN and Infinity are not JSON.
 
 This file imports nothing from agentlog, so an auditor can read and run it on its own.
 """
@@ -20,6 +39,8 @@ import argparse
 import base64
 import hashlib
 import json
+import math
+import struct
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -78,6 +99,191 @@ def compact_json(envelope: list[Any]) -> bytes:
     return ("[" + ",".join(parts) + "]").encode("utf-8")
 
 
+# ---- the payload: a MessagePack reader and the readable form ---------------------------
+
+SAFE_INT = 2**53
+MAX_DEPTH = 512
+
+
+class Map(list[tuple[Any, Any]]):
+    """A decoded MessagePack map: its (key, value) pairs in stored order."""
+
+
+class Ext:
+    """A MessagePack extension value: its type code and data bytes."""
+
+    def __init__(self, code: int, data: bytes) -> None:
+        self.code, self.data = code, data
+
+
+class Reader:
+    """Decodes one MessagePack value from `data`, refusing anything malformed."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = data, 0
+
+    def take(self, n: int) -> bytes:
+        if self.at + n > len(self.data):
+            raise Bad(f"payload ends early (byte {self.at} of {len(self.data)})")
+        chunk = self.data[self.at : self.at + n]
+        self.at += n
+        return chunk
+
+    def uint(self, n: int) -> int:
+        return int.from_bytes(self.take(n), "big")
+
+    def text(self, n: int) -> str:
+        try:
+            return self.take(n).decode("utf-8")
+        except UnicodeDecodeError:
+            raise Bad("payload holds a string that is not UTF-8") from None
+
+    def value(self, depth: int = 0) -> Any:
+        if depth > MAX_DEPTH:
+            raise Bad(f"payload nests deeper than {MAX_DEPTH} levels")
+        b = self.uint(1)
+        if b <= 0x7F:
+            return b
+        if b >= 0xE0:
+            return b - 0x100
+        if 0x80 <= b <= 0x8F:
+            return self.map(b & 0x0F, depth)
+        if 0x90 <= b <= 0x9F:
+            return [self.value(depth + 1) for _ in range(b & 0x0F)]
+        if 0xA0 <= b <= 0xBF:
+            return self.text(b & 0x1F)
+        simple = {0xC0: None, 0xC2: False, 0xC3: True}
+        if b in simple:
+            return simple[b]
+        sizes = {0xC4: 1, 0xC5: 2, 0xC6: 4}  # bin
+        if b in sizes:
+            return self.take(self.uint(sizes[b]))
+        sizes = {0xC7: 1, 0xC8: 2, 0xC9: 4}  # ext
+        if b in sizes:
+            n = self.uint(sizes[b])
+            code = int.from_bytes(self.take(1), "big", signed=True)
+            return Ext(code, self.take(n))
+        if b == 0xCA:
+            return float(struct.unpack(">f", self.take(4))[0])
+        if b == 0xCB:
+            return float(struct.unpack(">d", self.take(8))[0])
+        sizes = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}  # uint
+        if b in sizes:
+            return self.uint(sizes[b])
+        sizes = {0xD0: 1, 0xD1: 2, 0xD2: 4, 0xD3: 8}  # int
+        if b in sizes:
+            return int.from_bytes(self.take(sizes[b]), "big", signed=True)
+        sizes = {0xD4: 1, 0xD5: 2, 0xD6: 4, 0xD7: 8, 0xD8: 16}  # fixext
+        if b in sizes:
+            code = int.from_bytes(self.take(1), "big", signed=True)
+            return Ext(code, self.take(sizes[b]))
+        sizes = {0xD9: 1, 0xDA: 2, 0xDB: 4}  # str
+        if b in sizes:
+            return self.text(self.uint(sizes[b]))
+        if b in (0xDC, 0xDD):
+            return [self.value(depth + 1) for _ in range(self.uint(2 if b == 0xDC else 4))]
+        if b in (0xDE, 0xDF):
+            return self.map(self.uint(2 if b == 0xDE else 4), depth)
+        raise Bad(f"payload byte {self.at - 1} is 0x{b:02x}, which MessagePack never uses")
+
+    def map(self, n: int, depth: int) -> Map:
+        pairs = Map()
+        for _ in range(n):
+            key = self.value(depth + 1)
+            pairs.append((key, self.value(depth + 1)))
+        return pairs
+
+
+def unpack(data: bytes) -> Any:
+    """The one MessagePack value `data` holds (maps as `Map`, bin as bytes, ext as `Ext`)."""
+    reader = Reader(data)
+    value = reader.value()
+    if reader.at != len(data):
+        raise Bad(f"payload has {len(data) - reader.at} byte(s) after its value")
+    return value
+
+
+def readable(value: Any) -> Any:
+    """The readable JSON form of a decoded MessagePack value (see the module docstring)."""
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int):
+        return value if -SAFE_INT <= value <= SAFE_INT else {"$int": str(value)}
+    if isinstance(value, float):
+        if math.isnan(value):
+            return {"$float": "nan"}
+        if math.isinf(value):
+            return {"$float": "inf" if value > 0 else "-inf"}
+        return value
+    if isinstance(value, bytes):
+        return {"$bytes": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, Ext):
+        return {"$ext": [value.code, base64.b64encode(value.data).decode("ascii")]}
+    if isinstance(value, Map):
+        keys = [k for k, _ in value]
+        plain = all(isinstance(k, str) for k in keys) and len(set(keys)) == len(keys)
+        if plain and not (len(keys) == 1 and keys[0].startswith("$")):
+            return {k: readable(v) for k, v in value}
+        return {"$map": [[readable(k), readable(v)] for k, v in value]}
+    if isinstance(value, list):
+        return [readable(v) for v in value]
+    raise Bad(f"payload holds a {type(value).__name__}, which MessagePack cannot")
+
+
+def readable_payload(payload: bytes) -> Any:
+    """The readable form of a stored payload; ValueError when it is not MessagePack."""
+    try:
+        return readable(unpack(payload))
+    except Bad as exc:
+        raise ValueError(str(exc)) from None
+
+
+def same(a: Any, b: Any) -> bool:
+    """Strict equality of JSON values: 1, 1.0 and true differ; lists and objects deeply."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, float):
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    return bool(a == b)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise Bad(f"an object holds the key {key!r} twice")
+        obj[key] = value
+    return obj
+
+
+def _no_constant(name: str) -> Any:
+    raise Bad(f"{name} is not JSON")
+
+
+def loads(text: str) -> Any:
+    """Strict JSON: unique object keys, no NaN or Infinity literals."""
+    return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+
+
+def where_differs(shown: Any, stored: Any, path: str = "event") -> str:
+    """The first place (a JSON path) where `shown` is not `stored`."""
+    if isinstance(shown, dict) and isinstance(stored, dict):
+        for key in [*stored, *(k for k in shown if k not in stored)]:
+            if key not in shown or key not in stored or not same(shown[key], stored[key]):
+                if key in shown and key in stored:
+                    return where_differs(shown[key], stored[key], f"{path}.{key}")
+                return f"{path}.{key}"
+    if isinstance(shown, list) and isinstance(stored, list) and len(shown) == len(stored):
+        for i, (x, y) in enumerate(zip(shown, stored, strict=True)):
+            if not same(x, y):
+                return where_differs(x, y, f"{path}[{i}]")
+    return path
+
+
 def is_hash(text: str) -> bool:
     """64 lowercase hex digits."""
     return len(text) == 64 and set(text) <= HEX
@@ -100,7 +306,7 @@ def parse_head(text: str) -> tuple[str, int, str]:
 def check_line(text: str, thread: str | None, seq: int, prev: str) -> dict[str, Any]:
     """The parsed line, when it is record `seq` of `thread` chained after `prev`."""
     try:
-        line = json.loads(text)
+        line = loads(text)
     except json.JSONDecodeError as exc:
         raise Bad(f"not valid JSON ({exc})") from None
     if not isinstance(line, dict):
@@ -131,6 +337,12 @@ def check_line(text: str, thread: str | None, seq: int, prev: str) -> dict[str, 
     digest = hashlib.sha256(bytes.fromhex(prev) + own + payload).hexdigest()
     if digest != line["hash"]:
         raise Bad(f"hash {line['hash']} does not match the record's bytes ({digest})")
+    if "event" not in line:
+        raise Bad("missing field(s) event")
+    stored = readable(unpack(payload))
+    if not same(line["event"], stored):
+        where = where_differs(line["event"], stored)
+        raise Bad(f"the readable event differs from the hashed payload at {where}")
     return line
 
 

@@ -130,15 +130,13 @@ async def state_history(
     (completed, interrupted, stopped, error, or still running).
     """
     records = [r async for r in store.read(thread_id)]
+    after = _status_after_steps(records)
     entries: list[StepEntry] = []
     start = 0
     for i, record in enumerate(records):
         if record.kind != "step_advanced":
             continue
-        status, j = "running", i + 1
-        while j < len(records) and records[j].kind not in _STEP_BOUNDARY:
-            status = _STATUS_AFTER.get(records[j].kind, status)
-            j += 1
+        status = after[i]
         span = records[start : i + 1]
         messages = [
             Message.model_validate(r.event.message)  # type: ignore[union-attr]
@@ -161,6 +159,26 @@ async def state_history(
         )
         start = i + 1
     return entries
+
+
+def _status_after_steps(records: Sequence[EventRecord]) -> dict[int, str]:
+    """For each step_advanced record's index, the status the records after it give, up to
+    the next boundary (the last status-bearing record wins; "running" when none).
+
+    One backward pass, so a history is linear in the thread's length even when nothing
+    separates its steps.
+    """
+    statuses: dict[int, str] = {}
+    status: str | None = None
+    for i in range(len(records) - 1, -1, -1):
+        kind = records[i].kind
+        if kind == "step_advanced":
+            statuses[i] = status or "running"
+        if kind in _STEP_BOUNDARY:
+            status = None
+        elif status is None and kind in _STATUS_AFTER:
+            status = _STATUS_AFTER[kind]
+    return statuses
 
 
 async def event_history(

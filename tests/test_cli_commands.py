@@ -60,9 +60,17 @@ def ok_json(*args: str | Path) -> Any:
 
 
 def failed(done: subprocess.CompletedProcess[str], *words: str) -> str:
-    """The command exited 1 with exactly one line on stderr, naming `words`."""
+    """The command exited 1 with exactly one line on stderr, naming `words`.
+
+    With --json that line is a JSON object {"error": ..., "exit": 1}.
+    """
     assert done.returncode == 1, (done.stdout, done.stderr)
     lines = done.stderr.splitlines()
+    if "--json" in done.args:
+        assert len(lines) == 1, done.stderr
+        report = json.loads(lines[0])
+        assert report["exit"] == 1, report
+        lines = [f"error: {report['error']}"]
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
     for word in words:
         assert word in lines[0], lines[0]
@@ -196,7 +204,7 @@ def test_threads_lists_status_steps_and_last_activity(log: Path, t1: Marks) -> N
     lines = {line.split()[1]: line for line in table.stdout.splitlines() if "│" in line}
     assert "completed" in lines["t1"] and f" {t1.last} " in lines["t1"] and "__end__" in lines["t1"]
     assert "interrupted_before" in lines["t2"] and "tools" in lines["t2"]
-    assert "custom state" in lines["custom"]
+    assert "completed" in lines["custom"] and "__end__" in lines["custom"]  # no class needed
     assert "3 threads" in table.stdout
 
     listed = {t["thread_id"]: t for t in ok_json("threads", "--db", log)}
@@ -225,7 +233,7 @@ def test_threads_lists_status_steps_and_last_activity(log: Path, t1: Marks) -> N
         "error": None,
     }
     assert listed["t2"]["status"] == "interrupted_before" and listed["t2"]["step"] == 1
-    assert listed["custom"]["status"] is None and listed["custom"]["error"] == "custom state"
+    assert listed["custom"]["status"] == "completed" and listed["custom"]["error"] is None
 
 
 def test_history_is_the_timeline_of_events(log: Path, t1: Marks) -> None:
@@ -277,8 +285,8 @@ def test_a_long_history_prints_as_plain_aligned_lines(tmp_path: Path) -> None:
     assert len(lines) == 2 + len(rows)
     for line, row in zip(lines[2:], rows, strict=True):
         assert line.split()[:3] == [str(row.seq), iso(row.at), row.kind]
-        assert line.endswith(" ".join(row.summary.split()))
-    assert lines[-2].endswith("assistant: turn 800 second line")
+        assert line.endswith(row.summary.replace("\n", "\\n"))  # a newline cannot forge a row
+    assert lines[-2].endswith("assistant: turn 800\\nsecond line")
 
 
 def test_show_prints_the_state_at_a_point(log: Path, t1: Marks) -> None:
@@ -514,7 +522,6 @@ def test_bad_thread_step_and_head_fail_cleanly_without_writing(log: Path) -> Non
     failed(agentlog("diff", "t1", "0", "40", "--by", "seq", "--db", log), "seq 40")
     failed(agentlog("fork", "t1", "--step", "7", "--to", "x", "--db", log), "step 7 does not")
     failed(agentlog("verify", "--head", "t1@x:abc", "--db", log), "--head", "malformed head")
-    failed(agentlog("show", "custom", "--db", log), "custom state class", "'notes'")
     assert log.read_bytes() == before
     assert read(log, lambda store: store.threads()) == ["t1", "t2", "custom"]
 
