@@ -37,12 +37,13 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import hashlib
 import json
 import math
 import struct
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 GENESIS = "0" * 64
@@ -102,7 +103,21 @@ def compact_json(envelope: list[Any]) -> bytes:
 # ---- the payload: a MessagePack reader and the readable form ---------------------------
 
 SAFE_INT = 2**53
-MAX_DEPTH = 512
+MAX_DEPTH = 1000
+"""Deepest nesting read: beyond what agentlog's encoder stores (Python's recursion limit)."""
+
+
+@contextlib.contextmanager
+def deep_enough() -> Iterator[None]:
+    """Room on the stack for MAX_DEPTH levels of the recursive reader and `readable`."""
+    old, need = sys.getrecursionlimit(), 4 * MAX_DEPTH + 200
+    if old < need:
+        sys.setrecursionlimit(need)
+    try:
+        yield
+    finally:
+        if old < need:
+            sys.setrecursionlimit(old)
 
 
 class Map(list[tuple[Any, Any]]):
@@ -197,7 +212,8 @@ class Reader:
 def unpack(data: bytes) -> Any:
     """The one MessagePack value `data` holds (maps as `Map`, bin as bytes, ext as `Ext`)."""
     reader = Reader(data)
-    value = reader.value()
+    with deep_enough():
+        value = reader.value()
     if reader.at != len(data):
         raise Bad(f"payload has {len(data) - reader.at} byte(s) after its value")
     return value
@@ -233,7 +249,8 @@ def readable(value: Any) -> Any:
 def readable_payload(payload: bytes) -> Any:
     """The readable form of a stored payload; ValueError when it is not MessagePack."""
     try:
-        return readable(unpack(payload))
+        with deep_enough():
+            return readable(unpack(payload))
     except Bad as exc:
         raise ValueError(str(exc)) from None
 
@@ -339,8 +356,10 @@ def check_line(text: str, thread: str | None, seq: int, prev: str) -> dict[str, 
         raise Bad(f"hash {line['hash']} does not match the record's bytes ({digest})")
     if "event" not in line:
         raise Bad("missing field(s) event")
-    stored = readable(unpack(payload))
-    if not same(line["event"], stored):
+    with deep_enough():
+        stored = readable(unpack(payload))
+        differs = not same(line["event"], stored)
+    if differs:
         where = where_differs(line["event"], stored)
         raise Bad(f"the readable event differs from the hashed payload at {where}")
     return line
