@@ -13,6 +13,7 @@ from .context import NodeContext
 from .errors import (
     GraphError,
     GraphInterrupt,
+    MissingThreadIdError,
     NodeError,
     NodeReturnError,
     RecursionLimitError,
@@ -33,6 +34,7 @@ __all__ = [
     "CompiledGraph",
     "GraphError",
     "GraphInterrupt",
+    "MissingThreadIdError",
     "NodeContext",
     "NodeError",
     "NodeReturnError",

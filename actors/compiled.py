@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 import msgspec
 
 from events import (
+    Claim,
     ConcurrencyError,
     EventRecord,
     EventStore,
@@ -36,7 +37,9 @@ from events import (
     StepAdvanced,
     Stopped,
     StopRequested,
+    StoreError,
     ThreadNotFoundError,
+    ToolCallFinished,
 )
 from events.kinds import Event
 from events.store import check_thread_id
@@ -56,28 +59,45 @@ from projections import (
     StreamEvent,
     decide,
     diff,
+    edit_events,
     event_history,
     fold_at,
     fork,
+    interrupt_summary,
+    message_appended,
     snapshot_of,
     state_at_point,
     state_history,
     to_builtins,
-    update_state,
 )
-from projections.fold import ENTERED_KEY, RESUME_KEY, copy_meta, uncommitted_record
+from projections.fold import (
+    ENTERED_KEY,
+    RESUME_KEY,
+    TOOL_CALLS_KEY,
+    copy_meta,
+    uncommitted_record,
+)
+from projections.messages import normalize_input
 
 from ._actor import ActorStoppedError
 from .context import NodeContext
-from .errors import GraphError, GraphInterrupt, NodeError, RecursionLimitError, ThreadBusyError
-from .graph import Command, StateGraph
+from .errors import (
+    GraphError,
+    GraphInterrupt,
+    MissingThreadIdError,
+    NodeError,
+    RecursionLimitError,
+    ThreadBusyError,
+)
+from .graph import Command, StateGraph, is_tool_node
 from .journal import Journal, journal_for
-from .nodes import NodeActor, RunNode, output_events, resume_marker
+from .nodes import NodeActor, RunNode, output_events, resume_values
+from .offload import InFlight
 from .stream import END_OF_STREAM, RunStream
+from .tools import pending_calls, rejected_message
 
 S = TypeVar("S", bound=AgentState)
 _log = logging.getLogger("agentlog.runtime")
-_NO_RESUME = resume_marker()
 DEFAULT_RECURSION_LIMIT = 25
 COMMIT_ATTEMPTS = 5
 
@@ -96,6 +116,9 @@ class _Run(Generic[S]):
     last_snapshot: int = 0
     background: set[asyncio.Task[None]] = field(default_factory=set)
     actors: dict[str, NodeActor] = field(default_factory=dict)
+    claim: Claim | None = None
+    in_flight: InFlight = field(default_factory=InFlight)
+    recursion_limit: int = DEFAULT_RECURSION_LIMIT
     writing: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Commits of one run go one at a time (a tool node's calls finish concurrently)."""
 
@@ -148,8 +171,13 @@ class CompiledGraph(Generic[S]):
     async def astream(
         self, input: Any = None, config: Mapping[str, Any] | None = None
     ) -> AsyncGenerator[StreamChunk, None]:
-        """Run like `ainvoke`, yielding message, update and state chunks as they commit."""
-        stream = RunStream(str((config or {}).get("thread_id", "new"))).start()
+        """Run like `ainvoke`, yielding message, update and state chunks as they commit.
+
+        A consumer that stops reading early abandons the run: it is recorded as stopped, and
+        `ainvoke(None, config)` resumes it.
+        """
+        config = run_config(config)
+        stream = RunStream(config["thread_id"]).start()
         chunks = stream.subscribe()
         task = asyncio.ensure_future(self._run(input, config, stream=stream))
         try:
@@ -161,7 +189,7 @@ class CompiledGraph(Generic[S]):
             await task
         finally:
             if not task.done():
-                task.cancel()
+                task.cancel("the astream consumer stopped reading before the run ended")
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             await stream.stop(drain=False)
@@ -172,13 +200,12 @@ class CompiledGraph(Generic[S]):
         at_step: int | None = None,
         at_seq: int | None = None,
     ) -> S:
-        """The thread's state, now or at a past step or seq, read from the log."""
-        thread_id = _thread_of(config)
-        if at_step is None and at_seq is None:
-            fold = await self._load(thread_id)
-            return fold.state
+        """The thread's state, now or at a past step or seq, read from the log.
+
+        An unknown thread raises `ThreadNotFoundError`.
+        """
         return await state_at_point(
-            self.store, thread_id, self.graph.state_cls, at_step=at_step, at_seq=at_seq
+            self.store, _thread_of(config), self.graph.state_cls, at_step=at_step, at_seq=at_seq
         )
 
     async def aget_state_history(self, config: Mapping[str, Any]) -> list[StepEntry]:
@@ -225,35 +252,82 @@ class CompiledGraph(Generic[S]):
         actor: str = "user",
         reason: str | None = None,
     ) -> list[EventRecord]:
-        """A human edit of the thread's state, recorded as who changed what and why."""
-        thread_id = _thread_of(config)
-        if thread_id in _busy_threads(self.store):
-            raise ThreadBusyError(f"thread {thread_id!r} is running: edit it once it pauses")
-        if as_node is not None and as_node not in self.graph.nodes:
-            raise GraphError(f"as_node={as_node!r} is not a node of the graph")
-        return await update_state(
-            self.store,
-            thread_id,
-            values,
-            as_node=as_node,
-            actor=actor,
-            reason=reason,
-            state_cls=self.graph.state_cls,
-        )
+        """A human edit of the thread's state, recorded as who changed what and why.
 
-    async def astop(self, config: Mapping[str, Any]) -> None:
-        """Ask the thread's run to stop at the next node boundary; recorded at once."""
+        A message whose `message_id` is already in the context replaces it (so a corrected
+        tool call is the one the tool node runs); others are appended. With `as_node`, the
+        edit is taken as that node's output: the run moves on to where that node routes and
+        pauses there, as LangGraph's `update_state(..., as_node=)` does. The thread is
+        claimed for the edit, so it never lands under a run in flight.
+        """
+        thread_id = _thread_of(config)
+        if as_node is not None and as_node not in self.graph.nodes:
+            known = ", ".join(sorted(self.graph.nodes))
+            raise GraphError(f"as_node={as_node!r} is not a node of the graph (nodes: {known})")
+        claim = await self.store.claim(thread_id, purpose=f"a state edit by {actor!r}")
+        try:
+            fold = await fold_at(self.store, thread_id, None, self.graph.state_cls)
+            events = edit_events(fold.state, values, source=as_node or actor, reason=reason)
+            if as_node is not None:
+                events = self._as_node(fold, as_node, events, actor)
+            decide(fold.state, events, seq=fold.seq)
+            return await journal_for(self.store).append(
+                thread_id, events, expected_seq=fold.seq, actor=actor, claim=claim
+            )
+        finally:
+            with contextlib.suppress(StoreError):
+                await self.store.release(claim)
+
+    def _as_node(self, fold: Fold[S], node: str, edit: list[Event], actor: str) -> list[Event]:
+        """The edit as `node`'s output: the step advances to where `node` routes, and pauses."""
+        meta = fold.state.execution_meta
+        if (
+            meta.status
+            not in (
+                ExecutionStatus.INTERRUPTED_BEFORE,
+                ExecutionStatus.INTERRUPTED_AFTER,
+                ExecutionStatus.ERROR,
+            )
+            and meta.stop_current_execution != StopRequestStatus.STOPPED
+        ):
+            raise IllegalTransitionError(
+                "state_updated",
+                f"as_node={node!r} applies to a paused or failed run; thread "
+                f"{meta.thread_id!r} is {meta.status.value}: send it new input instead",
+            )
+        events: list[Event] = [Resumed(value=None, by=actor), *edit]
+        scratch = Fold(fold.state, seq=fold.seq)
+        scratch.apply_all(self._scratch_records(meta.thread_id, events, fold.seq))
+        target = self._route(node, scratch.state)
+        events.append(StepAdvanced(step=meta.step + 1, next_node=target))
+        if target == END:
+            events.append(RunCompleted())
+        else:
+            reason = f"update_state as {node!r} by {actor!r}"
+            events.append(InterruptRaised(node=target, reason=reason, when="before"))
+        return events
+
+    async def astop(self, config: Mapping[str, Any]) -> bool:
+        """Ask the thread's run to stop at the next node boundary; recorded at once.
+
+        Returns False, recording nothing, when there is nothing to stop: the run has
+        completed, failed, or is already stopped or stopping.
+        """
         thread_id = _thread_of(config)
         journal = journal_for(self.store)
         for _ in range(COMMIT_ATTEMPTS * 4):
-            fold = await self._load(thread_id)
-            if fold.seq == 0:
-                raise ThreadNotFoundError(thread_id)
+            fold = await fold_at(self.store, thread_id, None, self.graph.state_cls)
+            meta = fold.state.execution_meta
+            if (
+                meta.status in (ExecutionStatus.COMPLETED, ExecutionStatus.ERROR)
+                or meta.stop_current_execution != StopRequestStatus.NONE
+            ):
+                return False
             event = StopRequested(by=str(config.get("user", "user")))
             decide(fold.state, [event], seq=fold.seq)
             try:
                 await journal.append(thread_id, [event], expected_seq=fold.seq, actor="user")
-                return
+                return True
             except ConcurrencyError:
                 await asyncio.sleep(0)
         raise ThreadBusyError(f"could not record a stop on thread {thread_id!r}: it kept moving")
@@ -302,9 +376,9 @@ class CompiledGraph(Generic[S]):
         """Blocking `aupdate_state`."""
         self._blocking(self.aupdate_state(config, values, **how))
 
-    def stop(self, config: Mapping[str, Any]) -> None:
+    def stop(self, config: Mapping[str, Any]) -> bool:
         """Blocking `astop`."""
-        self._blocking(self.astop(config))
+        return bool(self._blocking(self.astop(config)))
 
     def _blocking(self, coro: Coroutine[Any, Any, Any]) -> Any:
         try:
@@ -334,21 +408,14 @@ class CompiledGraph(Generic[S]):
     async def _run(
         self, input: Any, config: Mapping[str, Any] | None, stream: RunStream | None
     ) -> _Run[S]:
-        config = dict(config or {})
-        thread_id = str(config.setdefault("thread_id", f"thread-{uuid.uuid4().hex}"))
-        busy = _busy_threads(self.store)
-        claimed = False
+        config = run_config(config)
+        thread_id = config["thread_id"]
+        claim: Claim | None = None
         run: _Run[S] | None = None
+        in_flight = InFlight()
         try:
-            check_thread_id(config["thread_id"])
-            if thread_id in busy:
-                raise ThreadBusyError(
-                    f"thread {thread_id!r} is already running in this process: wait for that "
-                    "run to finish, or stop it with astop()"
-                )
-            busy.add(thread_id)
-            claimed = True
-            run = await self._begin(input, config, stream)
+            claim = await self.store.claim(thread_id, purpose=f"a run of graph {self.graph.name!r}")
+            run = await self._begin(input, config, stream, claim, in_flight)
             if not run.idle:
                 await self._steps(run)
             if stream is not None:
@@ -361,6 +428,17 @@ class CompiledGraph(Generic[S]):
                     )
                 )
             return run
+        except asyncio.CancelledError as exc:
+            why = str(exc.args[0]) if exc.args and exc.args[0] else ABANDONED_BY_CALLER
+            if run is not None:
+                for actor in run.actors.values():
+                    await actor.stop(drain=False)  # an async node is cancelled for real
+            if claim is None:
+                raise
+            recording = asyncio.ensure_future(self._abandon(thread_id, run, claim, in_flight, why))
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(recording)
+            raise
         except Exception as exc:
             if stream is not None and stream.running:
                 await stream.tell(
@@ -372,23 +450,110 @@ class CompiledGraph(Generic[S]):
                 )
             raise
         finally:
-            if claimed:
-                busy.discard(thread_id)
             if run is not None:
                 for actor in run.actors.values():
                     await actor.stop(drain=False)
             if run is not None and run.background:
                 await asyncio.gather(*run.background, return_exceptions=True)
+            if claim is not None:
+                await self._release(claim, in_flight)
             if stream is not None:
                 with contextlib.suppress(ActorStoppedError):
                     await stream.tell(END_OF_STREAM)
 
-    async def _begin(self, input: Any, config: dict[str, Any], stream: RunStream | None) -> _Run[S]:
+    async def _release(self, claim: Claim, in_flight: InFlight) -> None:
+        """Give the thread up, or, while sync work of the run still runs, once it returns."""
+        running = in_flight.running()
+        if running:
+            with contextlib.suppress(StoreError):
+                await self.store.relabel(
+                    claim,
+                    f"{', '.join(running)} of an earlier run, still running on a worker thread",
+                )
+            in_flight.when_idle(partial(self.store.release_threadsafe, claim))
+            return
+        with contextlib.suppress(StoreError):
+            await self.store.release(claim)
+
+    async def _abandon(
+        self,
+        thread_id: str,
+        run: _Run[S] | None,
+        claim: Claim,
+        in_flight: InFlight,
+        why: str,
+    ) -> None:
+        """Record that the caller went away mid-run, and what was in flight: a stop.
+
+        Tool calls started and not finished are closed as abandoned (their results, if they
+        ever come, are discarded), so no later run starts them again.
+        """
+        for _ in range(COMMIT_ATTEMPTS):
+            if await self.store.last_seq(thread_id) == 0:
+                return  # nothing was written: there is no run to record
+            fold = await self._load(thread_id)
+            meta = fold.state.execution_meta
+            paused = (
+                meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED
+            )
+            if paused or meta.status in (ExecutionStatus.COMPLETED, ExecutionStatus.ERROR):
+                return  # the run had already come to rest
+            events: list[Event] = [
+                ToolCallFinished(
+                    call_id=call_id,
+                    name=str(name),
+                    status="abandoned",
+                    error=f"abandoned: {why}; the call had started and any result it "
+                    "returns is discarded, so whether it took effect is unknown",
+                )
+                for call_id, name in meta.internal_data.get(TOOL_CALLS_KEY, {}).items()
+            ]
+            if meta.stop_current_execution == StopRequestStatus.NONE:
+                events.append(StopRequested(by="runtime", reason=why))
+            events.append(
+                Stopped(
+                    node=meta.current_node,
+                    reason=f"abandoned: {why}",
+                    in_flight=in_flight.running(),
+                )
+            )
+            run_id = run.run_id if run is not None else meta.internal_data.get("run_id")
+            try:
+                decide(fold.state, events, seq=fold.seq)
+                await journal_for(self.store).append(
+                    thread_id,
+                    events,
+                    expected_seq=fold.seq,
+                    run_id=run_id,
+                    actor="runtime",
+                    claim=claim,
+                )
+                return
+            except ConcurrencyError:
+                continue  # a commit of the run landed after all: look again
+            except Exception as exc:
+                _log.warning(
+                    "could not record that the run on %r was abandoned: %s", thread_id, exc
+                )
+                return
+
+    async def _begin(
+        self,
+        input: Any,
+        config: dict[str, Any],
+        stream: RunStream | None,
+        claim: Claim,
+        in_flight: InFlight,
+    ) -> _Run[S]:
         thread_id = config["thread_id"]
-        fold = await self._load(thread_id)
-        meta = fold.state.execution_meta
         command = input if isinstance(input, Command) else None
-        values = command.update if command is not None else input
+        if command is not None and command.goto is not None:
+            raise GraphError("Command(goto=...) is for nodes to return, not an input to invoke")
+        values = normalize_input(command.update if command is not None else input)
+        fold = await self._load(thread_id)
+        if fold.seq == 0 and values is None:
+            raise ThreadNotFoundError(thread_id)
+        meta = fold.state.execution_meta
         user = str(config.get("user", "user"))
         run = _Run(
             thread_id,
@@ -397,36 +562,60 @@ class CompiledGraph(Generic[S]):
             fold,
             journal_for(self.store),
             stream,
+            claim=claim,
+            in_flight=in_flight,
+            recursion_limit=_recursion_limit(config, self.recursion_limit),
         )
-        events: list[Event] = []
+        resume = command.resume if command is not None else None
         paused = meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED
-        if meta.status == ExecutionStatus.COMPLETED and input is None:
+        if meta.status == ExecutionStatus.COMPLETED and values is None and resume is None:
             run.idle = True  # nothing new to do: a finished thread stays as it is
             return run
         resuming = paused or meta.status == ExecutionStatus.ERROR
-        if command is not None and command.goto is not None:
-            raise GraphError("Command(goto=...) is for nodes to return, not an input to invoke")
-        if command is not None and command.resume is not None and not resuming:
+        if resume is not None and not resuming:
             raise IllegalTransitionError(
                 "resumed",
                 f"thread {thread_id!r} is not paused or failed: there is nothing to resume",
             )
-        if fold.seq == 0 or meta.status == ExecutionStatus.COMPLETED:
+        inputs = output_events("user", values, fold.state)[0] if values is not None else []
+        rejected = self._rejected_calls(fold.state) if resume is None and inputs else []
+        events: list[Event] = []
+        if fold.seq == 0 or meta.status == ExecutionStatus.COMPLETED or rejected:
             run.run_id = f"run-{uuid.uuid4().hex[:12]}"
+            events.extend(rejected)
             events.append(RunStarted(entry_node=self.graph.edges[START], graph=self.graph.name))
         elif resuming:
-            resume = command.resume if command is not None else None
             events.append(Resumed(value=to_builtins(resume), by=user))
             if meta.status == ExecutionStatus.INTERRUPTED_BEFORE:
                 run.skip_interrupt_before = meta.interrupted_node
         else:
             run.cut_short = True  # a run that was cut short: carry on where the log stops
-        events.extend(output_events("user", values, fold.state)[0] if values is not None else [])
+        events.extend(inputs)
         if not run.run_id:
             run.run_id = f"run-{uuid.uuid4().hex[:12]}"
         if events:
             await self._commit(run, events, actor=user)
         return run
+
+    def _rejected_calls(self, state: S) -> list[Event]:
+        """Results for the calls a run paused before a tool node was waiting to make.
+
+        New input there means the person answered instead of approving: each pending call
+        gets a result saying it was not run, so the transcript stays valid for every model
+        provider, and a new run starts from the entry node with the new input.
+        """
+        meta = state.execution_meta
+        node = meta.interrupted_node
+        if meta.status != ExecutionStatus.INTERRUPTED_BEFORE or node is None:
+            return []
+        if node not in self.graph.nodes or not is_tool_node(self.graph.nodes[node]):
+            return []
+        return [
+            message_appended(
+                rejected_message(call, "not run: the user replied before it was approved")
+            )
+            for call in pending_calls(state)
+        ]
 
     async def _steps(self, run: _Run[S]) -> None:
         taken = 0
@@ -446,11 +635,12 @@ class CompiledGraph(Generic[S]):
                 await self._commit(run, [event], actor="runtime")
                 return
             run.skip_interrupt_before = None
-            if taken >= self.recursion_limit:
+            if taken >= run.recursion_limit:
                 message = (
                     f"run {run.run_id} on thread {run.thread_id!r} reached its recursion limit "
-                    f"of {self.recursion_limit} steps before node {node!r}; raise "
-                    "recursion_limit in compile() if the graph really needs more"
+                    f"of {run.recursion_limit} steps before node {node!r}; raise "
+                    "recursion_limit in compile() or in the call's config if the graph really "
+                    "needs more"
                 )
                 await self._commit(
                     run,
@@ -477,10 +667,14 @@ class CompiledGraph(Generic[S]):
         if not (run.cut_short and entered and entered["node"] == node):
             await self._commit(run, [NodeEntered(node=node)], actor=node)
         run.cut_short = False
-        pending = run.fold.state.execution_meta.internal_data.get(RESUME_KEY)
-        resume = pending["value"] if pending else _NO_RESUME
+        resume = resume_values(run.fold.state.execution_meta.internal_data.get(RESUME_KEY))
         context = NodeContext(
-            run.thread_id, run.run_id, node, partial(self._commit, run, actor=node), step_records
+            run.thread_id,
+            run.run_id,
+            node,
+            partial(self._commit, run, actor=node),
+            step_records,
+            run.in_flight,
         )
         actor = self._node_actor(run, node)
         try:
@@ -537,7 +731,12 @@ class CompiledGraph(Generic[S]):
             batch = [*events, *tail]
             try:
                 records = await run.journal.append(
-                    run.thread_id, batch, expected_seq=base, run_id=run.run_id, actor=node
+                    run.thread_id,
+                    batch,
+                    expected_seq=base,
+                    run_id=run.run_id,
+                    actor=node,
+                    claim=run.claim,
                 )
             except ConcurrencyError:
                 await self._catch_up(run, base)
@@ -545,7 +744,7 @@ class CompiledGraph(Generic[S]):
             except BaseException:
                 run.fold = await self._load(run.thread_id)
                 raise
-            fold.seq = records[-1].seq
+            fold.seq, fold.hash = records[-1].seq, records[-1].hash
             if any(r.event != e for r, e in zip(records, batch, strict=True)):
                 run.fold = await self._load(run.thread_id)  # keep the canonical decoded values
             await self._after_commit(run, records)
@@ -566,7 +765,12 @@ class CompiledGraph(Generic[S]):
             decide(run.fold.state, events, seq=run.fold.seq)
             try:
                 records = await run.journal.append(
-                    run.thread_id, events, expected_seq=run.fold.seq, run_id=run.run_id, actor=actor
+                    run.thread_id,
+                    events,
+                    expected_seq=run.fold.seq,
+                    run_id=run.run_id,
+                    actor=actor,
+                    claim=run.claim,
                 )
             except ConcurrencyError:
                 await self._catch_up(run, run.fold.seq)
@@ -593,7 +797,7 @@ class CompiledGraph(Generic[S]):
         every = self.snapshot_every
         if every and run.fold.seq // every > run.last_snapshot // every:
             run.last_snapshot = run.fold.seq
-            snapshot = snapshot_of(run.thread_id, run.fold.seq, run.fold.state)
+            snapshot = snapshot_of(run.thread_id, run.fold.seq, run.fold.state, hash=run.fold.hash)
             task = asyncio.ensure_future(self.store.save_snapshot(snapshot))
             run.background.add(task)
             task.add_done_callback(partial(_snapshot_done, run.background))
@@ -646,7 +850,13 @@ class CompiledGraph(Generic[S]):
 
     @staticmethod
     def _scratch(run: _Run[S], events: Sequence[Event], base: int) -> list[EventRecord]:
-        return [uncommitted_record(e, base + i + 1, run.thread_id) for i, e in enumerate(events)]
+        return CompiledGraph._scratch_records(run.thread_id, events, base)
+
+    @staticmethod
+    def _scratch_records(
+        thread_id: str | None, events: Sequence[Event], base: int
+    ) -> list[EventRecord]:
+        return [uncommitted_record(e, base + i + 1, thread_id) for i, e in enumerate(events)]
 
     @staticmethod
     def _view(state: S) -> S:
@@ -683,24 +893,63 @@ class CompiledGraph(Generic[S]):
 
     @staticmethod
     def _result(state: AgentState, include_state: bool) -> dict[str, Any]:
-        result: dict[str, Any] = {"messages": list(state.context)}
+        """The messages, the run's status, and, when it paused, why (LangGraph's key)."""
+        meta = state.execution_meta
+        result: dict[str, Any] = {"messages": list(state.context), "status": meta.status.value}
+        pause = interrupt_summary(meta)
+        if pause is None and meta.stop_current_execution == StopRequestStatus.STOPPED:
+            pause = {"node": meta.current_node, "reason": "stopped", "data": None}
+            pause["status"] = "stopped"
+        if pause is not None:
+            result["__interrupt__"] = [pause]
         if include_state:
             result["state"] = state
         return result
 
 
-_busy_by_store: weakref.WeakKeyDictionary[EventStore, set[str]] = weakref.WeakKeyDictionary()
+ABANDONED_BY_CALLER = (
+    "the caller stopped waiting (task.cancel(), a timeout around ainvoke, or a server dropping "
+    "the request)"
+)
 
 
-def _busy_threads(store: EventStore) -> set[str]:
-    """Threads with a run in progress in this process, per store (shared by every app)."""
-    return _busy_by_store.setdefault(store, set())
+def run_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A copy of a call's config with its thread id found and checked.
+
+    Both shapes work: `{"thread_id": ...}` and LangGraph's
+    `{"configurable": {"thread_id": ...}}` (whose other keys join the config too).
+    """
+    merged: dict[str, Any] = {}
+    if config:
+        configurable = config.get("configurable")
+        if isinstance(configurable, Mapping):
+            merged.update(configurable)
+        merged.update({k: v for k, v in config.items() if k != "configurable"})
+    merged["thread_id"] = _thread_of(config)
+    return merged
 
 
 def _thread_of(config: Mapping[str, Any] | None) -> str:
-    if not config or "thread_id" not in config:
-        raise GraphError("this call needs config={'thread_id': ...} naming the thread")
-    return check_thread_id(config["thread_id"])
+    thread_id: Any = None
+    if config:
+        thread_id = config.get("thread_id")
+        configurable = config.get("configurable")
+        if thread_id is None and isinstance(configurable, Mapping):
+            thread_id = configurable.get("thread_id")
+    if thread_id is None:
+        raise MissingThreadIdError(
+            "this call needs the thread it works on: pass config={'thread_id': 'chat-42'} "
+            "or LangGraph's config={'configurable': {'thread_id': 'chat-42'}}; a new id "
+            "starts a new thread when given input"
+        )
+    return check_thread_id(thread_id)
+
+
+def _recursion_limit(config: Mapping[str, Any], default: int) -> int:
+    limit = config.get("recursion_limit", default)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise GraphError(f"config['recursion_limit'] must be an int >= 1, got {limit!r}")
+    return limit
 
 
 def _snapshot_done(tasks: set[asyncio.Task[None]], task: asyncio.Task[None]) -> None:

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from events import EventRecord
 from events.kinds import Event
+
+from .offload import InFlight
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -16,7 +21,8 @@ class NodeContext:
     `commit` appends events durably right away, as this node (a tool node records each tool
     call's start and result this way, so a crash never re-runs a finished call);
     `step_records` holds what this node already committed in the current step before a
-    crash, read back from the log when the step is run again.
+    crash, read back from the log when the step is run again. `offload` runs sync work on
+    the engine's executor, tracked so the thread stays owned until that work returns.
     """
 
     thread_id: str
@@ -24,3 +30,8 @@ class NodeContext:
     node: str
     commit: Callable[[Sequence[Event]], Awaitable[list[EventRecord]]]
     step_records: list[EventRecord] = field(default_factory=list)
+    in_flight: InFlight = field(default_factory=InFlight)
+
+    async def offload(self, label: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run the sync `fn` on a worker thread, on behalf of this run (named by `label`)."""
+        return await self.in_flight.run(label, fn, *args, **kwargs)

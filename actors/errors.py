@@ -9,6 +9,7 @@ from events.errors import AgentlogError, ThreadBusyError
 __all__ = [
     "GraphError",
     "GraphInterrupt",
+    "MissingThreadIdError",
     "NodeError",
     "NodeReturnError",
     "RecursionLimitError",
@@ -18,6 +19,10 @@ __all__ = [
 
 class GraphError(AgentlogError, ValueError):
     """The graph is malformed; the message names the node or edge at fault."""
+
+
+class MissingThreadIdError(GraphError):
+    """A call that works on a thread was given no thread id."""
 
 
 class NodeError(AgentlogError):

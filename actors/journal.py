@@ -7,7 +7,7 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from events import EventRecord, EventStore
+from events import Claim, EventRecord, EventStore
 from events.kinds import Event
 
 from ._actor import Actor
@@ -22,6 +22,7 @@ class Append:
     expected_seq: int
     run_id: str | None
     actor: str | None
+    claim: Claim | None = None
 
 
 class Journal(Actor[Append, list[EventRecord]]):
@@ -42,6 +43,7 @@ class Journal(Actor[Append, list[EventRecord]]):
             expected_seq=message.expected_seq,
             run_id=message.run_id,
             actor=message.actor,
+            claim=message.claim,
         )
 
     async def append(
@@ -52,9 +54,10 @@ class Journal(Actor[Append, list[EventRecord]]):
         expected_seq: int,
         run_id: str | None = None,
         actor: str | None = None,
+        claim: Claim | None = None,
     ) -> list[EventRecord]:
         """Ask the journal to append and wait for the records."""
-        return await self.ask(Append(thread_id, events, expected_seq, run_id, actor))
+        return await self.ask(Append(thread_id, events, expected_seq, run_id, actor, claim))
 
 
 _journals: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, Journal]] = (

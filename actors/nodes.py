@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,9 +22,17 @@ from .context import NodeContext
 from .errors import GraphInterrupt, NodeReturnError
 from .graph import is_tool_node
 
-_NO_RESUME = object()
-_resume_value: contextvars.ContextVar[Any] = contextvars.ContextVar(
-    "agentlog_resume", default=_NO_RESUME
+
+class _Answers:
+    """The resume values a node's step has received, handed to its `interrupt()` calls in turn."""
+
+    def __init__(self, values: Sequence[Any]) -> None:
+        self.values = list(values)
+        self.used = 0
+
+
+_answers: contextvars.ContextVar[_Answers | None] = contextvars.ContextVar(
+    "agentlog_resume", default=None
 )
 
 
@@ -34,22 +41,34 @@ def interrupt(reason: str, data: dict[str, Any] | None = None) -> Any:
 
     The first time, this raises and the run pauses (`interrupted_before` the node). When the
     run is resumed (with `Command(resume=value)`, or plainly, giving None) the node runs
-    again and this call returns that value.
+    again from its start and this call returns that value. A node that calls `interrupt()`
+    several times gets each call its own value, in call order, across resumes.
     """
-    value = _resume_value.get()
-    if value is _NO_RESUME:
+    answers = _answers.get()
+    if answers is None or answers.used >= len(answers.values):
         raise GraphInterrupt(reason, data)
+    value = answers.values[answers.used]
+    answers.used += 1
     return value
+
+
+def resume_values(pending: Any) -> list[Any]:
+    """The resume values recorded for the node's current step (see `projections.fold`)."""
+    if not pending:
+        return []
+    if "values" in pending:
+        return list(pending["values"])
+    return [pending["value"]]  # written before each interrupt() call had its own value
 
 
 @dataclass(frozen=True)
 class RunNode:
-    """Run the node once on `state`."""
+    """Run the node once on `state`, answering its `interrupt()` calls with `resume`."""
 
     state: AgentState
     config: Mapping[str, Any]
     context: NodeContext
-    resume: Any = _NO_RESUME
+    resume: Sequence[Any] = ()
 
 
 class NodeActor(Actor[RunNode, Any]):
@@ -82,7 +101,7 @@ class NodeActor(Actor[RunNode, Any]):
             return await self._call(message)
 
     async def _call(self, message: RunNode) -> Any:
-        token = _resume_value.set(message.resume)
+        token = _answers.set(_Answers(message.resume))
         try:
             run = getattr(self.fn, "run", None)
             if is_tool_node(self.fn) and run is not None:
@@ -90,10 +109,9 @@ class NodeActor(Actor[RunNode, Any]):
             kwargs = self._arguments(message)
             if self.is_async:
                 return await self.fn(**kwargs)
-            call = functools.partial(self.fn, **kwargs)
-            return await asyncio.to_thread(contextvars.copy_context().run, call)
+            return await message.context.offload(f"node {self.node!r}", self.fn, **kwargs)
         finally:
-            _resume_value.reset(token)
+            _answers.reset(token)
 
     def _arguments(self, message: RunNode) -> dict[str, Any]:
         given = {"state": message.state, "config": message.config, "context": message.context}
@@ -173,8 +191,3 @@ def _state_events(node: str, returned: AgentState, current: AgentState) -> list[
     if changed:
         events.append(state_updated(changed, source=node))
     return events
-
-
-def resume_marker() -> object:
-    """The value meaning 'not resuming' (for the runtime)."""
-    return _NO_RESUME

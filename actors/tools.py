@@ -26,7 +26,15 @@ from projections import AgentState, Message, ToolCallBlock, ToolResultBlock, to_
 from .context import NodeContext
 from .errors import GraphError, GraphInterrupt
 
-__all__ = ["INJECTED", "Tool", "ToolArgumentsError", "ToolNode", "UnknownToolError"]
+__all__ = [
+    "INJECTED",
+    "Tool",
+    "ToolArgumentsError",
+    "ToolNode",
+    "UnknownToolError",
+    "pending_calls",
+    "rejected_message",
+]
 
 INJECTED = frozenset({"state", "config", "context"})
 """Parameter names the runtime fills in; they never appear in a tool's schema."""
@@ -109,11 +117,14 @@ class Tool:
                 kw[p.name] = value
         return pos, kw
 
-    async def call(self, pos: list[Any], kw: dict[str, Any]) -> Any:
-        """Call the tool with bound arguments, in a worker thread when it is sync."""
+    async def call(
+        self, pos: list[Any], kw: dict[str, Any], context: NodeContext, call_id: str = ""
+    ) -> Any:
+        """Call the tool with bound arguments, on the run's worker threads when it is sync."""
         if inspect.iscoroutinefunction(self.fn):
             return await self.fn(*pos, **kw)
-        result = await asyncio.to_thread(self.fn, *pos, **kw)
+        label = f"tool call {self.name!r} ({call_id})" if call_id else f"tool {self.name!r}"
+        result = await context.offload(label, self.fn, *pos, **kw)
         # An async callable object or a partial returns its coroutine from the thread.
         return await result if inspect.isawaitable(result) else result
 
@@ -135,7 +146,7 @@ class ToolNode:
 
     async def run(self, state: AgentState, context: NodeContext) -> list[Message]:
         """Answer each pending call of the last assistant message with one tool message."""
-        calls = _pending_calls(state)
+        calls = pending_calls(state)
         if not calls:
             return []
         started: set[str] = set()
@@ -179,7 +190,7 @@ class ToolNode:
                 pos, kw = tool.bind(call.args, state, context)
             except ValidationError as exc:
                 raise ToolArgumentsError(_describe(call.name, exc)) from exc
-            output = _plain(await tool.call(pos, kw))
+            output = _plain(await tool.call(pos, kw, context, call.id))
         except GraphInterrupt:
             raise
         except Exception as exc:
@@ -205,7 +216,7 @@ def _parameter_hints(fn: Callable[..., Any]) -> dict[str, Any]:
     return typing.get_type_hints(holder, globalns=scope, include_extras=True)
 
 
-def _pending_calls(state: AgentState) -> list[ToolCallBlock]:
+def pending_calls(state: AgentState) -> list[ToolCallBlock]:
     """Calls of the last assistant message that no later tool message answers yet."""
     for index in range(len(state.context) - 1, -1, -1):
         message = state.context[index]
@@ -222,7 +233,7 @@ def _pending_calls(state: AgentState) -> list[ToolCallBlock]:
 
 def _tool_message(result: ToolCallFinished) -> Message:
     """The tool message of a result, with an id derived from the call id."""
-    failed = result.status == "failed"
+    failed = result.status != "completed"
     block = ToolResultBlock(
         call_id=result.call_id,
         output=result.error if failed else result.output,
@@ -231,6 +242,13 @@ def _tool_message(result: ToolCallFinished) -> Message:
     )
     meta = {"tool_name": result.name}
     return Message.tool_message([block], message_id=f"tool-{result.call_id}", meta=meta)
+
+
+def rejected_message(call: ToolCallBlock, why: str) -> Message:
+    """The tool message of a call that was never run (`why` says so to the model)."""
+    block = ToolResultBlock(call_id=call.id, output=why, is_error=True, status="rejected")
+    meta = {"tool_name": call.name}
+    return Message.tool_message([block], message_id=f"tool-{call.id}", meta=meta)
 
 
 def _describe(name: str, exc: ValidationError) -> str:

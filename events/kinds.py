@@ -54,6 +54,14 @@ class MessageAppended(BaseEvent, tag="message_appended", frozen=True):
     """One message joined the context (through the `add_messages` reducer)."""
 
     message: dict[str, JSON]
+    reason: str | None = None
+
+
+class MessageReplaced(BaseEvent, tag="message_replaced", frozen=True):
+    """The message with the same `message_id` was replaced in place (a human's correction)."""
+
+    message: dict[str, JSON]
+    reason: str | None = None
 
 
 class MessagesReplaced(BaseEvent, tag="messages_replaced", frozen=True):
@@ -95,12 +103,19 @@ class StopRequested(BaseEvent, tag="stop_requested", frozen=True):
     """Someone asked the run to stop at the next node boundary."""
 
     by: str | None = None
+    reason: str | None = None
 
 
 class Stopped(BaseEvent, tag="stopped", frozen=True):
-    """The run honoured a stop request and is paused."""
+    """The run honoured a stop request and is paused.
+
+    When the caller went away mid-step (abandoned), `reason` says why and `in_flight` names
+    the sync work still running on worker threads, whose results will be discarded.
+    """
 
     node: str | None = None
+    reason: str | None = None
+    in_flight: list[str] = []
 
 
 class ToolCallStarted(BaseEvent, tag="tool_call_started", frozen=True):
@@ -117,7 +132,7 @@ class ToolCallFinished(BaseEvent, tag="tool_call_finished", frozen=True):
 
     call_id: str
     name: str
-    status: Literal["completed", "failed"] = "completed"
+    status: Literal["completed", "failed", "abandoned"] = "completed"
     output: JSON = None
     error: str | None = None
     duration_ms: float = 0.0
@@ -160,6 +175,7 @@ Event = (
     | StepAdvanced
     | MessageAppended
     | MessagesReplaced
+    | MessageReplaced
     | StateUpdated
     | InterruptRaised
     | Resumed
@@ -180,6 +196,7 @@ EVENT_TYPES: tuple[type[BaseEvent], ...] = (
     StepAdvanced,
     MessageAppended,
     MessagesReplaced,
+    MessageReplaced,
     StateUpdated,
     InterruptRaised,
     Resumed,

@@ -26,7 +26,7 @@ class MemoryEventStore(BaseEventStore):
         super().__init__(clock=clock)
         self._threads: dict[str, list[Row]] = {}
         self._all: list[Row] = []
-        self._snapshots: dict[str, dict[int, tuple[str, float, bytes]]] = {}
+        self._snapshots: dict[str, dict[int, tuple[str, float, bytes, str]]] = {}
         self._claims: dict[str, Holder] = {}
         self._claims_lock = threading.Lock()  # released from worker threads too
 
@@ -81,7 +81,7 @@ class MemoryEventStore(BaseEventStore):
 
     async def save_snapshot(self, snapshot: Snapshot) -> None:
         self._check_open()
-        stored = (snapshot.state_type, snapshot.at, encode_state(snapshot.state))
+        stored = (snapshot.state_type, snapshot.at, encode_state(snapshot.state), snapshot.hash)
         self._snapshots.setdefault(snapshot.thread_id, {})[snapshot.seq] = stored
 
     async def load_snapshot(self, thread_id: str, max_seq: int | None = None) -> Snapshot | None:
@@ -94,9 +94,11 @@ class MemoryEventStore(BaseEventStore):
         if not i:
             return None
         seq = seqs[i - 1]
-        state_type, at, data = by_seq[seq]
+        state_type, at, data, digest = by_seq[seq]
         state = decode_state(thread_id, seq, data)
-        return Snapshot(thread_id=thread_id, seq=seq, state=state, state_type=state_type, at=at)
+        return Snapshot(
+            thread_id=thread_id, seq=seq, state=state, state_type=state_type, at=at, hash=digest
+        )
 
     async def claim(
         self, thread_id: str, *, purpose: str = "run", lease: float = DEFAULT_LEASE

@@ -36,6 +36,8 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     state: dict[str, Any]
     state_type: str = ""
     at: float = 0.0
+    hash: str = ""
+    """The chain hash of record `seq` (hex): a reader uses the snapshot only when it matches."""
 
 
 class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):

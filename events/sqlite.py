@@ -84,6 +84,7 @@ CREATE TABLE snapshots (
     state_type TEXT    NOT NULL,
     at         REAL    NOT NULL,
     state      BLOB    NOT NULL,
+    hash       BLOB,
     PRIMARY KEY (thread_id, seq)
 );
 {_CLAIMS};
@@ -223,6 +224,9 @@ def _prepare(conn: sqlite3.Connection, path: str) -> None:
     _check_identity(path, app_id, version, tables)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(_CLAIMS)  # files written before claims existed gain the table
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(snapshots)")}
+    if "hash" not in columns:  # nor did snapshots name the hash they fold up to
+        conn.execute("ALTER TABLE snapshots ADD COLUMN hash BLOB")
 
 
 def _prepare_readonly(conn: sqlite3.Connection, path: str) -> None:
@@ -531,7 +535,8 @@ class SQLiteEventStore(BaseEventStore):
     async def save_snapshot(self, snapshot: Snapshot) -> None:
         self._check_open()
         data = encode_state(snapshot.state)
-        values = (snapshot.thread_id, snapshot.seq, snapshot.state_type, snapshot.at, data)
+        digest = bytes.fromhex(snapshot.hash)
+        values = (snapshot.thread_id, snapshot.seq, snapshot.state_type, snapshot.at, data, digest)
         await self._write(_write_snapshot, values)
 
     async def load_snapshot(self, thread_id: str, max_seq: int | None = None) -> Snapshot | None:
@@ -539,13 +544,14 @@ class SQLiteEventStore(BaseEventStore):
         row = await self._read(_fetch_snapshot, thread_id, 2**62 if max_seq is None else max_seq)
         if row is None:
             return None
-        seq, state_type, at, data = row
+        seq, state_type, at, data, digest = row
         return Snapshot(
             thread_id=thread_id,
             seq=seq,
             state=decode_state(thread_id, seq, data),
             state_type=state_type,
             at=at,
+            hash=digest.hex() if isinstance(digest, bytes) else "",
         )
 
 
@@ -716,8 +722,8 @@ def _fetch_holder(conn: sqlite3.Connection, thread_id: str) -> Holder | None:
 
 def _write_snapshot(conn: sqlite3.Connection, values: tuple[Any, ...]) -> None:
     conn.execute(
-        "INSERT OR REPLACE INTO snapshots (thread_id, seq, state_type, at, state) "
-        "VALUES (?, ?, ?, ?, ?)",
+        "INSERT OR REPLACE INTO snapshots (thread_id, seq, state_type, at, state, hash) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
         values,
     )
 
@@ -765,10 +771,14 @@ def _fetch_threads(conn: sqlite3.Connection) -> list[str]:
 
 def _fetch_snapshot(
     conn: sqlite3.Connection, thread_id: str, max_seq: int
-) -> tuple[int, str, float, bytes] | None:
-    row = conn.execute(
-        "SELECT seq, state_type, at, state FROM snapshots WHERE thread_id = ? AND seq <= ? "
-        "ORDER BY seq DESC LIMIT 1",
-        (thread_id, max_seq),
-    ).fetchone()
-    return None if row is None else (row[0], row[1], row[2], row[3])
+) -> tuple[int, str, float, bytes, bytes | None] | None:
+    where = "FROM snapshots WHERE thread_id = ? AND seq <= ? ORDER BY seq DESC LIMIT 1"
+    try:
+        row = conn.execute(
+            f"SELECT seq, state_type, at, state, hash {where}", (thread_id, max_seq)
+        ).fetchone()
+    except sqlite3.OperationalError:  # a read-only copy from before snapshots named a hash
+        row = conn.execute(
+            f"SELECT seq, state_type, at, state, NULL {where}", (thread_id, max_seq)
+        ).fetchone()
+    return None if row is None else (row[0], row[1], row[2], row[3], row[4])

@@ -28,6 +28,7 @@ from events.kinds import (
     Forked,
     InterruptRaised,
     MessageAppended,
+    MessageReplaced,
     MessagesReplaced,
     NodeEntered,
     Resumed,
@@ -58,7 +59,8 @@ TOOL_CALLS_KEY = "pending_tool_calls"
 """`internal_data` key of tool calls started and not yet finished."""
 
 RESUME_KEY = "resume"
-"""`internal_data` key of the value a node-raised interrupt was resumed with, until it is used."""
+"""`internal_data` key of the values a node's interrupts were resumed with during its step,
+in order (`{"values": [...]}`), until the step advances."""
 
 AWAITING_KEY = "awaiting_resume"
 """`internal_data` key set while a node-raised interrupt waits for its resume value."""
@@ -101,6 +103,8 @@ class Fold(Generic[S]):
     def __init__(self, state: S, *, seq: int = 0, copy: bool = True) -> None:
         self.state: S = state.model_copy(deep=True) if copy else state
         self.seq = seq
+        self.hash = ""
+        """The chain hash (hex) of record `seq`, when the fold has seen it."""
         self._ids = {m.message_id for m in self.state.context}
 
     @classmethod
@@ -112,6 +116,7 @@ class Fold(Generic[S]):
         """Fold one committed record into the state."""
         _HANDLERS[type(record.event)](self, record.event, record)
         self.seq = record.seq
+        self.hash = record.hash
 
     def apply_all(self, records: Iterable[EventRecord]) -> None:
         """Fold records in order."""
@@ -120,6 +125,7 @@ class Fold(Generic[S]):
             for record in records:
                 handlers[type(record.event)](self, record.event, record)
                 self.seq = record.seq
+                self.hash = record.hash
 
     def snapshot_state(self) -> S:
         """A deep copy of the state, safe to hand out while the fold goes on."""
@@ -138,6 +144,14 @@ class Fold(Generic[S]):
     def _replace_messages(self, messages: list[Message]) -> None:
         self.state.context = messages
         self._ids = {m.message_id for m in messages}
+
+    def _replace_message(self, message: Message) -> None:
+        context = self.state.context
+        for index in range(len(context) - 1, -1, -1):
+            if context[index].message_id == message.message_id:
+                context[index] = message
+                return
+        self._append_messages((message,))  # `decide` lets no such event in; stay total
 
     def _update(self, values: dict[str, Any]) -> None:
         plan = field_plan(type(self.state))
@@ -177,7 +191,8 @@ def _run_started(fold: Fold[Any], e: RunStarted, r: EventRecord) -> None:
     meta.stop_current_execution = StopRequestStatus.NONE
     meta.internal_data.pop("error", None)
     meta.internal_data.pop("failed_node", None)
-    meta.internal_data.pop(TOOL_CALLS_KEY, None)
+    for key in (TOOL_CALLS_KEY, ENTERED_KEY, RESUME_KEY, AWAITING_KEY):
+        meta.internal_data.pop(key, None)  # a paused run that new input superseded ends here
     meta.internal_data["run_id"] = r.run_id
     meta.thread_id = r.thread_id
     meta.set_current_node(e.entry_node)
@@ -208,6 +223,10 @@ def _messages_replaced(fold: Fold[Any], e: MessagesReplaced, r: EventRecord) -> 
     fold._replace_messages([_validate_message(m) for m in e.messages])
 
 
+def _message_replaced(fold: Fold[Any], e: MessageReplaced, r: EventRecord) -> None:
+    fold._replace_message(_validate_message(e.message))
+
+
 def _state_updated(fold: Fold[Any], e: StateUpdated, r: EventRecord) -> None:
     fold._update(e.values)
 
@@ -220,15 +239,18 @@ def _interrupt_raised(fold: Fold[Any], e: InterruptRaised, r: EventRecord) -> No
     )
     meta = fold.state.execution_meta
     meta.set_interrupt(e.node, e.reason, status, e.data)
-    meta.internal_data.pop(RESUME_KEY, None)
     if e.by_node:
         meta.internal_data[AWAITING_KEY] = True
+    else:
+        meta.internal_data.pop(RESUME_KEY, None)
 
 
 def _resumed(fold: Fold[Any], e: Resumed, r: EventRecord) -> None:
     meta = fold.state.execution_meta
     if meta.internal_data.pop(AWAITING_KEY, False):
-        meta.internal_data[RESUME_KEY] = {"value": e.value}
+        earlier = meta.internal_data.get(RESUME_KEY) or {}
+        values = list(earlier.get("values", [earlier["value"]] if "value" in earlier else []))
+        meta.internal_data[RESUME_KEY] = {"values": [*values, e.value]}
     meta.clear_interrupt()
     meta.stop_current_execution = StopRequestStatus.NONE
     meta.internal_data.pop("error", None)
@@ -291,6 +313,7 @@ _HANDLERS: dict[type[BaseEvent], Callable[[Fold[Any], Any, EventRecord], None]] 
     StepAdvanced: _step_advanced,
     MessageAppended: _message_appended,
     MessagesReplaced: _messages_replaced,
+    MessageReplaced: _message_replaced,
     StateUpdated: _state_updated,
     InterruptRaised: _interrupt_raised,
     Resumed: _resumed,
@@ -322,8 +345,6 @@ def _check(meta: ExecutionState, event: Event, seq: int, state_cls: type[AgentSt
         case RunStarted():
             if status == ExecutionStatus.RUNNING and seq > 0 and not paused:
                 refuse("a run is already in progress on this thread; resume or finish it first")
-            if paused:
-                refuse(f"the run is paused ({_pause_of(meta)}); resume it instead")
         case NodeEntered() | StepAdvanced() | InterruptRaised() | ToolCallStarted():
             if finished:
                 refuse(f"the run is {status.value}; start a new run first")
@@ -367,6 +388,16 @@ def _check(meta: ExecutionState, event: Event, seq: int, state_cls: type[AgentSt
             pass
 
 
+def _check_replaced(state: AgentState, shadow: Fold[Any], event: MessageReplaced) -> None:
+    message_id = event.message.get("message_id")
+    if message_id in shadow._ids or any(m.message_id == message_id for m in state.context):
+        return
+    raise InvalidStateUpdateError(
+        f"no message with id {message_id!r} is in the context to replace: send it without "
+        "that id to append it instead"
+    )
+
+
 def _pause_of(meta: ExecutionState) -> str:
     if meta.is_interrupted():
         return f"{meta.status.value} at {meta.interrupted_node!r}"
@@ -402,6 +433,8 @@ def decide(state: S, events: Sequence[Event], *, seq: int | None = None) -> list
     position = shadow.seq
     for event in events:
         _check(shadow.state.execution_meta, event, position, state_cls)
+        if isinstance(event, MessageReplaced):
+            _check_replaced(state, shadow, event)
         record = uncommitted_record(event, position + 1, state.execution_meta.thread_id)
         try:
             _HANDLERS[type(event)](shadow, event, record)

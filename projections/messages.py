@@ -128,7 +128,7 @@ class ToolResultBlock(BaseModel):
     call_id: str
     output: Any = None
     is_error: bool = False
-    status: Literal["completed", "failed"] | None = None
+    status: Literal["completed", "failed", "abandoned", "rejected"] | None = None
 
 
 class ReasoningBlock(BaseModel):

@@ -11,13 +11,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from events import EventRecord, EventStore, Forked, Snapshot, ThreadNotFoundError
+from events import (
+    Claim,
+    EventRecord,
+    EventStore,
+    Forked,
+    MessageAppended,
+    MessageReplaced,
+    Snapshot,
+    ThreadNotFoundError,
+)
 from events.kinds import Event
 
-from .edge import messages_appended, state_updated
-from .errors import IllegalTransitionError
+from .edge import state_data, state_updated, to_builtins
+from .errors import IllegalTransitionError, InvalidStateUpdateError
 from .fold import ENTERED_KEY, RESUME_KEY, TOOL_CALLS_KEY, decide
-from .messages import Message
+from .messages import Message, to_messages
 from .state import AgentState, ExecutionState
 from .views import PointOutOfRangeError, fold_at, state_at
 
@@ -332,12 +341,42 @@ async def fork(
     new_id = new_thread_id or f"{thread_id}-fork-{uuid.uuid4().hex[:8]}"
     if await store.last_seq(new_id):
         raise IllegalTransitionError("forked", f"thread {new_id!r} already exists; pick a new id")
-    event = Forked(
-        source_thread=thread_id, source_seq=fold.seq, state=state.model_dump(mode="json")
-    )
+    event = Forked(source_thread=thread_id, source_seq=fold.seq, state=state_data(state))
     decide(state_cls(), [event], seq=0)
     await store.append(new_id, [event], expected_seq=0, actor=actor)
     return new_id
+
+
+def edit_events(
+    state: AgentState,
+    values: Mapping[str, Any],
+    *,
+    source: str = "user",
+    reason: str | None = None,
+) -> list[Event]:
+    """The events of a human edit of `state`, each carrying `reason`.
+
+    Messages (under "messages" or "context", in any form `to_messages` reads) whose id is
+    already in the context replace that message; the others are appended. Other keys update
+    fields through their reducers, recorded as coming from `source`.
+    """
+    rest = dict(values)
+    known = {m.message_id for m in state.context}
+    events: list[Event] = []
+    for key in ("messages", "context"):
+        if key in rest:
+            for message in to_messages(rest.pop(key)):
+                data = to_builtins(message)
+                if message.message_id in known:
+                    events.append(MessageReplaced(message=data, reason=reason))
+                else:
+                    known.add(message.message_id)
+                    events.append(MessageAppended(message=data, reason=reason))
+    if rest:
+        events.append(state_updated(rest, source=source, reason=reason))
+    if not events:
+        raise InvalidStateUpdateError("update_state needs at least one value to change")
+    return events
 
 
 async def update_state(
@@ -349,20 +388,13 @@ async def update_state(
     actor: str = "user",
     reason: str | None = None,
     state_cls: type[AgentState] = AgentState,
+    claim: Claim | None = None,
 ) -> list[EventRecord]:
-    """A human edit: messages appended and fields merged, recorded with who and why."""
+    """A human edit (see `edit_events`), recorded with who and why, fenced by `claim`."""
     fold = await fold_at(store, thread_id, None, state_cls)
-    rest = dict(values)
-    events: list[Event] = []
-    for key in ("messages", "context"):
-        if key in rest:
-            events.extend(messages_appended(Message.model_validate(m) for m in rest.pop(key)))
-    if rest:
-        events.append(state_updated(rest, source=as_node or actor, reason=reason))
-    if not events:
-        raise ValueError("update_state needs at least one value to change")
+    events = edit_events(fold.state, values, source=as_node or actor, reason=reason)
     decide(fold.state, events, seq=fold.seq)
-    return await store.append(thread_id, events, expected_seq=fold.seq, actor=actor)
+    return await store.append(thread_id, events, expected_seq=fold.seq, actor=actor, claim=claim)
 
 
 __all__ = [
@@ -372,6 +404,7 @@ __all__ = [
     "StepEntry",
     "ThreadNotFoundError",
     "diff",
+    "edit_events",
     "event_history",
     "fork",
     "interrupt_summary",

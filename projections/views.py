@@ -55,16 +55,24 @@ async def _fold_from_snapshot(
     store: EventStore, thread_id: str, target: int, state_cls: type[S], use_snapshots: bool
 ) -> Fold[S]:
     fold: Fold[S] | None = None
+    anchor: bytes | None = None
     if use_snapshots and target > 0:
         snapshot = await store.load_snapshot(thread_id, target)
-        if snapshot is not None and snapshot.state_type == state_type_name(state_cls):
+        if (
+            snapshot is not None
+            and snapshot.hash
+            and snapshot.state_type == state_type_name(state_cls)
+        ):
             state = state_cls.model_validate(snapshot.state)
             fold = Fold(state, seq=snapshot.seq, copy=False)
+            fold.hash, anchor = snapshot.hash, bytes.fromhex(snapshot.hash)
     if fold is None:
         fold = Fold.new(state_cls)
-    if fold.seq < target:
+    if fold.seq < target or anchor is not None:
+        # Reading from the snapshot on checks every link, starting with the record the
+        # snapshot names: a snapshot that does not match the log is refused with the log.
         chunk: list[EventRecord] = []
-        async for record in store.read(thread_id, fold.seq + 1, target):
+        async for record in store.read(thread_id, fold.seq + 1, target, after_hash=anchor):
             chunk.append(record)
             if len(chunk) >= 4096:
                 fold.apply_all(chunk)
@@ -86,14 +94,22 @@ async def state_at(
     return fold.state
 
 
-def snapshot_of(thread_id: str, seq: int, state: AgentState, at: float = 0.0) -> Snapshot:
-    """A snapshot value of `state` as it stands after record `seq`.
+def snapshot_of(
+    thread_id: str, seq: int, state: AgentState, at: float = 0.0, *, hash: str = ""
+) -> Snapshot:
+    """A snapshot value of `state` as it stands after record `seq`, whose chain hash is `hash`.
 
     Its data is `state_data(state)`: exact builtins, so the snapshot folds back to `state`.
+    A snapshot without the hash is never used by a reader (nothing would anchor it).
     """
     data = state_data(state)
     return Snapshot(
-        thread_id=thread_id, seq=seq, state=data, state_type=state_type_name(type(state)), at=at
+        thread_id=thread_id,
+        seq=seq,
+        state=data,
+        state_type=state_type_name(type(state)),
+        at=at,
+        hash=hash,
     )
 
 
@@ -105,6 +121,9 @@ async def take_snapshot(
 ) -> Snapshot:
     """Fold the thread up to `seq` (the end by default) and store a snapshot of it there."""
     fold = await fold_at(store, thread_id, seq, state_cls)
-    snapshot = snapshot_of(thread_id, fold.seq, fold.state)
+    if not fold.hash:
+        async for record in store.read(thread_id, fold.seq, fold.seq):
+            fold.hash = record.hash
+    snapshot = snapshot_of(thread_id, fold.seq, fold.state, hash=fold.hash)
     await store.save_snapshot(snapshot)
     return snapshot

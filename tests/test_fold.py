@@ -182,7 +182,6 @@ def interrupted() -> AgentState:
         (AgentState, [StepAdvanced(step=5)], "does not follow"),
         (AgentState, [Resumed()], "no interrupt"),
         (interrupted, [NodeEntered(node="n")], "paused"),
-        (interrupted, [RunStarted()], "resume it instead"),
         (AgentState, [Stopped()], "no stop was requested"),
         (AgentState, [StopRequested(), StopRequested()], "already stop_requested"),
         (AgentState, [ToolCallFinished(call_id="c", name="f")], "never started"),

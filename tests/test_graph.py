@@ -25,6 +25,7 @@ from actors import (
     Command,
     CompiledGraph,
     GraphError,
+    MissingThreadIdError,
     NodeError,
     NodeReturnError,
     RecursionLimitError,
@@ -247,7 +248,8 @@ async def test_weather_agent_runs_to_end_and_the_log_tells_the_whole_story(
     out = await app.ainvoke(inputs("weather in Oslo?"), CFG, include_state=True)
 
     state = out["state"]
-    assert set(out) == {"messages", "state"}
+    assert set(out) == {"messages", "state", "status"}
+    assert out["status"] == "completed"
     assert out["messages"] == state.context
     assert [m.role for m in out["messages"]] == ["user", "assistant", "tool", "assistant"]
     assert out["messages"][-1].text() == "answer: sunny in Oslo"
@@ -286,7 +288,7 @@ async def test_weather_agent_runs_to_end_and_the_log_tells_the_whole_story(
     await check_replay(app, returned=state)
 
     plain = await app.ainvoke(inputs("and tomorrow?"), {"thread_id": "t2"})
-    assert set(plain) == {"messages"}
+    assert set(plain) == {"messages", "status"}
 
 
 async def test_node_entered_is_committed_before_the_node_runs(store: EventStore) -> None:
@@ -557,15 +559,24 @@ async def test_bad_input_is_refused_before_anything_is_written() -> None:
     assert texts(out["messages"]) == ["fine", "a"]
 
 
-async def test_ainvoke_without_a_thread_id_makes_a_new_thread() -> None:
+async def test_a_call_without_a_thread_id_is_refused_naming_both_forms() -> None:
     app = line(("a", replying("a"))).compile()
-    out = await app.ainvoke(inputs("hi"), include_state=True)
-    thread_id = out["state"].execution_meta.thread_id
-    assert thread_id
-    assert await app.store.threads() == [thread_id]
-    await check_replay(app, thread_id, returned=out["state"])
-    other = await app.ainvoke(inputs("hi"), include_state=True)
-    assert other["state"].execution_meta.thread_id != thread_id
+    for config in (None, {}, {"configurable": {}}, {"user": "ann"}):
+        with pytest.raises(MissingThreadIdError, match="configurable"):
+            await app.ainvoke(inputs("hi"), config)
+        with pytest.raises(MissingThreadIdError, match="thread_id"):
+            await app.aget_state(config)  # type: ignore[arg-type]
+    assert await app.store.threads() == []
+
+
+async def test_langgraph_shaped_config_names_the_same_thread() -> None:
+    app = line(("a", replying("a"))).compile()
+    lg = {"configurable": {"thread_id": "chat-42"}}
+    await app.ainvoke(inputs("hi"), lg)
+    await app.ainvoke(inputs("again"), {"thread_id": "chat-42"})
+    state = await app.aget_state(lg)
+    assert [m.text() for m in state.context if m.role == "user"] == ["hi", "again"]
+    assert await app.store.threads() == ["chat-42"]
 
 
 # ---- the tool node -----------------------------------------------------------------------
@@ -1284,22 +1295,32 @@ async def test_a_cancelled_run_resumes_without_rerunning_finished_tool_calls(
     with pytest.raises(asyncio.CancelledError):
         await task
     cut = await log_of(store)
-    assert kinds(cut)[-3:] == ["tool_call_started", "tool_call_started", "tool_call_finished"]
+    # The caller left: the call still running is closed as abandoned, the run is stopped.
+    assert kinds(cut)[-6:] == [
+        "tool_call_started", "tool_call_started", "tool_call_finished",
+        "tool_call_finished", "stop_requested", "stopped",
+    ]  # fmt: skip
+    abandoned = cut[-3].event
+    assert (abandoned.call_id, abandoned.status) == ("c2", "abandoned")  # type: ignore[union-attr]
+    assert "caller stopped waiting" in cut[-1].event.reason  # type: ignore[union-attr]
+    paused = await app.aget_state(CFG)
+    assert paused.execution_meta.stop_current_execution == StopRequestStatus.STOPPED
 
     out = await asyncio.wait_for(app.ainvoke(None, CFG, include_state=True), WAIT)
-    assert calls == ["fast", "slow", "slow"]  # c1's committed result is not run again
-    assert [m.content[0].output for m in out["messages"] if m.role == "tool"] == [1, 2]  # type: ignore[union-attr]
+    assert calls == ["fast", "slow"]  # neither call runs again: one finished, one abandoned
+    results = [m.content[0] for m in out["messages"] if m.role == "tool"]
+    assert results[0].output == 1  # type: ignore[union-attr]
+    assert results[1].is_error and results[1].status == "abandoned"  # type: ignore[union-attr]
     records = await log_of(store)
     assert kinds(records).count("tool_call_started") == 2
-    assert kinds(records).count("tool_call_finished") == 2
     assert kinds(records)[len(cut) :] == [
-        "tool_call_finished",
+        "resumed",
+        "node_entered",
         "message_appended",
         "message_appended",
         "step_advanced",
         "run_completed",
     ]
-    assert entered(records) == ["plan", "tools"]  # the cut step is carried on, not re-entered
     await check_replay(app, returned=out["state"])
 
 
@@ -1336,7 +1357,8 @@ def test_invoke_get_state_and_stream_block_without_an_event_loop() -> None:
     assert state == replay(asyncio.run(log_of(store)))
 
     plain = app.invoke(inputs("again?"), CFG)
-    assert set(plain) == {"messages"} and len(plain["messages"]) == 6
+    assert set(plain) == {"messages", "status", "__interrupt__"} and len(plain["messages"]) == 6
+    assert plain["__interrupt__"][0]["node"] == "tools"
 
 
 def test_stop_blocks_until_recorded_and_the_run_pauses_at_the_boundary(tmp_path: Path) -> None:

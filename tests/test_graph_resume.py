@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import pytest
 
 from actors import Command, GraphError, NodeError, ToolNode, interrupt
-from events import EventStore, MemoryEventStore, Resumed
+from events import EventStore, MemoryEventStore, Resumed, ThreadNotFoundError
 from projections import (
     AgentState,
     ExecutionStatus,
@@ -109,7 +109,7 @@ async def test_the_resume_value_survives_a_crash_after_it_was_recorded() -> None
 
 async def test_commands_are_refused_where_they_mean_nothing() -> None:
     app = line(("a", lambda state: None)).compile()
-    with pytest.raises(IllegalTransitionError, match="nothing to resume"):
+    with pytest.raises(ThreadNotFoundError, match="'t1'"):
         await app.ainvoke(Command(resume="x"), CFG)
     with pytest.raises(GraphError, match="for nodes"):
         await app.ainvoke(Command(goto="a"), CFG)
