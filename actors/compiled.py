@@ -100,6 +100,8 @@ S = TypeVar("S", bound=AgentState)
 _log = logging.getLogger("agentlog.runtime")
 DEFAULT_RECURSION_LIMIT = 25
 COMMIT_ATTEMPTS = 5
+CANCEL_GRACE_S = 10.0
+"""How long Ctrl-C on a blocking call waits for the run to record that it was abandoned."""
 
 
 @dataclass
@@ -718,6 +720,8 @@ class CompiledGraph(Generic[S]):
             decide(fold.state, events, seq=base)
             fold.apply_all(self._scratch(run, events, base))  # routing sees the updated state
             target = goto if goto is not None else self._route(node, fold.state)
+            if goto is not None:
+                self.graph.check_goto(node, goto)
             if target != END and target not in self.graph.nodes:
                 run.fold = await self._load(run.thread_id)
                 raise GraphError(f"node {node!r} chose to go to {target!r}, which is no node")
@@ -826,7 +830,7 @@ class CompiledGraph(Generic[S]):
                     "kind": record.kind,
                     "seq": record.seq,
                     "actor": record.actor,
-                    **msgspec.to_builtins(event),
+                    **msgspec.to_builtins(event, builtin_types=(bytes, bytearray)),
                 }
                 chunk = StreamChunk(
                     event=StreamEvent.UPDATES, data=data, thread_id=run.thread_id, run_id=run.run_id
@@ -1001,12 +1005,30 @@ class _Portal:
         self.thread.start()
 
     def call(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        """Run `coro` on the portal's loop and wait; Ctrl-C abandons it, recorded as such.
+
+        On Ctrl-C (or any exception in the waiting thread) the task is cancelled with the
+        cause as its reason, and given a moment to record how the run ended before the
+        exception goes on; a second Ctrl-C skips that wait.
+        """
+        done = threading.Event()
+        tasks: list[asyncio.Task[Any]] = []
+
+        def start() -> None:
+            task = self.loop.create_task(coro)
+            task.add_done_callback(lambda _: done.set())
+            tasks.append(task)
+
+        self.loop.call_soon_threadsafe(start)
         try:
-            return future.result()
-        except BaseException:
-            future.cancel()  # Ctrl-C in the caller ends the run instead of orphaning it
+            done.wait()
+        except BaseException as exc:
+            cause = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else type(exc).__name__
+            why = f"{cause} interrupted the blocking call waiting for the run"
+            self.loop.call_soon_threadsafe(lambda: tasks[0].cancel(why))
+            done.wait(CANCEL_GRACE_S)
             raise
+        return tasks[0].result()
 
     def iterate(self, agen: AsyncGenerator[StreamChunk, None]) -> Iterator[StreamChunk]:
         try:

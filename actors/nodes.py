@@ -15,6 +15,7 @@ from projections import (
     Message,
     message_appended,
     state_updated,
+    to_messages,
 )
 
 from ._actor import Actor
@@ -169,8 +170,7 @@ def _mapping_events(node: str, values: Mapping[str, Any]) -> list[Event]:
             messages = rest.pop(key)
             if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
                 raise NodeReturnError(node, messages)
-            for m in messages:
-                events.append(message_appended(Message.model_validate(m)))
+            events.extend(message_appended(m) for m in to_messages(messages))
     if rest:
         events.append(state_updated(rest, source=node))
     return events

@@ -4,7 +4,7 @@ This package knows nothing of agents: it stores and chains events, and reads the
 """
 
 from .audit import Head, export_jsonl, head, verify_store, verify_thread
-from .codec import GENESIS_HASH, register_upcaster, unregister_upcaster
+from .codec import GENESIS_HASH, UnstorableValueError, register_upcaster, unregister_upcaster
 from .errors import (
     AgentlogError,
     ChainBrokenError,
@@ -99,6 +99,7 @@ __all__ = [
     "ToolCallFinished",
     "ToolCallStarted",
     "UnknownEventKindError",
+    "UnstorableValueError",
     "VerifyReport",
     "export_jsonl",
     "head",

@@ -4,7 +4,14 @@ Nothing here runs tasks: a projection is a pure function of the log.
 """
 
 from .context import BaseContextManager, MessageContextManager
-from .edge import message_appended, messages_appended, messages_replaced, state_updated, to_builtins
+from .edge import (
+    message_appended,
+    messages_appended,
+    messages_replaced,
+    state_data,
+    state_updated,
+    to_builtins,
+)
 from .errors import IllegalTransitionError, InvalidStateUpdateError, ProjectionError
 from .fold import Fold, apply, decide, replay
 from .messages import (
@@ -16,6 +23,7 @@ from .messages import (
     DocumentBlock,
     ErrorBlock,
     ImageBlock,
+    InvalidMessageError,
     MediaRef,
     Message,
     ReasoningBlock,
@@ -26,6 +34,8 @@ from .messages import (
     ToolResultBlock,
     VideoBlock,
     generate_id,
+    normalize_input,
+    to_messages,
 )
 from .reducers import (
     add_messages,
@@ -72,6 +82,7 @@ __all__ = [
     "Fold",
     "IllegalTransitionError",
     "ImageBlock",
+    "InvalidMessageError",
     "InvalidStateUpdateError",
     "MediaRef",
     "Message",
@@ -104,6 +115,7 @@ __all__ = [
     "message_appended",
     "messages_appended",
     "messages_replaced",
+    "normalize_input",
     "point_seq",
     "remove_tool_messages",
     "replace_messages",
@@ -112,11 +124,13 @@ __all__ = [
     "snapshot_of",
     "state_at",
     "state_at_point",
+    "state_data",
     "state_history",
     "state_updated",
     "step_seq",
     "summarize",
     "take_snapshot",
     "to_builtins",
+    "to_messages",
     "update_state",
 ]

@@ -311,11 +311,6 @@ def test_any_text_round_trips_as_a_user_message(text: str) -> None:
     assert again.text() == text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs actors/compiled.py CompiledGraph._begin to pass the input through "
-    "projections.messages.normalize_input",
-)
 async def test_ainvoke_takes_a_str_and_openai_dicts() -> None:
     app = StateGraph().add_node("echo", left).set_entry_point("echo").add_edge("echo", END)
     compiled = app.compile()
