@@ -187,7 +187,6 @@ class _Scan:
     """What the records up to a point say about the thread's fields."""
 
     declared: dict[str, str | None] = field(default_factory=dict)
-    last_update: dict[str, int] = field(default_factory=dict)
     set_at: dict[str, int] = field(default_factory=dict)  # first seq giving a value
 
     def read(self, record: EventRecord) -> None:
@@ -198,18 +197,11 @@ class _Scan:
         if isinstance(event, Forked):
             for name in event.state:
                 if name not in AgentState.model_fields:
-                    self._touch(name, record.seq, update=False)
+                    self.set_at.setdefault(name, record.seq)
         elif isinstance(event, StateUpdated):
             for name in event.values:
                 if name not in CONTEXT_FIELDS and name not in AgentState.model_fields:
-                    self._touch(name, record.seq, update=True)
-
-    def _touch(self, name: str, seq: int, *, update: bool) -> None:
-        self.set_at.setdefault(name, seq)
-        if update:
-            self.last_update[name] = seq
-        else:  # a fork copies a whole, exact value: nothing reduced before it matters
-            self.last_update.pop(name, None)
+                    self.set_at.setdefault(name, record.seq)
 
 
 async def _read(store: EventStore, thread_id: str, first: int, last: int) -> list[EventRecord]:
@@ -289,38 +281,40 @@ def _fold_point(
             fold = Fold(cls.model_validate(copy.deepcopy(snapshot.state)), seq=snapshot.seq)
         except ValueError:
             fold = None  # a snapshot this class cannot hold: fold from the start instead
+    exact_from = fold.seq if fold is not None else 0
+    from_snapshot = set(snapshot.state) if fold is not None else set()
     if fold is None:
         fold = Fold.new(cls)
     with gc_paused():
         fold.apply_all(records[fold.seq : seq])
     point = OpenState(seq=seq, state=fold.state)
-    for name, reducer in scan.declared.items():
-        first = scan.set_at.get(name)
-        if name == "context":
-            continue
-        known_from_snapshot = snapshot is not None and fold is not None and name in snapshot.state
-        if (first is None or first > seq) and not known_from_snapshot:
-            point.unset.append(name)
-            continue
-        updated = scan.last_update.get(name)
-        if reducer is not None and reducer not in LIBRARY_REDUCERS and updated is not None:
-            since = snapshot.seq if snapshot is not None and 0 < snapshot.seq <= seq else 0
-            if _updated_between(records, name, since, seq):
-                point.notes[name] = _note_user(reducer)
     for name in cls.model_fields:
-        if name in AgentState.model_fields or name in scan.declared:
+        if name in AgentState.model_fields:
             continue
-        if name in point.state.model_fields_set or scan.set_at.get(name, seq + 1) <= seq:
-            point.notes[name] = NOTE_UNRECORDED
-        else:
+        first = scan.set_at.get(name)
+        if (first is None or first > seq) and name not in from_snapshot:
             point.unset.append(name)
+            continue
+        if name not in scan.declared:
+            note = NOTE_UNRECORDED
+        else:
+            reducer = scan.declared[name]
+            if reducer is None or reducer in LIBRARY_REDUCERS:
+                continue
+            note = _note_user(reducer)
+        # Exact when nothing reduced it since the last whole value (a snapshot or a fork).
+        if _updated_between(records, name, exact_from, seq):
+            point.notes[name] = note
+    point.unset += [n for n in scan.declared if n not in cls.model_fields and n != "context"]
     return point
 
 
 def _updated_between(records: Sequence[EventRecord], name: str, after: int, upto: int) -> bool:
-    """Whether a state update of `name` lies in records (after, upto]."""
-    for record in records[after:upto]:
+    """Whether a state update of `name` lies in records (after, upto] and no fork follows it."""
+    for record in reversed(records[after:upto]):
         event = record.event
+        if isinstance(event, Forked) and name in event.state:
+            return False
         if isinstance(event, StateUpdated) and name in event.values:
             return True
     return False
