@@ -77,6 +77,7 @@ from projections.fold import (
     copy_meta,
     uncommitted_record,
 )
+from projections.generic import state_fields
 from projections.messages import normalize_input
 
 from ._actor import ActorStoppedError
@@ -585,7 +586,13 @@ class CompiledGraph(Generic[S]):
         if fold.seq == 0 or meta.status == ExecutionStatus.COMPLETED or rejected:
             run.run_id = f"run-{uuid.uuid4().hex[:12]}"
             events.extend(rejected)
-            events.append(RunStarted(entry_node=self.graph.edges[START], graph=self.graph.name))
+            events.append(
+                RunStarted(
+                    entry_node=self.graph.edges[START],
+                    graph=self.graph.name,
+                    fields=state_fields(self.graph.state_cls),
+                )
+            )
         elif resuming:
             events.append(Resumed(value=to_builtins(resume), by=user))
             if meta.status == ExecutionStatus.INTERRUPTED_BEFORE:

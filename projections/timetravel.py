@@ -26,6 +26,7 @@ from events.kinds import Event
 from .edge import state_data, state_updated, to_builtins
 from .errors import IllegalTransitionError, InvalidStateUpdateError
 from .fold import ENTERED_KEY, RESUME_KEY, TOOL_CALLS_KEY, decide
+from .generic import state_fields
 from .messages import Message, to_messages
 from .state import AgentState, ExecutionState
 from .views import PointOutOfRangeError, fold_at, state_at
@@ -333,6 +334,11 @@ async def fork(
 ) -> str:
     """A new thread starting from the state at a point of `thread_id`; the source is untouched."""
     seq = await point_seq(store, thread_id, at_step=at_step, at_seq=at_seq)
+    if seq is not None and seq < 1:
+        raise PointOutOfRangeError(
+            f"a fork of thread {thread_id!r} needs a point after its first record (at_seq >= 1, "
+            "or a step): before it there is no state to continue from"
+        )
     fold = await fold_at(store, thread_id, seq, state_cls)
     state = fold.state.model_copy(deep=True)
     internal = state.execution_meta.internal_data
@@ -341,7 +347,12 @@ async def fork(
     new_id = new_thread_id or f"{thread_id}-fork-{uuid.uuid4().hex[:8]}"
     if await store.last_seq(new_id):
         raise IllegalTransitionError("forked", f"thread {new_id!r} already exists; pick a new id")
-    event = Forked(source_thread=thread_id, source_seq=fold.seq, state=state_data(state))
+    event = Forked(
+        source_thread=thread_id,
+        source_seq=fold.seq,
+        state=state_data(state),
+        fields=state_fields(state_cls),
+    )
     decide(state_cls(), [event], seq=0)
     await store.append(new_id, [event], expected_seq=0, actor=actor)
     return new_id

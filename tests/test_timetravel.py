@@ -953,3 +953,27 @@ def test_the_blocking_forms_match_the_async_ones() -> None:
             app.get_state(CFG, at_step=50)
     finally:
         app.close()
+
+
+async def test_a_fork_before_the_first_record_is_refused_and_forks_record_the_fields() -> None:
+    app = weather_graph(Tally).compile()
+    await app.ainvoke({"messages": [Message.text_message("weather?")]}, CFG)
+    with pytest.raises(PointOutOfRangeError, match="at_seq >= 1"):
+        await app.afork(CFG, at_seq=0)
+    assert await app.store.threads() == ["t"]  # nothing was written
+    (first,) = [r async for r in app.store.read("t", 1, 1)]
+    started = first.event
+    assert started.fields == {  # type: ignore[union-attr]
+        "count": None,
+        "target": None,
+        "notes": f"{keep_adding.__module__}.{keep_adding.__qualname__}",
+        "label": None,
+    }
+    new_id = await app.afork(CFG, at_seq=1)
+    (opening,) = [r async for r in app.store.read(new_id)]
+    forked = opening.event
+    assert forked.fields == started.fields  # type: ignore[union-attr]
+    out = await app.ainvoke(
+        {"messages": [Message.text_message("and Bergen?")]}, {"thread_id": new_id}
+    )
+    assert out["status"] == "completed"
