@@ -36,8 +36,11 @@ __all__ = [
     "rejected_message",
 ]
 
-INJECTED = frozenset({"state", "config", "context"})
-"""Parameter names the runtime fills in; they never appear in a tool's schema."""
+INJECTED = frozenset({"state", "config", "context", "tool_call_id"})
+"""Parameter names the runtime fills in; they never appear in a tool's schema.
+
+`tool_call_id` is the call's id: a tool with side effects can pass it on as an idempotency
+key, since a call cut short by a crash runs again on resume (at least once)."""
 
 _ARG_LINE = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 
@@ -97,11 +100,16 @@ class Tool:
         return {"type": "function", "function": function}
 
     def bind(
-        self, args: dict[str, Any], state: AgentState, context: NodeContext
+        self, args: dict[str, Any], state: AgentState, context: NodeContext, call_id: str = ""
     ) -> tuple[list[Any], dict[str, Any]]:
         """Validate `args` against the signature and add the injected values."""
         values = self.args_model.model_validate(args)
-        injected: dict[str, Any] = {"state": state, "context": context, "config": None}
+        injected: dict[str, Any] = {
+            "state": state,
+            "context": context,
+            "config": None,
+            "tool_call_id": call_id,
+        }
         pos: list[Any] = []
         kw: dict[str, Any] = {}
         for i, p in enumerate(self.params):
@@ -187,7 +195,7 @@ class ToolNode:
                 known = ", ".join(sorted(self.tools)) or "none"
                 raise UnknownToolError(f"no tool named {call.name!r} (known tools: {known})")
             try:
-                pos, kw = tool.bind(call.args, state, context)
+                pos, kw = tool.bind(call.args, state, context, call.id)
             except ValidationError as exc:
                 raise ToolArgumentsError(_describe(call.name, exc)) from exc
             output = _plain(await tool.call(pos, kw, context, call.id))

@@ -386,6 +386,22 @@ async def test_state_and_context_are_injected_when_declared() -> None:
     assert seen == {"state": state, "context": log.context, "config": None}
 
 
+async def test_a_tool_may_ask_for_its_call_id_which_stays_out_of_its_schema() -> None:
+    keys: list[str] = []
+
+    def charge(amount: int, tool_call_id: str) -> str:
+        """Charge a card, once per call id."""
+        keys.append(tool_call_id)
+        return f"charged {amount}"
+
+    node = ToolNode([charge])
+    assert list(node.schemas()[0]["function"]["parameters"]["properties"]) == ["amount"]
+    log = FakeLog()
+    messages = await node.run(asking(("call-7", "charge", {"amount": 5})), log.context)
+    assert result_of(messages[0]).output == "charged 5"
+    assert keys == ["call-7"]
+
+
 # --- resuming a step -----------------------------------------------------------------------
 
 
