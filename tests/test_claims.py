@@ -1,0 +1,330 @@
+"""One owner per thread, across real processes: the claim a run takes, and how it ends.
+
+The store-level rules (busy, fenced, taken over) are in the conformance suite; here they
+are exercised where they matter: two processes on one SQLite file, a process killed with
+SIGKILL while it holds a thread, and programs that end without closing their store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from events import SQLiteEventStore
+from events.claims import HOST
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER_TIMEOUT = 60.0
+"""No worker here should take more than a few seconds; past this the test fails."""
+
+
+def worker(module: str, *args: str, wait_go: bool = False) -> subprocess.Popen[str]:
+    """Start `python -m tests.workers.<module> ARGS` in the repository, pipes on."""
+    argv = [sys.executable, "-m", f"tests.workers.{module}", *args]
+    if wait_go:
+        argv.append("--wait-go")
+    return subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_line(proc: subprocess.Popen[str], expected: str) -> None:
+    """Read the worker's stdout until a line equal to `expected` (fail if it ends first)."""
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if line != expected:
+        _, err = proc.communicate(timeout=WORKER_TIMEOUT)
+        raise AssertionError(f"worker said {line!r}, not {expected!r}; stderr:\n{err}")
+
+
+def go(proc: subprocess.Popen[str]) -> None:
+    """Release a worker started with --wait-go."""
+    assert proc.stdin is not None
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+
+
+def finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+    """Wait for the worker; its exit code, remaining stdout and stderr."""
+    try:
+        out, err = proc.communicate(timeout=WORKER_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"worker did not end within {WORKER_TIMEOUT}s: {out}\n{err}") from None
+    return proc.returncode, out, err
+
+
+def wait_until(condition: object, timeout: float = 20.0) -> None:
+    """Poll `condition()` until true; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(0.01)
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def claim_row(db: Path, thread: str) -> tuple[str, int, str] | None:
+    """(host, pid, purpose) of the thread's claim in the file, read behind the store's back."""
+    if not db.exists():
+        return None
+    conn = sqlite3.connect(db, timeout=10)
+    try:
+        row = conn.execute(
+            "SELECT host, pid, purpose FROM claims WHERE thread_id = ?", (thread,)
+        ).fetchone()
+    except sqlite3.OperationalError:  # the schema is not there yet
+        return None
+    finally:
+        conn.close()
+    return None if row is None else (row[0], row[1], row[2])
+
+
+def records(db: Path, thread: str) -> list[tuple[int, str | None, str | None, str]]:
+    """(seq, run_id, actor, kind) of every record of the thread."""
+    conn = sqlite3.connect(db, timeout=10)
+    try:
+        return conn.execute(
+            "SELECT seq, run_id, actor, kind FROM events WHERE thread_id = ? ORDER BY seq",
+            (thread,),
+        ).fetchall()
+    finally:
+        conn.close()
+
+
+async def texts(db: Path, thread: str) -> list[str]:
+    """The texts of the thread's messages, folded through the public API."""
+    from tests.workers.claim_run import build_graph
+
+    async with SQLiteEventStore(db) as store:
+        state = await build_graph(store, "/nonexistent", 0).aget_state({"thread_id": thread})
+    return [m.text() for m in state.context]
+
+
+@pytest.fixture
+def reaper() -> Iterator[list[subprocess.Popen[str]]]:
+    """Workers a test started; any still running at its end is killed, never left behind."""
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+# ---- 1. one thread, two processes ---------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [0.0, 0.4])
+@pytest.mark.parametrize("arrival", ["while_thinking", "while_charging"])
+@pytest.mark.parametrize("second", ["resume", "input"])
+def test_a_second_process_is_refused_before_it_writes_and_the_charge_runs_once(
+    tmp_path: Path,
+    reaper: list[subprocess.Popen[str]],
+    second: str,
+    arrival: str,
+    delay: float,
+) -> None:
+    """Process B asks for a thread process A is running: refused with nothing written.
+
+    B arrives either while A's agent node still thinks (the thread is claimed, the charge
+    has not started) or while A's sync tool is charging, `delay` seconds after that point.
+    B resumes (`ainvoke(None)`) or sends new input. Either way it must get ThreadBusyError
+    naming A, write nothing, and the card is charged exactly once. Once A is done, B's same
+    call succeeds.
+    """
+    db, effects = tmp_path / "log.db", tmp_path / "effects"
+    a = worker("claim_run", str(db), str(effects), "t", "start", "1.5", "--think", "1.0")
+    b = worker("claim_run", str(db), str(effects), "t", second, "0.1", wait_go=True)
+    reaper += [a, b]
+    wait_line(a, "ready")
+    wait_line(b, "ready")
+    wait_until(lambda: (row := claim_row(db, "t")) is not None and row[1] == a.pid)
+    if arrival == "while_charging":
+        wait_until(lambda: lines(effects) == ["start charge-1"])
+    else:
+        assert lines(effects) == [], "the charge started before the thread was even checked"
+    time.sleep(delay)
+    before = records(db, "t")
+    go(b)
+    code_b, out_b, err_b = finish(b)
+    after_b = records(db, "t")
+    code_a, out_a, err_a = finish(a)
+
+    assert code_b == 3, (out_b, err_b)
+    assert out_b.startswith("busy "), out_b
+    assert f"process {a.pid}" in out_b and "charge-card" in out_b, out_b
+    assert code_a == 0 and out_a.strip() == "ok", (out_a, err_a)
+    # B wrote nothing: every record is A's (A may have moved on meanwhile, B never).
+    assert after_b[: len(before)] == before
+    log = records(db, "t")
+    run_ids = {run_id for _, run_id, _, _ in log}
+    assert len(run_ids) == 1, log
+    assert [kind for *_, kind in log].count("run_started") == 1
+    assert lines(effects) == ["start charge-1", "done charge-1"]
+    assert claim_row(db, "t") is None, "A left its claim behind"
+    assert "second input" not in asyncio.run(texts(db, "t"))
+
+    again = worker("claim_run", str(db), str(effects), "t", second, "0.1")
+    reaper.append(again)
+    code, out, err = finish(again)
+    assert code == 0 and out.splitlines() == ["ready", "ok"], (out, err)
+    final = asyncio.run(texts(db, "t"))
+    if second == "input":
+        assert final.count("second input") == 1
+        charges = ["start charge-1", "done charge-1", "start charge-2", "done charge-2"]
+        assert lines(effects) == charges
+    else:  # resuming a completed thread changes nothing and charges nobody
+        assert "second input" not in final
+        assert lines(effects) == ["start charge-1", "done charge-1"]
+
+
+@pytest.mark.slow
+def test_a_thread_held_by_a_killed_process_is_taken_over_at_once(
+    tmp_path: Path, reaper: list[subprocess.Popen[str]]
+) -> None:
+    """SIGKILL while charging: the next process's first invoke runs at once, no lease wait.
+
+    The claim row still names the dead process; the default lease is 30 s, so a takeover
+    that waited for it would blow the time bound. The unfinished charge runs again (at
+    least once, as documented), and the new run completes and releases the thread.
+    """
+    db, effects = tmp_path / "log.db", tmp_path / "effects"
+    a = worker("claim_run", str(db), str(effects), "t", "start", "60")
+    c = worker("claim_run", str(db), str(effects), "t", "resume", "0.1", wait_go=True)
+    reaper += [a, c]
+    wait_line(a, "ready")
+    wait_line(c, "ready")
+    wait_until(lambda: lines(effects) == ["start charge-1"])
+    os.kill(a.pid, signal.SIGKILL)
+    assert a.wait(timeout=WORKER_TIMEOUT) == -signal.SIGKILL
+    row = claim_row(db, "t")
+    assert row is not None and row[0] == HOST and row[1] == a.pid, row
+
+    started = time.monotonic()
+    go(c)
+    code, out, err = finish(c)
+    elapsed = time.monotonic() - started
+    assert code == 0 and out.strip() == "ok", (out, err)
+    assert elapsed < 10.0, f"the takeover took {elapsed:.1f}s: it waited for the lease"
+    assert lines(effects) == ["start charge-1", "start charge-1", "done charge-1"]
+    assert claim_row(db, "t") is None
+    assert asyncio.run(texts(db, "t"))[-1] == "charged for input 1"
+
+
+async def test_the_heartbeat_renews_the_row_while_the_loop_is_blocked(tmp_path: Path) -> None:
+    """A claim's heartbeat_at moves every lease/3, even while the event loop is stuck."""
+    db = tmp_path / "log.db"
+    async with SQLiteEventStore(db) as store:
+        claim = await store.claim("t", lease=0.3)
+
+        def beat() -> float:
+            conn = sqlite3.connect(db, timeout=10)
+            try:
+                return float(
+                    conn.execute(
+                        "SELECT heartbeat_at FROM claims WHERE thread_id = 't'"
+                    ).fetchone()[0]
+                )
+            finally:
+                conn.close()
+
+        seen = {beat()}
+        deadline = time.monotonic() + 0.8
+        while time.monotonic() < deadline:  # blocks the loop: a sync node would do this
+            time.sleep(0.05)
+            seen.add(beat())
+        assert len(seen) >= 3, f"heartbeat_at took only the values {sorted(seen)}"
+        holder = await store.holder("t")
+        assert holder is not None and holder.token == claim.token
+        assert time.time() - holder.heartbeat_at < 0.3
+        await store.release(claim)
+        assert await store.holder("t") is None
+
+
+async def test_a_claim_left_by_a_closed_store_dies_with_its_process(tmp_path: Path) -> None:
+    """Closing a store without releasing its claim stops the heartbeat; this process being
+    alive, the thread stays owned; a foreign host's copy of that row would age out."""
+    db = tmp_path / "log.db"
+    store = SQLiteEventStore(db)
+    await store.claim("t", lease=0.3)
+    await store.close()
+    before = claim_row(db, "t")
+    await asyncio.sleep(0.4)
+    assert claim_row(db, "t") == before  # nothing renews nor drops it after close
+    async with SQLiteEventStore(db) as other:
+        holder = await other.holder("t")
+        assert holder is not None and holder.alive(time.time())
+
+
+# ---- 2. programs end ----------------------------------------------------------------------
+
+
+def run_program(mode: str, db: Path) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "tests.workers.exit_check", mode, str(db)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=WORKER_TIMEOUT,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"the {mode!r} program did not exit: {exc.stderr!r}") from None
+
+
+def test_a_program_that_never_closes_its_store_still_exits(tmp_path: Path) -> None:
+    done = run_program("noclose", tmp_path / "log.db")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["invoked"]
+    assert done.stderr == ""
+
+
+def test_a_program_that_raises_after_ainvoke_exits_with_its_traceback(tmp_path: Path) -> None:
+    from tests.workers.exit_check import FAILURE
+
+    done = run_program("raise", tmp_path / "log.db")
+    assert done.returncode == 1
+    assert done.stdout.splitlines() == ["invoked"]
+    assert "Traceback (most recent call last)" in done.stderr
+    assert done.stderr.rstrip().endswith(f"RuntimeError: {FAILURE}"), done.stderr
+
+
+def test_async_with_closes_the_store_threads(tmp_path: Path) -> None:
+    """After `async with SQLiteEventStore`, no connection or heartbeat thread is left; only
+    the process-wide executor for sync work (shared by every graph) may remain."""
+    done = run_program("asyncwith", tmp_path / "log.db")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.splitlines()
+    assert out[0] == "invoked" and out[1].startswith("threads:"), out
+    left = [name for name in out[1].removeprefix("threads:").strip().split(",") if name]
+    assert all(name.startswith("agentlog-sync") for name in left), left
+
+
+def test_app_close_ends_the_portal_and_the_store_closes_from_a_new_loop(tmp_path: Path) -> None:
+    done = run_program("appclose", tmp_path / "log.db")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.splitlines()
+    assert out[0] == "invoked" and out[1].startswith("threads:"), out
+    left = [name for name in out[1].removeprefix("threads:").strip().split(",") if name]
+    assert "agentlog-portal" not in left
+    assert all(name.startswith("agentlog-sync") for name in left), left
