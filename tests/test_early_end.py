@@ -1,0 +1,455 @@
+"""Runs that end early: every way a caller can leave, and a stop request.
+
+The harm this guards against is a tool call run twice (a card charged twice). Whatever way
+the caller leaves (`task.cancel()`, a timeout around `ainvoke`, a consumer leaving
+`astream`, Ctrl-C on the blocking `invoke`), the log must say so and name what was still
+running; a sync tool still running keeps the thread owned; once it returns, resuming
+finishes the run without starting the call again, and the transcript has exactly one result
+per call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors import END, CompiledGraph, StateGraph, ThreadBusyError
+from events import (
+    EventRecord,
+    EventStore,
+    MemoryEventStore,
+    SQLiteEventStore,
+    Stopped,
+    ThreadNotFoundError,
+    ToolCallFinished,
+)
+from projections import (
+    AgentState,
+    ExecutionStatus,
+    Message,
+    StopRequestStatus,
+    ToolResultBlock,
+)
+from tests.workers.charge_graph import CALL_ID, charge_graph
+
+CFG = {"thread_id": "t1"}
+WAIT = 5.0
+"""Seconds a test waits for something that should happen at once (a generous bound)."""
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pay() -> dict[str, Any]:
+    """The user's first message."""
+    return {"messages": [Message.text_message("pay", message_id="u-1")]}
+
+
+async def records(store: EventStore, thread_id: str = "t1") -> list[EventRecord]:
+    """The thread's whole log."""
+    return [r async for r in store.read(thread_id)]
+
+
+def kinds(log: list[EventRecord]) -> list[str]:
+    return [r.kind for r in log]
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
+    """Wait until `check()` is true, or fail naming `what` after WAIT seconds."""
+    deadline = time.monotonic() + WAIT
+    while not await check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting until {what}")
+        await asyncio.sleep(0.01)
+
+
+async def until_free(store: EventStore, thread_id: str = "t1") -> None:
+    """Wait until nobody owns the thread (a run's claim outlives it while sync work runs)."""
+
+    async def free() -> bool:
+        return await store.holder(thread_id) is None
+
+    await eventually(free, f"thread {thread_id!r} is released")
+
+
+async def until_stopped(store: EventStore, thread_id: str = "t1") -> None:
+    async def stopped() -> bool:
+        return "stopped" in kinds(await records(store, thread_id))
+
+    await eventually(stopped, "the log records the run as stopped")
+
+
+def results_per_call(messages: list[Message]) -> dict[str, list[ToolResultBlock]]:
+    """Every tool call of the transcript, with the results answering it (a validator)."""
+    found: dict[str, list[ToolResultBlock]] = {}
+    for message in messages:
+        for call in message.tool_calls():
+            assert call.id not in found, f"call id {call.id!r} is asked twice"
+            found[call.id] = []
+    for message in messages:
+        for block in message.content:
+            if isinstance(block, ToolResultBlock):
+                assert block.call_id in found, f"result for unknown call {block.call_id!r}"
+                found[block.call_id].append(block)
+    return found
+
+
+def assert_valid_transcript(messages: list[Message]) -> None:
+    """Every tool call has exactly one result, after it."""
+    for call_id, results in results_per_call(messages).items():
+        assert len(results) == 1, f"call {call_id!r} has {len(results)} results"
+
+
+class SyncCharge:
+    """A sync `charge` tool that records each start and finish, and returns when released."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def tool(self) -> Callable[..., str]:
+        def charge(amount: int) -> str:
+            """Charge the customer's card.
+
+            Args:
+                amount: how much, in cents.
+            """
+            self.events.append(f"start {amount}")
+            self.started.set()
+            self.release.wait(WAIT * 2)
+            self.events.append(f"finish {amount}")
+            return f"charged {amount}"
+
+        return charge
+
+    @property
+    def starts(self) -> int:
+        return sum(1 for e in self.events if e.startswith("start"))
+
+    async def wait_started(self) -> None:
+        assert await asyncio.to_thread(self.started.wait, WAIT), "the tool never started"
+
+
+class AsyncCharge:
+    """An async `charge` tool that records its start and its `finally`, and never returns."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.started = asyncio.Event()
+
+    def tool(self) -> Callable[..., Any]:
+        async def charge(amount: int) -> str:
+            """Charge the customer's card.
+
+            Args:
+                amount: how much, in cents.
+            """
+            self.events.append(f"start {amount}")
+            self.started.set()
+            try:
+                await asyncio.sleep(WAIT * 4)
+                self.events.append(f"finish {amount}")
+                return f"charged {amount}"
+            finally:
+                self.events.append("finally")
+
+        return charge
+
+    @property
+    def starts(self) -> int:
+        return sum(1 for e in self.events if e.startswith("start"))
+
+    async def wait_started(self) -> None:
+        await asyncio.wait_for(self.started.wait(), WAIT)
+
+
+# --- the ways a caller leaves ------------------------------------------------------------
+
+Leave = Callable[[CompiledGraph[AgentState], Callable[[], Awaitable[None]]], Awaitable[str]]
+"""Start a run of `pay()` on CFG, leave it once the tool started; return the expected cause."""
+
+
+async def leave_by_task_cancel(
+    app: CompiledGraph[AgentState], started: Callable[[], Awaitable[None]]
+) -> str:
+    task = asyncio.create_task(app.ainvoke(pay(), CFG))
+    await started()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    return "task.cancel()"
+
+
+async def leave_by_timeout(
+    app: CompiledGraph[AgentState], started: Callable[[], Awaitable[None]]
+) -> str:
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(app.ainvoke(pay(), CFG), 0.2)
+    await started()  # it had started before the timeout
+    return "a timeout around ainvoke"
+
+
+async def leave_astream(
+    app: CompiledGraph[AgentState], started: Callable[[], Awaitable[None]]
+) -> str:
+    seen = 0
+    async for _chunk in app.astream(pay(), CFG):
+        seen += 1
+        await started()
+        break  # the consumer goes away; nothing closes the generator explicitly
+    assert seen == 1
+    await until_stopped(app.store)  # the generator is finalized by the loop, soon after
+    return "astream consumer stopped reading"
+
+
+LEAVES = {
+    "task.cancel": leave_by_task_cancel,
+    "wait_for": leave_by_timeout,
+    "astream-break": leave_astream,
+}
+
+
+def stopped_event(log: list[EventRecord]) -> Stopped:
+    (event,) = [r.event for r in log if isinstance(r.event, Stopped)]
+    assert isinstance(event, Stopped)
+    return event
+
+
+def finished_calls(log: list[EventRecord]) -> list[ToolCallFinished]:
+    return [r.event for r in log if isinstance(r.event, ToolCallFinished)]
+
+
+@pytest.mark.parametrize("how", list(LEAVES))
+async def test_a_sync_tool_left_running_is_never_run_twice(how: str, store: EventStore) -> None:
+    charge = SyncCharge()
+    app = charge_graph(store, [charge.tool()])
+    try:
+        cause = await LEAVES[how](app, charge.wait_started)
+        log = await records(store)
+        assert kinds(log)[-3:] == ["tool_call_finished", "stop_requested", "stopped"]
+        stopped = stopped_event(log)
+        assert stopped.reason is not None and cause in stopped.reason
+        assert stopped.reason.startswith("abandoned")
+        assert stopped.in_flight == [f"tool call 'charge' ({CALL_ID})"]
+        (finished,) = finished_calls(log)
+        assert (finished.call_id, finished.status) == (CALL_ID, "abandoned")
+        state = await app.aget_state(CFG)
+        assert state.execution_meta.stop_current_execution == StopRequestStatus.STOPPED
+
+        # While the tool still runs, the thread stays owned by it, and says by what.
+        before = len(log)
+        with pytest.raises(ThreadBusyError, match=r"tool call 'charge'"):
+            await app.ainvoke(None, CFG)
+        assert len(await records(store)) == before
+        assert charge.events == ["start 10"]
+    finally:
+        charge.release.set()
+
+    await until_free(store)
+    assert charge.events == ["start 10", "finish 10"]
+    result = await app.ainvoke(None, CFG)
+    assert result["status"] == ExecutionStatus.COMPLETED.value
+    assert charge.starts == 1, "the abandoned call was started again"
+    messages: list[Message] = result["messages"]
+    assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"]
+    assert_valid_transcript(messages)
+    (tool_result,) = results_per_call(messages)[CALL_ID]
+    assert tool_result.is_error and tool_result.status == "abandoned"
+    log = await records(store)
+    assert kinds(log).count("tool_call_started") == 1
+    assert [f.status for f in finished_calls(log)] == ["abandoned"]
+
+
+@pytest.mark.parametrize("how", list(LEAVES))
+async def test_an_async_tool_is_cancelled_for_real(how: str, store: EventStore) -> None:
+    charge = AsyncCharge()
+    app = charge_graph(store, [charge.tool()])
+    cause = await LEAVES[how](app, charge.wait_started)
+    assert charge.events == ["start 10", "finally"]
+    stopped = stopped_event(await records(store))
+    assert stopped.reason is not None and cause in stopped.reason
+    assert stopped.in_flight == []
+    await until_free(store)  # nothing on a worker thread: released at once
+
+    result = await app.ainvoke(None, CFG)
+    assert result["status"] == ExecutionStatus.COMPLETED.value
+    assert charge.starts == 1
+    assert_valid_transcript(result["messages"])
+    (tool_result,) = results_per_call(result["messages"])[CALL_ID]
+    assert tool_result.status == "abandoned" and tool_result.is_error
+
+
+async def test_a_sync_node_left_running_holds_the_thread_then_runs_again(
+    store: EventStore,
+) -> None:
+    """Nodes are re-runnable: only tool calls are protected from a second run."""
+    started, release = threading.Event(), threading.Event()
+    runs: list[str] = []
+
+    def slow(state: AgentState) -> list[Message]:
+        runs.append("slow")
+        started.set()
+        release.wait(WAIT * 2)
+        return [Message.text_message(f"slow {len(runs)}", role="assistant")]
+
+    graph: StateGraph[AgentState] = StateGraph()
+    graph.add_node("slow", slow)
+    graph.set_entry_point("slow")
+    graph.add_edge("slow", END)
+    app = graph.compile(store)
+    task = asyncio.create_task(app.ainvoke(pay(), CFG))
+    try:
+        assert await asyncio.to_thread(started.wait, WAIT)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        stopped = stopped_event(await records(store))
+        assert stopped.in_flight == ["node 'slow'"]
+        assert stopped.node == "slow"
+        with pytest.raises(ThreadBusyError, match=r"node 'slow'"):
+            await app.ainvoke(None, CFG)
+    finally:
+        release.set()
+    await until_free(store)
+    assert runs == ["slow"]
+    result = await app.ainvoke(None, CFG)
+    assert result["status"] == ExecutionStatus.COMPLETED.value
+    assert runs == ["slow", "slow"]
+    # What the abandoned run returned was discarded: only the second run's message is there.
+    assert [m.text() for m in result["messages"]] == ["pay", "slow 2"]
+
+
+# --- Ctrl-C on the blocking invoke, in a real process --------------------------------------
+
+
+def worker(db: Path, journal: Path, mode: str, seconds: float) -> subprocess.Popen[str]:
+    """The charge graph's worker process on `db` (see tests/workers/charge_graph.py)."""
+    args = ["-m", "tests.workers.charge_graph", str(db), str(journal), "t1", mode, str(seconds)]
+    return subprocess.Popen(
+        [sys.executable, *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+async def test_ctrl_c_on_invoke_is_recorded_and_never_charges_twice(tmp_path: Path) -> None:
+    db, journal = tmp_path / "log.db", tmp_path / "journal.txt"
+    proc = worker(db, journal, "start", 3.0)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + WAIT * 2
+        while not (journal.exists() and "start" in journal.read_text()):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the tool never started"
+            await asyncio.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+
+        async with SQLiteEventStore(db) as store:
+            await until_stopped(store)
+            log = await records(store)
+            assert kinds(log)[-3:] == ["tool_call_finished", "stop_requested", "stopped"]
+            stopped = stopped_event(log)
+            assert stopped.reason is not None and "Ctrl-C" in stopped.reason
+            assert stopped.in_flight == [f"tool call 'charge' ({CALL_ID})"]
+            assert [(f.call_id, f.status) for f in finished_calls(log)] == [(CALL_ID, "abandoned")]
+            # The tool still sleeps in the interrupted process, which owns the thread.
+            assert journal.read_text().splitlines() == ["start 10"]
+            with pytest.raises(ThreadBusyError, match=r"tool call 'charge'"):
+                await charge_graph(store, []).ainvoke(None, CFG)
+        _, err = proc.communicate(timeout=WAIT * 3)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode != 0
+    assert err.strip().splitlines()[-1] == "KeyboardInterrupt", err
+    assert journal.read_text().splitlines() == ["start 10", "finish 10"]
+
+    again = worker(db, journal, "resume", 0.0)
+    out, err = again.communicate(timeout=WAIT * 3)
+    assert again.returncode == 0, err
+    assert out.splitlines() == ["ready", "result completed"]
+    assert journal.read_text().splitlines() == ["start 10", "finish 10"], "charged twice"
+    async with SQLiteEventStore(db) as store:
+        log = await records(store)
+        assert kinds(log).count("tool_call_started") == 1
+        assert kinds(log)[-1] == "run_completed"
+        state = await charge_graph(store, []).aget_state(CFG)
+    assert_valid_transcript(state.context)
+    assert [m.role for m in state.context] == ["user", "assistant", "tool", "assistant"]
+
+
+# --- astop ------------------------------------------------------------------------------
+
+
+async def test_astop_pauses_a_running_thread_at_the_next_boundary(store: EventStore) -> None:
+    entered, release = asyncio.Event(), asyncio.Event()
+    runs: list[str] = []
+
+    async def first(state: AgentState) -> list[Message]:
+        runs.append("first")
+        entered.set()
+        await release.wait()
+        return [Message.text_message("first", role="assistant")]
+
+    async def second(state: AgentState) -> list[Message]:
+        runs.append("second")
+        return [Message.text_message("second", role="assistant")]
+
+    graph: StateGraph[AgentState] = StateGraph()
+    graph.add_node("first", first)
+    graph.add_node("second", second)
+    graph.set_entry_point("first")
+    graph.add_edge("first", "second")
+    graph.add_edge("second", END)
+    app = graph.compile(store)
+    task = asyncio.create_task(app.ainvoke(pay(), CFG))
+    await asyncio.wait_for(entered.wait(), WAIT)
+    assert await app.astop(CFG) is True
+    assert kinds(await records(store))[-1] == "stop_requested"
+    assert await app.astop(CFG) is False, "a second stop while one is pending"
+    release.set()
+    result = await asyncio.wait_for(task, WAIT)
+    assert runs == ["first"]
+    assert [m.text() for m in result["messages"]] == ["pay", "first"]
+    (pause,) = result["__interrupt__"]
+    assert pause["reason"] == "stopped"
+    log = await records(store)
+    assert kinds(log)[-1] == "stopped"
+    assert stopped_event(log).node == "second"
+
+    done = await app.ainvoke(None, CFG)
+    assert runs == ["first", "second"]
+    assert done["status"] == ExecutionStatus.COMPLETED.value
+    assert "__interrupt__" not in done
+
+
+async def test_astop_on_a_finished_thread_is_false_and_writes_nothing(store: EventStore) -> None:
+    charge = SyncCharge()
+    charge.release.set()
+    app = charge_graph(store, [charge.tool()])
+    assert (await app.ainvoke(pay(), CFG))["status"] == "completed"
+    before = await records(store)
+    assert await app.astop(CFG) is False
+    assert await records(store) == before
+
+
+async def test_astop_on_an_unknown_thread_is_thread_not_found() -> None:
+    store = MemoryEventStore()
+    app = charge_graph(store, [SyncCharge().tool()])
+    with pytest.raises(ThreadNotFoundError, match="'nobody'"):
+        await app.astop({"thread_id": "nobody"})
+    assert await store.threads() == []

@@ -1,0 +1,109 @@
+"""A small payment agent for the early-end tests, and a worker process running it.
+
+usage: python -m tests.workers.charge_graph DB JOURNAL THREAD start|resume [SECONDS]
+
+The graph: an "agent" node (scripted, no model) asks once for `charge(amount=...)`, and
+answers in text once the call has a result; a "tools" ToolNode runs it. The worker's
+`charge` is sync and sleeps SECONDS (default 2) between writing "start <amount>" and
+"finish <amount>" lines to JOURNAL (fsync'ed), so a test can count real executions.
+`start` begins the thread with a user message; `resume` calls `invoke(None)`. The worker
+prints "ready" once the store is open, and "result <status>" when `invoke` returns.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from actors import END, CompiledGraph, StateGraph, ToolNode
+from events import EventStore, SQLiteEventStore
+from projections import AgentState, Message, TextBlock, ToolCallBlock, ToolResultBlock
+
+CALL_ID = "call-1"
+"""The id of the one tool call the scripted agent makes."""
+
+
+def ask_message(amount: int, message_id: str = "a-1") -> Message:
+    """The assistant turn asking for `charge(amount)`, as the scripted agent writes it."""
+    return Message(
+        message_id=message_id,
+        role="assistant",
+        content=[
+            TextBlock(text="charging"),
+            ToolCallBlock(id=CALL_ID, name="charge", args={"amount": amount}),
+        ],
+    )
+
+
+def charge_graph(
+    store: EventStore,
+    tools: Sequence[Callable[..., Any]],
+    *,
+    amount: int = 10,
+    interrupt_before: Sequence[str] = (),
+) -> CompiledGraph[AgentState]:
+    """agent -> tools -> agent -> END, the agent asking once for `charge(amount)`."""
+
+    def agent(state: AgentState) -> dict[str, Any]:
+        answered = any(isinstance(b, ToolResultBlock) for m in state.context for b in m.content)
+        if answered:
+            return {"messages": [Message.text_message("done", role="assistant")]}
+        return {"messages": [ask_message(amount)]}
+
+    def route(state: AgentState) -> str:
+        last = state.context[-1]
+        return "tools" if last.role == "assistant" and last.tool_calls() else END
+
+    graph: StateGraph[AgentState] = StateGraph(name="charge")
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode(list(tools)))
+    graph.set_entry_point("agent")
+    graph.add_conditional_edges("agent", route, {"tools": "tools", END: END})
+    graph.add_edge("tools", "agent")
+    return graph.compile(store, interrupt_before=interrupt_before)
+
+
+def journal_line(path: str, line: str) -> None:
+    """Append one durable line to the side-effect journal."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{line}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) not in (4, 5) or argv[3] not in ("start", "resume"):
+        raise SystemExit(__doc__)
+    db, journal, thread, mode = argv[:4]
+    seconds = float(argv[4]) if len(argv) == 5 else 2.0
+
+    def charge(amount: int) -> str:
+        """Charge the customer's card.
+
+        Args:
+            amount: how much, in cents.
+        """
+        journal_line(journal, f"start {amount}")
+        time.sleep(seconds)
+        journal_line(journal, f"finish {amount}")
+        return f"charged {amount}"
+
+    # The store opens on first use, on the engine's private loop behind the blocking
+    # `invoke`, exactly as in a script that never touches asyncio.
+    app = charge_graph(SQLiteEventStore(db), [charge])
+    print("ready", flush=True)
+    config = {"thread_id": thread}
+    if mode == "start":
+        result = app.invoke({"messages": [Message.text_message("pay", message_id="u-1")]}, config)
+    else:
+        result = app.invoke(None, config)
+    print(f"result {result['status']}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
