@@ -1,4 +1,4 @@
-"""A small payment agent for the early-end tests, and a worker process running it.
+"""A small payment agent for the early-end and edit tests, a transcript check, and a worker.
 
 usage: python -m tests.workers.charge_graph DB JOURNAL THREAD start|resume [SECONDS]
 
@@ -64,6 +64,35 @@ def charge_graph(
     graph.add_conditional_edges("agent", route, {"tools": "tools", END: END})
     graph.add_edge("tools", "agent")
     return graph.compile(store, interrupt_before=interrupt_before)
+
+
+def check_transcript(messages: Sequence[Message]) -> None:
+    """Fail unless every tool call has exactly one result, right after its assistant turn.
+
+    That is what every model provider demands: the results of an assistant turn's calls
+    come next, before any other message, and no result answers an unknown call.
+    """
+    answered: set[str] = set()
+    for index, message in enumerate(messages):
+        calls = [c.id for c in message.tool_calls()] if message.role == "assistant" else []
+        results: list[str] = []
+        for later in messages[index + 1 :]:
+            if later.role != "tool":
+                break
+            results += [b.call_id for b in later.content if isinstance(b, ToolResultBlock)]
+        if calls:
+            assert sorted(results) == sorted(calls), (
+                f"message {index} ({message.message_id!r}) asks for {calls} but the tool "
+                f"messages right after it answer {results}"
+            )
+            answered.update(calls)
+        if message.role == "tool":
+            for block in message.content:
+                if isinstance(block, ToolResultBlock):
+                    assert block.call_id in answered, (
+                        f"message {index} answers {block.call_id!r}, which no assistant turn "
+                        "right before it asked for"
+                    )
 
 
 def journal_line(path: str, line: str) -> None:
