@@ -795,10 +795,12 @@ class CompiledGraph(Generic[S]):
         """Reload after another writer appended; only a stop request may come from outside."""
         async for record in self.store.read(run.thread_id, since + 1):
             if not isinstance(record.event, StopRequested):
+                same_run = "the same run id" if record.run_id == run.run_id else "another run id"
                 raise ThreadBusyError(
                     f"thread {run.thread_id!r} was changed by another writer ({record.actor!r} "
-                    f"appended {record.kind!r} at seq {record.seq}) while run {run.run_id} was "
-                    "on it; two runs must not share a thread at once"
+                    f"appended {record.kind!r} at seq {record.seq}, under {same_run}) while run "
+                    f"{run.run_id} expected the thread to end at seq {since}; two runs must not "
+                    "share a thread at once"
                 )
         run.fold = await self._load(run.thread_id)
 
