@@ -95,7 +95,7 @@ from .journal import Journal, journal_for
 from .nodes import NodeActor, RunNode, output_events, resume_values
 from .offload import InFlight
 from .stream import END_OF_STREAM, RunStream
-from .tools import pending_calls, rejected_message
+from .tools import pending_calls, rejected_message, tool_message
 
 S = TypeVar("S", bound=AgentState)
 _log = logging.getLogger("agentlog.runtime")
@@ -581,11 +581,11 @@ class CompiledGraph(Generic[S]):
                 f"thread {thread_id!r} is not paused or failed: there is nothing to resume",
             )
         inputs = output_events("user", values, fold.state)[0] if values is not None else []
-        rejected = self._rejected_calls(fold.state) if resume is None and inputs else []
+        answers = await self._answer_pending(fold) if resume is None and inputs else []
         events: list[Event] = []
-        if fold.seq == 0 or meta.status == ExecutionStatus.COMPLETED or rejected:
+        if fold.seq == 0 or meta.status == ExecutionStatus.COMPLETED or answers:
             run.run_id = f"run-{uuid.uuid4().hex[:12]}"
-            events.extend(rejected)
+            events.extend(answers)
             events.append(
                 RunStarted(
                     entry_node=self.graph.edges[START],
@@ -606,24 +606,38 @@ class CompiledGraph(Generic[S]):
             await self._commit(run, events, actor=user)
         return run
 
-    def _rejected_calls(self, state: S) -> list[Event]:
-        """Results for the calls a run paused before a tool node was waiting to make.
+    async def _answer_pending(self, fold: Fold[S]) -> list[Event]:
+        """Results for the tool calls a paused, stopped or failed run still owes.
 
-        New input there means the person answered instead of approving: each pending call
-        gets a result saying it was not run, so the transcript stays valid for every model
-        provider, and a new run starts from the entry node with the new input.
+        New input while a run waits at its tool node means the person answered instead of
+        letting the calls run: each call that finished gets its recorded result, each one
+        that never ran a result saying so, so the transcript stays valid for every model
+        provider; then a new run starts from the entry node with the new input.
         """
-        meta = state.execution_meta
-        node = meta.interrupted_node
-        if meta.status != ExecutionStatus.INTERRUPTED_BEFORE or node is None:
+        meta = fold.state.execution_meta
+        resting = (
+            meta.is_interrupted()
+            or meta.stop_current_execution == StopRequestStatus.STOPPED
+            or meta.status == ExecutionStatus.ERROR
+        )
+        node = meta.interrupted_node if meta.is_interrupted() else meta.current_node
+        if not resting or node not in self.graph.nodes or not is_tool_node(self.graph.nodes[node]):
             return []
-        if node not in self.graph.nodes or not is_tool_node(self.graph.nodes[node]):
+        calls = pending_calls(fold.state)
+        if not calls:
             return []
+        finished: dict[str, ToolCallFinished] = {}
+        entered = meta.internal_data.get(ENTERED_KEY)
+        if entered and entered["node"] == node:
+            async for record in self.store.read(meta.thread_id or "", entered["seq"] + 1):
+                if isinstance(record.event, ToolCallFinished):
+                    finished[record.event.call_id] = record.event
+        why = "not run: the user replied before it was approved"
         return [
             message_appended(
-                rejected_message(call, "not run: the user replied before it was approved")
+                tool_message(finished[c.id]) if c.id in finished else rejected_message(c, why)
             )
-            for call in pending_calls(state)
+            for c in calls
         ]
 
     async def _steps(self, run: _Run[S]) -> None:

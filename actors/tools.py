@@ -34,6 +34,7 @@ __all__ = [
     "UnknownToolError",
     "pending_calls",
     "rejected_message",
+    "tool_message",
 ]
 
 INJECTED = frozenset({"state", "config", "context", "tool_call_id"})
@@ -179,7 +180,7 @@ class ToolNode:
             if isinstance(outcome, BaseException):
                 raise outcome  # an interrupt, a cancellation or a failed commit
             finished[call.id] = outcome
-        return [_tool_message(finished[c.id]) for c in calls]
+        return [tool_message(finished[c.id]) for c in calls]
 
     async def _run_call(
         self, call: ToolCallBlock, state: AgentState, context: NodeContext
@@ -239,7 +240,7 @@ def pending_calls(state: AgentState) -> list[ToolCallBlock]:
     return []
 
 
-def _tool_message(result: ToolCallFinished) -> Message:
+def tool_message(result: ToolCallFinished) -> Message:
     """The tool message of a result, with an id derived from the call id."""
     failed = result.status != "completed"
     block = ToolResultBlock(

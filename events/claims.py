@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .errors import ClaimLostError, ThreadBusyError
+from .errors import ClaimLostError, InvalidClaimError, ThreadBusyError
 
 DEFAULT_LEASE = 30.0
 """Seconds a claim stays valid across hosts without a heartbeat."""
@@ -109,8 +109,11 @@ PID = os.getpid()
 
 def new_claim(thread_id: str, *, lease: float = DEFAULT_LEASE, purpose: str = "run") -> Claim:
     """A fresh claim by this process, not yet recorded in any store."""
-    if not lease > 0:
-        raise ValueError(f"a claim's lease must be > 0 seconds, got {lease!r}")
+    if isinstance(lease, bool) or not isinstance(lease, int | float) or not lease > 0:
+        raise InvalidClaimError(
+            f"a claim's lease must be a number of seconds > 0, got {lease!r}: it bounds how "
+            "long another host waits for an owner that stopped beating"
+        )
     pid = os.getpid()
     return Claim(thread_id, uuid.uuid4().hex, HOST, pid, process_marker(pid), lease, purpose)
 

@@ -119,5 +119,9 @@ class ChainBrokenError(CorruptRecordError):
         self.seq = seq
 
 
+class InvalidClaimError(StoreError, ValueError):
+    """A claim was asked for with a value that cannot work (a lease that is not positive)."""
+
+
 class ReadOnlyStoreError(StoreError):
     """A write was asked of a store opened read-only, or a read needs a write it cannot do."""

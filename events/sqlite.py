@@ -252,6 +252,14 @@ def _connect(
     return connect
 
 
+def _writable(path: str) -> bool:
+    """Whether `path` may be written: its mode allows it (even for root) and the OS agrees."""
+    try:
+        return bool(os.stat(path).st_mode & 0o222) and os.access(path, os.W_OK)
+    except OSError:
+        return False
+
+
 def _readonly_uri(path: str) -> str:
     """How to read `path` without creating or changing any file.
 
@@ -261,7 +269,7 @@ def _readonly_uri(path: str) -> str:
     """
     absolute = quote(os.path.abspath(path))
     directory = os.path.dirname(os.path.abspath(path)) or "."
-    writable = os.access(path, os.W_OK) and os.access(directory, os.W_OK)
+    writable = _writable(path) and _writable(directory)
     if writable:
         return f"file:{absolute}?mode=ro"
     wal = f"{path}-wal"
