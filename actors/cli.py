@@ -102,9 +102,11 @@ def _error_line(message: str, code: int) -> None:
     if _json_errors:
         typer.echo(json.dumps({"error": message, "exit": code}), err=True)
         return
-    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    # Our messages quote stored values with repr(), so backslashes are ours: body mode keeps
+    # them single, and the newlines and tabs it keeps are our own wrapping.
+    line = " ".join(render.inert(message, body=True).split())
     text = Text("error:", style="red")
-    text.append(" " + render.inert(line))
+    text.append(" " + line)
     errors.print(text, soft_wrap=True)
 
 
@@ -273,8 +275,9 @@ def threads_command(db: Db = "agentlog.db", as_json: AsJson = False) -> None:
 
 
 async def _thread_info(store: SQLiteEventStore, thread_id: str) -> render.ThreadInfo:
-    records, at = await store.last_seq(thread_id), 0.0
+    records, at = 0, 0.0
     try:
+        records = await store.last_seq(thread_id)
         async for record in store.read(thread_id, records, records):
             at = record.at
         (point,) = await open_states(store, thread_id, [records])

@@ -144,11 +144,19 @@ def _bad(report: VerifyReport, seq: int, problem: str) -> VerifyReport:
 async def verify_store(
     store: EventStore, *, progress: Callable[[int, int], None] | None = None
 ) -> list[VerifyReport]:
-    """Verify every thread, in `threads()` order; `progress(done, total)` after each."""
+    """Verify every thread, in `threads()` order; `progress(done, total)` after each.
+
+    A thread the store lists but cannot read is reported as failed, with the reason.
+    """
     thread_ids = await store.threads()
     reports: list[VerifyReport] = []
     for thread_id in thread_ids:
-        reports.append(await store.verify(thread_id))
+        try:
+            reports.append(await store.verify(thread_id))
+        except (StoreError, ValueError) as exc:  # one unreadable thread fails, not the whole run
+            problem = f"the thread cannot be read: {exc}"
+            bad = VerifyReport(thread_id=thread_id, ok=False, records_checked=0, problem=problem)
+            reports.append(bad)
         if progress is not None:
             progress(len(reports), len(thread_ids))
     return reports
