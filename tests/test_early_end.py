@@ -465,12 +465,6 @@ def test_the_transcript_check_catches_a_result_out_of_place() -> None:
         check_transcript([pay_msg, result])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: new input on a thread stopped inside the tool node is appended before the "
-    "abandoned call's result (assistant, user, tool): _begin resumes the tool step after it",
-)
 async def test_new_input_after_an_abandoned_tool_call_keeps_the_transcript_valid(
     store: EventStore,
 ) -> None:
@@ -484,15 +478,14 @@ async def test_new_input_after_an_abandoned_tool_call_keeps_the_transcript_valid
     later = {"messages": [Message.text_message("never mind", message_id="u-2")]}
     result = await app.ainvoke(later, CFG)
     assert charge.starts == 1
-    check_transcript(result["messages"])
+    messages: list[Message] = result["messages"]
+    check_transcript(messages)
+    assert [m.role for m in messages] == ["user", "assistant", "tool", "user", "assistant"]
+    (tool_result,) = results_per_call(messages)[CALL_ID]
+    assert tool_result.status == "abandoned"
+    assert messages[3].message_id == "u-2"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: new input on a thread stopped before its tool node runs the pending call "
-    "anyway, and its result lands after the user's message",
-)
 async def test_new_input_on_a_thread_stopped_before_its_tools_rejects_the_calls(
     store: EventStore,
 ) -> None:
@@ -526,5 +519,9 @@ async def test_new_input_on_a_thread_stopped_before_its_tools_rejects_the_calls(
 
     later = {"messages": [Message.text_message("never mind", message_id="u-2")]}
     result = await app.ainvoke(later, CFG)
-    check_transcript(result["messages"])
+    messages: list[Message] = result["messages"]
+    check_transcript(messages)
     assert charge.starts == 0, "the user answered instead of approving: the call must not run"
+    assert [m.role for m in messages] == ["user", "assistant", "tool", "user", "assistant"]
+    (tool_result,) = results_per_call(messages)[CALL_ID]
+    assert (tool_result.status, tool_result.is_error) == ("rejected", True)
