@@ -314,7 +314,7 @@ class CompiledGraph(Generic[S]):
         """Ask the thread's run to stop at the next node boundary; recorded at once.
 
         Returns False, recording nothing, when there is nothing to stop: the run has
-        completed, failed, or is already stopped or stopping.
+        completed, failed, is paused at an interrupt, or is already stopped or stopping.
         """
         thread_id = _thread_of(config)
         journal = journal_for(self.store)
@@ -323,6 +323,7 @@ class CompiledGraph(Generic[S]):
             meta = fold.state.execution_meta
             if (
                 meta.status in (ExecutionStatus.COMPLETED, ExecutionStatus.ERROR)
+                or meta.is_interrupted()
                 or meta.stop_current_execution != StopRequestStatus.NONE
             ):
                 return False
@@ -961,8 +962,14 @@ def _thread_of(config: Mapping[str, Any] | None) -> str:
     if config:
         thread_id = config.get("thread_id")
         configurable = config.get("configurable")
-        if thread_id is None and isinstance(configurable, Mapping):
-            thread_id = configurable.get("thread_id")
+        if isinstance(configurable, Mapping) and configurable.get("thread_id") is not None:
+            other = configurable["thread_id"]
+            if thread_id is not None and other != thread_id:
+                raise GraphError(
+                    f"the config names two threads ({thread_id!r} and configurable "
+                    f"{other!r}): pass the thread id once"
+                )
+            thread_id = other
     if thread_id is None:
         raise MissingThreadIdError(
             "this call needs the thread it works on: pass config={'thread_id': 'chat-42'} "

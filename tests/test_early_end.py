@@ -441,12 +441,6 @@ async def test_astop_on_a_finished_thread_is_false_and_writes_nothing(store: Eve
     assert await records(store) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: astop on a paused thread returns True and records a stop request that the "
-    "next resume silently drops; nothing is running, so it should be False and write nothing",
-)
 async def test_astop_on_a_paused_thread_is_false_and_writes_nothing(store: EventStore) -> None:
     charge = SyncCharge()
     charge.release.set()

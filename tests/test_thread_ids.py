@@ -218,3 +218,12 @@ async def test_a_paused_result_says_where_and_why() -> None:
     done = await app.ainvoke(None, {"thread_id": "t"})
     assert done["status"] == "completed" and "__interrupt__" not in done
     assert [m.text() for m in done["messages"]] == ["hi", "echo: hi"]
+
+
+async def test_a_config_naming_two_threads_is_refused() -> None:
+    app = echo_graph(MemoryEventStore())
+    with pytest.raises(GraphError, match="two threads"):
+        await app.ainvoke("hi", {"thread_id": "a", "configurable": {"thread_id": "b"}})
+    assert await app.store.threads() == []
+    await app.ainvoke("hi", {"thread_id": "a", "configurable": {"thread_id": "a"}})
+    assert await app.store.threads() == ["a"]
