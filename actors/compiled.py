@@ -183,6 +183,7 @@ class CompiledGraph(Generic[S]):
         stream = RunStream(config["thread_id"]).start()
         chunks = stream.subscribe()
         task = asyncio.ensure_future(self._run(input, config, stream=stream))
+        why = "the astream consumer stopped reading before the run ended"
         try:
             while True:
                 chunk = await chunks.get()
@@ -190,9 +191,13 @@ class CompiledGraph(Generic[S]):
                     break
                 yield chunk
             await task
+        except asyncio.CancelledError as exc:
+            if exc.args and exc.args[0]:
+                why = str(exc.args[0])  # the consumer itself was cancelled: say by what
+            raise
         finally:
             if not task.done():
-                task.cancel("the astream consumer stopped reading before the run ended")
+                task.cancel(why)
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             await stream.stop(drain=False)

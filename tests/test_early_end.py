@@ -339,9 +339,12 @@ def worker(db: Path, journal: Path, mode: str, seconds: float) -> subprocess.Pop
     )
 
 
-async def test_ctrl_c_on_invoke_is_recorded_and_never_charges_twice(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["start", "stream"], ids=["invoke", "stream"])
+async def test_ctrl_c_on_invoke_is_recorded_and_never_charges_twice(
+    tmp_path: Path, mode: str
+) -> None:
     db, journal = tmp_path / "log.db", tmp_path / "journal.txt"
-    proc = worker(db, journal, "start", 3.0)
+    proc = worker(db, journal, mode, 3.0)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         deadline = time.monotonic() + WAIT * 2

@@ -6,7 +6,8 @@ The graph: an "agent" node (scripted, no model) asks once for `charge(amount=...
 answers in text once the call has a result; a "tools" ToolNode runs it. The worker's
 `charge` is sync and sleeps SECONDS (default 2) between writing "start <amount>" and
 "finish <amount>" lines to JOURNAL (fsync'ed), so a test can count real executions.
-`start` begins the thread with a user message; `resume` calls `invoke(None)`. The worker
+`start` begins the thread with a user message (`stream` does the same through the blocking
+`stream()`); `resume` calls `invoke(None)`. The worker
 prints "ready" once the store is open, and "result <status>" when `invoke` returns.
 """
 
@@ -106,7 +107,7 @@ def journal_line(path: str, line: str) -> None:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) not in (4, 5) or argv[3] not in ("start", "resume"):
+    if len(argv) not in (4, 5) or argv[3] not in ("start", "stream", "resume"):
         raise SystemExit(__doc__)
     db, journal, thread, mode = argv[:4]
     seconds = float(argv[4]) if len(argv) == 5 else 2.0
@@ -127,8 +128,13 @@ def main(argv: list[str]) -> None:
     app = charge_graph(SQLiteEventStore(db), [charge])
     print("ready", flush=True)
     config = {"thread_id": thread}
-    if mode == "start":
-        result = app.invoke({"messages": [Message.text_message("pay", message_id="u-1")]}, config)
+    pay = {"messages": [Message.text_message("pay", message_id="u-1")]}
+    if mode == "stream":  # the blocking stream, read to its end
+        for _ in app.stream(pay, config):
+            pass
+        result = app.invoke(None, config)
+    elif mode == "start":
+        result = app.invoke(pay, config)
     else:
         result = app.invoke(None, config)
     print(f"result {result['status']}", flush=True)
