@@ -137,12 +137,17 @@ NOTE_UNSET = "never set in the log: its value is the state class's default, not 
 
 
 def open_state_class(
-    fields: Mapping[str, str | None], unrecorded: Sequence[str] = ()
+    fields: Mapping[str, str | None],
+    unrecorded: Sequence[str] = (),
+    *,
+    origin: Mapping[str, str | None] | None = None,
 ) -> type[AgentState]:
     """A dynamic `AgentState` subclass with each field of `fields` typed `Any` (default None).
 
     Library reducers are resolved by name; a user's reducer, `None` and the `unrecorded`
     names (fields seen in the log but not in any record of `fields`) become replace.
+    `state_fields` of the class answers `origin` (default: `fields`), so a fork made with it
+    records the source's reducers, not the open class's.
     """
     definitions: dict[str, Any] = {}
     for name, reducer in fields.items():
@@ -158,7 +163,7 @@ def open_state_class(
         type[AgentState],
         create_model("OpenState", __base__=AgentState, **definitions),
     )
-    setattr(cls, ORIGIN_KEY, dict(fields))
+    setattr(cls, ORIGIN_KEY, dict(fields if origin is None else origin))
     return cls
 
 
@@ -264,6 +269,7 @@ async def open_states(store: EventStore, thread_id: str, seqs: Sequence[int]) ->
     cls = open_state_class(
         {name: r for name, r in scan.declared.items() if name in seen or name == "context"},
         unrecorded,
+        origin=scan.declared,
     )
     return [_fold_point(cls, scan, records, seq, snapshots.get(seq)) for seq in seqs]
 

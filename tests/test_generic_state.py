@@ -231,6 +231,8 @@ def test_fork_works_without_the_class_and_refuses_what_it_cannot_know(tmp_path: 
     source, branch = read(db, both)
     assert branch.items == source.items and branch.count == source.count == 30
     assert branch.context == source.context
+    first = read(db, lambda store: _first(store, "branch"))
+    assert isinstance(first, Forked) and first.fields == state_fields(Plain)  # the source's
 
     desk = tmp_path / "desk.db"
     thread = build(desk)
@@ -256,6 +258,12 @@ def test_a_fork_of_a_custom_thread_reads_back_with_the_open_class(tmp_path: Path
     shutil.copy(db, copy)
     shown = json.loads(agentlog("show", records[0].thread_id, "--db", copy, "--json").stdout)
     assert shown["fields"]["count"] == 20 and len(shown["fields"]["items"]) == 2
+
+
+async def _first(store: SQLiteEventStore, thread: str) -> Any:
+    async for record in store.read(thread, 1, 1):
+        return record.event
+    return None
 
 
 # ---- the step history's statuses ------------------------------------------------------------
