@@ -10,6 +10,8 @@ ToolCallStarted/ToolCallFinished pair every 4th step, after one RunStarted.
   pauses the cyclic GC, so the plain loop is also reported with the GC paused.
 * from_disk: `projections.state_at(use_snapshots=False)` on a freshly opened store, against
   just reading the records (`store.read`) on a fresh store; the ratio says what the fold adds.
+  Every read checks each record's hash link; `chain_check` times that check alone, and
+  `fold_plus_chain_check` is the replay rate with it (target: still >= 300,000 events/s).
 * resume: `state_at` after a snapshot at the end plus 30 newer events, with and without the
   snapshot (target: < 20 ms with it), for (i) a thread whose context holds every message and
   (ii) one trimmed by `ContextSummarized` every 50 steps, as MessageContextManager(20) would.
@@ -30,6 +32,7 @@ from typing import Any
 import _common as common
 
 from events import (
+    GENESIS_HASH,
     ContextSummarized,
     Event,
     EventRecord,
@@ -41,6 +44,7 @@ from events import (
     ToolCallFinished,
     ToolCallStarted,
 )
+from events.codec import chain_hash
 from projections import (
     AgentState,
     Message,
@@ -184,6 +188,27 @@ def bench_fold(path: Path, rounds: int) -> dict[str, Any]:
     }
 
 
+def chain_seconds(path: Path) -> Callable[[], float]:
+    """Time re-checking every hash link of the thread, as each read now does."""
+    with closing(sqlite3.connect(path)) as conn:
+        rows = conn.execute(
+            "SELECT thread_id, seq, run_id, actor, at, kind, version, position, payload, hash "
+            "FROM events WHERE thread_id = ? ORDER BY seq",
+            (THREAD,),
+        ).fetchall()
+
+    def check() -> float:
+        begin = time.perf_counter()
+        prev = GENESIS_HASH
+        for *envelope, payload, digest in rows:
+            if chain_hash(prev, tuple(envelope), payload) != digest:
+                raise AssertionError("the benchmark's thread does not verify")
+            prev = digest
+        return time.perf_counter() - begin
+
+    return check
+
+
 def bench_from_disk(path: Path, events: int, fold_s: float, rounds: int) -> dict[str, Any]:
     common.log("from_disk: state_at(use_snapshots=False) vs store.read on a fresh store")
     t = common.medians(
@@ -192,10 +217,17 @@ def bench_from_disk(path: Path, events: int, fold_s: float, rounds: int) -> dict
             {
                 "state_at": state_seconds(path, use_snapshots=False),
                 "read": lambda: asyncio.run(timed_read(path)),
+                "chain": chain_seconds(path),
             },
         )
     )
+    fold_and_check = fold_s + t["chain"]
     return {
+        "chain_check_ms": common.ms(t["chain"]),
+        "chain_check_events_per_s": common.per_second(events, t["chain"]),
+        "chain_check_share_of_state_at": common.ratio(t["chain"], t["state_at"]),
+        "fold_plus_chain_check_events_per_s": common.per_second(events, fold_and_check),
+        "fold_plus_chain_check_ok": events / fold_and_check >= TARGET_FOLD_EVENTS_PER_S,
         "ms": common.ms(t["state_at"]),
         "events_per_s": common.per_second(events, t["state_at"]),
         "read_only_ms": common.ms(t["read"]),
