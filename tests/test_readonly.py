@@ -262,6 +262,22 @@ async def test_immutable_open_reads_everything_and_creates_no_file(tmp_path: Pat
     assert listing(tmp_path) == before
 
 
+async def test_a_file_without_write_permission_is_read_immutable(tmp_path: Path) -> None:
+    """Mode 0o444 marks an archive even for root, who could write through it: no -shm,
+    no -wal, no change, and still every record."""
+    db = tmp_path / "log.db"
+    await make_log(db)
+    os.chmod(db, 0o444)
+    before = listing(tmp_path)
+    async with SQLiteEventStore(db, readonly=True) as store:
+        assert [r.seq async for r in store.read("t")] == [1, 2, 3, 4, 5, 6]
+        assert (await store.verify("t")).ok
+        assert listing(tmp_path) == before
+        with pytest.raises(ReadOnlyStoreError):
+            await store.append("t", [NodeEntered(node="x")], expected_seq=6)
+    assert listing(tmp_path) == before
+
+
 @pytest.mark.usefixtures("unwritable")
 async def test_immutable_open_refuses_a_wal_with_commits(tmp_path: Path) -> None:
     live, copy = tmp_path / "live.db", tmp_path / "copy"
