@@ -333,8 +333,9 @@ def _interrupt(state: AgentState) -> dict[str, Any] | None:
 
 def custom_fields(state: AgentState) -> dict[str, Any]:
     """The fields besides the messages and the execution metadata, as JSON builtins."""
-    data = state.model_dump(mode="json")
-    return {name: data[name] for name in type(state).model_fields if name not in BUILTIN_FIELDS}
+    names = [name for name in type(state).model_fields if name not in BUILTIN_FIELDS]
+    data = state.model_dump(mode="json", include=set(names))  # not the whole context
+    return {name: data[name] for name in names}
 
 
 def _point_notes(point: OpenState | None) -> dict[str, Any]:
