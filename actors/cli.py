@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import stat
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -33,8 +34,7 @@ from events.audit import Head, export_jsonl, verify_store, verify_thread
 from events.sqlite import APPLICATION_ID, SQLITE_MAGIC
 from projections import AgentState, StreamChunk, event_history, fork, step_seq
 from projections.generic import OpenState, open_states
-from projections.timetravel import StateDiff
-from projections.timetravel import _compare as compare_states
+from projections.timetravel import StateDiff, compare_states
 
 from . import cli_render as render
 from .demo import run_demo
@@ -160,6 +160,11 @@ def _check_database(db: str) -> None:
         )
     if os.path.isdir(db):
         raise CliError(f"{db} is a directory, not an agentlog database; {untouched}")
+    if not stat.S_ISREG(os.stat(db).st_mode):  # a FIFO or device would block the open below
+        raise CliError(
+            f"{db} is not a regular file (a pipe, socket or device), not an agentlog database; "
+            f"{untouched}"
+        )
     try:
         with open(db, "rb") as f:
             header = f.read(100)
@@ -176,19 +181,25 @@ def _check_database(db: str) -> None:
 
 
 @asynccontextmanager
-async def _open(db: str) -> AsyncIterator[SQLiteEventStore]:
+async def _open(db: str, *, writes: bool = False) -> AsyncIterator[SQLiteEventStore]:
+    """The store, read-only unless the command writes: reading never creates or changes a
+    file, so an archived copy in a read-only place can be read and verified."""
     _check_database(db)
-    async with SQLiteEventStore(db) as store:
+    async with SQLiteEventStore(db, readonly=not writes) as store:
         yield store
 
 
 def _run(
-    job: Callable[[SQLiteEventStore], Awaitable[T]], db: str, thread_id: str | None = None
+    job: Callable[[SQLiteEventStore], Awaitable[T]],
+    db: str,
+    thread_id: str | None = None,
+    *,
+    writes: bool = False,
 ) -> T:
     """Run `job` on the opened store (checking `thread_id` exists); report errors in a line."""
 
     async def main() -> T:
-        async with _open(db) as store:
+        async with _open(db, writes=writes) as store:
             if thread_id is not None and (not thread_id or await store.last_seq(thread_id) == 0):
                 raise CliError(
                     f"thread {thread_id!r} does not exist in {db}: "
@@ -407,7 +418,7 @@ def fork_command(
         state_cls = type(at.state)
         return point, await fork(store, thread, at_seq=point, new_thread_id=to, state_cls=state_cls)
 
-    point, new_id = _run(job, db, thread)
+    point, new_id = _run(job, db, thread, writes=True)
     if as_json:
         _echo_json(
             {"thread_id": new_id, "source_thread": thread, "source_seq": point, "step": step}

@@ -252,6 +252,17 @@ def _connect(
     return connect
 
 
+def _last_close(path: str) -> None:
+    """Open and close the database once: as its last connection, SQLite removes the empty
+    -wal and the -shm a read-only reader had to create (when others have it open, nothing)."""
+    with contextlib.suppress(sqlite3.Error):
+        conn = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=rw", uri=True)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # joins the WAL
+        finally:
+            conn.close()
+
+
 def _writable(path: str) -> bool:
     """Whether `path` may be written: its mode allows it (even for root) and the OS agrees."""
     try:
@@ -314,6 +325,7 @@ class SQLiteEventStore(BaseEventStore):
         self._drained = asyncio.Event()
         self._drained.set()
         self._closing = False
+        self._tidy_on_close = False
         self._heartbeat = Heartbeat(self._renew_blocking)
 
     # ---- connections ---------------------------------------------------------------------
@@ -336,7 +348,13 @@ class SQLiteEventStore(BaseEventStore):
         if self.readonly:
             if not exists:
                 raise NotAnAgentlogDatabaseError(self.path, "there is no such file")
-            reader = self._thread("reader", _connect(_readonly_uri(self.path), True, busy_ms, None))
+            uri = _readonly_uri(self.path)
+            # SQLite's WAL reader creates -wal and -shm; when none were there, the last
+            # connection's close removes them again (see close()).
+            self._tidy_on_close = "immutable" not in uri and not any(
+                os.path.exists(f"{self.path}{suffix}") for suffix in ("-wal", "-shm")
+            )
+            reader = self._thread("reader", _connect(uri, True, busy_ms, None))
             try:
                 await self._on(reader, _prepare_readonly, self.path)
             except BaseException:
@@ -344,14 +362,30 @@ class SQLiteEventStore(BaseEventStore):
                 raise
             self._reader = reader
             return
-        writer = self._thread("writer", _connect(self.path, False, busy_ms, self._synchronous))
+        try:
+            writer = self._thread("writer", _connect(self.path, False, busy_ms, self._synchronous))
+        except NotAnAgentlogDatabaseError as exc:
+            raise self._read_only_place() or exc from None
         try:
             await self._on(writer, _prepare, self.path)
             reader = self._thread("reader", _connect(self.path, False, busy_ms, None))
+        except (NotAnAgentlogDatabaseError, StoreUnavailableError) as exc:
+            await writer.close()
+            raise self._read_only_place() or exc from None
         except BaseException:
             await writer.close()
             raise
         self._writer, self._reader = writer, reader
+
+    def _read_only_place(self) -> ReadOnlyStoreError | None:
+        """The error for a database that cannot be written where it lies, if that is why."""
+        directory = os.path.dirname(os.path.abspath(self.path)) or "."
+        if os.path.exists(self.path) and _writable(self.path) and _writable(directory):
+            return None
+        return ReadOnlyStoreError(
+            f"{self.path} lies in a read-only place (the file or its directory cannot be "
+            "written): open it with SQLiteEventStore(path, readonly=True) to read it"
+        )
 
     def _thread(self, role: str, connect: Callable[[], sqlite3.Connection]) -> ConnectionThread:
         try:
@@ -381,6 +415,8 @@ class SQLiteEventStore(BaseEventStore):
             if conn is not None:
                 await conn.close()
         self._writer = self._reader = None
+        if self._tidy_on_close:
+            await asyncio.to_thread(_last_close, self.path)
         await super().close()
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
@@ -595,7 +631,7 @@ def _write_batch(conn: sqlite3.Connection, batch: list[_Append], path: str) -> l
     results: list[Any] = []
     conn.execute("BEGIN IMMEDIATE")
     try:
-        position = _last_position(conn)
+        position, damaged = _positions(conn)
         thread_ids = {req.thread_id for req in batch}
         heads = _heads(conn, thread_ids)
         holders = _holders(conn, thread_ids)
@@ -609,12 +645,12 @@ def _write_batch(conn: sqlite3.Connection, batch: list[_Append], path: str) -> l
                 results.append(refusal)
                 continue
             actual, prev = heads.get(req.thread_id, (0, GENESIS_HASH))
+            n = len(req.encoded)
+            if req.thread_id in damaged or actual + n > MAX_POSITION or position + n > MAX_POSITION:
+                results.append(_exhausted(path, req.thread_id, actual, position, damaged))
+                continue
             if actual != req.expected_seq:
                 results.append(ConcurrencyError(req.thread_id, req.expected_seq, actual))
-                continue
-            n = len(req.encoded)
-            if actual + n > MAX_POSITION or position + n > MAX_POSITION:
-                results.append(_exhausted(path, req.thread_id, actual, position))
                 continue
             rows = chain_rows(
                 req.thread_id, actual + 1, prev, req.encoded, req.run_id, req.actor, req.at,
@@ -638,15 +674,31 @@ def _write_batch(conn: sqlite3.Connection, batch: list[_Append], path: str) -> l
     return results
 
 
-def _last_position(conn: sqlite3.Connection) -> int:
-    """The highest position in use; positions beyond the legal range are damage, not order."""
-    row = conn.execute(
+def _positions(conn: sqlite3.Connection) -> tuple[int, dict[str, int]]:
+    """The highest legal position in use, and the threads holding a row beyond the range
+    (damage: such a thread takes no appends; every other thread goes on)."""
+    top = conn.execute("SELECT max(position) FROM events").fetchone()[0] or 0
+    if top <= MAX_POSITION:
+        return int(top), {}
+    legal = conn.execute(
         "SELECT max(position) FROM events WHERE position <= ?", (MAX_POSITION,)
-    ).fetchone()
-    return int(row[0] or 0)
+    ).fetchone()[0]
+    damaged: dict[str, int] = {}
+    for thread_id, seq in conn.execute(
+        "SELECT thread_id, seq FROM events WHERE position > ? ORDER BY position", (MAX_POSITION,)
+    ):
+        damaged.setdefault(thread_id, seq)
+    return int(legal or 0), damaged
 
 
-def _exhausted(path: str, thread_id: str, seq: int, position: int) -> Exception:
+def _exhausted(
+    path: str, thread_id: str, seq: int, position: int, damaged: dict[str, int]
+) -> Exception:
+    if thread_id in damaged:
+        bad = damaged[thread_id]
+        return CorruptRecordError(
+            thread_id, bad, f"its position in {path} is beyond {MAX_POSITION}, the legal range"
+        )
     if seq >= MAX_POSITION:
         return CorruptRecordError(
             thread_id, seq, f"its head in {path} claims seq {seq}, beyond any real thread"

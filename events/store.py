@@ -25,6 +25,7 @@ from .codec import (
 )
 from .errors import (
     ChainBrokenError,
+    CorruptRecordError,
     InvalidAppendError,
     StoreClosedError,
     ThreadNotFoundError,
@@ -39,7 +40,15 @@ READ_CHUNK = 2048
 MAX_POSITION = 2**53 - 1
 """The largest seq or position a store hands out (exact in JSON too); beyond is damage."""
 
-__all__ = ["MAX_POSITION", "BaseEventStore", "Claim", "EventStore", "Holder", "check_thread_id"]
+__all__ = [
+    "MAX_POSITION",
+    "BaseEventStore",
+    "Claim",
+    "EventStore",
+    "Holder",
+    "check_thread_id",
+    "readable_thread_id",
+]
 
 
 @runtime_checkable
@@ -161,6 +170,14 @@ def check_thread_id(thread_id: object) -> str:
     return thread_id
 
 
+def readable_thread_id(thread_id: object) -> str:
+    """A thread id to look up: any non-empty string, so that a thread an older version let in
+    (control characters, a leading '-') can still be read and verified, never written to."""
+    if not isinstance(thread_id, str) or not thread_id:
+        raise InvalidAppendError(f"thread id must be a non-empty string, got {thread_id!r}")
+    return thread_id
+
+
 def _check_text(name: str, value: object) -> None:
     if not isinstance(value, str):
         raise InvalidAppendError(f"{name} must be a string, got {type(value).__name__}")
@@ -264,7 +281,7 @@ class BaseEventStore(ABC):
         built from a log altered behind the store's back.
         """
         self._check_open()
-        check_thread_id(thread_id)
+        readable_thread_id(thread_id)
         head = await self._head(thread_id)
         if head is None:
             raise ThreadNotFoundError(thread_id)
@@ -286,6 +303,9 @@ class BaseEventStore(ABC):
             if not chunk:
                 raise ChainBrokenError(thread_id, seq, "the record is missing")
             for row in chunk:
+                if row.position > MAX_POSITION or row.position < 1:
+                    why = f"its position {row.position} is outside the legal range"
+                    raise ChainBrokenError(thread_id, row.seq, why)
                 if row.seq != seq:
                     raise ChainBrokenError(
                         thread_id, seq, f"the record is missing (found {row.seq})"
@@ -311,6 +331,12 @@ class BaseEventStore(ABC):
             if not chunk:
                 return
             for row in chunk:
+                if row.position > MAX_POSITION:
+                    raise CorruptRecordError(
+                        row.thread_id,
+                        row.seq,
+                        f"its position {row.position} is beyond the legal range",
+                    )
                 yield decode_row(row)
             position = chunk[-1].position
 
@@ -319,20 +345,20 @@ class BaseEventStore(ABC):
         self._check_open()
         if kind not in KINDS:
             raise UnknownEventKindError(kind)
-        if await self._head(check_thread_id(thread_id)) is None:
+        if await self._head(readable_thread_id(thread_id)) is None:
             raise ThreadNotFoundError(thread_id)
         return await self._seqs_of_kind(thread_id, kind)
 
     async def last_seq(self, thread_id: str) -> int:
         """The thread's last seq; 0 when it has none yet."""
         self._check_open()
-        head = await self._head(check_thread_id(thread_id))
+        head = await self._head(readable_thread_id(thread_id))
         return 0 if head is None else head[0]
 
     async def verify(self, thread_id: str) -> VerifyReport:
         """Recompute the chain from the first record and compare with the thread's head."""
         self._check_open()
-        head = await self._head(check_thread_id(thread_id))
+        head = await self._head(readable_thread_id(thread_id))
         if head is None:
             raise ThreadNotFoundError(thread_id)
         head_seq, head_hash = head
@@ -355,6 +381,12 @@ class BaseEventStore(ABC):
             for row in chunk:
                 if row.seq != expected:
                     return bad(expected, f"record seq {expected} is missing (found {row.seq})")
+                if not 1 <= row.position <= MAX_POSITION:
+                    return bad(
+                        row.seq,
+                        f"record seq {row.seq} has position {row.position}, "
+                        "outside the legal range",
+                    )
                 envelope = (
                     row.thread_id, row.seq, row.run_id, row.actor,
                     row.at, row.kind, row.version, row.position,

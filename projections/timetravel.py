@@ -281,7 +281,7 @@ async def diff(
     seqs = [await step_seq(store, thread_id, p) if by == "step" else p for p in (a, b)]
     before = await fold_at(store, thread_id, seqs[0], state_cls)
     after = await fold_at(store, thread_id, seqs[1], state_cls)
-    return _compare(seqs[0], seqs[1], before.state, after.state)
+    return compare_states(seqs[0], seqs[1], before.state, after.state)
 
 
 def interrupt_summary(meta: ExecutionState) -> dict[str, Any] | None:
@@ -296,7 +296,8 @@ def interrupt_summary(meta: ExecutionState) -> dict[str, Any] | None:
     }
 
 
-def _compare(a_seq: int, b_seq: int, old: AgentState, new: AgentState) -> StateDiff:
+def compare_states(a_seq: int, b_seq: int, old: AgentState, new: AgentState) -> StateDiff:
+    """What changed from `old` (after record `a_seq`) to `new` (after `b_seq`)."""
     old_by_id = {m.message_id: m for m in old.context}
     new_by_id = {m.message_id: m for m in new.context}
     fields = {
@@ -414,6 +415,7 @@ __all__ = [
     "StateDiff",
     "StepEntry",
     "ThreadNotFoundError",
+    "compare_states",
     "diff",
     "edit_events",
     "event_history",

@@ -101,10 +101,6 @@ async def test_a_head_beyond_the_range_refuses_appends_to_its_thread_only(
     assert _rows(db, "u") == rows_before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a ConcurrencyError for a damaged head sends a retrying caller in circles (reported)",
-)
 async def test_a_head_beyond_the_range_is_damage_whatever_seq_was_expected(
     tmp_path: Path,
 ) -> None:
@@ -152,11 +148,6 @@ async def test_a_row_far_beyond_the_range_leaves_other_threads_appendable(
         assert [r.position for r in more] == [11, 12, 13]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a row positioned beyond 2**53 - 1 reads and verifies as sound, and its thread "
-    "still takes appends whose positions sort before it (reported)",
-)
 async def test_a_row_far_beyond_the_range_is_damage_named_by_thread_and_seq(
     tmp_path: Path,
 ) -> None:
@@ -244,10 +235,6 @@ def test_a_fifo_is_refused_at_once_without_opening_it(tmp_path: Path, readonly: 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.db"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the CLI's _check_database opens the path before checking it is a file (reported)",
-)
 def test_the_cli_refuses_a_fifo_without_hanging(tmp_path: Path) -> None:
     fifo = tmp_path / "log.db"
     os.mkfifo(fifo)

@@ -179,10 +179,6 @@ async def test_an_archive_with_a_pending_wal_is_refused_until_checkpointed(
     assert listing(directory) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the CLI opens its database read-write; on a read-only mount SQLite cannot (reported)",
-)
 @pytest.mark.parametrize(
     "command",
     [["threads"], ["threads", "--json"], ["history", "t"], ["show", "t"], ["verify"]],
@@ -201,10 +197,6 @@ async def test_cli_read_commands_work_on_a_read_only_archive(
     assert listing(directory) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a read-write open there is refused as 'not an agentlog database' (reported)",
-)
 async def test_a_writable_open_of_a_read_only_archive_says_to_open_it_read_only(
     read_only: tuple[Path, Runner],
 ) -> None:
@@ -341,10 +333,6 @@ async def test_a_read_only_store_sees_a_live_writers_commits(tmp_path: Path) -> 
             assert (await store.verify("t")).ok
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="mode=ro on a WAL database in a writable directory leaves -wal and -shm (reported)",
-)
 async def test_a_read_only_open_of_a_closed_database_creates_no_file(tmp_path: Path) -> None:
     db = tmp_path / "log.db"
     await make_log(db)
