@@ -121,6 +121,8 @@ class _Run(Generic[S]):
     actors: dict[str, NodeActor] = field(default_factory=dict)
     claim: Claim | None = None
     in_flight: InFlight = field(default_factory=InFlight)
+    committing: asyncio.Future[list[EventRecord]] | None = None
+    """The append under way, which goes on if the run is cancelled while it waits."""
     recursion_limit: int = DEFAULT_RECURSION_LIMIT
     writing: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Commits of one run go one at a time (a tool node's calls finish concurrently)."""
@@ -422,8 +424,9 @@ class CompiledGraph(Generic[S]):
         claim: Claim | None = None
         run: _Run[S] | None = None
         in_flight = InFlight()
+        recorded: asyncio.Future[None] | None = None
         try:
-            claim = await self.store.claim(thread_id, purpose=f"a run of graph {self.graph.name!r}")
+            claim = await self._claim(thread_id)
             run = await self._begin(input, config, stream, claim, in_flight)
             if not run.idle:
                 await self._steps(run)
@@ -438,15 +441,12 @@ class CompiledGraph(Generic[S]):
                 )
             return run
         except asyncio.CancelledError as exc:
-            why = str(exc.args[0]) if exc.args and exc.args[0] else ABANDONED_BY_CALLER
-            if run is not None:
-                for actor in run.actors.values():
-                    await actor.stop(drain=False)  # an async node is cancelled for real
             if claim is None:
                 raise
-            recording = asyncio.ensure_future(self._abandon(thread_id, run, claim, in_flight, why))
+            why = str(exc.args[0]) if exc.args and exc.args[0] else ABANDONED_BY_CALLER
+            recorded = asyncio.ensure_future(self._abandon(thread_id, run, claim, in_flight, why))
             with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(recording)
+                await asyncio.shield(recorded)
             raise
         except Exception as exc:
             if stream is not None and stream.running:
@@ -459,16 +459,49 @@ class CompiledGraph(Generic[S]):
                 )
             raise
         finally:
-            if run is not None:
-                for actor in run.actors.values():
-                    await actor.stop(drain=False)
-            if run is not None and run.background:
+            # Shielded: a cancellation arriving now must not leave the thread claimed.
+            closing = asyncio.ensure_future(
+                self._close_run(run, claim, in_flight, stream, recorded)
+            )
+            await asyncio.shield(closing)
+
+    async def _claim(self, thread_id: str) -> Claim:
+        """Claim the thread; a cancellation mid-claim still gives back a claim it obtained."""
+        purpose = "a run" if self.graph.name is None else f"a run of graph {self.graph.name!r}"
+        claiming = asyncio.ensure_future(self.store.claim(thread_id, purpose=purpose))
+        try:
+            return await asyncio.shield(claiming)
+        except asyncio.CancelledError:
+            claiming.add_done_callback(self._give_back)
+            raise
+
+    def _give_back(self, claiming: asyncio.Future[Claim]) -> None:
+        if not claiming.cancelled() and claiming.exception() is None:
+            task = asyncio.ensure_future(self.store.release(claiming.result()))
+            task.add_done_callback(lambda done: done.cancelled() or done.exception())
+
+    async def _close_run(
+        self,
+        run: _Run[S] | None,
+        claim: Claim | None,
+        in_flight: InFlight,
+        stream: RunStream | None,
+        recorded: asyncio.Future[None] | None,
+    ) -> None:
+        """After a run, however it ended: stop its actors and snapshots, free the thread."""
+        if recorded is not None:
+            with contextlib.suppress(BaseException):
+                await recorded
+        if run is not None:
+            for actor in run.actors.values():
+                await actor.stop(drain=False)
+            if run.background:
                 await asyncio.gather(*run.background, return_exceptions=True)
-            if claim is not None:
-                await self._release(claim, in_flight)
-            if stream is not None:
-                with contextlib.suppress(ActorStoppedError):
-                    await stream.tell(END_OF_STREAM)
+        if claim is not None:
+            await self._release(claim, in_flight)
+        if stream is not None:
+            with contextlib.suppress(ActorStoppedError):
+                await stream.tell(END_OF_STREAM)
 
     async def _release(self, claim: Claim, in_flight: InFlight) -> None:
         """Give the thread up, or, while sync work of the run still runs, once it returns."""
@@ -497,6 +530,12 @@ class CompiledGraph(Generic[S]):
         Tool calls started and not finished are closed as abandoned (their results, if they
         ever come, are discarded), so no later run starts them again.
         """
+        if run is not None:
+            for actor in run.actors.values():
+                await actor.stop(drain=False)  # an async node is cancelled for real
+            if run.committing is not None:
+                with contextlib.suppress(BaseException):
+                    await run.committing  # a commit under way lands first: record after it
         for _ in range(COMMIT_ATTEMPTS):
             if await self.store.last_seq(thread_id) == 0:
                 return  # nothing was written: there is no run to record
@@ -761,14 +800,7 @@ class CompiledGraph(Generic[S]):
             fold.apply_all(self._scratch(run, tail, base + len(events)))
             batch = [*events, *tail]
             try:
-                records = await run.journal.append(
-                    run.thread_id,
-                    batch,
-                    expected_seq=base,
-                    run_id=run.run_id,
-                    actor=node,
-                    claim=run.claim,
-                )
+                records = await self._append(run, batch, base, node)
             except ConcurrencyError:
                 await self._catch_up(run, base)
                 continue
@@ -795,14 +827,7 @@ class CompiledGraph(Generic[S]):
         for _ in range(COMMIT_ATTEMPTS):
             decide(run.fold.state, events, seq=run.fold.seq)
             try:
-                records = await run.journal.append(
-                    run.thread_id,
-                    events,
-                    expected_seq=run.fold.seq,
-                    run_id=run.run_id,
-                    actor=actor,
-                    claim=run.claim,
-                )
+                records = await self._append(run, events, run.fold.seq, actor)
             except ConcurrencyError:
                 await self._catch_up(run, run.fold.seq)
                 continue
@@ -810,6 +835,24 @@ class CompiledGraph(Generic[S]):
             await self._after_commit(run, records)
             return records
         raise ThreadBusyError(f"thread {run.thread_id!r} kept moving while {actor!r} wrote to it")
+
+    @staticmethod
+    async def _append(
+        run: _Run[S], events: Sequence[Event], expected_seq: int, actor: str
+    ) -> list[EventRecord]:
+        """Append under the run's claim; if the run is cancelled meanwhile, the append goes
+        on and `run.committing` lets the abandon record wait for it."""
+        run.committing = asyncio.ensure_future(
+            run.journal.append(
+                run.thread_id,
+                events,
+                expected_seq=expected_seq,
+                run_id=run.run_id,
+                actor=actor,
+                claim=run.claim,
+            )
+        )
+        return await asyncio.shield(run.committing)
 
     async def _catch_up(self, run: _Run[S], since: int) -> None:
         """Reload after another writer appended; only a stop request may come from outside."""

@@ -11,7 +11,9 @@ per call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -539,3 +541,42 @@ async def test_new_input_on_a_thread_stopped_before_its_tools_rejects_the_calls(
     assert [m.role for m in messages] == ["user", "assistant", "tool", "user", "assistant"]
     (tool_result,) = results_per_call(messages)[CALL_ID]
     assert (tool_result.status, tool_result.is_error) == ("rejected", True)
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_a_run_cancelled_at_any_moment_leaves_the_thread_free_for_the_next_call(
+    tmp_path: Path, seed: int
+) -> None:
+    """A cancelled run's commit still under way lands before the thread is given up, and a
+    released run can no longer write: the next call never meets a writer that is gone (the
+    old engine let such a late append break the next resume with ThreadBusyError)."""
+    rng = random.Random(seed)
+
+    async def talk(state: AgentState) -> list[Message]:
+        await asyncio.sleep(rng.random() * 0.002)
+        return [Message.text_message(f"turn {len(state.context)}", role="assistant")]
+
+    graph: StateGraph[AgentState] = StateGraph()
+    graph.add_node("talk", talk)
+    graph.set_entry_point("talk")
+    graph.add_conditional_edges(
+        "talk",
+        lambda state: "talk" if len(state.context) < 40 else END,
+        {"talk": "talk", END: END},
+    )
+    async with SQLiteEventStore(tmp_path / "log.db") as store:
+        app = graph.compile(store=store, recursion_limit=100)
+        first = asyncio.ensure_future(app.ainvoke("hi", CFG))
+        await asyncio.sleep(rng.random() * 0.04)
+        first.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await first
+        if await store.last_seq("t1") == 0:
+            with pytest.raises(ThreadNotFoundError):
+                await app.ainvoke(None, CFG)
+            return
+        out = await asyncio.wait_for(app.ainvoke(None, CFG), WAIT)
+        assert out["status"] == "completed"
+        assert len(out["messages"]) == 40
+        assert (await store.verify("t1")).ok
+        assert await store.holder("t1") is None
