@@ -474,10 +474,10 @@ def verify_command(
         )
 
 
-async def _export(store: SQLiteEventStore, thread: str, out: Path | None) -> Head:
+async def _export(store: SQLiteEventStore, thread: str, out: Path | None, overwrite: bool) -> Head:
     with render.progress(errors, f"exporting {render.inert(thread)}") as update:
         target: IO[str] | Path = sys.stdout if out is None else out
-        return await export_jsonl(store, thread, target, progress=update)
+        return await export_jsonl(store, thread, target, progress=update, overwrite=overwrite)
 
 
 @app.command("export")
@@ -487,6 +487,9 @@ def export_command(
     out: Annotated[
         Path | None, typer.Option("--out", help="The file to write (default: stdout).")
     ] = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace --out when it already exists.")
+    ] = False,
     db: Db = "agentlog.db",
     as_json: AsJson = False,
 ) -> None:
@@ -494,7 +497,7 @@ def export_command(
 
     The head (THREAD@SEQ:HASH) is printed on stdout with --out, else on stderr.
     """
-    exported = _run(lambda store: _export(store, thread, out), db, thread)
+    exported = _run(lambda store: _export(store, thread, out, overwrite), db, thread)
     if as_json:
         report = {"thread_id": thread, "format": fmt.value, "records": exported.seq}
         report |= {"head": str(exported), "hash": exported.hash, "out": out and str(out)}

@@ -598,6 +598,12 @@ class CompiledGraph(Generic[S]):
         if command is not None and command.goto is not None:
             raise GraphError("Command(goto=...) is for nodes to return, not an input to invoke")
         values = normalize_input(command.update if command is not None else input)
+        if values is not None and not isinstance(values, Mapping | AgentState | list):
+            raise GraphError(
+                f"ainvoke's input must be a message (a str, a Message, an OpenAI-style dict), "
+                f"a list of messages, a dict of state fields, or None to resume; got "
+                f"{type(values).__name__} {values!r:.60}"
+            )
         fold = await self._load(thread_id)
         if fold.seq == 0 and values is None:
             raise ThreadNotFoundError(thread_id)
@@ -768,6 +774,8 @@ class CompiledGraph(Generic[S]):
             run.fold = await self._load(run.thread_id)
             failed = RunFailed(node=node, error_type=type(exc).__name__, message=str(exc))
             await self._commit(run, [failed], actor="runtime")
+            if isinstance(exc, GraphError):
+                raise  # the graph's wiring is at fault (a condition, a goto), and says where
             raise NodeError(node, exc) from exc
 
     async def _commit_step(
@@ -995,6 +1003,11 @@ def run_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     Both shapes work: `{"thread_id": ...}` and LangGraph's
     `{"configurable": {"thread_id": ...}}` (whose other keys join the config too).
     """
+    if config is not None and not isinstance(config, Mapping):
+        raise MissingThreadIdError(
+            f"config must be a dict such as {{'thread_id': 'chat-42'}}, got "
+            f"{type(config).__name__} {config!r:.60}"
+        )
     merged: dict[str, Any] = {}
     if config:
         configurable = config.get("configurable")

@@ -43,6 +43,7 @@ INJECTED = frozenset({"state", "config", "context", "tool_call_id"})
 `tool_call_id` is the call's id: a tool with side effects can pass it on as an idempotency
 key, since a call cut short by a crash runs again on resume (at least once)."""
 
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _ARG_LINE = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 
 
@@ -70,6 +71,11 @@ class Tool:
         name = getattr(fn, "__name__", None)
         if not isinstance(name, str) or not callable(fn):
             raise GraphError(f"a tool must be a named function, got {fn!r}")
+        if not _TOOL_NAME.fullmatch(name):
+            raise GraphError(
+                f"tool name {name!r} is not one model providers accept (letters, digits, _ "
+                "and -, at most 64): use a def with such a name, not a lambda"
+            )
         try:
             hints = _parameter_hints(fn)
         except Exception as exc:
@@ -79,7 +85,11 @@ class Tool:
         fields: dict[str, Any] = {}
         for i, p in enumerate(params):
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                raise GraphError(f"tool {name!r}: *{p.name} cannot be described by a schema")
+                stars = "*" if p.kind is p.VAR_POSITIONAL else "**"
+                raise GraphError(
+                    f"tool {name!r}: {stars}{p.name} cannot be described by a schema; name "
+                    "each argument the model may pass"
+                )
             if p.name in INJECTED:
                 continue
             default = ... if p.default is p.empty else p.default

@@ -197,6 +197,7 @@ async def export_jsonl(
     out: IO[str] | str | os.PathLike[str],
     *,
     progress: Callable[[int, int], None] | None = None,
+    overwrite: bool = False,
 ) -> Head:
     """Write the thread as JSON lines in seq order, exactly as stored; return its head.
 
@@ -204,7 +205,8 @@ async def export_jsonl(
     is the payload in readable form (see `verify_export.readable`); `envelope` and
     `payload_b64` are hashed, and the verifier checks `event` against the payload. A path is
     written through `ExportFile`: a new file of its own, renamed into place once whole.
-    `progress(done, total)` is called every so often with the count of lines written.
+    `progress(done, total)` is called every so often with the count of lines written. An
+    existing file is replaced only with `overwrite=True`.
     """
     if not isinstance(store, BaseEventStore):
         raise TypeError(f"export_jsonl reads raw rows; {type(store).__name__} has none")
@@ -214,7 +216,8 @@ async def export_jsonl(
     if not isinstance(out, str | os.PathLike):
         return await _export(store, thread_id, last, out, progress)
     database = getattr(store, "path", None)
-    with ExportFile(out, protect=[database] if isinstance(database, str) else []) as f:
+    protect = [database] if isinstance(database, str) else []
+    with ExportFile(out, protect=protect, overwrite=overwrite) as f:
         return await _export(store, thread_id, last, f, progress)
 
 
@@ -297,12 +300,20 @@ class ExportFile:
     when the block ends without an error it is flushed, fsynced, renamed over `path`, and
     the directory is fsynced: an export is an audit artefact. On an error only that
     temporary file is removed. `path` may not be one of the `protect`ed databases' own
-    files (the database, `-wal`, `-shm`, `-journal`), nor an existing non-regular file.
+    files (the database, `-wal`, `-shm`, `-journal`), nor an existing non-regular file, nor
+    an existing file at all unless `overwrite` says to replace it.
     Leftovers of exports to the same target whose process is gone are removed first.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, protect: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        protect: Iterable[str] = (),
+        overwrite: bool = False,
+    ) -> None:
         self.path = os.fspath(path)
+        self.overwrite = overwrite
         self.target = os.path.realpath(self.path)  # a symlink is written through
         self.directory = os.path.dirname(self.target)
         self._protect = [os.fspath(p) for p in protect]
@@ -338,6 +349,11 @@ class ExportFile:
             raise self._refuse(
                 "it exists and is not a regular file (a FIFO, device or socket); "
                 "it was left untouched: pick a regular file"
+            )
+        if not self.overwrite:
+            raise self._refuse(
+                "it already exists and was left untouched: pick a new file, or ask to replace "
+                "it (--overwrite, or overwrite=True)"
             )
 
     def _tmp_name(self) -> str:

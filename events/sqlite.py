@@ -345,6 +345,12 @@ class SQLiteEventStore(BaseEventStore):
     async def _open_connections(self) -> None:
         busy_ms = int(self._busy_timeout * 1000)
         exists = _check_file(self.path)
+        directory = os.path.dirname(os.path.abspath(self.path))
+        if not exists and not os.path.isdir(directory):
+            raise StoreUnavailableError(
+                f"{self.path}: its directory {directory} does not exist; nothing was created: "
+                "create the directory first, or check the path"
+            )
         if self.readonly:
             if not exists:
                 raise NotAnAgentlogDatabaseError(self.path, "there is no such file")

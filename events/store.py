@@ -154,8 +154,8 @@ def check_thread_id(thread_id: object) -> str:
     """A thread id is a non-empty string; anything else is a caller's mistake."""
     if not isinstance(thread_id, str) or not thread_id.strip():
         raise InvalidAppendError(
-            f"thread id must be a non-blank string, got {thread_id!r}: pass "
-            "config={'thread_id': '...'} or a store call with a real id"
+            f"thread id must be a non-blank string, got {thread_id!r}: name the thread with "
+            "printable text such as 'chat-42'"
         )
     _check_text("thread id", thread_id)
     if thread_id.startswith("-"):

@@ -175,7 +175,17 @@ class Fold(Generic[S]):
                     "replay with the state class the thread was written with (state_cls=...)"
                 )
             adapter, reducer = plan[name]
-            new = adapter.validate_python(value)
+            try:
+                new = adapter.validate_python(value)
+            except ValidationError as exc:
+                problems = "; ".join(
+                    f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
+                    for e in exc.errors()[:3]
+                )
+                raise InvalidStateUpdateError(
+                    f"field {name!r} of {type(self.state).__name__} cannot take {value!r:.60} "
+                    f"({problems})"
+                ) from None
             if reducer is None:
                 setattr(self.state, name, new)
             else:  # a copy: a reducer that extends its input in place must not reach others

@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from .messages import Message
 
 T = TypeVar("T")
-
-
-class _HasId(Protocol):
-    id: Any
-
-
-ItemT = TypeVar("ItemT", bound=_HasId)
 
 
 def add_messages(left: list[Message], right: list[Message]) -> list[Message]:
@@ -33,16 +26,30 @@ def replace_messages(left: list[Message], right: list[Message]) -> list[Message]
     return list(right)
 
 
-def append_items(left: list[ItemT], right: list[ItemT]) -> list[ItemT]:
-    """Append items whose `.id` is not yet present."""
-    seen = {item.id for item in left}
-    added: list[ItemT] = []
+def append_items(left: list[T], right: list[T]) -> list[T]:
+    """Append the items of `right` not yet present, judged by their `.id`.
+
+    An item without an `id` (attribute, or key of a dict) is judged by its value, so a
+    `list[str]` field with this reducer collects distinct strings.
+    """
+    seen = {_item_key(item) for item in left}
+    added: list[T] = []
     for item in right:
-        if item.id in seen:
+        key = _item_key(item)
+        if key in seen:
             continue
-        seen.add(item.id)
+        seen.add(key)
         added.append(item)
     return left + added
+
+
+def _item_key(item: Any) -> Any:
+    key = item.get("id", item) if isinstance(item, dict) else getattr(item, "id", item)
+    try:
+        hash(key)
+    except TypeError:
+        return repr(key)
+    return key
 
 
 def replace_value(left: T, right: T) -> T:

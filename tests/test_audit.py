@@ -32,6 +32,7 @@ from events import (
     verify_store,
     verify_thread,
 )
+from events.audit import ExportError
 from events.codec import GENESIS_HASH, chain_hash, encode_payloads, envelope_bytes
 
 from .helpers import edit_db, step_events, text_event
@@ -281,9 +282,9 @@ def assert_bad(path: Path, line: int, seq: int, problem: str, *args: str) -> Non
     assert problem in result.stdout, result.stdout
 
 
-async def export(db: Path, out: Path, thread: str = "t") -> Head:
+async def export(db: Path, out: Path, thread: str = "t", overwrite: bool = False) -> Head:
     async with SQLiteEventStore(db) as store:
-        return await export_jsonl(store, thread, out)
+        return await export_jsonl(store, thread, out, overwrite=overwrite)
 
 
 KEYS = ["thread_id", "seq", "position", "run_id", "actor", "at", "kind", "version", "event",
@@ -342,8 +343,10 @@ async def test_an_export_that_fails_midway_leaves_the_old_file_alone(
     out = tmp_path / "t.jsonl"
     out.write_text("an older export\n", "utf-8")
     edit_db(db, "UPDATE events SET payload = x'c1' WHERE thread_id='t' AND seq=5")
-    with pytest.raises(CorruptRecordError, match="seq 5"):
+    with pytest.raises(ExportError, match="already exists"):
         await export(db, out)
+    with pytest.raises(CorruptRecordError, match="seq 5"):
+        await export(db, out, overwrite=True)
     assert out.read_text("utf-8") == "an older export\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.db", "t.jsonl"]
 

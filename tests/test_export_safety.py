@@ -134,8 +134,12 @@ def test_an_unrelated_tmp_file_is_left_alone_on_success_and_failure(tmp_path: Pa
     assert mine.read_text() == "my notes\n"
 
     (tmp_path / "report").write_text("the previous export\n")
+    refused = agentlog("export", "t", "--db", db, "--out", tmp_path / "report")
+    one_error(refused, "already exists", "--overwrite")  # never replaced unasked
+    assert (tmp_path / "report").read_text() == "the previous export\n"
     edit_db(db, "UPDATE events SET payload = x'c1' WHERE thread_id = 't' AND seq = 5")
-    one_error(agentlog("export", "t", "--db", db, "--out", tmp_path / "report"), "seq 5")
+    report = tmp_path / "report"
+    one_error(agentlog("export", "t", "--db", db, "--out", report, "--overwrite"), "seq 5")
     assert mine.read_text() == "my notes\n"
     assert (tmp_path / "report").read_text() == "the previous export\n"
     assert leftovers(tmp_path) == []
@@ -240,7 +244,7 @@ def test_the_temporary_file_is_created_exclusively(tmp_path: Path) -> None:
 def test_two_exports_to_one_file_at_once_both_finish_whole(tmp_path: Path) -> None:
     db, out = tmp_path / "log.db", tmp_path / "t.jsonl"
     last = build_long(db, 6000)
-    runs = [spawn("export", "t", "--db", db, "--out", out) for _ in range(2)]
+    runs = [spawn("export", "t", "--db", db, "--out", out, "--overwrite") for _ in range(2)]
     for run in runs:
         _, err = run.communicate(timeout=120)
         assert run.returncode == 0, err
@@ -255,7 +259,7 @@ def test_a_killed_exports_leftover_is_removed_by_the_next_run_and_no_other(
     db, out = tmp_path / "log.db", tmp_path / "t.jsonl"
     last = build_long(db, 30000)
     out.write_text("the previous export\n")
-    run = spawn("export", "t", "--db", db, "--out", out)
+    run = spawn("export", "t", "--db", db, "--out", out, "--overwrite")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # kill it once it has written part of the file
         found = leftovers(tmp_path)
@@ -274,7 +278,7 @@ def test_a_killed_exports_leftover_is_removed_by_the_next_run_and_no_other(
     other = tmp_path / killed.replace(".t.jsonl.", ".other.jsonl.")
     alive.write_text("an export in progress (this process is alive)\n")
     other.write_text("a leftover of another target\n")
-    done = agentlog("export", "t", "--db", db, "--out", out)
+    done = agentlog("export", "t", "--db", db, "--out", out, "--overwrite")
     assert done.returncode == 0, done.stderr
     assert not (tmp_path / killed).exists()
     assert alive.exists() and other.exists()

@@ -220,3 +220,12 @@ def test_subclass_fields_with_reducers() -> None:
 
     state = MyState()
     assert state.notes == [] and state.mood == "calm" and state.execution_meta.current_node == START
+
+
+def test_append_items_takes_plain_values_and_dicts_too() -> None:
+    assert append_items(["a"], ["b", "a", "c"]) == ["a", "b", "c"]
+    assert append_items([{"id": 1, "v": "x"}], [{"id": 1, "v": "y"}, {"id": 2}]) == [
+        {"id": 1, "v": "x"},
+        {"id": 2},
+    ]
+    assert append_items([[1]], [[1], [2]]) == [[1], [2]]  # unhashable values by their repr

@@ -369,3 +369,81 @@ def test_a_function_named_like_a_reserved_actor_is_refused() -> None:
     with pytest.raises(GraphError, match="'user' cannot name a node, it is reserved"):
         StateGraph().add_node(user)
     StateGraph().add_node("users", user)  # only the exact names are taken
+
+
+# ---- what a hurried user passes by mistake -------------------------------------------------
+
+
+async def test_a_config_that_is_not_a_dict_is_a_typed_error() -> None:
+    from actors import MissingThreadIdError
+
+    app = _one_node_graph().compile()
+    with pytest.raises(MissingThreadIdError, match="config must be a dict"):
+        await app.ainvoke("hi", "t1")  # type: ignore[arg-type]
+
+
+async def test_an_input_of_no_known_shape_blames_the_input_not_a_node() -> None:
+    app = _one_node_graph().compile()
+    with pytest.raises(GraphError, match="ainvoke's input must be") as caught:
+        await app.ainvoke(42, {"thread_id": "t"})
+    assert "node" not in str(caught.value).split(";")[0]
+    assert await app.store.threads() == []
+
+
+async def test_a_condition_that_returns_an_unmapped_value_is_blamed_itself() -> None:
+    graph: StateGraph[AgentState] = StateGraph()
+    graph.add_node("a", lambda state: None)
+    graph.set_entry_point("a")
+    graph.add_conditional_edges("a", lambda state: "oops", {"done": END})
+    app = graph.compile()
+    with pytest.raises(GraphError, match="condition after 'a'"):
+        await app.ainvoke("hi", {"thread_id": "t"})
+    state = await app.aget_state({"thread_id": "t"})
+    assert state.execution_meta.status.value == "error"  # recorded as a failed run
+
+
+async def test_a_wrongly_typed_field_names_the_field_in_plain_words() -> None:
+    from events.errors import AgentlogError as Base
+
+    class Counted(AgentState):
+        counter: int = 0
+
+    graph: StateGraph[Counted] = StateGraph(Counted)
+    graph.add_node("a", lambda state: None)
+    graph.set_entry_point("a")
+    graph.add_edge("a", END)
+    app = graph.compile()
+    with pytest.raises(Base, match="field 'counter' of Counted cannot take 'abc'") as caught:
+        await app.ainvoke({"messages": ["hi"], "counter": "abc"}, {"thread_id": "t"})
+    assert "errors.pydantic.dev" not in str(caught.value)
+    assert await app.store.threads() == []
+
+
+async def test_a_store_in_a_missing_directory_says_so(tmp_path: Any) -> None:
+    from events import SQLiteEventStore, StoreUnavailableError
+
+    store = SQLiteEventStore(tmp_path / "nodir" / "x.db")
+    with pytest.raises(StoreUnavailableError, match="does not exist"):
+        await store.open()
+    assert not (tmp_path / "nodir").exists()
+
+
+def test_tools_need_names_providers_accept_and_named_arguments() -> None:
+    from actors import ToolNode
+
+    with pytest.raises(GraphError, match="not one model providers accept"):
+        ToolNode([lambda x: x])
+
+    def kw(**kwargs: Any) -> None:
+        """Takes anything."""
+
+    with pytest.raises(GraphError, match=r"\*\*kwargs cannot be described"):
+        ToolNode([kw])
+
+
+def _one_node_graph() -> StateGraph[AgentState]:
+    graph: StateGraph[AgentState] = StateGraph()
+    graph.add_node("a", lambda state: None)
+    graph.set_entry_point("a")
+    graph.add_edge("a", END)
+    return graph
