@@ -980,10 +980,7 @@ class CompiledGraph(Generic[S]):
         """The messages, the run's status, and, when it paused, why (LangGraph's key)."""
         meta = state.execution_meta
         result: dict[str, Any] = {"messages": list(state.context), "status": meta.status.value}
-        pause = interrupt_summary(meta)
-        if pause is None and meta.stop_current_execution == StopRequestStatus.STOPPED:
-            pause = {"node": meta.current_node, "reason": "stopped", "data": None}
-            pause["status"] = "stopped"
+        pause = interrupt_summary(meta)  # a stop, too, pauses before a node
         if pause is not None:
             result["__interrupt__"] = [pause]
         if include_state:

@@ -272,7 +272,11 @@ def _stop_requested(fold: Fold[Any], e: StopRequested, r: EventRecord) -> None:
 
 
 def _stopped(fold: Fold[Any], e: Stopped, r: EventRecord) -> None:
-    fold.state.execution_meta.stop_current_execution = StopRequestStatus.STOPPED
+    """A stop pauses the run before the node it landed in: interrupted, as a breakpoint would."""
+    meta = fold.state.execution_meta
+    meta.stop_current_execution = StopRequestStatus.STOPPED
+    node = e.node or meta.current_node
+    meta.set_interrupt(node, e.reason or "stopped", ExecutionStatus.INTERRUPTED_BEFORE)
 
 
 def _tool_call_started(fold: Fold[Any], e: ToolCallStarted, r: EventRecord) -> None:

@@ -1305,6 +1305,10 @@ async def test_a_cancelled_run_resumes_without_rerunning_finished_tool_calls(
     assert "caller stopped waiting" in cut[-1].event.reason  # type: ignore[union-attr]
     paused = await app.aget_state(CFG)
     assert paused.execution_meta.stop_current_execution == StopRequestStatus.STOPPED
+    # A stop is a pause before the node it landed in, as the status says.
+    assert paused.execution_meta.status == ExecutionStatus.INTERRUPTED_BEFORE
+    assert paused.execution_meta.interrupted_node == "tools"
+    assert (paused.execution_meta.interrupt_reason or "").startswith("abandoned: ")
 
     out = await asyncio.wait_for(app.ainvoke(None, CFG, include_state=True), WAIT)
     assert calls == ["fast", "slow"]  # neither call runs again: one finished, one abandoned
