@@ -166,9 +166,9 @@ class CommitCounter:
         self._real = sqlite_backend._write_batch
 
     def __enter__(self) -> CommitCounter:
-        def counted(conn: sqlite3.Connection, batch: list[Any]) -> list[Any]:
+        def counted(conn: sqlite3.Connection, batch: list[Any], *rest: Any) -> list[Any]:
             self.commits += 1
-            return self._real(conn, batch)
+            return self._real(conn, batch, *rest)
 
         sqlite_backend._write_batch = counted
         return self
