@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -64,3 +66,20 @@ def line(*nodes: tuple[str, Callable[..., Any]], state_cls: type[AgentState] = A
         graph.add_edge(a, b)
     graph.add_edge(nodes[-1][0], END)
     return graph
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def agentlog(
+    *args: str | Path, cwd: Path = ROOT, columns: int = 160, timeout: float = 120, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run the `agentlog` command line as a user would, in a process of its own."""
+    return subprocess.run(
+        [sys.executable, "-c", "from actors.cli import main; main()", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={"COLUMNS": str(columns), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **env},
+    )

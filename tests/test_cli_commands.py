@@ -37,20 +37,11 @@ from projections import (
     step_seq,
 )
 
+from .helpers import agentlog
+
 ROOT = Path(__file__).resolve().parent.parent
 VERIFY_EXPORT = ROOT / "events" / "verify_export.py"
 T = TypeVar("T")
-
-
-def agentlog(*args: str | Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from actors.cli import main; main()", *map(str, args)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"COLUMNS": "160", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **env},
-    )
 
 
 def ok_json(*args: str | Path) -> Any:

@@ -12,7 +12,6 @@ import json
 import re
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,8 @@ from events.codec import GENESIS_HASH, chain_hash
 from events.kinds import Event
 from projections import Message, message_appended
 
+from .helpers import agentlog
+
 ROOT = Path(__file__).resolve().parents[1]
 
 EVIL_ID = "t1\u202e\u2066gnp.exe\u2069\x1b]0;owned\x07"
@@ -47,17 +48,6 @@ BIDI = "".join(chr(c) for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)])
 FORGED_ROW = "\n│ t2 │ completed │ 9 │ __end__ │"
 TEXT = f"hello {CLEAR}{RED}{MARKUP}\x00nul\x9bc1 {BIDI}{FORGED_ROW}\ttab"
 RAW = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{BIDI}]")
-
-
-def agentlog(*args: str | Path, columns: int = 160) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from actors.cli import main; main()", *map(str, args)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"COLUMNS": str(columns), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
-    )
 
 
 def append(db: Path, thread: str, batches: list[list[Event]], actor: str | None = None) -> None:

@@ -28,22 +28,11 @@ from hypothesis import strategies as st
 from events import SQLiteEventStore, StateUpdated, audit, export_jsonl, verify_export
 from events.audit import ExportError, ExportFile
 
-from .helpers import edit_db, step_events
+from .helpers import agentlog, edit_db, step_events
 
 ROOT = Path(__file__).resolve().parents[1]
 VERIFY = ROOT / "events" / "verify_export.py"
 TMP_PATTERN = re.compile(r"\..*\.agentlog-export-[A-Za-z0-9-]*-[0-9]+-[0-9a-f]{16}\.tmp")
-
-
-def agentlog(*args: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from actors.cli import main; main()", *map(str, args)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"COLUMNS": "160", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
-    )
 
 
 def spawn(*args: str | Path) -> subprocess.Popen[str]:

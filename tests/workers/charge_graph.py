@@ -13,7 +13,6 @@ prints "ready" once the store is open, and "result <status>" when `invoke` retur
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +21,7 @@ from typing import Any
 from actors import END, CompiledGraph, StateGraph, ToolNode
 from events import EventStore, SQLiteEventStore
 from projections import AgentState, Message, TextBlock, ToolCallBlock, ToolResultBlock
+from tests.workers import append_line
 
 CALL_ID = "call-1"
 """The id of the one tool call the scripted agent makes."""
@@ -98,12 +98,7 @@ def check_transcript(messages: Sequence[Message]) -> None:
 
 def journal_line(path: str, line: str) -> None:
     """Append one durable line to the side-effect journal."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{line}\n".encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_line(path, line)
 
 
 def main(argv: list[str]) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import time
 from typing import Any
@@ -32,17 +31,13 @@ from actors import END, CompiledGraph, StateGraph
 from actors.tools import ToolNode
 from events import EventStore, SQLiteEventStore, ThreadBusyError
 from projections import AgentState, Message, TextBlock, ToolCallBlock
+from tests.workers import append_line
 
 SECOND_INPUT = "second input"
 
 
 def _record(path: str, line: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{line}\n".encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_line(path, line)
 
 
 def build_graph(

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from typing import Any
 
@@ -24,6 +23,7 @@ from actors import END, CompiledGraph, StateGraph
 from actors.tools import ToolNode
 from events import EventStore, SQLiteEventStore
 from projections import AgentState, ExecutionStatus, Message, TextBlock, ToolCallBlock
+from tests.workers import append_line
 
 TURNS = 6
 """Assistant turns that ask for tools; the next one answers in text and the run ends."""
@@ -52,12 +52,7 @@ def _record(path: str | None, call_id: str) -> None:
     """The side effect: one durable line per execution of a call."""
     if path is None:
         raise RuntimeError("this graph was built without a side-effect file: it cannot run")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{call_id}\n".encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_line(path, call_id)
 
 
 def build_graph(store: EventStore, side_effects: str | None = None) -> CompiledGraph[AgentState]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import sys
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 from actors import END, CompiledGraph, StateGraph, ToolNode
 from events import SQLiteEventStore
 from projections import AgentState, Message, TextBlock, ToolCallBlock
+from tests.workers import append_line
 
 STEPS = 30
 """Steps of every thread: 30 "talk" turns, or 15 turns of "talk" then "tools"."""
@@ -60,11 +60,7 @@ def _record(path: str | None, call_id: str) -> None:
     """The side effect: one line per execution of a call, in one write."""
     if path is None:
         raise RuntimeError("this graph was built without a side-effect file: it cannot run")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{call_id}\n".encode())
-    finally:
-        os.close(fd)
+    append_line(path, call_id, durable=False)
 
 
 def build_graph(
