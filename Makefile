@@ -23,7 +23,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 test: lint typecheck $(STAMP)
-	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest -q -n auto
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest -q -n auto --dist loadfile
 
 demo: $(STAMP)
 	$(BIN)/agentlog demo --db agentlog.db

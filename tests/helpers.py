@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import select
 import sqlite3
 import subprocess
 import sys
@@ -83,3 +84,25 @@ def agentlog(
         timeout=timeout,
         env={"COLUMNS": str(columns), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **env},
     )
+
+
+def spawn_worker(module: str, *args: str | Path) -> subprocess.Popen[str]:
+    """Start `python -m tests.workers.<module> ARGS` in the repository, pipes on."""
+    return subprocess.Popen(
+        [sys.executable, "-m", f"tests.workers.{module}", *map(str, args)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_ready(proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
+    """Block until a worker prints "ready" (its store is open); fail with its stderr if not."""
+    assert proc.stdout is not None
+    readable, _, _ = select.select([proc.stdout], [], [], timeout)
+    line = proc.stdout.readline() if readable else ""
+    if line.strip() != "ready":
+        proc.kill()
+        _, err = proc.communicate(timeout=timeout)
+        raise AssertionError(f"the worker did not get ready within {timeout}s: {line!r}\n{err}")

@@ -23,11 +23,9 @@ import asyncio
 import json
 import os
 import random
-import select
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -40,6 +38,8 @@ import pytest
 from events import SQLiteEventStore
 from projections import Message
 from tests.workers.many_threads import STEPS, build_graph, call_ids, thread_ids, uses_tools
+
+from .helpers import spawn_worker, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 THREADS = 100
@@ -55,25 +55,7 @@ pytestmark = pytest.mark.slow
 
 
 def spawn(db: Path, effects: Path, every: int, delay_ms: int, mode: str) -> subprocess.Popen[str]:
-    args = [str(db), str(effects), str(THREADS), str(every), str(delay_ms), mode]
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.workers.many_threads", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def wait_ready(proc: subprocess.Popen[str]) -> None:
-    """Block until the worker prints "ready" (its store is open), within TIMEOUT."""
-    assert proc.stdout is not None
-    readable, _, _ = select.select([proc.stdout], [], [], TIMEOUT)
-    line = proc.stdout.readline() if readable else ""
-    if line.strip() != "ready":
-        proc.kill()
-        _, err = proc.communicate(timeout=TIMEOUT)
-        pytest.fail(f"the worker did not get ready: {line!r}\n{err}")
+    return spawn_worker("many_threads", db, effects, str(THREADS), str(every), str(delay_ms), mode)
 
 
 def outcomes(proc: subprocess.Popen[str], what: str) -> dict[str, str | None]:

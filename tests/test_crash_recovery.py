@@ -19,10 +19,8 @@ import asyncio
 import json
 import os
 import random
-import select
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -35,6 +33,8 @@ import pytest
 from events import NodeEntered, SQLiteEventStore, StepAdvanced, ToolCallFinished, ToolCallStarted
 from projections import Message, replay
 from tests.workers.graph_run import build_graph, call_ids, comparable
+
+from .helpers import spawn_worker, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 THREAD = "crash-thread"
@@ -52,27 +52,7 @@ pytestmark = pytest.mark.slow
 
 
 def spawn(db: Path, effects: Path, mode: str = "run") -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.workers.graph_run", str(db), str(effects), THREAD, mode],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def wait_ready(proc: subprocess.Popen[str]) -> None:
-    """Block until the worker prints "ready" (its store is open), within TIMEOUT."""
-    assert proc.stdout is not None
-    readable, _, _ = select.select([proc.stdout], [], [], TIMEOUT)
-    if not readable:
-        proc.kill()
-        pytest.fail(f"the worker did not get ready within {TIMEOUT}s")
-    line = proc.stdout.readline()
-    if line.strip() != "ready":
-        proc.kill()
-        _, err = proc.communicate(timeout=TIMEOUT)
-        pytest.fail(f"the worker did not start: {line!r}\n{err}")
+    return spawn_worker("graph_run", db, effects, THREAD, mode)
 
 
 def finish(db: Path, effects: Path, what: str) -> None:

@@ -8,7 +8,6 @@ import random
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,24 +15,14 @@ import pytest
 
 from events import ConcurrencyError, NodeEntered, SQLiteEventStore, StateUpdated, StepAdvanced
 
+from .helpers import spawn_worker, wait_ready
+
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
 
 def spawn(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.workers.appender", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def wait_ready(proc: subprocess.Popen[str]) -> None:
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert line.strip() == "ready", (line, proc.stderr.read() if proc.stderr else "")
+    return spawn_worker("appender", *args)
 
 
 async def assert_whole_steps(db: Path, thread: str) -> int:
