@@ -274,7 +274,7 @@ class CompiledGraph(Generic[S]):
         if as_node is not None and as_node not in self.graph.nodes:
             known = ", ".join(sorted(self.graph.nodes))
             raise GraphError(f"as_node={as_node!r} is not a node of the graph (nodes: {known})")
-        claim = await self.store.claim(thread_id, purpose=f"a state edit by {actor!r}")
+        claim = await self._claim(thread_id, f"a state edit by {actor!r}")
         try:
             fold = await fold_at(self.store, thread_id, None, self.graph.state_cls)
             events = edit_events(fold.state, values, source=as_node or actor, reason=reason)
@@ -426,8 +426,11 @@ class CompiledGraph(Generic[S]):
         in_flight = InFlight()
         recorded: asyncio.Future[None] | None = None
         try:
-            claim = await self._claim(thread_id)
-            run = await self._begin(input, config, stream, claim, in_flight)
+            purpose = "a run" if self.graph.name is None else f"a run of graph {self.graph.name!r}"
+            claim = await self._claim(thread_id, purpose)
+            run, opening = await self._begin(input, config, stream, claim, in_flight)
+            if opening:  # `run` is known first, so a cancellation here is recorded after it
+                await self._commit(run, opening, actor=str(config.get("user", "user")))
             if not run.idle:
                 await self._steps(run)
             if stream is not None:
@@ -465,9 +468,8 @@ class CompiledGraph(Generic[S]):
             )
             await asyncio.shield(closing)
 
-    async def _claim(self, thread_id: str) -> Claim:
+    async def _claim(self, thread_id: str, purpose: str) -> Claim:
         """Claim the thread; a cancellation mid-claim still gives back a claim it obtained."""
-        purpose = "a run" if self.graph.name is None else f"a run of graph {self.graph.name!r}"
         claiming = asyncio.ensure_future(self.store.claim(thread_id, purpose=purpose))
         try:
             return await asyncio.shield(claiming)
@@ -592,7 +594,8 @@ class CompiledGraph(Generic[S]):
         stream: RunStream | None,
         claim: Claim,
         in_flight: InFlight,
-    ) -> _Run[S]:
+    ) -> tuple[_Run[S], list[Event]]:
+        """The run to make of this call, and the events that open it (to be committed)."""
         thread_id = config["thread_id"]
         command = input if isinstance(input, Command) else None
         if command is not None and command.goto is not None:
@@ -624,7 +627,7 @@ class CompiledGraph(Generic[S]):
         paused = meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED
         if meta.status == ExecutionStatus.COMPLETED and values is None and resume is None:
             run.idle = True  # nothing new to do: a finished thread stays as it is
-            return run
+            return run, []
         resuming = paused or meta.status == ExecutionStatus.ERROR
         if resume is not None and not resuming:
             raise IllegalTransitionError(
@@ -653,9 +656,7 @@ class CompiledGraph(Generic[S]):
         events.extend(inputs)
         if not run.run_id:
             run.run_id = f"run-{uuid.uuid4().hex[:12]}"
-        if events:
-            await self._commit(run, events, actor=user)
-        return run
+        return run, events
 
     async def _answer_pending(self, fold: Fold[S]) -> list[Event]:
         """Results for the tool calls a paused, stopped or failed run still owes.

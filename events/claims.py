@@ -50,8 +50,14 @@ class Holder:
     purpose: str
 
     def alive(self, now: float) -> bool:
-        """True while the owner may still be working (see the module's rule)."""
+        """True while the owner may still be working (see the module's rule).
+
+        In this very process an owner is alive while its claim is held: a claim whose
+        holder never learnt of it (its caller was cancelled mid-claim) is dead at once.
+        """
         if self.host == HOST:
+            if self.pid == PID:
+                return holds(self.token)
             return self.started == process_marker(self.pid)
         return now - self.heartbeat_at < self.lease
 
@@ -107,6 +113,28 @@ HOST = f"{socket.gethostname()}/{_boot_id()}"
 PID = os.getpid()
 
 
+_held: set[str] = set()
+_held_lock = threading.Lock()
+
+
+def hold(claim: Claim) -> None:
+    """Note that this process holds `claim` (a store calls it once the claim is recorded)."""
+    with _held_lock:
+        _held.add(claim.token)
+
+
+def let_go(claim: Claim) -> None:
+    """Note that this process no longer holds `claim`, whatever the store says."""
+    with _held_lock:
+        _held.discard(claim.token)
+
+
+def holds(token: str) -> bool:
+    """Whether this process holds the claim with `token`."""
+    with _held_lock:
+        return token in _held
+
+
 def new_claim(thread_id: str, *, lease: float = DEFAULT_LEASE, purpose: str = "run") -> Claim:
     """A fresh claim by this process, not yet recorded in any store."""
     if isinstance(lease, bool) or not isinstance(lease, int | float) or not lease > 0:
@@ -141,6 +169,7 @@ class Heartbeat:
                     target=self._run, name="agentlog-heartbeat", daemon=True
                 )
                 self._thread.start()
+        self._wake.set()  # a shorter lease than the thread is sleeping for must beat soon
 
     def discard(self, claim: Claim) -> None:
         """Stop renewing `claim`."""
@@ -161,6 +190,7 @@ class Heartbeat:
                 with contextlib.suppress(Exception):  # busy or closing: the next beat retries
                     self._renew(claims, time.time())
             self._wake.wait(interval)
+            self._wake.clear()
 
 
 def fence(

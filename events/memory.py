@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from .claims import DEFAULT_LEASE, Claim, Holder, fence, new_claim
+from .claims import DEFAULT_LEASE, Claim, Holder, fence, hold, let_go, new_claim
 from .codec import GENESIS_HASH, Encoded, Row, chain_rows, decode_state, encode_state
 from .errors import ConcurrencyError
 from .kinds import Event
@@ -113,12 +113,14 @@ class MemoryEventStore(BaseEventStore):
             self._claims[thread_id] = Holder(
                 claim.token, claim.host, claim.pid, claim.started, now, lease, purpose
             )
+            hold(claim)
         return claim
 
     async def release(self, claim: Claim) -> None:
         self.release_threadsafe(claim)
 
     def release_threadsafe(self, claim: Claim) -> None:
+        let_go(claim)
         with self._claims_lock:
             holder = self._claims.get(claim.thread_id)
             if holder is not None and holder.token == claim.token:

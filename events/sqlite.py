@@ -22,7 +22,7 @@ from typing import Any, Literal, NamedTuple, TypeVar
 from urllib.parse import quote
 
 from ._sqlite_thread import ConnectionThread
-from .claims import DEFAULT_LEASE, Claim, Heartbeat, Holder, fence, new_claim
+from .claims import DEFAULT_LEASE, Claim, Heartbeat, Holder, fence, hold, let_go, new_claim
 from .codec import GENESIS_HASH, Encoded, Row, chain_rows, decode_state, encode_state
 from .errors import (
     ConcurrencyError,
@@ -410,7 +410,11 @@ class SQLiteEventStore(BaseEventStore):
         return await self.open()
 
     async def close(self) -> None:
-        """Commit what is pending, release this store's claims, then close both connections."""
+        """Commit what is pending, then close both connections.
+
+        A claim still held for sync work that outlived its run is released when that work
+        returns, on a connection of its own.
+        """
         if self._closed:
             return
         self._closing = True
@@ -426,6 +430,8 @@ class SQLiteEventStore(BaseEventStore):
         await super().close()
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._closing:
+            raise StoreClosedError(f"{self.path} is closing: open a new store to read it")
         await self.open()
         assert self._reader is not None
         return await self._on(self._reader, fn, *args)
@@ -530,27 +536,47 @@ class SQLiteEventStore(BaseEventStore):
     ) -> Claim:
         self._check_open()
         claim = new_claim(self._checked_id(thread_id), lease=lease, purpose=purpose)
-        await self._write(_take_claim, claim, self._clock())
+        hold(claim)  # before the write: a rival claim queued behind it must see it alive
+        try:
+            await self._write(_take_claim, claim, time.time())
+        except BaseException:
+            let_go(claim)  # refused, or the caller left mid-claim: whatever was written is dead
+            raise
         self._heartbeat.add(claim)
         return claim
 
     async def release(self, claim: Claim) -> None:
         self._heartbeat.discard(claim)
+        let_go(claim)
         if self._closed or self._writer is None:
+            await asyncio.to_thread(self._drop_on_own_connection, claim)
             return
         await self._write(_drop_claim, claim.thread_id, claim.token)
 
     def release_threadsafe(self, claim: Claim) -> None:
         self._heartbeat.discard(claim)
+        let_go(claim)
         writer = self._writer
         if writer is None or self._closing:
-            return  # a closed store's claims die with this process (same host) or lease
+            self._drop_on_own_connection(claim)  # the store closed while the work ran on
+            return
 
         def job(conn: sqlite3.Connection) -> None:
             with contextlib.suppress(sqlite3.Error):  # else it stays until seen dead
                 _drop_claim(conn, claim.thread_id, claim.token)
 
         writer.submit(job)
+
+    def _drop_on_own_connection(self, claim: Claim) -> None:
+        """Release a claim after the store closed (blocking: never on the event loop)."""
+        if self.readonly:
+            return
+        with contextlib.suppress(sqlite3.Error):
+            conn = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None)
+            try:
+                _drop_claim(conn, claim.thread_id, claim.token)
+            finally:
+                conn.close()
 
     async def relabel(self, claim: Claim, purpose: str) -> None:
         await self._write(_relabel_claim, claim.thread_id, claim.token, purpose)

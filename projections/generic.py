@@ -282,7 +282,13 @@ def _fold_point(
     snapshot: Any,
 ) -> OpenState:
     fold: Fold[AgentState] | None = None
-    if snapshot is not None and 0 < snapshot.seq <= seq:
+    anchored = (
+        snapshot is not None
+        and 0 < snapshot.seq <= min(seq, len(records))
+        and bool(snapshot.hash)
+        and snapshot.hash == records[snapshot.seq - 1].hash  # records are chain-checked
+    )
+    if anchored:
         try:
             fold = Fold(cls.model_validate(copy.deepcopy(snapshot.state)), seq=snapshot.seq)
         except ValueError:

@@ -328,3 +328,75 @@ def test_app_close_ends_the_portal_and_the_store_closes_from_a_new_loop(tmp_path
     left = [name for name in out[1].removeprefix("threads:").strip().split(",") if name]
     assert "agentlog-portal" not in left
     assert all(name.startswith("agentlog-sync") for name in left), left
+
+
+# ---- claims outliving their store, heartbeats, clocks ---------------------------------------
+
+
+async def test_work_that_outlives_its_store_still_frees_the_thread(tmp_path: Path) -> None:
+    """A run abandoned while a sync tool runs keeps the thread; once the tool returns, the
+    thread is free even though the store was closed meanwhile."""
+    import threading
+
+    from actors import END, StateGraph, ThreadBusyError, ToolNode
+    from projections import AgentState, Message, ToolCallBlock
+
+    release = threading.Event()
+
+    def slow(n: int) -> int:
+        """Blocks until released."""
+        release.wait(10)
+        return n
+
+    def agent(state: AgentState) -> list[Message]:
+        if state.context[-1].role == "tool":
+            return [Message.text_message("done", role="assistant")]
+        call = ToolCallBlock(id="c1", name="slow", args={"n": 1})
+        return [Message(role="assistant", content=[call])]
+
+    graph: StateGraph[AgentState] = StateGraph()
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode([slow]))
+    graph.set_entry_point("agent")
+    graph.add_conditional_edges(
+        "agent",
+        lambda s: "tools" if s.context[-1].tool_calls() else END,
+        {"tools": "tools", END: END},
+    )
+    graph.add_edge("tools", "agent")
+    db = tmp_path / "log.db"
+    async with SQLiteEventStore(db) as store:
+        app = graph.compile(store=store)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(app.ainvoke("go", {"thread_id": "t"}), 0.3)
+    async with SQLiteEventStore(db) as store:
+        with pytest.raises(ThreadBusyError, match="tool call 'slow'"):
+            await store.claim("t")
+        release.set()
+        for _ in range(200):
+            if await store.holder("t") is None:
+                break
+            await asyncio.sleep(0.02)
+        assert await store.holder("t") is None  # released on a connection of its own
+        out = await graph.compile(store=store).ainvoke(None, {"thread_id": "t"})
+        assert out["status"] == "completed"
+
+
+async def test_a_claims_heartbeat_is_real_time_whatever_the_stores_clock(tmp_path: Path) -> None:
+    async with SQLiteEventStore(tmp_path / "log.db", clock=lambda: 1000.0) as store:
+        before = time.time()
+        await store.claim("t")
+        holder = await store.holder("t")
+        assert holder is not None and holder.heartbeat_at >= before - 1
+
+
+async def test_a_short_lease_added_later_is_renewed_in_time(tmp_path: Path) -> None:
+    async with SQLiteEventStore(tmp_path / "log.db") as store:
+        await store.claim("long", lease=30.0)  # the heartbeat thread now sleeps ~10 s
+        await asyncio.sleep(0.1)
+        await store.claim("short", lease=0.6)
+        first = await store.holder("short")
+        await asyncio.sleep(0.5)
+        later = await store.holder("short")
+        assert first is not None and later is not None
+        assert later.heartbeat_at > first.heartbeat_at  # beaten within its lease
