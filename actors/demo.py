@@ -126,7 +126,8 @@ async def run_demo(
     if paused.is_interrupted():
         if not approve(paused):
             return [r async for r in store.read(thread_id)], paused, await store.verify(thread_id)
-        await _drain(app.astream(Command(resume={"approved_by": "supervisor"}), config), show)
+        approver = {**config, "user": "supervisor"}  # recorded as who resumed the run
+        await _drain(app.astream(Command(resume={"approved_by": "supervisor"}), approver), show)
     timeline = [r async for r in store.read(thread_id)]
     replayed: AgentState = await state_at(store, thread_id)
     return timeline, replayed, await store.verify(thread_id)
