@@ -341,10 +341,11 @@ async def test_work_that_outlives_its_store_still_frees_the_thread(tmp_path: Pat
     from actors import END, StateGraph, ThreadBusyError, ToolNode
     from projections import AgentState, Message, ToolCallBlock
 
-    release = threading.Event()
+    started, release = threading.Event(), threading.Event()
 
     def slow(n: int) -> int:
         """Blocks until released."""
+        started.set()
         release.wait(10)
         return n
 
@@ -367,8 +368,11 @@ async def test_work_that_outlives_its_store_still_frees_the_thread(tmp_path: Pat
     db = tmp_path / "log.db"
     async with SQLiteEventStore(db) as store:
         app = graph.compile(store=store)
-        with pytest.raises(asyncio.TimeoutError):
-            await asyncio.wait_for(app.ainvoke("go", {"thread_id": "t"}), 0.3)
+        run = asyncio.ensure_future(app.ainvoke("go", {"thread_id": "t"}))
+        assert await asyncio.to_thread(started.wait, 10)
+        run.cancel()  # the caller leaves while the tool runs on its worker thread
+        with pytest.raises(asyncio.CancelledError):
+            await run
     async with SQLiteEventStore(db) as store:
         with pytest.raises(ThreadBusyError, match="tool call 'slow'"):
             await store.claim("t")
