@@ -93,6 +93,14 @@ class ConnectionThread:
         self.submit(job)
         return future.result(timeout)
 
+    def close_blocking(self) -> None:
+        """`close`, waiting in this thread (never on an event loop)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._jobs.put(None)
+        self._thread.join()
+
     async def close(self) -> None:
         """Finish the queued jobs, close the connection and end the thread."""
         if self._closed:

@@ -15,6 +15,7 @@ import contextlib
 import os
 import sqlite3
 import stat
+import threading
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -319,10 +320,11 @@ class SQLiteEventStore(BaseEventStore):
         self._busy_timeout = busy_timeout
         self._writer: ConnectionThread | None = None
         self._reader: ConnectionThread | None = None
-        self._open_lock = asyncio.Lock()
+        self._open_lock = threading.Lock()  # opened from whichever loop comes first
         self._pending: list[tuple[_Append, asyncio.Future[list[EventRecord]]]] = []
         self._in_flight = False
-        self._drained = asyncio.Event()
+        self._queue_lock = threading.Lock()  # appends come from any event loop's thread
+        self._drained = threading.Event()
         self._drained.set()
         self._closing = False
         self._tidy_on_close = False
@@ -335,14 +337,18 @@ class SQLiteEventStore(BaseEventStore):
         self._check_open()
         if self._reader is not None:
             return self
-        async with self._open_lock:
+        await asyncio.to_thread(self._open_once)
+        return self
+
+    def _open_once(self) -> None:
+        with self._open_lock:
             if self._closing:
                 raise StoreClosedError(f"{self.path} was closed while opening")
             if self._reader is None:
-                await self._open_connections()
-        return self
+                self._open_connections()
 
-    async def _open_connections(self) -> None:
+    def _open_connections(self) -> None:
+        """Open and check both connections (blocking, on a worker thread)."""
         busy_ms = int(self._busy_timeout * 1000)
         exists = _check_file(self.path)
         directory = os.path.dirname(os.path.abspath(self.path))
@@ -362,9 +368,9 @@ class SQLiteEventStore(BaseEventStore):
             )
             reader = self._thread("reader", _connect(uri, True, busy_ms, None))
             try:
-                await self._on(reader, _prepare_readonly, self.path)
+                self._blocking(reader, _prepare_readonly, self.path)
             except BaseException:
-                await reader.close()
+                reader.close_blocking()
                 raise
             self._reader = reader
             return
@@ -373,13 +379,13 @@ class SQLiteEventStore(BaseEventStore):
         except NotAnAgentlogDatabaseError as exc:
             raise self._read_only_place() or exc from None
         try:
-            await self._on(writer, _prepare, self.path)
+            self._blocking(writer, _prepare, self.path)
             reader = self._thread("reader", _connect(self.path, False, busy_ms, None))
         except (NotAnAgentlogDatabaseError, StoreUnavailableError) as exc:
-            await writer.close()
+            writer.close_blocking()
             raise self._read_only_place() or exc from None
         except BaseException:
-            await writer.close()
+            writer.close_blocking()
             raise
         self._writer, self._reader = writer, reader
 
@@ -398,6 +404,17 @@ class SQLiteEventStore(BaseEventStore):
             return ConnectionThread(f"agentlog-sqlite-{role}", connect).start()
         except sqlite3.Error as exc:
             raise NotAnAgentlogDatabaseError(self.path, f"SQLite cannot open it: {exc}") from exc
+
+    def _wait_for_open(self) -> None:
+        with self._open_lock:
+            pass
+
+    def _blocking(self, conn: ConnectionThread, fn: Callable[..., T], *args: Any) -> T:
+        """`_on`, waiting in this (worker) thread."""
+        try:
+            return conn.call_blocking(fn, *args)
+        except sqlite3.Error as exc:
+            raise storage_error(self.path, exc) from exc
 
     async def _on(self, conn: ConnectionThread, fn: Callable[..., T], *args: Any) -> T:
         """Run `fn(sqlite3_connection, *args)` on the connection's thread: one hop."""
@@ -418,8 +435,8 @@ class SQLiteEventStore(BaseEventStore):
         if self._closed:
             return
         self._closing = True
-        async with self._open_lock:  # an open under way finishes first, then sees _closing
-            await self._drained.wait()
+        await asyncio.to_thread(self._wait_for_open)  # an open under way finishes first
+        await asyncio.to_thread(self._drained.wait)
         self._heartbeat.stop()
         for conn in (self._writer, self._reader):
             if conn is not None:
@@ -475,7 +492,8 @@ class SQLiteEventStore(BaseEventStore):
         request = _Append(
             thread_id, events, encoded, expected_seq, run_id, actor, at, token, only_stops
         )
-        self._pending.append((request, future))
+        with self._queue_lock:
+            self._pending.append((request, future))
         self._submit_next()
         return await future
 
@@ -486,42 +504,46 @@ class SQLiteEventStore(BaseEventStore):
         the writer is free, before the finished batch's callers are even woken, so the writer
         thread and the event loop work side by side.
         """
-        if self._in_flight:
-            return
-        self._pending = [(req, fut) for req, fut in self._pending if not fut.done()]
-        if not self._pending:
-            self._drained.set()
-            return
-        writer = self._writer
-        assert writer is not None
-        batch = self._pending[:MAX_BATCH]
-        del self._pending[:MAX_BATCH]
-        self._in_flight = True
-        self._drained.clear()
-        job = partial(
-            _run_batch,
-            asyncio.get_running_loop(),
-            self._batch_done,
-            batch,
-            [request for request, _ in batch],
-            self.path,
-        )
-        writer.submit(job)
+        with self._queue_lock:
+            if self._in_flight:
+                return
+            self._pending = [(req, fut) for req, fut in self._pending if not fut.done()]
+            if not self._pending:
+                self._drained.set()
+                return
+            writer = self._writer
+            assert writer is not None
+            batch = self._pending[:MAX_BATCH]
+            del self._pending[:MAX_BATCH]
+            self._in_flight = True
+            self._drained.clear()
+        requests = [request for request, _ in batch]
+        writer.submit(partial(_run_batch, self._batch_done, batch, requests, self.path))
 
     def _batch_done(
         self,
         batch: list[tuple[_Append, asyncio.Future[list[EventRecord]]]],
         outcome: list[Any] | BaseException,
     ) -> None:
-        self._in_flight = False
+        """On the writer thread: start the next batch, then wake each caller on its own loop
+        (one store may serve several event loops, each blocking API having its own)."""
+        with self._queue_lock:
+            self._in_flight = False
         self._submit_next()
-        if not self._in_flight:
-            self._drained.set()
         if isinstance(outcome, BaseException):
             if isinstance(outcome, sqlite3.Error):
                 outcome = storage_error(self.path, outcome)
             outcome = [outcome] * len(batch)
+        by_loop: dict[asyncio.AbstractEventLoop, list[Any]] = {}
         for (request, future), result in zip(batch, outcome, strict=True):
+            by_loop.setdefault(future.get_loop(), []).append((request, future, result))
+        for loop, settled in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                loop.call_soon_threadsafe(self._settle, settled)
+
+    def _settle(self, settled: list[Any]) -> None:
+        """On a caller's loop: hand each append its records or its error."""
+        for request, future, result in settled:
             if future.done():
                 continue
             if isinstance(result, BaseException):
@@ -635,21 +657,19 @@ class SQLiteEventStore(BaseEventStore):
 
 
 def _run_batch(
-    loop: asyncio.AbstractEventLoop,
     report: Callable[[Any, list[Any] | BaseException], None],
     batch: Any,
     requests: list[_Append],
     path: str,
     conn: sqlite3.Connection,
 ) -> None:
-    """Write a batch on the writer thread and report the outcome to the event loop."""
+    """Write a batch on the writer thread and report the outcome, still on that thread."""
     outcome: list[Any] | BaseException
     try:
         outcome = _write_batch(conn, requests, path)
     except BaseException as exc:
         outcome = exc
-    with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for the answer
-        loop.call_soon_threadsafe(report, batch, outcome)
+    report(batch, outcome)
 
 
 def _write_batch(conn: sqlite3.Connection, batch: list[_Append], path: str) -> list[Any]:

@@ -102,3 +102,38 @@ async def test_odd_clock_readings_never_store_an_unverifiable_record(
             with pytest.raises(InvalidAppendError, match="clock"):
                 await store.append("t", step_events(1), expected_seq=0)
             assert await store.last_seq("t") == 0
+
+
+def test_one_store_serves_two_event_loops_at_once(tmp_path: Path) -> None:
+    """Two apps on one store, each driven by its blocking API (a private loop each), from two
+    threads: every append is answered on its own loop, none waits for ever."""
+    import threading
+
+    from actors import END, StateGraph
+    from projections import AgentState, Message
+
+    def reply(state: AgentState) -> list[Message]:
+        return [Message.text_message("ok", role="assistant")]
+
+    graph: StateGraph[AgentState] = StateGraph()
+    graph.add_node("reply", reply)
+    graph.set_entry_point("reply")
+    graph.add_edge("reply", END)
+    store = SQLiteEventStore(tmp_path / "log.db")
+    apps = [graph.compile(store=store), graph.compile(store=store)]
+    done: list[str] = []
+
+    def drive(k: int) -> None:
+        for i in range(15):
+            out = apps[k].invoke("hi", {"thread_id": f"t{k}-{i}"})
+            done.append(out["status"])
+
+    workers = [threading.Thread(target=drive, args=(k,), daemon=True) for k in (0, 1)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    assert not any(w.is_alive() for w in workers), "an append was never answered"
+    assert done.count("completed") == 30
+    for app in apps:
+        app.close()
