@@ -24,6 +24,13 @@ M = TypeVar("M")
 R = TypeVar("R")
 
 
+class ControlSignal(BaseException):
+    """Control flow that passes through an actor to its asker (a pause), not a failure.
+
+    It derives from BaseException so that user code's `except Exception:` lets it through.
+    """
+
+
 class ActorError(AgentlogError):
     """Something went wrong talking to an actor."""
 
@@ -219,6 +226,10 @@ class Actor(Generic[M, R]):
             if reply is not None and not reply.done():
                 reply.set_exception(ActorStoppedError(f"actor {self.name!r} was cancelled"))
             raise
+        except ControlSignal as signal:
+            if reply is not None and not reply.done():
+                reply.set_exception(signal)
+            return
         except Exception as error:
             if reply is not None and not reply.done():
                 reply.set_exception(error)

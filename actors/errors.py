@@ -6,6 +6,8 @@ from typing import Any
 
 from events.errors import AgentlogError, ThreadBusyError
 
+from ._actor import ControlSignal
+
 __all__ = [
     "GraphError",
     "GraphInterrupt",
@@ -54,8 +56,12 @@ class RecursionLimitError(AgentlogError):
     """A run took more steps than its recursion limit allows."""
 
 
-class GraphInterrupt(Exception):
-    """Raised inside a node to pause the run; see `actors.interrupt`."""
+class GraphInterrupt(ControlSignal):
+    """Raised inside a node to pause the run; see `actors.interrupt`.
+
+    A BaseException, as in Agentflow: a node that wraps its work in `try: ... except
+    Exception:` still pauses.
+    """
 
     def __init__(self, reason: str, data: dict[str, Any] | None = None) -> None:
         self.reason = reason

@@ -203,3 +203,20 @@ async def test_a_tool_result_that_cannot_be_stored_is_kept_as_text() -> None:
     app = line(("plan", plan), ("tools", ToolNode([big]))).compile()
     out = await app.ainvoke({"messages": [user("go")]}, CFG)
     assert out["messages"][-1].content[0].output == repr(2**70)  # type: ignore[union-attr]
+
+
+async def test_interrupt_pauses_even_inside_a_broad_except() -> None:
+    """As in Agentflow, the pause is not an Exception: `except Exception:` lets it through."""
+    seen: list[Any] = []
+
+    def careful(state: AgentState) -> None:
+        try:
+            seen.append(interrupt("ok?"))
+        except Exception:  # a node guarding its work must still pause
+            seen.append("swallowed")
+
+    app = line(("careful", careful)).compile()
+    out = await app.ainvoke({"messages": [user("go")]}, CFG)
+    assert out["status"] == "interrupted_before" and seen == []
+    out = await app.ainvoke(Command(resume="yes"), CFG)
+    assert out["status"] == "completed" and seen == ["yes"]
