@@ -453,16 +453,20 @@ class SQLiteEventStore(BaseEventStore):
         assert self._reader is not None
         return await self._on(self._reader, fn, *args)
 
-    async def _write(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _ready_to_write(self, what: str) -> ConnectionThread:
+        """The writer connection, opened; refused for a read-only or closing store."""
         if self.readonly:
             raise ReadOnlyStoreError(
-                f"{self.path} was opened read-only: open it without readonly=True to write"
+                f"{self.path} was opened read-only: open it without readonly=True to {what}"
             )
-        if self._closing:
-            raise StoreClosedError(f"{self.path} is closing: open a new store to write")
-        await self.open()
-        assert self._writer is not None
-        return await self._on(self._writer, fn, *args)
+        if not self._closing:
+            await self.open()
+        if self._closing or self._writer is None:
+            raise StoreClosedError(f"{self.path} is closing: open a new store to {what}")
+        return self._writer
+
+    async def _write(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._on(await self._ready_to_write("write"), fn, *args)
 
     # ---- writes: pipelined group commit --------------------------------------------------
 
@@ -477,15 +481,7 @@ class SQLiteEventStore(BaseEventStore):
         at: float,
         claim: Claim | None = None,
     ) -> list[EventRecord]:
-        if self.readonly:
-            raise ReadOnlyStoreError(
-                f"{self.path} was opened read-only: open it without readonly=True to append"
-            )
-        if self._closing:
-            raise StoreClosedError(f"{self.path} is closing: open a new store to append")
-        await self.open()
-        if self._closing:
-            raise StoreClosedError(f"{self.path} is closing: open a new store to append")
+        await self._ready_to_write("append")
         future: asyncio.Future[list[EventRecord]] = asyncio.get_running_loop().create_future()
         only_stops = all(e.kind == "stop_requested" for e in encoded)
         token = None if claim is None else claim.token

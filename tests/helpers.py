@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import itertools
+import json
 import select
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from actors import END, StateGraph
 from events import GENESIS_HASH, MessageAppended, NodeEntered, StepAdvanced
@@ -106,3 +109,35 @@ def wait_ready(proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
         proc.kill()
         _, err = proc.communicate(timeout=timeout)
         raise AssertionError(f"the worker did not get ready within {timeout}s: {line!r}\n{err}")
+
+
+def agent_with_tools(
+    agent: Callable[..., Any],
+    tools: Sequence[Callable[..., Any]],
+    state_cls: type[AgentState] = AgentState,
+) -> Any:
+    """The usual loop: `agent`, then `tools` while its last message asks for calls, else END."""
+    from actors import ToolNode
+
+    graph: StateGraph[Any] = StateGraph(state_cls)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode(list(tools)))
+    graph.set_entry_point("agent")
+    graph.add_conditional_edges(
+        "agent",
+        lambda state: "tools" if state.context[-1].tool_calls() else END,
+        {"tools": "tools", END: END},
+    )
+    graph.add_edge("tools", "agent")
+    return graph
+
+
+def normalized(event: Any) -> str:
+    """An event as JSON, without its wall-clock parts (durations, tool message stamps), so an
+    interrupted and resumed run can be compared with an uninterrupted one."""
+    data = msgspec.to_builtins(event)
+    data["kind"] = type(event).__struct_config__.tag
+    data.pop("duration_ms", None)
+    if isinstance(data.get("message"), dict):
+        data["message"].pop("timestamp", None)
+    return json.dumps(data, sort_keys=True)

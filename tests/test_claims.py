@@ -22,6 +22,8 @@ import pytest
 from events import SQLiteEventStore
 from events.claims import HOST
 
+from .helpers import agent_with_tools
+
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_TIMEOUT = 60.0
 """No worker here should take more than a few seconds; past this the test fails."""
@@ -338,7 +340,7 @@ async def test_work_that_outlives_its_store_still_frees_the_thread(tmp_path: Pat
     thread is free even though the store was closed meanwhile."""
     import threading
 
-    from actors import END, StateGraph, ThreadBusyError, ToolNode
+    from actors import ThreadBusyError
     from projections import AgentState, Message, ToolCallBlock
 
     started, release = threading.Event(), threading.Event()
@@ -355,16 +357,7 @@ async def test_work_that_outlives_its_store_still_frees_the_thread(tmp_path: Pat
         call = ToolCallBlock(id="c1", name="slow", args={"n": 1})
         return [Message(role="assistant", content=[call])]
 
-    graph: StateGraph[AgentState] = StateGraph()
-    graph.add_node("agent", agent)
-    graph.add_node("tools", ToolNode([slow]))
-    graph.set_entry_point("agent")
-    graph.add_conditional_edges(
-        "agent",
-        lambda s: "tools" if s.context[-1].tool_calls() else END,
-        {"tools": "tools", END: END},
-    )
-    graph.add_edge("tools", "agent")
+    graph = agent_with_tools(agent, [slow])
     db = tmp_path / "log.db"
     async with SQLiteEventStore(db) as store:
         app = graph.compile(store=store)

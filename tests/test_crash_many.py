@@ -32,14 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 
 from events import SQLiteEventStore
 from projections import Message
 from tests.workers.many_threads import STEPS, build_graph, call_ids, thread_ids, uses_tools
 
-from .helpers import spawn_worker, wait_ready
+from .helpers import normalized, spawn_worker, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 THREADS = 100
@@ -75,16 +74,6 @@ def outcomes(proc: subprocess.Popen[str], what: str) -> dict[str, str | None]:
 
 
 # ---- reading a log -----------------------------------------------------------------------
-
-
-def normalized(event: Any) -> str:
-    """An event as JSON, without its wall-clock parts (durations, tool message stamps)."""
-    data = msgspec.to_builtins(event)
-    data["kind"] = type(event).__struct_config__.tag
-    data.pop("duration_ms", None)
-    if isinstance(data.get("message"), dict):
-        data["message"].pop("timestamp", None)
-    return json.dumps(data, sort_keys=True)
 
 
 def comparable(messages: list[Message]) -> list[dict[str, Any]]:

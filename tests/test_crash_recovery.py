@@ -27,14 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 
 from events import NodeEntered, SQLiteEventStore, StepAdvanced, ToolCallFinished, ToolCallStarted
 from projections import Message, replay
 from tests.workers.graph_run import build_graph, call_ids, comparable
 
-from .helpers import spawn_worker, wait_ready
+from .helpers import normalized, spawn_worker, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 THREAD = "crash-thread"
@@ -101,16 +100,6 @@ class LogView:
     state: dict[str, Any] | None = None
     replayed: dict[str, Any] | None = None
     verified: str | None = None
-
-
-def normalized(event: Any) -> str:
-    """An event as JSON, without its wall-clock parts (durations, tool message stamps)."""
-    data = msgspec.to_builtins(event)
-    data["kind"] = type(event).__struct_config__.tag
-    data.pop("duration_ms", None)
-    if isinstance(data.get("message"), dict):
-        data["message"].pop("timestamp", None)
-    return json.dumps(data, sort_keys=True)
 
 
 def read_log(db: Path, *, full: bool = False) -> LogView:

@@ -29,7 +29,6 @@ from actors import (
     ThreadBusyError,
     interrupt,
 )
-from actors.tools import ToolNode
 from events import (
     EventRecord,
     EventStore,
@@ -53,7 +52,7 @@ from projections import (
 )
 from projections.fold import ENTERED_KEY
 
-from .helpers import line
+from .helpers import agent_with_tools, line
 
 CFG = {"thread_id": "t"}
 
@@ -387,16 +386,7 @@ async def weather_agent(state: AgentState) -> list[Message]:
 
 
 def weather_graph(state_cls: type[AgentState] = AgentState) -> StateGraph[Any]:
-    graph: StateGraph[Any] = StateGraph(state_cls)
-    graph.add_node("agent", weather_agent)
-    graph.add_node("tools", ToolNode([get_weather]))
-    graph.set_entry_point("agent")
-    graph.add_conditional_edges(
-        "agent",
-        lambda s: "tools" if s.context[-1].tool_calls() else END,
-        {"tools": "tools", END: END},
-    )
-    graph.add_edge("tools", "agent")
+    graph: StateGraph[Any] = agent_with_tools(weather_agent, [get_weather], state_cls)
     return graph
 
 
