@@ -3,6 +3,11 @@
 Every call is recorded as `tool_call_started` before it runs and `tool_call_finished` the
 moment it ends, so a step run again after a crash answers finished calls from the log
 instead of running them twice.
+
+A tool returns like a node: a plain value is its result's output; a `Message` is its result
+message; a `Command(update=..., goto=...)` also updates the state and routes the run. All
+of it is recorded in the call's `tool_call_finished`, and the node's output is rebuilt from
+those records, so a step run again answers exactly as it did the first time.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import re
 import time
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,17 +26,30 @@ import msgspec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from events.kinds import Event, ToolCallFinished, ToolCallStarted
-from projections import AgentState, Message, ToolCallBlock, ToolResultBlock, to_builtins
+from projections import (
+    AgentState,
+    InvalidMessageError,
+    Message,
+    RemoveMessage,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    to_builtins,
+)
+from projections.messages import context_items
 
 from .context import NodeContext
-from .errors import GraphError, GraphInterrupt
+from .errors import GraphError, GraphInterrupt, ToolCommandConflictError
+from .graph import Command
 
 __all__ = [
     "INJECTED",
     "Tool",
     "ToolArgumentsError",
     "ToolNode",
+    "ToolReturnError",
     "UnknownToolError",
+    "node_output",
     "pending_calls",
     "rejected_message",
     "tool_message",
@@ -53,6 +71,19 @@ class UnknownToolError(LookupError):
 
 class ToolArgumentsError(ValueError):
     """A model's arguments for a tool do not fit the tool's signature."""
+
+
+class ToolReturnError(ValueError):
+    """A tool returned a `Message` or `Command` that cannot be its call's result; the call
+    is recorded as failed and nothing it returned is applied."""
+
+
+_UPDATE_MESSAGE_KEYS = ("messages", "context")
+"""The keys of a state update that hold messages."""
+
+_REMOVE = "remove"
+"""The `type` of a recorded `RemoveMessage` in a call's update: {"type": "remove",
+"message_id": ...} (a message dict has a `role` instead)."""
 
 
 @dataclass(frozen=True)
@@ -163,8 +194,12 @@ class ToolNode:
         """One OpenAI function schema per tool, in registration order."""
         return [tool.schema() for tool in self.tools.values()]
 
-    async def run(self, state: AgentState, context: NodeContext) -> list[Message]:
-        """Answer each pending call of the last assistant message with one tool message."""
+    async def run(self, state: AgentState, context: NodeContext) -> list[Message] | Command[str]:
+        """Answer each pending call of the last assistant message with one tool message.
+
+        The tool messages alone, in call order, unless a call returned a `Command` with an
+        update or a `goto`: then one `Command` carrying them all (see `node_output`).
+        """
         calls = pending_calls(state)
         if not calls:
             return []
@@ -190,7 +225,7 @@ class ToolNode:
             if isinstance(outcome, BaseException):
                 raise outcome  # an interrupt, a cancellation or a failed commit
             finished[call.id] = outcome
-        return [tool_message(finished[c.id]) for c in calls]
+        return node_output([finished[c.id] for c in calls])
 
     async def _run_call(
         self, call: ToolCallBlock, state: AgentState, context: NodeContext
@@ -198,7 +233,7 @@ class ToolNode:
         """Run one call, turning any failure into a failed result, and commit its result."""
         begin = time.perf_counter()
         status: typing.Literal["completed", "failed"] = "completed"
-        output: Any = None
+        returned = _Returned()
         error: str | None = None
         try:
             tool = self.tools.get(call.name)
@@ -209,7 +244,8 @@ class ToolNode:
                 pos, kw = tool.bind(call.args, state, context, call.id)
             except ValidationError as exc:
                 raise ToolArgumentsError(_describe(call.name, exc)) from exc
-            output = _plain(await tool.call(pos, kw, context, call.id))
+            value = await tool.call(pos, kw, context, call.id)
+            returned = _returned(call, value, {m.message_id for m in state.context})
         except GraphInterrupt:
             raise
         except Exception as exc:
@@ -218,9 +254,12 @@ class ToolNode:
             call_id=call.id,
             name=call.name,
             status=status,
-            output=output,
+            output=returned.output,
             error=error,
             duration_ms=(time.perf_counter() - begin) * 1000,
+            message=returned.message,
+            update=returned.update,
+            goto=returned.goto,
         )
         await context.commit([result])
         return result
@@ -251,7 +290,10 @@ def pending_calls(state: AgentState) -> list[ToolCallBlock]:
 
 
 def tool_message(result: ToolCallFinished) -> Message:
-    """The tool message of a result, with an id derived from the call id."""
+    """The tool message of a result: the one the tool gave, if it was recorded, else one
+    made from its output or error, with an id derived from the call id."""
+    if result.message is not None:
+        return Message.model_validate(result.message)
     failed = result.status != "completed"
     block = ToolResultBlock(
         call_id=result.call_id,
@@ -268,6 +310,208 @@ def rejected_message(call: ToolCallBlock, why: str) -> Message:
     block = ToolResultBlock(call_id=call.id, output=why, is_error=True, status="rejected")
     meta = {"tool_name": call.name}
     return Message.tool_message([block], message_id=f"tool-{call.id}", meta=meta)
+
+
+def node_output(results: Sequence[ToolCallFinished]) -> list[Message] | Command[str]:
+    """What a tool node returns for its calls' results, in call order.
+
+    Without any update or `goto`, the result messages. Otherwise a `Command` whose update
+    holds the result messages, then each call's other messages, and the fields the calls
+    set; a field set by two calls, or two different `goto` targets, is a conflict the step
+    cannot settle (`ToolCommandConflictError`). A failed call's update is never applied.
+    """
+    messages = [tool_message(r) for r in results]
+    applied = [r for r in results if r.status == "completed"]
+    if all(r.update is None and r.goto is None for r in applied):
+        return messages
+    extras: list[Message | RemoveMessage] = []
+    fields: dict[str, Any] = {}
+    setters: dict[str, ToolCallFinished] = {}
+    router: ToolCallFinished | None = None
+    for result in applied:
+        if result.goto is not None:
+            if router is not None and router.goto != result.goto:
+                raise ToolCommandConflictError(
+                    f"tool calls {_call(router)} and {_call(result)} go to different nodes, "
+                    f"{router.goto!r} and {result.goto!r}: a step goes to one node, so let "
+                    "one of these tools route the run, or have the model make the calls in "
+                    "separate turns"
+                )
+            router = router or result
+        update = dict(result.update or {})
+        recorded = update.pop("messages", None) or []
+        if not isinstance(recorded, list):
+            raise ToolReturnError(
+                f"the recorded update of tool call {_call(result)} holds {recorded!r:.60} "
+                "under 'messages', not a list of messages"
+            )
+        extras.extend(_item(result, item) for item in recorded)
+        for name, value in update.items():
+            first = setters.setdefault(name, result)
+            if first is not result:
+                raise ToolCommandConflictError(
+                    f"tool calls {_call(first)} and {_call(result)} both set field {name!r}: "
+                    "a step sets a field once, so let one of these tools set it, or have the "
+                    "model make the calls in separate turns"
+                )
+            fields[name] = value
+    goto = router.goto if router is not None else None
+    return Command(update={"messages": [*messages, *extras], **fields}, goto=goto)
+
+
+def _call(result: ToolCallFinished) -> str:
+    """A call as errors name it: its id and its tool."""
+    return f"{result.call_id!r} ({result.name})"
+
+
+def _item(result: ToolCallFinished, item: Any) -> Message | RemoveMessage:
+    """One recorded message (or removal) of a call's update, as the engine takes it."""
+    try:
+        if isinstance(item, Mapping) and item.get("type") == _REMOVE:
+            return RemoveMessage(item.get("message_id"))
+        return Message.model_validate(item)
+    except (ValidationError, ValueError) as exc:
+        raise ToolReturnError(
+            f"the recorded update of tool call {_call(result)} holds {item!r:.80}, which is "
+            f"neither a message nor a removal ({exc})"
+        ) from exc
+
+
+@dataclass(frozen=True)
+class _Returned:
+    """What a tool's return value records: a plain output, or a message, update and goto."""
+
+    output: Any = None
+    message: dict[str, Any] | None = None
+    update: dict[str, Any] | None = None
+    goto: str | None = None
+
+
+def _returned(call: ToolCallBlock, value: Any, known: set[str | int]) -> _Returned:
+    """What `value`, returned by the tool of `call`, records; `known` are the ids already in
+    the context, which a result message must not reuse (it would be taken as already there)."""
+    if isinstance(value, Command):
+        return _command_returned(call, value, known)
+    if isinstance(value, Message):
+        return _Returned(message=_recorded(call, _result_message(call, value, known)))
+    return _Returned(output=_plain(value))
+
+
+def _command_returned(
+    call: ToolCallBlock, command: Command[Any], known: set[str | int]
+) -> _Returned:
+    """The result message, the rest of the update, and the goto of a tool's `Command`."""
+    what = f"the Command of tool {call.name!r} (call {call.id!r})"
+    if command.resume is not None:
+        raise ToolReturnError(
+            f"{what} has resume=..., which answers a paused run: a tool returns update= "
+            "and goto= only"
+        )
+    goto = command.goto
+    if goto is not None and not isinstance(goto, str):
+        raise ToolReturnError(f"{what} has goto={goto!r}: name one node, as a str")
+    update = command.update
+    if update is not None and not isinstance(update, Mapping):
+        raise ToolReturnError(
+            f"{what} has update={update!r:.60}: give a dict of state fields, with its "
+            "messages under 'messages'"
+        )
+    answer: Message | None = None
+    extras: list[Any] = []
+    fields: dict[str, Any] = {}
+    for key, items in (update or {}).items():
+        if not isinstance(key, str):
+            raise ToolReturnError(f"{what} updates {key!r}: state fields are named by str")
+        if key not in _UPDATE_MESSAGE_KEYS:
+            fields[key] = items
+            continue
+        if not isinstance(items, Sequence) or isinstance(items, str | bytes | bytearray):
+            raise ToolReturnError(
+                f"{what} has {items!r:.60} under {key!r}: give a list of messages"
+            )
+        try:
+            read = context_items(items)
+        except InvalidMessageError as exc:
+            raise ToolReturnError(f"{what}, under {key!r}: {exc}") from exc
+        for item in read:
+            if isinstance(item, RemoveMessage):
+                extras.append({"type": _REMOVE, "message_id": item.message_id})
+                continue
+            answered = {b.call_id for b in item.content if isinstance(b, ToolResultBlock)}
+            if call.id in answered:
+                if answer is not None:
+                    raise ToolReturnError(
+                        f"{what} holds two messages answering the call "
+                        f"({answer.message_id!r} and {item.message_id!r}): give one"
+                    )
+                answer = item
+            elif answered:
+                raise ToolReturnError(
+                    f"{what} holds a tool result for call {sorted(answered)[0]!r}, but this "
+                    f"call is {call.id!r}: a tool answers its own call only (a "
+                    "`tool_call_id` parameter gives its id)"
+                )
+            else:
+                extras.append(_storable(item, f"{what}: message {item.message_id!r}"))
+    if answer is None:
+        block = ToolResultBlock(call_id=call.id, output=None, status="completed")
+        meta = {"tool_name": call.name}
+        message = Message.tool_message([block], message_id=f"tool-{call.id}", meta=meta)
+    else:
+        message = _result_message(call, answer, known)
+    rest: dict[str, Any] = {}
+    if extras:
+        rest["messages"] = extras
+    for name, field_value in fields.items():
+        rest[name] = _storable(field_value, f"{what}: the value of field {name!r}")
+    return _Returned(message=_recorded(call, message), update=rest or None, goto=goto)
+
+
+def _result_message(call: ToolCallBlock, message: Message, known: set[str | int]) -> Message:
+    """`message`, returned by the tool of `call`, as the tool message answering the call.
+
+    One that already answers the call is kept; one answering another call is refused; any
+    other becomes a tool message with the same id whose result is the message's text.
+    """
+    results = [b for b in message.content if isinstance(b, ToolResultBlock)]
+    foreign = sorted({b.call_id for b in results if b.call_id != call.id})
+    if foreign:
+        raise ToolReturnError(
+            f"tool {call.name!r} returned a message holding the result of call {foreign[0]!r}, "
+            f"but it was called as {call.id!r}: a tool answers its own call only (a "
+            "`tool_call_id` parameter gives its id)"
+        )
+    if message.message_id in known:
+        raise ToolReturnError(
+            f"tool {call.name!r} (call {call.id!r}) returned a message with id "
+            f"{message.message_id!r}, which the context already holds: return a new message "
+            "(a fresh id), not one of the state's"
+        )
+    if not results:
+        block = ToolResultBlock(call_id=call.id, output=message.text(), status="completed")
+        others = [b for b in message.content if not isinstance(b, TextBlock)]
+        message = message.model_copy(update={"role": "tool", "content": [block, *others]})
+    # A delta (a streamed fragment) is never stored as a message: the result is a whole one.
+    meta = {**message.metadata, "tool_name": call.name}
+    return message.model_copy(update={"metadata": meta, "delta": False})
+
+
+def _recorded(call: ToolCallBlock, message: Message) -> dict[str, Any]:
+    """A result message as the log stores it."""
+    plain: dict[str, Any] = _storable(
+        message, f"the message tool {call.name!r} returned for call {call.id!r}"
+    )
+    return plain
+
+
+def _storable(value: Any, what: str) -> Any:
+    """`value` as builtins the log can store, or a `ToolReturnError` naming `what` it is."""
+    try:
+        plain = to_builtins(value)
+        msgspec.msgpack.encode(plain)
+    except Exception as exc:
+        raise ToolReturnError(f"{what} cannot be stored in the log ({exc})") from exc
+    return plain
 
 
 def _describe(name: str, exc: ValidationError) -> str:
