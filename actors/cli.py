@@ -2,8 +2,9 @@
 
 Every command but `demo` opens an existing agentlog database and never creates one; only
 `fork` writes to it (it appends the new thread). `--json` prints JSON on stdout instead of
-tables. A failure prints one line, `error: ...`, on stderr and exits 1 (usage errors: 2);
-with `--json` that line is a JSON object, `{"error": ..., "exit": N}`. Stored text is shown
+tables. A failure prints one line, `error: ...`, on stderr and exits 1 (usage errors: 2;
+`verify` exits 3 when the chains are intact but an invariant is broken); with `--json` that
+line is a JSON object, `{"error": ..., "exit": N}`. Stored text is shown
 inert (see `cli_render.inert`), and a view is bounded unless `--full` asks for everything.
 When stdout is not a terminal, nothing is wrapped or cut to a terminal's width.
 
@@ -32,9 +33,10 @@ from typer._click.exceptions import ClickException
 from events import KINDS, AgentlogError, EventRecord, Forked, SQLiteEventStore, VerifyReport
 from events.audit import Head, export_jsonl, verify_store, verify_thread
 from events.sqlite import APPLICATION_ID, SQLITE_MAGIC
-from projections import AgentState, StreamChunk, event_history, fork, step_seq
+from projections import AgentState, EventRow, StreamChunk, event_history, fork, step_seq
 from projections.generic import OpenState, open_states
-from projections.timetravel import StateDiff, compare_states
+from projections.invariants import ThreadFindings, thread_findings
+from projections.timetravel import StateDiff, compare_states, step_span
 
 from . import cli_render as render
 from .demo import run_demo
@@ -45,6 +47,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+INVARIANT_EXIT = 3
+"""`verify`'s exit status when every hash chain is intact but a thread breaks an invariant
+(1 is a damaged chain or any other failure, 2 a usage error)."""
 UNBOUNDED = 1_000_000
 """The width of output that is not a terminal: nothing is wrapped or cut to fit."""
 
@@ -339,19 +344,33 @@ def show_command(
 ) -> None:
     """The thread's state at a point (the latest by default): status, messages, fields.
 
-    Shows the last messages and cuts long texts unless --full; --json is always complete.
+    With --step, also what the step recorded: one summarised row per record.
+
+    Shows the last messages and records and cuts long texts unless --full; --json is complete.
     """
     _one_point(step, seq)
 
-    async def job(store: SQLiteEventStore) -> OpenState:
-        (point,) = await open_states(store, thread, [await _point(store, thread, step, seq)])
-        return point
+    async def job(store: SQLiteEventStore) -> tuple[OpenState, int | None, list[EventRow]]:
+        if step is None:
+            (point,) = await open_states(store, thread, [await _point(store, thread, None, seq)])
+            return point, None, []
+        number = await _from_end(store, thread, step, "step")
+        first, end = await step_span(store, thread, number)
+        (point,) = await open_states(store, thread, [end])
+        rows = await event_history(store, thread, first=first, last=end) if first <= end else []
+        return point, number, rows
 
-    point = _run(job, db, thread)
+    point, number, rows = _run(job, db, thread)
     if as_json:
-        _echo_json(render.state_json(thread, point.seq, point.state, point))
-    else:
-        _print(render.state_view(thread, point.seq, point.state, _bounds(full, last), point))
+        data = render.state_json(thread, point.seq, point.state, point)
+        if number is not None:
+            data["step_records"] = render.history_json(rows)
+        _echo_json(data)
+        return
+    bounds = _bounds(full, last)
+    _print(render.state_view(thread, point.seq, point.state, bounds, point))
+    if number is not None:
+        _print(render.step_records_view(number, rows, bounds))
 
 
 @app.command("diff", context_settings={"ignore_unknown_options": True})
@@ -443,7 +462,20 @@ def verify_command(
     db: Db = "agentlog.db",
     as_json: AsJson = False,
 ) -> None:
-    """Recompute the hash chains (of one thread, or all); exit 1 if any is broken."""
+    """Recompute the hash chains (of one thread, or all), then check the tool-call invariants.
+
+    A completed run must leave no tool call without its result; a result answers one call.
+
+    A thread whose chain is damaged is not replayed: only its damage is reported.
+
+    Exit status 0: every chain is intact and no invariant is broken.
+
+    Exit status 1: a chain is damaged (whatever the invariants), or the check could not run.
+
+    Exit status 2: a usage error.
+
+    Exit status 3: every chain is intact but a thread breaks an invariant (see its lines).
+    """
     saved: Head | None = None
     if head is not None:
         try:
@@ -454,17 +486,26 @@ def verify_command(
             _fail(f"--head is a head of thread {saved.thread_id!r}, not of {thread!r}")
         thread = saved.thread_id
 
-    async def job(store: SQLiteEventStore) -> list[VerifyReport]:
+    async def job(store: SQLiteEventStore) -> tuple[list[VerifyReport], list[ThreadFindings]]:
         if thread is not None:
-            return [await verify_thread(store, thread, head=saved)]
-        with render.progress(errors, "verifying threads") as update:
-            return await verify_store(store, progress=update)
+            reports = [await verify_thread(store, thread, head=saved)]
+        else:
+            with render.progress(errors, "verifying threads") as update:
+                reports = await verify_store(store, progress=update)
+        intact = [r.thread_id for r in reports if r.ok]
+        checked: list[ThreadFindings] = []
+        with render.progress(errors, "checking invariants") as update:
+            for thread_id in intact:
+                checked.append(await thread_findings(store, thread_id))
+                update(len(checked), len(intact))
+        return reports, checked
 
-    reports = _run(job, db, thread)
+    reports, checked = _run(job, db, thread)
     if as_json:
-        _echo_json(render.verify_json(reports))
+        _echo_json(render.verify_json(reports, checked))
     else:
         _print(render.verify_table(reports))
+        _print(render.invariants_view(reports, checked))
     failed = [r for r in reports if not r.ok]
     if failed:
         first = failed[0]
@@ -472,6 +513,15 @@ def verify_command(
             f"{len(failed)} of {len(reports)} threads failed verification; thread "
             f"{first.thread_id!r}, seq {first.first_bad_seq}: {first.problem}"
         )
+    broken = [c for c in checked if not c.ok]
+    if broken:
+        count = sum(len(c.findings) for c in broken)
+        _error_line(
+            f"{count} invariant finding(s) in {len(broken)} of {len(reports)} threads (hash "
+            f"chains intact); thread {broken[0].thread_id!r}: {broken[0].findings[0]}",
+            INVARIANT_EXIT,
+        )
+        raise typer.Exit(INVARIANT_EXIT)
 
 
 async def _export(store: SQLiteEventStore, thread: str, out: Path | None, overwrite: bool) -> Head:

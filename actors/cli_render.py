@@ -30,6 +30,8 @@ from events import EventRecord, VerifyReport
 from projections import (
     AgentState,
     EventRow,
+    ExecutionState,
+    ExecutionStatus,
     Message,
     StateDiff,
     StopRequestStatus,
@@ -37,7 +39,9 @@ from projections import (
     to_builtins,
 )
 from projections.generic import OpenState
-from projections.timetravel import interrupt_summary
+from projections.invariants import ThreadFindings
+from projections.timetravel import interrupt_summary, message_text, quoted_id
+from projections.transcript import calls_of
 
 TABLE_ROWS = 2000
 """Past this many rows a timeline prints as plain aligned lines rather than a rich table."""
@@ -315,9 +319,10 @@ def message_json(message: Message) -> dict[str, Any]:
 
 
 def message_line(message: Message, limit: int | None = TEXT_LIMIT) -> Text:
-    """A message: its text (cut at `limit` characters) and the tools it calls."""
-    text = bounded(message.text() or "", limit)
-    calls = ", ".join(f"{c.name}({_value(c.args)})" for c in message.tool_calls())
+    """A message as people see it (`message_text`: text, reasoning, errors, tool outputs),
+    cut at `limit` characters, and the tools it calls."""
+    text = bounded(message_text(message), limit)
+    calls = ", ".join(f"{c.name}({_value(c.args)})" for c in calls_of(message))
     if calls:
         calls, cut = clip(calls, limit)
         text.append(" -> " if text else "-> ", style="cyan")
@@ -329,6 +334,17 @@ def message_line(message: Message, limit: int | None = TEXT_LIMIT) -> Text:
 
 def _interrupt(state: AgentState) -> dict[str, Any] | None:
     return interrupt_summary(state.execution_meta)
+
+
+def stop_summary(meta: ExecutionState) -> str | None:
+    """How a stop left the run, or None when it is not stopped: after the node it followed,
+    or before the node it cancelled (which runs again on resume). Stored text: show inert."""
+    if meta.stop_current_execution != StopRequestStatus.STOPPED or not meta.is_interrupted():
+        return None
+    node = meta.interrupted_node or "?"
+    if meta.status == ExecutionStatus.INTERRUPTED_AFTER:
+        return f"stopped after node {node}"
+    return f"stopped before node {node} (cancelled; it runs again on resume)"
 
 
 def custom_fields(state: AgentState) -> dict[str, Any]:
@@ -400,6 +416,9 @@ def state_view(
     if meta.stop_current_execution != StopRequestStatus.NONE:
         head.append(f" stop={meta.stop_current_execution.value}")
     parts: list[RenderableType] = [head]
+    stopped = stop_summary(meta)
+    if stopped is not None:
+        parts.append(Text(inert(stopped), style="yellow"))
     interrupt = _interrupt(state)
     if interrupt is not None:
         line = Text("interrupt: ", style="yellow")
@@ -450,6 +469,27 @@ def state_view(
         parts.append(_left_out(shown_from, "messages"))
     parts.append(messages)
     return Group(*parts)
+
+
+STEP_RECORDS = 50
+"""Records of one step `show --step` lists before it says how many it left out."""
+
+
+def step_records_view(
+    step: int, rows: Sequence[EventRow], bounds: Bounds = Bounds()
+) -> RenderableType:
+    """What led to a step: its records, one summarised row each (the last `STEP_RECORDS`
+    unless the bounds are full)."""
+    span = f" (seq {rows[0].seq} to {rows[-1].seq})" if rows else ""
+    table = _table(f"step {step}: {len(rows)} records{span}", "seq", "kind", "actor", "node")
+    table.columns[0].justify = "right"
+    table.add_column("summary", overflow="fold")
+    hidden = 0 if bounds.messages is None else max(0, len(rows) - STEP_RECORDS)
+    for r in rows[hidden:]:
+        table.add_row(
+            Text(str(r.seq)), cell(r.kind), cell(r.actor or ""), cell(r.node or ""), cell(r.summary)
+        )
+    return Group(_left_out(hidden, "records"), table) if hidden else table
 
 
 # ---- diff ------------------------------------------------------------------------------
@@ -533,12 +573,12 @@ def diff_view(
         return items[hidden:]
 
     for m in last(d.messages_added, "added messages"):
-        table.add_row(cell(f"+ {m.role} message"), Text(""), message_line(m, bounds.text))
+        table.add_row(_message_label("+", m), Text(""), message_line(m, bounds.text))
     for m in last(d.messages_removed, "removed messages"):
-        table.add_row(cell(f"- {m.role} message"), message_line(m, bounds.text), Text(""))
+        table.add_row(_message_label("-", m), message_line(m, bounds.text), Text(""))
     for old_m, new_m in last(d.messages_changed, "changed messages"):
         table.add_row(
-            cell(f"~ {new_m.role} message"),
+            _message_label("~", new_m),
             message_line(old_m, bounds.text),
             message_line(new_m, bounds.text),
         )
@@ -552,6 +592,11 @@ def diff_view(
     return Group(*left_out, table, *notes)
 
 
+def _message_label(sign: str, message: Message) -> Text:
+    """`+`, `-` or `~`, the role and the id of a message in a diff (the id inert)."""
+    return cell(f"{sign} {message.role} message {quoted_id(message.message_id)}")
+
+
 # ---- verify ----------------------------------------------------------------------------
 
 
@@ -562,9 +607,31 @@ def head_of(report: VerifyReport) -> str | None:
     return f"{report.thread_id}@{report.records_checked}:{report.head_hash}"
 
 
-def verify_json(reports: Sequence[VerifyReport]) -> dict[str, Any]:
+def verify_json(
+    reports: Sequence[VerifyReport], checked: Sequence[ThreadFindings] = ()
+) -> dict[str, Any]:
+    """The chains under "ok" and "threads"; the invariants of the threads whose chain is
+    intact under "invariants" (damaged threads are listed there as not checked)."""
+    done = {c.thread_id for c in checked}
     return {
         "ok": all(r.ok for r in reports),
+        "invariants": {
+            "ok": all(c.ok for c in checked),
+            "checked": [c.thread_id for c in checked],
+            "not_checked": [r.thread_id for r in reports if r.thread_id not in done],
+            "findings": [
+                {
+                    "thread_id": c.thread_id,
+                    "seq": c.seq,
+                    "kind": f.kind,
+                    "call_id": f.call_id,
+                    "tool": f.tool,
+                    "message": f.message,
+                }
+                for c in checked
+                for f in c.findings
+            ],
+        },
         "threads": [
             {
                 "thread_id": r.thread_id,
@@ -594,6 +661,38 @@ def verify_table(reports: Sequence[VerifyReport]) -> Table:
             cell(r.thread_id), Text(str(r.records_checked)), verdict_cell, cell(detail or "")
         )
     return table
+
+
+def invariants_view(
+    reports: Sequence[VerifyReport], checked: Sequence[ThreadFindings]
+) -> RenderableType:
+    """The invariant findings after the chain table, one line each, labelled as such.
+
+    Threads whose chain is damaged were not folded: they are counted as not checked.
+    """
+    found = [(c.thread_id, f) for c in checked for f in c.findings]
+    skipped = len(reports) - len(checked)
+    not_checked = f"; {skipped} not checked (damaged chain)" if skipped else ""
+    if not found:
+        head = Text("tool-call invariants: ", style="bold")
+        head.append("ok", style="green")
+        head.append(f" in {len(checked)} of {len(reports)} threads{not_checked}")
+        return head
+    bad = len({thread for thread, _ in found})
+    head = Text("invariant findings", style="bold red")
+    head.append(
+        f": {len(found)} in {bad} of {len(reports)} threads{not_checked} (the hash chains "
+        "of these threads are intact: what they record breaks a rule of the transcript)"
+    )
+    lines: list[RenderableType] = [head]
+    for thread, finding in found:
+        line = Text("invariant finding", style="red")
+        line.append(f" [{finding.kind}]: thread ")
+        line.append(inert(thread))
+        line.append(": ")
+        line.append(inert(finding.message))
+        lines.append(line)
+    return Group(*lines)
 
 
 # ---- demo ------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ record S). Every answer comes from the log, never from re-running nodes.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,19 +17,37 @@ from events import (
     EventRecord,
     EventStore,
     Forked,
-    MessageAppended,
-    MessageReplaced,
     Snapshot,
     ThreadNotFoundError,
 )
-from events.kinds import Event
+from events.kinds import (
+    ContextSummarized,
+    Event,
+    MessageAppended,
+    MessageReplaced,
+    MessagesRemoved,
+    MessagesReplaced,
+    RunFailed,
+    StateUpdated,
+    StepAdvanced,
+    Stopped,
+    ToolCallFinished,
+)
 
 from .edge import state_data, state_updated, to_builtins
 from .errors import IllegalTransitionError, InvalidStateUpdateError
 from .fold import ENTERED_KEY, RESUME_KEY, TOOL_CALLS_KEY, decide
 from .generic import state_fields
-from .messages import Message, to_messages
+from .messages import (
+    ErrorBlock,
+    Message,
+    ReasoningBlock,
+    TextBlock,
+    ToolResultBlock,
+    to_messages,
+)
 from .state import AgentState, ExecutionState
+from .transcript import calls_of
 from .views import PointOutOfRangeError, fold_at, state_at
 
 S = TypeVar("S", bound=AgentState)
@@ -192,18 +211,27 @@ def _status_after_steps(records: Sequence[EventRecord]) -> dict[int, str]:
 
 
 async def event_history(
-    store: EventStore, thread_id: str, kinds: Sequence[str] | None = None
+    store: EventStore,
+    thread_id: str,
+    kinds: Sequence[str] | None = None,
+    *,
+    first: int = 1,
+    last: int | None = None,
 ) -> list[EventRow]:
-    """One row per event (seq, time, kind, actor, node, a one-line summary)."""
+    """One row per event (seq, time, kind, actor, node, a one-line summary).
+
+    `first` and `last` bound the rows to a range of seqs; the node a row names is still the
+    one entered last before it, even when that was before `first`.
+    """
     rows: list[EventRow] = []
     node: str | None = None
-    async for record in store.read(thread_id):
+    async for record in store.read(thread_id, 1, last):
         event = record.event
         if record.kind == "node_entered":
             node = event.node  # type: ignore[union-attr]
         elif record.kind == "forked":
             node = None
-        if kinds and record.kind not in kinds:
+        if record.seq < first or (kinds and record.kind not in kinds):
             continue
         rows.append(
             EventRow(record.seq, record.at, record.kind, record.actor, node, summarize(record))
@@ -211,31 +239,146 @@ async def event_history(
     return rows
 
 
+async def step_span(store: EventStore, thread_id: str, step: int) -> tuple[int, int]:
+    """The seqs of the records that led to `step`: after the previous step's last record,
+    up to this step's (for the step a thread starts from, its records before any node ran).
+
+    The span can be empty (first > last) when nothing was recorded before the first node.
+    """
+    last = await step_seq(store, thread_id, step)
+    if step == await _base_step(store, thread_id):
+        return 1, last
+    return await step_seq(store, thread_id, step - 1) + 1, last
+
+
+SUMMARY_CHARS = 60
+"""Characters of a message's text in a one-line summary."""
+
+SUMMARY_IDS = 10
+"""Message ids named in a one-line summary before the rest are counted."""
+
+
+def message_text(message: Message) -> str:
+    """What a person is shown of a message: its text, reasoning summaries, errors, and the
+    outputs of its tool results (a non-string output as JSON), in block order.
+
+    `Message.text()` is narrower (text and string outputs, as the seed defines it); every
+    view made for people summarises a message through this function instead. The text is
+    stored text: make it inert where it is shown.
+    """
+    parts: list[str] = []
+    for block in message.content:
+        if isinstance(block, TextBlock):
+            parts.append(block.text)
+        elif isinstance(block, ToolResultBlock) and block.output is not None:
+            output = block.output
+            parts.append(output if isinstance(output, str) else _json(output))
+        elif isinstance(block, ReasoningBlock):
+            parts.append(block.summary)
+        elif isinstance(block, ErrorBlock):
+            parts.append(block.message)
+    return "".join(parts)
+
+
+def message_brief(message: Message, chars: int = SUMMARY_CHARS) -> str:
+    """A message in a few words: role, the start of its text, the tools it calls."""
+    calls = ", ".join(c.name for c in calls_of(message))
+    text = message_text(message)[:chars]
+    return f"{message.role}: {text}" + (f" [calls {calls}]" if calls else "")
+
+
+def _json(value: Any) -> str:
+    """A value as one line of JSON (str() for what JSON cannot hold)."""
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def quoted_id(message_id: str | int) -> str:
+    """A message id as summaries name it: a str in quotes, an int bare (left raw: the
+    view that shows it makes it inert, so it is escaped once)."""
+    return f"'{message_id}'" if isinstance(message_id, str) else str(message_id)
+
+
+def _ids(ids: Sequence[str | int]) -> str:
+    """Message ids quoted, the first `SUMMARY_IDS` of them and a count of the rest."""
+    shown = ", ".join(quoted_id(i) for i in ids[:SUMMARY_IDS])
+    rest = len(ids) - SUMMARY_IDS
+    return shown + (f" and {rest} more" if rest > 0 else "")
+
+
+def _count(n: int, what: str = "message") -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+def _why(reason: str | None) -> str:
+    return f" ({reason})" if reason else ""
+
+
 def summarize(record: EventRecord) -> str:
-    """What a record says, in a few words."""
+    """What a record says, in a few words (stored text included as it is: show it inert)."""
     event = record.event
+    if isinstance(event, MessageAppended):
+        return message_brief(Message.model_validate(event.message))
+    if isinstance(event, MessageReplaced):
+        message = Message.model_validate(event.message)
+        brief = message_brief(message)
+        return f"replaced message {quoted_id(message.message_id)}: {brief}{_why(event.reason)}"
+    if isinstance(event, MessagesRemoved):
+        ids = event.message_ids
+        return f"removed {_count(len(ids))}: {_ids(ids)}{_why(event.reason)}"
+    if isinstance(event, MessagesReplaced):
+        return f"context replaced: now {_count(len(event.messages))}"
+    if isinstance(event, ContextSummarized):
+        said = f"context summarized: {event.summary[:SUMMARY_CHARS]}"
+        if event.messages is not None:
+            said += f"; context now {_count(len(event.messages))}"
+        return said
+    if isinstance(event, Stopped):
+        node = event.node or "?"
+        said = (
+            f"stopped after node {node}"
+            if event.when == "after"
+            else f"stopped before node {node} (cancelled)"
+        )
+        if event.reason:
+            said += f": {event.reason}"
+        if event.in_flight:
+            said += f"; still running on worker threads: {', '.join(event.in_flight)}"
+        return said
+    if isinstance(event, ToolCallFinished):
+        return _tool_finished(event)
+    if isinstance(event, StateUpdated):
+        keys = ", ".join(sorted(event.values))
+        return f"{event.source} set {keys}{_why(event.reason)}"
+    if isinstance(event, StepAdvanced):
+        return f"step {event.step} -> {event.next_node}"
+    if isinstance(event, RunFailed):
+        return f"{event.node}: {event.error_type}: {event.message}"[:100]
+    if isinstance(event, Forked):
+        return f"from {event.source_thread}@{event.source_seq}"
     fields = event.__struct_fields__
-    if record.kind in ("message_appended",):
-        message = Message.model_validate(event.message)  # type: ignore[union-attr]
-        calls = ", ".join(c.name for c in message.tool_calls())
-        return f"{message.role}: {message.text()[:60]}" + (f" [calls {calls}]" if calls else "")
-    if record.kind == "tool_call_finished":
-        error = f": {event.error}" if event.error else ""  # type: ignore[union-attr]
-        return f"{event.name} {event.status}{error}"  # type: ignore[union-attr]
-    if record.kind == "state_updated":
-        keys = ", ".join(sorted(event.values))  # type: ignore[union-attr]
-        why = f" ({event.reason})" if event.reason else ""  # type: ignore[union-attr]
-        return f"{event.source} set {keys}{why}"  # type: ignore[union-attr]
-    if record.kind == "step_advanced":
-        return f"step {event.step} -> {event.next_node}"  # type: ignore[union-attr]
-    if record.kind == "run_failed":
-        return f"{event.node}: {event.error_type}: {event.message}"[:100]  # type: ignore[union-attr]
-    if record.kind == "forked":
-        return f"from {event.source_thread}@{event.source_seq}"  # type: ignore[union-attr]
     for name in ("name", "node", "next_node", "entry_node", "reason"):
         if name in fields and getattr(event, name):
             return f"{name}={getattr(event, name)}"
     return ""
+
+
+def _tool_finished(event: ToolCallFinished) -> str:
+    """A tool call's end: status or error, the message it returned, the Command it gave."""
+    said = f"{event.name} {event.status}" + (f": {event.error}" if event.error else "")
+    if event.message is not None:
+        try:
+            text = message_text(Message.model_validate(event.message))[:SUMMARY_CHARS]
+        except ValueError:
+            text = "(unreadable)"
+        said += f"; returned a tool message: {text}"
+    command = []
+    if event.goto is not None:
+        command.append(f"goto {event.goto}")
+    if event.update:
+        command.append(f"updated fields {', '.join(sorted(event.update))}")
+    if command:
+        said += f"; returned a Command: {', '.join(command)}"
+    return said
 
 
 @dataclass(frozen=True)
@@ -421,10 +564,14 @@ __all__ = [
     "event_history",
     "fork",
     "interrupt_summary",
+    "message_brief",
+    "message_text",
     "point_seq",
+    "quoted_id",
     "state_at_point",
     "state_history",
     "step_seq",
+    "step_span",
     "summarize",
     "update_state",
 ]
