@@ -5,7 +5,7 @@ the log. Build a `StateGraph`, `compile` it onto a store, and run threads with
 `ainvoke` / `astream`.
 """
 
-from projections import END, START
+from projections import END, REMOVE_ALL_MESSAGES, START, RemoveMessage
 
 from ._actor import Actor, ActorFailed, ActorStoppedError, AskTimeoutError
 from .compiled import CompiledGraph
@@ -16,15 +16,19 @@ from .errors import (
     MissingThreadIdError,
     NodeError,
     NodeReturnError,
+    NodeTimeoutError,
     RecursionLimitError,
     ThreadBusyError,
+    ToolCommandConflictError,
 )
 from .graph import Command, StateGraph
 from .nodes import interrupt
+from .results import ResponseGranularity
 from .tools import ToolNode
 
 __all__ = [
     "END",
+    "REMOVE_ALL_MESSAGES",
     "START",
     "Actor",
     "ActorFailed",
@@ -38,9 +42,13 @@ __all__ = [
     "NodeContext",
     "NodeError",
     "NodeReturnError",
+    "NodeTimeoutError",
     "RecursionLimitError",
+    "RemoveMessage",
+    "ResponseGranularity",
     "StateGraph",
     "ThreadBusyError",
+    "ToolCommandConflictError",
     "ToolNode",
     "interrupt",
 ]

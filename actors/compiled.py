@@ -29,6 +29,7 @@ from events import (
     EventStore,
     InterruptRaised,
     MemoryEventStore,
+    MessageAppended,
     NodeEntered,
     Resumed,
     RunCompleted,
@@ -52,19 +53,21 @@ from projections import (
     Fold,
     IllegalTransitionError,
     Message,
+    RemoteToolCallBlock,
     StateDiff,
     StepEntry,
     StopRequestStatus,
     StreamChunk,
     StreamEvent,
+    ToolCallBlock,
     decide,
     diff,
     edit_events,
     event_history,
     fold_at,
     fork,
-    interrupt_summary,
     message_appended,
+    open_calls,
     snapshot_of,
     state_at_point,
     state_history,
@@ -87,6 +90,8 @@ from .errors import (
     GraphInterrupt,
     MissingThreadIdError,
     NodeError,
+    NodeReportedError,
+    NodeTimeoutError,
     RecursionLimitError,
     ThreadBusyError,
 )
@@ -94,6 +99,7 @@ from .graph import Command, StateGraph, is_tool_node
 from .journal import Journal, journal_for
 from .nodes import NodeActor, RunNode, output_events, resume_values
 from .offload import InFlight
+from .results import ResponseGranularity, granularity, run_result
 from .stream import END_OF_STREAM, RunStream
 from .tools import pending_calls, rejected_message, tool_message
 
@@ -126,6 +132,10 @@ class _Run(Generic[S]):
     recursion_limit: int = DEFAULT_RECURSION_LIMIT
     writing: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Commits of one run go one at a time (a tool node's calls finish concurrently)."""
+    own: set[str | int] = field(default_factory=set)
+    """Ids of the messages this call appended: the `messages` of its result."""
+    last_node: str | None = None
+    """The node whose step this call committed last: a stop between nodes pauses after it."""
 
 
 class CompiledGraph(Generic[S]):
@@ -141,9 +151,12 @@ class CompiledGraph(Generic[S]):
         recursion_limit: int = DEFAULT_RECURSION_LIMIT,
         snapshot_every: int | None = 5000,
         node_concurrency: Mapping[str, int] | None = None,
+        node_timeout: float | None = None,
+        node_timeouts: Mapping[str, float | None] | None = None,
     ) -> None:
         graph.check()
-        for name in (*interrupt_before, *interrupt_after, *(node_concurrency or {})):
+        names = (*interrupt_before, *interrupt_after, *(node_concurrency or {}))
+        for name in (*names, *(node_timeouts or {})):
             if name not in graph.nodes:
                 raise GraphError(f"{name!r} is named in compile() but is not a node of the graph")
         if recursion_limit < 1:
@@ -155,6 +168,11 @@ class CompiledGraph(Generic[S]):
         self.recursion_limit = recursion_limit
         self.snapshot_every = snapshot_every
         self.node_concurrency = dict(node_concurrency or {})
+        self.node_timeout = _timeout(node_timeout, "node_timeout")
+        self.node_timeouts = {
+            name: _timeout(limit, f"node_timeouts[{name!r}]")
+            for name, limit in (node_timeouts or {}).items()
+        }
         self._slots: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]
         ] = weakref.WeakKeyDictionary()
@@ -166,12 +184,20 @@ class CompiledGraph(Generic[S]):
         self,
         input: Any = None,
         config: Mapping[str, Any] | None = None,
+        response_granularity: ResponseGranularity | str = ResponseGranularity.LOW,
         *,
         include_state: bool = False,
     ) -> dict[str, Any]:
-        """Run (or resume) the thread until it ends, pauses or fails; return its messages."""
+        """Run (or resume) the thread until it ends, pauses or fails.
+
+        Returns Agentflow's shape for `response_granularity`: LOW `messages` (this call's)
+        and `token_usage`; PARTIAL adds `context` and `summary`; FULL adds `state`
+        (`include_state=True` adds it to any shape). Every shape also has `status` and,
+        when the run paused, `__interrupt__`.
+        """
+        shape = granularity(response_granularity)
         run = await self._run(input, config, stream=None)
-        return self._result(run.fold.state, include_state)
+        return run_result(run.fold.state, run.own, shape, include_state=include_state)
 
     async def astream(
         self, input: Any = None, config: Mapping[str, Any] | None = None
@@ -349,12 +375,14 @@ class CompiledGraph(Generic[S]):
         self,
         input: Any = None,
         config: Mapping[str, Any] | None = None,
+        response_granularity: ResponseGranularity | str = ResponseGranularity.LOW,
         *,
         include_state: bool = False,
     ) -> dict[str, Any]:
         """Blocking `ainvoke`, for code without an event loop."""
+        granularity(response_granularity)  # a bad value fails here, not on the portal
         result: dict[str, Any] = self._blocking(
-            self.ainvoke(input, config, include_state=include_state)
+            self.ainvoke(input, config, response_granularity, include_state=include_state)
         )
         return result
 
@@ -548,16 +576,7 @@ class CompiledGraph(Generic[S]):
             )
             if paused or meta.status in (ExecutionStatus.COMPLETED, ExecutionStatus.ERROR):
                 return  # the run had already come to rest
-            events: list[Event] = [
-                ToolCallFinished(
-                    call_id=call_id,
-                    name=str(name),
-                    status="abandoned",
-                    error=f"abandoned: {why}; the call had started and any result it "
-                    "returns is discarded, so whether it took effect is unknown",
-                )
-                for call_id, name in meta.internal_data.get(TOOL_CALLS_KEY, {}).items()
-            ]
+            events: list[Event] = list(_abandoned_calls(meta, why))
             if meta.stop_current_execution == StopRequestStatus.NONE:
                 events.append(StopRequested(by="runtime", reason=why))
             events.append(
@@ -634,7 +653,28 @@ class CompiledGraph(Generic[S]):
                 "resumed",
                 f"thread {thread_id!r} is not paused or failed: there is nothing to resume",
             )
-        inputs = output_events("user", values, fold.state)[0] if values is not None else []
+        inputs = (
+            output_events("user", values, fold.state, known=fold.message_ids)[0]
+            if values is not None
+            else []
+        )
+        waiting = _waiting_remote(fold.state) if paused else []
+        if waiting and _answers_any(inputs, waiting):
+            # The client ran its tool calls: their results resume the run where it paused.
+            run.own.update(_appended_ids(inputs))
+            answered = _answered_ids(inputs)
+            resumed: list[Event] = [Resumed(value=None, by=user), *inputs]
+            why = "not run: the client answered other calls of this message but not this one"
+            resumed += [_not_run(c, why) for c in waiting if c.id not in answered]
+            return run, resumed
+        if waiting and not inputs:
+            names = ", ".join(f"{c.name} ({c.id})" for c in waiting)
+            raise GraphError(
+                f"thread {thread_id!r} waits for the results of client tool call(s) {names}: "
+                "invoke it with tool messages answering them, such as {'role': 'tool', "
+                "'tool_call_id': <id>, 'content': <result>}; other input rejects them and "
+                "starts a new run"
+            )
         answers = await self._answer_pending(fold) if resume is None and inputs else []
         events: list[Event] = []
         if fold.seq == 0 or meta.status == ExecutionStatus.COMPLETED or answers:
@@ -672,8 +712,15 @@ class CompiledGraph(Generic[S]):
             or meta.stop_current_execution == StopRequestStatus.STOPPED
             or meta.status == ExecutionStatus.ERROR
         )
-        node = meta.interrupted_node if meta.is_interrupted() else meta.current_node
-        if not resting or node not in self.graph.nodes or not is_tool_node(self.graph.nodes[node]):
+        if not resting:
+            return []
+        remote = _waiting_remote(fold.state) if meta.is_interrupted() else []
+        if remote:
+            why = "not run: the user replied instead of the client answering this call"
+            return [_not_run(c, why) for c in remote]
+        before = meta.status == ExecutionStatus.INTERRUPTED_BEFORE
+        node = meta.interrupted_node if before else meta.current_node  # where it would go on
+        if node not in self.graph.nodes or not is_tool_node(self.graph.nodes[node]):
             return []
         calls = pending_calls(fold.state)
         if not calls:
@@ -698,10 +745,10 @@ class CompiledGraph(Generic[S]):
             meta = run.fold.state.execution_meta
             node = meta.current_node
             if meta.is_stopped_requested():
-                await self._commit(run, [Stopped(node=node)], actor="runtime")
+                await self._commit(run, [self._stop_between(run, node)], actor="runtime")
                 return
             if node == END:
-                await self._commit(run, [RunCompleted()], actor="runtime")
+                await self._complete(run)
                 return
             entered = meta.internal_data.get(ENTERED_KEY)
             passed = node == run.skip_interrupt_before or (entered and entered["node"] == node)
@@ -727,8 +774,31 @@ class CompiledGraph(Generic[S]):
                 raise GraphError(f"thread {run.thread_id!r} is at node {node!r}, not in this graph")
             await self._step(run, node)
             taken += 1
-            if run.fold.state.execution_meta.is_interrupted():
+            meta = run.fold.state.execution_meta
+            if meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED:
                 return
+
+    @staticmethod
+    def _stop_between(run: _Run[S], node: str) -> Stopped:
+        """The stop of a run between nodes: after the node this call ran last, if any."""
+        if run.last_node is not None:
+            return Stopped(node=run.last_node, when="after")
+        return Stopped(node=node, when="before")
+
+    async def _complete(self, run: _Run[S]) -> None:
+        """End the run; a tool call still open gets a result saying it never ran, first."""
+        waiting = open_calls(run.fold.state.context)
+        why = "not run: the graph reached its end without running this call"
+        events: list[Event] = [_not_run(c, why) for c in waiting]
+        if waiting:
+            _log.warning(
+                "run %s on thread %r ended with tool call(s) %s unanswered: recorded as not run "
+                "(route assistant messages with tool calls to a ToolNode)",
+                run.run_id,
+                run.thread_id,
+                ", ".join(c.id for c in waiting),
+            )
+        await self._commit(run, [*events, RunCompleted()], actor="runtime")
 
     async def _step(self, run: _Run[S], node: str) -> None:
         meta = run.fold.state.execution_meta
@@ -752,12 +822,15 @@ class CompiledGraph(Generic[S]):
             run.in_flight,
         )
         actor = self._node_actor(run, node)
+        requests: list[tuple[str, tuple[Any, ...]]] = []
         try:
+            guard = _Guard(self.store, run, node, actor, self._timeout_of(run, node))
             try:
                 output = await actor.ask(
-                    RunNode(self._view(run.fold.state), run.config, context, resume)
+                    RunNode(self._view(run.fold.state, requests), run.config, context, resume)
                 )
             except GraphInterrupt as signal:
+                guard.disarm()
                 event = InterruptRaised(
                     node=node,
                     reason=str(signal.reason),
@@ -767,9 +840,17 @@ class CompiledGraph(Generic[S]):
                 )
                 await self._commit(run, [event], actor=node)
                 return
-            events, goto = output_events(node, output, run.fold.state)
-            await self._commit_step(run, node, events, goto)
-        except (ThreadBusyError, asyncio.CancelledError):
+            except ActorStoppedError:
+                if guard.disarm() is None:
+                    raise
+                await self._cut(run, node, guard)
+                return
+            guard.disarm()
+            events, goto = output_events(node, output, run.fold.state, known=run.fold.message_ids)
+            goto, pause, ending = _requested(node, requests, goto)
+            await self._commit_step(run, node, events, goto, pause, ending=ending)
+            run.last_node = node
+        except (ThreadBusyError, asyncio.CancelledError, NodeTimeoutError):
             raise
         except Exception as exc:
             run.fold = await self._load(run.thread_id)
@@ -779,31 +860,95 @@ class CompiledGraph(Generic[S]):
                 raise  # the graph's wiring is at fault (a condition, a goto), and says where
             raise NodeError(node, exc) from exc
 
+    def _timeout_of(self, run: _Run[S], node: str) -> float | None:
+        """The node's time limit: its own, else the call's `node_timeout`, else the graph's."""
+        if node in self.node_timeouts:
+            return self.node_timeouts[node]
+        return _timeout(run.config.get("node_timeout", self.node_timeout), "node_timeout")
+
+    async def _cut(self, run: _Run[S], node: str, guard: _Guard) -> None:
+        """Record a node cut short by a stop (paused before it) or by its time limit (failed).
+
+        A commit the node had under way lands first; tool calls it had started are closed
+        as abandoned, so no later run starts them again.
+        """
+        if run.committing is not None:
+            with contextlib.suppress(BaseException):
+                await run.committing
+        await guard.stopped()
+        run.fold = await self._load(run.thread_id)
+        meta = run.fold.state.execution_meta
+        if guard.fired == "stop":
+            why = "a stop request cancelled the node"
+            events: list[Event] = [
+                *_abandoned_calls(meta, why),
+                Stopped(node=node, when="before", in_flight=run.in_flight.running()),
+            ]
+            await self._commit(run, events, actor="runtime")
+            return
+        limit = guard.timeout or 0.0
+        error = NodeTimeoutError(node, limit)
+        why = f"node {node!r} ran past its timeout of {limit:g}s"
+        failed = RunFailed(node=node, error_type="NodeTimeoutError", message=f"{why}; retryable")
+        await self._commit(run, [*_abandoned_calls(meta, why), failed], actor="runtime")
+        raise error
+
     async def _commit_step(
-        self, run: _Run[S], node: str, events: list[Event], goto: str | None
+        self,
+        run: _Run[S],
+        node: str,
+        events: list[Event],
+        goto: str | None,
+        pause: InterruptRaised | None = None,
+        *,
+        ending: bool = False,
     ) -> None:
-        """Outputs, `step_advanced` and any after-interrupt in one commit."""
+        """Outputs, `step_advanced` and any pause after the node, in one commit.
+
+        The pause is the node's own (`state.set_interrupt`), else a wait for the client's
+        tool calls the node's messages ask for, else an `interrupt_after` breakpoint.
+        `ending` (the node called `state.complete()`) sends the run to END.
+        """
         async with run.writing:
-            await self._commit_step_unlocked(run, node, events, goto)
+            await self._commit_step_unlocked(run, node, events, goto, pause, ending)
 
     async def _commit_step_unlocked(
-        self, run: _Run[S], node: str, events: list[Event], goto: str | None
+        self,
+        run: _Run[S],
+        node: str,
+        events: list[Event],
+        goto: str | None,
+        pause: InterruptRaised | None,
+        ending: bool = False,
     ) -> None:
         for _ in range(COMMIT_ATTEMPTS):
             fold = run.fold
             base = fold.seq
             decide(fold.state, events, seq=base)
             fold.apply_all(self._scratch(run, events, base))  # routing sees the updated state
-            target = goto if goto is not None else self._route(node, fold.state)
-            if goto is not None:
-                self.graph.check_goto(node, goto)
+            if ending:
+                target = END
+            else:
+                target = goto if goto is not None else self._route(node, fold.state)
+                if goto is not None:
+                    self.graph.check_goto(node, goto)
             if target != END and target not in self.graph.nodes:
                 run.fold = await self._load(run.thread_id)
                 raise GraphError(f"node {node!r} chose to go to {target!r}, which is no node")
+            remote = _remote_calls(events)
+            if remote and pause is None and target == END:
+                target = node  # the results come back to the node that asked for them
             tail: list[Event] = [
                 StepAdvanced(step=fold.state.execution_meta.step + 1, next_node=target)
             ]
-            if node in self.interrupt_after:
+            if pause is not None:
+                tail.append(pause)
+            elif remote:
+                data = {"tool_calls": [to_builtins(c) for c in remote]}
+                tail.append(
+                    InterruptRaised(node=node, reason=REMOTE_TOOL_CALL, when="after", data=data)
+                )
+            elif node in self.interrupt_after:
                 tail.append(InterruptRaised(node=node, reason="interrupt_after", when="after"))
             decide(fold.state, tail, seq=base + len(events))
             fold.apply_all(self._scratch(run, tail, base + len(events)))
@@ -877,6 +1022,9 @@ class CompiledGraph(Generic[S]):
         run.fold = await self._load(run.thread_id)
 
     async def _after_commit(self, run: _Run[S], records: list[EventRecord]) -> None:
+        for record in records:
+            if isinstance(record.event, MessageAppended):
+                run.own.add(record.event.message.get("message_id"))  # type: ignore[arg-type]
         if run.stream is not None:
             await self._publish(run, records)
         every = self.snapshot_every
@@ -944,11 +1092,15 @@ class CompiledGraph(Generic[S]):
         return [uncommitted_record(e, base + i + 1, thread_id) for i, e in enumerate(events)]
 
     @staticmethod
-    def _view(state: S) -> S:
-        """What a node or condition sees: a copy it may change without touching the log's state."""
+    def _view(state: S, requests: list[tuple[str, tuple[Any, ...]]] | None = None) -> S:
+        """What a node or condition sees: a copy it may change without touching the log's state.
+
+        With `requests`, the copy's state methods note what the node asks of the run there.
+        """
         view = state.model_copy()
         view.context = CopyOnRead(state.context)
         view.execution_meta = copy_meta(state.execution_meta)
+        view.execution_meta._requests = requests
         for name in type(state).model_fields:
             if name not in ("context", "execution_meta", "context_summary"):
                 setattr(view, name, copy.deepcopy(getattr(state, name)))
@@ -976,23 +1128,174 @@ class CompiledGraph(Generic[S]):
             return Fold.new(self.graph.state_cls)
         return await fold_at(self.store, thread_id, state_cls=self.graph.state_cls)
 
-    @staticmethod
-    def _result(state: AgentState, include_state: bool) -> dict[str, Any]:
-        """The messages, the run's status, and, when it paused, why (LangGraph's key)."""
-        meta = state.execution_meta
-        result: dict[str, Any] = {"messages": list(state.context), "status": meta.status.value}
-        pause = interrupt_summary(meta)  # a stop, too, pauses before a node
-        if pause is not None:
-            result["__interrupt__"] = [pause]
-        if include_state:
-            result["state"] = state
-        return result
-
 
 ABANDONED_BY_CALLER = (
     "the caller stopped waiting (task.cancel(), a timeout around ainvoke, or a server dropping "
     "the request)"
 )
+
+
+REMOTE_TOOL_CALL = "remote_tool_call"
+"""The interrupt reason of a run waiting for the results of its client's tool calls."""
+
+STOP_POLL_S = 0.25
+"""How often a running node's run looks in the log for a stop request (after this long)."""
+
+
+class _Guard:
+    """Watches a running node: its time limit, and a stop request landing in the log.
+
+    Either cuts the node short by stopping its actor: an async node is cancelled, a sync
+    one abandoned on its worker thread. Nodes quicker than `STOP_POLL_S` cost one timer.
+    """
+
+    def __init__(
+        self,
+        store: EventStore,
+        run: _Run[Any],
+        node: str,
+        actor: NodeActor,
+        timeout: float | None,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        self.store, self.run, self.node, self.actor, self.timeout = store, run, node, actor, timeout
+        self.fired: str | None = None
+        self.armed = True
+        self._stopping: asyncio.Future[None] | None = None
+        self._poll: asyncio.Task[None] | None = None
+        self._timers = [loop.call_later(STOP_POLL_S, self._start_polling)]
+        if timeout is not None:
+            self._timers.append(loop.call_later(timeout, self._fire, "timeout"))
+
+    def disarm(self) -> str | None:
+        """Stop watching; say what cut the node short, if anything did."""
+        self.armed = False
+        for timer in self._timers:
+            timer.cancel()
+        if self._poll is not None and not self._poll.done():
+            self._poll.cancel()
+        return self.fired
+
+    async def stopped(self) -> None:
+        """Wait until the node's actor has stopped (its async work is cancelled)."""
+        if self._stopping is not None:
+            with contextlib.suppress(BaseException):
+                await self._stopping
+
+    def _fire(self, why: str) -> None:
+        if self.armed and self.fired is None:
+            self.fired = why
+            self.run.actors.pop(self.node, None)  # a later step of the node gets a new one
+            self._stopping = asyncio.ensure_future(self.actor.stop(drain=False))
+
+    def _start_polling(self) -> None:
+        if self.armed:
+            self._poll = asyncio.ensure_future(self._watch())
+
+    async def _watch(self) -> None:
+        try:
+            while self.armed:
+                async for record in self.store.read(self.run.thread_id, self.run.fold.seq + 1):
+                    if isinstance(record.event, StopRequested):
+                        self._fire("stop")
+                        return
+                await asyncio.sleep(STOP_POLL_S)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the step's own commit will meet the same trouble
+            _log.warning("stop watch on thread %r ended: %s", self.run.thread_id, exc)
+
+
+def _requested(
+    node: str, requests: Sequence[tuple[str, tuple[Any, ...]]], goto: str | None
+) -> tuple[str | None, InterruptRaised | None, bool]:
+    """What a node asked of the run through its state's methods: failing, a pause, the end."""
+    pause: InterruptRaised | None = None
+    ending = False
+    for method, args in requests:
+        if method == "error":
+            raise NodeReportedError(str(args[0]))
+        if method == "complete":
+            if goto is not None and goto != END:
+                raise GraphError(
+                    f"node {node!r} called state.complete() and returned Command(goto="
+                    f"{goto!r}): do one or the other"
+                )
+            ending = True
+        elif method == "set_interrupt":
+            at, reason, status, data = args
+            after = status == ExecutionStatus.INTERRUPTED_AFTER
+            pause = InterruptRaised(
+                node=at, reason=reason, when="after" if after else "before", data=to_builtins(data)
+            )
+    return goto, pause, ending
+
+
+def _abandoned_calls(meta: Any, why: str) -> list[ToolCallFinished]:
+    """Results closing the tool calls started and not finished: abandoned, never rerun."""
+    return [
+        ToolCallFinished(
+            call_id=call_id,
+            name=str(name),
+            status="abandoned",
+            error=f"abandoned: {why}; the call had started and any result it returns is "
+            "discarded, so whether it took effect is unknown",
+        )
+        for call_id, name in meta.internal_data.get(TOOL_CALLS_KEY, {}).items()
+    ]
+
+
+def _remote_calls(events: Sequence[Event]) -> list[RemoteToolCallBlock]:
+    """The client's tool calls that the messages of `events` ask for and do not answer."""
+    calls: list[RemoteToolCallBlock] = []
+    answered: set[Any] = set()
+    for event in events:
+        if isinstance(event, MessageAppended):
+            for block in event.message.get("content") or ():
+                kind = block.get("type") if isinstance(block, dict) else None
+                if kind == "remote_tool_call" and event.message.get("role") == "assistant":
+                    calls.append(RemoteToolCallBlock.model_validate(block))
+                elif kind == "tool_result":
+                    answered.add(block.get("call_id"))
+    return [c for c in calls if c.id not in answered]
+
+
+def _not_run(call: ToolCallBlock | RemoteToolCallBlock, why: str) -> MessageAppended:
+    """The result of a call that never ran, `why` telling the model so."""
+    block = ToolCallBlock(id=call.id, name=call.name, args=call.args)
+    return message_appended(rejected_message(block, why))
+
+
+def _waiting_remote(state: AgentState) -> list[RemoteToolCallBlock]:
+    """The client's tool calls the context still waits for."""
+    return [c for c in open_calls(state.context) if isinstance(c, RemoteToolCallBlock)]
+
+
+def _answered_ids(events: Sequence[Event]) -> set[Any]:
+    return {
+        block.get("call_id")
+        for event in events
+        if isinstance(event, MessageAppended)
+        for block in event.message.get("content") or ()
+        if isinstance(block, dict) and block.get("type") == "tool_result"
+    }
+
+
+def _answers_any(events: Sequence[Event], calls: Sequence[RemoteToolCallBlock]) -> bool:
+    return bool(_answered_ids(events) & {c.id for c in calls})
+
+
+def _appended_ids(events: Sequence[Event]) -> list[Any]:
+    return [e.message.get("message_id") for e in events if isinstance(e, MessageAppended)]
+
+
+def _timeout(value: Any, what: str) -> float | None:
+    """A time limit in seconds, or None for none; anything else is refused by name."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise GraphError(f"{what} must be a number of seconds > 0, or None; got {value!r}")
+    return float(value)
 
 
 def run_config(config: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -13,9 +13,12 @@ __all__ = [
     "GraphInterrupt",
     "MissingThreadIdError",
     "NodeError",
+    "NodeReportedError",
     "NodeReturnError",
+    "NodeTimeoutError",
     "RecursionLimitError",
     "ThreadBusyError",
+    "ToolCommandConflictError",
 ]
 
 
@@ -67,3 +70,25 @@ class GraphInterrupt(ControlSignal):
         self.reason = reason
         self.data = data
         super().__init__(reason)
+
+
+class NodeTimeoutError(NodeError):
+    """A node ran past its time limit (`node_timeout`); recorded as failed and retryable.
+
+    An async node is cancelled; a sync one is abandoned on its worker thread (its result is
+    discarded, and the thread stays owned until it returns).
+    """
+
+    def __init__(self, node: str, timeout: float) -> None:
+        self.timeout = timeout
+        error = TimeoutError(f"node {node!r} ran past its timeout of {timeout:g}s")
+        super().__init__(node, error)
+
+
+class ToolCommandConflictError(GraphError):
+    """Tool calls of one step returned `Command`s that disagree (two `goto` targets, or two
+    values for one field); the step fails, recorded, and nothing of it is applied."""
+
+
+class NodeReportedError(AgentlogError):
+    """A node reported its own failure with `state.error(message)`: the step fails with it."""

@@ -279,8 +279,15 @@ class StateGraph(Generic[S]):
         *,
         snapshot_every: int | None = 5000,
         node_concurrency: Mapping[str, int] | None = None,
+        node_timeout: float | None = None,
+        node_timeouts: Mapping[str, float | None] | None = None,
     ) -> CompiledGraph[S]:
-        """Check the graph and bind it to a store (in memory when none is given)."""
+        """Check the graph and bind it to a store (in memory when none is given).
+
+        `node_timeout` (seconds) bounds every node's step, `node_timeouts` one node's (None:
+        no limit for it); a call's config may set `node_timeout` too, as in Agentflow. A node
+        that runs past its limit fails with `NodeTimeoutError`, recorded and retryable.
+        """
         from .compiled import CompiledGraph
 
         return CompiledGraph(
@@ -291,6 +298,8 @@ class StateGraph(Generic[S]):
             recursion_limit=recursion_limit,
             snapshot_every=snapshot_every,
             node_concurrency=node_concurrency,
+            node_timeout=node_timeout,
+            node_timeouts=node_timeouts,
         )
 
 

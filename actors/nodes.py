@@ -5,18 +5,21 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from events.kinds import Event
+from events.kinds import ContextSummarized, Event
 from projections import (
     AgentState,
     Message,
+    add_messages,
     message_appended,
     state_updated,
-    to_messages,
 )
+from projections.fold import field_plan
+from projections.messages import RemoveMessage, context_items
+from projections.transcript import context_events
 
 from ._actor import Actor
 from .context import NodeContext
@@ -139,8 +142,18 @@ def _wanted_parameters(fn: Callable[..., Any]) -> list[str]:
     return [p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
 
 
-def output_events(node: str, output: Any, state: AgentState) -> tuple[list[Event], str | None]:
-    """The events recording what a node returned, and the node it chose to go to, if any."""
+def output_events(
+    node: str,
+    output: Any,
+    state: AgentState,
+    *,
+    known: Container[str | int] | None = None,
+) -> tuple[list[Event], str | None]:
+    """The events recording what a node returned, and the node it chose to go to, if any.
+
+    `known` holds the ids of the messages in `state.context` (the engine keeps them; given
+    nothing, they are gathered here).
+    """
     from .graph import Command
 
     goto: str | None = None
@@ -149,43 +162,73 @@ def output_events(node: str, output: Any, state: AgentState) -> tuple[list[Event
         output = output.update
     if output is None:
         return [], goto
+    if known is None:
+        known = {m.message_id for m in state.context}
     if isinstance(output, AgentState):
-        return _state_events(node, output, state), goto
+        return _state_events(node, output, state, known), goto
     if isinstance(output, Mapping):
-        return _mapping_events(node, output), goto
+        return _mapping_events(node, output, state, known), goto
+    if isinstance(output, Message | RemoveMessage):
+        output = [output]
     if (
         isinstance(output, Sequence)
         and not isinstance(output, str | bytes)
-        and all(isinstance(m, Message) for m in output)
+        and all(isinstance(m, Message | RemoveMessage) for m in output)
     ):
-        return [message_appended(m) for m in output], goto
+        return _context_events(output, state, known), goto
     raise NodeReturnError(node, output)
 
 
-def _mapping_events(node: str, values: Mapping[str, Any]) -> list[Event]:
+def _context_events(
+    items: Sequence[Message | RemoveMessage], state: AgentState, known: Container[str | int]
+) -> list[Event]:
+    reducer = field_plan(type(state))["context"][1]
+    return context_events(items, known=known, reducer=reducer, current=state.context)
+
+
+def _mapping_events(
+    node: str, values: Mapping[str, Any], state: AgentState, known: Container[str | int]
+) -> list[Event]:
     events: list[Event] = []
     rest = dict(values)
     for key in ("messages", "context"):
         if key in rest:
-            messages = rest.pop(key)
-            if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
-                raise NodeReturnError(node, messages)
-            events.extend(message_appended(m) for m in to_messages(messages))
+            items = rest.pop(key)
+            if not isinstance(items, Sequence) or isinstance(items, str | bytes):
+                raise NodeReturnError(node, items)
+            events.extend(_context_events(context_items(items), state, known))
+    summary = rest.get("context_summary")
+    if isinstance(summary, str):
+        del rest["context_summary"]
+        events.append(ContextSummarized(summary=summary))
     if rest:
         events.append(state_updated(rest, source=node))
     return events
 
 
-def _state_events(node: str, returned: AgentState, current: AgentState) -> list[Event]:
-    """A returned state is merged: new messages appended, changed fields updated."""
-    known = {m.message_id for m in current.context}
+def _state_events(
+    node: str, returned: AgentState, current: AgentState, known: Container[str | int]
+) -> list[Event]:
+    """A returned state is merged: new messages appended, changed fields updated.
+
+    A context that merely lacks messages removes nothing, unless the state class declares
+    a replacing reducer for it (`replace_messages`): then a changed context replaces it.
+    """
     originals = getattr(returned.context, "originals", None)
-    messages = originals() if originals is not None else iter(returned.context)
-    events: list[Event] = [message_appended(m) for m in messages if m.message_id not in known]
+    messages = list(originals() if originals is not None else returned.context)
+    reducer = field_plan(type(current))["context"][1]
+    if reducer is not None and reducer is not add_messages:
+        ids = [m.message_id for m in messages]
+        same = ids == [m.message_id for m in current.context]
+        events: list[Event] = [] if same else _context_events(messages, current, known)
+    else:
+        events = [message_appended(m) for m in messages if m.message_id not in known]
+    if returned.context_summary != current.context_summary and returned.context_summary:
+        events.append(ContextSummarized(summary=returned.context_summary))
     changed = {
         name: getattr(returned, name)
         for name in type(returned).model_fields
-        if name not in ("context", "execution_meta")
+        if name not in ("context", "execution_meta", "context_summary")
         and getattr(returned, name) != getattr(current, name, None)
     }
     if changed:

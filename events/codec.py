@@ -34,6 +34,18 @@ _header_encoder = msgspec.json.Encoder()
 _decoders = {kind: msgspec.msgpack.Decoder(cls) for kind, cls in KINDS.items()}
 _raw_decoder = msgspec.msgpack.Decoder(dict[str, Any])
 _upcasters: dict[tuple[str, int], Upcaster] = {}
+
+
+def _unchanged(payload: dict[str, Any]) -> dict[str, Any]:
+    """Lift a payload whose new version only added fields whose defaults give its meaning."""
+    return payload
+
+
+_BUILT_IN_UPCASTERS: dict[tuple[str, int], Upcaster] = {
+    ("stopped", 1): _unchanged,  # `when` added; version 1 stops were all "before"
+    ("tool_call_finished", 1): _unchanged,  # `message`, `update`, `goto` added
+}
+_upcasters.update(_BUILT_IN_UPCASTERS)
 _sha256 = hashlib.sha256
 
 
@@ -60,8 +72,9 @@ def register_upcaster(kind: str, from_version: int, upcaster: Upcaster) -> None:
 
 
 def unregister_upcaster(kind: str, from_version: int) -> None:
-    """Forget an upcaster (for tests that register temporary ones)."""
-    _upcasters.pop((kind, from_version), None)
+    """Forget an upcaster (for tests that register temporary ones); built-in ones stay."""
+    if (kind, from_version) not in _BUILT_IN_UPCASTERS:
+        _upcasters.pop((kind, from_version), None)
 
 
 def envelope_bytes(row_head: tuple[Any, ...]) -> bytes:

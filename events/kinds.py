@@ -70,6 +70,13 @@ class MessagesReplaced(BaseEvent, tag="messages_replaced", frozen=True):
     messages: list[dict[str, JSON]]
 
 
+class MessagesRemoved(BaseEvent, tag="messages_removed", frozen=True):
+    """The messages with these ids left the context (`RemoveMessage`); the log keeps them."""
+
+    message_ids: list[str | int]
+    reason: str | None = None
+
+
 class StateUpdated(BaseEvent, tag="state_updated", frozen=True):
     """Custom state fields changed, merged through each field's reducer."""
 
@@ -107,13 +114,21 @@ class StopRequested(BaseEvent, tag="stop_requested", frozen=True):
 
 
 class Stopped(BaseEvent, tag="stopped", frozen=True):
-    """The run honoured a stop request and is paused.
+    """The run honoured a stop request and is paused at `node`.
 
-    When the caller went away mid-step (abandoned), `reason` says why and `in_flight` names
-    the sync work still running on worker threads, whose results will be discarded.
+    `when` is "after" when the stop landed between nodes (`node` had finished; the run goes
+    on where it was routed), "before" when it cancelled `node` mid-step (the node runs again
+    on resume). When the caller went away mid-step (abandoned), `reason` says why; a stop
+    that cut a step short names in `in_flight` the sync work still running on worker
+    threads, whose results will be discarded.
+
+    Version 2 added `when`; a version 1 record was always "before".
     """
 
+    VERSION: ClassVar[int] = 2
+
     node: str | None = None
+    when: Literal["before", "after"] = "before"
     reason: str | None = None
     in_flight: list[str] = []
 
@@ -128,7 +143,14 @@ class ToolCallStarted(BaseEvent, tag="tool_call_started", frozen=True):
 
 
 class ToolCallFinished(BaseEvent, tag="tool_call_finished", frozen=True):
-    """A tool call ended with an output or an error; its result is final."""
+    """A tool call ended with an output or an error; its result is final.
+
+    A tool that returns like a node is recorded as it returned: `message` is the tool
+    message it gave as its result; `update` and `goto` are its `Command`'s, applied with
+    the tool node's step. Version 2 added these three; version 1 records have none.
+    """
+
+    VERSION: ClassVar[int] = 2
 
     call_id: str
     name: str
@@ -136,6 +158,9 @@ class ToolCallFinished(BaseEvent, tag="tool_call_finished", frozen=True):
     output: JSON = None
     error: str | None = None
     duration_ms: float = 0.0
+    message: dict[str, JSON] | None = None
+    update: dict[str, JSON] | None = None
+    goto: str | None = None
 
 
 class ContextSummarized(BaseEvent, tag="context_summarized", frozen=True):
@@ -176,6 +201,7 @@ Event = (
     | MessageAppended
     | MessagesReplaced
     | MessageReplaced
+    | MessagesRemoved
     | StateUpdated
     | InterruptRaised
     | Resumed
@@ -197,6 +223,7 @@ EVENT_TYPES: tuple[type[BaseEvent], ...] = (
     MessageAppended,
     MessagesReplaced,
     MessageReplaced,
+    MessagesRemoved,
     StateUpdated,
     InterruptRaised,
     Resumed,

@@ -12,9 +12,15 @@ from .edge import (
     state_updated,
     to_builtins,
 )
-from .errors import IllegalTransitionError, InvalidStateUpdateError, ProjectionError
+from .errors import (
+    IllegalTransitionError,
+    InvalidStateUpdateError,
+    ProjectionError,
+    StateMethodError,
+)
 from .fold import Fold, apply, decide, replay
 from .messages import (
+    REMOVE_ALL_MESSAGES,
     AnnotationBlock,
     AnnotationRef,
     AudioBlock,
@@ -28,6 +34,7 @@ from .messages import (
     Message,
     ReasoningBlock,
     RemoteToolCallBlock,
+    RemoveMessage,
     TextBlock,
     TokenUsages,
     ToolCallBlock,
@@ -62,10 +69,12 @@ from .timetravel import (
     summarize,
     update_state,
 )
+from .transcript import check_pairs, context_events, open_calls, unpaired_results
 from .views import PointOutOfRangeError, fold_at, snapshot_of, state_at, take_snapshot
 
 __all__ = [
     "END",
+    "REMOVE_ALL_MESSAGES",
     "START",
     "AgentState",
     "AnnotationBlock",
@@ -91,7 +100,9 @@ __all__ = [
     "ProjectionError",
     "ReasoningBlock",
     "RemoteToolCallBlock",
+    "RemoveMessage",
     "StateDiff",
+    "StateMethodError",
     "StepEntry",
     "StopRequestStatus",
     "StreamChunk",
@@ -104,6 +115,8 @@ __all__ = [
     "add_messages",
     "append_items",
     "apply",
+    "check_pairs",
+    "context_events",
     "decide",
     "diff",
     "edit_events",
@@ -116,6 +129,7 @@ __all__ = [
     "messages_appended",
     "messages_replaced",
     "normalize_input",
+    "open_calls",
     "point_seq",
     "remove_tool_messages",
     "replace_messages",
@@ -132,5 +146,6 @@ __all__ = [
     "take_snapshot",
     "to_builtins",
     "to_messages",
+    "unpaired_results",
     "update_state",
 ]

@@ -19,3 +19,7 @@ class IllegalTransitionError(ProjectionError):
 
 class InvalidStateUpdateError(ProjectionError, ValueError):
     """A state update names an unknown field or holds a value its field rejects."""
+
+
+class StateMethodError(ProjectionError, RuntimeError):
+    """A node called a state method the engine does the work of; the message says what to do."""

@@ -29,6 +29,7 @@ from events.kinds import (
     InterruptRaised,
     MessageAppended,
     MessageReplaced,
+    MessagesRemoved,
     MessagesReplaced,
     NodeEntered,
     Resumed,
@@ -49,6 +50,7 @@ from .errors import IllegalTransitionError, InvalidStateUpdateError
 from .messages import Message
 from .reducers import add_messages
 from .state import END, AgentState, ExecutionState, ExecutionStatus, StopRequestStatus
+from .transcript import check_pairs, open_calls
 
 S = TypeVar("S", bound=AgentState)
 
@@ -64,6 +66,9 @@ in order (`{"values": [...]}`), until the step advances."""
 
 AWAITING_KEY = "awaiting_resume"
 """`internal_data` key set while a node-raised interrupt waits for its resume value."""
+
+STOP_KEY = "stop_request"
+"""`internal_data` key of who asked for a stop not yet honoured, and why."""
 
 ENTERED_KEY = "entered"
 """`internal_data` key of the node whose step has begun and not yet advanced: node and seq."""
@@ -153,6 +158,17 @@ class Fold(Generic[S]):
                 return
         self._append_messages((message,))  # `decide` lets no such event in; stay total
 
+    def _remove_messages(self, message_ids: Iterable[str | int]) -> None:
+        gone = set(message_ids) & self._ids
+        if gone:
+            self.state.context = [m for m in self.state.context if m.message_id not in gone]
+            self._ids -= gone
+
+    @property
+    def message_ids(self) -> frozenset[str | int] | set[str | int]:
+        """The ids of the messages in the context (do not change it)."""
+        return self._ids
+
     def _update(self, values: dict[str, Any]) -> None:
         plan = field_plan(type(self.state))
         for name, value in values.items():
@@ -193,24 +209,46 @@ class Fold(Generic[S]):
 
 
 # ---- the handlers: one per kind, each the record of one transition method ----------------
+# They set fields directly: the methods of `ExecutionState` are the same transitions, for
+# users, and guard against being called inside a node.
+
+
+def _set_interrupt(
+    meta: ExecutionState,
+    node: str,
+    reason: str,
+    status: ExecutionStatus,
+    data: dict[str, Any] | None = None,
+) -> None:
+    meta.interrupted_node = node
+    meta.interrupt_reason = reason
+    meta.status = status
+    meta.interrupt_data = data
+
+
+def _clear_interrupt(meta: ExecutionState) -> None:
+    meta.interrupted_node = None
+    meta.interrupt_reason = None
+    meta.interrupt_data = None
+    meta.status = ExecutionStatus.RUNNING
 
 
 def _run_started(fold: Fold[Any], e: RunStarted, r: EventRecord) -> None:
     meta = fold.state.execution_meta
-    meta.clear_interrupt()
+    _clear_interrupt(meta)
     meta.stop_current_execution = StopRequestStatus.NONE
     meta.internal_data.pop("error", None)
     meta.internal_data.pop("failed_node", None)
-    for key in (TOOL_CALLS_KEY, ENTERED_KEY, RESUME_KEY, AWAITING_KEY):
+    for key in (TOOL_CALLS_KEY, ENTERED_KEY, RESUME_KEY, AWAITING_KEY, STOP_KEY):
         meta.internal_data.pop(key, None)  # a paused run that new input superseded ends here
     meta.internal_data["run_id"] = r.run_id
     meta.thread_id = r.thread_id
-    meta.set_current_node(e.entry_node)
+    meta.current_node = e.entry_node
 
 
 def _node_entered(fold: Fold[Any], e: NodeEntered, r: EventRecord) -> None:
     meta = fold.state.execution_meta
-    meta.set_current_node(e.node)
+    meta.current_node = e.node
     entered = meta.internal_data.get(ENTERED_KEY)
     if not (entered and entered["node"] == e.node):  # re-entering keeps the step's start
         meta.internal_data[ENTERED_KEY] = {"node": e.node, "seq": r.seq}
@@ -220,9 +258,9 @@ def _step_advanced(fold: Fold[Any], e: StepAdvanced, r: EventRecord) -> None:
     meta = fold.state.execution_meta
     meta.internal_data.pop(ENTERED_KEY, None)
     meta.internal_data.pop(RESUME_KEY, None)
-    meta.advance_step()
+    meta.step += 1
     if e.next_node is not None:
-        meta.set_current_node(e.next_node)
+        meta.current_node = e.next_node
 
 
 def _message_appended(fold: Fold[Any], e: MessageAppended, r: EventRecord) -> None:
@@ -237,6 +275,10 @@ def _message_replaced(fold: Fold[Any], e: MessageReplaced, r: EventRecord) -> No
     fold._replace_message(_validate_message(e.message))
 
 
+def _messages_removed(fold: Fold[Any], e: MessagesRemoved, r: EventRecord) -> None:
+    fold._remove_messages(e.message_ids)
+
+
 def _state_updated(fold: Fold[Any], e: StateUpdated, r: EventRecord) -> None:
     fold._update(e.values)
 
@@ -248,7 +290,7 @@ def _interrupt_raised(fold: Fold[Any], e: InterruptRaised, r: EventRecord) -> No
         else ExecutionStatus.INTERRUPTED_AFTER
     )
     meta = fold.state.execution_meta
-    meta.set_interrupt(e.node, e.reason, status, e.data)
+    _set_interrupt(meta, e.node, e.reason, status, e.data)
     if e.by_node:
         meta.internal_data[AWAITING_KEY] = True
     else:
@@ -261,22 +303,34 @@ def _resumed(fold: Fold[Any], e: Resumed, r: EventRecord) -> None:
         earlier = meta.internal_data.get(RESUME_KEY) or {}
         values = list(earlier.get("values", [earlier["value"]] if "value" in earlier else []))
         meta.internal_data[RESUME_KEY] = {"values": [*values, e.value]}
-    meta.clear_interrupt()
+    _clear_interrupt(meta)
     meta.stop_current_execution = StopRequestStatus.NONE
     meta.internal_data.pop("error", None)
     meta.internal_data.pop("failed_node", None)
+    meta.internal_data.pop(STOP_KEY, None)
 
 
 def _stop_requested(fold: Fold[Any], e: StopRequested, r: EventRecord) -> None:
-    fold.state.execution_meta.stop_current_execution = StopRequestStatus.STOP_REQUESTED
+    meta = fold.state.execution_meta
+    meta.stop_current_execution = StopRequestStatus.STOP_REQUESTED
+    request = {k: v for k, v in (("by", e.by), ("reason", e.reason)) if v is not None}
+    meta.internal_data[STOP_KEY] = request
 
 
 def _stopped(fold: Fold[Any], e: Stopped, r: EventRecord) -> None:
-    """A stop pauses the run before the node it landed in: interrupted, as a breakpoint would."""
+    """A stop pauses the run, as Agentflow's does: after the node it followed, or before the
+    node it cancelled (which runs again on resume)."""
     meta = fold.state.execution_meta
     meta.stop_current_execution = StopRequestStatus.STOPPED
-    node = e.node or meta.current_node
-    meta.set_interrupt(node, e.reason or "stopped", ExecutionStatus.INTERRUPTED_BEFORE)
+    data: dict[str, Any] = {"source": "stop", **meta.internal_data.pop(STOP_KEY, {})}
+    if e.in_flight:
+        data["in_flight"] = list(e.in_flight)
+    status = (
+        ExecutionStatus.INTERRUPTED_AFTER
+        if e.when == "after"
+        else ExecutionStatus.INTERRUPTED_BEFORE
+    )
+    _set_interrupt(meta, e.node or meta.current_node, e.reason or "stop_requested", status, data)
 
 
 def _tool_call_started(fold: Fold[Any], e: ToolCallStarted, r: EventRecord) -> None:
@@ -300,13 +354,15 @@ def _context_summarized(fold: Fold[Any], e: ContextSummarized, r: EventRecord) -
 
 
 def _run_completed(fold: Fold[Any], e: RunCompleted, r: EventRecord) -> None:
-    fold.state.execution_meta.set_current_node(END)
-    fold.state.execution_meta.complete()
+    meta = fold.state.execution_meta
+    meta.current_node = END
+    meta.status = ExecutionStatus.COMPLETED
 
 
 def _run_failed(fold: Fold[Any], e: RunFailed, r: EventRecord) -> None:
     meta = fold.state.execution_meta
-    meta.error(f"{e.error_type}: {e.message}")
+    meta.status = ExecutionStatus.ERROR
+    meta.internal_data["error"] = f"{e.error_type}: {e.message}"
     meta.internal_data["failed_node"] = e.node
 
 
@@ -328,6 +384,7 @@ _HANDLERS: dict[type[BaseEvent], Callable[[Fold[Any], Any, EventRecord], None]] 
     MessageAppended: _message_appended,
     MessagesReplaced: _messages_replaced,
     MessageReplaced: _message_replaced,
+    MessagesRemoved: _messages_removed,
     StateUpdated: _state_updated,
     InterruptRaised: _interrupt_raised,
     Resumed: _resumed,
@@ -437,10 +494,14 @@ def decide(state: S, events: Sequence[Event], *, seq: int | None = None) -> list
     """
     state_cls = type(state)
     # A shallow copy is enough: handlers replace field values rather than mutate them,
-    # except execution_meta, which is copied deeply; the context is left out entirely.
+    # except execution_meta, which is copied deeply. The context is left out unless an
+    # event needs it checked: one that removes or replaces messages, or ends the run.
     meta = copy_meta(state.execution_meta)
+    whole = any(isinstance(e, _NEEDS_CONTEXT) for e in events)
     shadow = Fold(
-        state.model_copy(update={"context": [], "execution_meta": meta}),
+        state.model_copy(
+            update={"context": list(state.context) if whole else [], "execution_meta": meta}
+        ),
         seq=1 if seq is None else seq,
         copy=False,
     )
@@ -449,6 +510,11 @@ def decide(state: S, events: Sequence[Event], *, seq: int | None = None) -> list
         _check(shadow.state.execution_meta, event, position, state_cls)
         if isinstance(event, MessageReplaced):
             _check_replaced(state, shadow, event)
+        elif isinstance(event, MessagesRemoved):
+            _check_removed(shadow, event)
+        elif isinstance(event, RunCompleted):
+            _check_closed(shadow.state.context)
+        before = list(shadow.state.context) if isinstance(event, _NEEDS_CONTEXT) else None
         record = uncommitted_record(event, position + 1, state.execution_meta.thread_id)
         try:
             _HANDLERS[type(event)](shadow, event, record)
@@ -458,8 +524,33 @@ def decide(state: S, events: Sequence[Event], *, seq: int | None = None) -> list
             raise InvalidStateUpdateError(
                 f"{kind_of(event)!r} carries a value its field rejects: {exc}"
             ) from exc
+        if before is not None:
+            check_pairs(before, shadow.state.context, f"{kind_of(event)!r}")
         position += 1
     return list(events)
+
+
+_NEEDS_CONTEXT = (MessagesRemoved, MessagesReplaced, ContextSummarized, RunCompleted)
+
+
+def _check_removed(shadow: Fold[Any], event: MessagesRemoved) -> None:
+    missing = [i for i in event.message_ids if i not in shadow._ids]
+    if missing:
+        raise InvalidStateUpdateError(
+            f"no message with id(s) {', '.join(map(repr, missing))} is in the context to "
+            "remove: RemoveMessage takes the message_id of a message the context holds"
+        )
+
+
+def _check_closed(context: list[Message]) -> None:
+    waiting = open_calls(context)
+    if waiting:
+        names = ", ".join(f"{c.name} ({c.id})" for c in waiting)
+        raise IllegalTransitionError(
+            "run_completed",
+            f"tool call(s) {names} have no result: a run cannot complete with a call open; "
+            "route the assistant message to a ToolNode, or answer the calls",
+        )
 
 
 def uncommitted_record(event: Event, seq: int, thread_id: str | None) -> EventRecord:

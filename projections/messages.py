@@ -232,17 +232,14 @@ class Message(BaseModel):
         )
 
     def text(self) -> str:
-        """The text of every text-bearing block, concatenated."""
+        """The text of the message as the seed defines it: its text blocks, and the outputs
+        of its tool results that are strings, concatenated (reasoning and errors left out)."""
         parts: list[str] = []
         for block in self.content:
             if isinstance(block, TextBlock):
                 parts.append(block.text)
-            elif isinstance(block, ToolResultBlock) and block.output is not None:
-                parts.append(block.output if isinstance(block.output, str) else str(block.output))
-            elif isinstance(block, ReasoningBlock):
-                parts.append(block.summary)
-            elif isinstance(block, ErrorBlock):
-                parts.append(block.message)
+            elif isinstance(block, ToolResultBlock) and isinstance(block.output, str):
+                parts.append(block.output)
         return "".join(parts)
 
     def attach_media(
@@ -268,6 +265,37 @@ class Message(BaseModel):
                 args = json.loads(args) if args.strip() else {}
             calls.append(ToolCallBlock(id=str(raw.get("id")), name=fn["name"], args=args))
         return calls
+
+
+REMOVE_ALL_MESSAGES = "__remove_all__"
+"""`RemoveMessage(REMOVE_ALL_MESSAGES)` removes every message before it (LangGraph's name)."""
+
+
+class RemoveMessage(BaseModel, frozen=True):
+    """A marker, returned in a context update, that removes the message with `message_id`.
+
+    `RemoveMessage(REMOVE_ALL_MESSAGES)` removes them all; messages after it in the same
+    update become the new context. Removal is an event: the log keeps every message.
+    """
+
+    message_id: str | int
+
+    def __init__(self, message_id: str | int | None = None, **data: Any) -> None:
+        if message_id is None:
+            message_id = data.pop("id", None)  # LangGraph spells it RemoveMessage(id=...)
+        if message_id is None:
+            raise ValueError("RemoveMessage needs the message_id of the message to remove")
+        super().__init__(message_id=message_id, **data)
+
+    @property
+    def id(self) -> str | int:
+        """LangGraph's name for `message_id`."""
+        return self.message_id
+
+    @property
+    def removes_all(self) -> bool:
+        """True for the remove-all marker."""
+        return self.message_id == REMOVE_ALL_MESSAGES
 
 
 # ---- input as users write it ---------------------------------------------------------------
@@ -329,6 +357,24 @@ def to_messages(value: Any) -> list[Message]:
     return [_one_message(value)]
 
 
+def context_items(value: Any) -> list[Message | RemoveMessage]:
+    """Like `to_messages`, keeping `RemoveMessage` markers where they stand."""
+    if isinstance(value, RemoveMessage):
+        return [value]
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray):
+        items: list[Message | RemoveMessage] = []
+        for index, item in enumerate(value):
+            if isinstance(item, RemoveMessage):
+                items.append(item)
+                continue
+            try:
+                items.append(_one_message(item))
+            except InvalidMessageError as exc:
+                raise InvalidMessageError(f"item {index} of the list: {_why(exc)}") from exc
+        return items
+    return [_one_message(value)]
+
+
 def is_message_dict(value: object) -> bool:
     """True for a dict that reads as one message (a `role` and only message keys)."""
     return isinstance(value, Mapping) and "role" in value and set(value) <= MESSAGE_KEYS
@@ -352,14 +398,16 @@ def normalize_input(value: Any) -> Any:
                         f"{update[key]!r:.60}"
                     )
                 try:
-                    update[key] = to_messages(update[key])
+                    update[key] = context_items(update[key])
                 except InvalidMessageError as exc:
                     raise InvalidMessageError(f"in {key!r}: {_why(exc)}") from exc
         return update
+    if isinstance(value, RemoveMessage):
+        return [value]
     if isinstance(value, str | Mapping) or (
         isinstance(value, Sequence) and not isinstance(value, bytes | bytearray)
     ):
-        return to_messages(value)
+        return context_items(value)
     return value  # an AgentState, or something the engine will refuse by its own rules
 
 

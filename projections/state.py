@@ -10,8 +10,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
+from .errors import StateMethodError
 from .messages import Message
 from .reducers import add_messages
 
@@ -49,6 +50,22 @@ class ExecutionState(BaseModel):
     thread_id: str | None = None
     stop_current_execution: StopRequestStatus = StopRequestStatus.NONE
     internal_data: dict[str, Any] = Field(default_factory=dict)
+    _requests: list[tuple[str, tuple[Any, ...]]] | None = PrivateAttr(default=None)
+    """Set on the copy a node sees: its calls of `complete`, `error` and `set_interrupt`,
+    which the engine records as the events they stand for once the node returns."""
+
+    def _asked(self, method: str, *args: Any) -> bool:
+        """Inside a node, note a request for the engine and say so; elsewhere, False."""
+        if self._requests is None:
+            return False
+        self._requests.append((method, args))
+        return True
+
+    def _refuse_in_node(self, method: str, instead: str) -> None:
+        if self._requests is not None:
+            raise StateMethodError(
+                f"state.{method}() inside a node changes nothing the run reads: {instead}"
+            )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ExecutionState:
@@ -70,7 +87,21 @@ class ExecutionState(BaseModel):
     def set_interrupt(
         self, node: str, reason: str, status: ExecutionStatus, data: dict[str, Any] | None = None
     ) -> None:
-        """Pause at `node` with `status` (interrupted before or after it)."""
+        """Pause at `node` with `status` (interrupted before or after it).
+
+        Inside a node, the run pauses once the node's step commits: after the node for
+        INTERRUPTED_AFTER, before the next node for INTERRUPTED_BEFORE.
+        """
+        if self._requests is not None and status not in (
+            ExecutionStatus.INTERRUPTED_BEFORE,
+            ExecutionStatus.INTERRUPTED_AFTER,
+        ):
+            raise StateMethodError(
+                f"state.set_interrupt(..., status={status!r}) inside a node: the status must "
+                "be ExecutionStatus.INTERRUPTED_BEFORE or INTERRUPTED_AFTER"
+            )
+        if self._asked("set_interrupt", node, reason, ExecutionStatus(status), data):
+            return
         self.interrupted_node = node
         self.interrupt_reason = reason
         self.status = status
@@ -78,6 +109,11 @@ class ExecutionState(BaseModel):
 
     def clear_interrupt(self) -> None:
         """Leave the interrupt and run again."""
+        self._refuse_in_node(
+            "clear_interrupt",
+            "a paused run is resumed from outside, with ainvoke(Command(resume=...)) or "
+            "ainvoke(None, config)",
+        )
         self.interrupted_node = None
         self.interrupt_reason = None
         self.interrupt_data = None
@@ -92,18 +128,33 @@ class ExecutionState(BaseModel):
 
     def advance_step(self) -> None:
         """Count one more step."""
+        self._refuse_in_node(
+            "advance_step", "the engine counts steps: the step advances when the node returns"
+        )
         self.step += 1
 
     def set_current_node(self, node: str) -> None:
         """Record the node being run (or about to run)."""
+        self._refuse_in_node(
+            "set_current_node",
+            f"to go to {node!r} next, return Command(goto={node!r}) or give the node an edge",
+        )
         self.current_node = node
 
     def complete(self) -> None:
-        """Mark the run completed."""
+        """Mark the run completed; inside a node, the run ends when the node's step commits."""
+        if self._asked("complete"):
+            return
         self.status = ExecutionStatus.COMPLETED
 
     def error(self, error_msg: str) -> None:
-        """Mark the run failed, keeping the message in `internal_data['error']`."""
+        """Mark the run failed, keeping the message in `internal_data['error']`.
+
+        Inside a node, the node fails with `error_msg` once it returns, as if it had raised:
+        the failure is recorded, the node's output is discarded and a later invoke retries it.
+        """
+        if self._asked("error", error_msg):
+            return
         self.status = ExecutionStatus.ERROR
         self.internal_data["error"] = error_msg
 

@@ -34,7 +34,7 @@ from events.kinds import (
     ToolCallFinished,
 )
 
-from .edge import state_data, state_updated, to_builtins
+from .edge import state_data, state_updated
 from .errors import IllegalTransitionError, InvalidStateUpdateError
 from .fold import ENTERED_KEY, RESUME_KEY, TOOL_CALLS_KEY, decide
 from .generic import state_fields
@@ -44,10 +44,10 @@ from .messages import (
     ReasoningBlock,
     TextBlock,
     ToolResultBlock,
-    to_messages,
+    context_items,
 )
 from .state import AgentState, ExecutionState
-from .transcript import calls_of
+from .transcript import calls_of, context_events
 from .views import PointOutOfRangeError, fold_at, state_at
 
 S = TypeVar("S", bound=AgentState)
@@ -512,7 +512,8 @@ def edit_events(
     """The events of a human edit of `state`, each carrying `reason`.
 
     Messages (under "messages" or "context", in any form `to_messages` reads) whose id is
-    already in the context replace that message; the others are appended. Other keys update
+    already in the context replace that message; the others are appended; `RemoveMessage`
+    markers remove messages (the log keeps them). Other keys update
     fields through their reducers, recorded as coming from `source`.
     """
     rest = dict(values)
@@ -520,13 +521,9 @@ def edit_events(
     events: list[Event] = []
     for key in ("messages", "context"):
         if key in rest:
-            for message in to_messages(rest.pop(key)):
-                data = to_builtins(message)
-                if message.message_id in known:
-                    events.append(MessageReplaced(message=data, reason=reason))
-                else:
-                    known.add(message.message_id)
-                    events.append(MessageAppended(message=data, reason=reason))
+            events.extend(
+                context_events(context_items(rest.pop(key)), known=known, edit=True, reason=reason)
+            )
     if rest:
         events.append(state_updated(rest, source=source, reason=reason))
     if not events:

@@ -253,10 +253,10 @@ async def test_a_sync_tool_left_running_is_never_run_twice(how: str, store: Even
 
     await until_free(store)
     assert charge.events == ["start 10", "finish 10"]
-    result = await app.ainvoke(None, CFG)
+    result = await app.ainvoke(None, CFG, "partial")
     assert result["status"] == ExecutionStatus.COMPLETED.value
     assert charge.starts == 1, "the abandoned call was started again"
-    messages: list[Message] = result["messages"]
+    messages: list[Message] = result["context"]
     assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"]
     check_transcript(messages)
     (tool_result,) = results_per_call(messages)[CALL_ID]
@@ -277,11 +277,11 @@ async def test_an_async_tool_is_cancelled_for_real(how: str, store: EventStore) 
     assert stopped.in_flight == []
     await until_free(store)  # nothing on a worker thread: released at once
 
-    result = await app.ainvoke(None, CFG)
+    result = await app.ainvoke(None, CFG, "partial")
     assert result["status"] == ExecutionStatus.COMPLETED.value
     assert charge.starts == 1
-    check_transcript(result["messages"])
-    (tool_result,) = results_per_call(result["messages"])[CALL_ID]
+    check_transcript(result["context"])
+    (tool_result,) = results_per_call(result["context"])[CALL_ID]
     assert tool_result.status == "abandoned" and tool_result.is_error
 
 
@@ -318,11 +318,11 @@ async def test_a_sync_node_left_running_holds_the_thread_then_runs_again(
         release.set()
     await until_free(store)
     assert runs == ["slow"]
-    result = await app.ainvoke(None, CFG)
+    result = await app.ainvoke(None, CFG, "partial")
     assert result["status"] == ExecutionStatus.COMPLETED.value
     assert runs == ["slow", "slow"]
     # What the abandoned run returned was discarded: only the second run's message is there.
-    assert [m.text() for m in result["messages"]] == ["pay", "slow 2"]
+    assert [m.text() for m in result["context"]] == ["pay", "slow 2"]
 
 
 # --- Ctrl-C on the blocking invoke, in a real process --------------------------------------
@@ -394,7 +394,10 @@ async def test_ctrl_c_on_invoke_is_recorded_and_never_charges_twice(
 # --- astop ------------------------------------------------------------------------------
 
 
-async def test_astop_pauses_a_running_thread_at_the_next_boundary(store: EventStore) -> None:
+async def test_astop_pauses_a_running_thread_at_the_next_boundary(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("actors.compiled.STOP_POLL_S", 60.0)  # the node ends before a look
     entered, release = asyncio.Event(), asyncio.Event()
     runs: list[str] = []
 
@@ -425,10 +428,10 @@ async def test_astop_pauses_a_running_thread_at_the_next_boundary(store: EventSt
     assert runs == ["first"]
     assert [m.text() for m in result["messages"]] == ["pay", "first"]
     (pause,) = result["__interrupt__"]
-    assert pause["reason"] == "stopped"
+    assert pause["reason"] == "stop_requested"
     log = await records(store)
     assert kinds(log)[-1] == "stopped"
-    assert stopped_event(log).node == "second"
+    assert (stopped_event(log).node, stopped_event(log).when) == ("first", "after")
 
     done = await app.ainvoke(None, CFG)
     assert runs == ["first", "second"]
@@ -492,9 +495,9 @@ async def test_new_input_after_an_abandoned_tool_call_keeps_the_transcript_valid
         charge.release.set()
     await until_free(store)
     later = {"messages": [Message.text_message("never mind", message_id="u-2")]}
-    result = await app.ainvoke(later, CFG)
+    result = await app.ainvoke(later, CFG, "partial")
     assert charge.starts == 1
-    messages: list[Message] = result["messages"]
+    messages: list[Message] = result["context"]
     check_transcript(messages)
     assert [m.role for m in messages] == ["user", "assistant", "tool", "user", "assistant"]
     (tool_result,) = results_per_call(messages)[CALL_ID]
@@ -503,8 +506,9 @@ async def test_new_input_after_an_abandoned_tool_call_keeps_the_transcript_valid
 
 
 async def test_new_input_on_a_thread_stopped_before_its_tools_rejects_the_calls(
-    store: EventStore,
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr("actors.compiled.STOP_POLL_S", 60.0)  # the node ends before a look
     charge = SyncCharge()
     charge.release.set()
     entered, release = asyncio.Event(), asyncio.Event()
@@ -531,11 +535,12 @@ async def test_new_input_on_a_thread_stopped_before_its_tools_rejects_the_calls(
     assert await app.astop(CFG)
     release.set()
     paused = await asyncio.wait_for(task, WAIT)
-    assert paused["__interrupt__"][0]["node"] == "tools"
+    assert paused["__interrupt__"][0]["node"] == "agent"  # paused after it, before the tools
+    assert (await app.aget_state(CFG)).execution_meta.current_node == "tools"
 
     later = {"messages": [Message.text_message("never mind", message_id="u-2")]}
-    result = await app.ainvoke(later, CFG)
-    messages: list[Message] = result["messages"]
+    result = await app.ainvoke(later, CFG, "partial")
+    messages: list[Message] = result["context"]
     check_transcript(messages)
     assert charge.starts == 0, "the user answered instead of approving: the call must not run"
     assert [m.role for m in messages] == ["user", "assistant", "tool", "user", "assistant"]
@@ -575,8 +580,8 @@ async def test_a_run_cancelled_at_any_moment_leaves_the_thread_free_for_the_next
             with pytest.raises(ThreadNotFoundError):
                 await app.ainvoke(None, CFG)
             return
-        out = await asyncio.wait_for(app.ainvoke(None, CFG), WAIT)
+        out = await asyncio.wait_for(app.ainvoke(None, CFG, "partial"), WAIT)
         assert out["status"] == "completed"
-        assert len(out["messages"]) == 40
+        assert len(out["context"]) == 40
         assert (await store.verify("t1")).ok
         assert await store.holder("t1") is None

@@ -248,9 +248,9 @@ async def test_weather_agent_runs_to_end_and_the_log_tells_the_whole_story(
     out = await app.ainvoke(inputs("weather in Oslo?"), CFG, include_state=True)
 
     state = out["state"]
-    assert set(out) == {"messages", "state", "status"}
+    assert set(out) == {"messages", "state", "status", "token_usage"}
     assert out["status"] == "completed"
-    assert out["messages"] == state.context
+    assert out["messages"] == state.context  # all of it is this run's own
     assert [m.role for m in out["messages"]] == ["user", "assistant", "tool", "assistant"]
     assert out["messages"][-1].text() == "answer: sunny in Oslo"
     (result,) = out["messages"][2].content
@@ -288,7 +288,7 @@ async def test_weather_agent_runs_to_end_and_the_log_tells_the_whole_story(
     await check_replay(app, returned=state)
 
     plain = await app.ainvoke(inputs("and tomorrow?"), {"thread_id": "t2"})
-    assert set(plain) == {"messages", "status"}
+    assert set(plain) == {"messages", "status", "token_usage"}
 
 
 async def test_node_entered_is_committed_before_the_node_runs(store: EventStore) -> None:
@@ -775,8 +775,11 @@ async def test_astream_of_an_interrupted_run_ends_with_the_paused_state() -> Non
 
 
 async def test_astop_is_recorded_at_once_and_honoured_at_the_next_node_boundary(
-    store: EventStore,
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The node finishes before the run looks for stops (which would cancel it): the stop
+    # lands between nodes and pauses after the node, as Agentflow's does.
+    monkeypatch.setattr("actors.compiled.STOP_POLL_S", 60.0)
     started, release = asyncio.Event(), asyncio.Event()
     ran: list[str] = []
 
@@ -802,7 +805,11 @@ async def test_astop_is_recorded_at_once_and_honoured_at_the_next_node_boundary(
     assert texts(out["messages"]) == ["go", "a finished"]
     meta = out["state"].execution_meta
     assert meta.stop_current_execution == StopRequestStatus.STOPPED
+    assert meta.status == ExecutionStatus.INTERRUPTED_AFTER
+    assert (meta.interrupted_node, meta.interrupt_reason) == ("a", "stop_requested")
+    assert meta.interrupt_data == {"source": "stop", "by": "user"}
     assert meta.current_node == "b"
+    assert out["__interrupt__"][0]["reason"] == "stop_requested"
     records = await log_of(store)
     assert commits(records)[-4:] == [
         ["node_entered"],
@@ -810,12 +817,14 @@ async def test_astop_is_recorded_at_once_and_honoured_at_the_next_node_boundary(
         ["message_appended", "step_advanced"],  # the running node's step still commits
         ["stopped"],
     ]
-    assert records[-1].event.node == "b"  # type: ignore[union-attr]
+    stopped = records[-1].event
+    assert (stopped.node, stopped.when) == ("a", "after")  # type: ignore[union-attr]
     await check_replay(app, returned=out["state"])
 
     later = await app.ainvoke(None, CFG, include_state=True)  # continues where it stopped
     assert ran == ["a", "b"]
-    assert texts(later["messages"]) == ["go", "a finished", "b"]
+    assert texts(later["messages"]) == ["b"]
+    assert texts(later["state"].context) == ["go", "a finished", "b"]
     assert kinds(await log_of(store))[len(records) :] == [
         "resumed",
         "node_entered",
@@ -852,12 +861,12 @@ async def test_astop_after_a_run_completed_leaves_the_thread_usable() -> None:
     await app.ainvoke(inputs("one"), CFG)
     with contextlib.suppress(AgentlogError):
         await app.astop(CFG)
-    out = await app.ainvoke(inputs("two"), CFG)
+    await app.ainvoke(inputs("two"), CFG)
     state = await app.aget_state(CFG)
     if state.execution_meta.stop_current_execution == StopRequestStatus.STOPPED:
-        out = await app.ainvoke(None, CFG)
+        await app.ainvoke(None, CFG)
     assert ran == ["a", "a"]
-    assert texts(out["messages"]) == ["one", "a", "two", "a"]
+    assert texts((await app.aget_state(CFG)).context) == ["one", "a", "two", "a"]
     await check_replay(app)
 
 
@@ -904,7 +913,7 @@ async def test_resuming_with_new_input_appends_it_first() -> None:
     assert texts(out["messages"]) == ["first"]
     out = await app.ainvoke(inputs("second"), CFG, include_state=True)
     assert seen == [["first", "second"]]
-    assert texts(out["messages"]) == ["first", "second", "reply 1"]
+    assert texts(out["state"].context) == ["first", "second", "reply 1"]
     records = await log_of(app.store)
     assert commits(records)[:4] == [
         ["run_started", "message_appended"],
@@ -990,7 +999,7 @@ async def test_a_node_interrupt_pauses_and_command_resume_hands_it_the_value(
     await check_replay(app, returned=out["state"])
 
     done = await app.ainvoke(Command(resume="yes"), CFG, include_state=True)
-    assert texts(done["messages"]) == ["pay", "approved: yes", "after"]
+    assert texts(done["state"].context) == ["pay", "approved: yes", "after"]
     assert done["state"].execution_meta.status == ExecutionStatus.COMPLETED
     after = await log_of(store)
     resumed = after[len(records)]
@@ -1003,7 +1012,7 @@ async def test_a_plain_resume_of_a_node_interrupt_gives_it_none() -> None:
     app = line(("approve", async_approval)).compile()
     await app.ainvoke(inputs("pay"), CFG)
     out = await app.ainvoke(None, CFG, include_state=True)
-    assert texts(out["messages"]) == ["pay", "approved: None"]
+    assert texts(out["state"].context) == ["pay", "approved: None"]
     await check_replay(app, returned=out["state"])
 
 
@@ -1023,7 +1032,7 @@ async def test_a_resume_value_is_given_once_then_the_node_may_interrupt_again() 
     assert out["state"].execution_meta.interrupted_node == "two"
     assert out["state"].execution_meta.interrupt_reason == "second?"
     out = await app.ainvoke(Command(resume={"n": 2}), CFG, include_state=True)
-    assert texts(out["messages"]) == ["go", "got 1", "then {'n': 2}"]
+    assert texts(out["state"].context) == ["go", "got 1", "then {'n': 2}"]
     await check_replay(app, returned=out["state"])
 
 
@@ -1038,10 +1047,12 @@ async def test_a_completed_thread_given_new_input_starts_a_new_run(store: EventS
     assert fresh[0].event.entry_node == "agent"  # type: ignore[union-attr]
     assert fresh[2].event.node == "agent"  # type: ignore[union-attr]
     assert kinds(records).count("run_started") == 2
-    assert second["messages"][: len(first["messages"])] == first["messages"]  # conversation kept
-    assert texts(second["messages"])[len(first["messages"])] == "and again?"
+    context = second["state"].context
+    assert context[: len(first["messages"])] == first["messages"]  # conversation kept
+    assert texts(context)[len(first["messages"])] == "and again?"
+    assert texts(second["messages"])[0] == "and again?"  # the call's own messages
     assert second["messages"][-1].text() == "answer: sunny in Oslo"
-    assert len(second["messages"]) == 8
+    assert len(second["messages"]) == 4 and len(context) == 8
     assert WEATHER_CALLS == ["Oslo", "Oslo"]
     assert before[0].run_id != fresh[0].run_id
     assert {r.run_id for r in fresh} == {fresh[0].run_id}
@@ -1103,7 +1114,7 @@ async def test_a_raising_node_fails_the_run_and_a_later_ainvoke_retries_it(
     out = await app.ainvoke(None, CFG, include_state=True)
     assert ran == ["a", "c"]  # a is not run again
     assert flaky.runs == 2
-    assert texts(out["messages"]) == ["go", "a", "flaky ok after 2", "c"]
+    assert texts(out["state"].context) == ["go", "a", "flaky ok after 2", "c"]
     after = await log_of(store)
     assert kinds(after)[len(records) : len(records) + 2] == ["resumed", "node_entered"]
     assert entered(after) == ["a", "b", "b", "c"]
@@ -1173,7 +1184,7 @@ async def test_the_recursion_limit_counts_steps_exactly() -> None:
     assert entered(records) == ["a"]
     assert records[-1].event.node == "b"  # type: ignore[union-attr]
     out = await short.ainvoke(None, CFG, include_state=True)  # a later ainvoke goes on
-    assert texts(out["messages"]) == ["go", "a", "b"]
+    assert texts(out["state"].context) == ["go", "a", "b"]
     assert out["state"].execution_meta.status == ExecutionStatus.COMPLETED
     await check_replay(short, returned=out["state"])
 
@@ -1211,7 +1222,8 @@ async def test_a_second_ainvoke_on_a_busy_thread_gets_thread_busy_error(
     await check_replay(app, "t2")
 
     again = await app.ainvoke(inputs("three"), CFG)  # free once the first run ended
-    assert texts(again["messages"]) == ["one", "held", "three", "held"]
+    assert texts(again["messages"]) == ["three", "held"]
+    assert texts((await app.aget_state(CFG)).context) == ["one", "held", "three", "held"]
 
 
 async def test_astream_on_a_busy_thread_raises_thread_busy_error() -> None:
@@ -1361,11 +1373,15 @@ def test_invoke_get_state_and_stream_block_without_an_event_loop() -> None:
     assert state == replay(asyncio.run(log_of(store)))
 
     plain = app.invoke(inputs("again?"), CFG)
-    assert set(plain) == {"messages", "status", "__interrupt__"} and len(plain["messages"]) == 6
+    assert set(plain) == {"messages", "token_usage", "status", "__interrupt__"}
+    assert texts(plain["messages"])[0] == "again?" and len(app.get_state(CFG).context) == 6
     assert plain["__interrupt__"][0]["node"] == "tools"
 
 
-def test_stop_blocks_until_recorded_and_the_run_pauses_at_the_boundary(tmp_path: Path) -> None:
+def test_stop_blocks_until_recorded_and_the_run_pauses_at_the_boundary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("actors.compiled.STOP_POLL_S", 60.0)  # the node ends before a look
     store = SQLiteEventStore(tmp_path / "sync.db")
     started, release = threading.Event(), threading.Event()
     ran: list[str] = []
@@ -1394,7 +1410,7 @@ def test_stop_blocks_until_recorded_and_the_run_pauses_at_the_boundary(tmp_path:
         assert meta.stop_current_execution == StopRequestStatus.STOPPED
         out = app.invoke(None, CFG)
         assert ran == ["a", "b"]
-        assert texts(out["messages"]) == ["go", "a finished", "b"]
+        assert texts(out["messages"]) == ["b"]
         final = app.get_state(CFG)
     finally:
         release.set()

@@ -96,12 +96,12 @@ async def test_a_corrected_tool_call_replaces_the_message_and_is_what_runs(
     assert after[1].tool_calls()[0].args == {"amount": 25}
     assert after[0] == before[0]
 
-    result = await app.ainvoke(None, CFG)
+    result = await app.ainvoke(None, CFG, "partial")
     assert result["status"] == ExecutionStatus.COMPLETED.value
     assert charges.amounts == [25]
     started = [r.event for r in await records(store) if isinstance(r.event, ToolCallStarted)]
     assert [s.args for s in started] == [{"amount": 25}]
-    check_transcript(result["messages"])
+    check_transcript(result["context"])
     tool = [m for m in result["messages"] if m.role == "tool"]
     assert [m.text() for m in tool] == ["charged 25"]
 
@@ -138,11 +138,11 @@ async def test_a_human_answer_as_the_tools_node_skips_the_tool_and_pauses_at_the
     kinds = [r.kind for r in await records(store)]
     assert "tool_call_started" not in kinds and "node_entered" not in kinds[-4:]
 
-    result = await app.ainvoke(None, CFG)
+    result = await app.ainvoke(None, CFG, "partial")
     assert result["status"] == ExecutionStatus.COMPLETED.value
     assert charges.amounts == [], "the human answered the call: the tool must not run"
-    assert [m.text() for m in result["messages"]][-2:] == ["paid by phone", "done"]
-    check_transcript(result["messages"])
+    assert [m.text() for m in result["context"]][-2:] == ["paid by phone", "done"]
+    check_transcript(result["context"])
 
 
 # --- edits against a run in flight ---------------------------------------------------------
@@ -186,10 +186,10 @@ async def test_new_input_before_an_approval_rejects_the_pending_call(store: Even
     charges = Charges()
     app = await paused_before_tools(store, charges)
     reply = {"messages": [Message.text_message("actually, don't", message_id="u-2")]}
-    result = await app.ainvoke(reply, CFG)
+    result = await app.ainvoke(reply, CFG, "partial")
 
     assert charges.amounts == [], "the user replied instead of approving"
-    messages: list[Message] = result["messages"]
+    messages: list[Message] = result["context"]
     assert [m.role for m in messages] == ["user", "assistant", "tool", "user", "assistant"]
     (block,) = messages[2].content
     assert isinstance(block, ToolResultBlock)

@@ -65,8 +65,8 @@ async def test_both_config_forms_name_the_same_thread() -> None:
     store = MemoryEventStore()
     app = echo_graph(store)
     await app.ainvoke(hello("one"), {"thread_id": "x"})
-    result = await app.ainvoke(hello("two"), {"configurable": {"thread_id": "x"}})
-    assert [m.text() for m in result["messages"]] == ["one", "echo: one", "two", "echo: two"]
+    result = await app.ainvoke(hello("two"), {"configurable": {"thread_id": "x"}}, "partial")
+    assert [m.text() for m in result["context"]] == ["one", "echo: one", "two", "echo: two"]
     assert await store.threads() == ["x"]
     flat = await app.aget_state({"thread_id": "x"})
     nested = await app.aget_state({"configurable": {"thread_id": "x"}})
@@ -215,9 +215,9 @@ async def test_a_paused_result_says_where_and_why() -> None:
     assert paused["status"] == ExecutionStatus.INTERRUPTED_BEFORE.value
     (pause,) = paused["__interrupt__"]
     assert (pause["node"], pause["reason"]) == ("echo", "interrupt_before")
-    done = await app.ainvoke(None, {"thread_id": "t"})
+    done = await app.ainvoke(None, {"thread_id": "t"}, "partial")
     assert done["status"] == "completed" and "__interrupt__" not in done
-    assert [m.text() for m in done["messages"]] == ["hi", "echo: hi"]
+    assert [m.text() for m in done["context"]] == ["hi", "echo: hi"]
 
 
 async def test_a_config_naming_two_threads_is_refused() -> None:

@@ -757,7 +757,7 @@ async def test_a_fork_with_a_chosen_id_continues_with_tools_and_leaves_the_sourc
     row = (await app.ahistory(branch))[0]
     assert (row.seq, row.kind, row.actor, row.summary) == (1, "forked", "user", "from t@5")
     out = await app.ainvoke(None, branch, include_state=True)
-    assert texts(out["messages"]) == texts((await app.aget_state(CFG)).context)
+    assert texts(out["state"].context) == texts((await app.aget_state(CFG)).context)
     assert out["state"].execution_meta.status == ExecutionStatus.COMPLETED
     assert [e.step for e in await app.aget_state_history(branch)] == [2, 3]
     assert await log_of(store) == source
@@ -775,7 +775,7 @@ async def test_a_fork_at_a_seq_and_at_step_zero() -> None:
     zero = {"thread_id": await app.afork(CFG, at_step=0)}
     assert (await app.aget_state(zero)).context == (await app.aget_state(CFG, at_step=0)).context
     done = await app.ainvoke(None, zero, include_state=True)
-    assert texts(done["messages"]) == texts((await app.aget_state(CFG)).context)
+    assert texts(done["state"].context) == texts((await app.aget_state(CFG)).context)
     end = await app.aget_state(CFG)
     assert (done["state"].count, done["state"].notes) == (end.count, end.notes) == (2, ["n1"])
 
@@ -793,8 +793,8 @@ async def test_a_fork_taken_at_a_node_interrupt_resumes_with_the_value() -> None
     assert (await app.aget_state(fork)).execution_meta.interrupt_reason == "approve?"
     out = await app.ainvoke(Command(resume="yes"), fork, include_state=True)
     source = await app.ainvoke(Command(resume="yes"), CFG, include_state=True)
-    assert texts(source["messages"]) == ["pay", "approved: yes"]
-    assert texts(out["messages"]) == ["pay", "approved: yes"]
+    assert texts(source["state"].context) == ["pay", "approved: yes"]
+    assert texts(out["state"].context) == ["pay", "approved: yes"]
 
 
 async def test_a_fork_that_took_no_step_yet_answers_at_its_own_step() -> None:

@@ -1,0 +1,151 @@
+"""The transcript's rules: updates of the context as events, and tool calls paired with results.
+
+A context update (a node's output, an edit, the input of a run) is a list of messages and
+`RemoveMessage` markers; `context_events` turns it into the events that record it. Every
+tool call in a context ends in exactly one result, so a transcript stays valid for every
+model provider: `check_pairs` refuses an update that would leave a call open or a result
+without its call, and `open_calls` names the calls still waiting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Iterable, Sequence
+from typing import Any
+
+from events.kinds import (
+    Event,
+    MessageAppended,
+    MessageReplaced,
+    MessagesRemoved,
+    MessagesReplaced,
+)
+
+from .edge import to_builtins
+from .errors import InvalidStateUpdateError
+from .messages import Message, RemoteToolCallBlock, RemoveMessage, ToolCallBlock, ToolResultBlock
+from .reducers import add_messages
+
+Call = ToolCallBlock | RemoteToolCallBlock
+
+
+def context_events(
+    items: Sequence[Message | RemoveMessage],
+    *,
+    known: Container[str | int],
+    reducer: Callable[..., Any] | None = None,
+    current: Sequence[Message] = (),
+    edit: bool = False,
+    reason: str | None = None,
+) -> list[Event]:
+    """The events recording an update of the context by `items`, in order.
+
+    `RemoveMessage(id)` removes one message, `RemoveMessage(REMOVE_ALL_MESSAGES)` all of
+    them (the messages after it become the context). Without markers a declared reducer
+    other than `add_messages` (such as `replace_messages`) gives the new context whole.
+    Otherwise messages merge as `add_messages` does: a new id is appended, a known one is
+    left as it is, or, for a human edit (`edit`), replaces the message with that id.
+    """
+    replacing = reducer is not None and reducer is not add_messages
+    if replacing and not any(isinstance(i, RemoveMessage) for i in items):
+        assert reducer is not None
+        messages = [i for i in items if isinstance(i, Message)]
+        merged = reducer(list(current), messages)
+        return [MessagesReplaced(messages=[to_builtins(m) for m in merged])]
+    start = 0
+    for index, item in enumerate(items):
+        if isinstance(item, RemoveMessage) and item.removes_all:
+            start = index
+    events: list[Event] = []
+    seen: set[str | int] = set()
+    if start or (items and isinstance(items[0], RemoveMessage) and items[0].removes_all):
+        rest = [i for i in items[start + 1 :] if isinstance(i, Message)]
+        events.append(MessagesReplaced(messages=[to_builtins(m) for m in rest]))
+        known, seen = (), {m.message_id for m in rest}
+        items = [i for i in items[start + 1 :] if isinstance(i, RemoveMessage)]
+    removing: list[str | int] = []
+    for item in items:
+        if isinstance(item, RemoveMessage):
+            removing.append(item.message_id)
+            continue
+        if removing:
+            events.append(MessagesRemoved(message_ids=removing, reason=reason))
+            removing = []
+        if item.delta or item.message_id in seen:
+            continue
+        data = to_builtins(item)
+        if item.message_id in known:
+            if edit:
+                events.append(MessageReplaced(message=data, reason=reason))
+            continue
+        seen.add(item.message_id)
+        events.append(MessageAppended(message=data, reason=reason))
+    if removing:
+        events.append(MessagesRemoved(message_ids=removing, reason=reason))
+    return events
+
+
+def calls_of(message: Message) -> list[Call]:
+    """The tool calls a message asks for: local ones and those a client runs."""
+    remote = [b for b in message.content if isinstance(b, RemoteToolCallBlock)]
+    return [*message.tool_calls(), *remote] if message.role == "assistant" else []
+
+
+def results_of(message: Message) -> list[ToolResultBlock]:
+    """The tool results a message carries."""
+    return [b for b in message.content if isinstance(b, ToolResultBlock)]
+
+
+def open_calls(context: Iterable[Message]) -> list[Call]:
+    """The calls of the context that no later message answers, oldest first."""
+    waiting: dict[str, Call] = {}
+    for message in context:
+        for result in results_of(message):
+            waiting.pop(result.call_id, None)
+        for call in calls_of(message):
+            waiting[call.id] = call
+    return list(waiting.values())
+
+
+def unpaired_results(context: Iterable[Message]) -> list[str]:
+    """Call ids of results with no call before them, or answering a call a second time."""
+    called: set[str] = set()
+    answered: set[str] = set()
+    stray: list[str] = []
+    for message in context:
+        for result in results_of(message):
+            if result.call_id not in called or result.call_id in answered:
+                stray.append(result.call_id)
+            answered.add(result.call_id)
+        called.update(call.id for call in calls_of(message))
+    return stray
+
+
+def check_pairs(before: Sequence[Message], after: Sequence[Message], what: str) -> None:
+    """Refuse `what` when it leaves a tool call open or a result unpaired that was not before.
+
+    A call already open before (a run waiting at its tool node) may stay open, or leave with
+    its message; a call cannot lose its result, and a result cannot lose its call.
+    """
+    opened = {c.id for c in open_calls(after)} - {c.id for c in open_calls(before)}
+    if opened:
+        raise InvalidStateUpdateError(
+            f"{what} would leave tool call(s) {', '.join(map(repr, sorted(opened)))} without "
+            "their result: remove a tool call's assistant message and its tool result together"
+        )
+    stray = set(unpaired_results(after)) - set(unpaired_results(before))
+    if stray:
+        raise InvalidStateUpdateError(
+            f"{what} would leave the result(s) of tool call(s) "
+            f"{', '.join(map(repr, sorted(stray)))} without their call: remove a tool call's "
+            "assistant message and its tool result together"
+        )
+
+
+__all__ = [
+    "calls_of",
+    "check_pairs",
+    "context_events",
+    "open_calls",
+    "results_of",
+    "unpaired_results",
+]
