@@ -1050,6 +1050,10 @@ class CompiledGraph(Generic[S]):
             elif record.kind in (
                 "step_advanced",
                 "state_updated",
+                "messages_removed",
+                "messages_replaced",
+                "message_replaced",
+                "context_summarized",
                 "interrupt_raised",
                 "run_completed",
                 "stopped",

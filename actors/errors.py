@@ -80,9 +80,14 @@ class NodeTimeoutError(NodeError):
     """
 
     def __init__(self, node: str, timeout: float) -> None:
+        self.node = node
         self.timeout = timeout
-        error = TimeoutError(f"node {node!r} ran past its timeout of {timeout:g}s")
-        super().__init__(node, error)
+        AgentlogError.__init__(
+            self,
+            f"node {node!r} ran past its timeout of {timeout:g}s and was cut short (a sync "
+            "node finishes on its worker thread, its result discarded); the failure is in the "
+            "log and invoking the thread again retries the node",
+        )
 
 
 class ToolCommandConflictError(GraphError):
