@@ -370,7 +370,8 @@ def _tool_finished(event: ToolCallFinished) -> str:
             text = message_text(Message.model_validate(event.message))[:SUMMARY_CHARS]
         except ValueError:
             text = "(unreadable)"
-        said += f"; returned a tool message: {text}"
+        if text:
+            said += f"; returned a tool message: {text}"
     command = []
     if event.goto is not None:
         command.append(f"goto {event.goto}")
