@@ -245,7 +245,7 @@ class ToolNode:
             except ValidationError as exc:
                 raise ToolArgumentsError(_describe(call.name, exc)) from exc
             value = await tool.call(pos, kw, context, call.id)
-            returned = _returned(call, value, {m.message_id for m in state.context})
+            returned = _returned(call, value, state)
         except GraphInterrupt:
             raise
         except Exception as exc:
@@ -387,14 +387,23 @@ class _Returned:
     goto: str | None = None
 
 
-def _returned(call: ToolCallBlock, value: Any, known: set[str | int]) -> _Returned:
-    """What `value`, returned by the tool of `call`, records; `known` are the ids already in
-    the context, which a result message must not reuse (it would be taken as already there)."""
+def _returned(call: ToolCallBlock, value: Any, state: AgentState) -> _Returned:
+    """What `value`, returned by the tool of `call`, records. A result message must not reuse
+    an id already in the context (it would be taken as already there); only a tool that
+    returns a message pays for gathering those ids."""
     if isinstance(value, Command):
-        return _command_returned(call, value, known)
+        return _command_returned(call, value, _known_ids(state))
     if isinstance(value, Message):
-        return _Returned(message=_recorded(call, _result_message(call, value, known)))
+        return _Returned(message=_recorded(call, _result_message(call, value, _known_ids(state))))
     return _Returned(output=_plain(value))
+
+
+def _known_ids(state: AgentState) -> set[str | int]:
+    """The ids of the context's messages, read without copying them (the node's view copies
+    each message it hands out)."""
+    originals = getattr(state.context, "originals", None)
+    messages = originals() if originals is not None else state.context
+    return {m.message_id for m in messages}
 
 
 def _command_returned(
