@@ -41,6 +41,7 @@ from events import (
     StoreError,
     ThreadNotFoundError,
     ToolCallFinished,
+    ToolCallStarted,
 )
 from events.kinds import Event
 from events.store import check_thread_id
@@ -136,6 +137,19 @@ class _Run(Generic[S]):
     """Ids of the messages this call appended: the `messages` of its result."""
     last_node: str | None = None
     """The node whose step this call committed last: a stop between nodes pauses after it."""
+    taken: int = 0
+    """Steps this call has run (its recursion limit counts them)."""
+    ahead: tuple[str, list[EventRecord]] | None = None
+    """The node the last step's commit already entered, and the tool calls it started."""
+    dispatched: set[str] = field(default_factory=set)
+    """Tool calls this call handed to their tool."""
+    started_ahead: set[str] = field(default_factory=set)
+    """Tool calls this call recorded as started with the step before their tool node: those
+    not dispatched never ran."""
+
+    def never_ran(self) -> set[str]:
+        """Calls recorded as started that no tool has run: only this call could have."""
+        return self.started_ahead - self.dispatched
 
 
 class CompiledGraph(Generic[S]):
@@ -576,7 +590,8 @@ class CompiledGraph(Generic[S]):
             )
             if paused or meta.status in (ExecutionStatus.COMPLETED, ExecutionStatus.ERROR):
                 return  # the run had already come to rest
-            events: list[Event] = list(_abandoned_calls(meta, why))
+            never_ran = run.never_ran() if run is not None else set()
+            events: list[Event] = list(_abandoned_calls(meta, why, never_ran))
             if meta.stop_current_execution == StopRequestStatus.NONE:
                 events.append(StopRequested(by="runtime", reason=why))
             events.append(
@@ -740,7 +755,6 @@ class CompiledGraph(Generic[S]):
         ]
 
     async def _steps(self, run: _Run[S]) -> None:
-        taken = 0
         while True:
             meta = run.fold.state.execution_meta
             node = meta.current_node
@@ -757,7 +771,7 @@ class CompiledGraph(Generic[S]):
                 await self._commit(run, [event], actor="runtime")
                 return
             run.skip_interrupt_before = None
-            if taken >= run.recursion_limit:
+            if run.taken >= run.recursion_limit:
                 message = (
                     f"run {run.run_id} on thread {run.thread_id!r} reached its recursion limit "
                     f"of {run.recursion_limit} steps before node {node!r}; raise "
@@ -773,10 +787,36 @@ class CompiledGraph(Generic[S]):
             if node not in self.graph.nodes:
                 raise GraphError(f"thread {run.thread_id!r} is at node {node!r}, not in this graph")
             await self._step(run, node)
-            taken += 1
+            run.taken += 1
             meta = run.fold.state.execution_meta
             if meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED:
                 return
+
+    def _entering(self, run: _Run[S], tail: Sequence[Event], target: str) -> list[Event]:
+        """The events entering `target` in the same commit as the step before it, when it is
+        sure to run next: its `node_entered`, and, for a tool node, the start of each call.
+
+        Not when the run pauses, ends, stops or reaches its recursion limit first, or when
+        `target` has a breakpoint before it: then the next step enters it on its own.
+        """
+        meta = run.fold.state.execution_meta
+        if (
+            target == END
+            or target not in self.graph.nodes
+            or target in self.interrupt_before
+            or meta.status != ExecutionStatus.RUNNING
+            or meta.stop_current_execution != StopRequestStatus.NONE
+            or run.taken + 1 >= run.recursion_limit
+            or any(isinstance(e, InterruptRaised) for e in tail)
+        ):
+            return []
+        events: list[Event] = [NodeEntered(node=target)]
+        if is_tool_node(self.graph.nodes[target]):
+            events += [
+                ToolCallStarted(call_id=c.id, name=c.name, args=to_builtins(c.args), node=target)
+                for c in pending_calls(run.fold.state)
+            ]
+        return events
 
     @staticmethod
     def _stop_between(run: _Run[S], node: str) -> Stopped:
@@ -803,13 +843,18 @@ class CompiledGraph(Generic[S]):
     async def _step(self, run: _Run[S], node: str) -> None:
         meta = run.fold.state.execution_meta
         entered = meta.internal_data.get(ENTERED_KEY)
+        ahead, run.ahead = run.ahead, None
         step_records: list[EventRecord] = []
-        if entered and entered["node"] == node:
+        if ahead is not None and ahead[0] == node:
+            step_records = ahead[1]  # entered by the last step's commit, with its tool calls
+        elif entered and entered["node"] == node:
             # The node's step began before (a crash, a pause, a failure): let the node see
             # what it committed then (a tool node's finished calls). After a crash the step
             # simply goes on; after a pause or a failure the log shows the node entered again.
             step_records = [r async for r in self.store.read(run.thread_id, entered["seq"] + 1)]
-        if not (run.cut_short and entered and entered["node"] == node):
+            if not run.cut_short:
+                await self._commit(run, [NodeEntered(node=node)], actor=node)
+        else:
             await self._commit(run, [NodeEntered(node=node)], actor=node)
         run.cut_short = False
         resume = resume_values(run.fold.state.execution_meta.internal_data.get(RESUME_KEY))
@@ -820,6 +865,7 @@ class CompiledGraph(Generic[S]):
             partial(self._commit, run, actor=node),
             step_records,
             run.in_flight,
+            run.dispatched,
         )
         actor = self._node_actor(run, node)
         requests: list[tuple[str, tuple[Any, ...]]] = []
@@ -881,7 +927,7 @@ class CompiledGraph(Generic[S]):
         if guard.fired == "stop":
             why = "a stop request cancelled the node"
             events: list[Event] = [
-                *_abandoned_calls(meta, why),
+                *_abandoned_calls(meta, why, run.never_ran()),
                 Stopped(node=node, when="before", in_flight=run.in_flight.running()),
             ]
             await self._commit(run, events, actor="runtime")
@@ -890,7 +936,8 @@ class CompiledGraph(Generic[S]):
         error = NodeTimeoutError(node, limit)
         why = f"node {node!r} ran past its timeout of {limit:g}s"
         failed = RunFailed(node=node, error_type="NodeTimeoutError", message=f"{why}; retryable")
-        await self._commit(run, [*_abandoned_calls(meta, why), failed], actor="runtime")
+        closing = _abandoned_calls(meta, why, run.never_ran())
+        await self._commit(run, [*closing, failed], actor="runtime")
         raise error
 
     async def _commit_step(
@@ -952,6 +999,12 @@ class CompiledGraph(Generic[S]):
                 tail.append(InterruptRaised(node=node, reason="interrupt_after", when="after"))
             decide(fold.state, tail, seq=base + len(events))
             fold.apply_all(self._scratch(run, tail, base + len(events)))
+            entering = self._entering(run, tail, target)
+            if entering:
+                at = base + len(events) + len(tail)
+                decide(fold.state, entering, seq=at)
+                fold.apply_all(self._scratch(run, entering, at))
+                tail.extend(entering)
             batch = [*events, *tail]
             try:
                 records = await self._append(run, batch, base, node)
@@ -964,6 +1017,11 @@ class CompiledGraph(Generic[S]):
             fold.seq, fold.hash = records[-1].seq, records[-1].hash
             if any(r.event != e for r, e in zip(records, batch, strict=True)):
                 run.fold = await self._load(run.thread_id)  # keep the canonical decoded values
+            if entering:
+                run.ahead = (target, records[len(records) - len(entering) + 1 :])
+                run.started_ahead.update(
+                    e.call_id for e in entering if isinstance(e, ToolCallStarted)
+                )
             await self._after_commit(run, records)
             return
         raise ThreadBusyError(f"thread {run.thread_id!r} kept moving under node {node!r}")
@@ -1235,18 +1293,25 @@ def _requested(
     return goto, pause, ending
 
 
-def _abandoned_calls(meta: Any, why: str) -> list[ToolCallFinished]:
-    """Results closing the tool calls started and not finished: abandoned, never rerun."""
-    return [
-        ToolCallFinished(
-            call_id=call_id,
-            name=str(name),
-            status="abandoned",
-            error=f"abandoned: {why}; the call had started and any result it returns is "
-            "discarded, so whether it took effect is unknown",
+def _abandoned_calls(meta: Any, why: str, never_ran: set[str]) -> list[ToolCallFinished]:
+    """Results closing the tool calls started and not finished: abandoned, never rerun.
+
+    A call in `never_ran` (recorded as started with the step before its tool node, and
+    never handed to its tool) is said not to have run.
+    """
+    closing = []
+    for call_id, name in meta.internal_data.get(TOOL_CALLS_KEY, {}).items():
+        if call_id in never_ran:
+            error = f"abandoned: {why}, before its tool node ran it; the call never started"
+        else:
+            error = (
+                f"abandoned: {why}; the call had started and any result it returns is "
+                "discarded, so whether it took effect is unknown"
+            )
+        closing.append(
+            ToolCallFinished(call_id=call_id, name=str(name), status="abandoned", error=error)
         )
-        for call_id, name in meta.internal_data.get(TOOL_CALLS_KEY, {}).items()
-    ]
+    return closing
 
 
 def _remote_calls(events: Sequence[Event]) -> list[RemoteToolCallBlock]:

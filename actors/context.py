@@ -31,6 +31,8 @@ class NodeContext:
     commit: Callable[[Sequence[Event]], Awaitable[list[EventRecord]]]
     step_records: list[EventRecord] = field(default_factory=list)
     in_flight: InFlight = field(default_factory=InFlight)
+    dispatched: set[str] = field(default_factory=set)
+    """Ids of the tool calls this run has handed to their tool (started running)."""
 
     async def offload(self, label: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run the sync `fn` on a worker thread, on behalf of this run (named by `label`)."""

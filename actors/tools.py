@@ -231,6 +231,7 @@ class ToolNode:
         self, call: ToolCallBlock, state: AgentState, context: NodeContext
     ) -> ToolCallFinished:
         """Run one call, turning any failure into a failed result, and commit its result."""
+        context.dispatched.add(call.id)
         begin = time.perf_counter()
         status: typing.Literal["completed", "failed"] = "completed"
         returned = _Returned()

@@ -262,15 +262,14 @@ async def test_weather_agent_runs_to_end_and_the_log_tells_the_whole_story(
     assert meta.thread_id == "t1"
 
     records = await log_of(store)
+    # A step's commit also enters the next node (and starts a tool node's calls) when that
+    # node is sure to run next: one commit per step, plus one per tool result.
     assert commits(records) == [
         ["run_started", "message_appended"],
         ["node_entered"],
-        ["message_appended", "step_advanced"],
-        ["node_entered"],
-        ["tool_call_started"],
+        ["message_appended", "step_advanced", "node_entered", "tool_call_started"],
         ["tool_call_finished"],
-        ["message_appended", "step_advanced"],
-        ["node_entered"],
+        ["message_appended", "step_advanced", "node_entered"],
         ["message_appended", "step_advanced"],
         ["run_completed"],
     ]
@@ -280,7 +279,8 @@ async def test_weather_agent_runs_to_end_and_the_log_tells_the_whole_story(
         END,
     ]
     assert entered(records) == ["agent", "tools", "agent"]
-    assert [r.actor for r in records if r.kind == "node_entered"] == ["agent", "tools", "agent"]
+    # who committed it: a node entered with the step before it is recorded by that step's node
+    assert [r.actor for r in records if r.kind == "node_entered"] == ["agent", "agent", "tools"]
     assert records[0].actor == "user"
     assert records[0].event.entry_node == "agent"  # type: ignore[union-attr]
     assert len({r.run_id for r in records}) == 1
