@@ -15,7 +15,7 @@ import logging
 import threading
 import uuid
 import weakref
-from collections.abc import AsyncGenerator, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Container, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Generic, TypeVar
@@ -83,6 +83,7 @@ from projections.fold import (
 )
 from projections.generic import state_fields
 from projections.messages import normalize_input
+from projections.transcript import unique_id
 
 from ._actor import ActorStoppedError
 from .context import NodeContext
@@ -351,6 +352,9 @@ class CompiledGraph(Generic[S]):
         target = self._route(node, scratch.state)
         events.append(StepAdvanced(step=meta.step + 1, next_node=target))
         if target == END:
+            why = f"not run: the run was ended by {actor!r} editing the state as {node!r}"
+            known = scratch.message_ids
+            events += [_not_run(c, why, known) for c in open_calls(scratch.state.context)]
             events.append(RunCompleted())
         else:
             reason = f"update_state as {node!r} by {actor!r}"
@@ -680,7 +684,8 @@ class CompiledGraph(Generic[S]):
             answered = _answered_ids(inputs)
             resumed: list[Event] = [Resumed(value=None, by=user), *inputs]
             why = "not run: the client answered other calls of this message but not this one"
-            resumed += [_not_run(c, why) for c in waiting if c.id not in answered]
+            known = fold.message_ids
+            resumed += [_not_run(c, why, known) for c in waiting if c.id not in answered]
             return run, resumed
         if waiting and not inputs:
             names = ", ".join(f"{c.name} ({c.id})" for c in waiting)
@@ -732,7 +737,7 @@ class CompiledGraph(Generic[S]):
         remote = _waiting_remote(fold.state) if meta.is_interrupted() else []
         if remote:
             why = "not run: the user replied instead of the client answering this call"
-            return [_not_run(c, why) for c in remote]
+            return [_not_run(c, why, fold.message_ids) for c in remote]
         before = meta.status == ExecutionStatus.INTERRUPTED_BEFORE
         node = meta.interrupted_node if before else meta.current_node  # where it would go on
         if node not in self.graph.nodes or not is_tool_node(self.graph.nodes[node]):
@@ -748,8 +753,9 @@ class CompiledGraph(Generic[S]):
                     finished[record.event.call_id] = record.event
         why = "not run: the user replied before it was approved"
         return [
-            message_appended(
-                tool_message(finished[c.id]) if c.id in finished else rejected_message(c, why)
+            _result_appended(
+                tool_message(finished[c.id]) if c.id in finished else rejected_message(c, why),
+                fold.message_ids,
             )
             for c in calls
         ]
@@ -829,7 +835,8 @@ class CompiledGraph(Generic[S]):
         """End the run; a tool call still open gets a result saying it never ran, first."""
         waiting = open_calls(run.fold.state.context)
         why = "not run: the graph reached its end without running this call"
-        events: list[Event] = [_not_run(c, why) for c in waiting]
+        known = run.fold.message_ids
+        events: list[Event] = [_not_run(c, why, known) for c in waiting]
         if waiting:
             _log.warning(
                 "run %s on thread %r ended with tool call(s) %s unanswered: recorded as not run "
@@ -892,7 +899,14 @@ class CompiledGraph(Generic[S]):
                 await self._cut(run, node, guard)
                 return
             guard.disarm()
-            events, goto = output_events(node, output, run.fold.state, known=run.fold.message_ids)
+            events, goto = output_events(
+                node,
+                output,
+                run.fold.state,
+                known=run.fold.message_ids,
+                waiting={c.id for c in pending_calls(run.fold.state)},
+                append=is_tool_node(self.graph.nodes[node]),
+            )
             goto, pause, ending = _requested(node, requests, goto)
             await self._commit_step(run, node, events, goto, pause, ending=ending)
             run.last_node = node
@@ -1329,10 +1343,21 @@ def _remote_calls(events: Sequence[Event]) -> list[RemoteToolCallBlock]:
     return [c for c in calls if c.id not in answered]
 
 
-def _not_run(call: ToolCallBlock | RemoteToolCallBlock, why: str) -> MessageAppended:
+def _not_run(
+    call: ToolCallBlock | RemoteToolCallBlock, why: str, known: Container[str | int]
+) -> MessageAppended:
     """The result of a call that never ran, `why` telling the model so."""
     block = ToolCallBlock(id=call.id, name=call.name, args=call.args)
-    return message_appended(rejected_message(block, why))
+    return _result_appended(rejected_message(block, why), known)
+
+
+def _result_appended(message: Message, known: Container[str | int]) -> MessageAppended:
+    """A tool result joining the context, under an id of its own (a model may reuse a call
+    id in a later turn, and the derived id of its earlier result is taken)."""
+    fresh = unique_id(message.message_id, known)
+    if fresh != message.message_id:
+        message = message.model_copy(update={"message_id": fresh})
+    return message_appended(message)
 
 
 def _waiting_remote(state: AgentState) -> list[RemoteToolCallBlock]:

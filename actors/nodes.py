@@ -148,11 +148,15 @@ def output_events(
     state: AgentState,
     *,
     known: Container[str | int] | None = None,
+    waiting: Container[str] = (),
+    append: bool = False,
 ) -> tuple[list[Event], str | None]:
     """The events recording what a node returned, and the node it chose to go to, if any.
 
     `known` holds the ids of the messages in `state.context` (the engine keeps them; given
-    nothing, they are gathered here).
+    nothing, they are gathered here); `waiting` the ids of the tool calls still open, whose
+    results always join. With `append` (a tool node's results), messages are appended
+    whatever reducer the state declares for the context.
     """
     from .graph import Command
 
@@ -164,10 +168,11 @@ def output_events(
         return [], goto
     if known is None:
         known = {m.message_id for m in state.context}
+    how = _Merge(known, waiting, append)
     if isinstance(output, AgentState):
-        return _state_events(node, output, state, known), goto
+        return _state_events(node, output, state, how), goto
     if isinstance(output, Mapping):
-        return _mapping_events(node, output, state, known), goto
+        return _mapping_events(node, output, state, how), goto
     if isinstance(output, Message | RemoveMessage):
         output = [output]
     if (
@@ -175,19 +180,30 @@ def output_events(
         and not isinstance(output, str | bytes)
         and all(isinstance(m, Message | RemoveMessage) for m in output)
     ):
-        return _context_events(output, state, known), goto
+        return _context_events(output, state, how), goto
     raise NodeReturnError(node, output)
 
 
+@dataclass(frozen=True)
+class _Merge:
+    """How returned messages join the context: see `output_events`."""
+
+    known: Container[str | int]
+    waiting: Container[str]
+    append: bool
+
+
 def _context_events(
-    items: Sequence[Message | RemoveMessage], state: AgentState, known: Container[str | int]
+    items: Sequence[Message | RemoveMessage], state: AgentState, how: _Merge
 ) -> list[Event]:
-    reducer = field_plan(type(state))["context"][1]
-    return context_events(items, known=known, reducer=reducer, current=state.context)
+    reducer = None if how.append else field_plan(type(state))["context"][1]
+    return context_events(
+        items, known=how.known, reducer=reducer, current=state.context, waiting=how.waiting
+    )
 
 
 def _mapping_events(
-    node: str, values: Mapping[str, Any], state: AgentState, known: Container[str | int]
+    node: str, values: Mapping[str, Any], state: AgentState, how: _Merge
 ) -> list[Event]:
     events: list[Event] = []
     rest = dict(values)
@@ -196,7 +212,7 @@ def _mapping_events(
             items = rest.pop(key)
             if not isinstance(items, Sequence) or isinstance(items, str | bytes):
                 raise NodeReturnError(node, items)
-            events.extend(_context_events(context_items(items), state, known))
+            events.extend(_context_events(context_items(items), state, how))
     summary = rest.get("context_summary")
     if isinstance(summary, str):
         del rest["context_summary"]
@@ -206,9 +222,7 @@ def _mapping_events(
     return events
 
 
-def _state_events(
-    node: str, returned: AgentState, current: AgentState, known: Container[str | int]
-) -> list[Event]:
+def _state_events(node: str, returned: AgentState, current: AgentState, how: _Merge) -> list[Event]:
     """A returned state is merged: new messages appended, changed fields updated.
 
     A context that merely lacks messages removes nothing, unless the state class declares
@@ -216,13 +230,13 @@ def _state_events(
     """
     originals = getattr(returned.context, "originals", None)
     messages = list(originals() if originals is not None else returned.context)
-    reducer = field_plan(type(current))["context"][1]
+    reducer = None if how.append else field_plan(type(current))["context"][1]
     if reducer is not None and reducer is not add_messages:
         ids = [m.message_id for m in messages]
         same = ids == [m.message_id for m in current.context]
-        events: list[Event] = [] if same else _context_events(messages, current, known)
+        events: list[Event] = [] if same else _context_events(messages, current, how)
     else:
-        events = [message_appended(m) for m in messages if m.message_id not in known]
+        events = [message_appended(m) for m in messages if m.message_id not in how.known]
     if returned.context_summary != current.context_summary and returned.context_summary:
         events.append(ContextSummarized(summary=returned.context_summary))
     changed = {

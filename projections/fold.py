@@ -50,7 +50,7 @@ from .errors import IllegalTransitionError, InvalidStateUpdateError
 from .messages import Message
 from .reducers import add_messages
 from .state import END, AgentState, ExecutionState, ExecutionStatus, StopRequestStatus
-from .transcript import check_pairs, open_calls
+from .transcript import calls_of, check_pairs, open_calls, results_of
 
 S = TypeVar("S", bound=AgentState)
 
@@ -514,6 +514,8 @@ def decide(state: S, events: Sequence[Event], *, seq: int | None = None) -> list
             _check_removed(shadow, event)
         elif isinstance(event, RunCompleted):
             _check_closed(shadow.state.context)
+        elif isinstance(event, MessageAppended):
+            _check_answers([] if whole else state.context, shadow.state.context, event)
         before = list(shadow.state.context) if isinstance(event, _NEEDS_CONTEXT) else None
         record = uncommitted_record(event, position + 1, state.execution_meta.thread_id)
         try:
@@ -530,7 +532,13 @@ def decide(state: S, events: Sequence[Event], *, seq: int | None = None) -> list
     return list(events)
 
 
-_NEEDS_CONTEXT = (MessagesRemoved, MessagesReplaced, ContextSummarized, RunCompleted)
+_NEEDS_CONTEXT = (
+    MessagesRemoved,
+    MessagesReplaced,
+    MessageReplaced,
+    ContextSummarized,
+    RunCompleted,
+)
 
 
 def _check_removed(shadow: Fold[Any], event: MessagesRemoved) -> None:
@@ -540,6 +548,33 @@ def _check_removed(shadow: Fold[Any], event: MessagesRemoved) -> None:
             f"no message with id(s) {', '.join(map(repr, missing))} is in the context to "
             "remove: RemoveMessage takes the message_id of a message the context holds"
         )
+
+
+def _check_answers(context: list[Message], batch: list[Message], event: MessageAppended) -> None:
+    """A tool result joins the context only answering a call before it, once.
+
+    The search goes back from the end, where the call almost always is, so the cost of a
+    tool step does not grow with the conversation.
+    """
+    content = event.message.get("content") or ()
+    ids = [
+        b.get("call_id") for b in content if isinstance(b, dict) and b.get("type") == "tool_result"
+    ]
+    for call_id in ids:
+        found = None
+        for message in (*reversed(batch), *reversed(context)):
+            if any(c.id == call_id for c in calls_of(message)):
+                found = "call"
+                break
+            if any(r.call_id == call_id for r in results_of(message)):
+                found = "answered"
+                break
+        if found != "call":
+            why = "already has its result" if found else "was never made in this context"
+            raise InvalidStateUpdateError(
+                f"a tool result answers call {call_id!r}, which {why}: every tool call ends "
+                "in exactly one result, after the assistant message that asks for it"
+            )
 
 
 def _check_closed(context: list[Message]) -> None:

@@ -34,6 +34,7 @@ def context_events(
     known: Container[str | int],
     reducer: Callable[..., Any] | None = None,
     current: Sequence[Message] = (),
+    waiting: Container[str] = (),
     edit: bool = False,
     reason: str | None = None,
 ) -> list[Event]:
@@ -43,7 +44,9 @@ def context_events(
     them (the messages after it become the context). Without markers a declared reducer
     other than `add_messages` (such as `replace_messages`) gives the new context whole.
     Otherwise messages merge as `add_messages` does: a new id is appended, a known one is
-    left as it is, or, for a human edit (`edit`), replaces the message with that id.
+    left as it is, or, for a human edit (`edit`), replaces the message with that id. A
+    result answering a call still `waiting` is never taken for one already there: when a
+    model reuses a call id in a later turn, its new result gets an id of its own.
     """
     replacing = reducer is not None and reducer is not add_messages
     if replacing and not any(isinstance(i, RemoveMessage) for i in items):
@@ -72,6 +75,8 @@ def context_events(
             removing = []
         if item.delta or item.message_id in seen:
             continue
+        if item.message_id in known and _answers(item, waiting):
+            item = item.model_copy(update={"message_id": unique_id(item.message_id, known)})
         data = to_builtins(item)
         if item.message_id in known:
             if edit:
@@ -82,6 +87,21 @@ def context_events(
     if removing:
         events.append(MessagesRemoved(message_ids=removing, reason=reason))
     return events
+
+
+def _answers(message: Message, waiting: Container[str]) -> bool:
+    return any(r.call_id in waiting for r in results_of(message))
+
+
+def unique_id(message_id: str | int, known: Container[str | int]) -> str | int:
+    """`message_id`, or, when a message of the context has it, that id with the first `~N`
+    suffix none has yet."""
+    if message_id not in known:
+        return message_id
+    n = 2
+    while f"{message_id}~{n}" in known:
+        n += 1
+    return f"{message_id}~{n}"
 
 
 def calls_of(message: Message) -> list[Call]:
@@ -116,7 +136,9 @@ def unpaired_results(context: Iterable[Message]) -> list[str]:
             if result.call_id not in called or result.call_id in answered:
                 stray.append(result.call_id)
             answered.add(result.call_id)
-        called.update(call.id for call in calls_of(message))
+        for call in calls_of(message):
+            called.add(call.id)
+            answered.discard(call.id)  # a provider may reuse an id in a later turn
     return stray
 
 
@@ -126,7 +148,8 @@ def check_pairs(before: Sequence[Message], after: Sequence[Message], what: str) 
     A call already open before (a run waiting at its tool node) may stay open, or leave with
     its message; a call cannot lose its result, and a result cannot lose its call.
     """
-    opened = {c.id for c in open_calls(after)} - {c.id for c in open_calls(before)}
+    had = {call.id for message in before for call in calls_of(message)}
+    opened = ({c.id for c in open_calls(after)} - {c.id for c in open_calls(before)}) & had
     if opened:
         raise InvalidStateUpdateError(
             f"{what} would leave tool call(s) {', '.join(map(repr, sorted(opened)))} without "
@@ -147,5 +170,6 @@ __all__ = [
     "context_events",
     "open_calls",
     "results_of",
+    "unique_id",
     "unpaired_results",
 ]

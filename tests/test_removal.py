@@ -525,12 +525,6 @@ async def test_state_before_a_removal_and_a_fork_from_it_give_the_message_back(
 # ---- found broken ------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: decide does not check tool-call pairs for message_replaced (it is not in "
-    "_NEEDS_CONTEXT), so a human edit can orphan a call or its result; a later run then "
-    "cannot complete (run_completed refused forever)",
-)
 @pytest.mark.parametrize("target", ["result", "call"])
 async def test_a_human_edit_cannot_split_a_call_from_its_result(
     store: SQLiteEventStore, target: str
@@ -545,12 +539,6 @@ async def test_a_human_edit_cannot_split_a_call_from_its_result(
     assert await store.last_seq("t") == length
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: decide lets message_appended add a tool result whose call is not in the "
-    "context (only removals and replacements are checked), so a node or an input can record "
-    "an unpaired result that verify then reports",
-)
 async def test_a_node_cannot_append_a_result_without_its_call(store: SQLiteEventStore) -> None:
     app = line(("orphan", lambda state: [answer("ghost", "r1")])).compile(store=store)
     with pytest.raises(NodeError) as raised:
@@ -558,12 +546,6 @@ async def test_a_node_cannot_append_a_result_without_its_call(store: SQLiteEvent
     assert isinstance(raised.value.__cause__, InvalidStateUpdateError)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: check_pairs counts a call the update itself brings as one left without its "
-    "result, so remove-all (or a replace_messages node) followed by an assistant message "
-    "asking for a tool is refused",
-)
 async def test_remove_all_may_bring_a_new_tool_call(store: SQLiteEventStore) -> None:
     def agent(state: AgentState) -> list[Any]:
         if state.context[-1].role == "user":
@@ -577,11 +559,6 @@ async def test_remove_all_may_bring_a_new_tool_call(store: SQLiteEventStore) -> 
     assert [m.role for m in state.context] == ["user", "assistant", "tool", "assistant"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: under a declared replace_messages reducer the ToolNode's results replace the "
-    "whole context, dropping the calls they answer, so the gate refuses every tool step",
-)
 async def test_a_tool_node_works_under_replace_messages(store: SQLiteEventStore) -> None:
     def agent(state: AgentState) -> list[Message]:
         return [*state.context, said("done", "a2")]
@@ -598,12 +575,6 @@ async def test_a_tool_node_works_under_replace_messages(store: SQLiteEventStore)
     assert [m.role for m in state.context] == ["user", "assistant", "tool", "assistant"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a tool message's id is 'tool-<call id>', so when a model reuses a call id in "
-    "a later turn its result is taken as already present and dropped; the call stays open and "
-    "every later run fails at run_completed",
-)
 async def test_a_call_id_reused_in_a_later_turn_still_gets_its_result(
     store: SQLiteEventStore,
 ) -> None:
