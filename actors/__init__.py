@@ -8,6 +8,7 @@ the log. Build a `StateGraph`, `compile` it onto a store, and run threads with
 from projections import END, REMOVE_ALL_MESSAGES, START, RemoveMessage
 
 from ._actor import Actor, ActorFailed, ActorStoppedError, AskTimeoutError
+from .command import Command
 from .compiled import CompiledGraph
 from .context import NodeContext
 from .errors import (
@@ -21,7 +22,7 @@ from .errors import (
     ThreadBusyError,
     ToolCommandConflictError,
 )
-from .graph import Command, StateGraph
+from .graph import StateGraph
 from .nodes import interrupt
 from .results import ResponseGranularity
 from .tools import ToolNode

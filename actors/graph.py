@@ -16,7 +16,6 @@ import unicodedata
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import (
-    TYPE_CHECKING,
     Any,
     Generic,
     Literal,
@@ -33,11 +32,10 @@ from pydantic import ValidationError
 from events import EventStore
 from projections import END, START, AgentState
 
+from .command import Command as Command  # re-exported: nodes import it from here
+from .compiled import CompiledGraph
 from .errors import GraphError
-
-if TYPE_CHECKING:
-    from .compiled import CompiledGraph
-    from .tools import ToolNode
+from .tools import ToolNode, is_tool_node
 
 S = TypeVar("S", bound=AgentState)
 N = TypeVar("N", bound=str)
@@ -49,20 +47,6 @@ whose input starts a run (`user`), and the engine's own events (`runtime`)."""
 NodeFn = Callable[..., Any]
 """A node: a function (sync or async) or a `ToolNode`."""
 Condition = Callable[..., Hashable]
-
-
-@dataclass(frozen=True)
-class Command(Generic[N]):
-    """What a node may return to update the state and choose where to go next.
-
-    `resume` is the value handed to an interrupted node when a run is resumed with it. A node
-    annotated `-> Command[Literal["a", "b"]]` declares that it goes to "a" or "b", and needs
-    no edge of its own.
-    """
-
-    update: Any = None
-    goto: N | None = None
-    resume: Any = None
 
 
 @dataclass(frozen=True)
@@ -288,8 +272,6 @@ class StateGraph(Generic[S]):
         no limit for it); a call's config may set `node_timeout` too, as in Agentflow. A node
         that runs past its limit fails with `NodeTimeoutError`, recorded and retryable.
         """
-        from .compiled import CompiledGraph
-
         return CompiledGraph(
             self,
             store=store,
@@ -301,13 +283,6 @@ class StateGraph(Generic[S]):
             node_timeout=node_timeout,
             node_timeouts=node_timeouts,
         )
-
-
-def is_tool_node(fn: object) -> bool:
-    """True for a `ToolNode` (imported late: tools import the graph's errors)."""
-    from .tools import ToolNode
-
-    return isinstance(fn, ToolNode)
 
 
 def check_state_class(state_cls: object) -> None:

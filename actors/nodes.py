@@ -22,9 +22,10 @@ from projections.messages import RemoveMessage, context_items
 from projections.transcript import context_events
 
 from ._actor import Actor
+from .command import Command
 from .context import NodeContext
 from .errors import GraphInterrupt, NodeReturnError
-from .graph import is_tool_node
+from .tools import is_tool_node
 
 
 class _Answers:
@@ -158,8 +159,6 @@ def output_events(
     results always join. With `append` (a tool node's results), messages are appended
     whatever reducer the state declares for the context.
     """
-    from .graph import Command
-
     goto: str | None = None
     if isinstance(output, Command):
         goto = output.goto

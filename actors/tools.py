@@ -38,9 +38,9 @@ from projections import (
 )
 from projections.messages import context_items
 
+from .command import Command
 from .context import NodeContext
 from .errors import GraphError, GraphInterrupt, ToolCommandConflictError
-from .graph import Command
 
 __all__ = [
     "INJECTED",
@@ -567,3 +567,8 @@ def _args_section(doc: str) -> dict[str, str]:
         elif current is not None:
             found[current] = f"{found[current]} {line.strip()}".strip()
     return found
+
+
+def is_tool_node(fn: object) -> bool:
+    """True for a `ToolNode`: the engine runs it through its `run`, not as a function."""
+    return isinstance(fn, ToolNode)

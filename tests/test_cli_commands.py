@@ -23,7 +23,7 @@ import pytest
 from pydantic import Field
 
 from actors import END, Command, StateGraph, ToolNode
-from actors.cli_render import iso
+from actors.cli.render import iso
 from events import Event, NodeEntered, RunStarted, SQLiteEventStore, StepAdvanced
 from projections import (
     AgentState,

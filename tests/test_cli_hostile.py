@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors.cli_render import inert
+from actors.cli.render import inert
 from events import (
     NodeEntered,
     RunCompleted,

@@ -397,7 +397,7 @@ async def test_ctrl_c_on_invoke_is_recorded_and_never_charges_twice(
 async def test_astop_pauses_a_running_thread_at_the_next_boundary(
     store: EventStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("actors.compiled.STOP_POLL_S", 60.0)  # the node ends before a look
+    monkeypatch.setattr("actors.guard.STOP_POLL_S", 60.0)  # the node ends before a look
     entered, release = asyncio.Event(), asyncio.Event()
     runs: list[str] = []
 
@@ -508,7 +508,7 @@ async def test_new_input_after_an_abandoned_tool_call_keeps_the_transcript_valid
 async def test_new_input_on_a_thread_stopped_before_its_tools_rejects_the_calls(
     store: EventStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("actors.compiled.STOP_POLL_S", 60.0)  # the node ends before a look
+    monkeypatch.setattr("actors.guard.STOP_POLL_S", 60.0)  # the node ends before a look
     charge = SyncCharge()
     charge.release.set()
     entered, release = asyncio.Event(), asyncio.Event()

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from actors.cli_render import message_line
+from actors.cli.render import message_line
 from events import (
     MessageAppended,
     NodeEntered,

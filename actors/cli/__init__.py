@@ -38,7 +38,7 @@ from projections.generic import OpenState, open_states
 from projections.invariants import ThreadFindings, thread_findings
 from projections.timetravel import StateDiff, compare_states, step_span
 
-from . import cli_render as render
+from . import render
 from .demo import run_demo
 
 app = typer.Typer(

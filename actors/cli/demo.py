@@ -23,9 +23,10 @@ from projections import (
     state_at,
 )
 
-from .compiled import CompiledGraph
-from .graph import Command, StateGraph
-from .tools import ToolNode
+from ..command import Command
+from ..compiled import CompiledGraph
+from ..graph import StateGraph
+from ..tools import ToolNode
 
 ORDERS = {"A-1042": {"status": "delivered damaged", "total": 89.90, "customer": "Ingrid"}}
 

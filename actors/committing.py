@@ -1,0 +1,323 @@
+"""Committing a run's events: one step's outputs in one append, fenced by the run's claim,
+folded into the live state the moment they land, published to its stream, snapshotted."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from events import (
+    ConcurrencyError,
+    EventRecord,
+    InterruptRaised,
+    MessageAppended,
+    NodeEntered,
+    StepAdvanced,
+    StopRequested,
+    ToolCallStarted,
+)
+from events.kinds import Event
+from projections import (
+    END,
+    ExecutionStatus,
+    Fold,
+    Message,
+    RemoteToolCallBlock,
+    StopRequestStatus,
+    StreamChunk,
+    StreamEvent,
+    decide,
+    fold_at,
+    snapshot_of,
+    to_builtins,
+)
+from projections.fold import (
+    uncommitted_record,
+)
+
+from .errors import (
+    GraphError,
+    ThreadBusyError,
+)
+from .tools import is_tool_node
+
+if TYPE_CHECKING:
+    pass
+from .run import COMMIT_ATTEMPTS, Engine, Run, S, _log
+from .tools import pending_calls
+from .view import node_view
+
+
+class Committing(Engine[S]):
+    """The commit path of the engine."""
+
+    async def _commit_step(
+        self,
+        run: Run[S],
+        node: str,
+        events: list[Event],
+        goto: str | None,
+        pause: InterruptRaised | None = None,
+        *,
+        ending: bool = False,
+    ) -> None:
+        """Outputs, `step_advanced` and any pause after the node, in one commit.
+
+        The pause is the node's own (`state.set_interrupt`), else a wait for the client's
+        tool calls the node's messages ask for, else an `interrupt_after` breakpoint.
+        `ending` (the node called `state.complete()`) sends the run to END.
+        """
+        async with run.writing:
+            await self._commit_step_unlocked(run, node, events, goto, pause, ending)
+
+    async def _commit_step_unlocked(
+        self,
+        run: Run[S],
+        node: str,
+        events: list[Event],
+        goto: str | None,
+        pause: InterruptRaised | None,
+        ending: bool = False,
+    ) -> None:
+        for _ in range(COMMIT_ATTEMPTS):
+            fold = run.fold
+            base = fold.seq
+            decide(fold.state, events, seq=base)
+            fold.apply_all(self._scratch(run, events, base))  # routing sees the updated state
+            if ending:
+                target = END
+            else:
+                target = goto if goto is not None else self._route(node, fold.state)
+                if goto is not None:
+                    self.graph.check_goto(node, goto)
+            if target != END and target not in self.graph.nodes:
+                run.fold = await self._load(run.thread_id)
+                raise GraphError(f"node {node!r} chose to go to {target!r}, which is no node")
+            remote = _remote_calls(events)
+            if remote and pause is None and target == END:
+                target = node  # the results come back to the node that asked for them
+            tail: list[Event] = [
+                StepAdvanced(step=fold.state.execution_meta.step + 1, next_node=target)
+            ]
+            if pause is not None:
+                tail.append(pause)
+            elif remote:
+                data = {"tool_calls": [to_builtins(c) for c in remote]}
+                tail.append(
+                    InterruptRaised(node=node, reason=REMOTE_TOOL_CALL, when="after", data=data)
+                )
+            elif node in self.interrupt_after:
+                tail.append(InterruptRaised(node=node, reason="interrupt_after", when="after"))
+            decide(fold.state, tail, seq=base + len(events))
+            fold.apply_all(self._scratch(run, tail, base + len(events)))
+            entering = self._entering(run, tail, target)
+            if entering:
+                at = base + len(events) + len(tail)
+                decide(fold.state, entering, seq=at)
+                fold.apply_all(self._scratch(run, entering, at))
+                tail.extend(entering)
+            batch = [*events, *tail]
+            try:
+                records = await self._append(run, batch, base, node)
+            except ConcurrencyError:
+                await self._catch_up(run, base)
+                continue
+            except BaseException:
+                run.fold = await self._load(run.thread_id)
+                raise
+            fold.seq, fold.hash = records[-1].seq, records[-1].hash
+            if any(r.event != e for r, e in zip(records, batch, strict=True)):
+                run.fold = await self._load(run.thread_id)  # keep the canonical decoded values
+            if entering:
+                run.ahead = (target, records[len(records) - len(entering) + 1 :])
+                run.started_ahead.update(
+                    e.call_id for e in entering if isinstance(e, ToolCallStarted)
+                )
+            await self._after_commit(run, records)
+            return
+        raise ThreadBusyError(f"thread {run.thread_id!r} kept moving under node {node!r}")
+
+    async def _commit(
+        self, run: Run[S], events: Sequence[Event], *, actor: str
+    ) -> list[EventRecord]:
+        """Decide, append and fold `events`; a concurrent stop request is folded in first."""
+        async with run.writing:
+            return await self._commit_unlocked(run, events, actor=actor)
+
+    async def _commit_unlocked(
+        self, run: Run[S], events: Sequence[Event], *, actor: str
+    ) -> list[EventRecord]:
+        for _ in range(COMMIT_ATTEMPTS):
+            decide(run.fold.state, events, seq=run.fold.seq)
+            try:
+                records = await self._append(run, events, run.fold.seq, actor)
+            except ConcurrencyError:
+                await self._catch_up(run, run.fold.seq)
+                continue
+            run.fold.apply_all(records)
+            await self._after_commit(run, records)
+            return records
+        raise ThreadBusyError(f"thread {run.thread_id!r} kept moving while {actor!r} wrote to it")
+
+    @staticmethod
+    async def _append(
+        run: Run[S], events: Sequence[Event], expected_seq: int, actor: str
+    ) -> list[EventRecord]:
+        """Append under the run's claim; if the run is cancelled meanwhile, the append goes
+        on and `run.committing` lets the abandon record wait for it."""
+        run.committing = asyncio.ensure_future(
+            run.journal.append(
+                run.thread_id,
+                events,
+                expected_seq=expected_seq,
+                run_id=run.run_id,
+                actor=actor,
+                claim=run.claim,
+            )
+        )
+        return await asyncio.shield(run.committing)
+
+    async def _catch_up(self, run: Run[S], since: int) -> None:
+        """Reload after another writer appended; only a stop request may come from outside."""
+        async for record in self.store.read(run.thread_id, since + 1):
+            if not isinstance(record.event, StopRequested):
+                same_run = "the same run id" if record.run_id == run.run_id else "another run id"
+                raise ThreadBusyError(
+                    f"thread {run.thread_id!r} was changed by another writer ({record.actor!r} "
+                    f"appended {record.kind!r} at seq {record.seq}, under {same_run}) while run "
+                    f"{run.run_id} expected the thread to end at seq {since}; two runs must not "
+                    "share a thread at once"
+                )
+        run.fold = await self._load(run.thread_id)
+
+    async def _after_commit(self, run: Run[S], records: list[EventRecord]) -> None:
+        for record in records:
+            if isinstance(record.event, MessageAppended):
+                run.own.add(record.event.message.get("message_id"))  # type: ignore[arg-type]
+        if run.stream is not None:
+            await self._publish(run, records)
+        every = self.snapshot_every
+        if every and run.fold.seq // every > run.last_snapshot // every:
+            run.last_snapshot = run.fold.seq
+            snapshot = snapshot_of(run.thread_id, run.fold.seq, run.fold.state, hash=run.fold.hash)
+            task = asyncio.ensure_future(self.store.save_snapshot(snapshot))
+            run.background.add(task)
+            task.add_done_callback(partial(_snapshot_done, run.background))
+
+    async def _publish(self, run: Run[S], records: list[EventRecord]) -> None:
+        assert run.stream is not None
+        for record in records:
+            event = record.event
+            if record.kind == "message_appended":
+                message = Message.model_validate(event.message)  # type: ignore[union-attr]
+                chunk = StreamChunk(
+                    event=StreamEvent.MESSAGE,
+                    message=message,
+                    thread_id=run.thread_id,
+                    run_id=run.run_id,
+                )
+            elif record.kind in (
+                "step_advanced",
+                "state_updated",
+                "messages_removed",
+                "messages_replaced",
+                "message_replaced",
+                "context_summarized",
+                "interrupt_raised",
+                "run_completed",
+                "stopped",
+                "run_failed",
+            ):
+                data = {
+                    "kind": record.kind,
+                    "seq": record.seq,
+                    "actor": record.actor,
+                    **msgspec.to_builtins(event, builtin_types=(bytes, bytearray)),
+                }
+                chunk = StreamChunk(
+                    event=StreamEvent.UPDATES, data=data, thread_id=run.thread_id, run_id=run.run_id
+                )
+            else:
+                continue
+            await run.stream.tell(chunk)
+
+    def _route(self, node: str, state: S) -> str:
+        if node in self.graph.edges:
+            return self.graph.edges[node]
+        branch = self.graph.branches.get(node)
+        if branch is None:
+            return END
+        target = branch.resolve(branch.condition(node_view(state)), node)
+        if target != END and target not in self.graph.nodes:
+            raise GraphError(f"the condition after {node!r} chose {target!r}, which is no node")
+        return target
+
+    @staticmethod
+    def _scratch(run: Run[S], events: Sequence[Event], base: int) -> list[EventRecord]:
+        return Committing._scratch_records(run.thread_id, events, base)
+
+    @staticmethod
+    def _scratch_records(
+        thread_id: str | None, events: Sequence[Event], base: int
+    ) -> list[EventRecord]:
+        return [uncommitted_record(e, base + i + 1, thread_id) for i, e in enumerate(events)]
+
+    def _entering(self, run: Run[S], tail: Sequence[Event], target: str) -> list[Event]:
+        """The events entering `target` in the same commit as the step before it, when it is
+        sure to run next: its `node_entered`, and, for a tool node, the start of each call.
+
+        Not when the run pauses, ends, stops or reaches its recursion limit first, or when
+        `target` has a breakpoint before it: then the next step enters it on its own.
+        """
+        meta = run.fold.state.execution_meta
+        if (
+            target == END
+            or target not in self.graph.nodes
+            or target in self.interrupt_before
+            or meta.status != ExecutionStatus.RUNNING
+            or meta.stop_current_execution != StopRequestStatus.NONE
+            or run.taken + 1 >= run.recursion_limit
+            or any(isinstance(e, InterruptRaised) for e in tail)
+        ):
+            return []
+        events: list[Event] = [NodeEntered(node=target)]
+        if is_tool_node(self.graph.nodes[target]):
+            events += [
+                ToolCallStarted(call_id=c.id, name=c.name, args=to_builtins(c.args), node=target)
+                for c in pending_calls(run.fold.state)
+            ]
+        return events
+
+    async def _load(self, thread_id: str) -> Fold[S]:
+        if await self.store.last_seq(thread_id) == 0:
+            return Fold.new(self.graph.state_cls)
+        return await fold_at(self.store, thread_id, state_cls=self.graph.state_cls)
+
+
+def _snapshot_done(tasks: set[asyncio.Task[None]], task: asyncio.Task[None]) -> None:
+    tasks.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        _log.warning("snapshot failed: %s", task.exception())
+
+
+REMOTE_TOOL_CALL = "remote_tool_call"
+"""The interrupt reason of a run waiting for the results of its client's tool calls."""
+
+
+def _remote_calls(events: Sequence[Event]) -> list[RemoteToolCallBlock]:
+    """The client's tool calls that the messages of `events` ask for and do not answer."""
+    calls: list[RemoteToolCallBlock] = []
+    answered: set[Any] = set()
+    for event in events:
+        if isinstance(event, MessageAppended):
+            for block in event.message.get("content") or ():
+                kind = block.get("type") if isinstance(block, dict) else None
+                if kind == "remote_tool_call" and event.message.get("role") == "assistant":
+                    calls.append(RemoteToolCallBlock.model_validate(block))
+                elif kind == "tool_result":
+                    answered.add(block.get("call_id"))
+    return [c for c in calls if c.id not in answered]

@@ -1,0 +1,67 @@
+"""The blocking methods' private event loop, in a daemon thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncGenerator, Coroutine, Iterator
+from typing import Any
+
+from projections import (
+    StreamChunk,
+)
+
+CANCEL_GRACE_S = 10.0
+"""How long Ctrl-C on a blocking call waits for the run to record that it was abandoned."""
+
+
+class Portal:
+    """A private event loop in a daemon thread, serving the blocking methods."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="agentlog-portal", daemon=True
+        )
+        self.thread.start()
+
+    def call(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """Run `coro` on the portal's loop and wait; Ctrl-C abandons it, recorded as such.
+
+        On Ctrl-C (or any exception in the waiting thread) the task is cancelled with the
+        cause as its reason, and given a moment to record how the run ended before the
+        exception goes on; a second Ctrl-C skips that wait.
+        """
+        done = threading.Event()
+        tasks: list[asyncio.Task[Any]] = []
+
+        def start() -> None:
+            task = self.loop.create_task(coro)
+            task.add_done_callback(lambda _: done.set())
+            tasks.append(task)
+
+        self.loop.call_soon_threadsafe(start)
+        try:
+            done.wait()
+        except BaseException as exc:
+            cause = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else type(exc).__name__
+            why = f"{cause} interrupted the blocking call waiting for the run"
+            self.loop.call_soon_threadsafe(lambda: tasks[0].cancel(why))
+            done.wait(CANCEL_GRACE_S)
+            raise
+        return tasks[0].result()
+
+    def iterate(self, agen: AsyncGenerator[StreamChunk, None]) -> Iterator[StreamChunk]:
+        try:
+            while True:
+                try:
+                    yield self.call(agen.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            self.call(agen.aclose())
+
+    def close(self) -> None:
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=5)

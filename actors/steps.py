@@ -1,0 +1,664 @@
+"""The step loop: a call claims its thread, opens or resumes the run, runs one node per
+committed step until the run ends, pauses, stops or fails, and gives the thread back."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Container, Mapping, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from events import (
+    Claim,
+    ConcurrencyError,
+    EventRecord,
+    InterruptRaised,
+    MessageAppended,
+    NodeEntered,
+    Resumed,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    Stopped,
+    StopRequested,
+    StoreError,
+    ThreadNotFoundError,
+    ToolCallFinished,
+)
+from events.kinds import Event
+from projections import (
+    END,
+    START,
+    AgentState,
+    ExecutionStatus,
+    Fold,
+    IllegalTransitionError,
+    Message,
+    RemoteToolCallBlock,
+    StopRequestStatus,
+    StreamChunk,
+    StreamEvent,
+    ToolCallBlock,
+    decide,
+    message_appended,
+    open_calls,
+    to_builtins,
+)
+from projections.fold import (
+    ENTERED_KEY,
+    RESUME_KEY,
+    TOOL_CALLS_KEY,
+)
+from projections.generic import state_fields
+from projections.messages import normalize_input
+from projections.transcript import unique_id
+
+from ._actor import ActorStoppedError
+from .command import Command
+from .context import NodeContext
+from .errors import (
+    GraphError,
+    GraphInterrupt,
+    NodeError,
+    NodeReportedError,
+    NodeTimeoutError,
+    RecursionLimitError,
+    ThreadBusyError,
+)
+from .tools import is_tool_node
+
+if TYPE_CHECKING:
+    pass
+from .committing import Committing
+from .guard import Guard
+from .journal import journal_for
+from .nodes import NodeActor, RunNode, output_events, resume_values
+from .offload import InFlight
+from .run import (
+    ABANDONED_BY_CALLER,
+    COMMIT_ATTEMPTS,
+    Run,
+    S,
+    _log,
+    _recursion_limit,
+    _timeout,
+    run_config,
+)
+from .stream import END_OF_STREAM, RunStream
+from .tools import pending_calls, rejected_message, tool_message
+from .view import node_view
+
+
+class StepLoop(Committing[S]):
+    """The run loop of the engine."""
+
+    async def _run(
+        self, input: Any, config: Mapping[str, Any] | None, stream: RunStream | None
+    ) -> Run[S]:
+        config = run_config(config)
+        thread_id = config["thread_id"]
+        claim: Claim | None = None
+        run: Run[S] | None = None
+        in_flight = InFlight()
+        recorded: asyncio.Future[None] | None = None
+        try:
+            purpose = "a run" if self.graph.name is None else f"a run of graph {self.graph.name!r}"
+            claim = await self._claim(thread_id, purpose)
+            run, opening = await self._begin(input, config, stream, claim, in_flight)
+            if opening:  # `run` is known first, so a cancellation here is recorded after it
+                await self._commit(run, opening, actor=str(config.get("user", "user")))
+            if not run.idle:
+                await self._steps(run)
+            if stream is not None:
+                await stream.tell(
+                    StreamChunk(
+                        event=StreamEvent.STATE,
+                        state=run.fold.snapshot_state(),
+                        thread_id=thread_id,
+                        run_id=run.run_id,
+                    )
+                )
+            return run
+        except asyncio.CancelledError as exc:
+            if claim is None:
+                raise
+            why = str(exc.args[0]) if exc.args and exc.args[0] else ABANDONED_BY_CALLER
+            recorded = asyncio.ensure_future(self._abandon(thread_id, run, claim, in_flight, why))
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(recorded)
+            raise
+        except Exception as exc:
+            if stream is not None and stream.running:
+                await stream.tell(
+                    StreamChunk(
+                        event=StreamEvent.ERROR,
+                        thread_id=thread_id,
+                        data={"error": type(exc).__name__, "message": str(exc)},
+                    )
+                )
+            raise
+        finally:
+            # Shielded: a cancellation arriving now must not leave the thread claimed.
+            closing = asyncio.ensure_future(
+                self._close_run(run, claim, in_flight, stream, recorded)
+            )
+            await asyncio.shield(closing)
+
+    async def _claim(self, thread_id: str, purpose: str) -> Claim:
+        """Claim the thread; a cancellation mid-claim still gives back a claim it obtained."""
+        claiming = asyncio.ensure_future(self.store.claim(thread_id, purpose=purpose))
+        try:
+            return await asyncio.shield(claiming)
+        except asyncio.CancelledError:
+            claiming.add_done_callback(self._give_back)
+            raise
+
+    def _give_back(self, claiming: asyncio.Future[Claim]) -> None:
+        if not claiming.cancelled() and claiming.exception() is None:
+            task = asyncio.ensure_future(self.store.release(claiming.result()))
+            task.add_done_callback(lambda done: done.cancelled() or done.exception())
+
+    async def _close_run(
+        self,
+        run: Run[S] | None,
+        claim: Claim | None,
+        in_flight: InFlight,
+        stream: RunStream | None,
+        recorded: asyncio.Future[None] | None,
+    ) -> None:
+        """After a run, however it ended: stop its actors and snapshots, free the thread."""
+        if recorded is not None:
+            with contextlib.suppress(BaseException):
+                await recorded
+        if run is not None:
+            for actor in run.actors.values():
+                await actor.stop(drain=False)
+            if run.background:
+                await asyncio.gather(*run.background, return_exceptions=True)
+        if claim is not None:
+            await self._release(claim, in_flight)
+        if stream is not None:
+            with contextlib.suppress(ActorStoppedError):
+                await stream.tell(END_OF_STREAM)
+
+    async def _release(self, claim: Claim, in_flight: InFlight) -> None:
+        """Give the thread up, or, while sync work of the run still runs, once it returns."""
+        running = in_flight.running()
+        if running:
+            with contextlib.suppress(StoreError):
+                await self.store.relabel(
+                    claim,
+                    f"{', '.join(running)} of an earlier run, still running on a worker thread",
+                )
+            in_flight.when_idle(partial(self.store.release_threadsafe, claim))
+            return
+        with contextlib.suppress(StoreError):
+            await self.store.release(claim)
+
+    async def _abandon(
+        self,
+        thread_id: str,
+        run: Run[S] | None,
+        claim: Claim,
+        in_flight: InFlight,
+        why: str,
+    ) -> None:
+        """Record that the caller went away mid-run, and what was in flight: a stop.
+
+        Tool calls started and not finished are closed as abandoned (their results, if they
+        ever come, are discarded), so no later run starts them again.
+        """
+        if run is not None:
+            for actor in run.actors.values():
+                await actor.stop(drain=False)  # an async node is cancelled for real
+            if run.committing is not None:
+                with contextlib.suppress(BaseException):
+                    await run.committing  # a commit under way lands first: record after it
+        for _ in range(COMMIT_ATTEMPTS):
+            if await self.store.last_seq(thread_id) == 0:
+                return  # nothing was written: there is no run to record
+            fold = await self._load(thread_id)
+            meta = fold.state.execution_meta
+            paused = (
+                meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED
+            )
+            if paused or meta.status in (ExecutionStatus.COMPLETED, ExecutionStatus.ERROR):
+                return  # the run had already come to rest
+            never_ran = run.never_ran() if run is not None else set()
+            events: list[Event] = list(_abandoned_calls(meta, why, never_ran))
+            if meta.stop_current_execution == StopRequestStatus.NONE:
+                events.append(StopRequested(by="runtime", reason=why))
+            events.append(
+                Stopped(
+                    node=meta.current_node,
+                    reason=f"abandoned: {why}",
+                    in_flight=in_flight.running(),
+                )
+            )
+            run_id = run.run_id if run is not None else meta.internal_data.get("run_id")
+            try:
+                decide(fold.state, events, seq=fold.seq)
+                await journal_for(self.store).append(
+                    thread_id,
+                    events,
+                    expected_seq=fold.seq,
+                    run_id=run_id,
+                    actor="runtime",
+                    claim=claim,
+                )
+                return
+            except ConcurrencyError:
+                continue  # a commit of the run landed after all: look again
+            except Exception as exc:
+                _log.warning(
+                    "could not record that the run on %r was abandoned: %s", thread_id, exc
+                )
+                return
+
+    async def _begin(
+        self,
+        input: Any,
+        config: dict[str, Any],
+        stream: RunStream | None,
+        claim: Claim,
+        in_flight: InFlight,
+    ) -> tuple[Run[S], list[Event]]:
+        """The run to make of this call, and the events that open it (to be committed)."""
+        thread_id = config["thread_id"]
+        command = input if isinstance(input, Command) else None
+        if command is not None and command.goto is not None:
+            raise GraphError("Command(goto=...) is for nodes to return, not an input to invoke")
+        values = normalize_input(command.update if command is not None else input)
+        if values is not None and not isinstance(values, Mapping | AgentState | list):
+            raise GraphError(
+                f"ainvoke's input must be a message (a str, a Message, an OpenAI-style dict), "
+                f"a list of messages, a dict of state fields, or None to resume; got "
+                f"{type(values).__name__} {values!r:.60}"
+            )
+        fold = await self._load(thread_id)
+        if fold.seq == 0 and values is None:
+            raise ThreadNotFoundError(thread_id)
+        meta = fold.state.execution_meta
+        user = str(config.get("user", "user"))
+        run = Run(
+            thread_id,
+            str(meta.internal_data.get("run_id") or ""),
+            config,
+            fold,
+            journal_for(self.store),
+            stream,
+            claim=claim,
+            in_flight=in_flight,
+            recursion_limit=_recursion_limit(config, self.recursion_limit),
+        )
+        resume = command.resume if command is not None else None
+        paused = meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED
+        if meta.status == ExecutionStatus.COMPLETED and values is None and resume is None:
+            run.idle = True  # nothing new to do: a finished thread stays as it is
+            return run, []
+        resuming = paused or meta.status == ExecutionStatus.ERROR
+        if resume is not None and not resuming:
+            raise IllegalTransitionError(
+                "resumed",
+                f"thread {thread_id!r} is not paused or failed: there is nothing to resume",
+            )
+        inputs = (
+            output_events("user", values, fold.state, known=fold.message_ids)[0]
+            if values is not None
+            else []
+        )
+        waiting = _waiting_remote(fold.state) if paused else []
+        if waiting and _answers_any(inputs, waiting):
+            # The client ran its tool calls: their results resume the run where it paused.
+            run.own.update(_appended_ids(inputs))
+            answered = _answered_ids(inputs)
+            resumed: list[Event] = [Resumed(value=None, by=user), *inputs]
+            why = "not run: the client answered other calls of this message but not this one"
+            known = fold.message_ids
+            resumed += [_not_run(c, why, known) for c in waiting if c.id not in answered]
+            return run, resumed
+        if waiting and not inputs:
+            names = ", ".join(f"{c.name} ({c.id})" for c in waiting)
+            raise GraphError(
+                f"thread {thread_id!r} waits for the results of client tool call(s) {names}: "
+                "invoke it with tool messages answering them, such as {'role': 'tool', "
+                "'tool_call_id': <id>, 'content': <result>}; other input rejects them and "
+                "starts a new run"
+            )
+        answers = await self._answer_pending(fold) if resume is None and inputs else []
+        events: list[Event] = []
+        if fold.seq == 0 or meta.status == ExecutionStatus.COMPLETED or answers:
+            run.run_id = f"run-{uuid.uuid4().hex[:12]}"
+            events.extend(answers)
+            events.append(
+                RunStarted(
+                    entry_node=self.graph.edges[START],
+                    graph=self.graph.name,
+                    fields=state_fields(self.graph.state_cls),
+                )
+            )
+        elif resuming:
+            events.append(Resumed(value=to_builtins(resume), by=user))
+            if meta.status == ExecutionStatus.INTERRUPTED_BEFORE:
+                run.skip_interrupt_before = meta.interrupted_node
+        else:
+            run.cut_short = True  # a run that was cut short: carry on where the log stops
+        events.extend(inputs)
+        if not run.run_id:
+            run.run_id = f"run-{uuid.uuid4().hex[:12]}"
+        return run, events
+
+    async def _answer_pending(self, fold: Fold[S]) -> list[Event]:
+        """Results for the tool calls a paused, stopped or failed run still owes.
+
+        New input while a run waits at its tool node means the person answered instead of
+        letting the calls run: each call that finished gets its recorded result, each one
+        that never ran a result saying so, so the transcript stays valid for every model
+        provider; then a new run starts from the entry node with the new input.
+        """
+        meta = fold.state.execution_meta
+        resting = (
+            meta.is_interrupted()
+            or meta.stop_current_execution == StopRequestStatus.STOPPED
+            or meta.status == ExecutionStatus.ERROR
+        )
+        if not resting:
+            return []
+        remote = _waiting_remote(fold.state) if meta.is_interrupted() else []
+        if remote:
+            why = "not run: the user replied instead of the client answering this call"
+            return [_not_run(c, why, fold.message_ids) for c in remote]
+        before = meta.status == ExecutionStatus.INTERRUPTED_BEFORE
+        node = meta.interrupted_node if before else meta.current_node  # where it would go on
+        if node not in self.graph.nodes or not is_tool_node(self.graph.nodes[node]):
+            return []
+        calls = pending_calls(fold.state)
+        if not calls:
+            return []
+        finished: dict[str, ToolCallFinished] = {}
+        entered = meta.internal_data.get(ENTERED_KEY)
+        if entered and entered["node"] == node:
+            async for record in self.store.read(meta.thread_id or "", entered["seq"] + 1):
+                if isinstance(record.event, ToolCallFinished):
+                    finished[record.event.call_id] = record.event
+        why = "not run: the user replied before it was approved"
+        return [
+            _result_appended(
+                tool_message(finished[c.id]) if c.id in finished else rejected_message(c, why),
+                fold.message_ids,
+            )
+            for c in calls
+        ]
+
+    async def _steps(self, run: Run[S]) -> None:
+        while True:
+            meta = run.fold.state.execution_meta
+            node = meta.current_node
+            if meta.is_stopped_requested():
+                await self._commit(run, [self._stop_between(run, node)], actor="runtime")
+                return
+            if node == END:
+                await self._complete(run)
+                return
+            entered = meta.internal_data.get(ENTERED_KEY)
+            passed = node == run.skip_interrupt_before or (entered and entered["node"] == node)
+            if node in self.interrupt_before and not passed:
+                event = InterruptRaised(node=node, reason="interrupt_before", when="before")
+                await self._commit(run, [event], actor="runtime")
+                return
+            run.skip_interrupt_before = None
+            if run.taken >= run.recursion_limit:
+                message = (
+                    f"run {run.run_id} on thread {run.thread_id!r} reached its recursion limit "
+                    f"of {run.recursion_limit} steps before node {node!r}; raise "
+                    "recursion_limit in compile() or in the call's config if the graph really "
+                    "needs more"
+                )
+                await self._commit(
+                    run,
+                    [RunFailed(node=node, error_type="RecursionLimitError", message=message)],
+                    actor="runtime",
+                )
+                raise RecursionLimitError(message)
+            if node not in self.graph.nodes:
+                raise GraphError(f"thread {run.thread_id!r} is at node {node!r}, not in this graph")
+            await self._step(run, node)
+            run.taken += 1
+            meta = run.fold.state.execution_meta
+            if meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED:
+                return
+
+    @staticmethod
+    def _stop_between(run: Run[S], node: str) -> Stopped:
+        """The stop of a run between nodes: after the node this call ran last, if any."""
+        if run.last_node is not None:
+            return Stopped(node=run.last_node, when="after")
+        return Stopped(node=node, when="before")
+
+    async def _complete(self, run: Run[S]) -> None:
+        """End the run; a tool call still open gets a result saying it never ran, first."""
+        waiting = open_calls(run.fold.state.context)
+        why = "not run: the graph reached its end without running this call"
+        known = run.fold.message_ids
+        events: list[Event] = [_not_run(c, why, known) for c in waiting]
+        if waiting:
+            _log.warning(
+                "run %s on thread %r ended with tool call(s) %s unanswered: recorded as not run "
+                "(route assistant messages with tool calls to a ToolNode)",
+                run.run_id,
+                run.thread_id,
+                ", ".join(c.id for c in waiting),
+            )
+        await self._commit(run, [*events, RunCompleted()], actor="runtime")
+
+    async def _step(self, run: Run[S], node: str) -> None:
+        meta = run.fold.state.execution_meta
+        entered = meta.internal_data.get(ENTERED_KEY)
+        ahead, run.ahead = run.ahead, None
+        step_records: list[EventRecord] = []
+        if ahead is not None and ahead[0] == node:
+            step_records = ahead[1]  # entered by the last step's commit, with its tool calls
+        elif entered and entered["node"] == node:
+            # The node's step began before (a crash, a pause, a failure): let the node see
+            # what it committed then (a tool node's finished calls). After a crash the step
+            # simply goes on; after a pause or a failure the log shows the node entered again.
+            step_records = [r async for r in self.store.read(run.thread_id, entered["seq"] + 1)]
+            if not run.cut_short:
+                await self._commit(run, [NodeEntered(node=node)], actor=node)
+        else:
+            await self._commit(run, [NodeEntered(node=node)], actor=node)
+        run.cut_short = False
+        resume = resume_values(run.fold.state.execution_meta.internal_data.get(RESUME_KEY))
+        context = NodeContext(
+            run.thread_id,
+            run.run_id,
+            node,
+            partial(self._commit, run, actor=node),
+            step_records,
+            run.in_flight,
+            run.dispatched,
+        )
+        actor = self._node_actor(run, node)
+        requests: list[tuple[str, tuple[Any, ...]]] = []
+        try:
+            guard = Guard(self.store, run, node, actor, self._timeout_of(run, node))
+            try:
+                output = await actor.ask(
+                    RunNode(node_view(run.fold.state, requests), run.config, context, resume)
+                )
+            except GraphInterrupt as signal:
+                guard.disarm()
+                event = InterruptRaised(
+                    node=node,
+                    reason=str(signal.reason),
+                    when="before",
+                    data=to_builtins(signal.data),
+                    by_node=True,
+                )
+                await self._commit(run, [event], actor=node)
+                return
+            except ActorStoppedError:
+                if guard.disarm() is None:
+                    raise
+                await self._cut(run, node, guard)
+                return
+            guard.disarm()
+            events, goto = output_events(
+                node,
+                output,
+                run.fold.state,
+                known=run.fold.message_ids,
+                waiting={c.id for c in pending_calls(run.fold.state)},
+                append=is_tool_node(self.graph.nodes[node]),
+            )
+            goto, pause, ending = _requested(node, requests, goto)
+            await self._commit_step(run, node, events, goto, pause, ending=ending)
+            run.last_node = node
+        except (ThreadBusyError, asyncio.CancelledError, NodeTimeoutError):
+            raise
+        except Exception as exc:
+            run.fold = await self._load(run.thread_id)
+            failed = RunFailed(node=node, error_type=type(exc).__name__, message=str(exc))
+            await self._commit(run, [failed], actor="runtime")
+            if isinstance(exc, GraphError):
+                raise  # the graph's wiring is at fault (a condition, a goto), and says where
+            raise NodeError(node, exc) from exc
+
+    def _timeout_of(self, run: Run[S], node: str) -> float | None:
+        """The node's time limit: its own, else the call's `node_timeout`, else the graph's."""
+        if node in self.node_timeouts:
+            return self.node_timeouts[node]
+        return _timeout(run.config.get("node_timeout", self.node_timeout), "node_timeout")
+
+    async def _cut(self, run: Run[S], node: str, guard: Guard) -> None:
+        """Record a node cut short by a stop (paused before it) or by its time limit (failed).
+
+        A commit the node had under way lands first; tool calls it had started are closed
+        as abandoned, so no later run starts them again.
+        """
+        if run.committing is not None:
+            with contextlib.suppress(BaseException):
+                await run.committing
+        await guard.stopped()
+        run.fold = await self._load(run.thread_id)
+        meta = run.fold.state.execution_meta
+        if guard.fired == "stop":
+            why = "a stop request cancelled the node"
+            events: list[Event] = [
+                *_abandoned_calls(meta, why, run.never_ran()),
+                Stopped(node=node, when="before", in_flight=run.in_flight.running()),
+            ]
+            await self._commit(run, events, actor="runtime")
+            return
+        limit = guard.timeout or 0.0
+        error = NodeTimeoutError(node, limit)
+        why = f"node {node!r} ran past its timeout of {limit:g}s"
+        failed = RunFailed(node=node, error_type="NodeTimeoutError", message=f"{why}; retryable")
+        closing = _abandoned_calls(meta, why, run.never_ran())
+        await self._commit(run, [*closing, failed], actor="runtime")
+        raise error
+
+    def _node_actor(self, run: Run[S], node: str) -> NodeActor:
+        """The run's actor for `node`, started on first use and stopped when the run ends.
+
+        A node's concurrency limit holds across all runs of this graph on the event loop:
+        its actors share one semaphore.
+        """
+        actor = run.actors.get(node)
+        if actor is None:
+            limit = self.node_concurrency.get(node)
+            slots = None
+            if limit is not None:
+                per_loop = self._slots.setdefault(asyncio.get_running_loop(), {})
+                slots = per_loop.setdefault(node, asyncio.Semaphore(limit))
+            actor = NodeActor(node, self.graph.nodes[node], self.graph.dependencies, slots=slots)
+            run.actors[node] = actor.start()
+        return actor
+
+
+def _requested(
+    node: str, requests: Sequence[tuple[str, tuple[Any, ...]]], goto: str | None
+) -> tuple[str | None, InterruptRaised | None, bool]:
+    """What a node asked of the run through its state's methods: failing, a pause, the end."""
+    pause: InterruptRaised | None = None
+    ending = False
+    for method, args in requests:
+        if method == "error":
+            raise NodeReportedError(str(args[0]))
+        if method == "complete":
+            if goto is not None and goto != END:
+                raise GraphError(
+                    f"node {node!r} called state.complete() and returned Command(goto="
+                    f"{goto!r}): do one or the other"
+                )
+            ending = True
+        elif method == "set_interrupt":
+            at, reason, status, data = args
+            after = status == ExecutionStatus.INTERRUPTED_AFTER
+            pause = InterruptRaised(
+                node=at, reason=reason, when="after" if after else "before", data=to_builtins(data)
+            )
+    return goto, pause, ending
+
+
+def _abandoned_calls(meta: Any, why: str, never_ran: set[str]) -> list[ToolCallFinished]:
+    """Results closing the tool calls started and not finished: abandoned, never rerun.
+
+    A call in `never_ran` (recorded as started with the step before its tool node, and
+    never handed to its tool) is said not to have run.
+    """
+    closing = []
+    for call_id, name in meta.internal_data.get(TOOL_CALLS_KEY, {}).items():
+        if call_id in never_ran:
+            error = f"abandoned: {why}, before its tool node ran it; the call never started"
+        else:
+            error = (
+                f"abandoned: {why}; the call had started and any result it returns is "
+                "discarded, so whether it took effect is unknown"
+            )
+        closing.append(
+            ToolCallFinished(call_id=call_id, name=str(name), status="abandoned", error=error)
+        )
+    return closing
+
+
+def _not_run(
+    call: ToolCallBlock | RemoteToolCallBlock, why: str, known: Container[str | int]
+) -> MessageAppended:
+    """The result of a call that never ran, `why` telling the model so."""
+    block = ToolCallBlock(id=call.id, name=call.name, args=call.args)
+    return _result_appended(rejected_message(block, why), known)
+
+
+def _result_appended(message: Message, known: Container[str | int]) -> MessageAppended:
+    """A tool result joining the context, under an id of its own (a model may reuse a call
+    id in a later turn, and the derived id of its earlier result is taken)."""
+    fresh = unique_id(message.message_id, known)
+    if fresh != message.message_id:
+        message = message.model_copy(update={"message_id": fresh})
+    return message_appended(message)
+
+
+def _waiting_remote(state: AgentState) -> list[RemoteToolCallBlock]:
+    """The client's tool calls the context still waits for."""
+    return [c for c in open_calls(state.context) if isinstance(c, RemoteToolCallBlock)]
+
+
+def _answered_ids(events: Sequence[Event]) -> set[Any]:
+    return {
+        block.get("call_id")
+        for event in events
+        if isinstance(event, MessageAppended)
+        for block in event.message.get("content") or ()
+        if isinstance(block, dict) and block.get("type") == "tool_result"
+    }
+
+
+def _answers_any(events: Sequence[Event], calls: Sequence[RemoteToolCallBlock]) -> bool:
+    return bool(_answered_ids(events) & {c.id for c in calls})
+
+
+def _appended_ids(events: Sequence[Event]) -> list[Any]:
+    return [e.message.get("message_id") for e in events if isinstance(e, MessageAppended)]
