@@ -490,7 +490,11 @@ class SQLiteEventStore(BaseEventStore):
         )
         with self._queue_lock:
             self._pending.append((request, future))
-        self._submit_next()
+            first = len(self._pending) == 1
+        if first:
+            # At the end of this turn of the loop: the appends other tasks make in the same
+            # turn (a burst of writers) then leave together, in one commit.
+            asyncio.get_running_loop().call_soon(self._submit_next)
         return await future
 
     def _submit_next(self) -> None:
