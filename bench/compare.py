@@ -1,14 +1,25 @@
 """Side by side: agentlog against LangGraph and Agentflow, through one driver per system.
 
 Every system has a standalone driver in bench/peers/ run by its own venv's python (agentlog:
-.venv; peers: .bench-venvs/<name>, created here when missing) and printing one JSON line.
-Runs alternate between the systems (A B C A B C ...) on fresh temporary databases, medians
-are reported per system, and ratios agentlog / peer are taken per round and their median
-reported. A driver that is missing or fails shows up as such; it never stops the harness.
+.venv; peers: .bench-venvs/<name>, created here when missing or when their pinned packages
+changed) and printing one JSON line. The workload is the tool-calling agent loop of
+bench/peers/README.md, in two variants (the tool step a plain `def` node, or each system's
+`ToolNode`). Columns: agentlog (durable per step), LangGraph with no checkpointer at all,
+LangGraph `SqliteSaver` with durability "sync" and "async", Agentflow.
 
-Results go to bench/results/<benchmark>.json, and a summary table to stdout.
+Runs alternate between the systems (A B C ... A B C ...) on fresh temporary databases;
+medians are reported per system, and ratios agentlog / peer are taken per round (round i
+against round i) and their median reported. agentlog's commits per step and the top of a
+cProfile come from two more runs, untimed, each in its own process. The issue's targets
+are printed beside the ratios as met / not met, never asserted. A driver that is missing
+or fails shows up as such; it never stops the harness.
+
+Results go to bench/results/compare-<benchmark>.json; the tables go to stderr and one JSON
+line (the summary: ratios, targets, agentlog's commits and profile, machine and date) to
+stdout.
 
 Usage: .venv/bin/python bench/compare.py [--quick] [--rounds R] [--no-setup]
+           [--variants def-tool,toolnode] [--peers-dir DIR]
 """
 
 from __future__ import annotations
@@ -36,12 +47,36 @@ VENVS = ROOT / ".bench-venvs"
 RESULTS = ROOT / "bench" / "results"
 START = time.perf_counter()
 
+# Exact versions, so that every machine measures the same peers; the venv's stamp holds
+# this list, and a venv whose stamp differs is made again.
 PACKAGES = {
-    "langgraph": ["langgraph", "langgraph-checkpoint-sqlite", "aiosqlite"],
-    "agentflow": ["10xscale-agentflow"],
+    "langgraph": [
+        "langgraph==1.2.22",
+        "langgraph-checkpoint==4.3.2",
+        "langgraph-checkpoint-sqlite==3.1.2",
+        "langgraph-prebuilt==1.1.2",
+        "langchain-core==1.7.2",
+        "aiosqlite==0.22.1",
+    ],
+    "agentflow": ["10xscale-agentflow[sqlite_checkpoint]==0.10.1", "aiosqlite==0.22.1"],
 }
 SIZES, QUICK_SIZES = (200, 1000), (200,)
+VARIANTS = ("def-tool", "toolnode")
+MAIN_VARIANT = "def-tool"  # load, history and concurrency run on it
+FAULT_VARIANT = "toolnode"  # each system's ToolNode: what a crash must not run twice
+# The issue's targets: (N, peer column, agentlog steps/s at least this many times the peer's).
+RATIO_TARGETS = (
+    (1000, "langgraph-none", 3.0),
+    (1000, "langgraph-sync", 15.0),
+    (200, "langgraph-none", 2.0),
+)
+TARGET_LAST_FIRST = 1.2
+TARGET_COMMITS = 1.5
 TIMEOUT = [300.0]  # seconds any one driver run may take (quick: 60); a hung driver is killed
+
+
+sys.path.insert(0, str(ROOT / "bench"))
+import _common as common  # noqa: E402
 
 
 def log(message: str) -> None:
@@ -60,6 +95,7 @@ class Contender:
     extra: list[str] = field(default_factory=list)
     python: Path | None = None
     problem: str | None = None  # why it cannot run (missing driver, failed setup)
+    persistent: bool = True  # False: keeps nothing, so no load, history, crash or resume
 
     @property
     def driver(self) -> Path:
@@ -84,11 +120,15 @@ def _version_of(python: str) -> tuple[int, int] | None:
 
 
 def newest_python() -> str | None:
-    """The newest python3.13 / python3.12 on the machine that actually runs."""
+    """The newest python3.13 / python3.12 on the machine that actually runs.
+
+    A pyenv shim on PATH may refuse to run unless PYENV_VERSION names a version, so the
+    interpreters under `$PYENV_ROOT/versions` (default ~/.pyenv) are tried directly too.
+    """
     for minor in (13, 12):
         name = f"python3.{minor}"
         candidates = [shutil.which(name)]
-        pyenv = Path(os.environ.get("PYENV_ROOT", "/root/.pyenv")) / "versions"
+        pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
         if pyenv.is_dir():
             candidates += [str(p) for p in sorted(pyenv.glob(f"3.{minor}*/bin/{name}"))[::-1]]
         for candidate in candidates:
@@ -98,7 +138,7 @@ def newest_python() -> str | None:
 
 
 def setup_venv(system: str, base_python: str | None) -> tuple[Path | None, str | None]:
-    """The venv python of a peer, creating the venv and installing its packages if missing."""
+    """The venv python of a peer, made (again) when missing or its stamp is not the pins."""
     venv = VENVS / system
     python = venv / "bin" / "python"
     stamp = venv / ".installed"
@@ -109,8 +149,9 @@ def setup_venv(system: str, base_python: str | None) -> tuple[Path | None, str |
         return None, "no python3.12+ found for its venv"
     log(f"setting up {venv} with {base_python}: pip install {wanted}")
     try:
-        if not python.exists():
-            subprocess.run([base_python, "-m", "venv", str(venv)], check=True, timeout=300)
+        stamp.unlink(missing_ok=True)
+        # --clear: a venv made for other pins starts empty, so nothing stale stays behind
+        subprocess.run([base_python, "-m", "venv", "--clear", str(venv)], check=True, timeout=300)
         subprocess.run(
             [str(python), "-m", "pip", "install", "--quiet", "--upgrade", "pip"],
             check=True,
@@ -128,9 +169,10 @@ def setup_venv(system: str, base_python: str | None) -> tuple[Path | None, str |
 
 
 def contenders(setup: bool) -> list[Contender]:
-    """agentlog, LangGraph (durability sync, and its default async), Agentflow."""
+    """agentlog, LangGraph (no checkpointer; SqliteSaver sync and async), Agentflow."""
     out = [
         Contender("agentlog", "agentlog", python=ROOT / ".venv" / "bin" / "python"),
+        Contender("langgraph-none", "langgraph", ["--checkpointer", "none"], persistent=False),
         Contender("langgraph-sync", "langgraph", ["--durability", "sync"]),
         Contender("langgraph-async", "langgraph", ["--durability", "async"]),
         Contender("agentflow", "agentflow"),
@@ -147,7 +189,10 @@ def contenders(setup: bool) -> list[Contender]:
             continue
         if c.system not in venvs:
             existing = VENVS / c.system / "bin" / "python"
+            stamp = VENVS / c.system / ".installed"
             if not setup and existing.exists():
+                if not stamp.exists() or stamp.read_text().strip() != " ".join(PACKAGES[c.system]):
+                    log(f"{c.system}: its venv is not of the pinned versions (--no-setup)")
                 venvs[c.system] = (existing, None)
             elif not setup:
                 venvs[c.system] = (None, "no venv (--no-setup)")
@@ -205,7 +250,11 @@ def median_of(values: list[float]) -> float | None:
 def summarize(
     samples: dict[str, list[dict[str, Any]]], keys: list[str], errors: dict[str, list[str]]
 ) -> dict[str, Any]:
-    """Medians per system and key, and median per-round ratios agentlog / peer."""
+    """Medians per system and key, and the median of per-round ratios agentlog / peer.
+
+    A round's ratio pairs agentlog's run of that round with the peer's run of that round
+    (each result carries its `round`); a round either of them lost is left out.
+    """
     out: dict[str, Any] = {}
     for label, runs in samples.items():
         entry: dict[str, Any] = {"runs": len(runs), "errors": errors.get(label, [])}
@@ -217,17 +266,19 @@ def summarize(
             entry["python"] = runs[-1].get("python")
             entry["last_result"] = runs[-1]
         out[label] = entry
-    ours = samples.get("agentlog", [])
+    ours = {r["round"]: r for r in samples.get("agentlog", [])}
     for label, runs in samples.items():
         if label == "agentlog":
             continue
         ratios: dict[str, float | None] = {}
         for key in keys:
             per_round = [
-                a[key] / b[key]
-                for a, b in zip(ours, runs, strict=False)
-                if isinstance(a.get(key), int | float) and isinstance(b.get(key), int | float)
-                if b[key]
+                ours[b["round"]][key] / b[key]
+                for b in runs
+                if b["round"] in ours
+                and isinstance(ours[b["round"]].get(key), int | float)
+                and isinstance(b.get(key), int | float)
+                and b[key]
             ]
             ratios[key] = median_of(per_round)
         out[label]["agentlog_over_this"] = ratios
@@ -251,7 +302,7 @@ def alternate(
             if result is None:
                 errors[c.label].append(error or "failed")
             else:
-                samples[c.label].append(result)
+                samples[c.label].append({**result, "round": r})
         log(f"  {workload} {' '.join(more)} round {r + 1}/{rounds} done")
     return samples, errors
 
@@ -259,7 +310,16 @@ def alternate(
 # ---- the benchmarks -------------------------------------------------------------------------
 
 
-LOOP_KEYS = ["steps_per_s", "first10_ms", "last10_ms", "ratio_last_first", "bytes_per_step"]
+LOOP_KEYS = [
+    "steps_per_s",
+    "first10_ms",
+    "last10_ms",
+    "ratio_last_first",
+    "bytes_per_step",
+    "messages",
+    "tool_results",
+]
+SAME_WORK = ("steps", "messages", "tool_results")
 
 
 def _loop_db(dbs: dict[str, Path], tmp: Path, n: int, c: Contender, r: int) -> Path:
@@ -272,34 +332,78 @@ def _kept_db(dbs: dict[str, Path], c: Contender, r: int) -> Path:
     return dbs[c.label]
 
 
-def bench_steps(cs: list[Contender], sizes: tuple[int, ...], rounds: int, tmp: Path) -> dict:
-    """loop, then load and history on each system's last loop database."""
+def same_work(samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Whether every system did the same work: steps, messages and tool results."""
+    seen = {
+        label: {k: runs[-1].get(k) for k in SAME_WORK} for label, runs in samples.items() if runs
+    }
+    distinct = {json.dumps(v, sort_keys=True) for v in seen.values()}
+    return {"ok": len(distinct) <= 1, "by_system": seen}
+
+
+def agentlog_extras(c: Contender, n: int, variant: str, tmp: Path) -> dict[str, Any]:
+    """agentlog's commits per step and the top of a cProfile: one untimed run each."""
+    out: dict[str, Any] = {}
+    for measure in ("commits", "profile"):
+        db = fresh_db(tmp, c, f"{measure}{n}")
+        more = ["--n", str(n), "--variant", variant, "--measure", measure]
+        result, error = run(c, "loop", db, 600, *more)
+        if result is None:
+            out[f"{measure}_error"] = error
+        elif measure == "commits":
+            for key in ("commits_per_step", "append_calls_per_step", "commits_counted_by"):
+                out[key] = result.get(key)
+        else:
+            out["profile"] = result.get("profile")
+    return out
+
+
+def bench_steps(
+    cs: list[Contender], sizes: tuple[int, ...], variants: list[str], rounds: int, tmp: Path
+) -> dict[str, Any]:
+    """loop (per N and variant); then load and history on the main variant's last databases."""
     loop: dict[str, Any] = {}
     load: dict[str, Any] = {}
     history: dict[str, Any] = {}
+    ours = next(c for c in cs if c.label == "agentlog")
     for n in sizes:
-        log(f"loop N={n}: {rounds} rounds")
-        dbs: dict[str, Path] = {}
-        loop_db = partial(_loop_db, dbs, tmp, n)
-        samples, errors = alternate(cs, rounds, "loop", loop_db, 600, "--n", str(n))
-        loop[str(n)] = summarize(samples, LOOP_KEYS, errors)
-        ok = [c for c in cs if samples[c.label]]  # load/history on the databases that exist
-        kept = partial(_kept_db, dbs)
-
-        failed = {c.label: [c.problem or "no loop database"] for c in cs if c not in ok}
-        s, e = alternate(ok, rounds, "load", kept, 300, "--n", str(n))
-        load[str(n)] = summarize(s, ["load_ms", "messages"], {**e, **failed})
-        s, e = alternate(ok, rounds, "history", kept, 300, "--n", str(n))
+        loop[str(n)] = {}
+        main_dbs: dict[str, Path] = {}
+        main_ok: list[Contender] = []
+        for variant in variants:
+            log(f"loop N={n} {variant}: {rounds} rounds")
+            dbs: dict[str, Path] = {}
+            more = ("--n", str(n), "--variant", variant)
+            make_db = partial(_loop_db, dbs, tmp, n)
+            samples, errors = alternate(cs, rounds, "loop", make_db, 600, *more)
+            table = summarize(samples, LOOP_KEYS, errors)
+            table["same_work"] = same_work(samples)
+            if not ours.problem:
+                log(f"loop N={n} {variant}: agentlog commits and profile (untimed)")
+                table.setdefault("agentlog", {}).update(agentlog_extras(ours, n, variant, tmp))
+            loop[str(n)][variant] = table
+            if variant == MAIN_VARIANT or not main_dbs:
+                main_dbs = dbs
+                main_ok = [c for c in cs if samples[c.label] and c.persistent]
+        kept = partial(_kept_db, main_dbs)
+        skipped = {
+            c.label: [c.problem or ("no checkpointer" if not c.persistent else "no loop database")]
+            for c in cs
+            if c not in main_ok
+        }
+        s, e = alternate(main_ok, rounds, "load", kept, 300, "--n", str(n))
+        load[str(n)] = summarize(s, ["load_ms", "messages"], {**e, **skipped})
+        s, e = alternate(main_ok, rounds, "history", kept, 300, "--n", str(n))
         history[str(n)] = summarize(
-            s, ["history_ms", "states", "state_at_half_ms"], {**e, **failed}
+            s, ["history_ms", "states", "state_at_half_ms"], {**e, **skipped}
         )
         for c in cs:
-            for table in (load, history):
-                table[str(n)].setdefault(c.label, {"runs": 0, "errors": failed.get(c.label, [])})
+            for t in (load, history):
+                t[str(n)].setdefault(c.label, {"runs": 0, "errors": skipped.get(c.label, [])})
     return {"loop": loop, "load": load, "history": history}
 
 
-def bench_concurrency(cs: list[Contender], rounds: int, tmp: Path, threads: int) -> dict:
+def bench_concurrency(cs: list[Contender], rounds: int, tmp: Path, threads: int) -> dict[str, Any]:
     log(f"concurrency: {threads} threads x 10 steps, {rounds} rounds")
     samples, errors = alternate(
         cs,
@@ -311,6 +415,8 @@ def bench_concurrency(cs: list[Contender], rounds: int, tmp: Path, threads: int)
         "10",
         "--threads",
         str(threads),
+        "--variant",
+        MAIN_VARIANT,
     )
     return summarize(samples, ["completed_steps", "steps_per_s"], errors)
 
@@ -336,6 +442,8 @@ def _crash_once(
         str(effects),
         "--thread-id",
         thread,
+        "--variant",
+        FAULT_VARIANT,
         *c.extra,
     ]
     out: dict[str, Any] = {}
@@ -368,7 +476,7 @@ def _crash_once(
     before = effects.read_text().split()
     out["side_effects_before_resume"] = len(before)
     more = ["--n", str(n), "--side-effects", str(effects), "--thread-id", thread]
-    result, error = run(c, "resume", db, timeout, *more)
+    result, error = run(c, "resume", db, timeout, *more, "--variant", FAULT_VARIANT)
     if result is None:
         out["error"] = f"resume {error}"
         return out
@@ -388,8 +496,8 @@ def bench_fault(cs: list[Contender], n: int, rounds: int, tmp: Path) -> dict[str
     log(f"fault: crash-run N={n}, SIGKILL at 40% of an uninterrupted run, resume")
     table: dict[str, Any] = {}
     for c in cs:
-        if c.problem:
-            table[c.label] = {"error": c.problem}
+        if c.problem or not c.persistent:
+            table[c.label] = {"error": c.problem or "no checkpointer: nothing to resume"}
             continue
         ref = _crash_once(c, n, tmp, None, TIMEOUT[0])
         if "error" in ref:
@@ -422,13 +530,62 @@ def bench_concurrent(cs: list[Contender], tmp: Path) -> dict[str, Any]:
     log("concurrent: two invocations on one thread at once")
     table: dict[str, Any] = {}
     for c in cs:
+        if not c.persistent:
+            table[c.label] = {"outcome": "-", "error": "no checkpointer: no shared thread"}
+            continue
         result, error = run(c, "concurrent", fresh_db(tmp, c, "same"), 300)
         failed = {"outcome": "driver failed", "error": error}
         table[c.label] = result if result is not None else failed
     return table
 
 
-# ---- output ---------------------------------------------------------------------------------
+# ---- targets and output -------------------------------------------------------------------
+
+
+def verdict(value: float | None, ok: bool) -> str:
+    return "not measured" if value is None else ("met" if ok else "not met")
+
+
+def targets(loop: dict[str, Any]) -> dict[str, Any]:
+    """The issue's targets against this run's figures, per variant: met, not met, or not
+    measured (e.g. N = 1000 under --quick)."""
+    out: dict[str, Any] = {}
+    variants = sorted({v for by_variant in loop.values() for v in by_variant})
+    for variant in variants:
+        rows: list[dict[str, Any]] = []
+        for size, peer, want in RATIO_TARGETS:
+            table = loop.get(str(size), {}).get(variant, {})
+            value = ((table.get(peer) or {}).get("agentlog_over_this") or {}).get("steps_per_s")
+            rows.append(
+                {
+                    "what": f"agentlog steps/s over {peer}, N={size}",
+                    "value": value,
+                    "target": f">= {want:g}",
+                    "verdict": verdict(value, value is not None and value >= want),
+                }
+            )
+        for n, by_variant in loop.items():
+            ours = by_variant.get(variant, {}).get("agentlog", {})
+            flat = ours.get("ratio_last_first")
+            rows.append(
+                {
+                    "what": f"agentlog last 10% / first 10% step cost, N={n}",
+                    "value": flat,
+                    "target": f"<= {TARGET_LAST_FIRST:g}",
+                    "verdict": verdict(flat, flat is not None and flat <= TARGET_LAST_FIRST),
+                }
+            )
+            commits = ours.get("commits_per_step")
+            rows.append(
+                {
+                    "what": f"agentlog commits per loop step, N={n}",
+                    "value": commits,
+                    "target": f"<= {TARGET_COMMITS:g}",
+                    "verdict": verdict(commits, commits is not None and commits <= TARGET_COMMITS),
+                }
+            )
+        out[variant] = rows
+    return out
 
 
 def write(name: str, body: dict[str, Any], meta: dict[str, Any]) -> None:
@@ -451,52 +608,108 @@ def cell(entry: dict[str, Any] | None, key: str) -> str:
         if not errors:
             return "-"
         first = str(errors[0])
+        if first.startswith("no checkpointer"):
+            return "n/a: no checkpointer"
         return "MISSING driver" if first == "missing driver" else f"FAILED: {first[:38]}"
     return f"{value:,.3f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
 
 
 def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     widths = [max(len(r[i]) for r in [columns, *rows]) for i in range(len(columns))]
-    print(f"\n{title}")
-    print("  ".join(h.ljust(w) for h, w in zip(columns, widths, strict=True)))
-    print("  ".join("-" * w for w in widths))
+    say = partial(print, file=sys.stderr)
+    say(f"\n{title}")
+    say("  ".join(h.ljust(w) for h, w in zip(columns, widths, strict=True)))
+    say("  ".join("-" * w for w in widths))
     for row in rows:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+        say("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
 
 
-def report(cs: list[Contender], steps: dict, conc: dict, fault: dict, same: dict) -> None:
+def report(
+    cs: list[Contender],
+    steps: dict[str, Any],
+    conc: dict[str, Any],
+    fault: dict[str, Any],
+    same: dict[str, Any],
+    goals: dict[str, Any],
+) -> None:
+    """The tables, on stderr."""
     labels = [c.label for c in cs]
-    header = ["system", *[f"{lbl}" for lbl in labels]]
-    print("\nSide-by-side (medians; ratio = agentlog / peer, median of per-round ratios)")
-    print("status: " + ", ".join(f"{c.label}: {c.problem or 'ok'}" for c in cs))
-    for n, table in steps["loop"].items():
-        rows = [[key, *[cell(table.get(lbl), key) for lbl in labels]] for key in LOOP_KEYS]
-        rows.append(
-            [
-                "agentlog/peer steps/s",
-                *[
-                    cell((table.get(lbl) or {}).get("agentlog_over_this"), "steps_per_s")
-                    for lbl in labels
-                ],
-            ]
-        )
+    header = ["system", *labels]
+    say = partial(print, file=sys.stderr)
+    say("\nSide-by-side (medians; ratio = agentlog / peer, median of per-round ratios)")
+    say("status: " + ", ".join(f"{c.label}: {c.problem or 'ok'}" for c in cs))
+    for n, by_variant in steps["loop"].items():
+        for variant, table in by_variant.items():
+            rows = [[key, *[cell(table.get(lbl), key) for lbl in labels]] for key in LOOP_KEYS]
+            rows.append(
+                [
+                    "agentlog/peer steps/s",
+                    *[
+                        cell((table.get(lbl) or {}).get("agentlog_over_this"), "steps_per_s")
+                        for lbl in labels
+                    ],
+                ]
+            )
+            ours = table.get("agentlog") or {}
+            rows.append(
+                ["commits/step", str(ours.get("commits_per_step", "-")), *["-"] * (len(labels) - 1)]
+            )
+            work = "same" if table["same_work"]["ok"] else f"DIFFERENT: {table['same_work']}"
+            print_table(f"loop N={n}, {variant} (work done: {work})", header, rows)
+        rows = []
         for key in ("load_ms", "messages"):
             rows.append([key, *[cell(steps["load"][n].get(lbl), key) for lbl in labels]])
         for key in ("history_ms", "states", "state_at_half_ms"):
             rows.append([key, *[cell(steps["history"][n].get(lbl), key) for lbl in labels]])
-        print_table(f"loop / load / history, N={n}", header, rows)
+        print_table(f"load / history, N={n} ({MAIN_VARIANT})", header, rows)
     rows = [[k, *[cell(conc.get(lbl), k) for lbl in labels]] for k in ("completed_steps",)]
     rows.append(["steps_per_s", *[cell(conc.get(lbl), "steps_per_s") for lbl in labels]])
     print_table("concurrency (200 threads x 10 steps, one store)", header, rows)
     rows = []
     for key in ("resumed_right", "duplicate_side_effects", "killed_mid_run", "kill_after_s"):
         rows.append([key, *[cell(fault.get(lbl), key) for lbl in labels]])
-    print_table("fault: SIGKILL mid-run, then resume", header, rows)
+    print_table(f"fault: SIGKILL mid-run, then resume ({FAULT_VARIANT})", header, rows)
     rows = [
         ["outcome", *[str((same.get(lbl) or {}).get("outcome", "-")) for lbl in labels]],
         ["error", *[str((same.get(lbl) or {}).get("error", "-"))[:40] for lbl in labels]],
     ]
     print_table("concurrent: two invocations of one thread at once", header, rows)
+    for variant, rows_ in goals.items():
+        say(f"\ntargets, {variant}:")
+        for row in rows_:
+            value = "-" if row["value"] is None else row["value"]
+            say(f"  {row['what']}: {value} (target {row['target']}): {row['verdict']}")
+
+
+def summary(steps: dict[str, Any], goals: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    """The one JSON line: per N and variant, each column's steps/s and agentlog's ratio
+    over it; agentlog's commits, step-cost ratio and profile top; the targets."""
+    loop: dict[str, Any] = {}
+    for n, by_variant in steps["loop"].items():
+        for variant, table in by_variant.items():
+            ours = table.get("agentlog") or {}
+            profile = ours.get("profile") or {}
+            loop.setdefault(n, {})[variant] = {
+                "steps_per_s": {
+                    label: (table.get(label) or {}).get("steps_per_s") for label in meta["order"]
+                },
+                "agentlog_over": {
+                    label: ((table.get(label) or {}).get("agentlog_over_this") or {}).get(
+                        "steps_per_s"
+                    )
+                    for label in meta["order"]
+                    if label != "agentlog"
+                },
+                "agentlog_last_over_first": ours.get("ratio_last_first"),
+                "agentlog_commits_per_step": ours.get("commits_per_step"),
+                "agentlog_append_calls_per_step": ours.get("append_calls_per_step"),
+                "agentlog_profile_top": {
+                    k: profile.get(k)
+                    for k in ("wall_s", "main_thread_waiting_s", "top_cumulative", "top_own")
+                },
+                "same_work": table["same_work"]["ok"],
+            }
+    return {"bench": "compare", **meta, "loop": loop, "targets": goals}
 
 
 def main() -> None:
@@ -505,7 +718,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 3, quick 1)")
     parser.add_argument("--no-setup", action="store_true", help="do not create peer venvs")
     parser.add_argument("--peers-dir", type=Path, help="where the drivers are (bench/peers)")
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help="comma-separated, from def-tool,toolnode"
+    )
     args = parser.parse_args()
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if not variants or any(v not in VARIANTS for v in variants):
+        parser.error(f"--variants: use some of {', '.join(VARIANTS)}")
+    if args.rounds is not None and args.rounds < 1:
+        parser.error("--rounds must be >= 1")
     if args.peers_dir is not None:
         PEERS_DIR[0] = args.peers_dir.resolve()
     TIMEOUT[0] = 60.0 if args.quick else 300.0
@@ -517,13 +738,17 @@ def main() -> None:
     meta = {
         "quick": args.quick,
         "rounds": rounds,
+        "variants": variants,
         "host": {"python": platform.python_version(), "cpus": os.cpu_count()},
+        "machine": common.machine(),
+        "date": common.now(),
+        "packages": PACKAGES,
         "status": {c.label: c.problem or "ok" for c in cs},
         "order": [c.label for c in cs],
     }
     with tempfile.TemporaryDirectory(prefix="agentlog-compare-") as name:
         tmp = Path(name)
-        steps = bench_steps(cs, sizes, rounds, tmp)
+        steps = bench_steps(cs, sizes, variants, rounds, tmp)
         for key, body in steps.items():
             write(key, body, meta)
         conc = bench_concurrency(cs, rounds, tmp, 200)
@@ -532,7 +757,11 @@ def main() -> None:
         write("fault", fault, meta)
         same = bench_concurrent(cs, tmp)
         write("concurrent", same, meta)
-    report(cs, steps, conc, fault, same)
+    goals = targets(steps["loop"])
+    report(cs, steps, conc, fault, same, goals)
+    result = summary(steps, goals, meta)
+    write("summary", result, {})
+    print(json.dumps(result, separators=(",", ":")), flush=True)
 
 
 if __name__ == "__main__":

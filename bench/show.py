@@ -33,7 +33,10 @@ from typing import Any
 import _common as common
 from rich.console import Console
 
-from actors import cli_render as render
+try:  # the CLI's renderer, in its own package (earlier: the module actors.cli_render)
+    from actors.cli import render
+except ImportError:
+    from actors import cli_render as render  # type: ignore[attr-defined,no-redef]
 from events import RunStarted, SQLiteEventStore, StepAdvanced
 from events.kinds import Event
 from projections import Message, message_appended, state_at, state_history

@@ -1,7 +1,7 @@
 """Time travel on a long thread: the state at any step, the history, diffs and forks.
 
 A thread of N steps (10,000; 2,000 with --quick) is built on a `SQLiteEventStore` by one
-`ainvoke` of bench/steps.py's scripted agent/tools graph (every step commits; the context
+`ainvoke` of bench/workload.py's async-scripted agent/tools graph (every step commits; the context
 grows by one message a step), twice: with compile's default `snapshot_every` (5,000 events)
 and with `snapshot_every=1000`. A separate 1,000-step thread (default snapshots) is built in
 a database of its own. Building is timed and bounded (BUILD_LIMIT_S per thread).
@@ -46,6 +46,7 @@ from typing import Any, TypeVar
 
 import _common as common
 import steps
+import workload
 
 from actors import StateGraph
 from actors.compiled import CompiledGraph
@@ -89,12 +90,12 @@ def label(every: int) -> str:
 
 async def _build(path: Path, thread: str, steps_n: int, snapshot_every: int) -> tuple[float, int]:
     """Seconds one `ainvoke` of `steps_n` steps takes (store opened beforehand), steps taken."""
-    graph = steps.build_graph(steps_n)
+    graph = workload.Loop("async-scripted", steps_n).graph()
     async with SQLiteEventStore(path) as store:
         compiled = graph.compile(store, recursion_limit=steps_n + 10, snapshot_every=snapshot_every)
         start = time.perf_counter()
         result = await asyncio.wait_for(
-            compiled.ainvoke(steps.first_input(), config(thread), include_state=True),
+            compiled.ainvoke(workload.first_input(), config(thread), include_state=True),
             BUILD_LIMIT_S,
         )
         seconds = time.perf_counter() - start
@@ -143,7 +144,8 @@ def sizes(path: Path, steps_n: int) -> dict[str, Any]:
 async def _timed(path: Path, probe: Probe) -> float:
     """Seconds `probe` takes on a freshly opened store (opening, compiling, freeing untimed)."""
     async with SQLiteEventStore(path) as store:
-        compiled = steps.build_graph(1).compile(store)  # reads only: no node runs
+        # reads only: no node runs
+        compiled = workload.Loop("async-scripted", 1).graph().compile(store)
         start = time.perf_counter()
         result = await probe(compiled, store)
         seconds = time.perf_counter() - start
@@ -199,7 +201,7 @@ def spread(values: list[float]) -> dict[str, Any]:
 async def _check_points(path: Path, thread: str, points: list[int]) -> bool:
     """Untimed: `aget_state(at_step=k)` is the full replay's state, and stands at step k."""
     async with SQLiteEventStore(path) as store:
-        compiled = steps.build_graph(1).compile(store)
+        compiled = workload.Loop("async-scripted", 1).graph().compile(store)
         for k in points:
             ours = await compiled.aget_state(config(thread), at_step=k)
             seq = await step_seq(store, thread, k)
@@ -315,7 +317,7 @@ def bench_fork(path: Path, thread: str, steps_n: int, rounds: int) -> dict[str, 
     async def check() -> bool:  # untimed: the last fork stands where its source did
         new_id, k = forks[-1]
         async with SQLiteEventStore(path) as store:
-            compiled = steps.build_graph(1).compile(store)
+            compiled = workload.Loop("async-scripted", 1).graph().compile(store)
             state = await compiled.aget_state(config(new_id))
         return state.execution_meta.step == k and len(state.context) == k + 1
 

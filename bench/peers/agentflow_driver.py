@@ -9,11 +9,14 @@ Prints exactly one JSON line on stdout; progress goes to stderr.
 
 What is measured (Agentflow 0.10.x):
 
-* Graph: `StateGraph(AgentState)` with a scripted `agent` node (no I/O) that appends one
-  ~150-char assistant `Message` (every other one carries one tool call in Agentflow's
-  OpenAI-style `tools_calls` format) and a `tools` node that is Agentflow's own `ToolNode`
-  wrapping `ping(x: int)`. Conditional edges: agent -> tools when the last message has
-  tool calls, else agent, until N node executions (steps), then END.
+* Graph: `StateGraph(AgentState)` building the workload of README.md in this folder: an
+  `agent` node, a plain `def`, reading `len(state.context)` and `state.context[-1]` and
+  returning one 200-character assistant `Message`; two in three carry one tool call, both
+  as a `ToolCallBlock` in the content and in Agentflow's OpenAI-style `tools_calls`. The
+  router after it, a plain `def`, reads `state.context[-1].tools_calls`: to `tools` when
+  there is a call, END once the thread has N steps (node runs), else `agent`. The tool step
+  is a plain `def` node running the one sync tool `lookup` for each call and appending its
+  result (`--variant def-tool`), or Agentflow's own `ToolNode([lookup])` (`toolnode`).
 * Checkpointer: `SqliteCheckpointer` (aiosqlite, WAL, `synchronous=NORMAL`), Agentflow's
   single-file SQLite backend. The graph's default `durable_checkpoint_every_step=True`
   writes the state (one upserted row per thread), the step's new messages (an append-only
@@ -39,7 +42,14 @@ from typing import Any
 
 from agentflow import __version__ as AF_VERSION
 from agentflow.core.graph import StateGraph, ToolNode
-from agentflow.core.state import AgentState, ExecutionStatus, Message
+from agentflow.core.state import (
+    AgentState,
+    ExecutionStatus,
+    Message,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+)
 from agentflow.storage.checkpointer import SqliteCheckpointer
 from agentflow.utils.constants import END
 
@@ -48,9 +58,16 @@ _START = time.perf_counter()
 
 # Set once per process by main(); the routing functions and nodes read them.
 TARGET_STEPS = 10
+VARIANT = "def-tool"
 SIDE_EFFECTS: str | None = None
 SLOW_NODE_S = 0.0
 NODE_ENTRIES: list[float] = []
+MESSAGE_CHARS = 200
+FILLER = (
+    "The agent weighs what it has gathered so far and writes its next thought down in a "
+    "sentence long enough to look like real model output, then decides whether to call a "
+    "tool. "
+) * 2
 
 
 def log(message: str) -> None:
@@ -68,6 +85,7 @@ def base_result(n: int) -> dict[str, Any]:
         "system": SYSTEM,
         "version": AF_VERSION,
         "python": platform.python_version(),
+        "variant": VARIANT,
         "n": n,
     }
 
@@ -95,38 +113,69 @@ def steps_done(state: AgentState) -> int:
     return len(state.context) - 1
 
 
-def ping(x: int, tool_call_id: str) -> str:
-    """The benchmark tool: deterministic, no I/O unless side effects are recorded."""
-    NODE_ENTRIES.append(time.perf_counter())
+def agent_text(context_len: int, last_role: str) -> str:
+    """The assistant's text at a context of `context_len` messages: exactly 200 characters."""
+    return f"Step {context_len}, after a {last_role} message: {FILLER}"[:MESSAGE_CHARS]
+
+
+def wants_call(context_len: int, steps: int) -> bool:
+    """Two agent messages in three ask for a tool, when the tool's step still fits in N."""
+    return (context_len - 1) % 5 != 4 and context_len + 1 <= steps
+
+
+def run_tool(query: str, tool_call_id: str) -> str:
+    """The tool's work: deterministic, no I/O unless side effects are recorded."""
     if SIDE_EFFECTS is not None:
         with open(SIDE_EFFECTS, "a", encoding="utf-8") as f:
             f.write(f"{tool_call_id}\n")
             f.flush()
             os.fsync(f.fileno())
-    return f"pong {x}"
+    return f"result for {query}"
 
 
-async def agent(state: AgentState, config: dict) -> Message:
-    """Scripted assistant: one ~150-char message; every other one carries one tool call."""
+def lookup(query: str, tool_call_id: str) -> str:
+    """Look a query up (instantly).
+
+    Args:
+        query: What to look up.
+    """
+    NODE_ENTRIES.append(time.perf_counter())
+    return run_tool(query, tool_call_id)
+
+
+def agent(state: AgentState) -> Message:
+    """Scripted assistant: 200 characters, two messages in three with one tool call."""
     NODE_ENTRIES.append(time.perf_counter())
     if SLOW_NODE_S:
-        await asyncio.sleep(SLOW_NODE_S)
-    done = steps_done(state)
-    n_assistant = sum(1 for m in state.context if m.role == "assistant")
-    text = f"assistant step {done} (reply {n_assistant}): "
-    text += "lorem ipsum dolor sit amet " * 6
-    text = text[:150]
-    msg = Message.text_message(text, role="assistant")
-    # A tool call only if the tool node still fits within the N steps.
-    if n_assistant % 2 == 0 and done + 2 <= TARGET_STEPS:
-        msg.tools_calls = [
+        time.sleep(SLOW_NODE_S)
+    n = len(state.context)
+    last = state.context[-1]
+    text = agent_text(n, last.role)
+    if not wants_call(n, TARGET_STEPS):
+        return Message(role="assistant", content=[TextBlock(text=text)])
+    call_id, args = f"call_{n}", {"query": f"question {n}"}
+    return Message(
+        role="assistant",
+        content=[TextBlock(text=text), ToolCallBlock(id=call_id, name="lookup", args=args)],
+        tools_calls=[
             {
-                "id": f"call_{done}",
+                "id": call_id,
                 "type": "function",
-                "function": {"name": "ping", "arguments": json.dumps({"x": done})},
+                "function": {"name": "lookup", "arguments": json.dumps(args)},
             }
-        ]
-    return msg
+        ],
+    )
+
+
+def tools(state: AgentState) -> list[Message]:
+    """The tool step as a plain node: run each call of the last message, append results."""
+    NODE_ENTRIES.append(time.perf_counter())
+    out = []
+    for call in state.context[-1].tools_calls or []:
+        args = json.loads(call["function"]["arguments"])
+        output = run_tool(**args, tool_call_id=call["id"])
+        out.append(Message.tool_message([ToolResultBlock(call_id=call["id"], output=output)]))
+    return out
 
 
 def finished(state: AgentState) -> bool:
@@ -135,12 +184,9 @@ def finished(state: AgentState) -> bool:
 
 
 def route_after_agent(state: AgentState) -> str:
-    last = state.context[-1] if state.context else None
-    if last is not None and last.tools_calls:
+    if state.context[-1].tools_calls:
         return "tools"
-    if steps_done(state) >= TARGET_STEPS:
-        return END
-    return "agent"
+    return END if steps_done(state) >= TARGET_STEPS else "agent"
 
 
 def route_after_tools(state: AgentState) -> str:
@@ -150,7 +196,7 @@ def route_after_tools(state: AgentState) -> str:
 def build(checkpointer: SqliteCheckpointer):
     graph = StateGraph(AgentState())
     graph.add_node("agent", agent)
-    graph.add_node("tools", ToolNode([ping]))
+    graph.add_node("tools", tools if VARIANT == "def-tool" else ToolNode([lookup]))
     graph.add_conditional_edges(
         "agent", route_after_agent, {"tools": "tools", "agent": "agent", END: END}
     )
@@ -165,7 +211,7 @@ def run_config(thread_id: str, n: int) -> dict[str, Any]:
 
 
 def first_input() -> dict[str, Any]:
-    return {"messages": [Message.text_message("start the benchmark loop", role="user")]}
+    return {"messages": [Message.text_message("Please look a few things up.", role="user")]}
 
 
 async def open_graph(db: str):
@@ -191,7 +237,7 @@ async def w_loop(args) -> dict[str, Any]:
     await app.aclose()
     marks = [*NODE_ENTRIES, t1]
     per_step = [b - a for a, b in itertools.pairwise(marks)]
-    steps = len(per_step)
+    steps = steps_done(state) if state else len(per_step)
     k = max(1, steps // 10)
     first10 = statistics.median(per_step[:k]) * 1000
     last10 = statistics.median(per_step[-k:]) * 1000
@@ -202,7 +248,8 @@ async def w_loop(args) -> dict[str, Any]:
         "final_step": steps_done(state) if state else None,
         "af_execution_step": state.execution_meta.step if state else None,
         "messages": len(state.context) if state else None,
-        "total_s": round(t1 - t0, 4),
+        "tool_results": sum(m.role == "tool" for m in state.context) if state else None,
+        "seconds": round(t1 - t0, 4),
         "steps_per_s": round(steps / (t1 - t0), 1),
         "first10_ms": round(first10, 4),
         "last10_ms": round(last10, 4),
@@ -428,7 +475,7 @@ WORKLOADS = {
 
 
 def main() -> None:
-    global TARGET_STEPS
+    global TARGET_STEPS, VARIANT
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", required=True, choices=sorted(WORKLOADS))
     parser.add_argument("--n", type=int, default=100)
@@ -436,7 +483,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--side-effects", default=None)
     parser.add_argument("--thread-id", default=None)
+    parser.add_argument("--variant", choices=["def-tool", "toolnode"], default="def-tool")
     args = parser.parse_args()
+    VARIANT = args.variant
     if args.workload == "concurrency" and "--n" not in sys.argv:
         args.n = 10
     TARGET_STEPS = args.n

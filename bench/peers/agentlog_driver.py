@@ -5,9 +5,16 @@ Run with agentlog's own venv:
     .venv/bin/python bench/peers/agentlog_driver.py --workload loop --n 200 --db /tmp/a.sqlite
 
 Prints one JSON line on stdout (crash-run first prints "ready"); progress goes to stderr.
-The graph is the agent/tools loop of bench/steps.py (same routing, same shape), with the
-agent's messages ~150 characters (every other one also carrying one tool call), a timing hook
-in the agent node and a tool that can write its call id to a side-effects file.
+The graph is bench/workload.py's loop (`--variant def-tool`, the default, or `toolnode`;
+`async-scripted` is the earlier loop): plain `def` nodes, a 200-character assistant message,
+two in three with one tool call, the router reading `state.context[-1].tools_calls`.
+
+`--measure commits` and `--measure profile` make the loop workload an untimed run that
+reports, besides the usual keys, the SQLite commits per step (`_common.CommitCounter`: a
+trace callback counting every COMMIT and every write outside a transaction on the store's
+connections, with the store's `append` calls as a cross-check) or the top entries of a
+cProfile of the run (`_common.ThreadProfiler`: every thread, merged). Each process does one
+of them, so neither distorts the other or the timed runs.
 """
 
 from __future__ import annotations
@@ -15,9 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import itertools
 import json
-import os
 import platform
 import sqlite3
 import statistics
@@ -29,11 +34,15 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import _common as common  # noqa: E402
+import workload  # noqa: E402
+from workload import Loop, first_input  # noqa: E402
 
 from actors import END, StateGraph  # noqa: E402
-from actors.tools import ToolNode  # noqa: E402
 from events import SQLiteEventStore  # noqa: E402
-from projections import AgentState, Message, TextBlock, ToolCallBlock  # noqa: E402
+from projections import AgentState, Message  # noqa: E402
 
 SYSTEM = "agentlog"
 THREAD = "bench"
@@ -54,80 +63,6 @@ def version() -> str:
         return "source"
 
 
-# ---- the graph ------------------------------------------------------------------------------
-
-
-class Loop:
-    """The agent/tools loop of N steps, with per-step timing and optional side effects."""
-
-    def __init__(self, steps: int, side_effects: str | None = None, ready: bool = False) -> None:
-        self.steps = steps
-        self.side_effects = side_effects
-        self.ready = ready
-        self.marks: list[tuple[int, float]] = []  # (step about to run, perf_counter)
-
-    async def agent(self, state: AgentState) -> list[Message]:
-        """A scripted model: ~150 characters of text, plus a tool call every other message."""
-        k = state.execution_meta.step + 1
-        self.marks.append((k, time.perf_counter()))
-        if self.ready:
-            self.ready = False
-            print("ready", flush=True)
-        last = state.context[-1] if state.context else None
-        text = f"answer at step {k}: ".ljust(100 + (k * 37) % 101, "z")  # 100-200 characters
-        if last is None or last.role != "tool":
-            call_id = f"call-{k}"
-            call = ToolCallBlock(
-                id=call_id, name="lookup", args={"query": f"question {k}", "call_id": call_id}
-            )
-            return [Message(role="assistant", content=[TextBlock(text=text), call])]
-        return [Message.text_message(text, role="assistant")]
-
-    async def lookup(self, query: str, call_id: str) -> str:
-        """Look a query up (instantly), recording the call when asked to.
-
-        Args:
-            query: What to look up.
-            call_id: The id of the tool call.
-        """
-        if self.side_effects:
-            with open(self.side_effects, "a", encoding="utf-8") as f:
-                f.write(f"{call_id}\n")
-                f.flush()
-                os.fsync(f.fileno())
-        return f"result for {query}"
-
-    def graph(self) -> StateGraph[AgentState]:
-        steps = self.steps
-
-        def route(state: AgentState) -> str:
-            if state.execution_meta.step + 1 >= steps:  # the step being routed is the last one
-                return END
-            last = state.context[-1]
-            return "tools" if last.role == "assistant" and last.tool_calls() else "agent"
-
-        graph: StateGraph[AgentState] = StateGraph()
-        graph.add_node("agent", self.agent)
-        graph.add_node("tools", ToolNode([self.lookup]))
-        graph.set_entry_point("agent")
-        graph.add_conditional_edges("agent", route, {"tools": "tools", "agent": "agent", END: END})
-        graph.add_conditional_edges("tools", route, {"agent": "agent", END: END})
-        return graph
-
-    def per_step(self, end: float, last_step: int) -> list[float]:
-        """Seconds per step: time between agent entries, spread over the steps between them."""
-        marks = [*self.marks, (last_step + 1, end)]
-        out: list[float] = []
-        for (k0, t0), (k1, t1) in itertools.pairwise(marks):
-            if k1 > k0:
-                out.extend([(t1 - t0) / (k1 - k0)] * (k1 - k0))
-        return out
-
-
-def first_input() -> dict[str, Any]:
-    return {"messages": [Message.text_message("Please look a few things up.", role="user")]}
-
-
 def db_size(path: str) -> int:
     with contextlib.closing(sqlite3.connect(path)) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -142,6 +77,7 @@ def base(args: argparse.Namespace) -> dict[str, Any]:
         "version": version(),
         "python": platform.python_version(),
         "workload": args.workload,
+        "variant": args.variant,
         "n": args.n,
         "durability": "sync",  # every step commits before the next; there is no async mode
     }
@@ -150,39 +86,54 @@ def base(args: argparse.Namespace) -> dict[str, Any]:
 # ---- workloads ------------------------------------------------------------------------------
 
 
-async def w_loop(args: argparse.Namespace) -> dict[str, Any]:
-    loop = Loop(args.n)
-    async with SQLiteEventStore(args.db) as store:
-        compiled = loop.graph().compile(store, recursion_limit=args.n + 10)
-        start = time.perf_counter()
-        result = await compiled.ainvoke(
-            first_input(), {"thread_id": args.thread_id}, include_state=True
-        )
-        end = time.perf_counter()
-    state: AgentState = result["state"]
-    taken = state.execution_meta.step
-    per = loop.per_step(end, taken)
+def w_loop(args: argparse.Namespace) -> dict[str, Any]:
+    """The N-step loop; `--measure` makes it an untimed run counting commits or profiling."""
+    if args.measure == "profile":
+        with common.ThreadProfiler() as profiler:
+            result = asyncio.run(workload.run_loop(args.db, args.variant, args.n, args.thread_id))
+        extra: dict[str, Any] = {"profile": profiler.report(10)}
+    elif args.measure == "commits":
+        with common.CommitCounter() as counter:
+            result = asyncio.run(
+                workload.run_loop(
+                    args.db, args.variant, args.n, args.thread_id, commits=lambda: counter.commits
+                )
+            )
+        extra = {
+            "commits": result.commits,
+            "commits_per_step": round((result.commits or 0) / result.steps, 3),
+            "append_calls_per_step": round((result.append_calls or 0) / result.steps, 3),
+            "commits_counted_by": "SQLite trace callback on the store's connections: every "
+            "COMMIT, and every write outside a transaction, during the ainvoke",
+        }
+    else:
+        result = asyncio.run(workload.run_loop(args.db, args.variant, args.n, args.thread_id))
+        extra = {}
+    per = result.per_step
     tenth = max(1, len(per) // 10)
     first, last = statistics.median(per[:tenth]), statistics.median(per[-tenth:])
     size = db_size(args.db)
     return {
         **base(args),
-        "steps": taken,
-        "messages": len(state.context),
-        "seconds": round(end - start, 4),
-        "steps_per_s": round(taken / (end - start), 1),
+        "measure": args.measure,
+        "steps": result.steps,
+        "messages": result.messages,
+        "tool_results": result.tool_results,
+        "seconds": round(result.seconds, 4),
+        "steps_per_s": round(result.steps / result.seconds, 1),
         "first10_ms": round(first * 1000, 4),
         "last10_ms": round(last * 1000, 4),
         "ratio_last_first": round(last / first, 3) if first else None,
         "db_bytes": size,
-        "bytes_per_step": round(size / taken, 1),
+        "bytes_per_step": round(size / result.steps, 1),
+        **extra,
     }
 
 
 async def w_load(args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
     async with SQLiteEventStore(args.db) as store:
-        compiled = Loop(args.n).graph().compile(store)
+        compiled = Loop(args.variant, args.n).graph().compile(store)
         state = await compiled.aget_state({"thread_id": args.thread_id})
         load = time.perf_counter() - start
     return {**base(args), "load_ms": round(load * 1000, 3), "messages": len(state.context)}
@@ -190,7 +141,7 @@ async def w_load(args: argparse.Namespace) -> dict[str, Any]:
 
 async def w_history(args: argparse.Namespace) -> dict[str, Any]:
     async with SQLiteEventStore(args.db) as store:
-        compiled = Loop(args.n).graph().compile(store)
+        compiled = Loop(args.variant, args.n).graph().compile(store)
         config = {"thread_id": args.thread_id}
         start = time.perf_counter()
         entries = await compiled.aget_state_history(config)
@@ -212,7 +163,7 @@ async def w_history(args: argparse.Namespace) -> dict[str, Any]:
 async def w_concurrency(args: argparse.Namespace) -> dict[str, Any]:
     threads = args.threads
     async with SQLiteEventStore(args.db) as store:
-        compiled = Loop(args.n).graph().compile(store, recursion_limit=args.n + 10)
+        compiled = Loop(args.variant, args.n).graph().compile(store, recursion_limit=args.n + 10)
         start = time.perf_counter()
         results = await asyncio.gather(
             *(
@@ -238,7 +189,7 @@ async def w_concurrency(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def w_crash_run(args: argparse.Namespace) -> dict[str, Any]:
-    loop = Loop(args.n, side_effects=args.side_effects, ready=True)
+    loop = Loop(args.variant, args.n, side_effects=args.side_effects, ready=True)
     async with SQLiteEventStore(args.db) as store:
         compiled = loop.graph().compile(store, recursion_limit=args.n + 10)
         result = await compiled.ainvoke(
@@ -254,7 +205,7 @@ async def w_crash_run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def w_resume(args: argparse.Namespace) -> dict[str, Any]:
-    loop = Loop(args.n, side_effects=args.side_effects)
+    loop = Loop(args.variant, args.n, side_effects=args.side_effects)
     async with SQLiteEventStore(args.db) as store:
         compiled = loop.graph().compile(store, recursion_limit=args.n + 10)
         before = await compiled.aget_state({"thread_id": args.thread_id})
@@ -330,7 +281,6 @@ async def w_concurrent(args: argparse.Namespace) -> dict[str, Any]:
 
 
 WORKLOADS = {
-    "loop": w_loop,
     "load": w_load,
     "history": w_history,
     "concurrency": w_concurrency,
@@ -342,18 +292,23 @@ WORKLOADS = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--workload", required=True, choices=sorted(WORKLOADS))
+    parser.add_argument("--workload", required=True, choices=sorted([*WORKLOADS, "loop"]))
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--db", required=True)
     parser.add_argument("--durability", choices=("sync", "async"), default="sync")
     parser.add_argument("--threads", type=int, default=200)
     parser.add_argument("--side-effects", default=None)
     parser.add_argument("--thread-id", default=THREAD)
+    parser.add_argument("--variant", choices=workload.VARIANTS, default="def-tool")
+    parser.add_argument("--measure", choices=("time", "commits", "profile"), default="time")
     args = parser.parse_args()
     if args.workload == "concurrency" and args.n == 200 and "--n" not in sys.argv:
         args.n = 10
-    log(f"{args.workload} n={args.n} db={args.db}")
-    emit(asyncio.run(WORKLOADS[args.workload](args)))
+    log(f"{args.workload} {args.variant} n={args.n} db={args.db} measure={args.measure}")
+    if args.workload == "loop":
+        emit(w_loop(args))
+    else:
+        emit(asyncio.run(WORKLOADS[args.workload](args)))
 
 
 if __name__ == "__main__":

@@ -1,20 +1,28 @@
 """Benchmark driver for LangGraph, a peer of agentlog (run with the langgraph venv's python).
 
-    python langgraph_driver.py --workload W --n N --db PATH [--durability sync|async]
-        [--threads T] [--side-effects FILE] [--thread-id ID]
+    python langgraph_driver.py --workload W --n N --db PATH [--variant def-tool|toolnode]
+        [--checkpointer sqlite|none] [--durability sync|async] [--threads T]
+        [--side-effects FILE] [--thread-id ID]
 
 Prints ONE JSON line on stdout (crash-run also prints "ready" first); progress goes to stderr.
-It does not import agentlog: everything here is plain, idiomatic LangGraph:
+It does not import agentlog: everything here is plain, idiomatic LangGraph, building the
+workload of README.md in this folder:
 
-* state: ``TypedDict`` with ``messages: Annotated[list, add_messages]`` and a ``step`` counter;
-* an ``agent`` node (scripted, deterministic, no I/O) that appends one ~150-char AIMessage,
-  every other one carrying one tool call to ``ping``;
-* a plain ``tools`` node that runs ``ping`` and appends a ToolMessage;
-* routing: agent -> tools if the last message has tool calls, else agent again; END once
-  ``step`` (node executions) reaches N; ``recursion_limit = N + 10``;
-* the SQLite checkpointer (``SqliteSaver`` on ``sqlite3.connect(path,
-  check_same_thread=False)``, or ``AsyncSqliteSaver`` for the asyncio workloads), written
-  after every superstep per ``durability="sync"|"async"``.
+* state: ``MessagesState`` (``messages: Annotated[list[AnyMessage], add_messages]``);
+* an ``agent`` node, a plain ``def``, reading ``len(state["messages"])`` and the last
+  message, returning one 200-character ``AIMessage``; two in three carry one tool call, as
+  LangChain's chat models return them (``tool_calls`` parsed, and the provider's raw
+  ``tool_calls`` in ``additional_kwargs``);
+* a router, a plain ``def``, reading ``state["messages"][-1].tool_calls``: to ``tools``
+  when there is a call, to END once the thread has N steps (node runs), else to ``agent``;
+* the tool step: a plain ``def`` node running the one sync tool for each call and
+  appending a ``ToolMessage`` (``--variant def-tool``), or ``langgraph.prebuilt.ToolNode``
+  with that tool (``--variant toolnode``); ``recursion_limit = N + 10``;
+* persistence (``--checkpointer sqlite``): ``SqliteSaver`` on ``sqlite3.connect(path,
+  check_same_thread=False)`` (``AsyncSqliteSaver`` for the asyncio workloads), written
+  after every superstep per ``durability="sync"|"async"``; ``--checkpointer none``
+  compiles the graph without any checkpointer (nothing is kept; only ``loop`` and
+  ``concurrency`` apply).
 
 Workloads ``loop``, ``concurrency``, ``concurrent`` and ``crash-run`` start from a fresh
 database (they delete PATH, PATH-wal and PATH-shm); ``load``, ``history`` and ``resume`` open
@@ -36,13 +44,14 @@ import threading
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any
 
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import InjectedToolCallId
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import add_messages
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
 
 _START = time.perf_counter()
 _FILLER = (
@@ -80,8 +89,10 @@ def base_result(args: argparse.Namespace) -> dict[str, Any]:
         "version": versions(),
         "python": platform.python_version(),
         "workload": args.workload,
+        "variant": args.variant,
         "n": args.n,
-        "durability": args.durability,
+        "checkpointer": args.checkpointer,
+        "durability": args.durability if args.checkpointer == "sqlite" else None,
     }
 
 
@@ -100,97 +111,139 @@ def config_for(thread_id: str, n: int) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- the graph
 
-
-class State(TypedDict):
-    messages: Annotated[list[AnyMessage], add_messages]
-    step: int
-
-
-def ping(x: int) -> str:
-    """The tool: deterministic, no I/O."""
-    return f"pong {x}"
+MESSAGE_CHARS = 200
+FILLER = (
+    "The agent weighs what it has gathered so far and writes its next thought down in a "
+    "sentence long enough to look like real model output, then decides whether to call a "
+    "tool. "
+) * 2
 
 
-def build_graph(
-    n: int,
-    *,
-    marks: list[float] | None = None,
-    side_effects: str | None = None,
-    ready: bool = False,
-    use_async: bool = False,
-) -> StateGraph:
-    """The scripted agent loop. `marks` gets a perf_counter stamp at every node entry."""
-    announced = [not ready]
+def agent_text(context_len: int, last_type: str) -> str:
+    """The assistant's text at a context of `context_len` messages: exactly 200 characters."""
+    return f"Step {context_len}, after a {last_type} message: {FILLER}"[:MESSAGE_CHARS]
 
-    def on_entry() -> None:
-        if marks is not None:
-            marks.append(time.perf_counter())
-        if not announced[0]:
-            announced[0] = True
-            print("ready", flush=True)
 
-    def agent(state: State) -> dict[str, Any]:
-        on_entry()
-        step = state.get("step", 0) + 1
+def wants_call(context_len: int, steps: int) -> bool:
+    """Two agent messages in three ask for a tool, when the tool's step still fits in N."""
+    return (context_len - 1) % 5 != 4 and context_len + 1 <= steps
+
+
+def record_side_effect(path: str | None, call_id: str) -> None:
+    if path is None:
+        return
+    with open(path, "a") as f:
+        f.write(f"{call_id}\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class Loop:
+    """The N-step agent/tools loop; `marks` gets a perf_counter stamp at every step's start."""
+
+    def __init__(
+        self,
+        variant: str,
+        steps: int,
+        side_effects: str | None = None,
+        ready: bool = False,
+    ) -> None:
+        self.variant = variant
+        self.steps = steps
+        self.side_effects = side_effects
+        self.ready = ready
+        self.marks: list[float] = []
+        self.lock = threading.Lock()
+
+    def mark(self) -> None:
+        self.marks.append(time.perf_counter())
+        if self.ready:
+            with self.lock:
+                if self.ready:
+                    self.ready = False
+                    print("ready", flush=True)
+
+    def agent(self, state: MessagesState) -> dict[str, Any]:
+        self.mark()
         messages = state["messages"]
-        # Every other agent message carries a tool call: call unless we just got a result.
-        call = not (messages and isinstance(messages[-1], ToolMessage))
-        content = f"Step {step}: {_FILLER}"[:150]
-        if call:
-            msg = AIMessage(
-                content=content,
-                tool_calls=[{"id": f"call_{step}", "name": "ping", "args": {"x": step}}],
+        n = len(messages)
+        last = messages[-1]
+        text = agent_text(n, last.type)
+        if not wants_call(n, self.steps):
+            return {"messages": [AIMessage(content=text)]}
+        call_id, args = f"call_{n}", {"query": f"question {n}"}
+        raw = {
+            "id": call_id,
+            "type": "function",
+            "function": {"name": "lookup", "arguments": json.dumps(args)},
+        }
+        msg = AIMessage(
+            content=text,
+            tool_calls=[{"id": call_id, "name": "lookup", "args": args, "type": "tool_call"}],
+            additional_kwargs={"tool_calls": [raw]},
+        )
+        return {"messages": [msg]}
+
+    def route_agent(self, state: MessagesState) -> str:
+        if state["messages"][-1].tool_calls:
+            return "tools"
+        return END if len(state["messages"]) - 1 >= self.steps else "agent"
+
+    def route_tools(self, state: MessagesState) -> str:
+        return END if len(state["messages"]) - 1 >= self.steps else "agent"
+
+    def run_tool(self, query: str, tool_call_id: str) -> str:
+        record_side_effect(self.side_effects, tool_call_id)
+        return f"result for {query}"
+
+    def tools(self, state: MessagesState) -> dict[str, Any]:
+        self.mark()
+        out = [
+            ToolMessage(
+                content=self.run_tool(**tc["args"], tool_call_id=tc["id"]),
+                tool_call_id=tc["id"],
+                name=tc["name"],
             )
-        else:
-            msg = AIMessage(content=content)
-        return {"messages": [msg], "step": step}
+            for tc in state["messages"][-1].tool_calls
+        ]
+        return {"messages": out}
 
-    def tools(state: State) -> dict[str, Any]:
-        on_entry()
-        step = state.get("step", 0) + 1
-        last = state["messages"][-1]
-        out = []
-        for tc in last.tool_calls:
-            if side_effects is not None:
-                with open(side_effects, "a") as f:
-                    f.write(f"{tc['id']}\n")
-                    f.flush()
-                    os.fsync(f.fileno())
-            result = ping(**tc["args"])
-            out.append(ToolMessage(content=result, tool_call_id=tc["id"], name=tc["name"]))
-        return {"messages": out, "step": step}
+    def tool_node(self) -> ToolNode:
+        loop = self
 
-    async def aagent(state: State) -> dict[str, Any]:
-        return agent(state)
+        def lookup(query: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
+            """Look a query up (instantly).
 
-    async def atools(state: State) -> dict[str, Any]:
-        return tools(state)
+            Args:
+                query: What to look up.
+            """
+            loop.mark()
+            return loop.run_tool(query, tool_call_id)
 
-    def after_agent(state: State) -> str:
-        if state["step"] >= n:
-            return END
-        last = state["messages"][-1]
-        return "tools" if getattr(last, "tool_calls", None) else "agent"
+        return ToolNode([lookup])
 
-    def after_tools(state: State) -> str:
-        return END if state["step"] >= n else "agent"
-
-    builder = StateGraph(State)
-    builder.add_node("agent", aagent if use_async else agent)
-    builder.add_node("tools", atools if use_async else tools)
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", after_agent, ["agent", "tools", END])
-    builder.add_conditional_edges("tools", after_tools, ["agent", END])
-    return builder
+    def builder(self) -> StateGraph:
+        builder = StateGraph(MessagesState)
+        builder.add_node("agent", self.agent)
+        builder.add_node("tools", self.tools if self.variant == "def-tool" else self.tool_node())
+        builder.add_edge(START, "agent")
+        builder.add_conditional_edges("agent", self.route_agent, ["tools", "agent", END])
+        builder.add_conditional_edges("tools", self.route_tools, ["agent", END])
+        return builder
 
 
 def first_input() -> dict[str, Any]:
-    return {"messages": [HumanMessage(content="Please run the benchmark task.")], "step": 0}
+    return {"messages": [HumanMessage(content="Please look a few things up.")]}
 
 
 def open_saver(path: str) -> tuple[sqlite3.Connection, SqliteSaver]:
     conn = sqlite3.connect(path, check_same_thread=False)
     return conn, SqliteSaver(conn)
+
+
+def steps_of(values: dict[str, Any]) -> int:
+    """Node runs so far: every step appends one message after the user's."""
+    return len(values.get("messages", [])) - 1
 
 
 # --------------------------------------------------------------------------- workloads
@@ -199,35 +252,47 @@ def open_saver(path: str) -> tuple[sqlite3.Connection, SqliteSaver]:
 def w_loop(args: argparse.Namespace) -> dict[str, Any]:
     n = args.n
     fresh_db(args.db)
-    conn, saver = open_saver(args.db)
-    saver.setup()  # idempotent; would otherwise run lazily inside the first checkpoint write
-    marks: list[float] = []
-    graph = build_graph(n, marks=marks).compile(checkpointer=saver)
+    loop = Loop(args.variant, n)
     config = config_for(args.thread_id, n)
-    log(f"loop: n={n} durability={args.durability}")
+    conn = None
+    if args.checkpointer == "sqlite":
+        conn, saver = open_saver(args.db)
+        saver.setup()  # idempotent; would otherwise run lazily inside the first checkpoint write
+        graph = loop.builder().compile(checkpointer=saver)
+        options: dict[str, Any] = {"durability": args.durability}
+    else:
+        graph = loop.builder().compile()
+        options = {}
+    log(f"loop: n={n} variant={args.variant} {args.checkpointer} {options}")
     t0 = time.perf_counter()
-    final = graph.invoke(first_input(), config, durability=args.durability)
+    final = graph.invoke(first_input(), config, **options)
     t1 = time.perf_counter()
-    state = graph.get_state(config)  # after invoke returns, async writes are flushed
-    conn.close()
-    steps = final["step"]
-    durations = [b - a for a, b in itertools.pairwise(marks)] + [t1 - marks[-1]]
+    if conn is not None:
+        stored = graph.get_state(config).values  # after invoke returns, async writes are flushed
+        conn.close()
+        size: int | None = db_bytes(args.db)
+    else:
+        stored, size = final, None
+    steps = steps_of(final)
+    messages = stored["messages"]
+    durations = [b - a for a, b in itertools.pairwise([*loop.marks, t1])]
     k = max(1, len(durations) // 10)
     first10 = statistics.median(durations[:k])
     last10 = statistics.median(durations[-k:])
-    size = db_bytes(args.db)
     log(f"loop: {steps} steps in {t1 - t0:.3f}s")
     return {
         **base_result(args),
         "steps": steps,
-        "messages": len(state.values["messages"]),
+        "messages": len(messages),
+        "tool_results": sum(isinstance(m, ToolMessage) for m in messages),
         "seconds": round(t1 - t0, 4),
         "steps_per_s": round(steps / (t1 - t0), 1),
-        "first10_ms": round(first10 * 1000, 3),
-        "last10_ms": round(last10 * 1000, 3),
+        "first10_ms": round(first10 * 1000, 4),
+        "last10_ms": round(last10 * 1000, 4),
         "ratio_last_first": round(last10 / first10, 3) if first10 else None,
         "db_bytes": size,
-        "bytes_per_step": round(size / steps, 1),
+        "bytes_per_step": round(size / steps, 1) if size is not None else None,
+        **({} if conn is not None else {"note": "no checkpointer: nothing is stored"}),
     }
 
 
@@ -235,7 +300,7 @@ def w_load(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     conn, saver = open_saver(args.db)
     saver.setup()
-    graph = build_graph(args.n).compile(checkpointer=saver)
+    graph = Loop(args.variant, args.n).builder().compile(checkpointer=saver)
     t1 = time.perf_counter()
     state = graph.get_state(config_for(args.thread_id, args.n))
     t2 = time.perf_counter()
@@ -246,21 +311,21 @@ def w_load(args: argparse.Namespace) -> dict[str, Any]:
         "load_ms": round((t2 - t1) * 1000, 3),
         "open_ms": round((t1 - t0) * 1000, 3),
         "messages": messages,
-        "step": state.values.get("step"),
+        "step": steps_of(state.values),
     }
 
 
 def w_history(args: argparse.Namespace) -> dict[str, Any]:
     conn, saver = open_saver(args.db)
     saver.setup()
-    graph = build_graph(args.n).compile(checkpointer=saver)
+    graph = Loop(args.variant, args.n).builder().compile(checkpointer=saver)
     config = config_for(args.thread_id, args.n)
     t0 = time.perf_counter()
     history = list(graph.get_state_history(config))
     t1 = time.perf_counter()
     # Find the checkpoint written right after node execution number N/2 (untimed).
     half = args.n // 2
-    target = next((s for s in history if s.values.get("step") == half), None)
+    target = next((s for s in history if steps_of(s.values) == half), None)
     result: dict[str, Any] = {
         **base_result(args),
         "history_ms": round((t1 - t0) * 1000, 3),
@@ -273,7 +338,7 @@ def w_history(args: argparse.Namespace) -> dict[str, Any]:
         snap = graph.get_state(at)
         t3 = time.perf_counter()
         result["state_at_half_ms"] = round((t3 - t2) * 1000, 3)
-        result["half_step"] = snap.values.get("step")
+        result["half_step"] = steps_of(snap.values)
         result["half_messages"] = len(snap.values.get("messages", []))
     else:
         result["state_at_half_ms"] = None
@@ -286,19 +351,24 @@ def w_concurrency(args: argparse.Namespace) -> dict[str, Any]:
     threads = args.threads
     fresh_db(args.db)
 
+    async def gather(graph: Any, options: dict[str, Any]) -> tuple[int, float]:
+        configs = [config_for(f"t{i}", n) for i in range(threads)]
+        t0 = time.perf_counter()
+        finals = await asyncio.gather(
+            *(graph.ainvoke(first_input(), c, **options) for c in configs)
+        )
+        t1 = time.perf_counter()
+        return sum(steps_of(f) for f in finals), t1 - t0
+
     async def run() -> tuple[int, float]:
+        if args.checkpointer == "none":
+            return await gather(Loop(args.variant, n).builder().compile(), {})
         async with AsyncSqliteSaver.from_conn_string(args.db) as saver:
             await saver.setup()
-            graph = build_graph(n, use_async=True).compile(checkpointer=saver)
-            configs = [config_for(f"t{i}", n) for i in range(threads)]
-            t0 = time.perf_counter()
-            finals = await asyncio.gather(
-                *(graph.ainvoke(first_input(), c, durability=args.durability) for c in configs)
-            )
-            t1 = time.perf_counter()
-            return sum(f["step"] for f in finals), t1 - t0
+            graph = Loop(args.variant, n).builder().compile(checkpointer=saver)
+            return await gather(graph, {"durability": args.durability})
 
-    log(f"concurrency: threads={threads} n={n} durability={args.durability}")
+    log(f"concurrency: threads={threads} n={n} {args.checkpointer} {args.durability}")
     completed, seconds = asyncio.run(run())
     return {
         **base_result(args),
@@ -306,7 +376,7 @@ def w_concurrency(args: argparse.Namespace) -> dict[str, Any]:
         "completed_steps": completed,
         "seconds": round(seconds, 4),
         "steps_per_s": round(completed / seconds, 1),
-        "db_bytes": db_bytes(args.db),
+        "db_bytes": db_bytes(args.db) if args.checkpointer == "sqlite" else None,
     }
 
 
@@ -314,24 +384,24 @@ def w_crash_run(args: argparse.Namespace) -> dict[str, Any]:
     fresh_db(args.db)
     conn, saver = open_saver(args.db)
     saver.setup()
-    graph = build_graph(args.n, side_effects=args.side_effects, ready=True).compile(
-        checkpointer=saver
-    )
+    loop = Loop(args.variant, args.n, side_effects=args.side_effects, ready=True)
+    graph = loop.builder().compile(checkpointer=saver)
     config = config_for(args.thread_id, args.n)
     log(f"crash-run: n={args.n} thread={args.thread_id}")
     final = graph.invoke(first_input(), config, durability=args.durability)
     conn.close()
     # Only reached if nobody killed us.
-    return {**base_result(args), "final_step": final["step"], "completed": True}
+    return {**base_result(args), "final_step": steps_of(final), "completed": True}
 
 
 def w_resume(args: argparse.Namespace) -> dict[str, Any]:
     conn, saver = open_saver(args.db)
     saver.setup()
-    graph = build_graph(args.n, side_effects=args.side_effects).compile(checkpointer=saver)
+    loop = Loop(args.variant, args.n, side_effects=args.side_effects)
+    graph = loop.builder().compile(checkpointer=saver)
     config = config_for(args.thread_id, args.n)
     before = graph.get_state(config)
-    step_before = before.values.get("step")
+    step_before = steps_of(before.values) if before.values else None
     log(f"resume: state at step {step_before}, next={before.next}")
     t0 = time.perf_counter()
     if not before.values:
@@ -346,7 +416,7 @@ def w_resume(args: argparse.Namespace) -> dict[str, Any]:
     t1 = time.perf_counter()
     after = graph.get_state(config)
     conn.close()
-    final_step = after.values.get("step", 0)
+    final_step = steps_of(after.values) if after.values else 0
     return {
         **base_result(args),
         "resumed_from_step": step_before,
@@ -360,12 +430,12 @@ def w_resume(args: argparse.Namespace) -> dict[str, Any]:
 def slow_graph(saver: SqliteSaver) -> Any:
     """One node that sleeps 0.3 s, then replies to the last message."""
 
-    def slow(state: State) -> dict[str, Any]:
+    def slow(state: MessagesState) -> dict[str, Any]:
         who = state["messages"][-1].content
         time.sleep(0.3)
-        return {"messages": [AIMessage(content=f"reply to: {who}")], "step": state["step"] + 1}
+        return {"messages": [AIMessage(content=f"reply to: {who}")]}
 
-    builder = StateGraph(State)
+    builder = StateGraph(MessagesState)
     builder.add_node("slow", slow)
     builder.add_edge(START, "slow")
     builder.add_edge("slow", END)
@@ -391,7 +461,7 @@ def concurrent_once(path: str, thread_id: str, durability: str, shared: bool) ->
     config = {"configurable": {"thread_id": thread_id}}
 
     # Seed the conversation so both runs start from the same existing checkpoint.
-    graphs[0].invoke({"messages": [HumanMessage(content="seed")], "step": 0}, config)
+    graphs[0].invoke({"messages": [HumanMessage(content="seed")]}, config)
     seeded = len(graphs[0].get_state(config).values["messages"])
 
     barrier = threading.Barrier(2)
@@ -492,11 +562,17 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=200)
     parser.add_argument("--side-effects", default=None)
     parser.add_argument("--thread-id", default="bench")
+    parser.add_argument("--variant", choices=["def-tool", "toolnode"], default="def-tool")
+    parser.add_argument("--checkpointer", choices=["sqlite", "none"], default="sqlite")
     args = parser.parse_args()
     if args.n is None:
         args.n = 10 if args.workload == "concurrency" else 100
     if args.n < 1:
         parser.error("--n must be >= 1")
+    if args.checkpointer == "none" and args.workload not in ("loop", "concurrency"):
+        # Nothing is kept without a checkpointer: no state to load, resume or list.
+        emit({**base_result(args), "unsupported": "no checkpointer: nothing is persisted"})
+        return
     emit(WORKLOADS[args.workload](args))
 
 

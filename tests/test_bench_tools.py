@@ -1,0 +1,88 @@
+"""The benchmarks' measuring tools count and see what they claim to (bench/_common.py,
+bench/workload.py): commits, the workload's shape, and work on other threads."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import _common as common  # noqa: E402
+import workload  # noqa: E402
+
+
+def test_commit_counter_counts_commits_and_autocommit_writes_not_rollbacks(
+    tmp_path: Path,
+) -> None:
+    with common.CommitCounter() as counter:
+        conn = sqlite3.connect(tmp_path / "c.sqlite", isolation_level=None)
+        conn.execute("CREATE TABLE t (x INTEGER)")  # not a write we count: DDL
+        for i in range(3):
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany("INSERT INTO t VALUES (?)", [(i,), (i + 10,)])
+            conn.execute("COMMIT")
+        conn.execute("INSERT INTO t VALUES (99)")  # autocommit: its own transaction
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO t VALUES (100)")
+        conn.execute("ROLLBACK")
+        conn.execute("SELECT count(*) FROM t").fetchone()
+        conn.close()
+    assert counter.commits == 4
+    assert sqlite3.connect is counter._real  # restored
+
+
+def test_wants_call_asks_in_two_agent_messages_of_three() -> None:
+    steps = 10_000
+    n, agent_steps, calls = 1, 0, 0
+    while n - 1 < steps:
+        agent_steps += 1
+        if workload.wants_call(n, steps):
+            calls += 1
+            n += 2  # the call and its result
+        else:
+            n += 1
+    assert n - 1 == steps
+    assert abs(calls / agent_steps - 2 / 3) < 0.001
+    assert all(len(workload.agent_text(k, "tool")) == workload.MESSAGE_CHARS for k in (1, 999))
+
+
+async def test_loop_variants_do_the_same_work_and_count_commits(tmp_path: Path) -> None:
+    steps = 23  # ends on an agent step that may not call: no call is left open
+    seen = set()
+    for variant in workload.REALISTIC:
+        with common.CommitCounter() as counter:
+            result = await workload.run_loop(
+                tmp_path / f"{variant}.sqlite",
+                variant,
+                steps,
+                "t",
+                commits=lambda: counter.commits,
+            )
+        assert result.steps == steps
+        assert result.messages == steps + 1
+        assert len(result.per_step) == steps
+        assert result.commits is not None and result.commits >= result.append_calls
+        assert result.append_calls is not None and result.append_calls > 0
+        seen.add((result.steps, result.messages, result.tool_results))
+    assert len(seen) == 1
+    (_, _, tool_results) = seen.pop()
+    assert tool_results == 9  # steps 2, 4, 7, 9, 12, 14, 17, 19, 22
+
+
+def test_thread_profiler_sees_work_on_a_thread_started_inside() -> None:
+    def busy_in_a_thread() -> int:
+        return sum(i * i for i in range(200_000))
+
+    with common.ThreadProfiler() as profiler:
+        worker = threading.Thread(target=busy_in_a_thread)
+        worker.start()
+        worker.join()
+    report = profiler.report(50)
+    names = [e["function"] for e in report["top_cumulative"]]
+    assert any("test_bench_tools.py" in name and "genexpr" in name for name in names), names
+    assert report["threads"] == 2
+    assert threading.Thread.run is profiler._real_run  # restored
