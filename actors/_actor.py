@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Self, TypeVar
 
-from events.errors import AgentlogError
+from events.errors import AgentlogError, InvalidArgumentError
 
 _log = logging.getLogger("agentlog.actors")
 
@@ -83,9 +83,9 @@ class Actor(Generic[M, R]):
         concurrency: int | None = 1,
     ) -> None:
         if mailbox_size < 1:
-            raise ValueError(f"mailbox_size must be >= 1, got {mailbox_size}")
+            raise InvalidArgumentError(f"mailbox_size must be >= 1, got {mailbox_size}")
         if concurrency is not None and concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1 or None, got {concurrency}")
+            raise InvalidArgumentError(f"concurrency must be >= 1 or None, got {concurrency}")
         self.name = name
         self.concurrency = concurrency
         self._slots = asyncio.Semaphore(concurrency) if concurrency and concurrency > 1 else None

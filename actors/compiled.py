@@ -49,6 +49,7 @@ from projections import (
 )
 
 from .errors import (
+    BlockingCallError,
     GraphError,
     ThreadBusyError,
 )
@@ -349,7 +350,7 @@ class CompiledGraph(StepLoop[S]):
         except RuntimeError:
             return self._get_portal().call(coro)
         coro.close()
-        raise RuntimeError(
+        raise BlockingCallError(
             "the blocking graph methods cannot run inside an event loop: await the a-prefixed "
             "form (ainvoke, astream, aget_state, astop) instead"
         )

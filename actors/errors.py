@@ -9,6 +9,7 @@ from events.errors import AgentlogError, ThreadBusyError
 from ._actor import ControlSignal
 
 __all__ = [
+    "BlockingCallError",
     "GraphError",
     "GraphInterrupt",
     "MissingThreadIdError",
@@ -53,6 +54,10 @@ class NodeReturnError(AgentlogError, TypeError):
             f"node {node!r} returned {type(value).__name__}; a node may return a list of "
             "Message, a dict of state fields, an AgentState, a Command or None"
         )
+
+
+class BlockingCallError(AgentlogError, RuntimeError):
+    """A blocking method (`invoke`, `stream`, ...) was called inside a running event loop."""
 
 
 class RecursionLimitError(AgentlogError):

@@ -6,6 +6,7 @@ from collections.abc import Collection
 from enum import StrEnum
 from typing import Any
 
+from events.errors import InvalidArgumentError
 from projections import AgentState, Message, interrupt_summary
 
 
@@ -27,7 +28,7 @@ def granularity(value: ResponseGranularity | str) -> ResponseGranularity:
         return ResponseGranularity(value)
     except ValueError:
         accepted = ", ".join(repr(g.value) for g in ResponseGranularity)
-        raise ValueError(
+        raise InvalidArgumentError(
             f"response_granularity must be one of {accepted} (or a ResponseGranularity), "
             f"got {value!r}"
         ) from None

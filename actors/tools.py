@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from events.errors import AgentlogError
 from events.kinds import Event, ToolCallFinished, ToolCallStarted
 from projections import (
     AgentState,
@@ -65,15 +66,15 @@ _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _ARG_LINE = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 
 
-class UnknownToolError(LookupError):
+class UnknownToolError(AgentlogError, LookupError):
     """A model asked for a tool the node does not have."""
 
 
-class ToolArgumentsError(ValueError):
+class ToolArgumentsError(AgentlogError, ValueError):
     """A model's arguments for a tool do not fit the tool's signature."""
 
 
-class ToolReturnError(ValueError):
+class ToolReturnError(AgentlogError, ValueError):
     """A tool returned a `Message` or `Command` that cannot be its call's result; the call
     is recorded as failed and nothing it returned is applied."""
 

@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from .codec import GENESIS_HASH, Row, decode_event, encode_json
-from .errors import CorruptRecordError, StoreError, ThreadNotFoundError
+from .errors import CorruptRecordError, InvalidArgumentError, StoreError, ThreadNotFoundError
 from .record import VerifyReport
 from .store import READ_CHUNK, BaseEventStore, EventStore
 from .verify_export import readable_payload
@@ -54,11 +54,15 @@ class Head:
 
     def __post_init__(self) -> None:
         if not isinstance(self.thread_id, str) or not self.thread_id:
-            raise ValueError(f"a head needs a non-empty thread id, got {self.thread_id!r}")
+            raise InvalidArgumentError(
+                f"a head needs a non-empty thread id, got {self.thread_id!r}"
+            )
         if isinstance(self.seq, bool) or not isinstance(self.seq, int) or self.seq < 1:
-            raise ValueError(f"a head's seq is an int >= 1, got {self.seq!r}")
+            raise InvalidArgumentError(f"a head's seq is an int >= 1, got {self.seq!r}")
         if not isinstance(self.hash, str) or not _HASH.fullmatch(self.hash):
-            raise ValueError(f"a head's hash is 64 lowercase hex digits, got {self.hash!r}")
+            raise InvalidArgumentError(
+                f"a head's hash is 64 lowercase hex digits, got {self.hash!r}"
+            )
 
     def __str__(self) -> str:
         return f"{self.thread_id}@{self.seq}:{self.hash}"
@@ -109,7 +113,9 @@ async def verify_thread(
 ) -> VerifyReport:
     """`store.verify`, and when `head` is given, that the log still holds that record."""
     if head is not None and head.thread_id != thread_id:
-        raise ValueError(f"head {head} is of thread {head.thread_id!r}, not {thread_id!r}")
+        raise InvalidArgumentError(
+            f"head {head} is of thread {head.thread_id!r}, not {thread_id!r}"
+        )
     report = await store.verify(thread_id)
     if head is None:
         return report
@@ -209,7 +215,7 @@ async def export_jsonl(
     existing file is replaced only with `overwrite=True`.
     """
     if not isinstance(store, BaseEventStore):
-        raise TypeError(f"export_jsonl reads raw rows; {type(store).__name__} has none")
+        raise InvalidArgumentError(f"export_jsonl reads raw rows; {type(store).__name__} has none")
     last = await store.last_seq(thread_id)
     if last == 0:
         raise ThreadNotFoundError(thread_id)

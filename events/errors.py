@@ -7,6 +7,10 @@ class AgentlogError(Exception):
     """Base of every error agentlog raises on purpose."""
 
 
+class InvalidArgumentError(AgentlogError, ValueError):
+    """A call was given an argument it cannot take; the message names it and what it takes."""
+
+
 class StoreError(AgentlogError):
     """Something about an event store or its contents is wrong."""
 

@@ -29,7 +29,15 @@ class EventRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
 
 class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
-    """A thread's state as plain builtins, valid after the record `seq`."""
+    """A thread's state as plain builtins, valid after the record `seq`.
+
+    Two forms share this value. A whole-state snapshot (`context_refs` None) holds every
+    field, the context's messages included. A referencing snapshot holds the context as
+    `context_refs`: pointers to the records of the log whose payloads carry its messages
+    (see `events.store.encode_context_refs`), so it costs bytes per message, not per
+    character. `EventStore.load_snapshot` resolves the references by default, so `state`
+    then holds the whole state either way; with `resolve=False`, `state` lacks "context".
+    """
 
     thread_id: str
     seq: int
@@ -38,6 +46,8 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     at: float = 0.0
     hash: str = ""
     """The chain hash of record `seq` (hex): a reader uses the snapshot only when it matches."""
+    context_refs: list[Any] | None = None
+    """The context as encoded references into the thread's records, or None (whole state)."""
 
 
 class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Generic, TypeVar
 
+from events.errors import InvalidArgumentError
+
 from .messages import Message
 from .reducers import remove_tool_messages
 from .state import AgentState
@@ -33,7 +35,7 @@ class MessageContextManager(BaseContextManager[S]):
 
     def __init__(self, max_messages: int = 10, remove_tool_msgs: bool = False) -> None:
         if max_messages < 1:
-            raise ValueError(f"max_messages must be >= 1, got {max_messages}")
+            raise InvalidArgumentError(f"max_messages must be >= 1, got {max_messages}")
         self.max_messages = max_messages
         self.remove_tool_msgs = remove_tool_msgs
 

@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
+from events.errors import InvalidArgumentError
+
 from .errors import ProjectionError
 
 Role = Literal["user", "assistant", "system", "tool"]
@@ -248,7 +250,7 @@ class Message(BaseModel):
         """Append a media block of the given type."""
         block_cls = _MEDIA_BLOCKS.get(as_type)
         if block_cls is None:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"cannot attach media as {as_type!r}: use one of {sorted(_MEDIA_BLOCKS)}"
             )
         self.content.append(block_cls(media=media))
@@ -284,7 +286,9 @@ class RemoveMessage(BaseModel, frozen=True):
         if message_id is None:
             message_id = data.pop("id", None)  # LangGraph spells it RemoveMessage(id=...)
         if message_id is None:
-            raise ValueError("RemoveMessage needs the message_id of the message to remove")
+            raise InvalidArgumentError(
+                "RemoveMessage needs the message_id of the message to remove"
+            )
         super().__init__(message_id=message_id, **data)
 
     @property

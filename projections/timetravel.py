@@ -20,6 +20,7 @@ from events import (
     Snapshot,
     ThreadNotFoundError,
 )
+from events.errors import InvalidArgumentError
 from events.kinds import (
     ContextSummarized,
     Event,
@@ -93,7 +94,7 @@ async def point_seq(
 ) -> int | None:
     """The seq a step or seq names (None: the end of the thread)."""
     if at_step is not None and at_seq is not None:
-        raise ValueError("name a point by at_step or by at_seq, not both")
+        raise InvalidArgumentError("name a point by at_step or by at_seq, not both")
     if at_step is not None:
         return await step_seq(store, thread_id, at_step)
     return at_seq
@@ -421,7 +422,7 @@ async def diff(
 ) -> StateDiff:
     """What changed from point `a` to point `b` (steps, or seqs with by="seq")."""
     if by not in ("step", "seq"):
-        raise ValueError(f"by must be 'step' or 'seq', got {by!r}")
+        raise InvalidArgumentError(f"by must be 'step' or 'seq', got {by!r}")
     seqs = [await step_seq(store, thread_id, p) if by == "step" else p for p in (a, b)]
     before = await fold_at(store, thread_id, seqs[0], state_cls)
     after = await fold_at(store, thread_id, seqs[1], state_cls)

@@ -98,7 +98,7 @@ class Format(StrEnum):
     jsonl = "jsonl"
 
 
-class CliError(Exception):
+class CliError(AgentlogError):
     """A problem a command reports in one line, exiting 1."""
 
 
