@@ -112,14 +112,10 @@ class Committing(Engine[S]):
                 )
             elif node in self.interrupt_after:
                 tail.append(InterruptRaised(node=node, reason="interrupt_after", when="after"))
+            entering = self._entering(run, tail, target)
+            tail.extend(entering)
             decide(fold.state, tail, seq=base + len(events))
             fold.apply_all(self._scratch(run, tail, base + len(events)))
-            entering = self._entering(run, tail, target)
-            if entering:
-                at = base + len(events) + len(tail)
-                decide(fold.state, entering, seq=at)
-                fold.apply_all(self._scratch(run, entering, at))
-                tail.extend(entering)
             batch = [*events, *tail]
             try:
                 records = await self._append(run, batch, base, node)
