@@ -3,29 +3,66 @@
 Every node, tool node and stream is an asyncio actor; one journal actor per store writes
 the log. Build a `StateGraph`, `compile` it onto a store, and run threads with
 `ainvoke` / `astream`.
+
+The names below load on first use (PEP 562), so `import actors.cli` or `import actors._actor`
+does not build the graph engine and the state models: the command line starts quickly.
 """
 
-from projections import END, REMOVE_ALL_MESSAGES, START, RemoveMessage
+from __future__ import annotations
 
-from ._actor import Actor, ActorFailed, ActorStoppedError, AskTimeoutError
-from .command import Command
-from .compiled import CompiledGraph
-from .context import NodeContext
-from .errors import (
-    GraphError,
-    GraphInterrupt,
-    MissingThreadIdError,
-    NodeError,
-    NodeReturnError,
-    NodeTimeoutError,
-    RecursionLimitError,
-    ThreadBusyError,
-    ToolCommandConflictError,
-)
-from .graph import StateGraph
-from .nodes import interrupt
-from .results import ResponseGranularity
-from .tools import ToolNode
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from projections import END, REMOVE_ALL_MESSAGES, START, RemoveMessage
+
+    from ._actor import Actor, ActorFailed, ActorStoppedError, AskTimeoutError
+    from .command import Command
+    from .compiled import CompiledGraph
+    from .context import NodeContext
+    from .errors import (
+        GraphError,
+        GraphInterrupt,
+        MissingThreadIdError,
+        NodeError,
+        NodeReturnError,
+        NodeTimeoutError,
+        RecursionLimitError,
+        ThreadBusyError,
+        ToolCommandConflictError,
+    )
+    from .graph import StateGraph
+    from .nodes import interrupt
+    from .results import ResponseGranularity
+    from .tools import ToolNode
+
+_HOMES: dict[str, str] = {
+    "END": "projections",
+    "REMOVE_ALL_MESSAGES": "projections",
+    "START": "projections",
+    "RemoveMessage": "projections",
+    "Actor": "actors._actor",
+    "ActorFailed": "actors._actor",
+    "ActorStoppedError": "actors._actor",
+    "AskTimeoutError": "actors._actor",
+    "Command": "actors.command",
+    "CompiledGraph": "actors.compiled",
+    "NodeContext": "actors.context",
+    "GraphError": "actors.errors",
+    "GraphInterrupt": "actors.errors",
+    "MissingThreadIdError": "actors.errors",
+    "NodeError": "actors.errors",
+    "NodeReturnError": "actors.errors",
+    "NodeTimeoutError": "actors.errors",
+    "RecursionLimitError": "actors.errors",
+    "ThreadBusyError": "actors.errors",
+    "ToolCommandConflictError": "actors.errors",
+    "StateGraph": "actors.graph",
+    "interrupt": "actors.nodes",
+    "ResponseGranularity": "actors.results",
+    "ToolNode": "actors.tools",
+}
+"""Each public name and the module it is imported from on first use."""
 
 __all__ = [
     "END",
@@ -53,3 +90,18 @@ __all__ = [
     "ToolNode",
     "interrupt",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name from its module on first access, then keep it here."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    """The module's attributes with the public names not imported yet."""
+    return sorted(set(globals()) | set(__all__))

@@ -9,6 +9,9 @@ inert (see `cli_render.inert`), and a view is bounded unless `--full` asks for e
 When stdout is not a terminal, nothing is wrapped or cut to a terminal's width.
 
 Points may count back from the end: step -1 is the thread's last step, seq -1 its last record.
+
+A command imports what it uses when it runs: `agentlog --help` and `agentlog threads` load
+neither the state models (pydantic, built at import) nor the graph engine, so they start fast.
 """
 
 from __future__ import annotations
@@ -20,26 +23,44 @@ import stat
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from enum import StrEnum
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import IO, Annotated, Any, NoReturn, TypeVar
+from typing import IO, TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console, RenderableType
 from rich.text import Text
 from typer._click.exceptions import ClickException
 
-from events import KINDS, AgentlogError, EventRecord, Forked, SQLiteEventStore, VerifyReport
+from events import (
+    KINDS,
+    AgentlogError,
+    Event,
+    EventRecord,
+    Forked,
+    InterruptRaised,
+    NodeEntered,
+    Resumed,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    SQLiteEventStore,
+    StepAdvanced,
+    Stopped,
+    StopRequested,
+    VerifyReport,
+)
 from events.audit import Head, export_jsonl, verify_store, verify_thread
 from events.sqlite import APPLICATION_ID, SQLITE_MAGIC
-from projections import AgentState, EventRow, StreamChunk, event_history, fork, step_seq
-from projections.generic import OpenState, open_states
-from projections.invariants import ThreadFindings, thread_findings
-from projections.timetravel import StateDiff, compare_states, step_span
 
 from . import render
-from .demo import run_demo
+
+if TYPE_CHECKING:
+    from projections import AgentState, EventRow, StreamChunk
+    from projections.generic import OpenState
+    from projections.invariants import ThreadFindings
+    from projections.timetravel import StateDiff
 
 app = typer.Typer(
     name="agentlog",
@@ -102,6 +123,10 @@ class CliError(AgentlogError):
     """A problem a command reports in one line, exiting 1."""
 
 
+class ForkStateError(CliError):
+    """A fork record whose stored state holds no readable execution state."""
+
+
 def _error_line(message: str, code: int) -> None:
     """Print an error: one inert line on stderr, or one JSON object with --json."""
     if _json_errors:
@@ -125,6 +150,8 @@ def _echo_json(data: Any) -> None:
 
 
 def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("agentlog")
     except PackageNotFoundError:
@@ -252,6 +279,8 @@ async def _from_end(store: SQLiteEventStore, thread_id: str, point: int, by: str
 
 async def _point(store: SQLiteEventStore, thread_id: str, step: int | None, seq: int | None) -> int:
     """The seq a --step or --seq names; the thread's last seq when neither is given."""
+    from projections import step_seq
+
     if step is not None:
         return await step_seq(store, thread_id, await _from_end(store, thread_id, step, "step"))
     if seq is None:
@@ -290,16 +319,83 @@ def threads_command(db: Db = "agentlog.db", as_json: AsJson = False) -> None:
         _print(render.threads_table(infos))
 
 
+_START, _END = "__start__", "__end__"
+"""The nodes a run starts from and ends at, as `projections.state` stores them."""
+_STATUSES = frozenset({"running", "interrupted_before", "interrupted_after", "completed", "error"})
+_STOPS = frozenset({"none", "stop_requested", "stopped"})
+
+
+@dataclass
+class Lifecycle:
+    """Where a thread's run stands: the execution fields `agentlog threads` lists.
+
+    They follow from the run's lifecycle records alone, so they are folded here from the
+    events, without the state models (whose import is most of a command's start). Each
+    transition is the one `projections.fold` makes for the same event; a test replays the
+    same logs through both and compares.
+    """
+
+    status: str = "running"
+    stop: str = "none"
+    step: int = 0
+    node: str = _START
+
+    def apply(self, event: Event) -> None:
+        """Fold one event: those that do not move the run (messages, tools) change nothing."""
+        match event:
+            case RunStarted():
+                self.status, self.stop, self.node = "running", "none", event.entry_node
+            case NodeEntered():
+                self.node = event.node
+            case StepAdvanced():
+                self.step += 1
+                if event.next_node is not None:
+                    self.node = event.next_node
+            case InterruptRaised():
+                self.status = f"interrupted_{event.when}"
+            case Resumed():
+                self.status, self.stop = "running", "none"
+            case StopRequested():
+                self.stop = "stop_requested"
+            case Stopped():
+                self.status, self.stop = f"interrupted_{event.when}", "stopped"
+            case RunCompleted():
+                self.status, self.node = "completed", _END
+            case RunFailed():
+                self.status = "error"
+            case Forked():
+                self.restore(event.state.get("execution_meta"))
+
+    def restore(self, meta: Any) -> None:
+        """Take the fields from a fork's stored execution state (absent: a fresh run's)."""
+        if meta is None:
+            self.status, self.stop, self.step, self.node = "running", "none", 0, _START
+            return
+        if not isinstance(meta, dict):
+            raise ForkStateError(f"the forked state's execution_meta is {type(meta).__name__}")
+        node = meta.get("current_node")
+        step = meta.get("step", 0)
+        status = meta.get("status", "running")
+        stop = meta.get("stop_current_execution", "none")
+        if not isinstance(node, str) or type(step) is not int:
+            raise ForkStateError("the forked state's current_node or step is not readable")
+        if status not in _STATUSES or stop not in _STOPS:
+            raise ForkStateError("the forked state's status or stop request is not readable")
+        self.status, self.stop, self.step, self.node = status, stop, step, node
+
+
 async def _thread_info(store: SQLiteEventStore, thread_id: str) -> render.ThreadInfo:
-    records, at = 0, 0.0
+    """The thread's line: its lifecycle folded from the whole log (each link checked)."""
+    records, at, run = 0, 0.0, Lifecycle()
     try:
         records = await store.last_seq(thread_id)
-        async for record in store.read(thread_id, records, records):
+        async for record in store.read(thread_id, 1, records):
+            run.apply(record.event)
             at = record.at
-        (point,) = await open_states(store, thread_id, [records])
     except AgentlogError as exc:
         return render.ThreadInfo(thread_id, records, at, error=f"unreadable: {type(exc).__name__}")
-    return render.ThreadInfo.of(thread_id, records, at, point.state)
+    stop = None if run.stop == "none" else run.stop
+    return render.ThreadInfo(thread_id, records, at, run.status, stop, run.step, run.node)
 
 
 def _check_kinds(kinds: list[str] | None) -> list[str] | None:
@@ -322,6 +418,8 @@ def history_command(
     as_json: AsJson = False,
 ) -> None:
     """The thread's timeline: one row per event (seq, time, kind, actor, node, summary)."""
+    from projections import event_history
+
     rows = _run(lambda store: event_history(store, thread, kind or None), db, thread)
     if as_json:
         _echo_json(render.history_json(rows))
@@ -348,6 +446,10 @@ def show_command(
 
     Shows the last messages and records and cuts long texts unless --full; --json is complete.
     """
+    from projections import event_history
+    from projections.generic import open_states
+    from projections.timetravel import step_span
+
     _one_point(step, seq)
 
     async def job(store: SQLiteEventStore) -> tuple[OpenState, int | None, list[EventRow]]:
@@ -388,6 +490,9 @@ def diff_command(
 
     Shows the last changed messages and cuts long texts unless --full; --json is complete.
     """
+    from projections import step_seq
+    from projections.generic import open_states
+    from projections.timetravel import compare_states
 
     async def job(store: SQLiteEventStore) -> tuple[StateDiff, tuple[OpenState, OpenState]]:
         seqs = []
@@ -416,6 +521,9 @@ def fork_command(
     as_json: AsJson = False,
 ) -> None:
     """Branch a thread at a step (or seq) into a new thread; print the new thread's id."""
+    from projections import fork
+    from projections.generic import open_states
+
     if step is None and seq is None:
         raise typer.BadParameter("name the fork point with --step N or --seq S")
     _one_point(step, seq)
@@ -476,6 +584,8 @@ def verify_command(
 
     Exit status 3: every chain is intact but a thread breaks an invariant (see its lines).
     """
+    from projections.invariants import thread_findings
+
     saved: Head | None = None
     if head is not None:
         try:
@@ -567,6 +677,7 @@ def demo(
     as_json: AsJson = False,
 ) -> None:
     """Run the scripted support agent: a lookup, a refund a human approves, an answer."""
+    from .demo import run_demo
 
     def show(chunk: StreamChunk) -> None:
         if as_json:

@@ -18,30 +18,23 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group, RenderableType
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 from rich.text import Text
 
-from events import EventRecord, VerifyReport
-from projections import (
-    AgentState,
-    EventRow,
-    ExecutionState,
-    ExecutionStatus,
-    Message,
-    StateDiff,
-    StopRequestStatus,
-    summarize,
-    to_builtins,
-)
-from projections.generic import OpenState
-from projections.invariants import ThreadFindings
-from projections.timetravel import interrupt_summary, message_text, quoted_id
-from projections.transcript import calls_of
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from events import EventRecord, VerifyReport
+    from projections import AgentState, EventRow, ExecutionState, Message, StateDiff
+    from projections.generic import OpenState
+    from projections.invariants import ThreadFindings
+
+# `projections` (the state models, built with pydantic at import), rich's tables and its
+# progress bars are imported by the functions that use them: `agentlog --help` needs none of
+# them and `agentlog threads` no models, so both start faster without.
 
 TABLE_ROWS = 2000
 """Past this many rows a timeline prints as plain aligned lines rather than a rich table."""
@@ -130,11 +123,15 @@ def iso(at: float) -> str:
 
 def _value(value: Any) -> str:
     """A field value in one line of JSON (falls back to str for what JSON cannot hold)."""
+    from projections import to_builtins
+
     return json.dumps(to_builtins(value), ensure_ascii=False, default=str)
 
 
 def _table(title: str | Text, *columns: str) -> Table:
     """A table; a str title is ours (no stored text), stored text comes as a `Text`."""
+    from rich.table import Table
+
     table = Table(title=Text(title) if isinstance(title, str) else title, title_justify="left")
     for column in columns:
         table.add_column(column, overflow="fold")
@@ -156,9 +153,24 @@ Progressed = Callable[[int, int], None]
 """`update(done, total)` of a progress bar."""
 
 
+def _no_progress(done: int, total: int) -> None:
+    """The `update` of a progress bar that is not drawn (the output is not a terminal)."""
+
+
 @contextmanager
 def progress(console: Console, description: str) -> Iterator[Progressed]:
     """A transient progress bar on `console` when it is a terminal; yields its `update`."""
+    if not console.is_terminal:
+        yield _no_progress
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -169,7 +181,6 @@ def progress(console: Console, description: str) -> Iterator[Progressed]:
         *columns,
         console=console,
         transient=True,
-        disable=not console.is_terminal,
         redirect_stdout=False,  # an export streams to stdout meanwhile
         redirect_stderr=False,
     ) as bar:
@@ -196,20 +207,6 @@ class ThreadInfo:
     step: int | None = None
     node: str | None = None
     error: str | None = None
-
-    @classmethod
-    def of(cls, thread_id: str, records: int, at: float, state: AgentState) -> ThreadInfo:
-        meta = state.execution_meta
-        stop = meta.stop_current_execution
-        return cls(
-            thread_id,
-            records,
-            at,
-            status=meta.status.value,
-            stop=None if stop == StopRequestStatus.NONE else stop.value,
-            step=meta.step,
-            node=meta.current_node,
-        )
 
 
 def threads_json(infos: Sequence[ThreadInfo]) -> list[dict[str, Any]]:
@@ -321,6 +318,9 @@ def message_json(message: Message) -> dict[str, Any]:
 def message_line(message: Message, limit: int | None = TEXT_LIMIT) -> Text:
     """A message as people see it (`message_text`: text, reasoning, errors, tool outputs),
     cut at `limit` characters, and the tools it calls."""
+    from projections.timetravel import message_text
+    from projections.transcript import calls_of
+
     text = bounded(message_text(message), limit)
     calls = ", ".join(f"{c.name}({_value(c.args)})" for c in calls_of(message))
     if calls:
@@ -333,12 +333,16 @@ def message_line(message: Message, limit: int | None = TEXT_LIMIT) -> Text:
 
 
 def _interrupt(state: AgentState) -> dict[str, Any] | None:
+    from projections.timetravel import interrupt_summary
+
     return interrupt_summary(state.execution_meta)
 
 
 def stop_summary(meta: ExecutionState) -> str | None:
     """How a stop left the run, or None when it is not stopped: after the node it followed,
     or before the node it cancelled (which runs again on resume). Stored text: show inert."""
+    from projections import ExecutionStatus, StopRequestStatus
+
     if meta.stop_current_execution != StopRequestStatus.STOPPED or not meta.is_interrupted():
         return None
     node = meta.interrupted_node or "?"
@@ -363,6 +367,8 @@ def _point_notes(point: OpenState | None) -> dict[str, Any]:
 def state_json(
     thread_id: str, seq: int, state: AgentState, point: OpenState | None = None
 ) -> dict[str, Any]:
+    from projections import StopRequestStatus
+
     meta = state.execution_meta
     stop = meta.stop_current_execution
     fields = custom_fields(state)
@@ -409,6 +415,8 @@ def state_view(
     bounds: Bounds = Bounds(),
     point: OpenState | None = None,
 ) -> RenderableType:
+    from projections import StopRequestStatus
+
     meta = state.execution_meta
     head = _title("thread ", (thread_id,), f" at seq {seq}: ")
     head.stylize("bold")
@@ -503,6 +511,8 @@ def diff_json(
     d: StateDiff,
     points: tuple[OpenState, OpenState] | None = None,
 ) -> dict[str, Any]:
+    from projections import to_builtins
+
     data = {
         "thread_id": thread_id,
         "by": by,
@@ -594,6 +604,8 @@ def diff_view(
 
 def _message_label(sign: str, message: Message) -> Text:
     """`+`, `-` or `~`, the role and the id of a message in a diff (the id inert)."""
+    from projections.timetravel import quoted_id
+
     return cell(f"{sign} {message.role} message {quoted_id(message.message_id)}")
 
 
@@ -718,6 +730,8 @@ def demo_view(
         _title("thread ", (timeline[0].thread_id,), ": the log, read back from ", (db,)),
         "seq", "kind", "actor", "summary", "hash",
     )  # fmt: skip
+    from projections import summarize
+
     for r in timeline:
         table.add_row(
             Text(str(r.seq)),
