@@ -208,8 +208,8 @@ class Committing(Engine[S]):
         assert run.stream is not None
         for record in records:
             event = record.event
-            if record.kind == "message_appended":
-                message = Message.model_validate(event.message)  # type: ignore[union-attr]
+            if isinstance(event, MessageAppended):
+                message = Message.model_validate(event.message)
                 chunk = StreamChunk(
                     event=StreamEvent.MESSAGE,
                     message=message,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, NoReturn, cast
+from typing import Any, NamedTuple, NoReturn
 
 import msgspec
 
@@ -116,7 +116,7 @@ def encode_payloads(thread_id: str, events: Sequence[Event]) -> list[Encoded]:
             payload = _encoder.encode(event)
             # Structs do not check types when built: decoding the bytes back both checks
             # them and yields exactly the event every later reader will see.
-            stored = cast(Event, _decoders[kind].decode(payload))
+            stored = _decoders[kind].decode(payload)
         except RecursionError as exc:
             raise UnstorableValueError(
                 f"{kind!r} on thread {thread_id!r}", "a value", TOO_DEEP
@@ -170,7 +170,7 @@ def decode_event(thread_id: str, seq: int, kind: str, version: int, payload: byt
         )
     try:
         if version == cls.VERSION:
-            return cast(Event, _decoders[kind].decode(payload))
+            return _decoders[kind].decode(payload)
         data = _raw_decoder.decode(payload)
         while version < cls.VERSION:
             upcaster = _upcasters.get((kind, version))
@@ -183,7 +183,7 @@ def decode_event(thread_id: str, seq: int, kind: str, version: int, payload: byt
             data = upcaster(data)
             version += 1
         data["kind"] = kind
-        return cast(Event, msgspec.convert(data, cls))
+        return msgspec.convert(data, cls)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise CorruptRecordError(thread_id, seq, f"{kind} payload: {exc}") from exc
 

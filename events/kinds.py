@@ -6,7 +6,7 @@ nothing of agents; the projections validate them into models once, at the edge.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeAlias
 
 import msgspec
 
@@ -194,48 +194,11 @@ class Forked(BaseEvent, tag="forked", frozen=True):
     fields: dict[str, str | None] | None = None
 
 
-Event = (
-    RunStarted
-    | NodeEntered
-    | StepAdvanced
-    | MessageAppended
-    | MessagesReplaced
-    | MessageReplaced
-    | MessagesRemoved
-    | StateUpdated
-    | InterruptRaised
-    | Resumed
-    | StopRequested
-    | Stopped
-    | ToolCallStarted
-    | ToolCallFinished
-    | ContextSummarized
-    | RunCompleted
-    | RunFailed
-    | Forked
-)
-"""The tagged union of every event kind."""
+Event: TypeAlias = BaseEvent
+"""Any event; narrow it by class (`isinstance`, `match event: case RunStarted(): ...`)."""
 
-EVENT_TYPES: tuple[type[BaseEvent], ...] = (
-    RunStarted,
-    NodeEntered,
-    StepAdvanced,
-    MessageAppended,
-    MessagesReplaced,
-    MessageReplaced,
-    MessagesRemoved,
-    StateUpdated,
-    InterruptRaised,
-    Resumed,
-    StopRequested,
-    Stopped,
-    ToolCallStarted,
-    ToolCallFinished,
-    ContextSummarized,
-    RunCompleted,
-    RunFailed,
-    Forked,
-)
+EVENT_TYPES: tuple[type[BaseEvent], ...] = tuple(BaseEvent.__subclasses__())
+"""Every event kind, in the order declared above: a kind is declared once, by its class."""
 
 KINDS: dict[str, type[BaseEvent]] = {
     t.__struct_config__.tag: t  # type: ignore[misc]

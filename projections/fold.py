@@ -22,6 +22,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from events.kinds import (
+    EVENT_TYPES,
     BaseEvent,
     ContextSummarized,
     Event,
@@ -209,6 +210,21 @@ class Fold(Generic[S]):
 
 
 # ---- the handlers: one per kind, each the record of one transition method ----------------
+
+Handler = Callable[["Fold[Any]", Any, EventRecord], None]
+_HANDLERS: dict[type[BaseEvent], Handler] = {}
+
+
+def _handles(kind: type[BaseEvent]) -> Callable[[Handler], Handler]:
+    """Register the decorated function as the fold handler of `kind`."""
+
+    def register(handler: Handler) -> Handler:
+        _HANDLERS[kind] = handler
+        return handler
+
+    return register
+
+
 # They set fields directly: the methods of `ExecutionState` are the same transitions, for
 # users, and guard against being called inside a node.
 
@@ -233,6 +249,7 @@ def _clear_interrupt(meta: ExecutionState) -> None:
     meta.status = ExecutionStatus.RUNNING
 
 
+@_handles(RunStarted)
 def _run_started(fold: Fold[Any], e: RunStarted, r: EventRecord) -> None:
     meta = fold.state.execution_meta
     _clear_interrupt(meta)
@@ -246,6 +263,7 @@ def _run_started(fold: Fold[Any], e: RunStarted, r: EventRecord) -> None:
     meta.current_node = e.entry_node
 
 
+@_handles(NodeEntered)
 def _node_entered(fold: Fold[Any], e: NodeEntered, r: EventRecord) -> None:
     meta = fold.state.execution_meta
     meta.current_node = e.node
@@ -254,6 +272,7 @@ def _node_entered(fold: Fold[Any], e: NodeEntered, r: EventRecord) -> None:
         meta.internal_data[ENTERED_KEY] = {"node": e.node, "seq": r.seq}
 
 
+@_handles(StepAdvanced)
 def _step_advanced(fold: Fold[Any], e: StepAdvanced, r: EventRecord) -> None:
     meta = fold.state.execution_meta
     meta.internal_data.pop(ENTERED_KEY, None)
@@ -263,26 +282,32 @@ def _step_advanced(fold: Fold[Any], e: StepAdvanced, r: EventRecord) -> None:
         meta.current_node = e.next_node
 
 
+@_handles(MessageAppended)
 def _message_appended(fold: Fold[Any], e: MessageAppended, r: EventRecord) -> None:
     fold._append_messages((_validate_message(e.message),))
 
 
+@_handles(MessagesReplaced)
 def _messages_replaced(fold: Fold[Any], e: MessagesReplaced, r: EventRecord) -> None:
     fold._replace_messages([_validate_message(m) for m in e.messages])
 
 
+@_handles(MessageReplaced)
 def _message_replaced(fold: Fold[Any], e: MessageReplaced, r: EventRecord) -> None:
     fold._replace_message(_validate_message(e.message))
 
 
+@_handles(MessagesRemoved)
 def _messages_removed(fold: Fold[Any], e: MessagesRemoved, r: EventRecord) -> None:
     fold._remove_messages(e.message_ids)
 
 
+@_handles(StateUpdated)
 def _state_updated(fold: Fold[Any], e: StateUpdated, r: EventRecord) -> None:
     fold._update(e.values)
 
 
+@_handles(InterruptRaised)
 def _interrupt_raised(fold: Fold[Any], e: InterruptRaised, r: EventRecord) -> None:
     status = (
         ExecutionStatus.INTERRUPTED_BEFORE
@@ -297,6 +322,7 @@ def _interrupt_raised(fold: Fold[Any], e: InterruptRaised, r: EventRecord) -> No
         meta.internal_data.pop(RESUME_KEY, None)
 
 
+@_handles(Resumed)
 def _resumed(fold: Fold[Any], e: Resumed, r: EventRecord) -> None:
     meta = fold.state.execution_meta
     if meta.internal_data.pop(AWAITING_KEY, False):
@@ -310,6 +336,7 @@ def _resumed(fold: Fold[Any], e: Resumed, r: EventRecord) -> None:
     meta.internal_data.pop(STOP_KEY, None)
 
 
+@_handles(StopRequested)
 def _stop_requested(fold: Fold[Any], e: StopRequested, r: EventRecord) -> None:
     meta = fold.state.execution_meta
     meta.stop_current_execution = StopRequestStatus.STOP_REQUESTED
@@ -317,6 +344,7 @@ def _stop_requested(fold: Fold[Any], e: StopRequested, r: EventRecord) -> None:
     meta.internal_data[STOP_KEY] = request
 
 
+@_handles(Stopped)
 def _stopped(fold: Fold[Any], e: Stopped, r: EventRecord) -> None:
     """A stop pauses the run, as Agentflow's does: after the node it followed, or before the
     node it cancelled (which runs again on resume)."""
@@ -333,11 +361,13 @@ def _stopped(fold: Fold[Any], e: Stopped, r: EventRecord) -> None:
     _set_interrupt(meta, e.node or meta.current_node, e.reason or "stop_requested", status, data)
 
 
+@_handles(ToolCallStarted)
 def _tool_call_started(fold: Fold[Any], e: ToolCallStarted, r: EventRecord) -> None:
     pending = fold.state.execution_meta.internal_data.setdefault(TOOL_CALLS_KEY, {})
     pending[e.call_id] = e.name
 
 
+@_handles(ToolCallFinished)
 def _tool_call_finished(fold: Fold[Any], e: ToolCallFinished, r: EventRecord) -> None:
     data = fold.state.execution_meta.internal_data
     pending = data.get(TOOL_CALLS_KEY)
@@ -347,18 +377,21 @@ def _tool_call_finished(fold: Fold[Any], e: ToolCallFinished, r: EventRecord) ->
             del data[TOOL_CALLS_KEY]
 
 
+@_handles(ContextSummarized)
 def _context_summarized(fold: Fold[Any], e: ContextSummarized, r: EventRecord) -> None:
     fold.state.context_summary = e.summary
     if e.messages is not None:
         fold._replace_messages([_validate_message(m) for m in e.messages])
 
 
+@_handles(RunCompleted)
 def _run_completed(fold: Fold[Any], e: RunCompleted, r: EventRecord) -> None:
     meta = fold.state.execution_meta
     meta.current_node = END
     meta.status = ExecutionStatus.COMPLETED
 
 
+@_handles(RunFailed)
 def _run_failed(fold: Fold[Any], e: RunFailed, r: EventRecord) -> None:
     meta = fold.state.execution_meta
     meta.status = ExecutionStatus.ERROR
@@ -366,6 +399,7 @@ def _run_failed(fold: Fold[Any], e: RunFailed, r: EventRecord) -> None:
     meta.internal_data["failed_node"] = e.node
 
 
+@_handles(Forked)
 def _forked(fold: Fold[Any], e: Forked, r: EventRecord) -> None:
     state = type(fold.state).model_validate(e.state)
     state.execution_meta.thread_id = r.thread_id
@@ -377,26 +411,9 @@ def _forked(fold: Fold[Any], e: Forked, r: EventRecord) -> None:
     fold._ids = {m.message_id for m in state.context}
 
 
-_HANDLERS: dict[type[BaseEvent], Callable[[Fold[Any], Any, EventRecord], None]] = {
-    RunStarted: _run_started,
-    NodeEntered: _node_entered,
-    StepAdvanced: _step_advanced,
-    MessageAppended: _message_appended,
-    MessagesReplaced: _messages_replaced,
-    MessageReplaced: _message_replaced,
-    MessagesRemoved: _messages_removed,
-    StateUpdated: _state_updated,
-    InterruptRaised: _interrupt_raised,
-    Resumed: _resumed,
-    StopRequested: _stop_requested,
-    Stopped: _stopped,
-    ToolCallStarted: _tool_call_started,
-    ToolCallFinished: _tool_call_finished,
-    ContextSummarized: _context_summarized,
-    RunCompleted: _run_completed,
-    RunFailed: _run_failed,
-    Forked: _forked,
-}
+_missing = [t.__name__ for t in EVENT_TYPES if t not in _HANDLERS]
+if _missing:  # a kind declared without its fold handler: fail at import, not on replay
+    raise ImportError(f"event kinds without a fold handler: {', '.join(_missing)}")
 
 
 # ---- decide: the gate in front of the log ------------------------------------------------

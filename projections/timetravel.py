@@ -28,6 +28,7 @@ from events.kinds import (
     MessageReplaced,
     MessagesRemoved,
     MessagesReplaced,
+    NodeEntered,
     RunFailed,
     StateUpdated,
     StepAdvanced,
@@ -169,13 +170,13 @@ async def state_history(
         status = after[i]
         span = records[start : i + 1]
         messages = [
-            Message.model_validate(r.event.message)  # type: ignore[union-attr]
+            Message.model_validate(r.event.message)
             for r in span
-            if r.kind == "message_appended"
+            if isinstance(r.event, MessageAppended)
         ]
         entries.append(
             StepEntry(
-                step=record.event.step,  # type: ignore[union-attr]
+                step=record.event.step if isinstance(record.event, StepAdvanced) else 0,
                 node=record.actor,
                 first_seq=span[0].seq,
                 last_seq=record.seq,
@@ -228,8 +229,8 @@ async def event_history(
     node: str | None = None
     async for record in store.read(thread_id, 1, last):
         event = record.event
-        if record.kind == "node_entered":
-            node = event.node  # type: ignore[union-attr]
+        if isinstance(event, NodeEntered):
+            node = event.node
         elif record.kind == "forked":
             node = None
         if record.seq < first or (kinds and record.kind not in kinds):
