@@ -12,11 +12,13 @@ import time
 from collections.abc import Callable, Sequence
 
 from .claims import DEFAULT_LEASE, Claim, Holder, fence, hold, let_go, new_claim
-from .codec import GENESIS_HASH, Encoded, Row, chain_rows, decode_state, encode_state
+from .codec import GENESIS_HASH, Encoded, Row, chain_rows
 from .errors import ConcurrencyError
 from .kinds import Event
-from .record import EventRecord, Snapshot
-from .store import BaseEventStore
+from .record import EventRecord
+from .store import MESSAGE_KINDS, BaseEventStore, Payload, StoredSnapshot
+
+_KINDS = frozenset(MESSAGE_KINDS)
 
 
 class MemoryEventStore(BaseEventStore):
@@ -26,7 +28,7 @@ class MemoryEventStore(BaseEventStore):
         super().__init__(clock=clock)
         self._threads: dict[str, list[Row]] = {}
         self._all: list[Row] = []
-        self._snapshots: dict[str, dict[int, tuple[str, float, bytes, str]]] = {}
+        self._snapshots: dict[str, dict[int, StoredSnapshot]] = {}
         self._claims: dict[str, Holder] = {}
         self._claims_lock = threading.Lock()  # released from worker threads too
 
@@ -79,26 +81,24 @@ class MemoryEventStore(BaseEventStore):
     async def _seqs_of_kind(self, thread_id: str, kind: str) -> list[int]:
         return [row.seq for row in self._threads.get(thread_id, []) if row.kind == kind]
 
-    async def save_snapshot(self, snapshot: Snapshot) -> None:
-        self._check_open()
-        stored = (snapshot.state_type, snapshot.at, encode_state(snapshot.state), snapshot.hash)
-        self._snapshots.setdefault(snapshot.thread_id, {})[snapshot.seq] = stored
+    async def _put_snapshot(self, thread_id: str, stored: StoredSnapshot) -> None:
+        self._snapshots.setdefault(thread_id, {})[stored.seq] = stored
 
-    async def load_snapshot(self, thread_id: str, max_seq: int | None = None) -> Snapshot | None:
-        self._check_open()
+    async def _get_snapshot(self, thread_id: str, max_seq: int) -> StoredSnapshot | None:
         by_seq = self._snapshots.get(thread_id)
         if not by_seq:
             return None
         seqs = sorted(by_seq)
-        i = len(seqs) if max_seq is None else bisect.bisect_right(seqs, max_seq)
-        if not i:
-            return None
-        seq = seqs[i - 1]
-        state_type, at, data, digest = by_seq[seq]
-        state = decode_state(thread_id, seq, data)
-        return Snapshot(
-            thread_id=thread_id, seq=seq, state=state, state_type=state_type, at=at, hash=digest
-        )
+        i = bisect.bisect_right(seqs, max_seq)
+        return by_seq[seqs[i - 1]] if i else None
+
+    async def _snapshot_seqs(self, thread_id: str) -> list[int]:
+        return sorted(self._snapshots.get(thread_id, ()))
+
+    async def _fetch_payloads(self, thread_id: str, seqs: Sequence[int]) -> list[Payload]:
+        rows = self._threads.get(thread_id, [])
+        picked = (rows[seq - 1] for seq in seqs if 0 < seq <= len(rows))
+        return [(r.seq, r.kind, r.version, r.payload) for r in picked if r.kind in _KINDS]
 
     async def claim(
         self, thread_id: str, *, purpose: str = "run", lease: float = DEFAULT_LEASE

@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 from ._sqlite_thread import ConnectionThread
 from .claims import DEFAULT_LEASE, Claim, Heartbeat, Holder, fence, hold, let_go, new_claim
-from .codec import GENESIS_HASH, Encoded, Row, chain_rows, decode_state, encode_state
+from .codec import GENESIS_HASH, Encoded, Row, chain_rows
 from .errors import (
     ConcurrencyError,
     CorruptDatabaseError,
@@ -36,8 +36,8 @@ from .errors import (
     StoreUnavailableError,
 )
 from .kinds import Event
-from .record import EventRecord, Snapshot
-from .store import MAX_POSITION, BaseEventStore
+from .record import EventRecord
+from .store import MAX_POSITION, MESSAGE_KINDS, BaseEventStore, Payload, StoredSnapshot
 
 APPLICATION_ID = 0x41474C47  # "AGLG" in the SQLite header marks an agentlog database.
 SCHEMA_VERSION = 1
@@ -86,6 +86,8 @@ CREATE TABLE snapshots (
     at         REAL    NOT NULL,
     state      BLOB    NOT NULL,
     hash       BLOB,
+    anchor     BLOB,
+    refs       BLOB,
     PRIMARY KEY (thread_id, seq)
 );
 {_CLAIMS};
@@ -228,6 +230,9 @@ def _prepare(conn: sqlite3.Connection, path: str) -> None:
     columns = {row[1] for row in conn.execute("PRAGMA table_info(snapshots)")}
     if "hash" not in columns:  # nor did snapshots name the hash they fold up to
         conn.execute("ALTER TABLE snapshots ADD COLUMN hash BLOB")
+    for column in ("anchor", "refs"):  # nor point into the log for their context
+        if column not in columns:
+            conn.execute(f"ALTER TABLE snapshots ADD COLUMN {column} BLOB")
 
 
 def _prepare_readonly(conn: sqlite3.Connection, path: str) -> None:
@@ -630,27 +635,17 @@ class SQLiteEventStore(BaseEventStore):
     async def _seqs_of_kind(self, thread_id: str, kind: str) -> list[int]:
         return await self._read(_fetch_seqs_of_kind, thread_id, kind)
 
-    async def save_snapshot(self, snapshot: Snapshot) -> None:
-        self._check_open()
-        data = encode_state(snapshot.state)
-        digest = bytes.fromhex(snapshot.hash)
-        values = (snapshot.thread_id, snapshot.seq, snapshot.state_type, snapshot.at, data, digest)
-        await self._write(_write_snapshot, values)
+    async def _put_snapshot(self, thread_id: str, stored: StoredSnapshot) -> None:
+        await self._write(_write_snapshot, (thread_id, *stored))
 
-    async def load_snapshot(self, thread_id: str, max_seq: int | None = None) -> Snapshot | None:
-        self._check_open()
-        row = await self._read(_fetch_snapshot, thread_id, 2**62 if max_seq is None else max_seq)
-        if row is None:
-            return None
-        seq, state_type, at, data, digest = row
-        return Snapshot(
-            thread_id=thread_id,
-            seq=seq,
-            state=decode_state(thread_id, seq, data),
-            state_type=state_type,
-            at=at,
-            hash=digest.hex() if isinstance(digest, bytes) else "",
-        )
+    async def _get_snapshot(self, thread_id: str, max_seq: int) -> StoredSnapshot | None:
+        return await self._read(_fetch_snapshot, thread_id, max_seq)
+
+    async def _snapshot_seqs(self, thread_id: str) -> list[int]:
+        return await self._read(_fetch_snapshot_seqs, thread_id)
+
+    async def _fetch_payloads(self, thread_id: str, seqs: Sequence[int]) -> list[Payload]:
+        return await self._read(_fetch_payloads, thread_id, list(seqs))
 
 
 # ---- functions that run on a connection's own thread ---------------------------------------
@@ -834,8 +829,9 @@ def _fetch_holder(conn: sqlite3.Connection, thread_id: str) -> Holder | None:
 
 def _write_snapshot(conn: sqlite3.Connection, values: tuple[Any, ...]) -> None:
     conn.execute(
-        "INSERT OR REPLACE INTO snapshots (thread_id, seq, state_type, at, state, hash) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
+        "INSERT OR REPLACE INTO snapshots "
+        "(thread_id, seq, state_type, at, state, hash, anchor, refs) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         values,
     )
 
@@ -881,16 +877,57 @@ def _fetch_threads(conn: sqlite3.Connection) -> list[str]:
     return [r[0] for r in conn.execute("SELECT thread_id FROM threads ORDER BY rowid")]
 
 
+_SNAPSHOT_COLUMNS = (
+    "seq, state_type, at, state, hash, anchor, refs",
+    "seq, state_type, at, state, hash, NULL, NULL",  # a read-only copy from before references
+    "seq, state_type, at, state, NULL, NULL, NULL",  # ... or before snapshots named a hash
+)
+
+
 def _fetch_snapshot(
     conn: sqlite3.Connection, thread_id: str, max_seq: int
-) -> tuple[int, str, float, bytes, bytes | None] | None:
+) -> StoredSnapshot | None:
     where = "FROM snapshots WHERE thread_id = ? AND seq <= ? ORDER BY seq DESC LIMIT 1"
-    try:
-        row = conn.execute(
-            f"SELECT seq, state_type, at, state, hash {where}", (thread_id, max_seq)
-        ).fetchone()
-    except sqlite3.OperationalError:  # a read-only copy from before snapshots named a hash
-        row = conn.execute(
-            f"SELECT seq, state_type, at, state, NULL {where}", (thread_id, max_seq)
-        ).fetchone()
-    return None if row is None else (row[0], row[1], row[2], row[3], row[4])
+    for columns in _SNAPSHOT_COLUMNS:
+        try:
+            row = conn.execute(f"SELECT {columns} {where}", (thread_id, max_seq)).fetchone()
+        except sqlite3.OperationalError as exc:
+            if "no such column" not in str(exc):
+                raise
+            continue
+        return None if row is None else StoredSnapshot._make(row)
+    raise sqlite3.OperationalError("the snapshots table lacks the columns of any known version")
+
+
+def _fetch_snapshot_seqs(conn: sqlite3.Connection, thread_id: str) -> list[int]:
+    sql = "SELECT seq FROM snapshots WHERE thread_id = ? ORDER BY seq"
+    return [r[0] for r in conn.execute(sql, (thread_id,))]
+
+
+_MESSAGE_KINDS_SQL = ", ".join(f"'{kind}'" for kind in MESSAGE_KINDS)
+_PAYLOADS = (
+    "SELECT seq, kind, version, payload FROM events "
+    f"WHERE thread_id = ? AND kind IN ({_MESSAGE_KINDS_SQL})"
+)
+
+
+def _fetch_payloads(conn: sqlite3.Connection, thread_id: str, seqs: list[int]) -> list[Payload]:
+    """The records at `seqs` (ascending) that carry messages: one range scan when they lie
+    close together (the usual context: every message record of a stretch), else by seq."""
+    if not seqs:
+        return []
+    low, high = seqs[0], seqs[-1]
+    if high - low < 4 * len(seqs) + 1024:
+        raw = conn.execute(
+            f"{_PAYLOADS} AND seq BETWEEN ? AND ?", (thread_id, low, high)
+        ).fetchall()
+        if len(raw) == len(seqs):
+            return raw  # every message record of the stretch: the usual context
+        wanted = set(seqs)
+        return [r for r in raw if r[0] in wanted]
+    rows: list[Payload] = []
+    for i in range(0, len(seqs), 500):
+        part = seqs[i : i + 500]
+        marks = ",".join("?" * len(part))
+        rows += conn.execute(f"{_PAYLOADS} AND seq IN ({marks})", (thread_id, *part)).fetchall()
+    return rows

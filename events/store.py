@@ -9,9 +9,11 @@ from __future__ import annotations
 import math
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Protocol, Self, runtime_checkable
+from typing import Any, NamedTuple, Protocol, Self, runtime_checkable
+
+import msgspec
 
 from .claims import DEFAULT_LEASE, Claim, Holder
 from .codec import (
@@ -19,8 +21,11 @@ from .codec import (
     Encoded,
     Row,
     chain_hash,
+    decode_event,
     decode_row,
+    decode_state,
     encode_payloads,
+    encode_state,
     record_of,
 )
 from .errors import (
@@ -28,10 +33,19 @@ from .errors import (
     CorruptRecordError,
     InvalidAppendError,
     StoreClosedError,
+    StoreError,
     ThreadNotFoundError,
     UnknownEventKindError,
 )
-from .kinds import KINDS, Event
+from .kinds import (
+    KINDS,
+    ContextSummarized,
+    Event,
+    Forked,
+    MessageAppended,
+    MessageReplaced,
+    MessagesReplaced,
+)
 from .record import EventRecord, Snapshot, VerifyReport
 
 READ_CHUNK = 2048
@@ -42,11 +56,19 @@ MAX_POSITION = 2**53 - 1
 
 __all__ = [
     "MAX_POSITION",
+    "MESSAGE_KINDS",
     "BaseEventStore",
     "Claim",
+    "ContextEntry",
+    "CorruptSnapshotError",
     "EventStore",
     "Holder",
+    "Payload",
+    "StoredSnapshot",
     "check_thread_id",
+    "decode_context_refs",
+    "encode_context_refs",
+    "messages_of",
     "readable_thread_id",
 ]
 
@@ -103,11 +125,25 @@ class EventStore(Protocol):
         ...
 
     async def save_snapshot(self, snapshot: Snapshot) -> None:
-        """Store a state valid after `snapshot.seq` (replacing one at the same seq)."""
+        """Store a state valid after `snapshot.seq` (replacing one at the same seq).
+
+        A referencing snapshot (`context_refs` set) must name the chain hash of record `seq`.
+        """
         ...
 
-    async def load_snapshot(self, thread_id: str, max_seq: int | None = None) -> Snapshot | None:
-        """The newest snapshot with `seq <= max_seq`, or None."""
+    async def load_snapshot(
+        self, thread_id: str, max_seq: int | None = None, *, resolve: bool = True
+    ) -> Snapshot | None:
+        """The newest snapshot with `seq <= max_seq`, or None.
+
+        A referencing snapshot's context is read from the records it names into
+        `state["context"]`, unless `resolve` is False; `CorruptSnapshotError` when a
+        reference does not lead to a message.
+        """
+        ...
+
+    async def snapshot_seqs(self, thread_id: str) -> list[int]:
+        """The seqs the thread has snapshots at, ascending (none for an unknown thread)."""
         ...
 
     async def verify(self, thread_id: str) -> VerifyReport:
@@ -187,6 +223,160 @@ def _check_text(name: str, value: object) -> None:
         raise InvalidAppendError(f"{name} {value!r} is not valid UTF-8 text: {exc}") from exc
 
 
+# ---- snapshots whose context points into the log ------------------------------------------
+
+MESSAGE_KINDS = (
+    "message_appended",
+    "message_replaced",
+    "messages_replaced",
+    "context_summarized",
+    "forked",
+)
+"""Kinds whose payloads carry whole messages a snapshot's context may point to."""
+
+ContextEntry = tuple[int, int] | dict[str, Any]
+"""One message of a snapshot's context: `(seq, index)` of the message in the list that record
+`seq` carries (see `messages_of`), or the message's builtins when no record carries it as is."""
+
+
+class CorruptSnapshotError(CorruptRecordError):
+    """A stored snapshot cannot be read back: its bytes or its references are damaged."""
+
+    def __init__(self, thread_id: str, seq: int, why: str) -> None:
+        StoreError.__init__(
+            self,
+            f"the snapshot at seq {seq} of thread {thread_id!r} is damaged ({why}); the log "
+            "itself may be intact: read the thread without snapshots (use_snapshots=False), "
+            "run `agentlog verify --snapshots` to list every bad snapshot, and take a new one",
+        )
+        self.thread_id = thread_id
+        self.seq = seq
+
+
+def messages_of(event: Event) -> list[Any] | None:
+    """The messages (builtins) an event carries in the order a snapshot counts them, or None
+    for a kind that carries none."""
+    if isinstance(event, MessageAppended | MessageReplaced):
+        return [event.message]
+    if isinstance(event, MessagesReplaced):
+        return list(event.messages)
+    if isinstance(event, ContextSummarized):
+        return list(event.messages or ())
+    if isinstance(event, Forked):
+        context = event.state.get("context")
+        return list(context) if isinstance(context, list) else []
+    return None
+
+
+Payload = tuple[int, str, int, bytes]
+"""A record's `(seq, kind, version, payload)`: what a snapshot's context is read from."""
+
+_CARRIERS: dict[str, Any] = {
+    str(kind.__struct_config__.tag): (kind, msgspec.msgpack.Decoder(kind))
+    for kind in (MessageAppended, MessageReplaced, MessagesReplaced, ContextSummarized, Forked)
+}
+
+
+def _carried(thread_id: str, seq: int, kind: str, version: int, payload: bytes) -> list[Any]:
+    """The messages a stored record carries (decoded as `decode_event` would)."""
+    carrier = _CARRIERS.get(kind)
+    if carrier is not None and version == carrier[0].VERSION:
+        try:
+            event = carrier[1].decode(payload)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise CorruptRecordError(thread_id, seq, f"{kind} payload: {exc}") from exc
+    else:
+        event = decode_event(thread_id, seq, kind, version, payload)
+    messages = messages_of(event)
+    return [] if messages is None else messages
+
+
+def encode_context_refs(entries: Iterable[ContextEntry]) -> list[Any]:
+    """The stored form of a context: per message, the distance in seqs from the previous
+    reference (an int when the index is 0, else `[distance, index]`), or an inline message.
+
+    A context of N messages referenced in order costs about N bytes of MessagePack.
+    """
+    encoded: list[Any] = []
+    prev = 0
+    for entry in entries:
+        if isinstance(entry, dict):
+            encoded.append(entry)
+            continue
+        seq, index = entry
+        encoded.append(seq - prev if index == 0 else [seq - prev, index])
+        prev = seq
+    return encoded
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def decode_context_refs(encoded: object, thread_id: str, seq: int) -> list[ContextEntry]:
+    """The entries `encode_context_refs` stored, each reference within records 1..`seq`;
+    `CorruptSnapshotError` for anything else."""
+    if not isinstance(encoded, list):
+        raise CorruptSnapshotError(thread_id, seq, "its context is not a list")
+    entries: list[ContextEntry] = []
+    add = entries.append
+    prev = 0
+    for position, item in enumerate(encoded):
+        kind = type(item)
+        if kind is int:
+            target, index = prev + item, 0
+        elif kind is dict:
+            add(item)
+            continue
+        elif kind is list and len(item) == 2 and type(item[0]) is int and type(item[1]) is int:
+            target, index = prev + item[0], item[1]
+        else:
+            raise CorruptSnapshotError(
+                thread_id, seq, f"context entry {position} is {item!r:.60}, not a reference"
+            )
+        if not 0 < target <= seq or index < 0:
+            raise CorruptSnapshotError(
+                thread_id,
+                seq,
+                f"context entry {position} points to message {index} of seq {target}, "
+                f"outside records 1..{seq}",
+            )
+        add((target, index))
+        prev = target
+    return entries
+
+
+class StoredSnapshot(NamedTuple):
+    """A snapshot row as a backend keeps it: a whole state (`hash` set, `refs` None), or the
+    state without its context plus the encoded references (`anchor` set, `hash` None).
+
+    A referencing row leaves `hash` empty on purpose: a reader that predates references
+    takes the row for one that names no hash, and never uses it.
+    """
+
+    seq: int
+    state_type: str
+    at: float
+    state: bytes
+    hash: bytes | None
+    anchor: bytes | None
+    refs: bytes | None
+
+
+def _snapshot_hash(snapshot: Snapshot) -> bytes:
+    try:
+        digest = bytes.fromhex(snapshot.hash)
+    except ValueError:
+        digest = b""
+    if len(digest) != 32 and (snapshot.context_refs is not None or snapshot.hash):
+        raise InvalidAppendError(
+            f"snapshot at seq {snapshot.seq} of thread {snapshot.thread_id!r} names hash "
+            f"{snapshot.hash!r:.80}, not the 64 hex digits of a record's chain hash: take it "
+            "from the record at that seq (EventRecord.hash)"
+        )
+    return digest
+
+
 class BaseEventStore(ABC):
     """Shared half of every backend: validation, decoding, verification, lifecycle."""
 
@@ -226,6 +416,23 @@ class BaseEventStore(ABC):
     @abstractmethod
     async def _head(self, thread_id: str) -> tuple[int, bytes] | None:
         """The thread's recorded (last_seq, last_hash), or None when it does not exist."""
+
+    @abstractmethod
+    async def _put_snapshot(self, thread_id: str, stored: StoredSnapshot) -> None:
+        """Store a snapshot row, replacing the thread's row at the same seq."""
+
+    @abstractmethod
+    async def _get_snapshot(self, thread_id: str, max_seq: int) -> StoredSnapshot | None:
+        """The thread's snapshot row with the largest seq <= `max_seq`, or None."""
+
+    @abstractmethod
+    async def _snapshot_seqs(self, thread_id: str) -> list[int]:
+        """The seqs of the thread's snapshot rows, ascending."""
+
+    @abstractmethod
+    async def _fetch_payloads(self, thread_id: str, seqs: Sequence[int]) -> list[Payload]:
+        """`(seq, kind, version, payload)` of the thread's records at `seqs` (ascending,
+        distinct) that carry messages (a kind of `MESSAGE_KINDS`); others may be left out."""
 
     # ---- the protocol --------------------------------------------------------------------
 
@@ -374,8 +581,8 @@ class BaseEventStore(ABC):
                 problem=problem,
             )
 
-        while True:
-            chunk = await self._fetch(thread_id, expected, 2**62, READ_CHUNK)
+        while expected <= head_seq:  # up to the head read first: later appends are not damage
+            chunk = await self._fetch(thread_id, expected, head_seq, READ_CHUNK)
             if not chunk:
                 break
             for row in chunk:
@@ -396,11 +603,116 @@ class BaseEventStore(ABC):
                 prev, expected, checked = row.hash, expected + 1, checked + 1
         if checked != head_seq:
             return bad(checked + 1, f"thread head says {head_seq} records, found {checked}")
+        beyond = await self._fetch(thread_id, head_seq + 1, 2**62, 1)
+        if beyond:  # appended since the head was read, or rows slipped in behind the store
+            now = await self._head(thread_id)
+            if now is None or now[0] < beyond[0].seq:
+                return bad(
+                    beyond[0].seq,
+                    f"record seq {beyond[0].seq} lies beyond the thread's head ({head_seq})",
+                )
         if prev != head_hash:
             return bad(head_seq, "thread head hash does not match the last record")
         return VerifyReport(
             thread_id=thread_id, ok=True, records_checked=checked, head_hash=head_hash.hex()
         )
+
+    # ---- snapshots ---------------------------------------------------------------------
+
+    async def save_snapshot(self, snapshot: Snapshot) -> None:
+        """Encode and store `snapshot`, whole or referencing (see `Snapshot`)."""
+        self._check_open()
+        readable_thread_id(snapshot.thread_id)
+        if not _is_int(snapshot.seq) or not 0 <= snapshot.seq <= MAX_POSITION:
+            raise InvalidAppendError(
+                f"snapshot seq must be an int from 0 to {MAX_POSITION}, got {snapshot.seq!r}"
+            )
+        digest = _snapshot_hash(snapshot)
+        if snapshot.context_refs is None:
+            stored = StoredSnapshot(
+                snapshot.seq, snapshot.state_type, snapshot.at,
+                encode_state(snapshot.state), digest or None, None, None,
+            )  # fmt: skip
+        else:
+            try:
+                decode_context_refs(snapshot.context_refs, snapshot.thread_id, snapshot.seq)
+            except CorruptSnapshotError as exc:
+                raise InvalidAppendError(f"cannot store a snapshot: {exc}") from None
+            rest = {k: v for k, v in snapshot.state.items() if k != "context"}
+            stored = StoredSnapshot(
+                snapshot.seq, snapshot.state_type, snapshot.at, encode_state(rest), None,
+                digest, encode_state({"context": snapshot.context_refs}),
+            )  # fmt: skip
+        await self._put_snapshot(snapshot.thread_id, stored)
+
+    async def load_snapshot(
+        self, thread_id: str, max_seq: int | None = None, *, resolve: bool = True
+    ) -> Snapshot | None:
+        """The newest snapshot at or before `max_seq`, its context read from the log."""
+        self._check_open()
+        readable_thread_id(thread_id)
+        row = await self._get_snapshot(thread_id, MAX_POSITION if max_seq is None else max_seq)
+        if row is None:
+            return None
+        state = decode_state(thread_id, row.seq, row.state)
+        if row.refs is None:
+            digest = row.hash
+            refs = None
+        else:
+            digest = row.anchor
+            refs = decode_state(thread_id, row.seq, row.refs).get("context")
+            entries = decode_context_refs(refs, thread_id, row.seq)
+            state.pop("context", None)
+            if resolve:
+                state["context"] = await self._resolve(thread_id, row.seq, entries)
+        return Snapshot(
+            thread_id=thread_id,
+            seq=row.seq,
+            state=state,
+            state_type=row.state_type,
+            at=row.at,
+            hash=digest.hex() if isinstance(digest, bytes) else "",
+            context_refs=refs,
+        )
+
+    async def snapshot_seqs(self, thread_id: str) -> list[int]:
+        """The seqs of the thread's snapshots, ascending."""
+        self._check_open()
+        return await self._snapshot_seqs(readable_thread_id(thread_id))
+
+    async def _resolve(
+        self, thread_id: str, seq: int, entries: list[ContextEntry]
+    ) -> list[dict[str, Any]]:
+        """The messages `entries` name: one fetch of the records referenced, each decoded once.
+
+        The records are not chain-checked here: the snapshot's own anchor is (by the reader),
+        and `verify` checks every record.
+        """
+        wanted = sorted({entry[0] for entry in entries if type(entry) is tuple})
+        carried: dict[int, Any] = {}
+        for row_seq, kind, version, payload in await self._fetch_payloads(thread_id, wanted):
+            carried[row_seq] = _carried(thread_id, row_seq, kind, version, payload)
+        try:
+            return [
+                entry if type(entry) is dict else carried[entry[0]][entry[1]]  # type: ignore[index]
+                for entry in entries
+            ]
+        except (KeyError, IndexError, TypeError):
+            pass
+        for entry in entries:  # say which reference is wrong
+            if isinstance(entry, tuple):
+                target, index = entry
+                messages = carried.get(target)
+                if messages is None or index >= len(messages):
+                    held = (
+                        "which is no record carrying messages"
+                        if messages is None
+                        else f"a record carrying {len(messages)}"
+                    )
+                    raise CorruptSnapshotError(
+                        thread_id, seq, f"it names message {index} of seq {target}, {held}"
+                    )
+        raise CorruptSnapshotError(thread_id, seq, "its context cannot be resolved")
 
     async def __aenter__(self) -> Self:
         return self
