@@ -25,6 +25,7 @@ import os
 import random
 import shutil
 import signal
+import sqlite3
 import subprocess
 import time
 from collections import Counter
@@ -193,6 +194,20 @@ def test_reference_run_has_tool_and_talk_threads(reference: Reference) -> None:
 # ---- kills -------------------------------------------------------------------------------
 
 
+def records_in(db: Path) -> int:
+    """How many records the live database holds now (a read-only look, as another process)."""
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
+    except sqlite3.Error:
+        return 0
+    try:
+        return int(conn.execute("SELECT count(*) FROM events").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+    finally:
+        conn.close()
+
+
 @dataclass
 class Landed:
     """Where one kill landed, across the threads."""
@@ -208,12 +223,17 @@ class Landed:
 def kill_and_resume(reference: Reference, tmp: Path, seed: int, every: int, mode: str) -> Landed:
     rng = random.Random(seed)
     db, effects = tmp / "run.db", tmp / "effects.txt"
-    delay = reference.duration * rng.uniform(*KILL_WINDOW)
-    where = f"kill {seed} ({mode}, snapshot_every={every or 'default'}, at {delay:.2f} s)"
+    total = sum(len(log.seqs) for log in reference.logs.values())
+    target = int(total * rng.uniform(*KILL_WINDOW))
+    where = f"kill {seed} ({mode}, snapshot_every={every or 'default'}, at record {target})"
 
     proc = spawn(db, effects, every, RUN_DELAY_MS, "all")
     wait_ready(proc)
-    time.sleep(delay)
+    # Kill once the log holds that share of an uninterrupted run's records: the kill lands
+    # mid-run however loaded the machine is (a fixed delay could miss the run entirely).
+    deadline = time.monotonic() + TIMEOUT
+    while records_in(db) < target and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
     assert proc.poll() is None, f"{where}: the run ended before the kill"
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=TIMEOUT)
