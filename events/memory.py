@@ -98,7 +98,11 @@ class MemoryEventStore(BaseEventStore):
     async def _fetch_payloads(self, thread_id: str, seqs: Sequence[int]) -> list[Payload]:
         rows = self._threads.get(thread_id, [])
         picked = (rows[seq - 1] for seq in seqs if 0 < seq <= len(rows))
-        return [(r.seq, r.kind, r.version, r.payload) for r in picked if r.kind in _KINDS]
+        return [
+            (r.seq, None if r.kind == "message_appended" else r.kind, r.version, r.payload)
+            for r in picked
+            if r.kind in _KINDS
+        ]
 
     async def claim(
         self, thread_id: str, *, purpose: str = "run", lease: float = DEFAULT_LEASE

@@ -906,7 +906,7 @@ def _fetch_snapshot_seqs(conn: sqlite3.Connection, thread_id: str) -> list[int]:
 
 _MESSAGE_KINDS_SQL = ", ".join(f"'{kind}'" for kind in MESSAGE_KINDS)
 _PAYLOADS = (
-    "SELECT seq, kind, version, payload FROM events "
+    "SELECT seq, NULLIF(kind, 'message_appended'), version, payload FROM events "
     f"WHERE thread_id = ? AND kind IN ({_MESSAGE_KINDS_SQL})"
 )
 

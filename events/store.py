@@ -268,13 +268,17 @@ def messages_of(event: Event) -> list[Any] | None:
     return None
 
 
-Payload = tuple[int, str, int, bytes]
-"""A record's `(seq, kind, version, payload)`: what a snapshot's context is read from."""
+Payload = tuple[int, str | None, int, bytes]
+"""A record's `(seq, kind, version, payload)`, what a snapshot's context is read from; `kind`
+is None for "message_appended", the kind of nearly every message (no str made per row)."""
 
 _CARRIERS: dict[str, Any] = {
     str(kind.__struct_config__.tag): (kind, msgspec.msgpack.Decoder(kind))
     for kind in (MessageAppended, MessageReplaced, MessagesReplaced, ContextSummarized, Forked)
 }
+
+
+_APPENDED = _CARRIERS["message_appended"][1]
 
 
 def _carried(thread_id: str, seq: int, kind: str, version: int, payload: bytes) -> list[Any]:
@@ -690,8 +694,19 @@ class BaseEventStore(ABC):
         """
         wanted = sorted({entry[0] for entry in entries if type(entry) is tuple})
         carried: dict[int, Any] = {}
-        for row_seq, kind, version, payload in await self._fetch_payloads(thread_id, wanted):
-            carried[row_seq] = _carried(thread_id, row_seq, kind, version, payload)
+        decode, current = _APPENDED.decode, MessageAppended.VERSION
+        row_seq = 0
+        try:
+            for row_seq, kind, version, payload in await self._fetch_payloads(thread_id, wanted):
+                if kind is None and version == current:  # nearly every row: decoded inline
+                    carried[row_seq] = (decode(payload).message,)
+                else:
+                    kind = kind or "message_appended"
+                    carried[row_seq] = _carried(thread_id, row_seq, kind, version, payload)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise CorruptRecordError(
+                thread_id, row_seq, f"message_appended payload: {exc}"
+            ) from exc
         try:
             return [
                 entry if type(entry) is dict else carried[entry[0]][entry[1]]  # type: ignore[index]

@@ -10,22 +10,29 @@ carries as is (one a user's context reducer made) is stored inline. The reader f
 records referenced in one indexed range read and decodes their payloads; whole-state rows
 written before this format are still read as they are.
 
-Why references and not deltas: a delta chain makes a reader fetch and apply every delta
-since the last full snapshot, and a full snapshot still costs every message's bytes again.
-A referencing snapshot is complete on its own (one row plus the payloads it names, which
-any fold of the thread reads anyway) and costs about one byte per message, so snapshots
-can be taken often: at 10,000 agent steps a snapshot every 1,000 records costs tens of
-bytes per step where whole states cost about a kilobyte (bench/snapshots.py measures it).
+Why references rather than deltas: a delta chain makes a reader fetch and apply every delta
+since the last full snapshot, and each full snapshot still costs every message's bytes
+again. A referencing snapshot is complete on its own (one row plus payloads that a fold of
+the thread would read anyway), costs about a byte per message, and is cheap to write: the
+`SnapshotWriter` follows the context as commits land and re-encodes only what changed.
+Measured by bench/snapshots.py on a 10,000-step tool-calling thread (2-core AMD EPYC, one
+run): snapshots cost 40 bytes per step (every 1,000 records) where whole states cost 2,633
+(every 5,000), and the state at a random step takes 62 ms, as from whole states (63 ms),
+against 129 ms folding from the start.
 
-What bounds a read is the messages themselves: turning N stored messages into validated
-`Message` models costs the same from a snapshot as from the log, so the state at a point
-costs that plus the records after the snapshot, and nothing per character of history.
+What bounds a read is the messages themselves: validating the ~7,500 messages of a median
+point into `Message` models, with nothing read or decoded, takes 40 ms of those 62 on the
+same machine, whatever the snapshot format. The rest is reading and decoding the payloads
+(about 2 microseconds a message) and the records after the snapshot.
 
 Trust. A snapshot names the chain hash of the record it folds up to; `fold_at` refuses one
 whose hash differs from the chain's (`ChainBrokenError` naming its seq: either the snapshot
-or the log was rewritten, and a reader cannot tell which). A snapshot whose content was
-changed while its hash was kept is believed by readers; `verify_snapshots` replays the log
-and compares every snapshot of a thread with the state folded at its seq.
+or the log was rewritten, and a reader cannot tell which, so it does not pick one). A reader
+checks the records after the snapshot, not the ones it points to, as it never checked the
+records before a whole-state snapshot: a snapshot whose content was changed while its hash
+was kept, or a referenced payload changed behind the store, is believed by `state_at`.
+`verify_snapshots` (every snapshot against the log's fold) and `verify` (every record
+against the chain) are what find those.
 """
 
 from __future__ import annotations
@@ -75,9 +82,11 @@ __all__ = [
 ]
 
 DEFAULT_SNAPSHOT_EVERY = 1000
-"""Records between snapshots the engine should default to: a referencing snapshot costs about
-a byte per message of context, so taking one every 1,000 records keeps them to tens of bytes
-per step while any point of a thread is at most 1,000 records of folding away."""
+"""Records between snapshots the engine should default to. A referencing snapshot costs about
+a byte per message of context and, with the writer fed each commit, a pass over the context
+to write; every 1,000 records keeps them to tens of bytes per step and to a few percent of a
+1,000-step run's time, while any point of a thread is at most 1,000 records of folding away
+(about 2 ms of the reads, whose cost is the messages themselves)."""
 
 
 # ---- the context as references: a fold of where each message comes from ------------------
@@ -202,7 +211,7 @@ class _Refs:
     def _replace_one(self, seq: int, message: Any) -> None:
         message_id = message.get("message_id") if isinstance(message, dict) else None
         for index in range(len(self.ids) - 1, -1, -1):
-            if _same(self.ids[index], message_id):
+            if self.ids[index] == message_id:  # as the fold compares
                 self.entries[index] = (seq, 0)
                 self.dirty = min(self.dirty, index)
                 return

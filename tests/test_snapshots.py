@@ -23,6 +23,7 @@ from events import (
     ChainBrokenError,
     ContextSummarized,
     EventStore,
+    Forked,
     MemoryEventStore,
     MessageAppended,
     MessageReplaced,
@@ -49,6 +50,7 @@ from projections import (
     messages_replaced,
     snapshot_of,
     state_at,
+    state_data,
     state_updated,
     take_snapshot,
     to_builtins,
@@ -185,7 +187,7 @@ OPS = st.lists(
         st.tuples(st.just("snapshot"), st.booleans()),  # True: a new writer, from the store
     ),
     min_size=1,
-    max_size=90,
+    max_size=300,
 )
 
 
@@ -218,9 +220,17 @@ async def play(thread: Thread, op: str, arg: Any) -> None:
         await thread.snapshot(fresh_writer=arg)
 
 
-async def check_points(path: Path, ops: list[tuple[str, Any]], seed: int, observe: bool) -> None:
+async def check_points(
+    path: Path, warmup: int, ops: list[tuple[str, Any]], seed: int, observe: bool
+) -> None:
     async with SQLiteEventStore(path) as store:
         thread = await started(store, observe=observe)
+        last_snapshot = 0
+        for k in range(warmup):  # a long plain stretch, snapshots by the engine's policy
+            await thread.step(tool=k % 2 == 1)
+            if thread.fold.seq // 97 > last_snapshot // 97:
+                last_snapshot = thread.fold.seq
+                await thread.snapshot()
         for op, arg in ops:
             await play(thread, op, arg)
         await thread.snapshot()
@@ -244,16 +254,17 @@ async def check_points(path: Path, ops: list[tuple[str, Any]], seed: int, observ
             assert inline == 0, "a message the log carries as is was stored inline"
 
 
-@given(ops=OPS, seed=st.integers(0, 2**32), observe=st.booleans())
+@given(warmup=st.integers(0, 300), ops=OPS, seed=st.integers(0, 2**32), observe=st.booleans())
 def test_the_state_at_any_point_is_the_fold_from_the_start(
-    ops: list[tuple[str, Any]], seed: int, observe: bool
+    warmup: int, ops: list[tuple[str, Any]], seed: int, observe: bool
 ) -> None:
-    """Steps with tool calls, messages appended twice, deltas, removals, replacements one by
-    one and whole, summaries that trim, updates through the reducer, snapshots by one writer
-    (fed each commit, or reading the log back) and by new ones: at every snapshot, beside it
-    and at random points, snapshot + tail is the fold from the first record."""
+    """Up to 300 plain steps, then steps with tool calls, messages appended twice, deltas,
+    removals, replacements one by one and whole, summaries that trim, updates through the
+    reducer, snapshots by one writer (fed each commit, or reading the log back) and by new
+    ones: at every snapshot, beside it and at random points, snapshot + tail is the fold
+    from the first record."""
     with tempfile.TemporaryDirectory() as directory:
-        asyncio.run(check_points(Path(directory) / "log.db", ops, seed, observe))
+        asyncio.run(check_points(Path(directory) / "log.db", warmup, ops, seed, observe))
 
 
 async def test_a_long_thread_every_step(db: SQLiteEventStore) -> None:
@@ -642,3 +653,41 @@ async def test_a_snapshot_the_class_cannot_hold_is_passed_over_for_the_log(
     assert "does not validate" in caplog.text
     (finding,) = await verify_snapshots(db, T, AgentState)
     assert (finding.kind, finding.problem) == ("unreadable", True)
+
+
+async def test_a_forked_thread_points_into_its_first_record(db: SQLiteEventStore) -> None:
+    source = AgentState(
+        context=[Message.text_message(f"kept {i}", message_id=f"k{i}") for i in range(4)]
+    )
+    thread = Thread(db, observe=True)
+    await thread.append(Forked(source_thread="src", source_seq=9, state=state_data(source)))
+    await steps(thread, 3)
+    snapshot = await thread.snapshot()
+    assert snapshot.context_refs is not None
+    assert snapshot.context_refs[:4] == [1, [0, 1], [0, 2], [0, 3]]  # seq 1, messages 0..3
+    await same_as_the_log(db, snapshot.seq, AgentState)
+    assert await verify_snapshots(db, T) == []
+
+
+@pytest.mark.parametrize("observe", [False, True])
+async def test_a_context_holding_one_message_twice(db: SQLiteEventStore, observe: bool) -> None:
+    """A replacement may list a message twice; an edit then changes the last copy only, and a
+    removal takes both: the references follow the fold exactly."""
+    thread = await started(db, observe=observe)
+    await steps(thread, 4)
+    twice = thread.context[2]
+    await thread.append(messages_replaced([*thread.context, twice, thread.message()]))
+    await thread.snapshot()
+    edited = twice.model_copy(update={"content": [TextBlock(text="edited")]})
+    await thread.append(MessageReplaced(message=to_builtins(edited)))
+    await steps(thread, 1)
+    snapshot = await thread.snapshot()
+    copies = [m for m in thread.context if m.message_id == twice.message_id]
+    assert [m.content[0].text for m in copies] == [twice.content[0].text, "edited"]  # type: ignore[union-attr]
+    await same_as_the_log(db, snapshot.seq, AgentState)
+    await thread.append(MessagesRemoved(message_ids=[twice.message_id]))
+    await steps(thread, 1)
+    last = await thread.snapshot()
+    assert twice.message_id not in {m.message_id for m in thread.context}
+    await same_as_the_log(db, last.seq, AgentState)
+    assert await verify_snapshots(db, T) == []
