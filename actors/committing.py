@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from events import (
+    AgentlogError,
     ConcurrencyError,
     EventRecord,
     InterruptRaised,
@@ -32,7 +33,6 @@ from projections import (
     StreamEvent,
     decide,
     fold_at,
-    snapshot_of,
     to_builtins,
 )
 from projections.fold import (
@@ -47,6 +47,8 @@ from .tools import is_tool_node
 
 if TYPE_CHECKING:
     pass
+from projections.snapshots import SnapshotWriter
+
 from .run import COMMIT_ATTEMPTS, Engine, Run, S, _log
 from .tools import pending_calls
 from .view import node_view
@@ -197,12 +199,27 @@ class Committing(Engine[S]):
         if run.stream is not None:
             await self._publish(run, records)
         every = self.snapshot_every
-        if every and run.fold.seq // every > run.last_snapshot // every:
-            run.last_snapshot = run.fold.seq
-            snapshot = snapshot_of(run.thread_id, run.fold.seq, run.fold.state, hash=run.fold.hash)
-            task = asyncio.ensure_future(self.store.save_snapshot(snapshot))
-            run.background.add(task)
-            task.add_done_callback(partial(_snapshot_done, run.background))
+        if every:
+            if run.snapshots is None:
+                run.snapshots = SnapshotWriter(self.store, run.thread_id)
+            run.snapshots.observe(records)
+            if run.fold.seq // every > run.last_snapshot // every:
+                self._snapshot(run)
+
+    def _snapshot(self, run: Run[S]) -> None:
+        """Snapshot the run's state as it stands, in the background (its references into the
+        log are taken now; the run folds on meanwhile)."""
+        if run.snapshots is None or not run.fold.hash:
+            return
+        run.last_snapshot = run.fold.seq
+        try:
+            saving = run.snapshots.snapshot(run.fold.seq, run.fold.state, hash=run.fold.hash)
+        except AgentlogError as exc:
+            _log.warning("snapshot of %r at seq %d skipped: %s", run.thread_id, run.fold.seq, exc)
+            return
+        task = asyncio.ensure_future(saving)
+        run.background.add(task)
+        task.add_done_callback(partial(_snapshot_done, run.background))
 
     async def _publish(self, run: Run[S], records: list[EventRecord]) -> None:
         assert run.stream is not None
@@ -294,7 +311,7 @@ class Committing(Engine[S]):
         return await fold_at(self.store, thread_id, state_cls=self.graph.state_cls)
 
 
-def _snapshot_done(tasks: set[asyncio.Task[None]], task: asyncio.Task[None]) -> None:
+def _snapshot_done(tasks: set[asyncio.Task[Any]], task: asyncio.Task[Any]) -> None:
     tasks.discard(task)
     if not task.cancelled() and task.exception() is not None:
         _log.warning("snapshot failed: %s", task.exception())

@@ -47,6 +47,7 @@ from projections import (
     state_at_point,
     state_history,
 )
+from projections.snapshots import DEFAULT_SNAPSHOT_EVERY
 
 from .errors import (
     BlockingCallError,
@@ -75,7 +76,7 @@ class CompiledGraph(StepLoop[S]):
         interrupt_before: Sequence[str] = (),
         interrupt_after: Sequence[str] = (),
         recursion_limit: int = DEFAULT_RECURSION_LIMIT,
-        snapshot_every: int | None = 5000,
+        snapshot_every: int | None = DEFAULT_SNAPSHOT_EVERY,
         node_concurrency: Mapping[str, int] | None = None,
         node_timeout: float | None = None,
         node_timeouts: Mapping[str, float | None] | None = None,

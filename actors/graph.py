@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from events import EventStore
 from projections import END, START, AgentState
+from projections.snapshots import DEFAULT_SNAPSHOT_EVERY
 
 from .command import Command as Command  # re-exported: nodes import it from here
 from .compiled import CompiledGraph
@@ -261,7 +262,7 @@ class StateGraph(Generic[S]):
         interrupt_after: Sequence[str] = (),
         recursion_limit: int = 25,
         *,
-        snapshot_every: int | None = 5000,
+        snapshot_every: int | None = DEFAULT_SNAPSHOT_EVERY,
         node_concurrency: Mapping[str, int] | None = None,
         node_timeout: float | None = None,
         node_timeouts: Mapping[str, float | None] | None = None,

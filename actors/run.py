@@ -19,6 +19,7 @@ from projections import (
     AgentState,
     Fold,
 )
+from projections.snapshots import SnapshotWriter
 
 from .errors import (
     GraphError,
@@ -50,7 +51,10 @@ class Run(Generic[S]):
     idle: bool = False
     cut_short: bool = False
     last_snapshot: int = 0
-    background: set[asyncio.Task[None]] = field(default_factory=set)
+    snapshots: SnapshotWriter | None = None
+    """Follows the context as commits land, so a snapshot references the log (see
+    `projections.snapshots`)."""
+    background: set[asyncio.Task[Any]] = field(default_factory=set)
     actors: dict[str, NodeActor] = field(default_factory=dict)
     claim: Claim | None = None
     in_flight: InFlight = field(default_factory=InFlight)

@@ -90,6 +90,10 @@ from .stream import END_OF_STREAM, RunStream
 from .tools import pending_calls, rejected_message, tool_message
 from .view import node_view
 
+SNAPSHOT_AT_REST = 64
+"""A run that comes to rest this many records or more after its last snapshot takes one
+(a fresh process then loads the thread from it instead of folding from the start)."""
+
 
 class StepLoop(Committing[S]):
     """The run loop of the engine."""
@@ -111,6 +115,8 @@ class StepLoop(Committing[S]):
                 await self._commit(run, opening, actor=str(config.get("user", "user")))
             if not run.idle:
                 await self._steps(run)
+                if run.fold.seq - run.last_snapshot >= SNAPSHOT_AT_REST:
+                    self._snapshot(run)  # the next load of the thread starts from here
             if stream is not None:
                 await stream.tell(
                     StreamChunk(

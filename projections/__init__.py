@@ -51,6 +51,13 @@ from .reducers import (
     replace_messages,
     replace_value,
 )
+from .snapshots import (
+    DEFAULT_SNAPSHOT_EVERY,
+    SnapshotFinding,
+    SnapshotWriter,
+    verify_snapshots,
+    write_snapshot,
+)
 from .state import END, START, AgentState, ExecutionState, ExecutionStatus, StopRequestStatus
 from .stream import StreamChunk, StreamEvent
 from .timetravel import (
@@ -73,6 +80,7 @@ from .transcript import check_pairs, context_events, open_calls, unpaired_result
 from .views import PointOutOfRangeError, fold_at, snapshot_of, state_at, take_snapshot
 
 __all__ = [
+    "DEFAULT_SNAPSHOT_EVERY",
     "END",
     "REMOVE_ALL_MESSAGES",
     "START",
@@ -101,6 +109,8 @@ __all__ = [
     "ReasoningBlock",
     "RemoteToolCallBlock",
     "RemoveMessage",
+    "SnapshotFinding",
+    "SnapshotWriter",
     "StateDiff",
     "StateMethodError",
     "StepEntry",
@@ -148,4 +158,6 @@ __all__ = [
     "to_messages",
     "unpaired_results",
     "update_state",
+    "verify_snapshots",
+    "write_snapshot",
 ]
