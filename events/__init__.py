@@ -1,4 +1,5 @@
-"""The log: typed events, the record envelope, the codec and the stores.
+"""The log: typed events, the record envelope, the codec and the stores (`open_store`
+turns a path or URL into one; `events.testing` holds the suite every store must pass).
 
 This package knows nothing of agents: it stores and chains events, and reads them back.
 """
@@ -54,6 +55,7 @@ from .memory import MemoryEventStore
 from .record import EventRecord, Snapshot, VerifyReport
 from .sqlite import SQLiteEventStore
 from .store import BaseEventStore, Claim, EventStore
+from .urls import StoreNotFoundError, StoreURLError, UnsupportedBackendError, open_store
 
 __all__ = [
     "EVENT_TYPES",
@@ -99,6 +101,8 @@ __all__ = [
     "Stopped",
     "StoreClosedError",
     "StoreError",
+    "StoreNotFoundError",
+    "StoreURLError",
     "StoreUnavailableError",
     "ThreadBusyError",
     "ThreadNotFoundError",
@@ -106,10 +110,12 @@ __all__ = [
     "ToolCallStarted",
     "UnknownEventKindError",
     "UnstorableValueError",
+    "UnsupportedBackendError",
     "VerifyReport",
     "export_jsonl",
     "head",
     "kind_of",
+    "open_store",
     "register_upcaster",
     "unregister_upcaster",
     "verify_store",

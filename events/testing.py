@@ -1,53 +1,138 @@
-"""The contract every `EventStore` must keep: subclass `StoreConformance` and give `store`.
+"""The contract every `EventStore` keeps, as a pytest suite any backend can run.
 
-One suite, every backend: a new store is proven by inheritance.
+A new store is proven by inheritance: subclass `StoreConformance` in a test module, give it
+an async `store` fixture yielding a fresh, empty store, and a `forge_holder` that writes a
+claim as another process would (the built-in stores have theirs here)::
+
+    import pytest
+    from events.testing import StoreConformance
+
+    class TestMyStore(StoreConformance):
+        @pytest.fixture
+        async def store(self, tmp_path):
+            async with MyEventStore(tmp_path / "log") as store:
+                yield store
+
+        async def forge_holder(self, store, thread_id, holder):
+            await store.put_claim_row(thread_id, holder)  # however MyEventStore keeps claims
+
+The suite needs pytest and pytest-asyncio (`pip install agentlog[testing]`), with
+`asyncio_mode = "auto"` or the fixture declared with `pytest_asyncio.fixture`; `import events`
+needs neither, and nothing in the package imports this module.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import io
+import itertools
 import os
 import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
-from events import (
-    GENESIS_HASH,
+from . import verify_export
+from .audit import export_jsonl, head, verify_store, verify_thread
+from .claims import HOST, Claim, Holder, process_marker
+from .codec import GENESIS_HASH
+from .errors import (
+    AgentlogError,
+    ChainBrokenError,
     ClaimLostError,
     ConcurrencyError,
-    EventStore,
-    InterruptRaised,
     InvalidAppendError,
-    MemoryEventStore,
-    NodeEntered,
-    Resumed,
-    RunCompleted,
-    Snapshot,
-    SQLiteEventStore,
-    StepAdvanced,
-    StopRequested,
     StoreClosedError,
     ThreadBusyError,
     ThreadNotFoundError,
     UnknownEventKindError,
 )
-from events.claims import HOST, Claim, Holder, process_marker
+from .kinds import (
+    Event,
+    InterruptRaised,
+    MessageAppended,
+    MessagesReplaced,
+    NodeEntered,
+    Resumed,
+    RunCompleted,
+    StepAdvanced,
+    StopRequested,
+)
+from .memory import MemoryEventStore
+from .record import EventRecord, Snapshot
+from .sqlite import SQLiteEventStore
+from .store import CorruptSnapshotError, EventStore, encode_context_refs
 
-from .helpers import step_events, text_event
+__all__ = ["StoreConformance", "step_events", "text_event", "text_message"]
+
+_ids = itertools.count(1)
+
+
+def text_message(text: str, role: str = "user", message_id: str | None = None) -> dict[str, Any]:
+    """A message as the log stores it (builtins): one text block."""
+    return {
+        "message_id": message_id or f"msg-{next(_ids)}",
+        "role": role,
+        "content": [{"type": "text", "text": text}],
+    }
+
+
+def text_event(text: str, message_id: str | None = None) -> MessageAppended:
+    """A message_appended event of a user text."""
+    return MessageAppended(message=text_message(text, message_id=message_id))
+
+
+def step_events(step: int, text: str = "hello", role: str = "assistant") -> list[Event]:
+    """The events of one ordinary agent step: a node entered, its reply, the step's end."""
+    return [
+        NodeEntered(node="agent"),
+        MessageAppended(message=text_message(f"{text} {step}", role=role)),
+        StepAdvanced(step=step, next_node="agent"),
+    ]
 
 
 class StoreConformance:
-    """Behaviour shared by all stores. Subclasses provide an async `store` fixture."""
+    """Behaviour shared by all stores. Subclasses provide an async `store` fixture (a fresh,
+    empty store each test) and, for a backend other than the built-in ones, `forge_holder`."""
+
+    pytestmark = pytest.mark.asyncio
 
     @pytest.fixture
     async def store(self) -> AsyncIterator[EventStore]:  # pragma: no cover - overridden
-        raise NotImplementedError
+        raise NotImplementedError("a StoreConformance subclass provides the `store` fixture")
         yield
+
+    async def forge_holder(self, store: EventStore, thread_id: str, holder: Holder) -> None:
+        """Put `holder` in the store as the thread's claim, as another process would have.
+
+        The claim tests need it to stage owners that are dead, remote or usurping; a new
+        backend overrides it with a direct write to wherever it keeps claims.
+        """
+        if isinstance(store, SQLiteEventStore):
+            await store.open()
+            conn = sqlite3.connect(store.path, timeout=10)
+            with conn:
+                conn.execute(
+                    "INSERT OR REPLACE INTO claims (thread_id, token, host, pid, started, "
+                    "heartbeat_at, lease, purpose) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        thread_id, holder.token, holder.host, holder.pid, holder.started,
+                        holder.heartbeat_at, holder.lease, holder.purpose,
+                    ),
+                )  # fmt: skip
+            conn.close()
+        elif isinstance(store, MemoryEventStore):
+            store._claims[thread_id] = holder
+        else:
+            pytest.fail(
+                f"{type(store).__name__} has no way to stage a claim: override "
+                "StoreConformance.forge_holder to write `holder` as the thread's claim"
+            )
 
     async def test_is_an_event_store(self, store: EventStore) -> None:
         assert isinstance(store, EventStore)
@@ -76,7 +161,8 @@ class StoreConformance:
             await store.append("long", [StepAdvanced(step=step)], expected_seq=step - 1)
         seqs = [r.seq async for r in store.read("long")]
         assert seqs == list(range(1, 1501))
-        assert [r.event.step async for r in store.read("long", 1000, 1002)] == [1000, 1001, 1002]  # type: ignore[union-attr]
+        middle = [r.event async for r in store.read("long", 1000, 1002)]
+        assert middle == [StepAdvanced(step=step) for step in (1000, 1001, 1002)]
 
     async def test_positions_follow_commit_order_across_threads(self, store: EventStore) -> None:
         await store.append("a", [NodeEntered(node="x")], expected_seq=0)
@@ -186,7 +272,8 @@ class StoreConformance:
             "t", [InterruptRaised(node="n", reason="r", data={"pair": (1, 2)})], expected_seq=0
         )
         [read] = [r async for r in store.read("t")]
-        assert written == read and read.event.data == {"pair": [1, 2]}  # type: ignore[union-attr]
+        assert written == read
+        assert read.event == InterruptRaised(node="n", reason="r", data={"pair": [1, 2]})
 
     async def test_names_must_be_valid_text(self, store: EventStore) -> None:
         with pytest.raises(InvalidAppendError, match="UTF-8"):
@@ -260,28 +347,149 @@ class StoreConformance:
         with pytest.raises(StoreClosedError):
             await store.last_seq("t")
 
-    # ---- claims: one owner per thread ------------------------------------------------------
+    async def test_leaving_its_context_closes_the_store(self, store: EventStore) -> None:
+        await store.append("t", [NodeEntered(node="n")], expected_seq=0)
+        async with store as entered:
+            assert entered is store
+            assert await store.threads() == ["t"]
+        with pytest.raises(StoreClosedError):
+            await store.threads()
+        with pytest.raises(StoreClosedError):
+            [r async for r in store.read("t")]
+        await store.close()  # closing again is harmless
 
-    @staticmethod
-    async def _forge_holder(store: EventStore, thread_id: str, holder: Holder) -> None:
-        """Put `holder` in the store as the thread's claim, as another process would have."""
-        if isinstance(store, SQLiteEventStore):
-            await store.open()
-            conn = sqlite3.connect(store.path, timeout=10)
-            with conn:
-                conn.execute(
-                    "INSERT OR REPLACE INTO claims (thread_id, token, host, pid, started, "
-                    "heartbeat_at, lease, purpose) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        thread_id, holder.token, holder.host, holder.pid, holder.started,
-                        holder.heartbeat_at, holder.lease, holder.purpose,
-                    ),
-                )  # fmt: skip
-            conn.close()
-        elif isinstance(store, MemoryEventStore):
-            store._claims[thread_id] = holder
-        else:  # pragma: no cover - a new backend adds its own way here
-            pytest.skip(f"no way to forge a claim in {type(store).__name__} yet")
+    async def test_threads_are_listed_in_order_of_creation(self, store: EventStore) -> None:
+        assert await store.threads() == []
+        for thread_id in ("zeta", "alpha", "mid"):
+            await store.append(thread_id, [NodeEntered(node="n")], expected_seq=0)
+        await store.append("alpha", [NodeEntered(node="n")], expected_seq=1)
+        assert await store.threads() == ["zeta", "alpha", "mid"]
+
+    async def test_read_after_a_snapshot_checks_the_hash_it_names(self, store: EventStore) -> None:
+        await store.append("t", step_events(1), expected_seq=0)
+        written = await store.append("t", step_events(2), expected_seq=3)
+        [third] = [r async for r in store.read("t", 3, 3)]
+        anchor = bytes.fromhex(third.hash)
+        read = [r async for r in store.read("t", 4, after_hash=anchor)]
+        assert read == written
+        # Nothing after the anchor yet is no error: the snapshot is the thread's latest state.
+        assert [
+            r async for r in store.read("t", 7, after_hash=bytes.fromhex(written[-1].hash))
+        ] == []
+        with pytest.raises(ChainBrokenError, match="snapshot") as info:
+            [r async for r in store.read("t", 4, after_hash=b"\x00" * 32)]
+        assert info.value.seq == 3
+
+    async def test_snapshot_seqs_list_each_snapshot_once(self, store: EventStore) -> None:
+        assert await store.snapshot_seqs("t") == []
+        for seq in (6, 0, 3, 6):
+            await store.save_snapshot(Snapshot(thread_id="t", seq=seq, state={"at": seq}))
+        await store.save_snapshot(Snapshot(thread_id="u", seq=1, state={}))
+        assert await store.snapshot_seqs("t") == [0, 3, 6]
+        assert await store.snapshot_seqs("u") == [1]
+        at0 = await store.load_snapshot("t", max_seq=2)
+        assert at0 is not None and at0.seq == 0 and at0.state == {"at": 0}
+        with pytest.raises(InvalidAppendError, match="snapshot seq"):
+            await store.save_snapshot(Snapshot(thread_id="t", seq=-1, state={}))
+        assert await store.snapshot_seqs("t") == [0, 3, 6]
+
+    async def test_a_snapshot_keeps_its_type_time_and_hash(self, store: EventStore) -> None:
+        [record] = await store.append("t", [NodeEntered(node="n")], expected_seq=0)
+        saved = Snapshot(
+            thread_id="t", seq=1, state={"k": [1, "two", None, 3.5, {"x": True}]},
+            state_type="my.State", at=1234.5, hash=record.hash,
+        )  # fmt: skip
+        await store.save_snapshot(saved)
+        assert await store.load_snapshot("t") == saved
+        with pytest.raises(InvalidAppendError, match="64 hex digits"):
+            await store.save_snapshot(Snapshot(thread_id="t", seq=1, state={}, hash="beef"))
+
+    async def test_a_referencing_snapshot_reads_its_context_from_the_log(
+        self, store: EventStore
+    ) -> None:
+        first, second, kept = (text_message(t) for t in ("first", "second", "kept"))
+        inline = text_message("held only by the snapshot")
+        records = await store.append(
+            "t",
+            [
+                MessageAppended(message=first),
+                NodeEntered(node="agent"),
+                MessageAppended(message=second),
+                MessagesReplaced(messages=[second, kept]),
+            ],
+            expected_seq=0,
+        )
+        refs = encode_context_refs([(1, 0), (4, 1), inline, (3, 0)])
+        snapshot = Snapshot(
+            thread_id="t", seq=4, state={"step": 2}, hash=records[3].hash, context_refs=refs
+        )
+        await store.save_snapshot(snapshot)
+        loaded = await store.load_snapshot("t")
+        assert loaded is not None and loaded.seq == 4 and loaded.hash == records[3].hash
+        assert loaded.state == {"step": 2, "context": [first, kept, inline, second]}
+        bare = await store.load_snapshot("t", resolve=False)
+        assert bare is not None and bare.state == {"step": 2} and bare.context_refs == refs
+        assert await store.load_snapshot("t", max_seq=3) is None
+
+        # A reference to a record that carries no message is damage, reported as such.
+        wrong = Snapshot(
+            thread_id="t", seq=4, state={}, hash=records[3].hash,
+            context_refs=encode_context_refs([(2, 0)]),
+        )  # fmt: skip
+        await store.save_snapshot(wrong)
+        with pytest.raises(CorruptSnapshotError, match="seq 2"):
+            await store.load_snapshot("t")
+        unresolved = await store.load_snapshot("t", resolve=False)
+        assert unresolved is not None and unresolved.state == {}
+
+    async def test_a_referencing_snapshot_is_checked_before_it_is_stored(
+        self, store: EventStore
+    ) -> None:
+        records = await store.append("t", [text_event("a"), text_event("b")], expected_seq=0)
+        for refs, why in (([5], "outside records"), (["x"], "not a reference"), ({}, "list")):
+            bad = Snapshot(
+                thread_id="t", seq=2, state={}, hash=records[1].hash,
+                context_refs=refs,  # type: ignore[arg-type]
+            )  # fmt: skip
+            with pytest.raises(InvalidAppendError, match=why):
+                await store.save_snapshot(bad)
+        with pytest.raises(InvalidAppendError, match="hash"):  # a reference needs an anchor
+            await store.save_snapshot(Snapshot(thread_id="t", seq=2, state={}, context_refs=[1]))
+        assert await store.snapshot_seqs("t") == []
+
+    # ---- audit: heads, whole-store checks, exports -----------------------------------------
+
+    async def test_heads_and_whole_store_verification(self, store: EventStore) -> None:
+        await store.append("t", step_events(1), expected_seq=0)
+        await store.append("u", [NodeEntered(node="n")], expected_seq=0)
+        saved = await head(store, "t")
+        assert saved.seq == 3 and saved.hash == (await store.verify("t")).head_hash
+        assert (await verify_thread(store, "t", head=saved)).ok
+        await store.append("t", step_events(2), expected_seq=3)
+        assert (await verify_thread(store, "t", head=saved)).ok  # later appends are no damage
+        reports = await verify_store(store)
+        assert [(r.thread_id, r.ok, r.records_checked) for r in reports] == [
+            ("t", True, 6),
+            ("u", True, 1),
+        ]
+        with pytest.raises(ThreadNotFoundError):
+            await head(store, "missing")
+
+    async def test_an_export_verifies_on_its_own(self, store: EventStore) -> None:
+        await store.append("t", step_events(1), expected_seq=0, run_id="r", actor="a")
+        await store.append("u", [NodeEntered(node="elsewhere")], expected_seq=0)
+        await store.append("t", [text_event("héllo ✓"), RunCompleted()], expected_seq=3)
+        out = io.StringIO()
+        exported = await export_jsonl(store, "t", out)
+        assert exported == await head(store, "t") and exported.seq == 5
+        lines = out.getvalue().splitlines()
+        assert len(lines) == 5
+        verdict = verify_export.verify(lines, (exported.thread_id, exported.seq, exported.hash))
+        assert verdict.startswith("ok: 5 records")
+        with pytest.raises(verify_export.Bad):  # the verifier is no rubber stamp
+            verify_export.verify(lines[:2] + lines[3:], None)
+
+    # ---- claims: one owner per thread ------------------------------------------------------
 
     @staticmethod
     def _dead_pid() -> int:
@@ -310,11 +518,11 @@ class StoreConformance:
         results = await asyncio.gather(
             *(store.claim("t", purpose=f"c{i}") for i in range(8)), return_exceptions=True
         )
-        winners = [r for r in results if not isinstance(r, BaseException)]
+        winners = [r for r in results if isinstance(r, Claim)]
         assert len(winners) == 1
         assert all(isinstance(r, ThreadBusyError) for r in results if r not in winners)
         holder = await store.holder("t")
-        assert holder is not None and holder.token == winners[0].token  # type: ignore[union-attr]
+        assert holder is not None and holder.token == winners[0].token
 
     async def test_release_frees_the_thread_and_only_its_own_claim(self, store: EventStore) -> None:
         first = await store.claim("t")
@@ -356,7 +564,7 @@ class StoreConformance:
         # Another process judged this owner dead and took the thread over.
         usurper = Holder("other-token", HOST, os.getpid(), process_marker(os.getpid()),
                          time.time(), 30.0, "a takeover")  # fmt: skip
-        await self._forge_holder(store, "t", usurper)
+        await self.forge_holder(store, "t", usurper)
         with pytest.raises(ClaimLostError):
             await store.append("t", step_events(2), expected_seq=3, claim=mine)
         with pytest.raises(ClaimLostError):  # even a stop request under a lost claim
@@ -410,7 +618,7 @@ class StoreConformance:
     ) -> None:
         dead = self._dead_pid()
         gone = Holder("dead-token", HOST, dead, "12345", time.time(), 3600.0, "a crashed run")
-        await self._forge_holder(store, "t", gone)
+        await self.forge_holder(store, "t", gone)
         holder = await store.holder("t")
         assert holder is not None and not holder.alive(time.time())
         # Fresh heartbeat, an hour of lease: still dead, because its process is gone.
@@ -425,7 +633,7 @@ class StoreConformance:
         """A live pid whose start time differs is another process: the owner is gone."""
         reused = Holder("old-token", HOST, os.getpid(), "not-my-start-time", time.time(),
                         3600.0, "a run before a reboot")  # fmt: skip
-        await self._forge_holder(store, "t", reused)
+        await self.forge_holder(store, "t", reused)
         claim = await store.claim("t")
         assert (await store.holder("t")).token == claim.token  # type: ignore[union-attr]
 
@@ -435,7 +643,7 @@ class StoreConformance:
         now = time.time()
         # A pid that is alive here, to show that on another host only the heartbeat counts.
         fresh = Holder("far-token", "farhost/boot-1", os.getpid(), "1", now, 30.0, "far run")
-        await self._forge_holder(store, "t", fresh)
+        await self.forge_holder(store, "t", fresh)
         with pytest.raises(ThreadBusyError) as info:
             await store.claim("t")
         message = str(info.value)
@@ -444,13 +652,13 @@ class StoreConformance:
             await store.append("t", step_events(1), expected_seq=0)
 
         stale = Holder("far-token", "farhost/boot-1", 1, "1", now - 31.0, 30.0, "far run")
-        await self._forge_holder(store, "t", stale)
+        await self.forge_holder(store, "t", stale)
         claim = await store.claim("t")
         assert (await store.holder("t")).token == claim.token  # type: ignore[union-attr]
         await store.release(claim)
 
         short = Holder("short-token", "farhost/boot-1", 1, "1", time.time(), 0.3, "short lease")
-        await self._forge_holder(store, "u", short)
+        await self.forge_holder(store, "u", short)
         with pytest.raises(ThreadBusyError):
             await store.claim("u")
         await asyncio.sleep(0.4)  # its host stopped beating: the lease runs out
@@ -463,15 +671,13 @@ class StoreConformance:
         assert await store.threads() == []
 
     async def test_a_bad_lease_is_a_typed_error(self, store: EventStore) -> None:
-        from events import AgentlogError
-
         for lease in (0, -1.0, float("nan"), True, "30"):
             with pytest.raises(AgentlogError, match="lease"):
                 await store.claim("t", lease=lease)  # type: ignore[arg-type]
         assert await store.holder("t") is None
 
 
-def store_range(records: list, first: int, last: int) -> list:  # type: ignore[type-arg]
+def store_range(records: list[EventRecord], first: int, last: int) -> list[EventRecord]:
     """Records with first <= seq <= last."""
     return [r for r in records if first <= r.seq <= last]
 

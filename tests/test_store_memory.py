@@ -7,8 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from events import EventStore, MemoryEventStore
-
-from .conformance import StoreConformance
+from events.testing import StoreConformance
 
 
 class TestMemoryStore(StoreConformance):

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from events import EventStore, NodeEntered, SQLiteEventStore
+from events.testing import StoreConformance
 
-from .conformance import StoreConformance
 from .helpers import step_events
 
 

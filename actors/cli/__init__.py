@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import stat
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -38,6 +36,7 @@ from events import (
     AgentlogError,
     Event,
     EventRecord,
+    EventStore,
     Forked,
     InterruptRaised,
     NodeEntered,
@@ -45,14 +44,14 @@ from events import (
     RunCompleted,
     RunFailed,
     RunStarted,
-    SQLiteEventStore,
     StepAdvanced,
     Stopped,
     StopRequested,
+    StoreNotFoundError,
     VerifyReport,
+    open_store,
 )
 from events.audit import Head, export_jsonl, verify_store, verify_thread
-from events.sqlite import APPLICATION_ID, SQLITE_MAGIC
 
 from . import render
 
@@ -90,7 +89,14 @@ _json_errors = False
 
 T = TypeVar("T")
 
-Db = Annotated[str, typer.Option("--db", help="The agentlog database (a SQLite file).")]
+Db = Annotated[
+    str,
+    typer.Option(
+        "--db",
+        help="The agentlog database: a SQLite file's path, or a URL "
+        "(sqlite:///relative.db, sqlite:////absolute.db).",
+    ),
+]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
 Thread = Annotated[
     str, typer.Argument(metavar="THREAD", help="The thread id (see `agentlog threads`).")
@@ -179,50 +185,27 @@ def main_callback(
 # ---- opening a store, running a job ---------------------------------------------------------
 
 
-def _check_database(db: str) -> None:
-    """Refuse what is not an existing agentlog database before SQLite opens it.
-
-    SQLite would create a missing file, and the store would set up an empty one: a command
-    that only reads must do neither.
-    """
-    untouched = "it was left untouched"
-    if not os.path.exists(db):
-        raise CliError(
-            f"no database at {db}: nothing was created; pass --db PATH of an existing log"
-        )
-    if os.path.isdir(db):
-        raise CliError(f"{db} is a directory, not an agentlog database; {untouched}")
-    if not stat.S_ISREG(os.stat(db).st_mode):  # a FIFO or device would block the open below
-        raise CliError(
-            f"{db} is not a regular file (a pipe, socket or device), not an agentlog database; "
-            f"{untouched}"
-        )
-    try:
-        with open(db, "rb") as f:
-            header = f.read(100)
-    except OSError as exc:
-        raise CliError(f"cannot read {db}: {exc.strerror}") from None
-    if not header:
-        raise CliError(f"{db} is an empty file, not an agentlog database; {untouched}")
-    if not header.startswith(SQLITE_MAGIC) or len(header) < 72:
-        raise CliError(f"{db} is not an agentlog database (not a SQLite file); {untouched}")
-    if int.from_bytes(header[68:72], "big") != APPLICATION_ID:
-        raise CliError(
-            f"{db} is not an agentlog database (a SQLite file without agentlog's mark); {untouched}"
-        )
-
-
 @asynccontextmanager
-async def _open(db: str, *, writes: bool = False) -> AsyncIterator[SQLiteEventStore]:
-    """The store, read-only unless the command writes: reading never creates or changes a
-    file, so an archived copy in a read-only place can be read and verified."""
-    _check_database(db)
-    async with SQLiteEventStore(db, readonly=not writes) as store:
+async def _open(db: str, *, writes: bool = False) -> AsyncIterator[EventStore]:
+    """The existing store `--db` names (a path or a URL), read-only unless the command writes.
+
+    Nothing is created or set up: a missing file, a directory, a pipe or another program's
+    file is refused before it is opened, and reading never changes a file, so an archived
+    copy in a read-only place can be read and verified.
+    """
+    try:
+        store = open_store(db, readonly=not writes, create=False)
+    except StoreNotFoundError:
+        raise CliError(
+            f"no database at {db}: nothing was created; pass --db PATH (or a sqlite:/// URL) "
+            "of an existing log"
+        ) from None
+    async with store:
         yield store
 
 
 def _run(
-    job: Callable[[SQLiteEventStore], Awaitable[T]],
+    job: Callable[[EventStore], Awaitable[T]],
     db: str,
     thread_id: str | None = None,
     *,
@@ -250,7 +233,7 @@ def _one_point(step: int | None, seq: int | None) -> None:
         raise typer.BadParameter("name the point with --step or with --seq, not both")
 
 
-async def _first_step(store: SQLiteEventStore, thread_id: str) -> int:
+async def _first_step(store: EventStore, thread_id: str) -> int:
     """The step a thread starts from: 0, or its source's step when it is a fork."""
     async for record in store.read(thread_id, 1, 1):
         if isinstance(record.event, Forked):
@@ -259,7 +242,7 @@ async def _first_step(store: SQLiteEventStore, thread_id: str) -> int:
     return 0
 
 
-async def _from_end(store: SQLiteEventStore, thread_id: str, point: int, by: str) -> int:
+async def _from_end(store: EventStore, thread_id: str, point: int, by: str) -> int:
     """`point` itself, or for a negative one the step or seq it counts back to (-1: last)."""
     if point >= 0:
         return point
@@ -277,7 +260,7 @@ async def _from_end(store: SQLiteEventStore, thread_id: str, point: int, by: str
     return resolved
 
 
-async def _point(store: SQLiteEventStore, thread_id: str, step: int | None, seq: int | None) -> int:
+async def _point(store: EventStore, thread_id: str, step: int | None, seq: int | None) -> int:
     """The seq a --step or --seq names; the thread's last seq when neither is given."""
     from projections import step_seq
 
@@ -303,7 +286,7 @@ def _print(renderable: RenderableType) -> None:
 def threads_command(db: Db = "agentlog.db", as_json: AsJson = False) -> None:
     """List the threads with their status, step, records and last activity."""
 
-    async def job(store: SQLiteEventStore) -> list[render.ThreadInfo]:
+    async def job(store: EventStore) -> list[render.ThreadInfo]:
         ids = await store.threads()
         infos: list[render.ThreadInfo] = []
         with render.progress(errors, "reading threads") as update:
@@ -384,7 +367,7 @@ class Lifecycle:
         self.status, self.stop, self.step, self.node = status, stop, step, node
 
 
-async def _thread_info(store: SQLiteEventStore, thread_id: str) -> render.ThreadInfo:
+async def _thread_info(store: EventStore, thread_id: str) -> render.ThreadInfo:
     """The thread's line: its lifecycle folded from the whole log (each link checked)."""
     records, at, run = 0, 0.0, Lifecycle()
     try:
@@ -452,7 +435,7 @@ def show_command(
 
     _one_point(step, seq)
 
-    async def job(store: SQLiteEventStore) -> tuple[OpenState, int | None, list[EventRow]]:
+    async def job(store: EventStore) -> tuple[OpenState, int | None, list[EventRow]]:
         if step is None:
             (point,) = await open_states(store, thread, [await _point(store, thread, None, seq)])
             return point, None, []
@@ -494,7 +477,7 @@ def diff_command(
     from projections.generic import open_states
     from projections.timetravel import compare_states
 
-    async def job(store: SQLiteEventStore) -> tuple[StateDiff, tuple[OpenState, OpenState]]:
+    async def job(store: EventStore) -> tuple[StateDiff, tuple[OpenState, OpenState]]:
         seqs = []
         for p in (a, b):
             point = await _from_end(store, thread, p, by.value)
@@ -530,7 +513,7 @@ def fork_command(
     if to == "":
         raise typer.BadParameter("the new thread id is empty", param_hint="--to")
 
-    async def job(store: SQLiteEventStore) -> tuple[int, str]:
+    async def job(store: EventStore) -> tuple[int, str]:
         point = await _point(store, thread, step, seq)
         if to is not None and await store.last_seq(to):
             raise CliError(f"thread {to!r} already exists in {db}: pick a new id with --to")
@@ -596,7 +579,7 @@ def verify_command(
             _fail(f"--head is a head of thread {saved.thread_id!r}, not of {thread!r}")
         thread = saved.thread_id
 
-    async def job(store: SQLiteEventStore) -> tuple[list[VerifyReport], list[ThreadFindings]]:
+    async def job(store: EventStore) -> tuple[list[VerifyReport], list[ThreadFindings]]:
         if thread is not None:
             reports = [await verify_thread(store, thread, head=saved)]
         else:
@@ -634,7 +617,7 @@ def verify_command(
         raise typer.Exit(INVARIANT_EXIT)
 
 
-async def _export(store: SQLiteEventStore, thread: str, out: Path | None, overwrite: bool) -> Head:
+async def _export(store: EventStore, thread: str, out: Path | None, overwrite: bool) -> Head:
     with render.progress(errors, f"exporting {render.inert(thread)}") as update:
         target: IO[str] | Path = sys.stdout if out is None else out
         return await export_jsonl(store, thread, target, progress=update, overwrite=overwrite)
@@ -673,7 +656,10 @@ def export_command(
 
 @app.command()
 def demo(
-    db: Annotated[str, typer.Option(help="The SQLite database to write.")] = "agentlog.db",
+    db: Annotated[
+        str,
+        typer.Option(help="The database to write: a SQLite file's path, or a sqlite:/// URL."),
+    ] = "agentlog.db",
     as_json: AsJson = False,
 ) -> None:
     """Run the scripted support agent: a lookup, a refund a human approves, an answer."""
@@ -704,7 +690,7 @@ def demo(
         return True
 
     async def main() -> tuple[list[EventRecord], AgentState, VerifyReport]:
-        async with SQLiteEventStore(db) as store:
+        async with open_store(db) as store:
             return await run_demo(store, show, approve)
 
     try:
