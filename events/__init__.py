@@ -54,7 +54,7 @@ from .kinds import (
 from .memory import MemoryEventStore
 from .record import EventRecord, Snapshot, VerifyReport
 from .sqlite import SQLiteEventStore
-from .store import BaseEventStore, Claim, EventStore
+from .store import BaseEventStore, Claim, CorruptSnapshotError, EventStore
 from .urls import StoreNotFoundError, StoreURLError, UnsupportedBackendError, open_store
 
 __all__ = [
@@ -71,6 +71,7 @@ __all__ = [
     "ContextSummarized",
     "CorruptDatabaseError",
     "CorruptRecordError",
+    "CorruptSnapshotError",
     "Event",
     "EventRecord",
     "EventStore",

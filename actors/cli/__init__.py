@@ -550,10 +550,21 @@ def verify_command(
             help="A head saved earlier, THREAD@SEQ:HASH: the log must still hold that record.",
         ),
     ] = None,
+    snapshots: Annotated[
+        bool | None,
+        typer.Option(
+            "--snapshots/--no-snapshots",
+            help="Replay each intact thread and compare every stored snapshot with the log "
+            "(default: on for one thread, off for all).",
+        ),
+    ] = None,
     db: Db = "agentlog.db",
     as_json: AsJson = False,
 ) -> None:
     """Recompute the hash chains (of one thread, or all), then check the tool-call invariants.
+
+    With --snapshots, every snapshot is compared with the state the log folds to at its
+    seq: a snapshot that differs was forged or damaged, and counts as damage (exit 1).
 
     A completed run must leave no tool call without its result; a result answers one call.
 
@@ -561,13 +572,18 @@ def verify_command(
 
     Exit status 0: every chain is intact and no invariant is broken.
 
-    Exit status 1: a chain is damaged (whatever the invariants), or the check could not run.
+    Exit status 1: a chain or a snapshot is damaged (whatever the invariants), or the check
+    could not run.
 
     Exit status 2: a usage error.
 
     Exit status 3: every chain is intact but a thread breaks an invariant (see its lines).
     """
     from projections.invariants import thread_findings
+    from projections.snapshots import SnapshotFinding, verify_snapshots
+
+    compare = snapshots if snapshots is not None else thread is not None
+    found: list[SnapshotFinding] = []
 
     saved: Head | None = None
     if head is not None:
@@ -591,20 +607,44 @@ def verify_command(
             for thread_id in intact:
                 checked.append(await thread_findings(store, thread_id))
                 update(len(checked), len(intact))
+        if compare:
+            with render.progress(errors, "comparing snapshots with the log") as update:
+                for done, thread_id in enumerate(intact, 1):
+                    found.extend(await verify_snapshots(store, thread_id))
+                    update(done, len(intact))
         return reports, checked
 
     reports, checked = _run(job, db, thread)
+    bad_snapshots = [f for f in found if f.problem]
     if as_json:
-        _echo_json(render.verify_json(reports, checked))
+        data = render.verify_json(reports, checked)
+        if compare:
+            data["snapshots"] = {
+                "ok": not bad_snapshots,
+                "findings": [
+                    {"thread_id": f.thread_id, "seq": f.seq, "kind": f.kind,
+                     "message": f.message, "path": f.path}
+                    for f in found
+                ],
+            }  # fmt: skip
+        _echo_json(data)
     else:
         _print(render.verify_table(reports))
         _print(render.invariants_view(reports, checked))
+        if compare:
+            _print(render.snapshot_lines(found))
     failed = [r for r in reports if not r.ok]
     if failed:
         first = failed[0]
         _fail(
             f"{len(failed)} of {len(reports)} threads failed verification; thread "
             f"{first.thread_id!r}, seq {first.first_bad_seq}: {first.problem}"
+        )
+    if bad_snapshots:
+        wrong = bad_snapshots[0]
+        _fail(
+            f"{len(bad_snapshots)} snapshot(s) differ from the log; thread "
+            f"{wrong.thread_id!r}, snapshot at seq {wrong.seq}: {wrong.message}"
         )
     broken = [c for c in checked if not c.ok]
     if broken:

@@ -752,3 +752,23 @@ def demo_view(
     else:
         verified.append(inert(report.problem or ""), style="red")
     return Group(table, replayed, verified)
+
+
+def snapshot_lines(findings: Sequence[Any]) -> RenderableType:
+    """One line per snapshot finding (inert: its values come from the file), or that all
+    snapshots agree with the log."""
+    if not any(f.problem for f in findings):
+        informative = [f for f in findings if not f.problem]
+        lines = [Text("snapshots: every stored snapshot agrees with the log")]
+        lines += [Text(f"snapshot note [{f.kind}]: {inert(str(f))}") for f in informative]
+        return Group(*lines)
+    return Group(
+        *(
+            Text(
+                f"snapshot finding [{f.kind}]: thread {inert(f.thread_id)}, seq {f.seq}"
+                + (f", at {inert(f.path)}" if f.path else "")
+                + f": {inert(str(f))}"
+            )
+            for f in findings
+        )
+    )
