@@ -4,7 +4,7 @@ folded into the live state the moment they land, published to its stream, snapsh
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -85,7 +85,11 @@ class Committing(Engine[S]):
         pause: InterruptRaised | None,
         ending: bool = False,
     ) -> None:
-        for _ in range(COMMIT_ATTEMPTS):
+        entering: list[Event] = []
+        target = END
+
+        def build() -> list[Event]:
+            nonlocal entering, target
             fold = run.fold
             base = fold.seq
             decide(fold.state, events, seq=base)
@@ -97,7 +101,6 @@ class Committing(Engine[S]):
                 if goto is not None:
                     self.graph.check_goto(node, goto)
             if target != END and target not in self.graph.nodes:
-                run.fold = await self._load(run.thread_id)
                 raise GraphError(f"node {node!r} chose to go to {target!r}, which is no node")
             remote = _remote_calls(events)
             if remote and pause is None and target == END:
@@ -118,26 +121,12 @@ class Committing(Engine[S]):
             tail.extend(entering)
             decide(fold.state, tail, seq=base + len(events))
             fold.apply_all(self._scratch(run, tail, base + len(events)))
-            batch = [*events, *tail]
-            try:
-                records = await self._append(run, batch, base, node)
-            except ConcurrencyError:
-                await self._catch_up(run, base)
-                continue
-            except BaseException:
-                run.fold = await self._load(run.thread_id)
-                raise
-            fold.seq, fold.hash = records[-1].seq, records[-1].hash
-            if any(r.event != e for r, e in zip(records, batch, strict=True)):
-                run.fold = await self._load(run.thread_id)  # keep the canonical decoded values
-            if entering:
-                run.ahead = (target, records[len(records) - len(entering) + 1 :])
-                run.started_ahead.update(
-                    e.call_id for e in entering if isinstance(e, ToolCallStarted)
-                )
-            await self._after_commit(run, records)
-            return
-        raise ThreadBusyError(f"thread {run.thread_id!r} kept moving under node {node!r}")
+            return [*events, *tail]
+
+        records = await self._commit_built(run, build, actor=node)
+        if entering:
+            run.ahead = (target, records[len(records) - len(entering) + 1 :])
+            run.started_ahead.update(e.call_id for e in entering if isinstance(e, ToolCallStarted))
 
     async def _commit(
         self, run: Run[S], events: Sequence[Event], *, actor: str
@@ -149,14 +138,36 @@ class Committing(Engine[S]):
     async def _commit_unlocked(
         self, run: Run[S], events: Sequence[Event], *, actor: str
     ) -> list[EventRecord]:
-        for _ in range(COMMIT_ATTEMPTS):
+        def build() -> list[Event]:
             decide(run.fold.state, events, seq=run.fold.seq)
+            run.fold.apply_all(self._scratch(run, events, run.fold.seq))
+            return list(events)
+
+        return await self._commit_built(run, build, actor=actor)
+
+    async def _commit_built(
+        self, run: Run[S], build: Callable[[], list[Event]], *, actor: str
+    ) -> list[EventRecord]:
+        """The run's one commit loop: `build` checks its events and folds them into the run's
+        fold ahead of the append (so routing can read them); the append then lands them, or,
+        when a stop request came in between, the fold catches up and `build` runs again.
+        Anything else that goes wrong reloads the fold from the log, so it never holds an
+        event the log does not."""
+        for _ in range(COMMIT_ATTEMPTS):
+            base = run.fold.seq
             try:
-                records = await self._append(run, events, run.fold.seq, actor)
+                batch = build()
+                records = await self._append(run, batch, base, actor)
             except ConcurrencyError:
-                await self._catch_up(run, run.fold.seq)
+                await self._catch_up(run, base)
                 continue
-            run.fold.apply_all(records)
+            except BaseException:
+                run.fold = await self._load(run.thread_id)
+                raise
+            fold = run.fold
+            fold.seq, fold.hash = records[-1].seq, records[-1].hash
+            if any(r.event != e for r, e in zip(records, batch, strict=True)):
+                run.fold = await self._load(run.thread_id)  # keep the canonical decoded values
             await self._after_commit(run, records)
             return records
         raise ThreadBusyError(f"thread {run.thread_id!r} kept moving while {actor!r} wrote to it")
@@ -271,13 +282,16 @@ class Committing(Engine[S]):
 
     @staticmethod
     def _scratch(run: Run[S], events: Sequence[Event], base: int) -> list[EventRecord]:
-        return Committing._scratch_records(run.thread_id, events, base)
+        """The records `events` will be once appended by the run: same seqs, same run id."""
+        return Committing._scratch_records(run.thread_id, events, base, run.run_id)
 
     @staticmethod
     def _scratch_records(
-        thread_id: str | None, events: Sequence[Event], base: int
+        thread_id: str | None, events: Sequence[Event], base: int, run_id: str | None = None
     ) -> list[EventRecord]:
-        return [uncommitted_record(e, base + i + 1, thread_id) for i, e in enumerate(events)]
+        return [
+            uncommitted_record(e, base + i + 1, thread_id, run_id) for i, e in enumerate(events)
+        ]
 
     def _entering(self, run: Run[S], tail: Sequence[Event], target: str) -> list[Event]:
         """The events entering `target` in the same commit as the step before it, when it is

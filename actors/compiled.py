@@ -15,7 +15,6 @@ from collections.abc import AsyncGenerator, Coroutine, Iterator, Mapping, Sequen
 from typing import TYPE_CHECKING, Any
 
 from events import (
-    ConcurrencyError,
     EventRecord,
     EventStore,
     InterruptRaised,
@@ -25,6 +24,7 @@ from events import (
     StepAdvanced,
     StopRequested,
     StoreError,
+    ThreadNotFoundError,
 )
 from events.kinds import Event
 from projections import (
@@ -37,11 +37,9 @@ from projections import (
     StepEntry,
     StopRequestStatus,
     StreamChunk,
-    decide,
     diff,
     edit_events,
     event_history,
-    fold_at,
     fork,
     open_calls,
     state_at_point,
@@ -52,15 +50,16 @@ from projections.snapshots import DEFAULT_SNAPSHOT_EVERY
 from .errors import (
     BlockingCallError,
     GraphError,
-    ThreadBusyError,
 )
 
 if TYPE_CHECKING:
     from .graph import StateGraph
+from projections.writer import write
+
 from .journal import journal_for
 from .portal import Portal
 from .results import ResponseGranularity, granularity, run_result
-from .run import COMMIT_ATTEMPTS, DEFAULT_RECURSION_LIMIT, S, _thread_of, _timeout, run_config
+from .run import DEFAULT_RECURSION_LIMIT, S, _thread_of, _timeout, run_config
 from .steps import StepLoop, _not_run
 from .stream import END_OF_STREAM, RunStream
 
@@ -203,6 +202,7 @@ class CompiledGraph(StepLoop[S]):
             at_seq=at_seq,
             new_thread_id=new_thread_id,
             state_cls=self.graph.state_cls,
+            append=journal_for(self.store).append,
         )
 
     async def aupdate_state(
@@ -226,14 +226,25 @@ class CompiledGraph(StepLoop[S]):
             known = ", ".join(sorted(self.graph.nodes))
             raise GraphError(f"as_node={as_node!r} is not a node of the graph (nodes: {known})")
         claim = await self._claim(thread_id, f"a state edit by {actor!r}")
-        try:
-            fold = await fold_at(self.store, thread_id, None, self.graph.state_cls)
+
+        def edit(fold: Fold[S]) -> list[Event]:
+            if fold.seq == 0:
+                raise ThreadNotFoundError(thread_id)
             events = edit_events(fold.state, values, source=as_node or actor, reason=reason)
             if as_node is not None:
                 events = self._as_node(fold, as_node, events, actor)
-            decide(fold.state, events, seq=fold.seq)
-            return await journal_for(self.store).append(
-                thread_id, events, expected_seq=fold.seq, actor=actor, claim=claim
+            return events
+
+        try:
+            return await write(
+                self.store,
+                thread_id,
+                edit,
+                state_cls=self.graph.state_cls,
+                actor=actor,
+                claim=claim,
+                append=journal_for(self.store).append,
+                what="a state edit",
             )
         finally:
             with contextlib.suppress(StoreError):
@@ -278,24 +289,30 @@ class CompiledGraph(StepLoop[S]):
         completed, failed, is paused at an interrupt, or is already stopped or stopping.
         """
         thread_id = _thread_of(config)
-        journal = journal_for(self.store)
-        for _ in range(COMMIT_ATTEMPTS * 4):
-            fold = await fold_at(self.store, thread_id, None, self.graph.state_cls)
+        by = str(config.get("user", "user"))
+
+        def stop(fold: Fold[S]) -> list[Event]:
             meta = fold.state.execution_meta
+            if fold.seq == 0:
+                raise ThreadNotFoundError(thread_id)
             if (
                 meta.status in (ExecutionStatus.COMPLETED, ExecutionStatus.ERROR)
                 or meta.is_interrupted()
                 or meta.stop_current_execution != StopRequestStatus.NONE
             ):
-                return False
-            event = StopRequested(by=str(config.get("user", "user")))
-            decide(fold.state, [event], seq=fold.seq)
-            try:
-                await journal.append(thread_id, [event], expected_seq=fold.seq, actor="user")
-                return True
-            except ConcurrencyError:
-                await asyncio.sleep(0)
-        raise ThreadBusyError(f"could not record a stop on thread {thread_id!r}: it kept moving")
+                return []  # nothing to stop
+            return [StopRequested(by=by)]
+
+        records = await write(
+            self.store,
+            thread_id,
+            stop,
+            state_cls=self.graph.state_cls,
+            actor="user",
+            append=journal_for(self.store).append,
+            what="a stop request",
+        )
+        return bool(records)
 
     def invoke(
         self,

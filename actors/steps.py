@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from events import (
     Claim,
-    ConcurrencyError,
     EventRecord,
     InterruptRaised,
     MessageAppended,
@@ -41,7 +40,6 @@ from projections import (
     StreamChunk,
     StreamEvent,
     ToolCallBlock,
-    decide,
     message_appended,
     open_calls,
     to_builtins,
@@ -71,6 +69,8 @@ from .tools import is_tool_node
 
 if TYPE_CHECKING:
     pass
+from projections.writer import write
+
 from .committing import Committing
 from .guard import Guard
 from .journal import journal_for
@@ -78,7 +78,6 @@ from .nodes import NodeActor, RunNode, output_events, resume_values
 from .offload import InFlight
 from .run import (
     ABANDONED_BY_CALLER,
-    COMMIT_ATTEMPTS,
     Run,
     S,
     _log,
@@ -93,6 +92,9 @@ from .view import node_view
 SNAPSHOT_AT_REST = 64
 """A run that comes to rest this many records or more after its last snapshot takes one
 (a fresh process then loads the thread from it instead of folding from the start)."""
+
+
+_AT_REST = (ExecutionStatus.COMPLETED, ExecutionStatus.ERROR)
 
 
 class StepLoop(Committing[S]):
@@ -222,16 +224,14 @@ class StepLoop(Committing[S]):
             if run.committing is not None:
                 with contextlib.suppress(BaseException):
                     await run.committing  # a commit under way lands first: record after it
-        for _ in range(COMMIT_ATTEMPTS):
-            if await self.store.last_seq(thread_id) == 0:
-                return  # nothing was written: there is no run to record
-            fold = await self._load(thread_id)
+
+        def record(fold: Fold[S]) -> list[Event]:
             meta = fold.state.execution_meta
             paused = (
                 meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED
             )
-            if paused or meta.status in (ExecutionStatus.COMPLETED, ExecutionStatus.ERROR):
-                return  # the run had already come to rest
+            if fold.seq == 0 or paused or meta.status in _AT_REST:
+                return []  # nothing was written, or the run had already come to rest
             never_ran = run.never_ran() if run is not None else set()
             events: list[Event] = list(_abandoned_calls(meta, why, never_ran))
             if meta.stop_current_execution == StopRequestStatus.NONE:
@@ -243,25 +243,29 @@ class StepLoop(Committing[S]):
                     in_flight=in_flight.running(),
                 )
             )
-            run_id = run.run_id if run is not None else meta.internal_data.get("run_id")
-            try:
-                decide(fold.state, events, seq=fold.seq)
-                await journal_for(self.store).append(
-                    thread_id,
-                    events,
-                    expected_seq=fold.seq,
-                    run_id=run_id,
-                    actor="runtime",
-                    claim=claim,
-                )
-                return
-            except ConcurrencyError:
-                continue  # a commit of the run landed after all: look again
-            except Exception as exc:
-                _log.warning(
-                    "could not record that the run on %r was abandoned: %s", thread_id, exc
-                )
-                return
+            return events
+
+        def run_id_of(fold: Fold[S]) -> str | None:
+            return (
+                run.run_id
+                if run is not None
+                else fold.state.execution_meta.internal_data.get("run_id")
+            )
+
+        try:
+            await write(
+                self.store,
+                thread_id,
+                record,
+                state_cls=self.graph.state_cls,
+                actor="runtime",
+                run_id=run_id_of,
+                claim=claim,
+                append=journal_for(self.store).append,
+                what="the record of an abandoned run",
+            )
+        except Exception as exc:
+            _log.warning("could not record that the run on %r was abandoned: %s", thread_id, exc)
 
     async def _begin(
         self,

@@ -605,13 +605,15 @@ def _check_closed(context: list[Message]) -> None:
         )
 
 
-def uncommitted_record(event: Event, seq: int, thread_id: str | None) -> EventRecord:
+def uncommitted_record(
+    event: Event, seq: int, thread_id: str | None, run_id: str | None = None
+) -> EventRecord:
     """A record for folding an event before (or without) committing it."""
     return EventRecord(
         thread_id=thread_id or "",
         seq=seq,
         position=0,
-        run_id=None,
+        run_id=run_id,
         actor=None,
         at=0.0,
         kind=kind_of(event),

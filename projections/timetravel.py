@@ -38,7 +38,7 @@ from events.kinds import (
 
 from .edge import state_data, state_updated
 from .errors import IllegalTransitionError, InvalidStateUpdateError
-from .fold import ENTERED_KEY, RESUME_KEY, TOOL_CALLS_KEY, decide
+from .fold import ENTERED_KEY, RESUME_KEY, TOOL_CALLS_KEY, Fold
 from .generic import state_fields
 from .messages import (
     ErrorBlock,
@@ -51,6 +51,7 @@ from .messages import (
 from .state import AgentState, ExecutionState
 from .transcript import calls_of, context_events
 from .views import PointOutOfRangeError, fold_at, state_at
+from .writer import Append, write
 
 S = TypeVar("S", bound=AgentState)
 
@@ -478,8 +479,12 @@ async def fork(
     new_thread_id: str | None = None,
     state_cls: type[AgentState] = AgentState,
     actor: str = "user",
+    append: Append | None = None,
 ) -> str:
-    """A new thread starting from the state at a point of `thread_id`; the source is untouched."""
+    """A new thread starting from the state at a point of `thread_id`; the source is untouched.
+
+    `append` is the write path to use (the engine passes its journal's; the store's by
+    default)."""
     seq = await point_seq(store, thread_id, at_step=at_step, at_seq=at_seq)
     if seq is not None and seq < 1:
         raise PointOutOfRangeError(
@@ -492,16 +497,23 @@ async def fork(
     for key in (ENTERED_KEY, RESUME_KEY, TOOL_CALLS_KEY, "run_id"):
         internal.pop(key, None)  # a step in flight starts over on the fork
     new_id = new_thread_id or f"{thread_id}-fork-{uuid.uuid4().hex[:8]}"
-    if await store.last_seq(new_id):
-        raise IllegalTransitionError("forked", f"thread {new_id!r} already exists; pick a new id")
     event = Forked(
         source_thread=thread_id,
         source_seq=fold.seq,
         state=state_data(state),
         fields=state_fields(state_cls),
     )
-    decide(state_cls(), [event], seq=0)
-    await store.append(new_id, [event], expected_seq=0, actor=actor)
+
+    def start(target: Fold[AgentState]) -> list[Event]:
+        if target.seq:
+            raise IllegalTransitionError(
+                "forked", f"thread {new_id!r} already exists; pick a new id"
+            )
+        return [event]
+
+    await write(
+        store, new_id, start, state_cls=state_cls, actor=actor, append=append, what="a fork"
+    )
     return new_id
 
 
@@ -546,10 +558,15 @@ async def update_state(
     claim: Claim | None = None,
 ) -> list[EventRecord]:
     """A human edit (see `edit_events`), recorded with who and why, fenced by `claim`."""
-    fold = await fold_at(store, thread_id, None, state_cls)
-    events = edit_events(fold.state, values, source=as_node or actor, reason=reason)
-    decide(fold.state, events, seq=fold.seq)
-    return await store.append(thread_id, events, expected_seq=fold.seq, actor=actor, claim=claim)
+
+    def edit(fold: Fold[AgentState]) -> list[Event]:
+        if fold.seq == 0:
+            raise ThreadNotFoundError(thread_id)
+        return edit_events(fold.state, values, source=as_node or actor, reason=reason)
+
+    return await write(
+        store, thread_id, edit, state_cls=state_cls, actor=actor, claim=claim, what="an edit"
+    )
 
 
 __all__ = [

@@ -505,5 +505,5 @@ def test_verify_help_documents_the_exit_statuses() -> None:
     assert done.returncode == 0
     text = " ".join(done.stdout.split())
     assert "Exit status 0: every chain is intact and no invariant is broken" in text
-    assert "Exit status 1: a chain is damaged" in text
+    assert "Exit status 1: a chain or a snapshot is damaged" in text
     assert "Exit status 3: every chain is intact but a thread breaks an invariant" in text
