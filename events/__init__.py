@@ -54,7 +54,7 @@ from .kinds import (
 from .memory import MemoryEventStore
 from .record import EventRecord, Snapshot, VerifyReport
 from .sqlite import SQLiteEventStore
-from .store import BaseEventStore, Claim, CorruptSnapshotError, EventStore
+from .store import AppendRequest, BaseEventStore, Claim, CorruptSnapshotError, EventStore
 from .urls import StoreNotFoundError, StoreURLError, UnsupportedBackendError, open_store
 
 __all__ = [
@@ -62,6 +62,7 @@ __all__ = [
     "GENESIS_HASH",
     "KINDS",
     "AgentlogError",
+    "AppendRequest",
     "BaseEvent",
     "BaseEventStore",
     "ChainBrokenError",

@@ -26,7 +26,7 @@ from typing import IO, Any
 from .codec import GENESIS_HASH, Row, decode_event, encode_json
 from .errors import CorruptRecordError, InvalidArgumentError, StoreError, ThreadNotFoundError
 from .record import VerifyReport
-from .store import READ_CHUNK, BaseEventStore, EventStore
+from .store import READ_CHUNK, EventStore
 from .verify_export import readable_payload
 
 __all__ = [
@@ -214,38 +214,29 @@ async def export_jsonl(
     `progress(done, total)` is called every so often with the count of lines written. An
     existing file is replaced only with `overwrite=True`.
     """
-    if not isinstance(store, BaseEventStore):
-        raise InvalidArgumentError(f"export_jsonl reads raw rows; {type(store).__name__} has none")
     last = await store.last_seq(thread_id)
     if last == 0:
         raise ThreadNotFoundError(thread_id)
     if not isinstance(out, str | os.PathLike):
         return await _export(store, thread_id, last, out, progress)
-    database = getattr(store, "path", None)
-    protect = [database] if isinstance(database, str) else []
-    with ExportFile(out, protect=protect, overwrite=overwrite) as f:
+    with ExportFile(out, protect=store.files(), overwrite=overwrite) as f:
         return await _export(store, thread_id, last, f, progress)
 
 
 async def _export(
-    store: BaseEventStore,
+    store: EventStore,
     thread_id: str,
     last: int,
     out: IO[str],
     progress: Callable[[int, int], None] | None,
 ) -> Head:
-    prev, seq, final = GENESIS_HASH, 1, None
-    while seq <= last:
-        # Raw rows, as `verify` reads them: the payload bytes exactly as stored.
-        rows = await store._fetch(thread_id, seq, last, READ_CHUNK)
-        if not rows:
-            break
-        for row in rows:
-            out.write(_export_line(row, prev).decode("utf-8"))
-            prev, final = row.hash, row
-        seq = rows[-1].seq + 1
-        if progress is not None:
-            progress(seq - 1, last)
+    prev, final = GENESIS_HASH, None
+    # Raw rows, as `verify` reads them: the payload bytes exactly as stored.
+    async for row in store.read_rows(thread_id, 1, last):
+        out.write(_export_line(row, prev).decode("utf-8"))
+        prev, final = row.hash, row
+        if progress is not None and (row.seq % READ_CHUNK == 0 or row.seq == last):
+            progress(row.seq, last)
     if final is None:
         raise CorruptRecordError(thread_id, 1, f"the thread's head says {last} records, none")
     return Head(thread_id, final.seq, final.hash.hex())

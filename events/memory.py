@@ -12,11 +12,10 @@ import time
 from collections.abc import Callable, Sequence
 
 from .claims import DEFAULT_LEASE, Claim, Holder, fence, hold, let_go, new_claim
-from .codec import GENESIS_HASH, Encoded, Row, chain_rows
+from .codec import GENESIS_HASH, Row, chain_rows
 from .errors import ConcurrencyError
-from .kinds import Event
 from .record import EventRecord
-from .store import MESSAGE_KINDS, BaseEventStore, Payload, StoredSnapshot
+from .store import MESSAGE_KINDS, AppendRequest, BaseEventStore, Payload, StoredSnapshot
 
 _KINDS = frozenset(MESSAGE_KINDS)
 
@@ -32,18 +31,10 @@ class MemoryEventStore(BaseEventStore):
         self._claims: dict[str, Holder] = {}
         self._claims_lock = threading.Lock()  # released from worker threads too
 
-    async def _commit(
-        self,
-        thread_id: str,
-        events: Sequence[Event],
-        encoded: Sequence[Encoded],
-        expected_seq: int,
-        run_id: str | None,
-        actor: str | None,
-        at: float,
-        claim: Claim | None = None,
-    ) -> list[EventRecord]:
-        only_stops = all(e.kind == "stop_requested" for e in encoded)
+    async def _commit(self, request: AppendRequest) -> list[EventRecord]:
+        thread_id, encoded, expected_seq = request.thread_id, request.encoded, request.expected_seq
+        run_id, actor, at, claim = request.run_id, request.actor, request.at, request.claim
+        only_stops = request.only_stop_requests
         with self._claims_lock:
             holder = self._claims.get(thread_id)
         token = None if claim is None else claim.token

@@ -37,7 +37,14 @@ from .errors import (
 )
 from .kinds import Event
 from .record import EventRecord
-from .store import MAX_POSITION, MESSAGE_KINDS, BaseEventStore, Payload, StoredSnapshot
+from .store import (
+    MAX_POSITION,
+    MESSAGE_KINDS,
+    AppendRequest,
+    BaseEventStore,
+    Payload,
+    StoredSnapshot,
+)
 
 APPLICATION_ID = 0x41474C47  # "AGLG" in the SQLite header marks an agentlog database.
 SCHEMA_VERSION = 1
@@ -475,26 +482,16 @@ class SQLiteEventStore(BaseEventStore):
 
     # ---- writes: pipelined group commit --------------------------------------------------
 
-    async def _commit(
-        self,
-        thread_id: str,
-        events: Sequence[Event],
-        encoded: Sequence[Encoded],
-        expected_seq: int,
-        run_id: str | None,
-        actor: str | None,
-        at: float,
-        claim: Claim | None = None,
-    ) -> list[EventRecord]:
+    async def _commit(self, request: AppendRequest) -> list[EventRecord]:
         await self._ready_to_write("append")
         future: asyncio.Future[list[EventRecord]] = asyncio.get_running_loop().create_future()
-        only_stops = all(e.kind == "stop_requested" for e in encoded)
-        token = None if claim is None else claim.token
-        request = _Append(
-            thread_id, events, encoded, expected_seq, run_id, actor, at, token, only_stops
-        )
+        token = None if request.claim is None else request.claim.token
+        queued = _Append(
+            request.thread_id, request.events, request.encoded, request.expected_seq,
+            request.run_id, request.actor, request.at, token, request.only_stop_requests,
+        )  # fmt: skip
         with self._queue_lock:
-            self._pending.append((request, future))
+            self._pending.append((queued, future))
             first = len(self._pending) == 1
         if first:
             # At the end of this turn of the loop: the appends other tasks make in the same
@@ -627,6 +624,10 @@ class SQLiteEventStore(BaseEventStore):
 
     async def _head(self, thread_id: str) -> tuple[int, bytes] | None:
         return await self._read(_fetch_head, thread_id)
+
+    def files(self) -> list[str]:
+        """The database file and the journal files SQLite keeps beside it."""
+        return [self.path, f"{self.path}-wal", f"{self.path}-shm", f"{self.path}-journal"]
 
     async def threads(self) -> list[str]:
         self._check_open()

@@ -10,6 +10,7 @@ import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NamedTuple, Protocol, Self, runtime_checkable
 
@@ -110,6 +111,18 @@ class EventStore(Protocol):
 
     def read_all(self, from_position: int = 0) -> AsyncIterator[EventRecord]:
         """Every record with `position > from_position`, in commit order."""
+        ...
+
+    def read_rows(
+        self, thread_id: str, from_seq: int = 1, to_seq: int | None = None
+    ) -> AsyncIterator[Row]:
+        """The thread's rows exactly as stored, unchecked (what an audit export writes and
+        a verifier judges)."""
+        ...
+
+    def files(self) -> list[str]:
+        """The paths of the files the store keeps (none for a store in memory): what an
+        export must never overwrite."""
         ...
 
     async def last_seq(self, thread_id: str) -> int:
@@ -381,6 +394,25 @@ def _snapshot_hash(snapshot: Snapshot) -> bytes:
     return digest
 
 
+@dataclass(frozen=True)
+class AppendRequest:
+    """One append, checked and encoded, as a backend commits it (see `BaseEventStore`)."""
+
+    thread_id: str
+    events: Sequence[Event]
+    encoded: Sequence[Encoded]
+    expected_seq: int
+    run_id: str | None
+    actor: str | None
+    at: float
+    claim: Claim | None = None
+
+    @property
+    def only_stop_requests(self) -> bool:
+        """True when every event asks the thread's owner to stop (allowed to outsiders)."""
+        return all(e.kind == "stop_requested" for e in self.encoded)
+
+
 class BaseEventStore(ABC):
     """Shared half of every backend: validation, decoding, verification, lifecycle."""
 
@@ -391,19 +423,39 @@ class BaseEventStore(ABC):
     # ---- what a backend provides -------------------------------------------------------
 
     @abstractmethod
-    async def _commit(
-        self,
-        thread_id: str,
-        events: Sequence[Event],
-        encoded: Sequence[Encoded],
-        expected_seq: int,
-        run_id: str | None,
-        actor: str | None,
-        at: float,
-        claim: Claim | None = None,
-    ) -> list[EventRecord]:
-        """Fence `claim` (see `events.claims.fence`), check `expected_seq`, chain `encoded`,
-        and store the rows in one atomic commit."""
+    async def _commit(self, request: AppendRequest) -> list[EventRecord]:
+        """Fence the request's claim (see `events.claims.fence`), check its `expected_seq`,
+        chain its encoded events, and store the rows in one atomic commit."""
+
+    @abstractmethod
+    async def threads(self) -> list[str]:
+        """Every thread id, in order of creation."""
+
+    @abstractmethod
+    async def claim(
+        self, thread_id: str, *, purpose: str = "run", lease: float = DEFAULT_LEASE
+    ) -> Claim:
+        """Become the thread's one owner (see `EventStore.claim`)."""
+
+    @abstractmethod
+    async def release(self, claim: Claim) -> None:
+        """Give the thread up (see `EventStore.release`)."""
+
+    @abstractmethod
+    def release_threadsafe(self, claim: Claim) -> None:
+        """`release` from any thread (see `EventStore.release_threadsafe`)."""
+
+    @abstractmethod
+    async def relabel(self, claim: Claim, purpose: str) -> None:
+        """Say what the owner is doing now (see `EventStore.relabel`)."""
+
+    @abstractmethod
+    async def holder(self, thread_id: str) -> Holder | None:
+        """Who owns the thread, if anyone (see `EventStore.holder`)."""
+
+    def files(self) -> list[str]:
+        """The files the store keeps; none unless a backend says otherwise."""
+        return []
 
     @abstractmethod
     async def _fetch(self, thread_id: str, from_seq: int, to_seq: int, limit: int) -> list[Row]:
@@ -472,9 +524,23 @@ class BaseEventStore(ABC):
             raise InvalidAppendError(
                 f"the claim passed is for thread {claim.thread_id!r}, not {thread_id!r}"
             )
-        return await self._commit(
-            thread_id, events, encoded, expected_seq, run_id, actor, at, claim
-        )
+        request = AppendRequest(thread_id, events, encoded, expected_seq, run_id, actor, at, claim)
+        return await self._commit(request)
+
+    async def read_rows(
+        self, thread_id: str, from_seq: int = 1, to_seq: int | None = None
+    ) -> AsyncIterator[Row]:
+        """The thread's rows exactly as stored, unchecked, in seq order."""
+        self._check_open()
+        last = 2**62 if to_seq is None else to_seq
+        seq = from_seq
+        while seq <= last:
+            rows = await self._fetch(readable_thread_id(thread_id), seq, last, READ_CHUNK)
+            if not rows:
+                return
+            for row in rows:
+                yield row
+            seq = rows[-1].seq + 1
 
     async def read(
         self,

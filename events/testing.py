@@ -156,6 +156,23 @@ class StoreConformance:
         assert [r.seq async for r in store.read("t", 5)] == [5, 6]
         assert [r.seq async for r in store.read("t", 7)] == []
 
+    async def test_read_rows_gives_the_stored_rows_unchecked_in_seq_order(
+        self, store: EventStore
+    ) -> None:
+        seq = 0
+        for step in range(1, 6):
+            seq = (await store.append("t", step_events(step), expected_seq=seq))[-1].seq
+        records = [r async for r in store.read("t")]
+        rows = [r async for r in store.read_rows("t")]
+        assert [r.seq for r in rows] == [r.seq for r in records] == list(range(1, seq + 1))
+        assert [r.hash.hex() for r in rows] == [r.hash for r in records]
+        assert [r.seq async for r in store.read_rows("t", 3, 5)] == [3, 4, 5]
+        assert [r async for r in store.read_rows("nobody")] == []
+
+    async def test_files_names_what_an_export_must_not_overwrite(self, store: EventStore) -> None:
+        files = store.files()
+        assert isinstance(files, list) and all(isinstance(f, str) for f in files)
+
     async def test_read_streams_long_threads_in_order(self, store: EventStore) -> None:
         for step in range(1, 1501):
             await store.append("long", [StepAdvanced(step=step)], expected_seq=step - 1)
