@@ -350,33 +350,27 @@ class InvalidMessageError(ProjectionError, ValueError):
 def to_messages(value: Any) -> list[Message]:
     """Read messages as users write them: a str, a Message, an OpenAI-style or our own dict,
     or a list of these; anything else raises `InvalidMessageError` naming the problem."""
-    if isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray):
-        messages: list[Message] = []
-        for index, item in enumerate(value):
-            try:
-                messages.append(_one_message(item))
-            except InvalidMessageError as exc:
-                raise InvalidMessageError(f"item {index} of the list: {_why(exc)}") from exc
-        return messages
-    return [_one_message(value)]
+    return _read(value, markers=False)  # type: ignore[return-value]
 
 
 def context_items(value: Any) -> list[Message | RemoveMessage]:
     """Like `to_messages`, keeping `RemoveMessage` markers where they stand."""
-    if isinstance(value, RemoveMessage):
-        return [value]
+    return _read(value, markers=True)
+
+
+def _read(value: Any, *, markers: bool) -> list[Message | RemoveMessage]:
+    def one(item: Any) -> Message | RemoveMessage:
+        return item if markers and isinstance(item, RemoveMessage) else _one_message(item)
+
     if isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray):
         items: list[Message | RemoveMessage] = []
         for index, item in enumerate(value):
-            if isinstance(item, RemoveMessage):
-                items.append(item)
-                continue
             try:
-                items.append(_one_message(item))
+                items.append(one(item))
             except InvalidMessageError as exc:
                 raise InvalidMessageError(f"item {index} of the list: {_why(exc)}") from exc
         return items
-    return [_one_message(value)]
+    return [one(value)]
 
 
 def is_message_dict(value: object) -> bool:
