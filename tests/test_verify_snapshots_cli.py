@@ -29,7 +29,7 @@ def test_verify_compares_snapshots_and_catches_a_forged_one(tmp_path: Path) -> N
     asyncio.run(build(db))
     clean = agentlog("verify", "t", "--db", db)
     assert clean.returncode == 0, clean.stderr
-    assert "every stored snapshot agrees with the log" in clean.stdout
+    assert "snapshots: all 1 agree with the log" in clean.stdout
     quiet = agentlog("verify", "--db", db, "--json")
     assert "snapshots" not in json.loads(quiet.stdout)  # off by default for every thread
 

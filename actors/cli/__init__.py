@@ -584,6 +584,7 @@ def verify_command(
 
     compare = snapshots if snapshots is not None else thread is not None
     found: list[SnapshotFinding] = []
+    stored: list[int] = []
 
     saved: Head | None = None
     if head is not None:
@@ -611,6 +612,7 @@ def verify_command(
             with render.progress(errors, "comparing snapshots with the log") as update:
                 for done, thread_id in enumerate(intact, 1):
                     found.extend(await verify_snapshots(store, thread_id))
+                    stored.append(len(await store.snapshot_seqs(thread_id)))
                     update(done, len(intact))
         return reports, checked
 
@@ -621,6 +623,7 @@ def verify_command(
         if compare:
             data["snapshots"] = {
                 "ok": not bad_snapshots,
+                "checked": sum(stored),
                 "findings": [
                     {"thread_id": f.thread_id, "seq": f.seq, "kind": f.kind,
                      "message": f.message, "path": f.path}
@@ -632,7 +635,7 @@ def verify_command(
         _print(render.verify_table(reports))
         _print(render.invariants_view(reports, checked))
         if compare:
-            _print(render.snapshot_lines(found))
+            _print(render.snapshot_lines(found, sum(stored)))
     failed = [r for r in reports if not r.ok]
     if failed:
         first = failed[0]

@@ -754,12 +754,17 @@ def demo_view(
     return Group(table, replayed, verified)
 
 
-def snapshot_lines(findings: Sequence[Any]) -> RenderableType:
+def snapshot_lines(findings: Sequence[Any], stored: int) -> RenderableType:
     """One line per snapshot finding (inert: its values come from the file), or that all
-    snapshots agree with the log."""
+    `stored` snapshots agree with the log."""
     if not any(f.problem for f in findings):
         informative = [f for f in findings if not f.problem]
-        lines = [Text("snapshots: every stored snapshot agrees with the log")]
+        said = (
+            f"snapshots: all {stored} agree with the log"
+            if stored
+            else "snapshots: none stored (the state is folded from the log)"
+        )
+        lines = [Text(said)]
         lines += [Text(f"snapshot note [{f.kind}]: {inert(str(f))}") for f in informative]
         return Group(*lines)
     return Group(
