@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     pass
 from projections.snapshots import SnapshotWriter
 
-from .run import COMMIT_ATTEMPTS, Engine, Run, S, _log
+from .run import COMMIT_ATTEMPTS, Engine, Run, S, _log, elapsed_ms
 from .tools import pending_calls
 from .view import node_view
 
@@ -66,15 +66,17 @@ class Committing(Engine[S]):
         pause: InterruptRaised | None = None,
         *,
         ending: bool = False,
+        started: float | None = None,
     ) -> None:
         """Outputs, `step_advanced` and any pause after the node, in one commit.
 
         The pause is the node's own (`state.set_interrupt`), else a wait for the client's
         tool calls the node's messages ask for, else an `interrupt_after` breakpoint.
-        `ending` (the node called `state.complete()`) sends the run to END.
+        `ending` (the node called `state.complete()`) sends the run to END. `started` is when
+        the node was handed its input: the step's duration runs from it to the commit's build.
         """
         async with run.writing:
-            await self._commit_step_unlocked(run, node, events, goto, pause, ending)
+            await self._commit_step_unlocked(run, node, events, goto, pause, ending, started)
 
     async def _commit_step_unlocked(
         self,
@@ -84,6 +86,7 @@ class Committing(Engine[S]):
         goto: str | None,
         pause: InterruptRaised | None,
         ending: bool = False,
+        started: float | None = None,
     ) -> None:
         entering: list[Event] = []
         target = END
@@ -105,8 +108,11 @@ class Committing(Engine[S]):
             remote = _remote_calls(events)
             if remote and pause is None and target == END:
                 target = node  # the results come back to the node that asked for them
+            took = None if started is None else elapsed_ms(started)
             tail: list[Event] = [
-                StepAdvanced(step=fold.state.execution_meta.step + 1, next_node=target)
+                StepAdvanced(
+                    step=fold.state.execution_meta.step + 1, next_node=target, duration_ms=took
+                )
             ]
             if pause is not None:
                 tail.append(pause)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -77,9 +78,22 @@ class Run(Generic[S]):
     """Tool calls this call recorded as started with the step before their tool node: those
     not dispatched never ran."""
 
+    started: float = field(default_factory=time.perf_counter)
+    """When the call began (`time.perf_counter`): run records measure their duration from it."""
+
+    def elapsed_ms(self) -> float:
+        """Milliseconds since the call began, as a run record stores it."""
+        return elapsed_ms(self.started)
+
     def never_ran(self) -> set[str]:
         """Calls recorded as started that no tool has run: only this call could have."""
         return self.started_ahead - self.dispatched
+
+
+def elapsed_ms(since: float) -> float:
+    """Milliseconds from `since` (a `time.perf_counter` reading) to now, to the microsecond:
+    a recorded value, never recomputed when the log is read."""
+    return round((time.perf_counter() - since) * 1000, 3)
 
 
 class Engine(Generic[S]):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import Container, Mapping, Sequence
 from functools import partial
@@ -83,6 +84,7 @@ from .run import (
     _log,
     _recursion_limit,
     _timeout,
+    elapsed_ms,
     run_config,
 )
 from .stream import END_OF_STREAM, RunStream
@@ -103,6 +105,7 @@ class StepLoop(Committing[S]):
     async def _run(
         self, input: Any, config: Mapping[str, Any] | None, stream: RunStream | None
     ) -> Run[S]:
+        started = time.perf_counter()  # the call's start: run records measure from here
         config = run_config(config)
         thread_id = config["thread_id"]
         claim: Claim | None = None
@@ -112,7 +115,7 @@ class StepLoop(Committing[S]):
         try:
             purpose = "a run" if self.graph.name is None else f"a run of graph {self.graph.name!r}"
             claim = await self._claim(thread_id, purpose)
-            run, opening = await self._begin(input, config, stream, claim, in_flight)
+            run, opening = await self._begin(input, config, stream, claim, in_flight, started)
             if opening:  # `run` is known first, so a cancellation here is recorded after it
                 await self._commit(run, opening, actor=str(config.get("user", "user")))
             if not run.idle:
@@ -133,7 +136,9 @@ class StepLoop(Committing[S]):
             if claim is None:
                 raise
             why = str(exc.args[0]) if exc.args and exc.args[0] else ABANDONED_BY_CALLER
-            recorded = asyncio.ensure_future(self._abandon(thread_id, run, claim, in_flight, why))
+            recorded = asyncio.ensure_future(
+                self._abandon(thread_id, run, claim, in_flight, why, started)
+            )
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(recorded)
             raise
@@ -212,6 +217,7 @@ class StepLoop(Committing[S]):
         claim: Claim,
         in_flight: InFlight,
         why: str,
+        started: float,
     ) -> None:
         """Record that the caller went away mid-run, and what was in flight: a stop.
 
@@ -241,6 +247,7 @@ class StepLoop(Committing[S]):
                     node=meta.current_node,
                     reason=f"abandoned: {why}",
                     in_flight=in_flight.running(),
+                    duration_ms=elapsed_ms(started),
                 )
             )
             return events
@@ -274,6 +281,7 @@ class StepLoop(Committing[S]):
         stream: RunStream | None,
         claim: Claim,
         in_flight: InFlight,
+        started: float,
     ) -> tuple[Run[S], list[Event]]:
         """The run to make of this call, and the events that open it (to be committed)."""
         thread_id = config["thread_id"]
@@ -302,6 +310,7 @@ class StepLoop(Committing[S]):
             claim=claim,
             in_flight=in_flight,
             recursion_limit=_recursion_limit(config, self.recursion_limit),
+            started=started,
         )
         resume = command.resume if command is not None else None
         paused = meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED
@@ -428,7 +437,14 @@ class StepLoop(Committing[S]):
                 )
                 await self._commit(
                     run,
-                    [RunFailed(node=node, error_type="RecursionLimitError", message=message)],
+                    [
+                        RunFailed(
+                            node=node,
+                            error_type="RecursionLimitError",
+                            message=message,
+                            duration_ms=run.elapsed_ms(),
+                        )
+                    ],
                     actor="runtime",
                 )
                 raise RecursionLimitError(message)
@@ -444,8 +460,8 @@ class StepLoop(Committing[S]):
     def _stop_between(run: Run[S], node: str) -> Stopped:
         """The stop of a run between nodes: after the node this call ran last, if any."""
         if run.last_node is not None:
-            return Stopped(node=run.last_node, when="after")
-        return Stopped(node=node, when="before")
+            return Stopped(node=run.last_node, when="after", duration_ms=run.elapsed_ms())
+        return Stopped(node=node, when="before", duration_ms=run.elapsed_ms())
 
     async def _complete(self, run: Run[S]) -> None:
         """End the run; a tool call still open gets a result saying it never ran, first."""
@@ -461,7 +477,9 @@ class StepLoop(Committing[S]):
                 run.thread_id,
                 ", ".join(c.id for c in waiting),
             )
-        await self._commit(run, [*events, RunCompleted()], actor="runtime")
+        await self._commit(
+            run, [*events, RunCompleted(duration_ms=run.elapsed_ms())], actor="runtime"
+        )
 
     async def _step(self, run: Run[S], node: str) -> None:
         meta = run.fold.state.execution_meta
@@ -494,6 +512,7 @@ class StepLoop(Committing[S]):
         requests: list[tuple[str, tuple[Any, ...]]] = []
         try:
             guard = Guard(self.store, run, node, actor, self._timeout_of(run, node))
+            began = time.perf_counter()  # the step's start: its node is handed its input
             try:
                 output = await actor.ask(
                     RunNode(node_view(run.fold.state, requests), run.config, context, resume)
@@ -524,13 +543,18 @@ class StepLoop(Committing[S]):
                 append=is_tool_node(self.graph.nodes[node]),
             )
             goto, pause, ending = _requested(node, requests, goto)
-            await self._commit_step(run, node, events, goto, pause, ending=ending)
+            await self._commit_step(run, node, events, goto, pause, ending=ending, started=began)
             run.last_node = node
         except (ThreadBusyError, asyncio.CancelledError, NodeTimeoutError):
             raise
         except Exception as exc:
             run.fold = await self._load(run.thread_id)
-            failed = RunFailed(node=node, error_type=type(exc).__name__, message=str(exc))
+            failed = RunFailed(
+                node=node,
+                error_type=type(exc).__name__,
+                message=str(exc),
+                duration_ms=run.elapsed_ms(),
+            )
             await self._commit(run, [failed], actor="runtime")
             if isinstance(exc, GraphError):
                 raise  # the graph's wiring is at fault (a condition, a goto), and says where
@@ -558,14 +582,25 @@ class StepLoop(Committing[S]):
             why = "a stop request cancelled the node"
             events: list[Event] = [
                 *_abandoned_calls(meta, why, run.never_ran()),
-                Stopped(node=node, when="before", in_flight=run.in_flight.running()),
+                Stopped(
+                    node=node,
+                    when="before",
+                    in_flight=run.in_flight.running(),
+                    duration_ms=run.elapsed_ms(),
+                ),
             ]
             await self._commit(run, events, actor="runtime")
             return
         limit = guard.timeout or 0.0
         error = NodeTimeoutError(node, limit)
         why = f"node {node!r} ran past its timeout of {limit:g}s"
-        failed = RunFailed(node=node, error_type="NodeTimeoutError", message=f"{why}; retryable")
+        failed = RunFailed(
+            node=node,
+            error_type="NodeTimeoutError",
+            message=f"{why}; retryable",
+            status="timed_out",
+            duration_ms=run.elapsed_ms(),
+        )
         closing = _abandoned_calls(meta, why, run.never_ran())
         await self._commit(run, [*closing, failed], actor="runtime")
         raise error

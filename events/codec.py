@@ -43,6 +43,10 @@ def _unchanged(payload: dict[str, Any]) -> dict[str, Any]:
 
 _BUILT_IN_UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("stopped", 1): _unchanged,  # `when` added; version 1 stops were all "before"
+    ("stopped", 2): _unchanged,  # `duration_ms` added; None: not measured
+    ("step_advanced", 1): _unchanged,  # `duration_ms` added; None: not measured
+    ("run_completed", 1): _unchanged,  # `duration_ms` added; None: not measured
+    ("run_failed", 1): _unchanged,  # `status`, `duration_ms` added; version 1 was "failed"
     ("tool_call_finished", 1): _unchanged,  # `message`, `update`, `goto` added
 }
 _upcasters.update(_BUILT_IN_UPCASTERS)

@@ -6,12 +6,51 @@ nothing of agents; the projections validate them into models once, at the edge.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal, TypeAlias
+from typing import Any, ClassVar, Literal, TypeAlias, get_args
 
 import msgspec
 
 JSON = Any
 """A value made of builtins only (dict, list, str, int, float, bool, None)."""
+
+Status: TypeAlias = Literal[
+    "pending",
+    "processing",
+    "completed",
+    "failed",
+    "rejected",
+    "cancelled",
+    "abandoned",
+    "timed_out",
+    "answered_by_client",
+]
+"""How an execution (a node step, a run, a tool call) ended or stands: the one vocabulary
+every recorded status is drawn from. `STATUS_MEANINGS` says what each one means."""
+
+STATUS_MEANINGS: dict[str, str] = {
+    "pending": "recorded as to be run, not yet handed to its node or tool",
+    "processing": "handed to its node or tool and not yet finished",
+    "completed": "ran to its end and its result was recorded",
+    "failed": "raised, or broke a limit; a failed step is retried by the next invoke",
+    "rejected": "refused before it ran (a person or a rule said no); it never ran",
+    "cancelled": "ended on purpose by a person or program (cancel, double-texting): not retried",
+    "abandoned": (
+        "the caller went away or a stop cut it short while it ran; any result it still "
+        "returns is discarded, whether it took effect is unknown"
+    ),
+    "timed_out": "ran past its time limit (node_timeout): failed, and retried like a failure",
+    "answered_by_client": "a client tool call whose result the client sent back",
+}
+"""What each `Status` means (see "When a run ends early" in the design notes)."""
+
+ToolCallStatus: TypeAlias = Literal["completed", "failed", "abandoned"]
+"""The statuses a finished tool call records (a subset of `Status`)."""
+
+RunFailedStatus: TypeAlias = Literal["failed", "timed_out"]
+"""The statuses a failed run records (a subset of `Status`)."""
+
+STATUSES: tuple[str, ...] = get_args(Status)
+"""Every `Status`, in declared order."""
 
 
 class BaseEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", gc=False):
@@ -44,10 +83,17 @@ class NodeEntered(BaseEvent, tag="node_entered", frozen=True):
 
 
 class StepAdvanced(BaseEvent, tag="step_advanced", frozen=True):
-    """The step counter moved to `step`; `next_node` is where the run goes next."""
+    """The step counter moved to `step`; `next_node` is where the run goes next.
+
+    `duration_ms` is how long the step took, from its node being handed its input to its
+    commit being built (None: not measured, as for a human edit). Version 2 added it.
+    """
+
+    VERSION: ClassVar[int] = 2
 
     step: int
     next_node: str | None = None
+    duration_ms: float | None = None
 
 
 class MessageAppended(BaseEvent, tag="message_appended", frozen=True):
@@ -122,15 +168,20 @@ class Stopped(BaseEvent, tag="stopped", frozen=True):
     that cut a step short names in `in_flight` the sync work still running on worker
     threads, whose results will be discarded.
 
-    Version 2 added `when`; a version 1 record was always "before".
+    `duration_ms` is how long the call that stopped had run, from its start (None: not
+    measured).
+
+    Version 2 added `when`; a version 1 record was always "before". Version 3 added
+    `duration_ms`.
     """
 
-    VERSION: ClassVar[int] = 2
+    VERSION: ClassVar[int] = 3
 
     node: str | None = None
     when: Literal["before", "after"] = "before"
     reason: str | None = None
     in_flight: list[str] = []
+    duration_ms: float | None = None
 
 
 class ToolCallStarted(BaseEvent, tag="tool_call_started", frozen=True):
@@ -154,7 +205,7 @@ class ToolCallFinished(BaseEvent, tag="tool_call_finished", frozen=True):
 
     call_id: str
     name: str
-    status: Literal["completed", "failed", "abandoned"] = "completed"
+    status: ToolCallStatus = "completed"
     output: JSON = None
     error: str | None = None
     duration_ms: float = 0.0
@@ -171,15 +222,32 @@ class ContextSummarized(BaseEvent, tag="context_summarized", frozen=True):
 
 
 class RunCompleted(BaseEvent, tag="run_completed", frozen=True):
-    """The run reached END."""
+    """The run reached END.
+
+    `duration_ms` is how long the call that completed it ran, from its start (None: not
+    measured). Version 2 added it.
+    """
+
+    VERSION: ClassVar[int] = 2
+
+    duration_ms: float | None = None
 
 
 class RunFailed(BaseEvent, tag="run_failed", frozen=True):
-    """A node raised, or the run broke a limit; a later invoke retries from `node`."""
+    """A node raised, or the run broke a limit; a later invoke retries from `node`.
+
+    `status` is "timed_out" when the node ran past its time limit, else "failed";
+    `duration_ms` is how long the call that failed had run, from its start (None: not
+    measured). Version 2 added both; a version 1 record is "failed".
+    """
+
+    VERSION: ClassVar[int] = 2
 
     node: str | None
     error_type: str
     message: str
+    status: RunFailedStatus = "failed"
+    duration_ms: float | None = None
 
 
 class Forked(BaseEvent, tag="forked", frozen=True):

@@ -29,6 +29,7 @@ from events.kinds import (
     MessagesRemoved,
     MessagesReplaced,
     NodeEntered,
+    RunCompleted,
     RunFailed,
     StateUpdated,
     StepAdvanced,
@@ -137,7 +138,12 @@ class StepEntry:
 
 @dataclass(frozen=True)
 class EventRow:
-    """One row of a thread's timeline."""
+    """One row of a thread's timeline.
+
+    `duration_ms` and `status` are the execution record the event carries (a step, a run's
+    end, a tool call's end), None when it carries none; `tool` names the tool of a tool
+    call's record.
+    """
 
     seq: int
     at: float
@@ -145,6 +151,44 @@ class EventRow:
     actor: str | None
     node: str | None
     summary: str
+    duration_ms: float | None = None
+    status: str | None = None
+    tool: str | None = None
+
+
+TIMED_KINDS = ("step_advanced", "tool_call_finished")
+"""The kinds whose durations `slowest` ranks: node steps and tool calls."""
+
+
+def execution_record(record: EventRecord) -> tuple[float | None, str | None]:
+    """The duration (ms) and status a record carries as its execution record, if any.
+
+    A step's status is "completed" (it committed); a run's end says how the run ended; a
+    stop is a pause, with a duration and no status; a tool call abandoned before it was
+    measured has no duration.
+    """
+    event = record.event
+    if isinstance(event, StepAdvanced):
+        return event.duration_ms, "completed"
+    if isinstance(event, RunCompleted):
+        return event.duration_ms, "completed"
+    if isinstance(event, RunFailed):
+        return event.duration_ms, event.status
+    if isinstance(event, Stopped):
+        return event.duration_ms, None  # a pause, not an end: `reason` says why
+    if isinstance(event, ToolCallFinished):
+        measured = event.status != "abandoned" or event.duration_ms > 0
+        return (event.duration_ms if measured else None), event.status
+    return None, None
+
+
+def slowest(rows: Sequence[EventRow], n: int) -> list[EventRow]:
+    """The `n` slowest node steps and tool calls among `rows`, slowest first (ties by seq)."""
+    if n < 0:
+        raise InvalidArgumentError(f"the number of slowest records must be 0 or more, not {n}")
+    timed = [r for r in rows if r.kind in TIMED_KINDS and r.duration_ms is not None]
+    timed.sort(key=lambda r: (-(r.duration_ms or 0.0), r.seq))
+    return timed[:n]
 
 
 _STEP_BOUNDARY = ("node_entered", "run_started", "resumed", "forked")
@@ -236,8 +280,20 @@ async def event_history(
             node = None
         if record.seq < first or (kinds and record.kind not in kinds):
             continue
+        duration, status = execution_record(record)
+        tool = event.name if isinstance(event, ToolCallFinished) else None
         rows.append(
-            EventRow(record.seq, record.at, record.kind, record.actor, node, summarize(record))
+            EventRow(
+                record.seq,
+                record.at,
+                record.kind,
+                record.actor,
+                node,
+                summarize(record),
+                duration,
+                status,
+                tool,
+            )
         )
     return rows
 
@@ -570,6 +626,7 @@ async def update_state(
 
 
 __all__ = [
+    "TIMED_KINDS",
     "EventRow",
     "Snapshot",
     "StateDiff",
@@ -579,12 +636,14 @@ __all__ = [
     "diff",
     "edit_events",
     "event_history",
+    "execution_record",
     "fork",
     "interrupt_summary",
     "message_brief",
     "message_text",
     "point_seq",
     "quoted_id",
+    "slowest",
     "state_at_point",
     "state_history",
     "step_seq",

@@ -398,12 +398,30 @@ def history_command(
             "--kind", help="Only events of this kind (repeat for more).", callback=_check_kinds
         ),
     ] = None,
+    slowest: Annotated[
+        int | None,
+        typer.Option(
+            "--slowest",
+            min=0,
+            metavar="N",
+            help="Only the N slowest node steps and tool calls, slowest first.",
+        ),
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
-    """The thread's timeline: one row per event (seq, time, kind, actor, node, summary)."""
+    """The thread's timeline: one row per event (seq, time, kind, actor, node, duration,
+    summary); with --slowest N, where its time went."""
     from projections import event_history
+    from projections.timetravel import slowest as slowest_of
 
     rows = _run(lambda store: event_history(store, thread, kind or None), db, thread)
+    if slowest is not None:
+        ranked = slowest_of(rows, slowest)
+        if as_json:
+            _echo_json(render.slowest_json(ranked))
+        else:
+            _print(render.slowest_table(thread, ranked))
+        return
     if as_json:
         _echo_json(render.history_json(rows))
     elif len(rows) > render.TABLE_ROWS:

@@ -252,6 +252,14 @@ def threads_table(infos: Sequence[ThreadInfo]) -> Table:
 # ---- history ---------------------------------------------------------------------------
 
 
+def duration(ms: float | None) -> str:
+    """A recorded duration for people: milliseconds below ten seconds, else seconds; blank
+    when the record carries none."""
+    if ms is None:
+        return ""
+    return f"{ms:.1f} ms" if ms < 10_000 else f"{ms / 1000:.2f} s"
+
+
 def history_json(rows: Sequence[EventRow]) -> list[dict[str, Any]]:
     return [
         {
@@ -261,6 +269,9 @@ def history_json(rows: Sequence[EventRow]) -> list[dict[str, Any]]:
             "actor": r.actor,
             "node": r.node,
             "summary": r.summary,
+            "duration_ms": r.duration_ms,
+            "status": r.status,
+            "tool": r.tool,
         }
         for r in rows
     ]
@@ -269,16 +280,50 @@ def history_json(rows: Sequence[EventRow]) -> list[dict[str, Any]]:
 def history_table(thread_id: str, rows: Sequence[EventRow]) -> Table:
     table = _table(_title("thread ", (thread_id,), f": {len(rows)} events"), "seq", "time (UTC)")
     table.columns[0].justify = "right"
+    table.add_column("duration", justify="right", no_wrap=True)
     for column in ("kind", "actor", "node", "summary"):
         table.add_column(column, overflow="fold")
     for r in rows:
         table.add_row(
             Text(str(r.seq)),
             Text(iso(r.at)),
+            Text(duration(r.duration_ms)),
             cell(r.kind),
             cell(r.actor or ""),
             cell(r.node or ""),
             cell(r.summary),
+        )
+    return table
+
+
+def slowest_json(rows: Sequence[EventRow]) -> list[dict[str, Any]]:
+    """The slowest steps and tool calls (see `projections.timetravel.slowest`), for machines."""
+    return [
+        {
+            "seq": r.seq,
+            "kind": r.kind,
+            "node": r.node,
+            "tool": r.tool,
+            "duration_ms": r.duration_ms,
+            "status": r.status,
+        }
+        for r in rows
+    ]
+
+
+def slowest_table(thread_id: str, rows: Sequence[EventRow]) -> Table:
+    """The slowest steps and tool calls of a thread, slowest first."""
+    title = _title("thread ", (thread_id,), f": the {len(rows)} slowest steps and tool calls")
+    table = _table(title, "duration", "kind", "node", "tool", "seq")
+    table.columns[0].justify = "right"
+    table.columns[4].justify = "right"
+    for r in rows:
+        table.add_row(
+            Text(duration(r.duration_ms)),
+            cell(r.kind),
+            cell(r.node or ""),
+            cell(r.tool or ""),
+            Text(str(r.seq)),
         )
     return table
 
@@ -290,16 +335,18 @@ def history_lines(thread_id: str, rows: Sequence[EventRow], chunk: int = 2048) -
     kind_w = max([4, *(len(r.kind) for r in rows)])
     actor_w = min(20, max([5, *(len(r.actor or "") for r in rows)]))
     node_w = min(20, max([4, *(len(r.node or "") for r in rows)]))
+    took_w = max([8, *(len(duration(r.duration_ms)) for r in rows)])
     head = (
-        f"{'seq':>{seq_w}}  {'time (UTC)':<24}  {'kind':<{kind_w}}  "
+        f"{'seq':>{seq_w}}  {'time (UTC)':<24}  {'duration':>{took_w}}  {'kind':<{kind_w}}  "
         f"{'actor':<{actor_w}}  {'node':<{node_w}}  summary"
     )
     lines = [f"thread {inert(thread_id)}: {len(rows)} events", head]
     for r in rows:
         summary = inert(" ".join(r.summary.split(" ")))
         lines.append(
-            f"{r.seq:>{seq_w}}  {iso(r.at):<24}  {inert(r.kind):<{kind_w}}  "
-            f"{inert(r.actor or ''):<{actor_w}}  {inert(r.node or ''):<{node_w}}  {summary}"
+            f"{r.seq:>{seq_w}}  {iso(r.at):<24}  {duration(r.duration_ms):>{took_w}}  "
+            f"{inert(r.kind):<{kind_w}}  {inert(r.actor or ''):<{actor_w}}  "
+            f"{inert(r.node or ''):<{node_w}}  {summary}"
         )
         if len(lines) >= chunk:
             yield "\n".join(lines)
@@ -489,13 +536,22 @@ def step_records_view(
     """What led to a step: its records, one summarised row each (the last `STEP_RECORDS`
     unless the bounds are full)."""
     span = f" (seq {rows[0].seq} to {rows[-1].seq})" if rows else ""
-    table = _table(f"step {step}: {len(rows)} records{span}", "seq", "kind", "actor", "node")
+    took = next((r.duration_ms for r in rows if r.kind == "step_advanced"), None)
+    span += f", took {duration(took)}" if took is not None else ""
+    table = _table(f"step {step}: {len(rows)} records{span}", "seq", "duration")
     table.columns[0].justify = "right"
-    table.add_column("summary", overflow="fold")
+    table.columns[1].justify = "right"
+    for column in ("kind", "actor", "node", "summary"):
+        table.add_column(column, overflow="fold")
     hidden = 0 if bounds.messages is None else max(0, len(rows) - STEP_RECORDS)
     for r in rows[hidden:]:
         table.add_row(
-            Text(str(r.seq)), cell(r.kind), cell(r.actor or ""), cell(r.node or ""), cell(r.summary)
+            Text(str(r.seq)),
+            Text(duration(r.duration_ms)),
+            cell(r.kind),
+            cell(r.actor or ""),
+            cell(r.node or ""),
+            cell(r.summary),
         )
     return Group(_left_out(hidden, "records"), table) if hidden else table
 
