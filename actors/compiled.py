@@ -283,10 +283,13 @@ class CompiledGraph(StepLoop[S]):
         return events
 
     async def astop(self, config: Mapping[str, Any]) -> bool:
-        """Ask the thread's run to stop at the next node boundary; recorded at once.
+        """Ask the thread's run to pause; the request is recorded at once.
 
-        Returns False, recording nothing, when there is nothing to stop: the run has
-        completed, failed, is paused at an interrupt, or is already stopped or stopping.
+        Between nodes the run pauses after the node that ran; a node still running when the
+        run looks (within a quarter second) is cancelled, or abandoned if it is a `def`, and
+        runs again on resume. Works from any process sharing the store. Returns False,
+        recording nothing, when there is nothing to stop: the run has completed, failed, is
+        paused at an interrupt, or is already stopped or stopping.
         """
         thread_id = _thread_of(config)
         by = str(config.get("user", "user"))
