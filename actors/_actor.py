@@ -152,10 +152,20 @@ class Actor(Generic[M, R]):
     async def ask(self, message: M, *, timeout: float | None = None) -> R:
         """Queue a message and wait for the reply (or the handler's exception)."""
         self._check_accepting(message)
-        reply: asyncio.Future[R] = asyncio.get_running_loop().create_future()
-        await self._mailbox.put(_Envelope(message, reply))
-        self._after_put()
+        loop = asyncio.get_running_loop()
+        reply: asyncio.Future[R] = loop.create_future()
+        if self.concurrency is None and self._mailbox.empty():
+            # Unbounded and idle: the loop would only hand the message to a task of its
+            # own; do that here and save it a turn (what is queued still goes first).
+            task = loop.create_task(self._handle(_Envelope(message, reply)))
+            self._in_hand.add(task)
+            task.add_done_callback(self._release)
+        else:
+            await self._mailbox.put(_Envelope(message, reply))
+            self._after_put()
         try:
+            if timeout is None:
+                return await reply  # cancelling the asker cancels the reply: handled below
             return await asyncio.wait_for(asyncio.shield(reply), timeout)
         except asyncio.CancelledError:
             reply.cancel()

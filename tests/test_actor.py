@@ -209,3 +209,28 @@ async def test_stop_without_drain_cancels_messages_in_hand() -> None:
     await asyncio.wait_for(actor.stop(drain=False), 5)
     with pytest.raises(ActorStoppedError, match="cancelled"):
         await ask
+
+
+async def test_an_unbounded_actor_answers_asks_at_once_and_stops_cleanly() -> None:
+    """With no concurrency limit an idle actor hands an ask straight to a task of its own;
+    supervision, failures, cancellation by the asker and stopping behave as through the
+    mailbox."""
+    failures: list[ActorFailed] = []
+    actor = Counter(concurrency=None, supervisor=failures.append).start()
+    assert await actor.ask(Add(2)) == 2
+    with pytest.raises(ValueError, match="no"):
+        await actor.ask(Boom("no"))
+    assert [str(f.error) for f in failures] == ["no"]
+    slow = asyncio.create_task(actor.ask(Slow(30)))
+    await asyncio.sleep(0.01)
+    slow.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await slow
+    waiting = asyncio.create_task(actor.ask(Slow(30)))
+    await asyncio.sleep(0.01)
+    await actor.stop(drain=False)
+    with pytest.raises(ActorStoppedError):
+        await waiting
+    assert actor.events[-1] == "stop"
+    with pytest.raises(ActorStoppedError):
+        await actor.ask(Add(1))
