@@ -145,19 +145,20 @@ def chain_rows(
     prev_hash: bytes,
     encoded: Sequence[Encoded],
     run_id: str | None,
-    actor: str | None,
+    actor: str | tuple[str | None, ...] | None,
     at: float,
     first_position: int,
 ) -> list[Row]:
-    """Number encoded events from `first_seq` / `first_position`, each chained to the last."""
+    """Number encoded events from `first_seq` / `first_position`, each chained to the last.
+
+    `actor` is the one who wrote them all, or a tuple naming each event's own."""
     rows: list[Row] = []
     for i, (kind, version, payload, _) in enumerate(encoded):
         seq, position = first_seq + i, first_position + i
-        envelope = (thread_id, seq, run_id, actor, at, kind, version, position)
+        who = actor[i] if isinstance(actor, tuple) else actor
+        envelope = (thread_id, seq, run_id, who, at, kind, version, position)
         digest = chain_hash(prev_hash, envelope, payload)
-        rows.append(
-            Row(thread_id, seq, run_id, actor, at, kind, version, payload, digest, position)
-        )
+        rows.append(Row(thread_id, seq, run_id, who, at, kind, version, payload, digest, position))
         prev_hash = digest
     return rows
 

@@ -125,7 +125,7 @@ class _Append(NamedTuple):
     encoded: Sequence[Encoded]
     expected_seq: int
     run_id: str | None
-    actor: str | None
+    actor: str | tuple[str | None, ...] | None
     at: float
     token: str | None
     only_stop_requests: bool

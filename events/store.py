@@ -85,14 +85,15 @@ class EventStore(Protocol):
         *,
         expected_seq: int,
         run_id: str | None = None,
-        actor: str | None = None,
+        actor: str | Sequence[str | None] | None = None,
         claim: Claim | None = None,
     ) -> list[EventRecord]:
         """Append atomically after `expected_seq`, or raise `ConcurrencyError`.
 
-        With `claim`, the thread must still be claimed by it (else `ClaimLostError`); without,
-        the thread must have no live owner (else `ThreadBusyError`), unless every event is a
-        stop request addressed to that owner.
+        `actor` names who wrote the events: one name, or one per event (a hook's change
+        committed with the step it changes). With `claim`, the thread must still be claimed
+        by it (else `ClaimLostError`); without, the thread must have no live owner (else
+        `ThreadBusyError`), unless every event is a stop request addressed to that owner.
         """
         ...
 
@@ -394,6 +395,10 @@ def _snapshot_hash(snapshot: Snapshot) -> bytes:
     return digest
 
 
+def _names(who: str | tuple[str | None, ...] | None) -> tuple[str | None, ...]:
+    return who if isinstance(who, tuple) else (who,)
+
+
 @dataclass(frozen=True)
 class AppendRequest:
     """One append, checked and encoded, as a backend commits it (see `BaseEventStore`)."""
@@ -403,7 +408,8 @@ class AppendRequest:
     encoded: Sequence[Encoded]
     expected_seq: int
     run_id: str | None
-    actor: str | None
+    actor: str | tuple[str | None, ...] | None
+    """Who wrote the events: one name for all, or one per event."""
     at: float
     claim: Claim | None = None
 
@@ -499,7 +505,7 @@ class BaseEventStore(ABC):
         *,
         expected_seq: int,
         run_id: str | None = None,
-        actor: str | None = None,
+        actor: str | Sequence[str | None] | None = None,
         claim: Claim | None = None,
     ) -> list[EventRecord]:
         """Append `events` after `expected_seq`, all or nothing; return their records."""
@@ -513,7 +519,17 @@ class BaseEventStore(ABC):
             raise InvalidAppendError(
                 f"append to thread {thread_id!r} needs at least one event, got none"
             )
-        for name, value in (("run_id", run_id), ("actor", actor)):
+        who: str | tuple[str | None, ...] | None
+        if not isinstance(actor, list | tuple):
+            who = actor  # type: ignore[assignment]  # a str or None; anything else refused below
+        else:  # one actor per event: who wrote which event of one atomic commit
+            who = tuple(actor)
+            if len(who) != len(events):
+                raise InvalidAppendError(
+                    f"append to thread {thread_id!r} names {len(who)} actors for "
+                    f"{len(events)} events: give one actor, or one per event"
+                )
+        for name, value in (("run_id", run_id), *(("actor", a) for a in _names(who))):
             if value is not None:
                 _check_text(name, value)
         encoded = encode_payloads(thread_id, events)
@@ -524,7 +540,7 @@ class BaseEventStore(ABC):
             raise InvalidAppendError(
                 f"the claim passed is for thread {claim.thread_id!r}, not {thread_id!r}"
             )
-        request = AppendRequest(thread_id, events, encoded, expected_seq, run_id, actor, at, claim)
+        request = AppendRequest(thread_id, events, encoded, expected_seq, run_id, who, at, claim)
         return await self._commit(request)
 
     async def read_rows(

@@ -169,6 +169,17 @@ class StoreConformance:
         assert [r.seq async for r in store.read_rows("t", 3, 5)] == [3, 4, 5]
         assert [r async for r in store.read_rows("nobody")] == []
 
+    async def test_one_commit_may_name_an_actor_per_event(self, store: EventStore) -> None:
+        events = step_events(1)
+        actors = ["agent", "redactor", None]
+        records = await store.append("t", events, expected_seq=0, actor=actors)
+        assert [r.actor for r in records] == actors
+        assert [r.actor async for r in store.read("t")] == actors
+        assert (await store.verify("t")).ok
+        with pytest.raises(InvalidAppendError, match="2 actors for 3 events"):
+            await store.append("t", step_events(2), expected_seq=3, actor=["a", "b"])
+        assert await store.last_seq("t") == 3
+
     async def test_files_names_what_an_export_must_not_overwrite(self, store: EventStore) -> None:
         files = store.files()
         assert isinstance(files, list) and all(isinstance(f, str) for f in files)
