@@ -17,6 +17,14 @@ if TYPE_CHECKING:
     from projections import END, REMOVE_ALL_MESSAGES, START, RemoveMessage
 
     from ._actor import Actor, ActorFailed, ActorStoppedError, AskTimeoutError
+    from .callbacks import (
+        Callbacks,
+        HookError,
+        InputRejectedError,
+        Invocation,
+        InvocationType,
+        Occurrence,
+    )
     from .command import Command
     from .compiled import CompiledGraph
     from .context import NodeContext
@@ -45,6 +53,12 @@ _HOMES: dict[str, str] = {
     "ActorFailed": "actors._actor",
     "ActorStoppedError": "actors._actor",
     "AskTimeoutError": "actors._actor",
+    "Callbacks": "actors.callbacks",
+    "HookError": "actors.callbacks",
+    "InputRejectedError": "actors.callbacks",
+    "Invocation": "actors.callbacks",
+    "InvocationType": "actors.callbacks",
+    "Occurrence": "actors.callbacks",
     "Command": "actors.command",
     "CompiledGraph": "actors.compiled",
     "NodeContext": "actors.context",
@@ -72,15 +86,21 @@ __all__ = [
     "ActorFailed",
     "ActorStoppedError",
     "AskTimeoutError",
+    "Callbacks",
     "Command",
     "CompiledGraph",
     "GraphError",
     "GraphInterrupt",
+    "HookError",
+    "InputRejectedError",
+    "Invocation",
+    "InvocationType",
     "MissingThreadIdError",
     "NodeContext",
     "NodeError",
     "NodeReturnError",
     "NodeTimeoutError",
+    "Occurrence",
     "RecursionLimitError",
     "RemoveMessage",
     "ResponseGranularity",

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     pass
 from projections.snapshots import SnapshotWriter
 
+from .callbacks import LIFECYCLE_HOOKS, Occurrence, call_hook
 from .run import COMMIT_ATTEMPTS, Engine, Run, S, _log, elapsed_ms
 from .tools import pending_calls
 from .view import node_view
@@ -67,6 +68,7 @@ class Committing(Engine[S]):
         *,
         ending: bool = False,
         started: float | None = None,
+        changed_by: str | None = None,
     ) -> None:
         """Outputs, `step_advanced` and any pause after the node, in one commit.
 
@@ -76,7 +78,9 @@ class Committing(Engine[S]):
         the node was handed its input: the step's duration runs from it to the commit's build.
         """
         async with run.writing:
-            await self._commit_step_unlocked(run, node, events, goto, pause, ending, started)
+            await self._commit_step_unlocked(
+                run, node, events, goto, pause, ending, started, changed_by
+            )
 
     async def _commit_step_unlocked(
         self,
@@ -87,7 +91,9 @@ class Committing(Engine[S]):
         pause: InterruptRaised | None,
         ending: bool = False,
         started: float | None = None,
+        changed_by: str | None = None,
     ) -> None:
+        """See `_commit_step`; the outputs a hook changed are recorded as `changed_by`'s."""
         entering: list[Event] = []
         target = END
 
@@ -129,7 +135,14 @@ class Committing(Engine[S]):
             fold.apply_all(self._scratch(run, tail, base + len(events)))
             return [*events, *tail]
 
-        records = await self._commit_built(run, build, actor=node)
+        actors = None
+        if changed_by is not None:
+            hook = changed_by
+
+            def actors(batch: list[Event]) -> tuple[str, ...]:
+                return (hook,) * len(events) + (node,) * (len(batch) - len(events))
+
+        records = await self._commit_built(run, build, actor=node, actors=actors)
         if entering:
             run.ahead = (target, records[len(records) - len(entering) + 1 :])
             run.started_ahead.update(e.call_id for e in entering if isinstance(e, ToolCallStarted))
@@ -152,7 +165,12 @@ class Committing(Engine[S]):
         return await self._commit_built(run, build, actor=actor)
 
     async def _commit_built(
-        self, run: Run[S], build: Callable[[], list[Event]], *, actor: str
+        self,
+        run: Run[S],
+        build: Callable[[], list[Event]],
+        *,
+        actor: str,
+        actors: Callable[[list[Event]], tuple[str, ...]] | None = None,
     ) -> list[EventRecord]:
         """The run's one commit loop: `build` checks its events and folds them into the run's
         fold ahead of the append (so routing can read them); the append then lands them, or,
@@ -163,7 +181,8 @@ class Committing(Engine[S]):
             base = run.fold.seq
             try:
                 batch = build()
-                records = await self._append(run, batch, base, actor)
+                who = actor if actors is None else actors(batch)
+                records = await self._append(run, batch, base, who)
             except ConcurrencyError:
                 await self._catch_up(run, base)
                 continue
@@ -180,7 +199,7 @@ class Committing(Engine[S]):
 
     @staticmethod
     async def _append(
-        run: Run[S], events: Sequence[Event], expected_seq: int, actor: str
+        run: Run[S], events: Sequence[Event], expected_seq: int, actor: str | tuple[str, ...]
     ) -> list[EventRecord]:
         """Append under the run's claim; if the run is cancelled meanwhile, the append goes
         on and `run.committing` lets the abandon record wait for it."""
@@ -209,6 +228,17 @@ class Committing(Engine[S]):
                 )
         run.fold = await self._load(run.thread_id)
 
+    async def _lifecycle(self, records: Sequence[EventRecord]) -> None:
+        """Call the lifecycle hook of each committed record that has one, in order."""
+        hooks = self.callbacks
+        if hooks is None:
+            return
+        for record in records:
+            hook = LIFECYCLE_HOOKS.get(record.kind)
+            if hook is not None and hook in self.hooked:
+                occurrence = Occurrence(hook, record.thread_id, record.run_id, record)
+                await call_hook(hooks, hook, occurrence)
+
     async def _after_commit(self, run: Run[S], records: list[EventRecord]) -> None:
         for record in records:
             if isinstance(record.event, MessageAppended):
@@ -222,6 +252,8 @@ class Committing(Engine[S]):
             run.snapshots.observe(records)
             if run.fold.seq // every > run.last_snapshot // every:
                 self._snapshot(run)
+        if self.hooked:
+            await self._lifecycle(records)  # last: a hook sees what the log says
 
     def _snapshot(self, run: Run[S]) -> None:
         """Snapshot the run's state as it stands, in the background (its references into the

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from .graph import StateGraph
 from projections.writer import write
 
+from .callbacks import Callbacks, overridden
 from .journal import journal_for
 from .portal import Portal
 from .results import ResponseGranularity, granularity, run_result
@@ -79,6 +80,7 @@ class CompiledGraph(StepLoop[S]):
         node_concurrency: Mapping[str, int] | None = None,
         node_timeout: float | None = None,
         node_timeouts: Mapping[str, float | None] | None = None,
+        callbacks: Callbacks | None = None,
     ) -> None:
         graph.check()
         names = (*interrupt_before, *interrupt_after, *(node_concurrency or {}))
@@ -94,6 +96,13 @@ class CompiledGraph(StepLoop[S]):
         self.recursion_limit = recursion_limit
         self.snapshot_every = snapshot_every
         self.node_concurrency = dict(node_concurrency or {})
+        if callbacks is not None and not isinstance(callbacks, Callbacks):
+            raise GraphError(
+                f"callbacks must be a Callbacks instance (subclass actors.Callbacks), got "
+                f"{type(callbacks).__name__}"
+            )
+        self.callbacks = callbacks
+        self.hooked = overridden(callbacks)
         self.node_timeout = _timeout(node_timeout, "node_timeout")
         self.node_timeouts = {
             name: _timeout(limit, f"node_timeouts[{name!r}]")

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from events import EventRecord
-from events.kinds import Event
 
 from .offload import InFlight
+
+if TYPE_CHECKING:
+    from .callbacks import Callbacks
 
 T = TypeVar("T")
 
@@ -28,11 +30,14 @@ class NodeContext:
     thread_id: str
     run_id: str
     node: str
-    commit: Callable[[Sequence[Event]], Awaitable[list[EventRecord]]]
+    commit: Callable[..., Awaitable[list[EventRecord]]]
+    """Commit events as this node (`actor=` names another writer: a hook's change)."""
     step_records: list[EventRecord] = field(default_factory=list)
     in_flight: InFlight = field(default_factory=InFlight)
     dispatched: set[str] = field(default_factory=set)
     """Ids of the tool calls this run has handed to their tool (started running)."""
+    callbacks: Callbacks | None = None
+    """The graph's hooks, which a tool node calls around each tool call."""
 
     async def offload(self, label: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run the sync `fn` on a worker thread, on behalf of this run (named by `label`)."""

@@ -33,6 +33,7 @@ from events import EventStore
 from projections import END, START, AgentState
 from projections.snapshots import DEFAULT_SNAPSHOT_EVERY
 
+from .callbacks import Callbacks
 from .command import Command as Command  # re-exported: nodes import it from here
 from .compiled import CompiledGraph
 from .errors import GraphError
@@ -266,6 +267,7 @@ class StateGraph(Generic[S]):
         node_concurrency: Mapping[str, int] | None = None,
         node_timeout: float | None = None,
         node_timeouts: Mapping[str, float | None] | None = None,
+        callbacks: Callbacks | None = None,
     ) -> CompiledGraph[S]:
         """Check the graph and bind it to a store (in memory when none is given).
 
@@ -283,6 +285,7 @@ class StateGraph(Generic[S]):
             node_concurrency=node_concurrency,
             node_timeout=node_timeout,
             node_timeouts=node_timeouts,
+            callbacks=callbacks,
         )
 
 

@@ -21,7 +21,7 @@ class Append:
     events: Sequence[Event]
     expected_seq: int
     run_id: str | None
-    actor: str | None
+    actor: str | Sequence[str | None] | None
     claim: Claim | None = None
 
 
@@ -53,7 +53,7 @@ class Journal(Actor[Append, list[EventRecord]]):
         *,
         expected_seq: int,
         run_id: str | None = None,
-        actor: str | None = None,
+        actor: str | Sequence[str | None] | None = None,
         claim: Claim | None = None,
     ) -> list[EventRecord]:
         """Ask the journal to append and wait for the records."""

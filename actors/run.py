@@ -22,6 +22,7 @@ from projections import (
 )
 from projections.snapshots import SnapshotWriter
 
+from .callbacks import Callbacks
 from .errors import (
     GraphError,
     MissingThreadIdError,
@@ -108,6 +109,9 @@ class Engine(Generic[S]):
     node_concurrency: dict[str, int]
     node_timeout: float | None
     node_timeouts: dict[str, float | None]
+    callbacks: Callbacks | None
+    hooked: frozenset[str]
+    """The hooks `callbacks` overrides: the only ones the engine calls."""
     _slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]]
 
 

@@ -12,6 +12,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from events import (
+    AgentlogError,
     Claim,
     EventRecord,
     InterruptRaised,
@@ -72,6 +73,14 @@ if TYPE_CHECKING:
     pass
 from projections.writer import write
 
+from .callbacks import (
+    INVOCATION_HOOKS,
+    HookError,
+    Invocation,
+    InvocationType,
+    call_hook,
+    recovered,
+)
 from .committing import Committing
 from .guard import Guard
 from .journal import journal_for
@@ -143,6 +152,8 @@ class StepLoop(Committing[S]):
                 await asyncio.shield(recorded)
             raise
         except Exception as exc:
+            if isinstance(exc, HookError) and run is not None:
+                await self._fail_for_hook(run, exc)
             if stream is not None and stream.running:
                 await stream.tell(
                     StreamChunk(
@@ -158,6 +169,25 @@ class StepLoop(Committing[S]):
                 self._close_run(run, claim, in_flight, stream, recorded)
             )
             await asyncio.shield(closing)
+
+    async def _fail_for_hook(self, run: Run[S], error: HookError) -> None:
+        """Record that a hook failed the run, if the run can still fail (a hook raising after
+        the run completed or paused is reported to the caller; the log already says how the
+        run came to rest)."""
+        run.fold = await self._load(run.thread_id)
+        meta = run.fold.state.execution_meta
+        if meta.status != ExecutionStatus.RUNNING or meta.stop_current_execution != (
+            StopRequestStatus.NONE
+        ):
+            return
+        failed = RunFailed(
+            node=meta.current_node,
+            error_type="HookError",
+            message=str(error),
+            duration_ms=run.elapsed_ms(),
+        )
+        with contextlib.suppress(AgentlogError):
+            await self._commit(run, [failed], actor=error.hook.split(".")[0])
 
     async def _claim(self, thread_id: str, purpose: str) -> Claim:
         """Claim the thread; a cancellation mid-claim still gives back a claim it obtained."""
@@ -260,7 +290,7 @@ class StepLoop(Committing[S]):
             )
 
         try:
-            await write(
+            records = await write(
                 self.store,
                 thread_id,
                 record,
@@ -273,6 +303,11 @@ class StepLoop(Committing[S]):
             )
         except Exception as exc:
             _log.warning("could not record that the run on %r was abandoned: %s", thread_id, exc)
+            return
+        try:
+            await self._lifecycle(records)  # the caller is gone: a hook's failure is logged
+        except HookError as exc:
+            _log.warning("a hook failed after the run on %r was abandoned: %s", thread_id, exc)
 
     async def _begin(
         self,
@@ -295,6 +330,9 @@ class StepLoop(Committing[S]):
                 f"a list of messages, a dict of state fields, or None to resume; got "
                 f"{type(values).__name__} {values!r:.60}"
             )
+        hooks = self.callbacks
+        if values is not None and hooks is not None and "validate_input" in self.hooked:
+            await call_hook(hooks, "validate_input", thread_id, values)  # before any write
         fold = await self._load(thread_id)
         if fold.seq == 0 and values is None:
             raise ThreadNotFoundError(thread_id)
@@ -507,16 +545,22 @@ class StepLoop(Committing[S]):
             step_records,
             run.in_flight,
             run.dispatched,
+            self.callbacks if self.hooked & INVOCATION_HOOKS else None,
         )
         actor = self._node_actor(run, node)
         requests: list[tuple[str, tuple[Any, ...]]] = []
+        hooks = self.callbacks if self.hooked & INVOCATION_HOOKS else None
+        changed_by: str | None = None  # the hook whose change the step's outputs carry
         try:
+            view = node_view(run.fold.state, requests)
+            invocation = None
+            if hooks is not None and not is_tool_node(self.graph.nodes[node]):
+                invocation = Invocation(InvocationType.NODE, node, run.thread_id, run.run_id, view)
+                await call_hook(hooks, "before", invocation)
             guard = Guard(self.store, run, node, actor, self._timeout_of(run, node))
             began = time.perf_counter()  # the step's start: its node is handed its input
             try:
-                output = await actor.ask(
-                    RunNode(node_view(run.fold.state, requests), run.config, context, resume)
-                )
+                output = await actor.ask(RunNode(view, run.config, context, resume))
             except GraphInterrupt as signal:
                 guard.disarm()
                 event = InterruptRaised(
@@ -533,7 +577,24 @@ class StepLoop(Committing[S]):
                     raise
                 await self._cut(run, node, guard)
                 return
+            except Exception as exc:
+                guard.disarm()
+                if hooks is None or invocation is None or isinstance(exc, GraphError):
+                    raise
+                found = await call_hook(hooks, "on_error", invocation, exc)
+                if found is None:
+                    raise
+                recovery = recovered(found, f"{hooks.name}.on_error")
+                why = f"recovery by {hooks.name} after {type(exc).__name__}: {exc}"
+                output = [
+                    recovery.model_copy(update={"metadata": {**recovery.metadata, "recovery": why}})
+                ]
+                changed_by = hooks.name
             guard.disarm()
+            if hooks is not None and invocation is not None:
+                replaced = await call_hook(hooks, "after", invocation, output)
+                if replaced is not None:
+                    output, changed_by = replaced, hooks.name
             events, goto = output_events(
                 node,
                 output,
@@ -543,12 +604,16 @@ class StepLoop(Committing[S]):
                 append=is_tool_node(self.graph.nodes[node]),
             )
             goto, pause, ending = _requested(node, requests, goto)
-            await self._commit_step(run, node, events, goto, pause, ending=ending, started=began)
+            await self._commit_step(
+                run, node, events, goto, pause, ending=ending, started=began, changed_by=changed_by
+            )
             run.last_node = node
         except (ThreadBusyError, asyncio.CancelledError, NodeTimeoutError):
             raise
         except Exception as exc:
             run.fold = await self._load(run.thread_id)
+            if run.fold.state.execution_meta.status == ExecutionStatus.ERROR:
+                raise  # a failure already recorded (a lifecycle hook raised after it)
             failed = RunFailed(
                 node=node,
                 error_type=type(exc).__name__,
@@ -556,8 +621,8 @@ class StepLoop(Committing[S]):
                 duration_ms=run.elapsed_ms(),
             )
             await self._commit(run, [failed], actor="runtime")
-            if isinstance(exc, GraphError):
-                raise  # the graph's wiring is at fault (a condition, a goto), and says where
+            if isinstance(exc, GraphError | HookError):
+                raise  # the graph's wiring or a hook is at fault, and the error says which
             raise NodeError(node, exc) from exc
 
     def _timeout_of(self, run: Run[S], node: str) -> float | None:

@@ -39,6 +39,7 @@ from projections import (
 )
 from projections.messages import context_items
 
+from .callbacks import HookError, Invocation, InvocationType, call_hook, recovered
 from .command import Command
 from .context import NodeContext
 from .errors import GraphError, GraphInterrupt, ToolCommandConflictError
@@ -237,7 +238,22 @@ class ToolNode:
         status: typing.Literal["completed", "failed"] = "completed"
         returned = _Returned()
         error: str | None = None
+        hooks = context.callbacks
+        changed_by: str | None = None
+        invocation = None
+        if hooks is not None:
+            invocation = Invocation(
+                InvocationType.TOOL,
+                call.name,
+                context.thread_id,
+                context.run_id,
+                state,
+                input=dict(call.args),
+                call_id=call.id,
+            )
         try:
+            if hooks is not None and invocation is not None:
+                await call_hook(hooks, "before", invocation)
             tool = self.tools.get(call.name)
             if tool is None:
                 known = ", ".join(sorted(self.tools)) or "none"
@@ -247,11 +263,22 @@ class ToolNode:
             except ValidationError as exc:
                 raise ToolArgumentsError(_describe(call.name, exc)) from exc
             value = await tool.call(pos, kw, context, call.id)
+            if hooks is not None and invocation is not None:
+                replaced = await call_hook(hooks, "after", invocation, value)
+                if replaced is not None:
+                    value, changed_by = replaced, hooks.name
             returned = _returned(call, value, state)
-        except GraphInterrupt:
-            raise
+        except (GraphInterrupt, HookError):
+            raise  # a pause, or a hook at fault: the step fails, naming it
         except Exception as exc:
             status, error = "failed", f"{type(exc).__name__}: {exc}"
+            if hooks is not None and invocation is not None:
+                found = await call_hook(hooks, "on_error", invocation, exc)
+                if found is not None:
+                    recovery = recovered(found, f"{hooks.name}.on_error")
+                    returned = _returned(call, recovery, state)
+                    status, changed_by = "completed", hooks.name
+                    error = f"{error} (recovered by {hooks.name})"
         result = ToolCallFinished(
             call_id=call.id,
             name=call.name,
@@ -263,7 +290,10 @@ class ToolNode:
             update=returned.update,
             goto=returned.goto,
         )
-        await context.commit([result])
+        if changed_by is None:
+            await context.commit([result])
+        else:  # the hook's change is recorded as the hook's
+            await context.commit([result], actor=changed_by)
         return result
 
 
