@@ -279,3 +279,38 @@ async def test_no_callbacks_means_no_hook_work(store: SQLiteEventStore) -> None:
     out = await empty.ainvoke("hi", {"thread_id": "e"})
     assert out["status"] == "completed"
     await asyncio.sleep(0)
+
+
+async def test_stop_and_failure_hooks_fire_once_with_their_records(
+    store: SQLiteEventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("actors.guard.STOP_POLL_S", 60.0)  # the node ends before a look
+    hooks = Recording()
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(state: AgentState) -> list[Message]:
+        started.set()
+        await release.wait()
+        return [Message.text_message("slow", role="assistant")]
+
+    def broken(state: AgentState) -> list[Message]:
+        raise RuntimeError("down")
+
+    app = line(("slow", slow), ("broken", broken)).compile(store, callbacks=hooks)
+    task = asyncio.create_task(app.ainvoke("hi", CFG))
+    await asyncio.wait_for(started.wait(), 20)
+    assert await app.astop(CFG)
+    release.set()
+    await asyncio.wait_for(task, 20)
+    stopped = await seq_of(store, "stopped")
+    assert hooks.calls[-3:] == ["before node slow", "after node slow", f"on_stop {stopped[0]}"]
+    with pytest.raises(Exception, match="down"):
+        await app.ainvoke(None, CFG)
+    failed = await seq_of(store, "run_failed")
+    resumed = await seq_of(store, "resumed")
+    assert hooks.calls[-3:] == [
+        f"on_resume {resumed[0]}",
+        "before node broken",
+        f"on_run_error {failed[0]}",
+    ]
+    assert hooks.calls.count(f"on_stop {stopped[0]}") == 1
