@@ -97,9 +97,13 @@ class CompiledGraph(StepLoop[S]):
         self.snapshot_every = snapshot_every
         self.node_concurrency = dict(node_concurrency or {})
         if callbacks is not None and not isinstance(callbacks, Callbacks):
+            what = (
+                f"the class {callbacks.__name__}: pass an instance, {callbacks.__name__}()"
+                if isinstance(callbacks, type)
+                else type(callbacks).__name__
+            )
             raise GraphError(
-                f"callbacks must be a Callbacks instance (subclass actors.Callbacks), got "
-                f"{type(callbacks).__name__}"
+                f"callbacks must be a Callbacks instance (subclass actors.Callbacks), got {what}"
             )
         self.callbacks = callbacks
         self.hooked = overridden(callbacks)
