@@ -36,7 +36,7 @@ class Append(Protocol):
         *,
         expected_seq: int,
         run_id: str | None = ...,
-        actor: str | None = ...,
+        actor: str | Sequence[str | None] | None = ...,
         claim: Claim | None = ...,
     ) -> Awaitable[list[EventRecord]]: ...
 
