@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -17,9 +19,45 @@ from .errors import ProjectionError
 Role = Literal["user", "assistant", "system", "tool"]
 
 
+_ids: ContextVar[Callable[[], str] | None] = ContextVar("agentlog_message_ids", default=None)
+"""Where fresh message ids come from in this context; None means uuid4 (see `message_defaults`)."""
+_clock: ContextVar[Callable[[], float] | None] = ContextVar("agentlog_message_clock", default=None)
+"""Where message timestamps come from in this context; None means the wall clock."""
+
+
 def generate_id(default_id: str | int | None = None) -> str | int:
-    """`default_id` when given, else a fresh UUID4 string."""
-    return default_id if default_id is not None else str(uuid.uuid4())
+    """`default_id` when given, else a fresh id: a UUID4 string, or the next id of the source
+    set by `message_defaults` in this context."""
+    if default_id is not None:
+        return default_id
+    source = _ids.get()
+    return str(uuid.uuid4()) if source is None else source()
+
+
+def _now() -> float:
+    """A new message's timestamp: the wall clock, or the clock set by `message_defaults`."""
+    clock = _clock.get()
+    return datetime.now().timestamp() if clock is None else float(clock())
+
+
+@contextmanager
+def message_defaults(
+    ids: Callable[[], str] | None = None, clock: Callable[[], float] | None = None
+) -> Iterator[None]:
+    """Within the block (and tasks and threads started from it), draw the ids `generate_id`
+    makes from `ids` and the default `Message.timestamp` from `clock`, so runs repeat exactly.
+
+    None leaves that default as it is outside; the previous sources come back on exit.
+    """
+    id_token = _ids.set(ids) if ids is not None else None
+    clock_token = _clock.set(clock) if clock is not None else None
+    try:
+        yield
+    finally:
+        if clock_token is not None:
+            _clock.reset(clock_token)
+        if id_token is not None:
+            _ids.reset(id_token)
 
 
 class MediaRef(BaseModel):
@@ -206,7 +244,7 @@ class Message(BaseModel):
     delta: bool = False
     tools_calls: list[dict[str, Any]] | None = None
     reasoning: str | None = None
-    timestamp: float | None = Field(default_factory=lambda: datetime.now().timestamp())
+    timestamp: float | None = Field(default_factory=_now)
     metadata: dict[str, Any] = Field(default_factory=dict)
     usages: TokenUsages | None = None
     raw: dict[str, Any] | None = None
