@@ -76,13 +76,13 @@ class ShopState(AgentState):
     blob: bytes = b""
 
 
-def store_round_trip(events: Sequence[Event], *, first_seq: int = 0) -> list[EventRecord]:
-    """Append `events` to a fresh SQLite file after `first_seq` dummy-free, read them back."""
+def store_round_trip(events: Sequence[Event]) -> list[EventRecord]:
+    """Append `events` as a new thread of a fresh SQLite file and read them back."""
 
     async def go() -> list[EventRecord]:
         with tempfile.TemporaryDirectory() as tmp:
             async with SQLiteEventStore(Path(tmp) / "log.db") as store:
-                await store.append("t", list(events), expected_seq=first_seq)
+                await store.append("t", list(events), expected_seq=0)
                 return [r async for r in store.read("t")]
 
     return asyncio.run(go())
