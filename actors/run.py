@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from projections import (
     AgentState,
     Fold,
 )
+from projections.messages import monotonic
 from projections.snapshots import SnapshotWriter
 
 from .callbacks import Callbacks
@@ -79,8 +79,8 @@ class Run(Generic[S]):
     """Tool calls this call recorded as started with the step before their tool node: those
     not dispatched never ran."""
 
-    started: float = field(default_factory=time.perf_counter)
-    """When the call began (`time.perf_counter`): run records measure their duration from it."""
+    started: float = field(default_factory=monotonic)
+    """When the call began (`monotonic()`): run records measure their duration from it."""
 
     def elapsed_ms(self) -> float:
         """Milliseconds since the call began, as a run record stores it."""
@@ -92,9 +92,9 @@ class Run(Generic[S]):
 
 
 def elapsed_ms(since: float) -> float:
-    """Milliseconds from `since` (a `time.perf_counter` reading) to now, to the microsecond:
+    """Milliseconds from `since` (a `monotonic()` reading) to now, to the microsecond:
     a recorded value, never recomputed when the log is read."""
-    return round((time.perf_counter() - since) * 1000, 3)
+    return round((monotonic() - since) * 1000, 3)
 
 
 class Engine(Generic[S]):

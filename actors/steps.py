@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-import uuid
 from collections.abc import Container, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -52,7 +50,7 @@ from projections.fold import (
     TOOL_CALLS_KEY,
 )
 from projections.generic import state_fields
-from projections.messages import normalize_input
+from projections.messages import monotonic, new_run_id, normalize_input
 from projections.transcript import unique_id
 
 from ._actor import ActorStoppedError
@@ -114,7 +112,7 @@ class StepLoop(Committing[S]):
     async def _run(
         self, input: Any, config: Mapping[str, Any] | None, stream: RunStream | None
     ) -> Run[S]:
-        started = time.perf_counter()  # the call's start: run records measure from here
+        started = monotonic()  # the call's start: run records measure from here
         config = run_config(config)
         thread_id = config["thread_id"]
         claim: Claim | None = None
@@ -387,7 +385,7 @@ class StepLoop(Committing[S]):
         answers = await self._answer_pending(fold) if resume is None and inputs else []
         events: list[Event] = []
         if fold.seq == 0 or meta.status == ExecutionStatus.COMPLETED or answers:
-            run.run_id = f"run-{uuid.uuid4().hex[:12]}"
+            run.run_id = new_run_id()
             events.extend(answers)
             events.append(
                 RunStarted(
@@ -404,7 +402,7 @@ class StepLoop(Committing[S]):
             run.cut_short = True  # a run that was cut short: carry on where the log stops
         events.extend(inputs)
         if not run.run_id:
-            run.run_id = f"run-{uuid.uuid4().hex[:12]}"
+            run.run_id = new_run_id()
         return run, events
 
     async def _answer_pending(self, fold: Fold[S]) -> list[Event]:
@@ -558,7 +556,7 @@ class StepLoop(Committing[S]):
                 invocation = Invocation(InvocationType.NODE, node, run.thread_id, run.run_id, view)
                 await call_hook(hooks, "before", invocation)
             guard = Guard(self.store, run, node, actor, self._timeout_of(run, node))
-            began = time.perf_counter()  # the step's start: its node is handed its input
+            began = monotonic()  # the step's start: its node is handed its input
             try:
                 output = await actor.ask(RunNode(view, run.config, context, resume))
             except GraphInterrupt as signal:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
-import time
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -37,7 +36,7 @@ from projections import (
     ToolResultBlock,
     to_builtins,
 )
-from projections.messages import context_items
+from projections.messages import context_items, monotonic
 
 from .callbacks import HookError, Invocation, InvocationType, call_hook, recovered
 from .command import Command
@@ -234,7 +233,7 @@ class ToolNode:
     ) -> ToolCallFinished:
         """Run one call, turning any failure into a failed result, and commit its result."""
         context.dispatched.add(call.id)
-        begin = time.perf_counter()
+        begin = monotonic()
         status: typing.Literal["completed", "failed"] = "completed"
         returned = _Returned()
         error: str | None = None
@@ -285,7 +284,7 @@ class ToolNode:
             status=status,
             output=returned.output,
             error=error,
-            duration_ms=(time.perf_counter() - begin) * 1000,
+            duration_ms=(monotonic() - begin) * 1000,
             message=returned.message,
             update=returned.update,
             goto=returned.goto,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -38,6 +39,18 @@ def _now() -> float:
     """A new message's timestamp: the wall clock, or the clock set by `message_defaults`."""
     clock = _clock.get()
     return datetime.now().timestamp() if clock is None else float(clock())
+
+
+def monotonic() -> float:
+    """Seconds for measuring durations: the clock set by `message_defaults`, else
+    `time.perf_counter` (so a seeded test records the same durations every time)."""
+    clock = _clock.get()
+    return time.perf_counter() if clock is None else float(clock())
+
+
+def new_run_id() -> str:
+    """A fresh run id, `run-` and 12 hex digits, drawn from the same source as message ids."""
+    return f"run-{str(generate_id()).replace('-', '')[:12]}"
 
 
 @contextmanager

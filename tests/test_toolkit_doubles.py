@@ -7,16 +7,12 @@ import asyncio
 import inspect
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import actors.run
-import actors.steps
-import actors.tools
 from actors import END, NodeTimeoutError, StateGraph, ToolNode
 from actors.testing import (
     FakeClock,
@@ -204,28 +200,10 @@ def envelope(record: EventRecord) -> tuple[Any, ...]:
             record.hash)  # fmt: skip
 
 
-async def seeded_run(tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+async def seeded_run(tmp_path: Path, name: str) -> list[Any]:
     """One run of a scripted graph under seed 7; its records as (envelope, payload)."""
     clock = FakeClock()
 
-    # The runtime draws run ids from uuid4 and step durations from perf_counter, apart from
-    # the message sources `seeded_ids` sets: pin those two here to compare whole logs.
-    class SeededUuid:
-        @staticmethod
-        def uuid4() -> uuid.UUID:
-            return uuid.UUID(str(generate_id()))
-
-    class FakeTime:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(time, name)
-
-        @staticmethod
-        def perf_counter() -> float:
-            return clock()
-
-    monkeypatch.setattr(actors.steps, "uuid", SeededUuid)
-    for module in (actors.steps, actors.tools, actors.run):
-        monkeypatch.setattr(module, "time", FakeTime())
     with seeded_ids(7, clock=clock):
         lookup = RecordingTool(lookup_order)
         model = ScriptedModel([ask_tool("lookup_order", order_id=3), "shipped", "welcome"])
@@ -237,11 +215,9 @@ async def seeded_run(tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch)
             return [(envelope(r), r.event) async for r in store.read("t")]
 
 
-async def test_two_runs_under_one_seed_write_the_same_log(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    first = await seeded_run(tmp_path, "a.db", monkeypatch)
-    second = await seeded_run(tmp_path, "b.db", monkeypatch)
+async def test_two_runs_under_one_seed_write_the_same_log(tmp_path: Path) -> None:
+    first = await seeded_run(tmp_path, "a.db")
+    second = await seeded_run(tmp_path, "b.db")
     assert len(first) > 8
     assert first == second
     assert {env[3] for env, _ in first} == {1_700_000_000.0, 1_700_000_060.0}
