@@ -19,12 +19,12 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
 from ._sqlite_thread import ConnectionThread
 from .claims import DEFAULT_LEASE, Claim, Heartbeat, Holder, fence, hold, let_go, new_claim
-from .codec import GENESIS_HASH, Encoded, Row, chain_rows
+from .codec import GENESIS_HASH, Row, chain_rows
 from .errors import (
     ConcurrencyError,
     CorruptDatabaseError,
@@ -35,7 +35,6 @@ from .errors import (
     StoreClosedError,
     StoreUnavailableError,
 )
-from .kinds import Event
 from .record import EventRecord
 from .store import (
     MAX_POSITION,
@@ -117,18 +116,6 @@ _UPSERT_HEAD = (
 _HOLDER_COLUMNS = "token, host, pid, started, heartbeat_at, lease, purpose"
 
 T = TypeVar("T")
-
-
-class _Append(NamedTuple):
-    thread_id: str
-    events: Sequence[Event]
-    encoded: Sequence[Encoded]
-    expected_seq: int
-    run_id: str | None
-    actor: str | tuple[str | None, ...] | None
-    at: float
-    token: str | None
-    only_stop_requests: bool
 
 
 def storage_error(path: str, exc: sqlite3.Error) -> Exception:
@@ -333,7 +320,7 @@ class SQLiteEventStore(BaseEventStore):
         self._writer: ConnectionThread | None = None
         self._reader: ConnectionThread | None = None
         self._open_lock = threading.Lock()  # opened from whichever loop comes first
-        self._pending: list[tuple[_Append, asyncio.Future[list[EventRecord]]]] = []
+        self._pending: list[tuple[AppendRequest, asyncio.Future[list[EventRecord]]]] = []
         self._in_flight = False
         self._queue_lock = threading.Lock()  # appends come from any event loop's thread
         self._drained = threading.Event()
@@ -485,13 +472,8 @@ class SQLiteEventStore(BaseEventStore):
     async def _commit(self, request: AppendRequest) -> list[EventRecord]:
         await self._ready_to_write("append")
         future: asyncio.Future[list[EventRecord]] = asyncio.get_running_loop().create_future()
-        token = None if request.claim is None else request.claim.token
-        queued = _Append(
-            request.thread_id, request.events, request.encoded, request.expected_seq,
-            request.run_id, request.actor, request.at, token, request.only_stop_requests,
-        )  # fmt: skip
         with self._queue_lock:
-            self._pending.append((queued, future))
+            self._pending.append((request, future))
             first = len(self._pending) == 1
         if first:
             # At the end of this turn of the loop: the appends other tasks make in the same
@@ -524,7 +506,7 @@ class SQLiteEventStore(BaseEventStore):
 
     def _batch_done(
         self,
-        batch: list[tuple[_Append, asyncio.Future[list[EventRecord]]]],
+        batch: list[tuple[AppendRequest, asyncio.Future[list[EventRecord]]]],
         outcome: list[Any] | BaseException,
     ) -> None:
         """On the writer thread: start the next batch, then wake each caller on its own loop
@@ -655,7 +637,7 @@ class SQLiteEventStore(BaseEventStore):
 def _run_batch(
     report: Callable[[Any, list[Any] | BaseException], None],
     batch: Any,
-    requests: list[_Append],
+    requests: list[AppendRequest],
     path: str,
     conn: sqlite3.Connection,
 ) -> None:
@@ -668,7 +650,7 @@ def _run_batch(
     report(batch, outcome)
 
 
-def _write_batch(conn: sqlite3.Connection, batch: list[_Append], path: str) -> list[Any]:
+def _write_batch(conn: sqlite3.Connection, batch: list[AppendRequest], path: str) -> list[Any]:
     """One transaction for the whole batch; a request that fails writes none of its rows.
 
     Heads and claims are read with one query each and rows written with one `executemany`,
@@ -688,7 +670,8 @@ def _write_batch(conn: sqlite3.Connection, batch: list[_Append], path: str) -> l
         touched: dict[str, float] = {}
         for req in batch:
             holder = holders.get(req.thread_id)
-            refusal = fence(req.thread_id, req.token, req.only_stop_requests, holder, now)
+            token = None if req.claim is None else req.claim.token
+            refusal = fence(req.thread_id, token, req.only_stop_requests, holder, now)
             if refusal is not None:
                 results.append(refusal)
                 continue

@@ -270,15 +270,37 @@ def test_a_crash_and_resume_does_not_call_the_hooks_of_committed_steps(tmp_path:
     assert set(after) == {f"n{i}" for i in range(hook_run.STEPS)}
 
 
-async def test_no_callbacks_means_no_hook_work(store: SQLiteEventStore) -> None:
-    """The default is None, and an empty Callbacks object runs the same graph the same way."""
+async def test_hooks_a_subclass_does_not_override_are_never_called(
+    store: SQLiteEventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default is no callbacks; an empty Callbacks object calls nothing either (the base
+    class's hooks, made to raise here, are never reached), and only overridden hooks run."""
+    for hook in ("before", "after", "on_error", "validate_input", "on_run_start", "on_run_end"):
+        monkeypatch.setattr(Callbacks, hook, _never)
     graph = line(("a", lambda state: [Message.text_message("x", role="assistant")]))
-    plain = graph.compile(store)
-    assert plain.callbacks is None
+    assert graph.compile(store).callbacks is None
     empty = graph.compile(store, callbacks=Callbacks())
+    assert empty.hooked == frozenset()
     out = await empty.ainvoke("hi", {"thread_id": "e"})
     assert out["status"] == "completed"
-    await asyncio.sleep(0)
+
+    class OnlyEnd(Callbacks):
+        def on_run_end(self, occurrence: Occurrence) -> None:
+            ended.append(occurrence.record.seq)
+
+    ended: list[int] = []
+    some = graph.compile(store, callbacks=OnlyEnd())
+    assert some.hooked == frozenset({"on_run_end"})
+    await some.ainvoke("hi", {"thread_id": "f"})
+    assert ended == await seq_of_thread(store, "f", "run_completed")
+
+
+def _never(*args: object) -> None:
+    raise AssertionError("a hook the callbacks object does not override was called")
+
+
+async def seq_of_thread(store: SQLiteEventStore, thread: str, kind: str) -> list[int]:
+    return [r.seq async for r in store.read(thread) if r.kind == kind]
 
 
 async def test_stop_and_failure_hooks_fire_once_with_their_records(

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors import END, Command, StateGraph, ToolNode
+from actors import END, Command, StateGraph
 from actors.cli import Lifecycle
 from events import (
     Event,
@@ -42,6 +42,7 @@ from events import (
     ToolCallStarted,
 )
 from projections import AgentState, ExecutionState, Message, ToolCallBlock, fork, state_at
+from tests.helpers import agent_with_tools
 
 from .helpers import ROOT, text_event
 
@@ -230,17 +231,7 @@ def _agent() -> StateGraph[AgentState]:
         call = ToolCallBlock(id=f"c{len(state.context)}", name="get_weather", args={"city": "Oslo"})
         return [Message(role="assistant", content=[call])]
 
-    graph: StateGraph[AgentState] = StateGraph(AgentState)
-    graph.add_node("agent", agent)
-    graph.add_node("tools", ToolNode([get_weather]))
-    graph.set_entry_point("agent")
-    graph.add_conditional_edges(
-        "agent",
-        lambda s: "tools" if s.context[-1].tool_calls() else END,
-        {"tools": "tools", END: END},
-    )
-    graph.add_edge("tools", "agent")
-    return graph
+    return agent_with_tools(agent, [get_weather])  # type: ignore[no-any-return]
 
 
 def _expected(meta: ExecutionState) -> tuple[str, str, int, str]:

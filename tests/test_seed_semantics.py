@@ -24,7 +24,6 @@ from actors import (
     ResponseGranularity,
     StateGraph,
     ThreadBusyError,
-    ToolNode,
 )
 from events import SQLiteEventStore, Stopped, ToolCallFinished
 from projections import (
@@ -41,7 +40,7 @@ from projections import (
     ToolResultBlock,
     replay,
 )
-from tests.helpers import line
+from tests.helpers import agent_with_tools, line
 
 WAIT = 20.0
 
@@ -301,17 +300,7 @@ async def test_a_timed_out_tool_call_is_recorded_abandoned_and_never_run_again(
         call = ToolCallBlock(id="c1", name="charge", args={"amount": 5})
         return [Message(role="assistant", content=[call], message_id="m-call")]
 
-    graph: StateGraph[AgentState] = StateGraph()
-    graph.add_node("agent", agent)
-    graph.add_node("tools", ToolNode([charge]))
-    graph.set_entry_point("agent")
-    graph.add_conditional_edges(
-        "agent",
-        lambda s: "tools" if s.context[-1].tool_calls() else END,
-        {"tools": "tools", END: END},
-    )
-    graph.add_edge("tools", "agent")
-    app = graph.compile(store, node_timeouts={"tools": 0.2})
+    app = agent_with_tools(agent, [charge]).compile(store, node_timeouts={"tools": 0.2})
     config = {"thread_id": "t"}
     with pytest.raises(NodeTimeoutError):
         await app.ainvoke("pay", config)

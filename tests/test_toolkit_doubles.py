@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from actors import END, NodeTimeoutError, StateGraph, ToolNode
+from actors import NodeTimeoutError, StateGraph
 from actors.testing import (
     FakeClock,
     MemoryEventStore,
@@ -30,6 +30,7 @@ from actors.tools import Tool
 from events import EventRecord, SQLiteEventStore, ToolCallFinished
 from events.memory import MemoryEventStore as StoreItself
 from projections import AgentState, Message, generate_id, replay
+from tests.helpers import agent_with_tools
 
 WAIT = 20.0
 
@@ -44,17 +45,7 @@ def lookup_order(order_id: int, verbose: bool = False) -> str:
 
 
 def agent_graph(model: ScriptedModel, *tools: RecordingTool) -> StateGraph[AgentState]:
-    graph: StateGraph[AgentState] = StateGraph()
-    graph.add_node("agent", model)
-    graph.add_node("tools", ToolNode(list(tools)))
-    graph.set_entry_point("agent")
-    graph.add_conditional_edges(
-        "agent",
-        lambda s: "tools" if s.context[-1].tool_calls() else END,
-        {"tools": "tools", END: END},
-    )
-    graph.add_edge("tools", "agent")
-    return graph
+    return agent_with_tools(model, tools)  # type: ignore[no-any-return]
 
 
 async def finished(store: Any, thread: str) -> list[tuple[str, str]]:
