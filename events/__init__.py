@@ -1,5 +1,6 @@
 """The log: typed events, the record envelope, the codec and the stores (`open_store`
-turns a path or URL into one; `events.testing` holds the suite every store must pass).
+turns a path or URL into one; `events.testing` holds the suite every store must pass), and
+`follow`, a live subscription to what they commit.
 
 This package knows nothing of agents: it stores and chains events, and reads them back.
 """
@@ -26,6 +27,7 @@ from .errors import (
     ThreadNotFoundError,
     UnknownEventKindError,
 )
+from .follow import CommitSignal, UnknownKindFilterError, follow, last_position
 from .kinds import (
     EVENT_TYPES,
     KINDS,
@@ -68,6 +70,7 @@ __all__ = [
     "ChainBrokenError",
     "Claim",
     "ClaimLostError",
+    "CommitSignal",
     "ConcurrencyError",
     "ContextSummarized",
     "CorruptDatabaseError",
@@ -111,12 +114,15 @@ __all__ = [
     "ToolCallFinished",
     "ToolCallStarted",
     "UnknownEventKindError",
+    "UnknownKindFilterError",
     "UnstorableValueError",
     "UnsupportedBackendError",
     "VerifyReport",
     "export_jsonl",
+    "follow",
     "head",
     "kind_of",
+    "last_position",
     "open_store",
     "register_upcaster",
     "unregister_upcaster",

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from .claims import DEFAULT_LEASE, Claim, Holder, fence, hold, let_go, new_claim
 from .codec import GENESIS_HASH, Row, chain_rows
 from .errors import ConcurrencyError
+from .follow import CommitSignal
 from .record import EventRecord
 from .store import MESSAGE_KINDS, AppendRequest, BaseEventStore, Payload, StoredSnapshot
 
@@ -21,7 +22,11 @@ _KINDS = frozenset(MESSAGE_KINDS)
 
 
 class MemoryEventStore(BaseEventStore):
-    """An in-memory event store; nothing survives the process."""
+    """An in-memory event store; nothing survives the process.
+
+    A commit numbers and appends its rows in one step (no await between), so readers always
+    see a prefix of the positions; `commit_signal` then wakes the store's followers.
+    """
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         super().__init__(clock=clock)
@@ -30,6 +35,8 @@ class MemoryEventStore(BaseEventStore):
         self._snapshots: dict[str, dict[int, StoredSnapshot]] = {}
         self._claims: dict[str, Holder] = {}
         self._claims_lock = threading.Lock()  # released from worker threads too
+        self.commit_signal = CommitSignal()
+        """Committed up to which position, and the wake-up of followers (`events.follow`)."""
 
     async def _commit(self, request: AppendRequest) -> list[EventRecord]:
         thread_id, encoded, expected_seq = request.thread_id, request.encoded, request.expected_seq
@@ -50,7 +57,18 @@ class MemoryEventStore(BaseEventStore):
         rows = chain_rows(thread_id, actual + 1, prev, encoded, run_id, actor, at, first_position)
         self._threads.setdefault(thread_id, []).extend(rows)
         self._all.extend(rows)
+        self.commit_signal.advance(rows[-1].position)
         return self._records(rows, encoded)
+
+    async def last_position(self) -> int:
+        """The position of the newest record; 0 when the store holds none."""
+        self._check_open()
+        return len(self._all)
+
+    async def close(self) -> None:
+        """Close the store; its followers stop at once (`StoreClosedError`)."""
+        await super().close()
+        self.commit_signal.close()
 
     async def _fetch(self, thread_id: str, from_seq: int, to_seq: int, limit: int) -> list[Row]:
         rows = self._threads.get(thread_id, [])

@@ -4,6 +4,9 @@ One writer connection in WAL mode, on a daemon thread of its own. Every append i
 hop to that thread, which runs BEGIN IMMEDIATE ... INSERTs ... COMMIT there; appends that
 arrive while a commit is in flight are group-committed together in the next one, each still
 all-or-nothing. A second connection serves reads, so readers never queue behind writers.
+Positions are numbered from `max(position)` inside the write transaction, and SQLite lets one
+writer in at a time (across processes too), so readers always see a prefix of the positions;
+after each group commit `commit_signal` wakes this store's followers (`events.follow`).
 Claims (one owner per thread) live in the file's own `claims` table, never in a lock on the
 database file, which would break SQLite's own locking.
 """
@@ -35,6 +38,7 @@ from .errors import (
     StoreClosedError,
     StoreUnavailableError,
 )
+from .follow import CommitSignal
 from .record import EventRecord
 from .store import (
     MAX_POSITION,
@@ -328,6 +332,8 @@ class SQLiteEventStore(BaseEventStore):
         self._closing = False
         self._tidy_on_close = False
         self._heartbeat = Heartbeat(self._renew_blocking)
+        self.commit_signal = CommitSignal()
+        """Committed up to which position, and the wake-up of followers (`events.follow`)."""
 
     # ---- connections ---------------------------------------------------------------------
 
@@ -434,6 +440,7 @@ class SQLiteEventStore(BaseEventStore):
         if self._closed:
             return
         self._closing = True
+        self.commit_signal.close()  # followers stop now; reads are refused from here on
         await asyncio.to_thread(self._wait_for_open)  # an open under way finishes first
         await asyncio.to_thread(self._drained.wait)
         self._heartbeat.stop()
@@ -518,6 +525,10 @@ class SQLiteEventStore(BaseEventStore):
             if isinstance(outcome, sqlite3.Error):
                 outcome = storage_error(self.path, outcome)
             outcome = [outcome] * len(batch)
+        else:  # committed: the last rows written are the batch's highest position
+            top = next((rows[-1].position for rows in reversed(outcome) if type(rows) is list), 0)
+            if top:
+                self.commit_signal.advance(top)
         by_loop: dict[asyncio.AbstractEventLoop, list[Any]] = {}
         for (request, future), result in zip(batch, outcome, strict=True):
             by_loop.setdefault(future.get_loop(), []).append((request, future, result))
@@ -606,6 +617,11 @@ class SQLiteEventStore(BaseEventStore):
 
     async def _head(self, thread_id: str) -> tuple[int, bytes] | None:
         return await self._read(_fetch_head, thread_id)
+
+    async def last_position(self) -> int:
+        """The position of the newest record; 0 when the store holds none."""
+        self._check_open()
+        return await self._read(_fetch_last_position)
 
     def files(self) -> list[str]:
         """The database file and the journal files SQLite keeps beside it."""
@@ -841,6 +857,12 @@ def _fetch_positions(conn: sqlite3.Connection, from_position: int, limit: int) -
         (from_position, limit),
     ).fetchall()
     return _to_rows(raw)
+
+
+def _fetch_last_position(conn: sqlite3.Connection) -> int:
+    # Rows beyond the legal range are damage, which reading them reports.
+    sql = "SELECT max(position) FROM events WHERE position <= ?"
+    return int(conn.execute(sql, (MAX_POSITION,)).fetchone()[0] or 0)
 
 
 def _fetch_head(conn: sqlite3.Connection, thread_id: str) -> tuple[int, bytes] | None:
