@@ -431,6 +431,50 @@ def history_command(
         _print(render.history_table(thread, rows))
 
 
+@app.command("tail")
+def tail_command(
+    db: Db = "agentlog.db",
+    kind: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--kind", help="Only records of this kind (repeat for more).", callback=_check_kinds
+        ),
+    ] = None,
+    thread: Annotated[
+        str | None, typer.Option("--thread", help="Only records of this thread.")
+    ] = None,
+    node: Annotated[
+        str | None,
+        typer.Option(
+            "--node",
+            help="Only records this node wrote, or whose event names it (node_entered, "
+            "interrupt_raised, stopped, tool_call_started, run_failed).",
+        ),
+    ] = None,
+    start: Annotated[
+        int | None,
+        typer.Option(
+            "--from",
+            metavar="POSITION",
+            help="Print the records after this position (0: the whole log; -N: the last N "
+            "records of the log first). Default: only what is committed from now on.",
+        ),
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Follow the log live, like `tail -f`: one line per record as any process commits it.
+
+    A line shows the record's position, time (UTC), thread, seq, kind, actor and summary.
+
+    With --json, one JSON object per line, whose "position" --from resumes after.
+
+    Ctrl-C or SIGTERM ends it (exit status 0).
+    """
+    from .tail import tail
+
+    tail(db, kind or None, thread, node, start, as_json)
+
+
 @app.command("show")
 def show_command(
     thread: Thread,
