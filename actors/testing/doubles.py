@@ -31,6 +31,7 @@ import random
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -49,6 +50,7 @@ __all__ = [
     "Seen",
     "ask_tool",
     "ask_tools",
+    "recording_tools",
     "reply",
     "seeded_ids",
     "tool_call",
@@ -177,6 +179,20 @@ class RecordedCall:
     error: BaseException | None = None
 
 
+_recorders: ContextVar[list[RecordingTool] | None] = ContextVar("recorders", default=None)
+
+
+@contextmanager
+def recording_tools() -> Iterator[list[RecordingTool]]:
+    """Collect every `RecordingTool` made inside the block (what a graph factory makes)."""
+    made: list[RecordingTool] = []
+    token = _recorders.set(made)
+    try:
+        yield made
+    finally:
+        _recorders.reset(token)
+
+
 class RecordingTool:
     """A tool that records every call and fails, hangs or is slow on the calls named.
 
@@ -220,6 +236,9 @@ class RecordingTool:
             annotations["tool_call_id"] = "str"
         self.__signature__ = signature
         self.__annotations__ = annotations
+        made = _recorders.get()
+        if made is not None:
+            made.append(self)
 
     @classmethod
     def returning(
