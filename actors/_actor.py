@@ -152,15 +152,9 @@ class Actor(Generic[M, R]):
     async def ask(self, message: M, *, timeout: float | None = None) -> R:
         """Queue a message and wait for the reply (or the handler's exception)."""
         self._check_accepting(message)
-        loop = asyncio.get_running_loop()
-        reply: asyncio.Future[R] = loop.create_future()
-        if self.concurrency is None and self._mailbox.empty():
-            # Unbounded and idle: the loop would only hand the message to a task of its
-            # own; do that here and save it a turn (what is queued still goes first).
-            task = loop.create_task(self._handle(_Envelope(message, reply)))
-            self._in_hand.add(task)
-            task.add_done_callback(self._release)
-        else:
+        reply = self._handed(message)
+        if reply is None:
+            reply = asyncio.get_running_loop().create_future()
             await self._mailbox.put(_Envelope(message, reply))
             self._after_put()
         try:
@@ -175,6 +169,31 @@ class Actor(Generic[M, R]):
             raise AskTimeoutError(
                 f"actor {self.name!r} did not answer {type(message).__name__} within {timeout}s"
             ) from None
+
+    def ask_nowait(self, message: M) -> asyncio.Future[R]:
+        """Queue a message now and return the future of its reply.
+
+        The message is handled whether or not anyone awaits the future; cancelling it before
+        the handler starts withdraws the message. An idle unbounded actor saves the task
+        that `ensure_future(ask(...))` costs.
+        """
+        self._check_accepting(message)
+        reply = self._handed(message)
+        if reply is None:  # messages wait in the mailbox: queue behind them, room permitting
+            return asyncio.ensure_future(self.ask(message))
+        return reply
+
+    def _handed(self, message: M) -> asyncio.Future[R] | None:
+        """Unbounded and idle: hand `message` to a task of its own now, saving the loop a
+        turn (what is queued still goes first), and return its reply; else None."""
+        if self.concurrency is not None or not self._mailbox.empty():
+            return None
+        loop = asyncio.get_running_loop()
+        reply: asyncio.Future[R] = loop.create_future()
+        task = loop.create_task(self._handle(_Envelope(message, reply)))
+        self._in_hand.add(task)
+        task.add_done_callback(self._release)
+        return reply
 
     def _after_put(self) -> None:
         """A put that waited for room may land after the actor ended: fail it, never hang."""

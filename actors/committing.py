@@ -31,7 +31,6 @@ from projections import (
     StopRequestStatus,
     StreamChunk,
     StreamEvent,
-    decide,
     fold_at,
     to_builtins,
 )
@@ -101,8 +100,7 @@ class Committing(Engine[S]):
             nonlocal entering, target
             fold = run.fold
             base = fold.seq
-            decide(fold.state, events, seq=base)
-            fold.apply_all(self._scratch(run, events, base))  # routing sees the updated state
+            fold.apply_decided(self._scratch(run, events, base))  # routing sees the new state
             if ending:
                 target = END
             else:
@@ -131,8 +129,7 @@ class Committing(Engine[S]):
                 tail.append(InterruptRaised(node=node, reason="interrupt_after", when="after"))
             entering = self._entering(run, tail, target)
             tail.extend(entering)
-            decide(fold.state, tail, seq=base + len(events))
-            fold.apply_all(self._scratch(run, tail, base + len(events)))
+            fold.apply_decided(self._scratch(run, tail, base + len(events)))
             return [*events, *tail]
 
         actors = None
@@ -158,8 +155,7 @@ class Committing(Engine[S]):
         self, run: Run[S], events: Sequence[Event], *, actor: str
     ) -> list[EventRecord]:
         def build() -> list[Event]:
-            decide(run.fold.state, events, seq=run.fold.seq)
-            run.fold.apply_all(self._scratch(run, events, run.fold.seq))
+            run.fold.apply_decided(self._scratch(run, events, run.fold.seq))
             return list(events)
 
         return await self._commit_built(run, build, actor=actor)
@@ -203,15 +199,13 @@ class Committing(Engine[S]):
     ) -> list[EventRecord]:
         """Append under the run's claim; if the run is cancelled meanwhile, the append goes
         on and `run.committing` lets the abandon record wait for it."""
-        run.committing = asyncio.ensure_future(
-            run.journal.append(
-                run.thread_id,
-                events,
-                expected_seq=expected_seq,
-                run_id=run.run_id,
-                actor=actor,
-                claim=run.claim,
-            )
+        run.committing = run.journal.submit(
+            run.thread_id,
+            events,
+            expected_seq=expected_seq,
+            run_id=run.run_id,
+            actor=actor,
+            claim=run.claim,
         )
         return await asyncio.shield(run.committing)
 

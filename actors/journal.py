@@ -59,6 +59,23 @@ class Journal(Actor[Append, list[EventRecord]]):
         """Ask the journal to append and wait for the records."""
         return await self.ask(Append(thread_id, events, expected_seq, run_id, actor, claim))
 
+    def submit(
+        self,
+        thread_id: str,
+        events: Sequence[Event],
+        *,
+        expected_seq: int,
+        run_id: str | None = None,
+        actor: str | Sequence[str | None] | None = None,
+        claim: Claim | None = None,
+    ) -> asyncio.Future[list[EventRecord]]:
+        """Hand the journal an append now; the future gets its records (or its error).
+
+        The append goes on whoever awaits it: a run's step shields it, so a cancelled run
+        still knows whether its last commit landed.
+        """
+        return self.ask_nowait(Append(thread_id, events, expected_seq, run_id, actor, claim))
+
 
 _journals: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, Journal]] = (
     weakref.WeakKeyDictionary()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
@@ -132,6 +133,16 @@ class Fold(Generic[S]):
                 handlers[type(record.event)](self, record.event, record)
                 self.seq = record.seq
                 self.hash = record.hash
+
+    def apply_decided(self, records: Sequence[EventRecord]) -> None:
+        """Fold in records not yet committed, each checked first as `decide` checks it.
+
+        The gate without a shadow copy, for a writer that folds ahead of its append: when
+        an event is refused, the records before it are folded in already, so the writer
+        must drop this fold (load it again from the log) before it writes anything else.
+        """
+        with gc_paused():
+            _gate(self, records, type(self.state), [])
 
     def snapshot_state(self) -> S:
         """A deep copy of the state, safe to hand out while the fold goes on."""
@@ -476,9 +487,9 @@ def _check(meta: ExecutionState, event: Event, seq: int, state_cls: type[AgentSt
             pass
 
 
-def _check_replaced(state: AgentState, shadow: Fold[Any], event: MessageReplaced) -> None:
+def _check_replaced(fold: Fold[Any], event: MessageReplaced) -> None:
     message_id = event.message.get("message_id")
-    if message_id in shadow._ids or any(m.message_id == message_id for m in state.context):
+    if message_id in fold._ids:
         return
     raise InvalidStateUpdateError(
         f"no message with id {message_id!r} is in the context to replace: send it without "
@@ -509,7 +520,6 @@ def decide(state: S, events: Sequence[Event], *, seq: int | None = None) -> list
     `seq` is the thread's last seq (0 for a new thread); it defaults to "not new". Nothing is
     changed; the events are returned for convenience.
     """
-    state_cls = type(state)
     # A shallow copy is enough: handlers replace field values rather than mutate them,
     # except execution_meta, which is copied deeply. The context is left out unless an
     # event needs it checked: one that removes or replaces messages, or ends the run.
@@ -522,21 +532,39 @@ def decide(state: S, events: Sequence[Event], *, seq: int | None = None) -> list
         seq=1 if seq is None else seq,
         copy=False,
     )
-    position = shadow.seq
-    for event in events:
-        _check(shadow.state.execution_meta, event, position, state_cls)
+    base, thread_id = shadow.seq, state.execution_meta.thread_id
+    records = [uncommitted_record(e, base + i + 1, thread_id) for i, e in enumerate(events)]
+    _gate(shadow, records, type(state), [] if whole else state.context)
+    return list(events)
+
+
+def _gate(
+    fold: Fold[Any],
+    records: Sequence[EventRecord],
+    state_cls: type[AgentState],
+    earlier: list[Message],
+) -> None:
+    """Check each record's event against `fold` as it stands, then fold it in.
+
+    `earlier` holds the messages before the fold's own context that a tool result may
+    answer (a shadow fold of `decide` leaves them out). On a refusal the records before it
+    are folded in already: the caller drops the fold.
+    """
+    handlers = _HANDLERS
+    for record in records:
+        event = record.event
+        _check(fold.state.execution_meta, event, record.seq - 1, state_cls)
         if isinstance(event, MessageReplaced):
-            _check_replaced(state, shadow, event)
+            _check_replaced(fold, event)
         elif isinstance(event, MessagesRemoved):
-            _check_removed(shadow, event)
+            _check_removed(fold, event)
         elif isinstance(event, RunCompleted):
-            _check_closed(shadow.state.context)
+            _check_closed(fold.state.context)
         elif isinstance(event, MessageAppended):
-            _check_answers([] if whole else state.context, shadow.state.context, event)
-        before = list(shadow.state.context) if isinstance(event, _NEEDS_CONTEXT) else None
-        record = uncommitted_record(event, position + 1, state.execution_meta.thread_id)
+            _check_answers(earlier, fold.state.context, event)
+        before = list(fold.state.context) if isinstance(event, _NEEDS_CONTEXT) else None
         try:
-            _HANDLERS[type(event)](shadow, event, record)
+            handlers[type(event)](fold, event, record)
         except InvalidStateUpdateError:
             raise
         except (ValidationError, TypeError, ValueError, KeyError, AttributeError) as exc:
@@ -544,9 +572,9 @@ def decide(state: S, events: Sequence[Event], *, seq: int | None = None) -> list
                 f"{kind_of(event)!r} carries a value its field rejects: {exc}"
             ) from exc
         if before is not None:
-            check_pairs(before, shadow.state.context, f"{kind_of(event)!r}")
-        position += 1
-    return list(events)
+            check_pairs(before, fold.state.context, f"{kind_of(event)!r}")
+        fold.seq = record.seq
+        fold.hash = record.hash
 
 
 _NEEDS_CONTEXT = (
@@ -579,7 +607,7 @@ def _check_answers(context: list[Message], batch: list[Message], event: MessageA
     ]
     for call_id in ids:
         found = None
-        for message in (*reversed(batch), *reversed(context)):
+        for message in itertools.chain(reversed(batch), reversed(context)):
             if any(c.id == call_id for c in calls_of(message)):
                 found = "call"
                 break
