@@ -400,10 +400,24 @@ class StepLoop(Committing[S]):
                 run.skip_interrupt_before = meta.interrupted_node
         else:
             run.cut_short = True  # a run that was cut short: carry on where the log stops
+            run.skip_interrupt_before = await self._released_breakpoint(fold)
         events.extend(inputs)
         if not run.run_id:
             run.run_id = new_run_id()
         return run, events
+
+    async def _released_breakpoint(self, fold: Fold[S]) -> str | None:
+        """The node a resume let past its `interrupt_before`, when the run that resumed was
+        cut short (a crash) right after recording it: the log says that pause was answered,
+        so carrying on must not pause there again."""
+        if fold.seq < 2:
+            return None
+        thread_id = fold.state.execution_meta.thread_id or ""
+        last = [r.event async for r in self.store.read(thread_id, fold.seq - 1, fold.seq)]
+        match last:
+            case [InterruptRaised(when="before", by_node=False, node=node), Resumed()]:
+                return node
+        return None
 
     async def _answer_pending(self, fold: Fold[S]) -> list[Event]:
         """Results for the tool calls a paused, stopped or failed run still owes.
