@@ -26,7 +26,7 @@ from events import (
     StoreError,
     ThreadNotFoundError,
 )
-from events.kinds import Event
+from events.kinds import Event, RunCancelled
 from projections import (
     END,
     EventRow,
@@ -295,14 +295,15 @@ class CompiledGraph(StepLoop[S]):
             events.append(InterruptRaised(node=target, reason=reason, when="before"))
         return events
 
-    async def astop(self, config: Mapping[str, Any]) -> bool:
+    async def astop(self, config: Mapping[str, Any], *, between_nodes: bool = False) -> bool:
         """Ask the thread's run to pause; the request is recorded at once.
 
         Between nodes the run pauses after the node that ran; a node still running when the
         run looks (within a quarter second) is cancelled, or abandoned if it is a `def`, and
-        runs again on resume. Works from any process sharing the store. Returns False,
-        recording nothing, when there is nothing to stop: the run has completed, failed, is
-        paused at an interrupt, or is already stopped or stopping.
+        runs again on resume, unless `between_nodes`: then it finishes and commits first.
+        Works from any process sharing the store. Returns False, recording nothing, when
+        there is nothing to stop: the run has completed, failed, is paused at an interrupt,
+        or is already stopped or stopping.
         """
         thread_id = _thread_of(config)
         by = str(config.get("user", "user"))
@@ -317,7 +318,7 @@ class CompiledGraph(StepLoop[S]):
                 or meta.stop_current_execution != StopRequestStatus.NONE
             ):
                 return []  # nothing to stop
-            return [StopRequested(by=by)]
+            return [StopRequested(by=by, between_nodes=between_nodes)]
 
         records = await write(
             self.store,
@@ -328,6 +329,48 @@ class CompiledGraph(StepLoop[S]):
             append=journal_for(self.store).append,
             what="a stop request",
         )
+        return bool(records)
+
+    async def acancel(
+        self, config: Mapping[str, Any], *, by: str = "user", reason: str | None = None
+    ) -> bool:
+        """End the thread's run on purpose, recording who and why: it is over and not
+        retried; new input starts a new run, and `ainvoke(None)` says there is nothing to
+        resume. Tool calls left without a result get one saying they did not run.
+
+        The thread must be free: a run executing on it is cut short first (an agent
+        runtime's `cancel` does both), else `ThreadBusyError`. Returns False, recording
+        nothing, when the run has completed or was cancelled already.
+        """
+        thread_id = _thread_of(config)
+        claim = await self._claim(thread_id, f"a cancel by {by!r}")
+
+        def cancel(fold: Fold[S]) -> list[Event]:
+            if fold.seq == 0:
+                raise ThreadNotFoundError(thread_id)
+            meta = fold.state.execution_meta
+            if meta.status in (ExecutionStatus.COMPLETED, ExecutionStatus.CANCELLED):
+                return []
+            why = f"not run: the run was cancelled by {by!r}" + (f" ({reason})" if reason else "")
+            known = fold.message_ids
+            events: list[Event] = [_not_run(c, why, known) for c in open_calls(fold.state.context)]
+            events.append(RunCancelled(by=by, reason=reason, node=meta.current_node))
+            return events
+
+        try:
+            records = await write(
+                self.store,
+                thread_id,
+                cancel,
+                state_cls=self.graph.state_cls,
+                actor=by,
+                claim=claim,
+                append=journal_for(self.store).append,
+                what="a cancel",
+            )
+        finally:
+            with contextlib.suppress(StoreError):
+                await self.store.release(claim)
         return bool(records)
 
     def invoke(

@@ -17,6 +17,7 @@ __all__ = [
     "NodeReportedError",
     "NodeReturnError",
     "NodeTimeoutError",
+    "NothingToResumeError",
     "RecursionLimitError",
     "ThreadBusyError",
     "ToolCommandConflictError",
@@ -25,6 +26,10 @@ __all__ = [
 
 class GraphError(AgentlogError, ValueError):
     """The graph is malformed; the message names the node or edge at fault."""
+
+
+class NothingToResumeError(GraphError):
+    """`ainvoke(None)` on a thread whose run was cancelled: it is over; send new input."""
 
 
 class MissingThreadIdError(GraphError):

@@ -73,8 +73,9 @@ class Guard:
             while self.armed:
                 async for record in self.store.read(self.run.thread_id, self.run.fold.seq + 1):
                     if isinstance(record.event, StopRequested):
-                        self._fire("stop")
-                        return
+                        if not record.event.between_nodes:
+                            self._fire("stop")
+                        return  # a stop between nodes lands once this node has committed
                 await asyncio.sleep(STOP_POLL_S)
         except asyncio.CancelledError:
             raise

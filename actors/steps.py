@@ -62,6 +62,7 @@ from .errors import (
     NodeError,
     NodeReportedError,
     NodeTimeoutError,
+    NothingToResumeError,
     RecursionLimitError,
     ThreadBusyError,
 )
@@ -103,7 +104,9 @@ SNAPSHOT_AT_REST = 64
 (a fresh process then loads the thread from it instead of folding from the start)."""
 
 
-_AT_REST = (ExecutionStatus.COMPLETED, ExecutionStatus.ERROR)
+_OVER = (ExecutionStatus.COMPLETED, ExecutionStatus.CANCELLED)
+"""A run in these is over: new input starts a new run."""
+_AT_REST = (ExecutionStatus.COMPLETED, ExecutionStatus.ERROR, ExecutionStatus.CANCELLED)
 
 
 class StepLoop(Committing[S]):
@@ -350,6 +353,14 @@ class StepLoop(Committing[S]):
         )
         resume = command.resume if command is not None else None
         paused = meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED
+        if meta.status == ExecutionStatus.CANCELLED and values is None and resume is None:
+            cancelled = meta.internal_data.get("cancelled") or {}
+            why = f": {cancelled['reason']}" if cancelled.get("reason") else ""
+            raise NothingToResumeError(
+                f"the run on thread {thread_id!r} was cancelled by "
+                f"{cancelled.get('by') or 'someone'}{why}; there is nothing to resume: send "
+                "new input to start a new run"
+            )
         if meta.status == ExecutionStatus.COMPLETED and values is None and resume is None:
             run.idle = True  # nothing new to do: a finished thread stays as it is
             return run, []
@@ -384,12 +395,12 @@ class StepLoop(Committing[S]):
             )
         answers = await self._answer_pending(fold) if resume is None and inputs else []
         events: list[Event] = []
-        if fold.seq == 0 or meta.status == ExecutionStatus.COMPLETED or answers:
+        if fold.seq == 0 or meta.status in _OVER or answers:
             run.run_id = new_run_id()
             events.extend(answers)
             events.append(
                 RunStarted(
-                    entry_node=self.graph.edges[START],
+                    entry_node=self._entry_node(config),
                     graph=self.graph.name,
                     fields=state_fields(self.graph.state_cls),
                 )
@@ -405,6 +416,17 @@ class StepLoop(Committing[S]):
         if not run.run_id:
             run.run_id = new_run_id()
         return run, events
+
+    def _entry_node(self, config: Mapping[str, Any]) -> str:
+        """Where a new run starts: the graph's entry, or the node the config names
+        (`entry_node`, as an agent runtime's entry point asks)."""
+        node = config.get("entry_node")
+        if node is None:
+            return str(self.graph.edges[START])
+        if node not in self.graph.nodes:
+            known = ", ".join(sorted(self.graph.nodes))
+            raise GraphError(f"entry_node {node!r} is not a node of the graph (nodes: {known})")
+        return str(node)
 
     async def _released_breakpoint(self, fold: Fold[S]) -> str | None:
         """The node a resume let past its `interrupt_before`, when the run that resumed was

@@ -48,6 +48,7 @@ _BUILT_IN_UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("run_completed", 1): _unchanged,  # `duration_ms` added; None: not measured
     ("run_failed", 1): _unchanged,  # `status`, `duration_ms` added; version 1 was "failed"
     ("tool_call_finished", 1): _unchanged,  # `message`, `update`, `goto` added
+    ("stop_requested", 1): _unchanged,  # `between_nodes` added; version 1 cut nodes short
 }
 _upcasters.update(_BUILT_IN_UPCASTERS)
 _sha256 = hashlib.sha256

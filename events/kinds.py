@@ -153,10 +153,17 @@ class Resumed(BaseEvent, tag="resumed", frozen=True):
 
 
 class StopRequested(BaseEvent, tag="stop_requested", frozen=True):
-    """Someone asked the run to stop at the next node boundary."""
+    """Someone asked the run to stop at the next node boundary.
+
+    With `between_nodes`, a node already running is let finish and commit (an agent
+    runtime shutting down); otherwise a node still running is cut short. Version 2 added it.
+    """
+
+    VERSION: ClassVar[int] = 2
 
     by: str | None = None
     reason: str | None = None
+    between_nodes: bool = False
 
 
 class Stopped(BaseEvent, tag="stopped", frozen=True):
@@ -260,6 +267,76 @@ class Forked(BaseEvent, tag="forked", frozen=True):
     source_seq: int
     state: dict[str, JSON]
     fields: dict[str, str | None] | None = None
+
+
+class RunCancelled(BaseEvent, tag="run_cancelled", frozen=True):
+    """The run was ended on purpose by `by` (a runtime `cancel`): it is over and not
+    retried; the thread takes new input, and `ainvoke(None)` has nothing to resume.
+
+    `node` is where it stood; `in_flight` names the node or tool calls cut short.
+    """
+
+    by: str
+    reason: str | None = None
+    node: str | None = None
+    in_flight: list[str] = []
+
+
+class TriggerAccepted(BaseEvent, tag="trigger_accepted", frozen=True):
+    """A runtime accepted a run to start: from an API call, an event, a timer or injected
+    input. Recorded before `trigger` returns, so a restart neither loses nor repeats it.
+
+    `input` is the run's input as builtins (`resume` True: the value answers an interrupt);
+    `source_position` is the record an event trigger answered, `slot` a timer's slot and
+    `missed` the earlier slots it stands for.
+    """
+
+    trigger_id: str
+    entry_point: str
+    graph_id: str
+    thread_id: str
+    cause: Literal["api", "event", "timer", "input"]
+    input: JSON = None
+    resume: bool = False
+    idempotency_key: str | None = None
+    priority: int = 0
+    source_position: int | None = None
+    slot: float | None = None
+    missed: int = 0
+    by: str | None = None
+
+
+class TriggerDispatched(BaseEvent, tag="trigger_dispatched", frozen=True):
+    """A runtime handed an accepted trigger to its graph; `thread_seq` is the thread's last
+    seq at that moment (a restart that finds it unchanged knows the run never began)."""
+
+    trigger_id: str
+    attempt: int
+    thread_seq: int
+    resumed: bool = False
+
+
+class TriggerFinished(BaseEvent, tag="trigger_finished", frozen=True):
+    """How a triggered run's attempt ended: `outcome` is a `Status` ("completed",
+    "failed", "cancelled", "rejected"), or "interrupted" when the run paused; a failure with
+    `retry_at` is tried again then, from the log."""
+
+    trigger_id: str
+    outcome: str
+    attempt: int = 1
+    error_type: str | None = None
+    message: str | None = None
+    retry_at: float | None = None
+    by: str | None = None
+
+
+class TriggerListening(BaseEvent, tag="trigger_listening", frozen=True):
+    """An event or timer entry point began to listen: events after `position`, timer slots
+    after `slot`. Recorded once, so a restart before its first firing misses nothing."""
+
+    entry_point: str
+    position: int | None = None
+    slot: float | None = None
 
 
 Event: TypeAlias = BaseEvent

@@ -35,6 +35,7 @@ from events.kinds import (
     MessagesReplaced,
     NodeEntered,
     Resumed,
+    RunCancelled,
     RunCompleted,
     RunFailed,
     RunStarted,
@@ -44,6 +45,10 @@ from events.kinds import (
     StopRequested,
     ToolCallFinished,
     ToolCallStarted,
+    TriggerAccepted,
+    TriggerDispatched,
+    TriggerFinished,
+    TriggerListening,
     kind_of,
 )
 from events.record import EventRecord
@@ -410,6 +415,24 @@ def _run_failed(fold: Fold[Any], e: RunFailed, r: EventRecord) -> None:
     meta.internal_data["failed_node"] = e.node
 
 
+@_handles(RunCancelled)
+def _run_cancelled(fold: Fold[Any], e: RunCancelled, r: EventRecord) -> None:
+    meta = fold.state.execution_meta
+    _clear_interrupt(meta)
+    meta.status = ExecutionStatus.CANCELLED
+    meta.stop_current_execution = StopRequestStatus.NONE
+    meta.internal_data.pop(STOP_KEY, None)
+    meta.internal_data["cancelled"] = {"by": e.by, "reason": e.reason, "node": e.node}
+
+
+def _runtime_record(fold: Fold[Any], e: BaseEvent, r: EventRecord) -> None:
+    """A runtime's own record: it lives in the runtime's thread and changes no agent state."""
+
+
+for _kind in (TriggerAccepted, TriggerDispatched, TriggerFinished, TriggerListening):
+    _handles(_kind)(_runtime_record)
+
+
 @_handles(Forked)
 def _forked(fold: Fold[Any], e: Forked, r: EventRecord) -> None:
     state = type(fold.state).model_validate(e.state)
@@ -434,7 +457,11 @@ def _check(meta: ExecutionState, event: Event, seq: int, state_cls: type[AgentSt
     """Raise when `event` is not a legal transition from `meta` at thread position `seq`."""
     kind = kind_of(event)
     status = meta.status
-    finished = status in (ExecutionStatus.COMPLETED, ExecutionStatus.ERROR)
+    finished = status in (
+        ExecutionStatus.COMPLETED,
+        ExecutionStatus.ERROR,
+        ExecutionStatus.CANCELLED,
+    )
     paused = meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED
 
     def refuse(why: str) -> None:
@@ -471,6 +498,11 @@ def _check(meta: ExecutionState, event: Event, seq: int, state_cls: type[AgentSt
                 refuse(f"the run is already {status.value}")
             if paused:
                 refuse(f"the run is paused ({_pause_of(meta)}); resume it first")
+        case RunCancelled():
+            if seq == 0:
+                refuse("there is no run on this thread to cancel")
+            if status in (ExecutionStatus.COMPLETED, ExecutionStatus.CANCELLED):
+                refuse(f"the run is already {status.value}: there is nothing to cancel")
         case Forked():
             if seq != 0:
                 refuse("a fork can only be the first event of a new thread")
@@ -558,8 +590,8 @@ def _gate(
             _check_replaced(fold, event)
         elif isinstance(event, MessagesRemoved):
             _check_removed(fold, event)
-        elif isinstance(event, RunCompleted):
-            _check_closed(fold.state.context)
+        elif isinstance(event, RunCompleted | RunCancelled):
+            _check_closed(fold.state.context, kind_of(event))
         elif isinstance(event, MessageAppended):
             _check_answers(earlier, fold.state.context, event)
         before = list(fold.state.context) if isinstance(event, _NEEDS_CONTEXT) else None
@@ -583,6 +615,7 @@ _NEEDS_CONTEXT = (
     MessageReplaced,
     ContextSummarized,
     RunCompleted,
+    RunCancelled,
 )
 
 
@@ -622,13 +655,13 @@ def _check_answers(context: list[Message], batch: list[Message], event: MessageA
             )
 
 
-def _check_closed(context: list[Message]) -> None:
+def _check_closed(context: list[Message], kind: str = "run_completed") -> None:
     waiting = open_calls(context)
     if waiting:
         names = ", ".join(f"{c.name} ({c.id})" for c in waiting)
         raise IllegalTransitionError(
-            "run_completed",
-            f"tool call(s) {names} have no result: a run cannot complete with a call open; "
+            kind,
+            f"tool call(s) {names} have no result: a run cannot end with a call open; "
             "route the assistant message to a ToolNode, or answer the calls",
         )
 

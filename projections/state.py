@@ -28,6 +28,8 @@ class ExecutionStatus(StrEnum):
     INTERRUPTED_AFTER = "interrupted_after"
     COMPLETED = "completed"
     ERROR = "error"
+    CANCELLED = "cancelled"
+    """Ended on purpose (a runtime's `cancel`): over, not retried; new input starts anew."""
 
 
 class StopRequestStatus(StrEnum):
