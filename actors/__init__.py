@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         NodeError,
         NodeReturnError,
         NodeTimeoutError,
+        NothingToResumeError,
         RecursionLimitError,
         ThreadBusyError,
         ToolCommandConflictError,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from .graph import StateGraph
     from .nodes import interrupt
     from .results import ResponseGranularity
+    from .runtime import AgentRuntime, EntryPoint, RetryPolicy, RuntimeConfig
     from .tools import ToolNode
 
 _HOMES: dict[str, str] = {
@@ -68,12 +70,17 @@ _HOMES: dict[str, str] = {
     "NodeError": "actors.errors",
     "NodeReturnError": "actors.errors",
     "NodeTimeoutError": "actors.errors",
+    "NothingToResumeError": "actors.errors",
     "RecursionLimitError": "actors.errors",
     "ThreadBusyError": "actors.errors",
     "ToolCommandConflictError": "actors.errors",
     "StateGraph": "actors.graph",
     "interrupt": "actors.nodes",
     "ResponseGranularity": "actors.results",
+    "AgentRuntime": "actors.runtime",
+    "EntryPoint": "actors.runtime",
+    "RetryPolicy": "actors.runtime",
+    "RuntimeConfig": "actors.runtime",
     "ToolNode": "actors.tools",
 }
 """Each public name and the module it is imported from on first use."""
@@ -85,10 +92,12 @@ __all__ = [
     "Actor",
     "ActorFailed",
     "ActorStoppedError",
+    "AgentRuntime",
     "AskTimeoutError",
     "Callbacks",
     "Command",
     "CompiledGraph",
+    "EntryPoint",
     "GraphError",
     "GraphInterrupt",
     "HookError",
@@ -100,10 +109,13 @@ __all__ = [
     "NodeError",
     "NodeReturnError",
     "NodeTimeoutError",
+    "NothingToResumeError",
     "Occurrence",
     "RecursionLimitError",
     "RemoveMessage",
     "ResponseGranularity",
+    "RetryPolicy",
+    "RuntimeConfig",
     "StateGraph",
     "ThreadBusyError",
     "ToolCommandConflictError",

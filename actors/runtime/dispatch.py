@@ -1,0 +1,364 @@
+"""Which accepted trigger runs next, running it, and what happens when it ends.
+
+Triggers wait in priority then arrival order. One starts when fewer than
+`max_concurrent_runs` execute, its entry point is under its `max_concurrent`, no run of its
+thread executes (a thread never has two), and its retry time, if any, has come. A run's end is
+recorded before anyone waiting for it hears of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from events.errors import AgentlogError, StoreError, ThreadBusyError
+from events.kinds import TriggerDispatched, TriggerFinished
+from projections import ExecutionStatus, StopRequestStatus
+
+from ..command import Command
+from .ledger import TriggerState
+
+if TYPE_CHECKING:
+    from ..compiled import CompiledGraph
+    from .runtime import AgentRuntime
+
+KEEP_RESULTS = 10_000
+"""Results and errors of finished runs kept in memory for `wait` (older ones: from the log)."""
+CLAIM_RETRY_S = 0.02
+"""How often a cancel looks again for a thread still held by a worker finishing its call."""
+
+
+@dataclass
+class Execution:
+    """A trigger being run: its task, and who cancelled it (if anyone did)."""
+
+    state: TriggerState
+    task: asyncio.Task[None]
+    cancelled_by: tuple[str, str | None] | None = None
+
+    @property
+    def graph_id(self) -> str:
+        return self.state.accepted.graph_id
+
+    @property
+    def entry_point(self) -> str:
+        return self.state.accepted.entry_point
+
+
+class Dispatcher:
+    """The queue of accepted triggers and the runs executing them."""
+
+    def __init__(self, runtime: AgentRuntime) -> None:
+        self.runtime = runtime
+        self.queue: list[TriggerState] = []
+        self.resume: set[str] = set()
+        """Triggers to run from the log (input None): retries and runs cut short."""
+        self.executing: dict[str, Execution] = {}
+        """Thread id -> its run executing now."""
+        self.results: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.errors: OrderedDict[str, BaseException] = OrderedDict()
+        self._waiting: dict[str, asyncio.Event] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    # ---- the queue ----------------------------------------------------------------------
+
+    def enqueue(self, state: TriggerState, *, resume: bool = False) -> None:
+        """Queue a trigger (in priority, then arrival order) and wake the dispatcher."""
+        key = (-state.accepted.priority, state.position)
+        index = len(self.queue)
+        while (
+            index
+            and (-self.queue[index - 1].accepted.priority, self.queue[index - 1].position) > key
+        ):
+            index -= 1
+        self.queue.insert(index, state)
+        if resume:
+            self.resume.add(state.id)
+        self._wake.set()
+
+    def queued_on(self, thread_id: str) -> list[TriggerState]:
+        return [t for t in self.queue if t.accepted.thread_id == thread_id]
+
+    def depth(self) -> int:
+        return len(self.queue)
+
+    def depths(self) -> dict[str, int]:
+        """Queued triggers per entry point."""
+        depths: dict[str, int] = {}
+        for state in self.queue:
+            depths[state.accepted.entry_point] = depths.get(state.accepted.entry_point, 0) + 1
+        return depths
+
+    def running_ids(self) -> set[str]:
+        return {e.state.id for e in self.executing.values()}
+
+    async def changed(self, trigger_id: str) -> None:
+        """Wait until something happens to the trigger (it starts, ends or is retried)."""
+        event = self._waiting.setdefault(trigger_id, asyncio.Event())
+        await event.wait()
+
+    def _notify(self, trigger_id: str) -> None:
+        event = self._waiting.pop(trigger_id, None)
+        if event is not None:
+            event.set()
+
+    # ---- running ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._loop())
+        self._wake.set()
+
+    async def _loop(self) -> None:
+        while not self.runtime.stopping:
+            await self._wake.wait()
+            self._wake.clear()
+            if self.runtime.stopping:
+                return
+            self._dispatch_ready()
+
+    def _dispatch_ready(self) -> None:
+        limit = self.runtime.config.max_concurrent_runs
+        now = self.runtime.clock()
+        per_entry: dict[str, int] = {}
+        for execution in self.executing.values():
+            per_entry[execution.entry_point] = per_entry.get(execution.entry_point, 0) + 1
+        earliest: float | None = None
+        kept: list[TriggerState] = []
+        for index, state in enumerate(self.queue):
+            if len(self.executing) >= limit:
+                kept.extend(self.queue[index:])
+                break
+            accepted = state.accepted
+            entry = self.runtime.entry_points.get(accepted.entry_point)
+            cap = entry.max_concurrent if entry is not None else None
+            if state.retry_at is not None and state.retry_at > now:
+                earliest = state.retry_at if earliest is None else min(earliest, state.retry_at)
+                kept.append(state)
+            elif accepted.thread_id in self.executing or (
+                cap is not None and per_entry.get(accepted.entry_point, 0) >= cap
+            ):
+                kept.append(state)
+            elif accepted.graph_id not in self.runtime.graphs:
+                kept.append(state)  # its graph is not registered (yet): it waits
+            else:
+                per_entry[accepted.entry_point] = per_entry.get(accepted.entry_point, 0) + 1
+                self._begin(state)
+        self.queue = kept
+        if earliest is not None:
+            self._wake_at(earliest)
+
+    def _wake_at(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        delay = max(when - self.runtime.clock(), 0.0)
+        self._timer = asyncio.get_running_loop().call_later(min(delay, 1.0), self._wake.set)
+
+    def poke(self) -> None:
+        """Look at the queue again (the clock moved, a graph was added)."""
+        self._wake.set()
+
+    def _begin(self, state: TriggerState) -> None:
+        thread_id = state.accepted.thread_id
+        resume = state.id in self.resume
+        self.resume.discard(state.id)
+        task = asyncio.ensure_future(self._execute(state, resume))
+        self.executing[thread_id] = Execution(state, task)
+
+    async def _execute(self, state: TriggerState, resume: bool) -> None:
+        accepted = state.accepted
+        thread_id = accepted.thread_id
+        app = self.runtime.graphs[accepted.graph_id].app
+        attempt = state.attempt + (0 if state.in_flight else 1)
+        config: dict[str, Any] = {"thread_id": thread_id, "user": accepted.by or "runtime"}
+        try:
+            seq = await self.runtime.store.last_seq(thread_id)
+            await self.runtime.journal.record(
+                [
+                    TriggerDispatched(
+                        trigger_id=state.id, attempt=attempt, thread_seq=seq, resumed=resume
+                    )
+                ]
+            )
+            self._notify(state.id)
+            if resume:
+                run_input: Any = None
+            else:
+                entry = self.runtime.entry_points.get(accepted.entry_point)
+                if entry is not None and entry.entry_node is not None:
+                    config["entry_node"] = entry.entry_node
+                run_input = Command(resume=accepted.input) if accepted.resume else accepted.input
+            try:
+                result = await app.ainvoke(run_input, config, include_state=True)
+            except AgentlogError as exc:
+                await self._failed(state, attempt, exc)
+                return
+            await self._ended(state, attempt, result)
+        except asyncio.CancelledError:
+            raise  # a cancel (recorded by `cancel`) or the runtime stopping (resumed later)
+        finally:
+            if (
+                self.executing.get(thread_id) is not None
+                and self.executing[thread_id].state is state
+            ):
+                del self.executing[thread_id]
+            self._notify(state.id)
+            self._wake.set()
+
+    async def _ended(self, state: TriggerState, attempt: int, result: dict[str, Any]) -> None:
+        meta = result["state"].execution_meta
+        stopped = meta.stop_current_execution == StopRequestStatus.STOPPED
+        if stopped and self.runtime.stopping:
+            return  # paused by the runtime's own stop: the next runtime resumes it
+        outcome = "completed" if meta.status == ExecutionStatus.COMPLETED else "interrupted"
+        self._keep(self.results, state.id, {"thread_id": state.accepted.thread_id, **result})
+        await self.runtime.journal.record(
+            [TriggerFinished(trigger_id=state.id, outcome=outcome, attempt=attempt)]
+        )
+
+    async def _failed(self, state: TriggerState, attempt: int, error: AgentlogError) -> None:
+        entry = self.runtime.entry_points.get(state.accepted.entry_point)
+        policy = entry.retry if entry is not None else None
+        error_type = type(error).__name__
+        cause = error.__cause__ or error
+        fatal = (
+            policy is None or policy.is_fatal(error_type) or policy.is_fatal(type(cause).__name__)
+        )
+        retry_at = None
+        if not fatal and policy is not None and attempt < policy.max_attempts:
+            retry_at = self.runtime.clock() + policy.delay(attempt)
+        else:
+            self._keep(self.errors, state.id, error)
+        await self.runtime.journal.record(
+            [
+                TriggerFinished(
+                    trigger_id=state.id,
+                    outcome="failed",
+                    attempt=attempt,
+                    error_type=error_type,
+                    message=str(error)[:2000],
+                    retry_at=retry_at,
+                )
+            ]
+        )
+        if retry_at is not None:
+            self.enqueue(state, resume=True)
+
+    @staticmethod
+    def _keep(kept: OrderedDict[str, Any], key: str, value: Any) -> None:
+        kept[key] = value
+        while len(kept) > KEEP_RESULTS:
+            kept.popitem(last=False)
+
+    # ---- after a restart ------------------------------------------------------------------
+
+    async def recover(self) -> None:
+        """Queue what the log says is unfinished: accepted triggers not yet run, retries,
+        and runs a crash or a stop cut short (resumed from their log)."""
+        for state in self.runtime.ledger.pending():
+            if not state.in_flight:
+                self.enqueue(state, resume=state.outcome == "failed")
+                continue
+            thread_id = state.accepted.thread_id
+            if await self.runtime.store.last_seq(thread_id) == state.thread_seq:
+                self.enqueue(state)  # dispatched, but nothing of the run was recorded
+                continue
+            graph = self.runtime.graphs.get(state.accepted.graph_id)
+            if graph is None:
+                self.enqueue(state, resume=True)  # waits for its graph to be added
+                continue
+            current = await graph.app.aget_state({"thread_id": thread_id})
+            meta = current.execution_meta
+            stopped = meta.stop_current_execution == StopRequestStatus.STOPPED
+            if meta.status == ExecutionStatus.COMPLETED or (meta.is_interrupted() and not stopped):
+                outcome = "completed" if meta.status == ExecutionStatus.COMPLETED else "interrupted"
+                await self.runtime.journal.record(
+                    [TriggerFinished(trigger_id=state.id, outcome=outcome, attempt=state.attempt)]
+                )
+            else:
+                self.enqueue(state, resume=True)
+
+    # ---- cancelling and stopping ----------------------------------------------------------
+
+    async def cancel(self, thread_id: str, actor: str, reason: str | None) -> None:
+        """End the thread's queued and running runs, and its paused or failed one."""
+        ended: list[str] = []
+        for state in self.queued_on(thread_id):
+            self.queue.remove(state)
+            self.resume.discard(state.id)
+            ended.append(state.id)
+        execution = self.executing.get(thread_id)
+        latest = self.runtime.ledger.latest_on(thread_id)
+        assert latest is not None
+        app = self.runtime.graphs[latest.accepted.graph_id].app
+        if execution is not None:
+            execution.cancelled_by = (actor, reason)
+            execution.task.cancel(f"cancelled by {actor}" + (f": {reason}" if reason else ""))
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await execution.task
+            ended.append(execution.state.id)
+        thread_ended = await self._end_thread_run(app, thread_id, actor, reason)
+        if not thread_ended and not ended:
+            from .spec import UnknownRunError
+
+            raise UnknownRunError(
+                f"the run on thread {thread_id!r} has ended ({latest.outcome}): nothing to cancel"
+            )
+        if not ended and latest is not None:
+            ended.append(latest.id)
+        await self.runtime.journal.record(
+            [
+                TriggerFinished(
+                    trigger_id=trigger_id,
+                    outcome="cancelled",
+                    attempt=self.runtime.ledger.triggers[trigger_id].attempt,
+                    message=reason,
+                    by=actor,
+                )
+                for trigger_id in dict.fromkeys(ended)
+            ],
+            by=actor,
+        )
+        for trigger_id in ended:
+            self._notify(trigger_id)
+        self._wake.set()
+
+    async def _end_thread_run(
+        self, app: CompiledGraph[Any], thread_id: str, actor: str, reason: str | None
+    ) -> bool:
+        """Record the thread's run as cancelled, once the thread is free (a `def` node cut
+        short keeps it until its worker returns). False: there was no run to end."""
+        if await self.runtime.store.last_seq(thread_id) == 0:
+            return False
+        while True:
+            try:
+                return await app.acancel({"thread_id": thread_id}, by=actor, reason=reason)
+            except ThreadBusyError:
+                await asyncio.sleep(CLAIM_RETRY_S)
+
+    async def stop(self, *, abandon: bool) -> None:
+        """Stop dispatching; pause running runs between nodes (or abandon them at once)."""
+        self._wake.set()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._timer is not None:
+            self._timer.cancel()
+        executions = list(self.executing.values())
+        for execution in executions:
+            if abandon:
+                execution.task.cancel("the runtime stopped")
+            else:
+                app = self.runtime.graphs[execution.graph_id].app
+                with contextlib.suppress(StoreError):
+                    await app.astop(
+                        {"thread_id": execution.state.accepted.thread_id, "user": "runtime"},
+                        between_nodes=True,
+                    )
+        await asyncio.gather(*(e.task for e in executions), return_exceptions=True)
+        for trigger_id in list(self._waiting):
+            self._notify(trigger_id)

@@ -1,0 +1,92 @@
+"""The runtime's writer: its records go to its own thread of the log, batched, in order."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Sequence
+
+from events import Claim, EventRecord, EventStore
+from events.errors import ConcurrencyError
+from events.kinds import Event
+
+from .ledger import Ledger
+
+LATENCY_WINDOW = 4096
+"""Commit latencies kept for the statistics (the most recent ones)."""
+
+
+class RuntimeJournal:
+    """Appends the runtime's records; those asked for together commit together.
+
+    Every record is folded into the ledger as it commits, so the ledger is always what the
+    log says. Holding the runtime thread's claim, it is that thread's only writer.
+    """
+
+    def __init__(self, store: EventStore, thread_id: str, ledger: Ledger) -> None:
+        self.store = store
+        self.thread_id = thread_id
+        self.ledger = ledger
+        self.claim: Claim | None = None
+        self.latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
+        self.appended = 0
+        self._pending: list[tuple[list[Event], list[str], asyncio.Future[list[EventRecord]]]] = []
+        self._flushing: asyncio.Task[None] | None = None
+
+    async def record(self, events: Sequence[Event], by: str | None = None) -> list[EventRecord]:
+        """Append `events` (written by `by`, else "runtime") and return their records."""
+        future: asyncio.Future[list[EventRecord]] = asyncio.get_running_loop().create_future()
+        self._pending.append((list(events), [by or "runtime"] * len(events), future))
+        if self._flushing is None or self._flushing.done():
+            self._flushing = asyncio.ensure_future(self._flush())
+        return await asyncio.shield(future)
+
+    async def _flush(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            events = [e for events, _, _ in batch for e in events]
+            actors: list[str | None] = [a for _, by, _ in batch for a in by]
+            try:
+                records = await self._append(events, actors)
+            except Exception as exc:
+                for _, _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            start = 0
+            for chunk, _, future in batch:
+                if not future.done():
+                    future.set_result(records[start : start + len(chunk)])
+                start += len(chunk)
+
+    async def _append(self, events: list[Event], actors: list[str | None]) -> list[EventRecord]:
+        while True:
+            began = time.perf_counter()
+            try:
+                records = await self.store.append(
+                    self.thread_id,
+                    events,
+                    expected_seq=self.ledger.seq,
+                    actor=actors,
+                    claim=self.claim,
+                )
+            except ConcurrencyError:
+                await self.catch_up()  # someone else wrote (an older runtime): fold it in
+                continue
+            self.latencies.append(time.perf_counter() - began)
+            self.appended += len(records)
+            self.ledger.apply_all(records)
+            return records
+
+    async def catch_up(self) -> None:
+        """Fold in the runtime thread's records the ledger has not seen."""
+        if await self.store.last_seq(self.thread_id) > self.ledger.seq:
+            self.ledger.apply_all(
+                [r async for r in self.store.read(self.thread_id, self.ledger.seq + 1)]
+            )
+
+    async def drain(self) -> None:
+        """Wait until every record asked for has been written."""
+        while self._flushing is not None and not self._flushing.done():
+            await asyncio.shield(self._flushing)

@@ -1,0 +1,110 @@
+"""The runtime's own projection: its thread of the log folded into what it must remember
+(every trigger and how far it got, idempotency keys, where each entry point listens from)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from events import EventRecord
+from events.kinds import TriggerAccepted, TriggerDispatched, TriggerFinished, TriggerListening
+
+ENDED = frozenset({"completed", "interrupted", "cancelled", "rejected"})
+"""Outcomes after which a trigger is done (a failure is done unless it will be retried)."""
+
+
+@dataclass
+class TriggerState:
+    """One accepted trigger, as its records say."""
+
+    accepted: TriggerAccepted
+    position: int
+    """Its acceptance's position in the log: the arrival order among equal priorities."""
+    attempt: int = 0
+    thread_seq: int | None = None
+    dispatched: bool = False
+    outcome: str | None = None
+    error_type: str | None = None
+    message: str | None = None
+    retry_at: float | None = None
+    by: str | None = None
+
+    @property
+    def id(self) -> str:
+        return self.accepted.trigger_id
+
+    @property
+    def done(self) -> bool:
+        """No more attempts: it ended, or failed for good."""
+        return self.outcome in ENDED or (self.outcome == "failed" and self.retry_at is None)
+
+    @property
+    def in_flight(self) -> bool:
+        """Dispatched and not finished: running now, or cut short by a crash or a stop."""
+        return self.dispatched and self.outcome is None
+
+
+@dataclass
+class Ledger:
+    """The fold of the runtime thread."""
+
+    triggers: dict[str, TriggerState] = field(default_factory=dict)
+    keys: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(entry point, idempotency key) -> trigger id."""
+    by_thread: dict[str, list[str]] = field(default_factory=dict)
+    """Thread -> its trigger ids, oldest first."""
+    graph_of: dict[str, str] = field(default_factory=dict)
+    """Thread -> graph id, for every thread a trigger named."""
+    answered: dict[str, int] = field(default_factory=dict)
+    """Event entry point -> the last position it accepted a trigger for (or listens after)."""
+    fired: dict[str, float] = field(default_factory=dict)
+    """Timer entry point -> the last slot it fired (or listens after)."""
+    seq: int = 0
+
+    def apply_all(self, records: Iterable[EventRecord]) -> None:
+        for record in records:
+            self.apply(record)
+
+    def apply(self, record: EventRecord) -> None:
+        event = record.event
+        self.seq = record.seq
+        if isinstance(event, TriggerAccepted):
+            state = TriggerState(event, record.position)
+            self.triggers[event.trigger_id] = state
+            if event.idempotency_key is not None:
+                self.keys[(event.entry_point, event.idempotency_key)] = event.trigger_id
+            self.by_thread.setdefault(event.thread_id, []).append(event.trigger_id)
+            self.graph_of.setdefault(event.thread_id, event.graph_id)
+            if event.source_position is not None:
+                last = self.answered.get(event.entry_point, 0)
+                self.answered[event.entry_point] = max(last, event.source_position)
+            if event.slot is not None:
+                last_slot = self.fired.get(event.entry_point, float("-inf"))
+                self.fired[event.entry_point] = max(last_slot, event.slot)
+        elif isinstance(event, TriggerDispatched):
+            state = self.triggers[event.trigger_id]
+            state.attempt, state.thread_seq, state.dispatched = (
+                event.attempt,
+                event.thread_seq,
+                True,
+            )
+            state.outcome = state.retry_at = None
+        elif isinstance(event, TriggerFinished):
+            state = self.triggers[event.trigger_id]
+            state.outcome, state.attempt = event.outcome, max(state.attempt, event.attempt)
+            state.error_type, state.message = event.error_type, event.message
+            state.retry_at, state.by = event.retry_at, event.by
+            state.dispatched = state.dispatched and event.retry_at is None
+        elif isinstance(event, TriggerListening):
+            if event.position is not None:
+                self.answered.setdefault(event.entry_point, event.position)
+            if event.slot is not None:
+                self.fired.setdefault(event.entry_point, event.slot)
+
+    def pending(self) -> list[TriggerState]:
+        """Triggers not done, in arrival order."""
+        return sorted((t for t in self.triggers.values() if not t.done), key=lambda t: t.position)
+
+    def latest_on(self, thread_id: str) -> TriggerState | None:
+        ids = self.by_thread.get(thread_id)
+        return self.triggers[ids[-1]] if ids else None

@@ -1,0 +1,208 @@
+"""Event and timer entry points: what the runtime hears in the log and on the clock.
+
+Both read the runtime's ledger to know where they stopped: an event entry point answers each
+record after the last position it answered (or began listening at) once; a timer fires each
+slot after the last one it fired once. Both positions are in the log, so a restart neither
+misses nor repeats a firing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from events import EventRecord
+from events.follow import follow
+from events.kinds import Forked, RunStarted
+from projections import Message
+from projections.edge import to_builtins
+
+from .spec import EntryPoint
+
+if TYPE_CHECKING:
+    from .runtime import AgentRuntime
+
+TIMER_TICK_S = 1.0
+"""The longest a timer waits before looking at the clock again (a fake clock moves too)."""
+PAYLOAD_CHARS = 2_000
+"""How much of a record's payload the default event input quotes."""
+
+
+def event_input(record: EventRecord) -> dict[str, Any]:
+    """The default input of an event-triggered run: a user message holding the record."""
+    payload = json.dumps(msgspec.to_builtins(record.event), default=str)[:PAYLOAD_CHARS]
+    text = (
+        f"event {record.kind} on thread {record.thread_id} (seq {record.seq}, position "
+        f"{record.position}): {payload}"
+    )
+    return {"messages": [to_builtins(Message.text_message(text, role="user"))]}
+
+
+def timer_input(entry: EntryPoint, slot: float, missed: int) -> dict[str, Any]:
+    """The input of a timer-triggered run: a user message naming the slot."""
+    when = datetime.fromtimestamp(slot, UTC).isoformat()
+    text = f"timer {entry.id} fired for the slot at {when}"
+    if missed:
+        text += f" (standing for {missed} earlier slot(s) missed while no runtime ran)"
+    return {"messages": [to_builtins(Message.text_message(text, role="user"))]}
+
+
+class Listeners:
+    """The runtime's follower of the log and its timer loop."""
+
+    def __init__(self, runtime: AgentRuntime) -> None:
+        self.runtime = runtime
+        self.timers_paused = False
+        self.head = 0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._poke = asyncio.Event()
+        self._firing = asyncio.Lock()
+        self._graphs: dict[str, str | None] = {}
+
+    def _entries(self, trigger: str) -> list[EntryPoint]:
+        return [e for e in self.runtime.entry_points.values() if e.trigger == trigger]
+
+    async def start(self) -> None:
+        runtime, ledger = self.runtime, self.runtime.ledger
+        self.head = runtime._head_at_start
+        for entry in self._entries("event"):
+            if entry.id not in ledger.answered:
+                await runtime.listen_from(entry.id, self.head, None)
+        now = runtime.clock()
+        for entry in self._entries("timer"):
+            if entry.id in ledger.fired:
+                continue
+            schedule = runtime.schedules[entry.id]
+            slot = schedule.slot_at_or_before(now)
+            if entry.run_immediately:
+                await self._fire(entry, slot, 0)
+            else:
+                await runtime.listen_from(entry.id, None, slot)
+        events = self._entries("event")
+        after = min((ledger.answered[e.id] for e in events), default=self.head)
+        self._tasks.append(asyncio.ensure_future(self._follow(after)))
+        if self._entries("timer"):
+            self._tasks.append(asyncio.ensure_future(self._timers()))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+
+    def poke(self) -> None:
+        self._poke.set()
+
+    # ---- events ---------------------------------------------------------------------------
+
+    async def _follow(self, after: int) -> None:
+        runtime = self.runtime
+        async for record in follow(runtime.store, after=after):
+            self.head = record.position
+            if record.thread_id == runtime.config.runtime_thread:
+                continue
+            for entry in self._entries("event"):
+                if record.position <= runtime.ledger.answered.get(entry.id, 0):
+                    continue
+                if await self._matches(entry, record):
+                    made = entry.input_from(record) if entry.input_from else event_input(record)
+                    await runtime.accept(
+                        entry,
+                        to_builtins(made),
+                        cause="event",
+                        source_position=record.position,
+                        by=f"event:{record.kind}",
+                    )
+
+    async def _matches(self, entry: EntryPoint, record: EventRecord) -> bool:
+        if entry.kinds and record.kind not in entry.kinds:
+            return False
+        if entry.thread_id is not None and record.thread_id != entry.thread_id:
+            return False
+        if entry.node is not None and entry.node not in (
+            record.actor,
+            getattr(record.event, "node", None),
+        ):
+            return False
+        graph = await self.graph_of_thread(record.thread_id)
+        if entry.from_graph is not None and graph != entry.from_graph:
+            return False
+        return not (graph == entry.graph_id and not entry.include_own)
+
+    async def graph_of_thread(self, thread_id: str) -> str | None:
+        """The registered graph a thread runs: the runtime's own record of it, else the
+        graph named by its first run (by the graph's name)."""
+        known = self.runtime.ledger.graph_of.get(thread_id)
+        if known is not None:
+            return known
+        if thread_id in self._graphs:
+            return self._graphs[thread_id]
+        names = {
+            g.app.graph.name: gid for gid, g in self.runtime.graphs.items() if g.app.graph.name
+        }
+        found: str | None = None
+        async for record in self.runtime.store.read(thread_id, 1, 1):
+            event = record.event
+            if isinstance(event, RunStarted) and event.graph:
+                found = names.get(event.graph)
+            elif isinstance(event, Forked):
+                found = await self.graph_of_thread(event.source_thread)
+        if len(self._graphs) > 100_000:
+            self._graphs.clear()
+        self._graphs[thread_id] = found
+        return found
+
+    # ---- timers ---------------------------------------------------------------------------
+
+    async def _timers(self) -> None:
+        while not self.runtime.stopping:
+            await self.fire_due()
+            nexts = [self.next_fire(e.id) for e in self._entries("timer")]
+            soonest = min((n for n in nexts if n is not None), default=None)
+            wait = TIMER_TICK_S
+            if soonest is not None:
+                wait = min(max(soonest - self.runtime.clock(), 0.0), TIMER_TICK_S)
+            self._poke.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poke.wait(), timeout=wait)
+
+    async def fire_due(self) -> int:
+        """Fire every timer slot that is due now; return how many fired."""
+        async with self._firing:  # the timer loop and a caller never fire one slot twice
+            if self.timers_paused:
+                return 0
+            fired = 0
+            now = self.runtime.clock()
+            for entry in self._entries("timer"):
+                schedule = self.runtime.schedules[entry.id]
+                slot, missed = schedule.due(self.runtime.ledger.fired.get(entry.id), now)
+                if slot is not None:
+                    await self._fire(entry, slot, missed)
+                    fired += 1
+            return fired
+
+    async def _fire(self, entry: EntryPoint, slot: float, missed: int) -> None:
+        await self.runtime.accept(
+            entry,
+            timer_input(entry, slot, missed),
+            cause="timer",
+            slot=slot,
+            missed=missed,
+            by=f"timer:{entry.id}",
+        )
+
+    def next_fire(self, entry_id: str) -> float | None:
+        schedule = self.runtime.schedules.get(entry_id)
+        if schedule is None:
+            return None
+        last = self.runtime.ledger.fired.get(entry_id)
+        if last is None:
+            last = schedule.slot_at_or_before(self.runtime.clock())
+        return schedule.next_after(last)

@@ -1,0 +1,188 @@
+"""What a runtime is told: its limits, its entry points and how failed runs are retried."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from events import EventRecord
+from events.errors import AgentlogError
+from events.kinds import KINDS
+
+Trigger = Literal["api", "event", "timer"]
+TRIGGERS: tuple[str, ...] = ("api", "event", "timer")
+
+
+class AgentRuntimeError(AgentlogError):
+    """Base of the runtime's own errors."""
+
+
+class RegistrationError(AgentRuntimeError, ValueError):
+    """A graph or an entry point was refused; nothing was registered."""
+
+
+class UnknownEntryPointError(AgentRuntimeError, LookupError):
+    """No entry point has that id."""
+
+
+class RunNotWaitingError(AgentRuntimeError):
+    """Input was injected into a run that is not paused waiting for it."""
+
+
+class RuntimeNotStartedError(AgentRuntimeError):
+    """The runtime must be started (`async with runtime` or `await runtime.start()`)."""
+
+
+class RunCancelledError(AgentRuntimeError):
+    """The run `wait` waited for was cancelled: who and why are in the message."""
+
+
+class UnknownRunError(AgentRuntimeError, LookupError):
+    """No run of this runtime is on that thread."""
+
+
+class RuntimeRunFailedError(AgentRuntimeError):
+    """A run failed for good (after its retries); `error_type` names its error's class.
+
+    In the process that ran it, `wait` raises the run's own error instead; this one stands
+    for it after a restart, when only the log's record of the error is left.
+    """
+
+    def __init__(self, message: str, *, error_type: str) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """A failed run is retried from the log (not from scratch) up to `max_attempts` in all,
+    waiting `backoff_s` times 2**(attempt-1) between attempts; errors whose class is in
+    `fatal` (by name or class) are never retried."""
+
+    max_attempts: int = 3
+    backoff_s: float = 1.0
+    fatal: tuple[str | type[BaseException], ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
+            raise RegistrationError(f"max_attempts must be an int, got {self.max_attempts!r}")
+        if self.max_attempts < 1:
+            raise RegistrationError(
+                f"max_attempts counts the first run: >= 1, not {self.max_attempts}"
+            )
+        if not (isinstance(self.backoff_s, int | float) and math.isfinite(self.backoff_s)) or (
+            self.backoff_s < 0
+        ):
+            raise RegistrationError(
+                f"backoff_s must be a finite number >= 0, got {self.backoff_s!r}"
+            )
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before attempt `attempt + 1`, after attempt `attempt` failed."""
+        return float(self.backoff_s) * float(2 ** max(attempt - 1, 0))
+
+    def is_fatal(self, error_type: str) -> bool:
+        names = {f if isinstance(f, str) else f.__name__ for f in self.fatal}
+        return error_type in names
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    """A way runs of a graph start: by an API call, by committed events, or by a timer.
+
+    `kinds`, `from_graph`, `thread_id` and `node` filter the events an "event" entry point
+    answers (never its own graph's, unless `include_own`); `input_from` turns the record
+    into the run's input (by default a user message holding the record as JSON). A "timer"
+    entry point has `interval_s` or `cron`; `run_immediately` fires one slot at start.
+    """
+
+    id: str
+    graph_id: str
+    trigger: Trigger = "api"
+    entry_node: str | None = None
+    max_concurrent: int | None = None
+    priority: int = 0
+    retry: RetryPolicy | None = None
+    kinds: Sequence[str] | None = None
+    from_graph: str | None = None
+    thread_id: str | None = None
+    node: str | None = None
+    include_own: bool = False
+    input_from: Callable[[EventRecord], Any] | None = None
+    interval_s: float | None = None
+    cron: str | None = None
+    run_immediately: bool = False
+    name: str = field(default="")
+
+    def check(self) -> None:
+        """Refuse what is wrong with this entry point on its own (not against the graphs)."""
+        if not isinstance(self.id, str) or not self.id.strip():
+            raise RegistrationError(f"an entry point needs a non-empty id, got {self.id!r}")
+        if self.trigger not in TRIGGERS:
+            raise RegistrationError(
+                f"entry point {self.id!r}: trigger must be one of {', '.join(TRIGGERS)}, "
+                f"got {self.trigger!r}"
+            )
+        if self.max_concurrent is not None and (
+            isinstance(self.max_concurrent, bool)
+            or not isinstance(self.max_concurrent, int)
+            or self.max_concurrent < 1
+        ):
+            raise RegistrationError(
+                f"entry point {self.id!r}: max_concurrent must be an int >= 1 or None"
+            )
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise RegistrationError(f"entry point {self.id!r}: priority must be an int")
+        if self.trigger == "event":
+            for kind in self.kinds or ():
+                if kind not in KINDS:
+                    raise RegistrationError(
+                        f"entry point {self.id!r}: {kind!r} is not an event kind (known: "
+                        f"{', '.join(sorted(KINDS))})"
+                    )
+        elif self.kinds or self.from_graph or self.node or self.include_own:
+            raise RegistrationError(
+                f"entry point {self.id!r}: kinds, from_graph, node and include_own filter "
+                "events: they belong to trigger='event'"
+            )
+        if self.trigger == "timer":
+            if (self.interval_s is None) == (self.cron is None):
+                raise RegistrationError(
+                    f"entry point {self.id!r}: a timer needs exactly one of interval_s or cron"
+                )
+            if self.interval_s is not None and not (
+                isinstance(self.interval_s, int | float)
+                and not isinstance(self.interval_s, bool)
+                and math.isfinite(self.interval_s)
+                and self.interval_s > 0
+            ):
+                raise RegistrationError(
+                    f"entry point {self.id!r}: interval_s must be a number of seconds > 0, "
+                    f"got {self.interval_s!r}"
+                )
+        elif self.interval_s is not None or self.cron is not None or self.run_immediately:
+            raise RegistrationError(
+                f"entry point {self.id!r}: interval_s, cron and run_immediately belong to "
+                "trigger='timer'"
+            )
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """A runtime's limits: runs executing at once, and its log's own thread."""
+
+    max_concurrent_runs: int = 100
+    runtime_thread: str = "__runtime__"
+    """The thread the runtime records its triggers, dispatches and outcomes in."""
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.max_concurrent_runs, bool)
+            or not isinstance(self.max_concurrent_runs, int)
+            or self.max_concurrent_runs < 1
+        ):
+            raise RegistrationError(
+                f"max_concurrent_runs must be an int >= 1, got {self.max_concurrent_runs!r}"
+            )

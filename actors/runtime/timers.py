@@ -1,0 +1,78 @@
+"""When a timer entry point fires: its slots, from an interval or a cron expression.
+
+A slot is the time a firing was due, in seconds since the epoch. Interval slots lie on a grid
+anchored at the epoch (slot k is k * interval_s), so they are the same across restarts; cron
+slots are the expression's times in UTC. A slot fires once: the runtime records each firing
+with its slot, and after a restart fires only slots after the last recorded one. Slots missed
+while no runtime ran are coalesced: the latest one fires, once (the others are recorded as
+skipped in that firing's record).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from croniter import croniter
+
+from .spec import EntryPoint, RegistrationError
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The slots of one timer entry point."""
+
+    interval_s: float | None = None
+    cron: str | None = None
+
+    @classmethod
+    def of(cls, entry: EntryPoint) -> Schedule:
+        """The entry point's schedule; a bad cron expression is refused, naming it."""
+        if entry.cron is not None:
+            if not isinstance(entry.cron, str) or not croniter.is_valid(entry.cron):
+                raise RegistrationError(
+                    f"entry point {entry.id!r}: {entry.cron!r} is not a cron expression "
+                    "(five fields: minute hour day-of-month month day-of-week, e.g. '0 2 * * *')"
+                )
+            return cls(cron=entry.cron)
+        return cls(interval_s=float(entry.interval_s or 0))
+
+    def slot_at_or_before(self, now: float) -> float:
+        """The latest slot due at or before `now`."""
+        if self.interval_s is not None:
+            return math.floor(now / self.interval_s) * self.interval_s
+        assert self.cron is not None
+        start = datetime.fromtimestamp(now, UTC)
+        it = croniter(self.cron, start)
+        nxt: float = it.get_next(float)
+        if nxt <= now:  # croniter's next from an exact slot is the following one
+            return nxt
+        it = croniter(self.cron, start)
+        prev: float = it.get_prev(float)
+        return prev if prev <= now else now
+
+    def next_after(self, slot: float) -> float:
+        """The first slot strictly after `slot`."""
+        if self.interval_s is not None:
+            return (math.floor(slot / self.interval_s) + 1) * self.interval_s
+        assert self.cron is not None
+        nxt: float = croniter(self.cron, datetime.fromtimestamp(slot, UTC)).get_next(float)
+        return nxt
+
+    def due(self, last_fired: float | None, now: float) -> tuple[float | None, int]:
+        """The slot to fire now, if any, and how many earlier due slots it stands for.
+
+        With nothing fired yet, only a slot due exactly now counts (a timer starts from the
+        next slot unless `run_immediately`); otherwise every slot after `last_fired` up to
+        `now` is due, and they coalesce into the latest.
+        """
+        latest = self.slot_at_or_before(now)
+        if last_fired is None or latest <= last_fired:
+            return None, 0
+        missed = 0
+        slot = self.next_after(last_fired)
+        while slot < latest and missed < 10_000:
+            missed += 1
+            slot = self.next_after(slot)
+        return latest, missed

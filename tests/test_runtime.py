@@ -1,0 +1,573 @@
+"""The agent runtime on a real SQLite file: entry points, triggers, waiting, idempotency,
+event and timer triggers, subscriptions, injected input, cancellation, retries, limits,
+statistics, and a restart that carries on where the last runtime stopped."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors import Command
+from actors.errors import NodeError
+from actors.runtime import (
+    AgentRuntime,
+    EntryPoint,
+    RegistrationError,
+    RetryPolicy,
+    RunCancelledError,
+    RunNotWaitingError,
+    RuntimeConfig,
+    RuntimeNotStartedError,
+    RuntimeRunFailedError,
+    UnknownEntryPointError,
+    UnknownRunError,
+)
+from actors.testing import FakeClock
+from events import SQLiteEventStore
+from projections import AgentState, ExecutionStatus, Message, replay
+from tests.helpers import line
+
+
+def reply(state: AgentState) -> list[Message]:
+    return [Message.text_message(f"seen {len(state.context)}", role="assistant")]
+
+
+def support_app(store: SQLiteEventStore) -> Any:
+    graph = line(("agent", reply))
+    graph.name = "support"
+    return graph.compile(store)
+
+
+class Gate:
+    """An async node that waits until the test lets it go: a run held mid-way."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.go = asyncio.Event()
+        self.running = 0
+        self.most = 0
+
+    async def __call__(self, state: AgentState) -> list[Message]:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        self.entered.set()
+        try:
+            await self.go.wait()
+        finally:
+            self.running -= 1
+        return [Message.text_message("done", role="assistant")]
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> Any:
+    async with SQLiteEventStore(tmp_path / "runtime.db") as s:
+        yield s
+
+
+def runtime_with(store: Any, **entry: Any) -> AgentRuntime:
+    runtime = AgentRuntime(store)
+    runtime.add_graph("support", support_app(store))
+    runtime.register_entry_point(EntryPoint(id="chat", graph_id="support", **entry))
+    return runtime
+
+
+async def records_of(store: Any, thread: str) -> list[Any]:
+    return [r async for r in store.read(thread)]
+
+
+# ---- api triggers, waiting, idempotency -------------------------------------------------
+
+
+async def test_a_trigger_returns_at_once_and_wait_gives_the_result(store: Any) -> None:
+    async with runtime_with(store) as runtime:
+        thread = await runtime.trigger("chat", {"messages": [Message.text_message("hi")]})
+        result = await runtime.wait(thread, timeout=30)
+    assert result["status"] == "completed"
+    assert [m.text() for m in result["state"].context] == ["hi", "seen 1"]
+    assert replay(await records_of(store, thread)).model_dump() == result["state"].model_dump()
+    kinds = [r.kind for r in await records_of(store, "__runtime__")]
+    assert kinds == ["trigger_accepted", "trigger_dispatched", "trigger_finished"]
+
+
+async def test_an_idempotency_key_starts_nothing_the_second_time_even_after_a_restart(
+    store: Any,
+) -> None:
+    async with runtime_with(store) as runtime:
+        first = await runtime.trigger("chat", "hi", idempotency_key="req-17")
+        again = await runtime.trigger("chat", "hi again", idempotency_key="req-17")
+        await runtime.wait(first, timeout=30)
+    assert again == first
+    async with runtime_with(store) as runtime:
+        after = await runtime.trigger("chat", "third", idempotency_key="req-17")
+    assert after == first
+    accepted = [r for r in await records_of(store, "__runtime__") if r.kind == "trigger_accepted"]
+    assert len(accepted) == 1
+    assert [m.text() for m in replay(await records_of(store, first)).context] == ["hi", "seen 1"]
+
+
+async def test_trigger_and_wait(store: Any) -> None:
+    async with runtime_with(store) as runtime:
+        result = await runtime.trigger_and_wait("chat", "hello", timeout=30)
+    assert result["status"] == "completed"
+
+
+# ---- refusals: typed, nothing written ----------------------------------------------------
+
+
+async def test_bad_registrations_are_refused_with_what_to_do(store: Any, tmp_path: Path) -> None:
+    runtime = AgentRuntime(store)
+    runtime.add_graph("support", support_app(store))
+    bad = [
+        (EntryPoint(id="x", graph_id="nope"), "no graph 'nope' is registered"),
+        (EntryPoint(id="x", graph_id="support", entry_node="ghost"), "'ghost' is not a node"),
+        (EntryPoint(id="x", graph_id="support", trigger="timer", cron="every day"), "not a cron"),
+        (EntryPoint(id="x", graph_id="support", trigger="timer"), "exactly one of interval_s"),
+        (EntryPoint(id="x", graph_id="support", trigger="timer", interval_s=-1), "interval_s"),
+        (
+            EntryPoint(id="x", graph_id="support", trigger="event", kinds=["nope"]),
+            "not an event kind",
+        ),
+        (EntryPoint(id="x", graph_id="support", kinds=["run_failed"]), "belong to trigger='event'"),
+        (
+            EntryPoint(id="x", graph_id="support", trigger="event", from_graph="support"),
+            "listens to its own graph",
+        ),
+        (EntryPoint(id="", graph_id="support"), "non-empty id"),
+        (EntryPoint(id="x", graph_id="support", trigger="sms"), "trigger must be one of"),  # type: ignore[arg-type]
+        (EntryPoint(id="x", graph_id="support", max_concurrent=0), "max_concurrent"),
+    ]
+    for entry, words in bad:
+        with pytest.raises(RegistrationError, match=words):
+            runtime.register_entry_point(entry)
+    assert runtime.entry_points == {}
+    runtime.register_entry_point(EntryPoint(id="chat", graph_id="support"))
+    with pytest.raises(RegistrationError, match="registered already"):
+        runtime.register_entry_point(EntryPoint(id="chat", graph_id="support"))
+    with pytest.raises(RegistrationError, match="registered already"):
+        runtime.add_graph("support", support_app(store))
+    async with SQLiteEventStore(tmp_path / "other.db") as other:
+        with pytest.raises(RegistrationError, match="compiled on another store"):
+            runtime.add_graph("elsewhere", support_app(other))
+    with pytest.raises(RegistrationError, match="max_concurrent_runs"):
+        RuntimeConfig(max_concurrent_runs=0)
+    with pytest.raises(RegistrationError, match="max_attempts"):
+        RetryPolicy(max_attempts=0)
+    assert await store.threads() == []
+
+
+async def test_calls_on_a_runtime_that_is_not_running_are_refused(store: Any) -> None:
+    runtime = runtime_with(store)
+    with pytest.raises(RuntimeNotStartedError, match="async with runtime"):
+        await runtime.trigger("chat", "hi")
+    async with runtime:
+        with pytest.raises(UnknownEntryPointError, match="no entry point 'nope'"):
+            await runtime.trigger("nope", "hi")
+        with pytest.raises(UnknownRunError):
+            await runtime.wait("ghost")
+        with pytest.raises(UnknownRunError):
+            await runtime.cancel("ghost")
+        with pytest.raises(RegistrationError, match="runtime's own thread"):
+            await runtime.trigger("chat", "hi", thread_id="__runtime__")
+    assert await store.threads() == []
+
+
+async def test_a_second_runtime_on_the_same_store_is_refused(store: Any) -> None:
+    async with runtime_with(store):
+        with pytest.raises(Exception, match="one runtime per store"):
+            await runtime_with(store).start()
+
+
+# ---- limits and order ----------------------------------------------------------------------
+
+
+async def test_at_most_max_concurrent_runs_execute_and_the_rest_queue_by_priority(
+    store: Any,
+) -> None:
+    gate = Gate()
+    graph = line(("agent", gate))
+    runtime = AgentRuntime(store, RuntimeConfig(max_concurrent_runs=2))
+    runtime.add_graph("g", graph.compile(store))
+    runtime.register_entry_point(EntryPoint(id="low", graph_id="g"))
+    runtime.register_entry_point(EntryPoint(id="high", graph_id="g", priority=5))
+    async with runtime:
+        threads = [await runtime.trigger("low", f"l{i}") for i in range(4)]
+        urgent = await runtime.trigger("high", "urgent")
+        await gate.entered.wait()
+        await asyncio.sleep(0.05)
+        assert runtime.stats()["executing"] == 2
+        assert runtime.stats()["queued"] == 3
+        order: list[str] = []
+        gate.go.set()
+        for thread in [*threads, urgent]:
+            await runtime.wait(thread, timeout=30)
+        dispatched = [
+            r.event.trigger_id
+            for r in await records_of(store, "__runtime__")
+            if r.kind == "trigger_dispatched"
+        ]
+        ids = {runtime.ledger.triggers[t].accepted.thread_id: t for t in dispatched}
+        order = [ids and next(k for k, v in ids.items() if v == t) for t in dispatched]
+    assert gate.most == 2
+    assert order.index(urgent) == 2  # first of the queued, ahead of earlier low triggers
+
+
+async def test_a_trigger_for_a_busy_thread_waits_for_the_run_before_it(store: Any) -> None:
+    gate = Gate()
+    runtime = AgentRuntime(store)
+    runtime.add_graph("g", line(("agent", gate)).compile(store))
+    runtime.register_entry_point(EntryPoint(id="api", graph_id="g"))
+    async with runtime:
+        await runtime.trigger("api", "one", thread_id="t")
+        await gate.entered.wait()
+        await runtime.trigger("api", "two", thread_id="t")
+        await asyncio.sleep(0.05)
+        assert gate.running == 1 and runtime.stats()["queued"] == 1
+        gate.go.set()
+        await runtime.wait("t", timeout=30)
+    assert gate.most == 1
+    texts = [m.text() for m in replay(await records_of(store, "t")).context]
+    assert texts == ["one", "done", "two", "done"]
+
+
+async def test_max_concurrent_per_entry_point(store: Any) -> None:
+    gate = Gate()
+    runtime = AgentRuntime(store)
+    runtime.add_graph("g", line(("agent", gate)).compile(store))
+    runtime.register_entry_point(EntryPoint(id="api", graph_id="g", max_concurrent=1))
+    async with runtime:
+        threads = [await runtime.trigger("api", str(i)) for i in range(3)]
+        await gate.entered.wait()
+        await asyncio.sleep(0.05)
+        assert runtime.stats()["queue_depth"] == {"api": 2}
+        gate.go.set()
+        for thread in threads:
+            await runtime.wait(thread, timeout=30)
+    assert gate.most == 1
+
+
+# ---- failures and retries ------------------------------------------------------------------
+
+
+async def test_a_failed_run_is_retried_from_the_log_and_each_attempt_recorded(
+    store: Any,
+) -> None:
+    calls: list[int] = []
+
+    def flaky(state: AgentState) -> list[Message]:
+        calls.append(len(state.context))
+        if len(calls) < 3:
+            raise ConnectionError(f"try {len(calls)}")
+        return [Message.text_message("finally", role="assistant")]
+
+    runtime = AgentRuntime(store)
+    runtime.add_graph("g", line(("agent", flaky)).compile(store))
+    runtime.register_entry_point(
+        EntryPoint(id="api", graph_id="g", retry=RetryPolicy(max_attempts=3, backoff_s=0))
+    )
+    async with runtime:
+        result = await runtime.trigger_and_wait("api", "go", timeout=30)
+    assert result["status"] == "completed"
+    assert calls == [1, 1, 1]  # the input was recorded once; each retry re-ran the node only
+    finished = [
+        r.event for r in await records_of(store, "__runtime__") if r.kind == "trigger_finished"
+    ]
+    assert [(f.outcome, f.attempt) for f in finished] == [
+        ("failed", 1),
+        ("failed", 2),
+        ("completed", 3),
+    ]
+
+
+async def test_a_fatal_error_is_not_retried_and_wait_raises_it(store: Any) -> None:
+    def broken(state: AgentState) -> None:
+        raise KeyError("no such order")
+
+    runtime = AgentRuntime(store)
+    runtime.add_graph("g", line(("agent", broken)).compile(store))
+    runtime.register_entry_point(
+        EntryPoint(id="api", graph_id="g", retry=RetryPolicy(3, 0, fatal=(KeyError,)))
+    )
+    async with runtime:
+        thread = await runtime.trigger("api", "go")
+        with pytest.raises(NodeError, match="no such order"):
+            await runtime.wait(thread, timeout=30)
+    async with AgentRuntime(store) as later:  # after a restart: the error from the log
+        later.add_graph("g", line(("agent", broken)).compile(store))
+        with pytest.raises(RuntimeRunFailedError, match=r"KeyError|NodeError"):
+            await later.wait(thread)
+    finished = [
+        r.event for r in await records_of(store, "__runtime__") if r.kind == "trigger_finished"
+    ]
+    assert [(f.outcome, f.attempt) for f in finished] == [("failed", 1)]
+
+
+# ---- input and cancellation ------------------------------------------------------------------
+
+
+async def test_inject_input_answers_a_paused_run_and_is_refused_otherwise(store: Any) -> None:
+    graph = line(("draft", reply), ("send", reply))
+    runtime = AgentRuntime(store)
+    runtime.add_graph("g", graph.compile(store, interrupt_before=["send"]))
+    runtime.register_entry_point(EntryPoint(id="api", graph_id="g"))
+    async with runtime:
+        thread = await runtime.trigger("api", "write to Bo")
+        paused = await runtime.wait(thread, timeout=30)
+        assert paused["status"] == "interrupted_before"
+        await runtime.inject_input(thread, "yes, send it", actor="alice")
+        done = await runtime.wait(thread, timeout=30)
+        assert done["status"] == "completed"
+        with pytest.raises(RunNotWaitingError, match="not paused at an interrupt"):
+            await runtime.inject_input(thread, "again", actor="alice")
+    resumed = [r for r in await records_of(store, thread) if r.kind == "resumed"]
+    assert resumed[0].event.value == "yes, send it" and resumed[0].event.by == "alice"
+
+
+async def test_cancel_ends_a_running_run_records_who_and_why_and_never_retries(
+    store: Any,
+) -> None:
+    gate = Gate()
+    runtime = AgentRuntime(store)
+    runtime.add_graph("g", line(("agent", gate)).compile(store))
+    runtime.register_entry_point(EntryPoint(id="api", graph_id="g", retry=RetryPolicy(5, 0)))
+    async with runtime:
+        thread = await runtime.trigger("api", "refund")
+        await gate.entered.wait()
+        await runtime.cancel(thread, actor="alice", reason="duplicate ticket")
+        with pytest.raises(RunCancelledError, match="alice: duplicate ticket"):
+            await runtime.wait(thread, timeout=30)
+        assert runtime.stats()["graphs"]["g"]["cancelled"] == 1
+        gate.go.set()
+        again = await runtime.trigger_and_wait("api", "new question", thread_id=thread, timeout=30)
+    assert again["status"] == "completed"
+    records = await records_of(store, thread)
+    cancelled = [r.event for r in records if r.kind == "run_cancelled"]
+    assert [(c.by, c.reason) for c in cancelled] == [("alice", "duplicate ticket")]
+    dispatched = [
+        r for r in await records_of(store, "__runtime__") if r.kind == "trigger_dispatched"
+    ]
+    assert len(dispatched) == 2  # the cancelled run was not retried
+
+
+async def test_cancel_a_queued_run_and_a_paused_one(store: Any) -> None:
+    graph = line(("draft", reply), ("send", reply))
+    runtime = AgentRuntime(store)
+    runtime.add_graph("g", graph.compile(store, interrupt_before=["send"]))
+    runtime.register_entry_point(EntryPoint(id="api", graph_id="g"))
+    async with runtime:
+        thread = await runtime.trigger("api", "write")
+        await runtime.wait(thread, timeout=30)
+        await runtime.cancel(thread, actor="bo", reason="changed my mind")
+        state = replay(await records_of(store, thread))
+        assert state.execution_meta.status == ExecutionStatus.CANCELLED
+        with pytest.raises(UnknownRunError, match="nothing to cancel"):
+            await runtime.cancel(thread, actor="bo")
+
+
+# ---- event triggers --------------------------------------------------------------------------
+
+
+async def test_an_event_trigger_fires_once_per_record_and_never_on_its_own_graph(
+    store: Any,
+) -> None:
+    def fails(state: AgentState) -> None:
+        raise RuntimeError("the payment service is down")
+
+    support = line(("agent", fails))
+    support.name = "support"
+    reviewer = line(("review", reply))
+    reviewer.name = "reviewer"
+    runtime = AgentRuntime(store)
+    runtime.add_graph("support", support.compile(store))
+    runtime.add_graph("reviewer", reviewer.compile(store))
+    runtime.register_entry_point(EntryPoint(id="chat", graph_id="support"))
+    runtime.register_entry_point(
+        EntryPoint(
+            id="triage",
+            graph_id="reviewer",
+            trigger="event",
+            kinds=["run_failed"],
+            from_graph="support",
+        )
+    )
+    async with runtime:
+        thread = await runtime.trigger("chat", "help")
+        with pytest.raises(NodeError):
+            await runtime.wait(thread, timeout=30)
+        for _ in range(200):
+            if runtime.stats()["entry_points"]["triage"]["completed"]:
+                break
+            await asyncio.sleep(0.02)
+    accepted = [
+        r.event for r in await records_of(store, "__runtime__") if r.kind == "trigger_accepted"
+    ]
+    triage = [a for a in accepted if a.entry_point == "triage"]
+    assert len(triage) == 1 and triage[0].cause == "event"
+    failed_at = [r.position for r in await records_of(store, thread) if r.kind == "run_failed"]
+    assert triage[0].source_position == failed_at[0]
+    review = replay(await records_of(store, triage[0].thread_id))
+    assert (
+        "run_failed" in review.context[0].text() and "payment service" in review.context[0].text()
+    )
+    async with runtime_again(store, support, reviewer) as later:  # a restart repeats nothing
+        await asyncio.sleep(0.2)
+        assert later.stats()["entry_points"]["triage"]["queued"] == 0
+    again = [r for r in await records_of(store, "__runtime__") if r.kind == "trigger_accepted"]
+    assert len(again) == len(accepted)
+
+
+def runtime_again(store: Any, support: Any, reviewer: Any) -> AgentRuntime:
+    runtime = AgentRuntime(store)
+    runtime.add_graph("support", support.compile(store))
+    runtime.add_graph("reviewer", reviewer.compile(store))
+    runtime.register_entry_point(EntryPoint(id="chat", graph_id="support"))
+    runtime.register_entry_point(
+        EntryPoint(
+            id="triage",
+            graph_id="reviewer",
+            trigger="event",
+            kinds=["run_failed"],
+            from_graph="support",
+        )
+    )
+    return runtime
+
+
+# ---- timers ------------------------------------------------------------------------------------
+
+
+def timer_runtime(store: Any, clock: FakeClock, **entry: Any) -> AgentRuntime:
+    runtime = AgentRuntime(store, clock=clock)
+    runtime.add_graph("report", line(("agent", reply)).compile(store))
+    runtime.register_entry_point(
+        EntryPoint(id="nightly", graph_id="report", trigger="timer", **entry)
+    )
+    return runtime
+
+
+async def slots(store: Any) -> list[tuple[float, int]]:
+    return [
+        (r.event.slot, r.event.missed)
+        for r in await records_of(store, "__runtime__")
+        if r.kind == "trigger_accepted"
+    ]
+
+
+async def test_interval_slots_fire_once_and_missed_ones_coalesce_after_a_restart(
+    store: Any,
+) -> None:
+    clock = FakeClock(1_700_000_000.0)  # on the 30 s grid + 20 s
+    async with timer_runtime(store, clock, interval_s=30) as runtime:
+        assert await runtime.listeners.fire_due() == 0
+        assert runtime.next_fire("nightly") == 1_700_000_010.0
+        clock.advance(10)
+        assert await runtime.listeners.fire_due() == 1
+        assert await runtime.listeners.fire_due() == 0  # the same slot never twice
+        runtime.pause_timers()
+        assert runtime.next_fire("nightly") is None
+        clock.advance(30)
+        assert await runtime.listeners.fire_due() == 0
+        runtime.resume_timers()
+        assert await runtime.listeners.fire_due() == 1
+    clock.advance(95)  # three slots pass with no runtime
+    async with timer_runtime(store, clock, interval_s=30) as runtime:
+        await runtime.listeners.fire_due()
+    assert await slots(store) == [(1_700_000_010.0, 0), (1_700_000_040.0, 0), (1_700_000_130.0, 2)]
+
+
+async def test_run_immediately_fires_the_current_slot_once_at_start(store: Any) -> None:
+    clock = FakeClock(1_700_000_000.0)
+    async with timer_runtime(store, clock, cron="0 2 * * *", run_immediately=True) as runtime:
+        assert runtime.next_fire("nightly") == 1_700_013_600.0  # 2023-11-15 02:00 UTC
+    async with timer_runtime(store, clock, cron="0 2 * * *", run_immediately=True):
+        pass
+    assert await slots(store) == [(1_699_927_200.0, 0)]
+
+
+async def test_real_timers_fire_on_a_short_interval(store: Any) -> None:
+    runtime = AgentRuntime(store)
+    runtime.add_graph("report", line(("agent", reply)).compile(store))
+    runtime.register_entry_point(
+        EntryPoint(id="tick", graph_id="report", trigger="timer", interval_s=0.2)
+    )
+    async with runtime:
+        for _ in range(100):
+            if runtime.stats()["entry_points"]["tick"]["completed"] >= 2:
+                break
+            await asyncio.sleep(0.05)
+        assert runtime.stats()["entry_points"]["tick"]["completed"] >= 2
+
+
+# ---- subscriptions ---------------------------------------------------------------------------
+
+
+async def test_subscribe_is_a_live_filtered_feed_resumable_from_a_position(store: Any) -> None:
+    async with runtime_with(store) as runtime:
+        seen: list[Any] = []
+
+        async def watch() -> None:
+            async for record in runtime.subscribe(kinds=["message_appended"], graph_id="support"):
+                seen.append(record)
+                if len(seen) == 4:
+                    return
+
+        watcher = asyncio.ensure_future(watch())
+        await asyncio.sleep(0.05)
+        for text in ("one", "two"):
+            await runtime.trigger_and_wait("chat", text, timeout=30)
+        await asyncio.wait_for(watcher, 30)
+        assert [r.event.message["content"][0]["text"] for r in seen] == [
+            "one", "seen 1", "two", "seen 1",
+        ]  # fmt: skip
+        later = runtime.subscribe(kinds=["message_appended"], after=seen[1].position)
+        first = await anext(later)
+        await later.aclose()
+        assert first.position == seen[2].position
+        stats = runtime.stats()
+    assert stats["graphs"]["support"]["completed"] == 2
+    assert stats["commit_latency_ms"]["p50"] is not None
+
+
+# ---- stopping and restarting ---------------------------------------------------------------
+
+
+async def test_stop_pauses_running_runs_and_the_next_runtime_finishes_them(store: Any) -> None:
+    first_gate, steps = Gate(), []
+
+    async def slow(state: AgentState) -> list[Message]:
+        steps.append("slow")
+        await asyncio.sleep(0.05)
+        return [Message.text_message("slow done", role="assistant")]
+
+    graph = line(("a", slow), ("b", reply))
+    runtime = AgentRuntime(store)
+    runtime.add_graph("g", graph.compile(store))
+    runtime.register_entry_point(EntryPoint(id="api", graph_id="g"))
+    await runtime.start()
+    thread = await runtime.trigger("api", "go")
+    await asyncio.sleep(0.01)
+    await runtime.stop()
+    del first_gate
+    assert runtime.ledger.latest_on(thread) is not None
+    later = AgentRuntime(store)
+    later.add_graph("g", graph.compile(store))
+    later.register_entry_point(EntryPoint(id="api", graph_id="g"))
+    async with later:
+        result = await later.wait(thread, timeout=30)
+    assert result["status"] == "completed"
+    assert [m.text() for m in result["state"].context] == ["go", "slow done", "seen 2"]
+    assert (await store.verify(thread)).ok
+
+
+async def test_commands_resume_through_the_runtime_input(store: Any) -> None:
+    graph = line(("draft", reply), ("send", reply))
+    runtime = AgentRuntime(store)
+    runtime.add_graph("g", graph.compile(store, interrupt_before=["send"]))
+    runtime.register_entry_point(EntryPoint(id="api", graph_id="g"))
+    async with runtime:
+        thread = await runtime.trigger("api", "x")
+        await runtime.wait(thread, timeout=30)
+        await runtime.trigger("api", Command(resume="ok"), thread_id=thread)
+        assert (await runtime.wait(thread, timeout=30))["status"] == "completed"

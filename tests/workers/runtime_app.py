@@ -1,0 +1,102 @@
+"""A runtime process for the crash test: api runs, an event trigger and a timer on one file.
+
+usage: python -m tests.workers.runtime_app DB EFFECTS PHASE RUNS
+
+Graphs: "support" (an agent asking once for `ship(order)`, a ToolNode running it, the agent
+confirming) and "audit" (one node), started by every `run_completed` of "support"; a timer
+entry point "tick" (every 0.2 s) starts "audit" runs too. `ship` takes 0.2-1.1 s, then
+appends "PHASE call_id" to EFFECTS (fsync'ed) before it returns, so the test can count real
+executions.
+PHASE "first" triggers RUNS api runs (idempotency keys k0..k{RUNS-1}), prints "ready" and
+runs until killed. PHASE "second" prints the log's last position, then the same triggers
+(which must start nothing new), waits for every run and prints "done".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+from actors import END, StateGraph, ToolNode
+from actors.runtime import AgentRuntime, EntryPoint
+from events import SQLiteEventStore
+from events.follow import last_position
+from projections import AgentState, Message, TextBlock, ToolCallBlock, ToolResultBlock
+from tests.workers import append_line
+
+
+def build(store: SQLiteEventStore, effects: str, phase: str) -> AgentRuntime:
+    def agent(state: AgentState) -> list[Message]:
+        if any(isinstance(b, ToolResultBlock) for m in state.context for b in m.content):
+            return [Message.text_message("shipped", role="assistant")]
+        call = ToolCallBlock(id=f"ship-{state.execution_meta.thread_id}", name="ship", args={})
+        return [Message(role="assistant", content=[TextBlock(text="shipping"), call])]
+
+    async def ship(tool_call_id: str = "") -> str:
+        """Ship the order (the calls take from 0.2 s to 1.1 s, so a kill finds some done)."""
+        await asyncio.sleep(0.2 + (sum(map(ord, tool_call_id)) % 10) / 10)
+        append_line(effects, f"{phase} {tool_call_id}")
+        return "ok"
+
+    support: StateGraph[AgentState] = StateGraph(name="support")
+    support.add_node("agent", agent)
+    support.add_node("tools", ToolNode([ship]))
+    support.set_entry_point("agent")
+    support.add_conditional_edges(
+        "agent",
+        lambda s: "tools" if s.context[-1].tool_calls() else END,
+        {"tools": "tools", END: END},
+    )
+    support.add_edge("tools", "agent")
+
+    def note(state: AgentState) -> list[Message]:
+        return [Message.text_message("noted", role="assistant")]
+
+    audit: StateGraph[AgentState] = StateGraph(name="audit")
+    audit.add_node("note", note)
+    audit.set_entry_point("note")
+    audit.add_edge("note", END)
+
+    runtime = AgentRuntime(store)
+    runtime.add_graph("support", support.compile(store))
+    runtime.add_graph("audit", audit.compile(store))
+    runtime.register_entry_point(EntryPoint(id="api", graph_id="support"))
+    runtime.register_entry_point(
+        EntryPoint(
+            id="after", graph_id="audit", trigger="event",
+            kinds=["run_completed"], from_graph="support",
+        )
+    )  # fmt: skip
+    runtime.register_entry_point(
+        EntryPoint(id="tick", graph_id="audit", trigger="timer", interval_s=0.2)
+    )
+    return runtime
+
+
+async def main(db: str, effects: str, phase: str, runs: int) -> None:
+    async with SQLiteEventStore(db) as store:
+        if phase == "second":
+            print(await last_position(store), flush=True)
+        runtime = build(store, effects, phase)
+        async with runtime:
+            threads = [
+                await runtime.trigger("api", f"order {i}", idempotency_key=f"k{i}")
+                for i in range(runs)
+            ]
+            if phase == "first":
+                print("ready", flush=True)
+                await asyncio.sleep(3600)
+            for thread in threads:
+                await runtime.wait(thread, timeout=120)
+            for _ in range(600):  # the event triggers of the last completions
+                stats: dict[str, Any] = runtime.stats()
+                if not stats["queued"] and not stats["executing"]:
+                    break
+                await asyncio.sleep(0.05)
+            runtime.pause_timers()
+        print("done", flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])))
