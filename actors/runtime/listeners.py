@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from events import EventRecord
-from events.follow import follow
+from events.follow import commit_signal, follow
 from events.kinds import Forked, RunStarted
 from projections import Message
 from projections.edge import to_builtins
@@ -58,7 +58,7 @@ class Listeners:
     def __init__(self, runtime: AgentRuntime) -> None:
         self.runtime = runtime
         self.timers_paused = False
-        self.head = 0
+        self._head = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._poke = asyncio.Event()
         self._firing = asyncio.Lock()
@@ -69,10 +69,10 @@ class Listeners:
 
     async def start(self) -> None:
         runtime, ledger = self.runtime, self.runtime.ledger
-        self.head = runtime._head_at_start
+        self._head = runtime._head_at_start
         for entry in self._entries("event"):
             if entry.id not in ledger.answered:
-                await runtime.listen_from(entry.id, self.head, None)
+                await runtime.listen_from(entry.id, self._head, None)
         now = runtime.clock()
         for entry in self._entries("timer"):
             if entry.id in ledger.fired:
@@ -84,8 +84,9 @@ class Listeners:
             else:
                 await runtime.listen_from(entry.id, None, slot)
         events = self._entries("event")
-        after = min((ledger.answered[e.id] for e in events), default=self.head)
-        self._tasks.append(asyncio.ensure_future(self._follow(after)))
+        if events:  # a follower decodes every record: only when something listens
+            after = min(ledger.answered[e.id] for e in events)
+            self._tasks.append(asyncio.ensure_future(self._follow(after)))
         if self._entries("timer"):
             self._tasks.append(asyncio.ensure_future(self._timers()))
 
@@ -100,12 +101,18 @@ class Listeners:
     def poke(self) -> None:
         self._poke.set()
 
+    @property
+    def head(self) -> int:
+        """The newest position this process knows committed (the store's commit signal)."""
+        signal = commit_signal(self.runtime.store)
+        return max(self._head, signal.position if signal is not None else 0)
+
     # ---- events ---------------------------------------------------------------------------
 
     async def _follow(self, after: int) -> None:
         runtime = self.runtime
         async for record in follow(runtime.store, after=after):
-            self.head = record.position
+            self._head = max(self._head, record.position)
             if record.thread_id == runtime.config.runtime_thread:
                 continue
             for entry in self._entries("event"):

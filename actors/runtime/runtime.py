@@ -120,6 +120,8 @@ class AgentRuntime:
                 "runtime's own (graph.compile(runtime.store)), so its runs share one log"
             )
         self.graphs[graph_id] = _Graph(app)
+        if self.started:
+            self.dispatcher.poke()  # triggers recovered for this graph may run now
 
     def remove_graph(self, graph_id: str) -> None:
         """Unregister a graph and its entry points; refused while its runs execute."""
