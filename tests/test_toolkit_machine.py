@@ -112,6 +112,23 @@ def test_bad_options_are_refused_with_what_to_do(
         graph_machine(support_graph, **options)
 
 
+def test_a_state_graph_is_compiled_on_each_store() -> None:
+    from tests.helpers import line
+
+    def hello(state: Any) -> Any:
+        return {"messages": [{"role": "assistant", "content": "hi"}]}
+
+    run_state_machine_as_test(
+        graph_machine(line(("hello", hello)), name="Plain"),
+        settings=settings(QUICK, max_examples=5),
+    )
+
+
+def test_a_factory_returning_something_else_is_refused() -> None:
+    with pytest.raises(TypeError, match="must return the compiled graph"):
+        graph_machine(lambda store: 5)  # type: ignore[arg-type,return-value]
+
+
 def test_a_factory_that_does_not_take_the_store_is_refused() -> None:
     with pytest.raises(TypeError, match="takes the store"):
         graph_machine(lambda: support_graph(MemoryEventStore()))  # type: ignore[arg-type,misc]

@@ -399,7 +399,8 @@ def graph_machine(
     seed: int = 0,
     name: str = "GraphMachine",
 ) -> type[GraphMachine]:
-    """A `RuleBasedStateMachine` class for the graph `factory(store)` builds.
+    """A `RuleBasedStateMachine` class for the graph `factory(store)` builds (or for a
+    `StateGraph`, compiled with the default options on each store).
 
     `inputs`, `answers` and `edits` draw what a user sends, answers to interrupts and human
     edits (`aupdate_state` values; None leaves edits out); `invariants` are the domain's
@@ -410,8 +411,20 @@ def graph_machine(
     SIGKILLs itself there (a SQLite store, a factory importable by name, JSON inputs; slow).
     Give `name` the variable you assign it to, so the steps hypothesis prints can be run.
     """
+    from ..graph import StateGraph
+
+    if isinstance(factory, StateGraph):
+        if crashes == "sigkill":
+            raise TypeError(
+                'crashes="sigkill" imports the factory in a child process: pass a top-level '
+                "function build(store) returning graph.compile(store), not the graph itself"
+            )
+        factory = _compiler(factory)
     if not callable(factory):
-        raise TypeError(f"factory must be a function of the store, got {factory!r}")
+        raise TypeError(
+            f"graph_machine takes your StateGraph or a function build(store) returning "
+            f"graph.compile(store), got {type(factory).__name__}"
+        )
     if store not in ("memory", "sqlite"):
         raise ValueError(f"store must be 'memory' or 'sqlite', got {store!r}")
     for check in invariants:
@@ -494,11 +507,28 @@ def _importable(factory: Factory) -> str:
     return f"{module}:{name}"
 
 
+def _compiler(graph: Any) -> Factory:
+    """A factory compiling `graph` (with the default options) on the store it is given."""
+
+    def build(store: Any) -> Any:
+        return graph.compile(store)
+
+    build.__qualname__ = build.__name__ = f"{graph.name or 'graph'}.compile"
+    return build
+
+
 def _node_names(factory: Factory) -> list[str]:
     """The graph's nodes, from an app built on a throwaway store."""
     from events import MemoryEventStore
 
+    from ..compiled import CompiledGraph
+
     app = factory(MemoryEventStore())
+    if not isinstance(app, CompiledGraph):
+        raise TypeError(
+            f"the factory {getattr(factory, '__qualname__', factory)!r} must return the "
+            f"compiled graph (graph.compile(store)), got {type(app).__name__}"
+        )
     try:
         return sorted(app.graph.nodes)
     finally:
