@@ -109,6 +109,18 @@ _OVER = (ExecutionStatus.COMPLETED, ExecutionStatus.CANCELLED)
 _AT_REST = (ExecutionStatus.COMPLETED, ExecutionStatus.ERROR, ExecutionStatus.CANCELLED)
 
 
+def checked_input(input: Any) -> Any:
+    """A call's input, normalized; `GraphError` when it is no input a run takes."""
+    values = normalize_input(input)
+    if values is not None and not isinstance(values, Mapping | AgentState | list):
+        raise GraphError(
+            f"ainvoke's input must be a message (a str, a Message, an OpenAI-style dict), "
+            f"a list of messages, a dict of state fields, or None to resume; got "
+            f"{type(values).__name__} {values!r:.60}"
+        )
+    return values
+
+
 class StepLoop(Committing[S]):
     """The run loop of the engine."""
 
@@ -324,13 +336,7 @@ class StepLoop(Committing[S]):
         command = input if isinstance(input, Command) else None
         if command is not None and command.goto is not None:
             raise GraphError("Command(goto=...) is for nodes to return, not an input to invoke")
-        values = normalize_input(command.update if command is not None else input)
-        if values is not None and not isinstance(values, Mapping | AgentState | list):
-            raise GraphError(
-                f"ainvoke's input must be a message (a str, a Message, an OpenAI-style dict), "
-                f"a list of messages, a dict of state fields, or None to resume; got "
-                f"{type(values).__name__} {values!r:.60}"
-            )
+        values = checked_input(command.update if command is not None else input)
         hooks = self.callbacks
         if values is not None and hooks is not None and "validate_input" in self.hooked:
             await call_hook(hooks, "validate_input", thread_id, values)  # before any write

@@ -571,3 +571,19 @@ async def test_commands_resume_through_the_runtime_input(store: Any) -> None:
         await runtime.wait(thread, timeout=30)
         await runtime.trigger("api", Command(resume="ok"), thread_id=thread)
         assert (await runtime.wait(thread, timeout=30))["status"] == "completed"
+
+
+async def test_an_input_no_run_takes_is_refused_before_anything_is_written(store: Any) -> None:
+    from actors import GraphError
+    from actors.runtime import InvalidTriggerInputError
+
+    async with runtime_with(store) as runtime:
+        with pytest.raises(GraphError, match="input must be a message"):
+            await runtime.trigger("chat", 42)
+        with pytest.raises(InvalidTriggerInputError, match="cannot be"):
+            await runtime.trigger("chat", {"notes": object()})
+        with pytest.raises(RegistrationError, match="update and goto are for nodes"):
+            await runtime.trigger("chat", Command(goto="agent"))
+        with pytest.raises(RegistrationError, match="idempotency_key"):
+            await runtime.trigger("chat", "hi", idempotency_key="")
+    assert await store.last_seq("__runtime__") == 0

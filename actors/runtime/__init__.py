@@ -6,6 +6,7 @@ from .runtime import AgentRuntime
 from .spec import (
     AgentRuntimeError,
     EntryPoint,
+    InvalidTriggerInputError,
     RegistrationError,
     RetryPolicy,
     RunCancelledError,
@@ -22,6 +23,7 @@ __all__ = [
     "AgentRuntime",
     "AgentRuntimeError",
     "EntryPoint",
+    "InvalidTriggerInputError",
     "RegistrationError",
     "RetryPolicy",
     "RunCancelledError",

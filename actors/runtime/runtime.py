@@ -30,6 +30,7 @@ from .ledger import Ledger, TriggerState
 from .listeners import Listeners
 from .spec import (
     EntryPoint,
+    InvalidTriggerInputError,
     RegistrationError,
     RetryPolicy,
     RunCancelledError,
@@ -295,7 +296,7 @@ class AgentRuntime:
             input = input.resume
         accepted = await self.accept(
             entry,
-            to_builtins(input),
+            _recordable(input, resume),
             cause="api",
             resume=resume,
             thread_id=thread_id,
@@ -526,6 +527,22 @@ class AgentRuntime:
             },
             "subscriber_lag": [max(head - s.position, 0) for s in self.subscribers],
         }
+
+
+def _recordable(input: Any, resume: bool) -> Any:
+    """The input as the builtins the trigger records; refused (typed, nothing written) when
+    it is no input a run takes or cannot be recorded."""
+    from ..steps import checked_input
+
+    if not resume:
+        checked_input(input)
+    try:
+        return to_builtins(input)
+    except (TypeError, ValueError) as exc:
+        raise InvalidTriggerInputError(
+            f"a trigger's input is recorded in the log: {type(input).__name__} cannot be "
+            f"({exc}); send text, messages or a dict of plain values"
+        ) from exc
 
 
 def _count(counts: Counts, state: TriggerState, dispatcher: Dispatcher) -> None:

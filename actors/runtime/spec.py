@@ -23,6 +23,10 @@ class RegistrationError(AgentRuntimeError, ValueError):
     """A graph or an entry point was refused; nothing was registered."""
 
 
+class InvalidTriggerInputError(AgentRuntimeError, ValueError):
+    """A trigger's input is no input a run takes, or cannot be recorded; nothing written."""
+
+
 class UnknownEntryPointError(AgentRuntimeError, LookupError):
     """No entry point has that id."""
 
