@@ -166,6 +166,13 @@ class AgentRuntime:
                 f"entry point {entry.id!r} listens to its own graph {entry.graph_id!r}: set "
                 "include_own=True if runs should start runs of the same graph"
             )
+        if entry.trigger == "webhook":
+            for other in self.entry_points.values():
+                if other.trigger == "webhook" and other.path == entry.path:
+                    raise RegistrationError(
+                        f"entry point {entry.id!r}: path {entry.path!r} is served by entry "
+                        f"point {other.id!r} already"
+                    )
         schedule = Schedule.of(entry) if entry.trigger == "timer" else None
         if self.started and entry.trigger != "api":
             raise RegistrationError(

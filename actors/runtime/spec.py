@@ -11,8 +11,10 @@ from events import EventRecord
 from events.errors import AgentlogError
 from events.kinds import KINDS
 
-Trigger = Literal["api", "event", "timer"]
-TRIGGERS: tuple[str, ...] = ("api", "event", "timer")
+Trigger = Literal["api", "event", "timer", "webhook"]
+TRIGGERS: tuple[str, ...] = ("api", "event", "timer", "webhook")
+WEBHOOK_SCHEMES: tuple[str, ...] = ("standard", "github")
+"""Built-in webhook signature schemes: Standard Webhooks, and GitHub's X-Hub-Signature-256."""
 
 
 class AgentRuntimeError(AgentlogError):
@@ -118,6 +120,12 @@ class EntryPoint:
     interval_s: float | None = None
     cron: str | None = None
     run_immediately: bool = False
+    path: str | None = None
+    methods: Sequence[str] = ("POST",)
+    secrets: Sequence[str] = ()
+    scheme: str | Callable[..., bool] = "standard"
+    unsigned: bool = False
+    tolerance_s: float = 300.0
     name: str = field(default="")
 
     def check(self) -> None:
@@ -151,6 +159,7 @@ class EntryPoint:
                 f"entry point {self.id!r}: kinds, from_graph, node and include_own filter "
                 "events: they belong to trigger='event'"
             )
+        self._check_webhook()
         if self.trigger == "timer":
             if (self.interval_s is None) == (self.cron is None):
                 raise RegistrationError(
@@ -170,6 +179,50 @@ class EntryPoint:
             raise RegistrationError(
                 f"entry point {self.id!r}: interval_s, cron and run_immediately belong to "
                 "trigger='timer'"
+            )
+
+    def _check_webhook(self) -> None:
+        if self.trigger != "webhook":
+            if self.path is not None or self.secrets or self.unsigned:
+                raise RegistrationError(
+                    f"entry point {self.id!r}: path, secrets and unsigned belong to "
+                    "trigger='webhook'"
+                )
+            return
+        if not isinstance(self.path, str) or not self.path.startswith("/") or "?" in self.path:
+            raise RegistrationError(
+                f"entry point {self.id!r}: a webhook needs a path such as '/hooks/zendesk', "
+                f"got {self.path!r}"
+            )
+        methods = [m.upper() for m in self.methods if isinstance(m, str)]
+        if not methods or len(methods) != len(list(self.methods)) or not set(methods) <= {
+            "POST", "PUT", "PATCH",
+        }:  # fmt: skip
+            raise RegistrationError(
+                f"entry point {self.id!r}: webhook methods are POST, PUT or PATCH, got "
+                f"{list(self.methods)!r}"
+            )
+        if isinstance(self.secrets, str) or not all(isinstance(s, str) and s for s in self.secrets):
+            raise RegistrationError(
+                f"entry point {self.id!r}: secrets is a list of non-empty strings (two at "
+                "once while rotating)"
+            )
+        if not self.secrets and not self.unsigned:
+            raise RegistrationError(
+                f"entry point {self.id!r}: a webhook without secrets must say unsigned=True "
+                "(and is then served on a loopback address only)"
+            )
+        if self.secrets and self.unsigned:
+            raise RegistrationError(f"entry point {self.id!r}: unsigned=True with secrets")
+        if not callable(self.scheme) and self.scheme not in WEBHOOK_SCHEMES:
+            raise RegistrationError(
+                f"entry point {self.id!r}: scheme is 'standard', 'github' or a function "
+                f"verify(headers, body, secrets), got {self.scheme!r}"
+            )
+        if not (isinstance(self.tolerance_s, int | float) and 0 < self.tolerance_s <= 86_400):
+            raise RegistrationError(
+                f"entry point {self.id!r}: tolerance_s is seconds in (0, 86400], got "
+                f"{self.tolerance_s!r}"
             )
 
 
