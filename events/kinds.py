@@ -295,7 +295,7 @@ class TriggerAccepted(BaseEvent, tag="trigger_accepted", frozen=True):
     entry_point: str
     graph_id: str
     thread_id: str
-    cause: Literal["api", "event", "timer", "input"]
+    cause: Literal["api", "event", "timer", "input", "webhook"]
     input: JSON = None
     resume: bool = False
     idempotency_key: str | None = None
