@@ -339,6 +339,15 @@ class TriggerListening(BaseEvent, tag="trigger_listening", frozen=True):
     slot: float | None = None
 
 
+
+class ThreadHidden(BaseEvent, tag="thread_hidden", frozen=True):
+    """The thread was deleted through the HTTP API: hidden from listings, its log kept (it
+    still verifies). Erasure is not offered."""
+
+    by: str
+    reason: str | None = None
+
+
 Event: TypeAlias = BaseEvent
 """Any event; narrow it by class (`isinstance`, `match event: case RunStarted(): ...`)."""
 

@@ -43,6 +43,7 @@ from events.kinds import (
     StepAdvanced,
     Stopped,
     StopRequested,
+    ThreadHidden,
     ToolCallFinished,
     ToolCallStarted,
     TriggerAccepted,
@@ -423,6 +424,11 @@ def _run_cancelled(fold: Fold[Any], e: RunCancelled, r: EventRecord) -> None:
     meta.stop_current_execution = StopRequestStatus.NONE
     meta.internal_data.pop(STOP_KEY, None)
     meta.internal_data["cancelled"] = {"by": e.by, "reason": e.reason, "node": e.node}
+
+
+@_handles(ThreadHidden)
+def _thread_hidden(fold: Fold[Any], e: ThreadHidden, r: EventRecord) -> None:
+    fold.state.execution_meta.internal_data["hidden"] = {"by": e.by, "reason": e.reason}
 
 
 def _runtime_record(fold: Fold[Any], e: BaseEvent, r: EventRecord) -> None:
