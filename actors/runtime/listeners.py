@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from events import EventRecord
+from events import EventRecord, EventStore
 from events.follow import commit_signal, follow
 from events.kinds import Forked, RunStarted
 from projections import Message
@@ -50,6 +51,42 @@ def timer_input(entry: EntryPoint, slot: float, missed: int) -> dict[str, Any]:
     if missed:
         text += f" (standing for {missed} earlier slot(s) missed while no runtime ran)"
     return {"messages": [to_builtins(Message.text_message(text, role="user"))]}
+
+
+GRAPHS_KEPT = 100_000
+"""Threads whose graph `graph_of_thread` remembers before it forgets them all."""
+
+
+def _own_name(name: str) -> str | None:
+    return name
+
+
+async def graph_of_thread(
+    store: EventStore,
+    thread_id: str,
+    known: Mapping[str, str],
+    cache: dict[str, str | None],
+    by_name: Callable[[str], str | None] = _own_name,
+) -> str | None:
+    """The graph a thread runs: the runtime's record of it (`known`, thread -> graph id),
+    else the graph its first record names (run_started's graph name, through `by_name`; a
+    fork runs its source's graph); None when neither says. Answers read are kept in `cache`.
+    """
+    found = known.get(thread_id)
+    if found is not None:
+        return found
+    if thread_id in cache:
+        return cache[thread_id]
+    async for record in store.read(thread_id, 1, 1):
+        event = record.event
+        if isinstance(event, RunStarted) and event.graph:
+            found = by_name(event.graph)
+        elif isinstance(event, Forked):
+            found = await graph_of_thread(store, event.source_thread, known, cache, by_name)
+    if len(cache) > GRAPHS_KEPT:
+        cache.clear()
+    cache[thread_id] = found
+    return found
 
 
 class Listeners:
@@ -146,25 +183,15 @@ class Listeners:
     async def graph_of_thread(self, thread_id: str) -> str | None:
         """The registered graph a thread runs: the runtime's own record of it, else the
         graph named by its first run (by the graph's name)."""
-        known = self.runtime.ledger.graph_of.get(thread_id)
-        if known is not None:
-            return known
-        if thread_id in self._graphs:
-            return self._graphs[thread_id]
-        names = {
-            g.app.graph.name: gid for gid, g in self.runtime.graphs.items() if g.app.graph.name
-        }
-        found: str | None = None
-        async for record in self.runtime.store.read(thread_id, 1, 1):
-            event = record.event
-            if isinstance(event, RunStarted) and event.graph:
-                found = names.get(event.graph)
-            elif isinstance(event, Forked):
-                found = await self.graph_of_thread(event.source_thread)
-        if len(self._graphs) > 100_000:
-            self._graphs.clear()
-        self._graphs[thread_id] = found
-        return found
+        graphs = self.runtime.graphs
+
+        def by_name(name: str) -> str | None:  # called only when the cache has no answer
+            names = {g.app.graph.name: gid for gid, g in graphs.items() if g.app.graph.name}
+            return names.get(name)
+
+        return await graph_of_thread(
+            self.runtime.store, thread_id, self.runtime.ledger.graph_of, self._graphs, by_name
+        )
 
     # ---- timers ---------------------------------------------------------------------------
 
