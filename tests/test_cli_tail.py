@@ -20,9 +20,11 @@ from typing import Any
 
 import pytest
 
+from actors import END, StateGraph
+from actors.runtime import AgentRuntime, EntryPoint
 from events import NodeEntered, SQLiteEventStore, StateUpdated, StepAdvanced
 from events.kinds import Event
-from projections import Message, message_appended
+from projections import AgentState, Message, fork, message_appended
 
 from .helpers import ROOT, agentlog
 
@@ -252,6 +254,7 @@ def test_a_missing_database_is_an_error_and_is_not_created(tmp_path: Path) -> No
         (["--kind", "bogus"], "unknown kind 'bogus'"),
         (["--thread", ""], "the thread id is empty"),
         (["--node", ""], "the node name is empty"),
+        (["--graph", ""], "the graph id is empty"),
         (["--from", "x"], "--from"),
     ],
 )
@@ -261,3 +264,76 @@ def test_usage_errors_exit_2(tmp_path: Path, args: list[str], says: str) -> None
     done = agentlog("tail", "--db", db, *args, timeout=PATIENCE)
     assert done.returncode == 2, done.stderr
     assert says in done.stderr
+
+
+def _graph(name: str) -> StateGraph[AgentState]:
+    def answer(state: AgentState) -> list[Message]:
+        return [Message.text_message(f"{name} says hi", role="assistant")]
+
+    graph: StateGraph[AgentState] = StateGraph(name=name)
+    graph.add_node("answer", answer)
+    graph.set_entry_point("answer")
+    graph.add_edge("answer", END)
+    return graph
+
+
+async def _graphs_log(db: Path) -> dict[str, set[tuple[str, int]]]:
+    """Runs of graph "alpha" (named "first") and "beta" through a runtime, a fork of an alpha
+    thread, and a run of "first" without a runtime; each graph's (thread, seq) pairs, the
+    runtime's records of its triggers included."""
+    async with SQLiteEventStore(db) as store:
+        runtime = AgentRuntime(store)
+        runtime.add_graph("alpha", _graph("first").compile(store))
+        runtime.add_graph("beta", _graph("second").compile(store))
+        runtime.register_entry_point(EntryPoint(id="a", graph_id="alpha"))
+        runtime.register_entry_point(EntryPoint(id="b", graph_id="beta"))
+        async with runtime:
+            for n in range(2):
+                for entry in ("a", "b"):
+                    await runtime.trigger_and_wait(entry, f"hello {n}", timeout=PATIENCE)
+        ledger = runtime.ledger
+        alpha = [
+            t.accepted.thread_id for t in ledger.triggers.values() if t.accepted.graph_id == "alpha"
+        ]
+        forked = await fork(store, alpha[0], at_seq=2, new_thread_id="alpha-fork")
+        plain = _graph("first").compile(store)
+        await plain.ainvoke("hi", {"thread_id": "plain"})
+        owner = {t.id: t.accepted.graph_id for t in ledger.triggers.values()}
+        kept: dict[str, set[tuple[str, int]]] = {"alpha": set(), "beta": set(), "first": set()}
+        for thread in await store.threads():
+            async for record in store.read(thread):
+                if thread == "__runtime__":
+                    trigger = getattr(record.event, "trigger_id", None)
+                    if trigger is not None:
+                        kept[owner[trigger]].add((thread, record.seq))
+                elif thread == "plain":
+                    kept["first"].add((thread, record.seq))
+                else:
+                    graph = "alpha" if thread in (*alpha, forked) else "beta"
+                    kept[graph].add((thread, record.seq))
+        return kept
+
+
+def test_graph_keeps_the_records_of_threads_that_run_that_graph(tmp_path: Path) -> None:
+    db = tmp_path / "log.db"
+    kept = asyncio.run(_graphs_log(db))
+    assert all(kept.values()) and ("alpha-fork", 1) in kept["alpha"]
+    with tail("--db", db, "--json", "--from", "0", "--graph", "alpha") as running:
+        shown = [json.loads(line) for line in running.lines(len(kept["alpha"]))]
+        beta_thread = next(t for t, _ in kept["beta"] if t != "__runtime__")
+        append(db, beta_thread, [StateUpdated(values={"late": "beta"})])
+        append(db, "alpha-fork", [StateUpdated(values={"late": "alpha"})])
+        (late,) = [json.loads(line) for line in running.lines(1)]
+        code, rest, err = running.stop()
+    assert (code, rest, err) == (0, "", "")
+    assert {(r["thread_id"], r["seq"]) for r in shown} == kept["alpha"]
+    assert [r["position"] for r in shown] == sorted(r["position"] for r in shown)
+    assert (late["thread_id"], late["event"]["values"]) == ("alpha-fork", {"late": "alpha"})
+    # A thread no runtime started is known by the name of the graph its first run recorded.
+    with tail("--db", db, "--json", "--from", "0", "--graph", "first") as running:
+        plain = [json.loads(line) for line in running.lines(len(kept["first"]))]
+        append(db, "plain", [StateUpdated(values={"late": "first"})])
+        (late,) = [json.loads(line) for line in running.lines(1)]
+        assert running.stop()[0] == 0
+    assert {(r["thread_id"], r["seq"]) for r in plain} == kept["first"]
+    assert late["thread_id"] == "plain"

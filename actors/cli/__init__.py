@@ -451,6 +451,15 @@ def tail_command(
             "interrupt_raised, stopped, tool_call_started, run_failed).",
         ),
     ] = None,
+    graph: Annotated[
+        str | None,
+        typer.Option(
+            "--graph",
+            help="Only records of threads that run this graph: the graph id an agent runtime "
+            "started the thread with, else the graph name its first run recorded; and the "
+            "runtime's records of those runs' triggers.",
+        ),
+    ] = None,
     start: Annotated[
         int | None,
         typer.Option(
@@ -472,7 +481,7 @@ def tail_command(
     """
     from .tail import tail
 
-    tail(db, kind or None, thread, node, start, as_json)
+    tail(db, kind or None, thread, node, start, as_json, graph)
 
 
 @app.command("show")

@@ -5,6 +5,8 @@ other processes: their commits are found by polling (every `POLL_S` seconds). Hu
 inert (`render.inert`); `--json` lines are exact, and carry the position that `--from`
 resumes after. SIGINT and SIGTERM end the command with exit status 0.
 
+`--graph G` keeps the records of threads that run graph G (see `GraphFilter`).
+
 The command's options are declared in `actors.cli` and this module is imported when it
 runs, so `agentlog --help` loads no more than before (see tests/test_cli_startup.py).
 """
@@ -16,12 +18,13 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 import msgspec
 import typer
 
 from events import EventRecord, EventStore, follow, last_position
+from events.kinds import TriggerAccepted
 
 from . import _run, render
 
@@ -33,6 +36,73 @@ SUMMARY_LIMIT = 200
 
 KIND_WIDTH = 18
 """The longest event kind's length: summaries line up after it."""
+
+RUNTIME_THREAD = "__runtime__"
+"""The thread where an agent runtime records its triggers (`RuntimeConfig.runtime_thread`)."""
+
+
+class GraphFilter:
+    """Which records belong to graph `graph` (`tail --graph`): those of threads that run it,
+    and the runtime's records of the triggers that started them.
+
+    A thread's graph is the graph id of the first trigger a runtime accepted for it (its
+    `trigger_accepted` record in the runtime thread), else the graph named by the thread's
+    first record (run_started's `graph`, the graph's name; a fork: its source's graph), as
+    the runtime itself decides (`actors.runtime.listeners.graph_of_thread`). The runtime
+    thread is read as far as needed, once.
+    """
+
+    def __init__(self, store: EventStore, graph: str) -> None:
+        from actors.runtime.listeners import graph_of_thread
+
+        self._graph_of = graph_of_thread
+        self.store = store
+        self.graph = graph
+        self.known: dict[str, str] = {}
+        """Thread -> graph id, from the runtime's trigger_accepted records."""
+        self.triggers: dict[str, str] = {}
+        """Trigger id -> graph id, for the runtime's later records about each trigger."""
+        self.cache: dict[str, str | None] = {}
+        self.read_to = 0
+        """The runtime thread's last seq read."""
+
+    def _learn(self, record: EventRecord) -> None:
+        event = record.event
+        if isinstance(event, TriggerAccepted):  # the first trigger's graph, as the ledger
+            self.known.setdefault(event.thread_id, event.graph_id)
+            self.triggers[event.trigger_id] = event.graph_id
+        self.read_to = record.seq
+
+    async def _catch_up(self, to_seq: int | None = None) -> None:
+        """Read the runtime thread's records not read yet (up to `to_seq`)."""
+        last = await self.store.last_seq(RUNTIME_THREAD) if to_seq is None else to_seq
+        if last > self.read_to:
+            async for record in self.store.read(RUNTIME_THREAD, self.read_to + 1, last):
+                self._learn(record)
+
+    async def keeps(self, record: EventRecord) -> bool:
+        """Whether `record` belongs to the graph (a thread first seen is read once)."""
+        if record.thread_id == RUNTIME_THREAD:
+            await self._catch_up(record.seq - 1)
+            if record.seq > self.read_to:
+                self._learn(record)
+            event = record.event
+            graph = getattr(event, "graph_id", None)
+            if graph is None:
+                graph = self.triggers.get(getattr(event, "trigger_id", None) or "")
+            return graph == self.graph
+        if record.thread_id not in self.known:
+            await self._catch_up()  # a runtime may have started it since
+        found = await self._graph_of(self.store, record.thread_id, self.known, self.cache)
+        return found == self.graph
+
+
+async def _of_graph(
+    records: AsyncIterator[EventRecord], graph: GraphFilter
+) -> AsyncGenerator[EventRecord, None]:
+    async for record in records:
+        if await graph.keeps(record):
+            yield record
 
 
 def record_json(record: EventRecord) -> str:
@@ -87,12 +157,15 @@ def tail(
     node: str | None,
     start: int | None,
     as_json: bool,
+    graph: str | None = None,
 ) -> None:
     """`agentlog tail` (its options are declared in `actors.cli`, so `--help` loads no more)."""
     if thread == "":
         raise typer.BadParameter("the thread id is empty", param_hint="--thread")
     if node == "":
         raise typer.BadParameter("the node name is empty", param_hint="--node")
+    if graph == "":
+        raise typer.BadParameter("the graph id is empty", param_hint="--graph")
     if as_json:
         show = record_json
     else:
@@ -106,7 +179,8 @@ def tail(
         records = follow(
             store, after=after, kinds=kinds, thread_id=thread, node=node, poll_s=POLL_S
         )
-        printing = asyncio.create_task(_print_all(records, show))
+        shown = records if graph is None else _of_graph(records, GraphFilter(store, graph))
+        printing = asyncio.create_task(_print_all(shown, show))
         loop = asyncio.get_running_loop()
         for number in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(number, printing.cancel)
@@ -118,6 +192,8 @@ def tail(
             if not printing.done():  # this command itself was cancelled
                 printing.cancel()
                 await asyncio.wait([printing])
+            if shown is not records:
+                await shown.aclose()
             await records.aclose()
         if not printing.cancelled():
             printing.result()  # a failure of the store, reported as every command reports one
