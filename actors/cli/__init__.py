@@ -1,12 +1,13 @@
 """The `agentlog` command line: run the demo, then read, branch and audit a log.
 
-Every command but `demo` opens an existing agentlog database and never creates one; only
-`fork` writes to it (it appends the new thread). `--json` prints JSON on stdout instead of
-tables. A failure prints one line, `error: ...`, on stderr and exits 1 (usage errors: 2;
-`verify` exits 3 when the chains are intact but an invariant is broken); with `--json` that
-line is a JSON object, `{"error": ..., "exit": N}`. Stored text is shown
-inert (see `cli_render.inert`), and a view is bounded unless `--full` asks for everything.
-When stdout is not a terminal, nothing is wrapped or cut to a terminal's width.
+Every command but `demo` and `runtime` opens an existing agentlog database and never creates
+one; only `fork` writes to it (it appends the new thread), and `runtime`, which runs the
+application's agents on it. `--json` prints JSON on stdout instead of tables. A failure
+prints one line, `error: ...`, on stderr and exits 1 (usage errors: 2; `verify` exits 3 when
+the chains are intact but an invariant is broken); with `--json` that line is a JSON object,
+`{"error": ..., "exit": N}`. Stored text is shown inert (see `cli_render.inert`), and a view
+is bounded unless `--full` asks for everything. When stdout is not a terminal, nothing is
+wrapped or cut to a terminal's width.
 
 Points may count back from the end: step -1 is the thread's last step, seq -1 its last record.
 
@@ -482,6 +483,37 @@ def tail_command(
     from .tail import tail
 
     tail(db, kind or None, thread, node, start, as_json, graph)
+
+
+@app.command("runtime")
+def runtime_command(
+    app_ref: Annotated[
+        str,
+        typer.Option(
+            "--app",
+            metavar="MODULE:ATTRIBUTE",
+            help="What builds the runtime: an AgentRuntime, or a function build(store) -> "
+            "AgentRuntime (def or async def) called with the opened store of --db. MODULE is "
+            "imported from the working directory, as `python -m` would.",
+        ),
+    ],
+    db: Db = "agentlog.db",
+    as_json: AsJson = False,
+) -> None:
+    """Run the agent runtime your code builds (timers and event triggers fire) until SIGINT
+    or SIGTERM; the database is created when missing.
+
+    A signal stops it: running steps commit, runs pause, the next runtime here resumes them.
+
+    A second signal cancels what still runs (those runs resume next time too). Exit status 0.
+
+    On a terminal: a live table of runs by graph and entry point, queues, timers, latency.
+
+    With --json: one JSON object per line each time those figures change; the last: "stopped".
+    """
+    from .runtime import run_runtime
+
+    run_runtime(db, app_ref, as_json)
 
 
 @app.command("show")
