@@ -1,0 +1,721 @@
+"""The runtime over HTTP: threads, state, history, runs and live streams, with LangGraph
+Agent Server's paths and field names where it has the same thing, and webhook routes.
+
+Every request acts as a principal (its bearer token's name, or "local" on a loopback server
+without tokens), which is the `actor` of whatever it writes. Errors are JSON
+`{"error": {"code": ..., "message": ...}}` with a stable code; request bodies are bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from events import EventRecord
+from events.errors import (
+    AgentlogError,
+    ConcurrencyError,
+    ThreadBusyError,
+    ThreadNotFoundError,
+)
+from events.follow import follow
+from events.kinds import ThreadHidden
+from projections import AgentState, ExecutionStatus, IllegalTransitionError, InvalidStateUpdateError
+from projections.edge import to_builtins
+from projections.timetravel import interrupt_summary
+from projections.writer import write
+
+from ..command import Command
+from ..errors import GraphError, NothingToResumeError
+from ..journal import journal_for
+from ..runtime import AgentRuntime
+from ..runtime.ledger import TriggerState
+from ..runtime.spec import (
+    InvalidTriggerInputError,
+    RegistrationError,
+    RunCancelledError,
+    RunNotWaitingError,
+    RuntimeNotStartedError,
+    RuntimeRunFailedError,
+    UnknownEntryPointError,
+    UnknownRunError,
+)
+from .tokens import LOCAL, Forbidden, Principal, TokenBook, Unauthorized
+
+MAX_BODY = 1_048_576
+"""The default limit of a request body, in bytes."""
+SEARCH_LIMIT = 100
+"""The most threads one search returns."""
+KEEPALIVE_S = 15.0
+"""How often an idle event stream sends a comment, so proxies keep it open."""
+
+
+class ApiError(Exception):
+    """An error with an HTTP status and a stable code."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+_STATUS: list[tuple[type[BaseException], int, str]] = [
+    (Unauthorized, 401, "unauthorized"),
+    (Forbidden, 403, "forbidden"),
+    (ThreadNotFoundError, 404, "not_found"),
+    (UnknownRunError, 404, "not_found"),
+    (UnknownEntryPointError, 404, "unknown_assistant"),
+    (ThreadBusyError, 409, "thread_busy"),
+    (ConcurrencyError, 409, "conflict"),
+    (RunNotWaitingError, 409, "run_not_waiting"),
+    (NothingToResumeError, 409, "nothing_to_resume"),
+    (IllegalTransitionError, 409, "illegal_transition"),
+    (RunCancelledError, 409, "run_cancelled"),
+    (RuntimeRunFailedError, 409, "run_failed"),
+    (InvalidStateUpdateError, 422, "invalid_state_update"),
+    (InvalidTriggerInputError, 422, "invalid_input"),
+    (RegistrationError, 422, "invalid_request"),
+    (GraphError, 422, "invalid_request"),
+    (RuntimeNotStartedError, 503, "not_ready"),
+]
+
+
+def error_body(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}}
+
+
+def _classify(exc: BaseException) -> tuple[int, str, str]:
+    if isinstance(exc, ApiError):
+        return exc.status, exc.code, exc.message
+    for kind, status, code in _STATUS:
+        if isinstance(exc, kind):
+            return status, code, str(exc)
+    if isinstance(exc, AgentlogError):
+        return 409, "run_failed", f"{type(exc).__name__}: {exc}"
+    return 500, "internal", "the server failed to handle the request; it is logged"
+
+
+class BodyLimit:
+    """Refuse a request body over `max_body` bytes with 413, whether it declares its length
+    or streams it: the bytes are counted as they arrive, never held beyond the limit."""
+
+    def __init__(self, app: Any, max_body: int) -> None:
+        self.app, self.max_body = app, max_body
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_body):
+            await self._refuse(send)
+            return
+        seen = 0
+        over = False
+
+        async def counted() -> Any:
+            nonlocal seen, over
+            if over:
+                return {"type": "http.request", "body": b"", "more_body": False}
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body:  # stop reading; the app's answer becomes a 413
+                    over = True
+                    return {"type": "http.request", "body": b"", "more_body": False}
+            return message
+
+        refused = False
+
+        async def sending(message: Any) -> None:
+            nonlocal refused
+            if over:
+                if not refused:
+                    refused = True
+                    await self._refuse(send)
+                return
+            await send(message)
+
+        await self.app(scope, counted, sending)
+        if over and not refused:
+            await self._refuse(send)
+
+    async def _refuse(self, send: Any) -> None:
+        body = json.dumps(
+            error_body("body_too_large", f"request bodies are limited to {self.max_body} bytes")
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+# ---- request bodies ----------------------------------------------------------------------
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ThreadCreate(_Body):
+    thread_id: str | None = Field(default=None, min_length=1, max_length=200)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class ThreadSearch(_Body):
+    limit: int = Field(default=10, ge=1, le=SEARCH_LIMIT)
+    offset: int = Field(default=0, ge=0)
+    status: str | None = None
+    graph_id: str | None = None
+
+
+class ResumeCommand(_Body):
+    resume: Any = None
+
+
+class RunCreate(_Body):
+    assistant_id: str = Field(min_length=1, description="the entry point to run")
+    input: Any = None
+    command: ResumeCommand | None = None
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
+    multitask_strategy: Literal["enqueue"] = "enqueue"
+
+
+class RunCancel(_Body):
+    reason: str | None = Field(default=None, max_length=2000)
+
+
+class ThreadFork(_Body):
+    step: int = Field(ge=0)
+    thread_id: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class ThreadDelete(_Body):
+    reason: str | None = Field(default=None, max_length=2000)
+
+
+# ---- the app ------------------------------------------------------------------------------
+
+
+def create_app(
+    runtime: AgentRuntime,
+    *,
+    tokens: TokenBook | None = None,
+    max_body: int = MAX_BODY,
+    webhooks: bool = True,
+) -> FastAPI:
+    """The HTTP app of `runtime`; it starts the runtime with the server if it is not running.
+
+    Without `tokens`, every request acts as "local" with every right: only for a loopback
+    address (`agentlog serve` refuses anything else).
+    """
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        owned = not runtime.started
+        if owned:
+            await runtime.start()
+        try:
+            yield
+        finally:
+            if owned:
+                await runtime.stop()
+
+    app = FastAPI(
+        title="agentlog",
+        version="0.1.0",
+        description="An agent runtime on an event log: threads, runs, state and live streams.",
+        lifespan=lifespan,
+    )
+
+    async def on_error(request: Request, exc: Exception) -> JSONResponse:
+        status, code, message = _classify(exc)
+        return JSONResponse(error_body(code, message), status_code=status)
+
+    app.add_exception_handler(ApiError, on_error)  # answered, not logged as a failure
+    app.add_exception_handler(AgentlogError, on_error)
+    app.add_exception_handler(Exception, on_error)  # a 500: answered, and logged
+
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors()
+        )
+        return JSONResponse(error_body("invalid_request", problems[:2000]), status_code=422)
+
+    app.add_middleware(BodyLimit, max_body=max_body)
+
+    async def principal(authorization: str | None = Header(default=None)) -> Principal:
+        return LOCAL if tokens is None else tokens.check(authorization)
+
+    Who = Depends(principal)
+
+    async def graph_of(thread_id: str) -> str:
+        _check_thread_id(runtime, thread_id)
+        graph = runtime.ledger.graph_of.get(thread_id)
+        if graph is None:
+            if await runtime.store.last_seq(thread_id) == 0:
+                raise ThreadNotFoundError(thread_id)
+            graph = await runtime.listeners.graph_of_thread(thread_id)
+        if graph is None or graph not in runtime.graphs:
+            raise ApiError(404, "not_found", f"thread {thread_id!r} runs no graph this server has")
+        return graph
+
+    async def state_of(thread_id: str, who: Principal, step: int | None = None) -> AgentState:
+        graph = await graph_of(thread_id)
+        who.require("read", graph)
+        app_ = runtime.graphs[graph].app
+        state: AgentState = await app_.aget_state({"thread_id": thread_id}, at_step=step)
+        return state
+
+    # ---- health --------------------------------------------------------------------------
+
+    @app.get("/ok", summary="Liveness")
+    async def ok() -> dict[str, bool]:
+        return {"ok": True}
+
+    @app.get("/ready", summary="Readiness: the runtime is running")
+    async def ready() -> JSONResponse:
+        if runtime.started and not runtime.stopping:
+            return JSONResponse({"ready": True})
+        return JSONResponse(error_body("not_ready", "the runtime is not running"), status_code=503)
+
+    # ---- threads --------------------------------------------------------------------------
+
+    @app.post("/threads", summary="A new thread id (the thread enters the log with its run)")
+    async def create_thread(body: ThreadCreate, who: Principal = Who) -> dict[str, Any]:
+        who.require("run")
+        thread_id = body.thread_id or str(uuid.uuid4())
+        _check_thread_id(runtime, thread_id)
+        return {"thread_id": thread_id, "created_at": time.time(), "metadata": body.metadata}
+
+    @app.get("/threads/{thread_id}", summary="A thread: status, step, graph")
+    async def get_thread(thread_id: str, who: Principal = Who) -> dict[str, Any]:
+        state = await state_of(thread_id, who)
+        return _thread(thread_id, await graph_of(thread_id), state)
+
+    @app.post("/threads/search", summary="Threads, newest first, paginated")
+    async def search_threads(body: ThreadSearch, who: Principal = Who) -> list[dict[str, Any]]:
+        who.require("read")
+        found: list[dict[str, Any]] = []
+        threads = [
+            t for t in reversed(await runtime.store.threads()) if t != runtime.config.runtime_thread
+        ]
+        skipped = 0
+        for thread_id in threads:
+            graph = runtime.ledger.graph_of.get(
+                thread_id
+            ) or await runtime.listeners.graph_of_thread(thread_id)
+            if graph is None or graph not in runtime.graphs or not who.may("read", graph):
+                continue
+            if body.graph_id is not None and graph != body.graph_id:
+                continue
+            state = await runtime.graphs[graph].app.aget_state({"thread_id": thread_id})
+            if state.execution_meta.internal_data.get("hidden"):
+                continue
+            if body.status is not None and state.execution_meta.status.value != body.status:
+                continue
+            if skipped < body.offset:
+                skipped += 1
+                continue
+            found.append(_thread(thread_id, graph, state))
+            if len(found) >= body.limit:
+                break
+        return found
+
+    @app.delete("/threads/{thread_id}", summary="Hide a thread (its log stays and verifies)")
+    async def delete_thread(
+        thread_id: str,
+        who: Principal = Who,
+        reason: str | None = Query(default=None, max_length=2000),
+    ) -> dict[str, Any]:
+        graph = await graph_of(thread_id)
+        who.require("admin", graph)
+        app_ = runtime.graphs[graph].app
+        claim = await runtime.store.claim(thread_id, purpose=f"a deletion by {who.name!r}")
+        try:
+            await write(
+                runtime.store,
+                thread_id,
+                lambda fold: (
+                    []
+                    if fold.state.execution_meta.internal_data.get("hidden")
+                    else [ThreadHidden(by=who.name, reason=reason)]
+                ),
+                state_cls=app_.graph.state_cls,
+                actor=who.name,
+                claim=claim,
+                append=journal_for(runtime.store).append,
+                what="a thread deletion",
+            )
+        finally:
+            await runtime.store.release(claim)
+        return {"thread_id": thread_id, "hidden": True, "erased": False}
+
+    @app.get("/threads/{thread_id}/state", summary="The thread's state, now or at a step")
+    async def get_state(
+        thread_id: str, who: Principal = Who, step: int | None = Query(default=None, ge=0)
+    ) -> dict[str, Any]:
+        return _state(thread_id, await state_of(thread_id, who, step))
+
+    @app.get("/threads/{thread_id}/state/{step}", summary="The thread's state right after a step")
+    async def get_state_at(thread_id: str, step: int, who: Principal = Who) -> dict[str, Any]:
+        if step < 0:
+            raise ApiError(422, "invalid_request", "step counts from 0")
+        return _state(thread_id, await state_of(thread_id, who, step))
+
+    @app.get("/threads/{thread_id}/history", summary="One entry per step, newest first")
+    async def get_history(
+        thread_id: str, who: Principal = Who, limit: int = Query(default=20, ge=1, le=1000)
+    ) -> list[dict[str, Any]]:
+        graph = await graph_of(thread_id)
+        who.require("read", graph)
+        entries = await runtime.graphs[graph].app.aget_state_history({"thread_id": thread_id})
+        return [
+            {
+                "step": e.step,
+                "node": e.node,
+                "status": e.status,
+                "first_seq": e.first_seq,
+                "last_seq": e.last_seq,
+                "at": e.at,
+                "messages": [to_builtins(m) for m in e.messages],
+            }
+            for e in list(reversed(entries))[:limit]
+        ]
+
+    @app.post("/threads/{thread_id}/copy", summary="Fork the thread at a step")
+    async def fork_thread(thread_id: str, body: ThreadFork, who: Principal = Who) -> dict[str, Any]:
+        graph = await graph_of(thread_id)
+        who.require("edit", graph)
+        if body.thread_id is not None:
+            _check_thread_id(runtime, body.thread_id)
+        new = await runtime.graphs[graph].app.afork(
+            {"thread_id": thread_id}, at_step=body.step, new_thread_id=body.thread_id
+        )
+        return {"thread_id": new, "forked_from": {"thread_id": thread_id, "step": body.step}}
+
+    # ---- runs ------------------------------------------------------------------------------
+
+    async def start_run(thread_id: str, body: RunCreate, who: Principal) -> TriggerState:
+        entry = runtime.entry_points.get(body.assistant_id)
+        if entry is None:
+            raise UnknownEntryPointError(f"no assistant (entry point) {body.assistant_id!r}")
+        who.require("run", entry.graph_id)
+        _check_thread_id(runtime, thread_id)
+        known = runtime.ledger.graph_of.get(thread_id)
+        if known is not None and known != entry.graph_id:
+            raise ApiError(409, "conflict", f"thread {thread_id!r} runs graph {known!r}")
+        if body.command is not None and body.input is not None:
+            raise ApiError(422, "invalid_request", "send input or command, not both")
+        payload = Command(resume=body.command.resume) if body.command is not None else body.input
+        await runtime.trigger(
+            entry.id,
+            payload,
+            thread_id=thread_id,
+            idempotency_key=body.idempotency_key,
+            actor=who.name,
+        )
+        if body.idempotency_key is not None:
+            return runtime.ledger.triggers[runtime.ledger.keys[(entry.id, body.idempotency_key)]]
+        state = runtime.ledger.latest_on(thread_id)
+        assert state is not None
+        return state
+
+    @app.post("/threads/{thread_id}/runs", summary="Start a run (returns at once)", status_code=202)
+    async def create_run(thread_id: str, body: RunCreate, who: Principal = Who) -> dict[str, Any]:
+        return _run(await start_run(thread_id, body, who), runtime)
+
+    @app.post("/threads/{thread_id}/runs/wait", summary="Start a run and wait for its result")
+    async def create_run_wait(
+        thread_id: str,
+        body: RunCreate,
+        who: Principal = Who,
+        timeout: float = Query(default=300, gt=0, le=3600),
+    ) -> dict[str, Any]:
+        trigger = await start_run(thread_id, body, who)
+        return await _wait(runtime, trigger, timeout)
+
+    @app.post("/runs/wait", summary="A run on a new thread, waited for")
+    async def stateless_wait(
+        body: RunCreate, who: Principal = Who, timeout: float = Query(default=300, gt=0, le=3600)
+    ) -> dict[str, Any]:
+        trigger = await start_run(str(uuid.uuid4()), body, who)
+        return await _wait(runtime, trigger, timeout)
+
+    @app.get("/threads/{thread_id}/runs", summary="The thread's runs, oldest first")
+    async def list_runs(thread_id: str, who: Principal = Who) -> list[dict[str, Any]]:
+        graph = await graph_of(thread_id)
+        who.require("read", graph)
+        return [
+            _run(runtime.ledger.triggers[t], runtime)
+            for t in runtime.ledger.by_thread.get(thread_id, [])
+        ]
+
+    @app.get("/threads/{thread_id}/runs/{run_id}", summary="One run")
+    async def get_run(thread_id: str, run_id: str, who: Principal = Who) -> dict[str, Any]:
+        trigger = _trigger(runtime, thread_id, run_id)
+        who.require("read", trigger.accepted.graph_id)
+        return _run(trigger, runtime)
+
+    @app.get("/threads/{thread_id}/runs/{run_id}/join", summary="Wait for a run's result")
+    async def join_run(
+        thread_id: str,
+        run_id: str,
+        who: Principal = Who,
+        timeout: float = Query(default=300, gt=0, le=3600),
+    ) -> dict[str, Any]:
+        trigger = _trigger(runtime, thread_id, run_id)
+        who.require("read", trigger.accepted.graph_id)
+        return await _wait(runtime, trigger, timeout)
+
+    @app.post("/threads/{thread_id}/runs/{run_id}/cancel", summary="Cancel a run")
+    async def cancel_run(
+        thread_id: str, run_id: str, body: RunCancel | None = None, who: Principal = Who
+    ) -> dict[str, Any]:
+        trigger = _trigger(runtime, thread_id, run_id)
+        who.require("run", trigger.accepted.graph_id)
+        if trigger.done and trigger.id != (runtime.ledger.latest_on(thread_id) or trigger).id:
+            raise ApiError(409, "conflict", f"run {run_id!r} has ended ({trigger.outcome})")
+        await runtime.cancel(thread_id, actor=who.name, reason=body.reason if body else None)
+        return _run(runtime.ledger.triggers[trigger.id], runtime)
+
+    # ---- live streams ------------------------------------------------------------------
+
+    @app.get("/threads/{thread_id}/stream", summary="The thread's records as they commit (SSE)")
+    async def stream_thread(
+        thread_id: str,
+        request: Request,
+        who: Principal = Who,
+        after: int | None = Query(default=None, ge=0),
+        last_event_id: str | None = Header(default=None),
+    ) -> StreamingResponse:
+        graph = await graph_of(thread_id)
+        who.require("read", graph)
+        start = _resume_point(after, last_event_id)
+        records = follow(runtime.store, after=start, thread_id=thread_id)
+        return _sse(request, records, None)
+
+    @app.get("/threads/{thread_id}/runs/{run_id}/stream", summary="A run's records (SSE)")
+    async def stream_run(
+        thread_id: str,
+        run_id: str,
+        request: Request,
+        who: Principal = Who,
+        last_event_id: str | None = Header(default=None),
+    ) -> StreamingResponse:
+        trigger = _trigger(runtime, thread_id, run_id)
+        who.require("read", trigger.accepted.graph_id)
+        start = _resume_point(None, last_event_id)
+        if start == 0:
+            start = trigger.position
+        runtime_thread = runtime.config.runtime_thread
+
+        async def records() -> AsyncIterator[EventRecord]:
+            async for record in follow(runtime.store, after=start):
+                if record.thread_id == thread_id:
+                    yield record
+                elif record.thread_id == runtime_thread:
+                    event = record.event
+                    if (
+                        getattr(event, "trigger_id", None) == trigger.id
+                        and record.kind == "trigger_finished"
+                    ) and getattr(event, "retry_at", None) is None:
+                        yield record
+                        return
+
+        return _sse(request, records(), None)
+
+    if webhooks:
+        _mount_webhooks(app, runtime, max_body)
+    return app
+
+
+def _mount_webhooks(app: FastAPI, runtime: AgentRuntime, max_body: int) -> None:
+    """A route per webhook entry point, verified by its scheme (see `webhooks`)."""
+    routes = [e for e in runtime.entry_points.values() if e.trigger == "webhook"]
+    if not routes:
+        return
+    from . import webhooks
+
+    for entry in routes:
+
+        async def deliver(request: Request, entry: Any = entry) -> Response:
+            try:
+                return await webhooks.receive(runtime, entry, request, max_body=max_body)
+            except Exception as exc:
+                status, code, message = _classify(exc)
+                return JSONResponse(error_body(code, message), status_code=status)
+
+        assert entry.path is not None
+        app.add_api_route(
+            entry.path,
+            deliver,
+            methods=[m.upper() for m in entry.methods],
+            summary=f"Webhook deliveries for entry point {entry.id}",
+            status_code=202,
+        )
+
+
+# ---- shapes ------------------------------------------------------------------------------------
+
+
+def _check_thread_id(runtime: AgentRuntime, thread_id: str) -> None:
+    if thread_id == runtime.config.runtime_thread:
+        raise ApiError(404, "not_found", "that thread is the runtime's own")
+
+
+def _thread(thread_id: str, graph: str, state: AgentState) -> dict[str, Any]:
+    meta = state.execution_meta
+    return {
+        "thread_id": thread_id,
+        "graph_id": graph,
+        "status": meta.status.value,
+        "step": meta.step,
+        "hidden": bool(meta.internal_data.get("hidden")),
+        "interrupts": [p] if (p := interrupt_summary(meta)) else [],
+        "messages": len(state.context),
+    }
+
+
+def _state(thread_id: str, state: AgentState) -> dict[str, Any]:
+    meta = state.execution_meta
+    pause = interrupt_summary(meta)
+    done = meta.status in (ExecutionStatus.COMPLETED, ExecutionStatus.CANCELLED)
+    return {
+        "thread_id": thread_id,
+        "values": state.model_dump(mode="json"),
+        "next": [] if done else [meta.current_node],
+        "step": meta.step,
+        "status": meta.status.value,
+        "interrupts": [pause] if pause else [],
+    }
+
+
+def _trigger(runtime: AgentRuntime, thread_id: str, run_id: str) -> TriggerState:
+    trigger = runtime.ledger.triggers.get(run_id)
+    if trigger is None or trigger.accepted.thread_id != thread_id:
+        raise UnknownRunError(f"no run {run_id!r} on thread {thread_id!r}")
+    return trigger
+
+
+def _run(trigger: TriggerState, runtime: AgentRuntime) -> dict[str, Any]:
+    accepted = trigger.accepted
+    if trigger.id in runtime.dispatcher.running_ids():
+        status = "running"
+    elif not trigger.done:
+        status = "pending"
+    else:
+        status = {"completed": "success", "interrupted": "interrupted"}.get(
+            trigger.outcome or "", trigger.outcome or "pending"
+        )
+    return {
+        "run_id": trigger.id,
+        "thread_id": accepted.thread_id,
+        "assistant_id": accepted.entry_point,
+        "graph_id": accepted.graph_id,
+        "status": status,
+        "attempt": trigger.attempt,
+        "cause": accepted.cause,
+        "created_by": accepted.by,
+        "idempotency_key": accepted.idempotency_key,
+        "error": (
+            {"type": trigger.error_type, "message": trigger.message}
+            if trigger.outcome == "failed"
+            else None
+        ),
+    }
+
+
+async def _wait(runtime: AgentRuntime, trigger: TriggerState, timeout: float) -> dict[str, Any]:
+    try:
+        result = await runtime.wait(trigger.accepted.thread_id, timeout=timeout)
+    except TimeoutError as exc:
+        raise ApiError(
+            408, "timeout", f"run {trigger.id!r} did not end within {timeout}s; it goes on"
+        ) from exc
+    state: AgentState = result["state"]
+    return {
+        "run": _run(runtime.ledger.triggers[trigger.id], runtime),
+        **_state(trigger.accepted.thread_id, state),
+    }
+
+
+def _resume_point(after: int | None, last_event_id: str | None) -> int:
+    if last_event_id is not None:
+        if not last_event_id.isdigit():
+            raise ApiError(422, "invalid_request", "Last-Event-ID is a position (digits)")
+        return int(last_event_id)
+    return after or 0
+
+
+def _sse(request: Request, records: AsyncIterator[EventRecord], _: None) -> StreamingResponse:
+    """Server-Sent Events of `records`: each one's position is its id, so a client that
+    reconnects with Last-Event-ID continues with no gap and no duplicate. The records come
+    from the log as the client reads: a slow client lags, the server holds nothing for it."""
+
+    async def events() -> AsyncIterator[str]:
+        iterator = records.__aiter__()
+        pending: asyncio.Task[EventRecord] | None = None
+        try:
+            while not await request.is_disconnected():
+                if pending is None:
+                    pending = asyncio.ensure_future(iterator.__anext__())
+                done, _ = await asyncio.wait({pending}, timeout=KEEPALIVE_S)
+                if not done:
+                    yield ": keepalive\n\n"  # the read goes on: nothing is lost
+                    continue
+                try:
+                    record = pending.result()
+                except StopAsyncIteration:
+                    return
+                pending = None
+                yield _sse_record(record)
+        finally:
+            if pending is not None:
+                pending.cancel()
+                with contextlib.suppress(BaseException):
+                    await pending
+            closer = getattr(iterator, "aclose", None)
+            if closer is not None:
+                with contextlib.suppress(Exception):
+                    await closer()
+
+    return StreamingResponse(
+        events(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+def _sse_record(record: EventRecord) -> str:
+    import msgspec
+
+    data = {
+        "position": record.position,
+        "thread_id": record.thread_id,
+        "seq": record.seq,
+        "kind": record.kind,
+        "actor": record.actor,
+        "at": record.at,
+        "event": msgspec.to_builtins(record.event),
+    }
+    payload = json.dumps(data, ensure_ascii=True, default=str)
+    return f"id: {record.position}\nevent: {record.kind}\ndata: {payload}\n\n"

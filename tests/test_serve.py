@@ -1,0 +1,308 @@
+"""The runtime over HTTP: a real uvicorn server on an ephemeral loopback port, a real httpx
+client, a real SQLite file: threads, state, history, runs, streams resumed with
+Last-Event-ID, tokens and their rights, JSON errors with stable codes, bounded bodies."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from actors.runtime import AgentRuntime, EntryPoint
+from actors.serve import TokenBook, create_app, hash_token
+from events import SQLiteEventStore
+from projections import AgentState, Message
+from tests.helpers import line
+
+
+def reply(state: AgentState) -> list[Message]:
+    return [Message.text_message(f"seen {len(state.context)}", role="assistant")]
+
+
+def build(store: SQLiteEventStore) -> AgentRuntime:
+    runtime = AgentRuntime(store)
+    support = line(("draft", reply), ("send", reply))
+    support.name = "support"
+    runtime.add_graph("support", support.compile(store, interrupt_before=["send"]))
+    other = line(("note", reply))
+    other.name = "other"
+    runtime.add_graph("other", other.compile(store))
+    runtime.register_entry_point(EntryPoint(id="chat", graph_id="support"))
+    runtime.register_entry_point(EntryPoint(id="notes", graph_id="other"))
+    return runtime
+
+
+TOKENS = {
+    "alice-secret": ("alice", ["support"], ["read", "run"]),
+    "ops-secret": ("ops", ["*"], ["admin"]),
+}
+
+
+def token_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tokens.json"
+    entries = [
+        {"name": name, "sha256": hash_token(secret), "graphs": graphs, "rights": rights}
+        for secret, (name, graphs, rights) in TOKENS.items()
+    ]
+    path.write_text(json.dumps({"tokens": entries}))
+    return path
+
+
+class Server:
+    """A real server for one test."""
+
+    def __init__(self, app: Any) -> None:
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+        )
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> str:
+        self.task = asyncio.ensure_future(self.server.serve())
+        while not self.server.started:
+            await asyncio.sleep(0.01)
+            assert not self.task.done(), "the server did not start"
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        assert self.task is not None
+        await self.task
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, SQLiteEventStore]]:
+    async with SQLiteEventStore(tmp_path / "serve.db") as store:
+        app = create_app(build(store), tokens=TokenBook.load(token_file(tmp_path)), max_body=4096)
+        async with Server(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+            yield client, store
+
+
+def auth(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
+ALICE, OPS = auth("alice-secret"), auth("ops-secret")
+
+
+async def test_a_run_through_the_api_pauses_is_answered_and_reads_back(served: Any) -> None:
+    client, store = served
+    assert (await client.get("/ok")).json() == {"ok": True}
+    assert (await client.get("/ready")).status_code == 200
+    thread = (await client.post("/threads", json={}, headers=ALICE)).json()["thread_id"]
+    paused = await client.post(
+        f"/threads/{thread}/runs/wait", json={"assistant_id": "chat", "input": "hi"}, headers=ALICE
+    )
+    assert paused.status_code == 200, paused.text
+    body = paused.json()
+    assert body["status"] == "interrupted_before" and body["next"] == ["send"]
+    assert body["run"]["status"] == "interrupted" and body["run"]["created_by"] == "alice"
+    done = await client.post(
+        f"/threads/{thread}/runs/wait",
+        json={"assistant_id": "chat", "command": {"resume": "send it"}},
+        headers=ALICE,
+    )
+    assert done.json()["status"] == "completed"
+    state = (await client.get(f"/threads/{thread}/state", headers=ALICE)).json()
+    texts = [m["content"][0]["text"] for m in state["values"]["context"]]
+    assert texts == ["hi", "seen 1", "seen 2"]
+    at_one = (await client.get(f"/threads/{thread}/state/1", headers=ALICE)).json()
+    assert len(at_one["values"]["context"]) == 2
+    history = (await client.get(f"/threads/{thread}/history", headers=ALICE)).json()
+    assert [h["step"] for h in history] == [2, 1]
+    runs = (await client.get(f"/threads/{thread}/runs", headers=ALICE)).json()
+    assert [r["status"] for r in runs] == ["interrupted", "success"]
+    found = (await client.post("/threads/search", json={"limit": 5}, headers=ALICE)).json()
+    assert [t["thread_id"] for t in found] == [thread]
+    records = [r async for r in store.read(thread)]
+    assert {r.actor for r in records if r.kind in ("run_started", "resumed")} == {"alice"}
+
+
+async def test_tokens_and_rights(served: Any) -> None:
+    client, store = served
+    assert (await client.post("/threads/search", json={})).json()["error"]["code"] == "unauthorized"
+    bad = await client.post("/threads/search", json={}, headers=auth("nope"))
+    assert bad.status_code == 401
+    other = await client.post(
+        "/threads/t1/runs", json={"assistant_id": "notes", "input": "x"}, headers=ALICE
+    )
+    assert other.status_code == 403 and other.json()["error"]["code"] == "forbidden"
+    run = await client.post(
+        "/threads/t1/runs", json={"assistant_id": "chat", "input": "x"}, headers=ALICE
+    )
+    assert run.status_code == 202
+    await client.get(f"/threads/t1/runs/{run.json()['run_id']}/join", headers=ALICE)
+    refused = await client.delete("/threads/t1", headers=ALICE)
+    assert refused.status_code == 403
+    deleted = await client.delete("/threads/t1?reason=test", headers=OPS)
+    assert deleted.json() == {"thread_id": "t1", "hidden": True, "erased": False}
+    assert (await client.post("/threads/search", json={}, headers=OPS)).json() == []
+    assert (await store.verify("t1")).ok
+    hidden = [r async for r in store.read("t1")][-1]
+    assert (hidden.kind, hidden.actor) == ("thread_hidden", "ops")
+
+
+async def test_errors_are_json_with_stable_codes_and_write_nothing(served: Any) -> None:
+    client, store = served
+    runs, search = "/threads/t/runs", "/threads/search"
+    as_json = {**ALICE, "content-type": "application/json"}
+    cases = [
+        (client.get("/threads/ghost", headers=ALICE), 404, "not_found"),
+        (client.post(runs, json={"assistant_id": "nope"}, headers=ALICE), 404, "unknown_assistant"),
+        (client.post(runs, json={"assistant_id": "chat", "input": 42}, headers=ALICE), 422,
+         "invalid_request"),
+        (client.post(runs, json={"nonsense": 1}, headers=ALICE), 422, "invalid_request"),
+        (client.post(search, content=b"{not json", headers=as_json), 422, "invalid_request"),
+        (client.post(search, content=b"x" * 5000, headers=ALICE), 413, "body_too_large"),
+        (client.get("/threads/__runtime__/state", headers=OPS), 404, "not_found"),
+        (client.get("/threads/t/stream", headers={**ALICE, "Last-Event-ID": "abc"}), 404,
+         "not_found"),
+    ]  # fmt: skip
+    for request, status, code in cases:
+        response = await request
+        assert response.status_code == status, response.text
+        assert response.json()["error"]["code"] == code
+        assert "Traceback" not in response.text
+    assert await store.threads() == []
+
+
+async def test_a_chunked_body_over_the_limit_is_refused(served: Any) -> None:
+    client, _ = served
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(10):
+            yield b"x" * 1000
+
+    response = await client.post("/threads/search", content=chunks(), headers=ALICE)
+    assert response.status_code == 413
+
+
+async def test_a_stream_resumes_with_last_event_id_without_gap_or_duplicate(served: Any) -> None:
+    client, store = served
+    await client.post(
+        "/threads/t/runs/wait", json={"assistant_id": "chat", "input": "one"}, headers=ALICE
+    )
+    seen: list[int] = []
+    async with client.stream("GET", "/threads/t/stream?after=0", headers=ALICE) as stream:
+        async for text in stream.aiter_lines():
+            if text.startswith("id: "):
+                seen.append(int(text[4:]))
+            if len(seen) == 3:
+                break  # the client drops the connection mid-stream
+    await client.post(
+        "/threads/t/runs/wait",
+        json={"assistant_id": "chat", "command": {"resume": 1}},
+        headers=ALICE,
+    )
+    headers = {**ALICE, "Last-Event-ID": str(seen[-1])}
+    async with client.stream("GET", "/threads/t/stream", headers=headers) as stream:
+        events: list[dict[str, Any]] = []
+        async for text in stream.aiter_lines():
+            if text.startswith("id: "):
+                seen.append(int(text[4:]))
+            elif text.startswith("data: "):
+                events.append(json.loads(text[6:]))
+                if events[-1]["kind"] == "run_completed":
+                    break
+    expected = [r.position async for r in store.read("t")]
+    assert seen == expected  # every record once, in order, across the reconnect
+
+
+async def test_a_run_stream_ends_with_its_outcome(served: Any) -> None:
+    client, _ = served
+    run = (
+        await client.post(
+            "/threads/r/runs", json={"assistant_id": "chat", "input": "x"}, headers=ALICE
+        )
+    ).json()
+    kinds: list[str] = []
+    async with client.stream(
+        "GET", f"/threads/r/runs/{run['run_id']}/stream", headers=ALICE
+    ) as stream:
+        async for text in stream.aiter_lines():
+            if text.startswith("event: "):
+                kinds.append(text[7:])
+    assert kinds[0] == "run_started" and kinds[-1] == "trigger_finished"
+    assert "interrupt_raised" in kinds
+
+
+async def test_cancel_and_fork_through_the_api(served: Any) -> None:
+    client, _ = served
+    paused = await client.post(
+        "/threads/c/runs/wait", json={"assistant_id": "chat", "input": "x"}, headers=ALICE
+    )
+    run_id = paused.json()["run"]["run_id"]
+    cancelled = await client.post(
+        f"/threads/c/runs/{run_id}/cancel", json={"reason": "dup"}, headers=ALICE
+    )
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+    state = (await client.get("/threads/c/state", headers=ALICE)).json()
+    assert state["status"] == "cancelled"
+    forbidden = await client.post("/threads/c/copy", json={"step": 1}, headers=ALICE)
+    assert forbidden.status_code == 403  # alice may read and run, not edit
+    fork = await client.post("/threads/c/copy", json={"step": 1, "thread_id": "c2"}, headers=OPS)
+    assert fork.json()["thread_id"] == "c2"
+    assert (
+        len((await client.get("/threads/c2/state", headers=OPS)).json()["values"]["context"]) == 2
+    )
+
+
+async def test_the_openapi_document_lists_the_endpoints(served: Any) -> None:
+    client, _ = served
+    spec = (await client.get("/openapi.json")).json()
+    for path in (
+        "/threads",
+        "/threads/search",
+        "/threads/{thread_id}/state",
+        "/threads/{thread_id}/runs/wait",
+        "/threads/{thread_id}/stream",
+    ):
+        assert path in spec["paths"]
+
+
+async def test_a_signed_webhook_delivery_runs_once_through_the_server(tmp_path: Path) -> None:
+    import time
+
+    from actors.serve.webhooks import sign_standard
+
+    async with SQLiteEventStore(tmp_path / "hooks.db") as store:
+        runtime = build(store)
+        runtime.register_entry_point(
+            EntryPoint(
+                id="zendesk", graph_id="other", trigger="webhook", path="/hooks/zendesk",
+                secrets=["old-secret", "new-secret"],
+            )
+        )  # fmt: skip
+        app = create_app(runtime, tokens=TokenBook.load(token_file(tmp_path)))
+        async with Server(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+            body = json.dumps({"ticket": 17}).encode()
+            now = int(time.time())
+            headers = {
+                "content-type": "application/json",
+                "webhook-id": "msg-1",
+                "webhook-timestamp": str(now),
+                "webhook-signature": sign_standard("new-secret", "msg-1", now, body),
+            }
+            first = await client.post("/hooks/zendesk", content=body, headers=headers)
+            again = await client.post("/hooks/zendesk", content=body, headers=headers)
+            tampered = await client.post("/hooks/zendesk", content=body + b" ", headers=headers)
+            unsigned = await client.post("/hooks/zendesk", content=body)
+            assert (first.status_code, first.json()["duplicate"]) == (202, False)
+            assert (again.status_code, again.json()["duplicate"]) == (202, True)
+            assert tampered.status_code == 401 and unsigned.status_code == 401
+            thread = first.json()["thread_id"]
+            await runtime.wait(thread, timeout=30)
+    async with SQLiteEventStore(tmp_path / "hooks.db") as store:
+        accepted = [
+            r.event async for r in store.read("__runtime__") if r.kind == "trigger_accepted"
+        ]
+        assert [(a.cause, a.idempotency_key) for a in accepted] == [("webhook", "msg-1")]
+        first_message = [r async for r in store.read(thread)][1].event.message
+        assert first_message["metadata"]["webhook"]["body"] == {"ticket": 17}
