@@ -587,3 +587,35 @@ async def test_an_input_no_run_takes_is_refused_before_anything_is_written(store
         with pytest.raises(RegistrationError, match="idempotency_key"):
             await runtime.trigger("chat", "hi", idempotency_key="")
     assert await store.last_seq("__runtime__") == 0
+
+
+async def test_concurrent_triggers_with_one_key_record_one_run(store: Any) -> None:
+    async with runtime_with(store) as runtime:
+        threads = await asyncio.gather(
+            *(runtime.trigger("chat", f"hi {i}", idempotency_key="same") for i in range(5))
+        )
+        await runtime.wait(threads[0], timeout=30)
+    assert len(set(threads)) == 1
+    accepted = [r for r in await records_of(store, "__runtime__") if r.kind == "trigger_accepted"]
+    assert len(accepted) == 1
+
+
+def test_a_duplicate_acceptance_in_an_old_log_never_runs() -> None:
+    from actors.runtime.ledger import Ledger
+    from events import EventRecord
+    from events.kinds import TriggerAccepted
+
+    ledger = Ledger()
+    for seq, trigger in enumerate(["first", "second"], start=1):
+        event = TriggerAccepted(
+            trigger_id=trigger, entry_point="chat", graph_id="support", thread_id=trigger,
+            cause="api", idempotency_key="k",
+        )  # fmt: skip
+        ledger.apply(
+            EventRecord(
+                thread_id="__runtime__", seq=seq, position=seq, run_id=None, actor="api",
+                at=0.0, kind="trigger_accepted", version=1, event=event, hash="",
+            )
+        )  # fmt: skip
+    assert ledger.keys[("chat", "k")] == "first"
+    assert [t.id for t in ledger.pending()] == ["first"]

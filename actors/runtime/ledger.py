@@ -72,7 +72,11 @@ class Ledger:
             state = TriggerState(event, record.position)
             self.triggers[event.trigger_id] = state
             if event.idempotency_key is not None:
-                self.keys[(event.entry_point, event.idempotency_key)] = event.trigger_id
+                key = (event.entry_point, event.idempotency_key)
+                if key in self.keys:  # the key's first trigger is the one: this never runs
+                    state.outcome, state.message = "rejected", "a duplicate of its key's first"
+                else:
+                    self.keys[key] = event.trigger_id
             self.by_thread.setdefault(event.thread_id, []).append(event.trigger_id)
             self.graph_of.setdefault(event.thread_id, event.graph_id)
             if event.source_position is not None:

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from events import EventRecord, EventStore
 from events.errors import StoreError, ThreadBusyError
@@ -97,6 +97,7 @@ class AgentRuntime:
         self.started = False
         self.stopping = False
         self._head_at_start = 0
+        self._accepting: dict[tuple[str, str], asyncio.Future[None]] = {}
 
     # ---- graphs and entry points ---------------------------------------------------------
 
@@ -273,8 +274,11 @@ class AgentRuntime:
         idempotency_key: str | None = None,
         priority: int | None = None,
         actor: str = "api",
+        cause: Literal["api", "webhook"] = "api",
     ) -> str:
         """Accept a run of the entry point's graph and return its thread id at once.
+
+        `cause` says what the log records as the trigger's cause (a webhook delivery is one).
 
         The acceptance is recorded first; a key seen before returns the first run's thread
         and starts nothing (across restarts too).
@@ -304,7 +308,7 @@ class AgentRuntime:
         accepted = await self.accept(
             entry,
             _recordable(input, resume),
-            cause="api",
+            cause=cause if cause in ("api", "webhook") else "api",
             resume=resume,
             thread_id=thread_id,
             key=idempotency_key,
@@ -328,7 +332,46 @@ class AgentRuntime:
         slot: float | None = None,
         missed: int = 0,
     ) -> TriggerAccepted:
-        """Record a trigger and queue it (the one way every cause starts a run)."""
+        """Record a trigger and queue it (the one way every cause starts a run).
+
+        A key being accepted by a concurrent call is waited for: both get its first trigger.
+        """
+        if key is not None:
+            pair = (entry.id, key)
+            while pair in self._accepting:
+                await asyncio.shield(self._accepting[pair])
+            seen = self.ledger.keys.get(pair)
+            if seen is not None:
+                return self.ledger.triggers[seen].accepted
+            self._accepting[pair] = asyncio.get_running_loop().create_future()
+            try:
+                return await self._accept(
+                    entry, input, cause=cause, thread_id=thread_id, key=key, priority=priority,
+                    resume=resume, by=by, source_position=source_position, slot=slot,
+                    missed=missed,
+                )  # fmt: skip
+            finally:
+                self._accepting.pop(pair).set_result(None)
+        return await self._accept(
+            entry, input, cause=cause, thread_id=thread_id, key=key, priority=priority,
+            resume=resume, by=by, source_position=source_position, slot=slot, missed=missed,
+        )  # fmt: skip
+
+    async def _accept(
+        self,
+        entry: EntryPoint,
+        input: Any,
+        *,
+        cause: str,
+        thread_id: str | None,
+        key: str | None,
+        priority: int | None,
+        resume: bool,
+        by: str | None,
+        source_position: int | None,
+        slot: float | None,
+        missed: int,
+    ) -> TriggerAccepted:
         event = TriggerAccepted(
             trigger_id=uuid.uuid4().hex,
             entry_point=entry.id,

@@ -488,6 +488,7 @@ async def _trigger(
             {"messages": [message]},
             idempotency_key=delivery_id,
             actor=f"webhook:{entry.id}",
+            cause="webhook",
         )
     except RuntimeNotStartedError:
         raise WebhookRejected(
