@@ -516,6 +516,47 @@ def runtime_command(
     run_runtime(db, app_ref, as_json)
 
 
+@app.command("serve")
+def serve_command(
+    app_ref: Annotated[
+        str | None,
+        typer.Option(
+            "--app",
+            metavar="MODULE:ATTRIBUTE",
+            help="What builds the runtime, as for `agentlog runtime`: an AgentRuntime, or a "
+            "function build(store) -> AgentRuntime called with the opened store of --db.",
+        ),
+    ] = None,
+    db: Db = "agentlog.db",
+    host: Annotated[str, typer.Option(help="The address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="The port (0: any free one).")] = 8123,
+    tokens: Annotated[
+        str | None,
+        typer.Option(
+            metavar="FILE",
+            help="The token file (JSON: name, sha256, graphs, rights per token); default: the "
+            "file the AGENTLOG_TOKENS_FILE environment variable names. Without tokens only a "
+            "loopback address is served.",
+        ),
+    ] = None,
+    max_body: Annotated[int, typer.Option(help="Largest request body, in bytes.")] = 1_048_576,
+    hash_token: Annotated[
+        bool,
+        typer.Option("--hash-token", help="Print the sha256 of a token read from stdin; exit."),
+    ] = False,
+) -> None:
+    """Serve the runtime your code builds over HTTP: threads, state, history, runs, live
+    streams (Server-Sent Events), webhooks; OpenAPI at /docs and /openapi.json.
+
+    Every request acts as its bearer token's name, which the log records as the actor.
+
+    SIGINT or SIGTERM drains it: requests under way finish, running steps commit, runs pause.
+    """
+    from .serve import run_serve
+
+    run_serve(db, app_ref, host, port, tokens, max_body, hash_token)
+
+
 @app.command("show")
 def show_command(
     thread: Thread,

@@ -1,0 +1,160 @@
+"""`agentlog serve`: the runtime an application builds, over HTTP (uvicorn).
+
+`--app` is what `agentlog runtime` takes (an `AgentRuntime` on `--db`, or `build(store)`).
+Tokens come from `--tokens FILE` or the file `AGENTLOG_TOKENS_FILE` names (see
+`actors.serve.tokens`); without tokens the server answers everyone as "local", so it refuses
+any address but a loopback one, and it refuses unsigned webhook routes on one too. SIGINT or
+SIGTERM drains it: no new connections, requests under way finish, then the runtime stops
+(running steps commit, runs pause; the next runtime on the file resumes them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import signal
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from events import AgentlogError, EventStore, open_store
+
+from . import CliError, _fail
+from .runtime import AppRef, _built, _check_built, _same_store, _usage, check_target, load
+
+DRAIN_S = 10.0
+"""How long a draining server lets requests under way (and open streams) finish."""
+
+
+def loopback(host: str) -> bool:
+    """Whether `host` is a loopback address (or `localhost`)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def hash_from_stdin() -> None:
+    """Print the SHA-256 a token file stores for the token read from standard input."""
+    from ..serve.tokens import hash_token
+
+    secret = sys.stdin.readline().strip()
+    if not secret:
+        _fail("no token on standard input: echo 'the-token' | agentlog serve --hash-token")
+    print(hash_token(secret))
+
+
+async def main(
+    db: str, ref: AppRef, target: object, host: str, port: int, tokens: str | None, max_body: int
+) -> None:
+    import uvicorn
+
+    from ..runtime import AgentRuntime
+    from ..serve import TokenBook, create_app
+
+    book = TokenBook.load(tokens) if tokens else TokenBook.from_environment()
+    if book is None and not loopback(host):
+        raise _usage(
+            f"refusing to serve on {host!r} without tokens: anyone reaching it could run and "
+            "read every graph. Give --tokens FILE (or AGENTLOG_TOKENS_FILE), or serve on "
+            "127.0.0.1"
+        )
+    if isinstance(target, AgentRuntime):
+        _same_store(target, db, ref)
+        store: EventStore = target.store
+    else:
+        store = open_store(db)
+    async with store:
+        runtime = (
+            target
+            if isinstance(target, AgentRuntime)
+            else _check_built(await _built(target, store, ref), store, ref)  # type: ignore[arg-type]
+        )
+        unsigned = [
+            e.id for e in runtime.entry_points.values() if e.trigger == "webhook" and e.unsigned
+        ]
+        if unsigned and not loopback(host):
+            raise _usage(
+                f"refusing to serve the unsigned webhook route(s) {', '.join(unsigned)} on "
+                f"{host!r}: give them secrets, or serve on 127.0.0.1"
+            )
+        app = create_app(runtime, tokens=book, max_body=max_body)
+        server = _server_class()(
+            uvicorn.Config(
+                app,
+                host=host,
+                port=port,
+                log_level="warning",
+                lifespan="on",
+                timeout_graceful_shutdown=int(DRAIN_S),
+            )
+        )
+        announce = asyncio.ensure_future(_announce(server, db, book is not None))
+        try:
+            await server.serve()
+        finally:
+            announce.cancel()
+
+
+def _server_class() -> Any:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, draining on SIGINT/SIGTERM and then exiting with status 0
+        (uvicorn would raise the signal again once drained, ending the process by it)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, self.handle_exit, sig, None)
+            try:
+                yield
+            finally:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)
+
+    return Server
+
+
+async def _announce(server: Any, db: str, tokens: bool) -> None:
+    """One JSON line once the server listens: where (the real port, when 0 was asked)."""
+    while not server.started:
+        await asyncio.sleep(0.02)
+    host, port = server.servers[0].sockets[0].getsockname()[:2]
+    print(
+        json.dumps({"serving": f"http://{host}:{port}", "db": db, "tokens": tokens}),
+        flush=True,
+    )
+
+
+def run_serve(
+    db: str,
+    app_ref: str | None,
+    host: str,
+    port: int,
+    tokens: str | None,
+    max_body: int,
+    hash_token: bool,
+) -> None:
+    """`agentlog serve` (its options are declared in `actors.cli`)."""
+    if hash_token:
+        hash_from_stdin()
+        return
+    if app_ref is None:
+        raise _usage("--app MODULE:ATTRIBUTE names the runtime to serve")
+    try:
+        import uvicorn  # noqa: F401
+    except ImportError:
+        _fail("agentlog serve needs the serve extra: pip install 'agentlog[serve]'")
+    ref = AppRef.parse(app_ref)
+    try:
+        target = load(ref)
+        check_target(target, ref)
+        asyncio.run(main(db, ref, target, host, port, tokens, max_body))
+    except (CliError, AgentlogError) as exc:
+        _fail(str(exc))
