@@ -54,7 +54,7 @@ COUNTS = ("active", "queued", "completed", "failed", "interrupted", "cancelled")
 # ---- the application ---------------------------------------------------------------------
 
 
-def _usage(message: str) -> typer.BadParameter:
+def usage(message: str) -> typer.BadParameter:
     """A usage error about --app: one line, exit status 2."""
     return typer.BadParameter(message, param_hint="--app")
 
@@ -71,7 +71,7 @@ class AppRef:
         module, colon, attribute = text.partition(":")
         dotted = [*module.split("."), *attribute.split(".")]
         if not colon or not all(part.isidentifier() for part in dotted):
-            raise _usage(
+            raise usage(
                 f"{text!r} is not MODULE:ATTRIBUTE: write the dotted module path, a colon and "
                 "the name in it, e.g. myapp.agents:build"
             )
@@ -90,7 +90,7 @@ def load(ref: AppRef) -> object:
         module = importlib.import_module(ref.module)
     except ModuleNotFoundError as exc:
         if exc.name is not None and (ref.module + ".").startswith(exc.name + "."):
-            raise _usage(
+            raise usage(
                 f"no module named {exc.name!r} (looked in {here!r} and on the Python path): "
                 "check the name, or run from the directory that holds it"
             ) from None
@@ -102,7 +102,7 @@ def load(ref: AppRef) -> object:
         try:
             found = getattr(found, name)
         except AttributeError:
-            raise _usage(
+            raise usage(
                 f"module {ref.module!r} has no attribute {ref.attribute!r}: name an "
                 "AgentRuntime or a function build(store) -> AgentRuntime defined in it"
             ) from None
@@ -125,7 +125,7 @@ def check_target(target: object, ref: AppRef) -> bool:
     if isinstance(target, AgentRuntime):
         return True
     if isinstance(target, type) or not callable(target):
-        raise _usage(f"{str(ref)!r} is {_what(target)}: {WANTED}")
+        raise usage(f"{str(ref)!r} is {_what(target)}: {WANTED}")
     try:
         signature = inspect.signature(target)
     except (TypeError, ValueError):  # no signature to read: calling it will tell
@@ -133,27 +133,27 @@ def check_target(target: object, ref: AppRef) -> bool:
     try:
         signature.bind(object())
     except TypeError:
-        raise _usage(
+        raise usage(
             f"{str(ref)!r} is a function with the parameters {signature}, which cannot be "
             f"called with one argument (the store): {WANTED}"
         ) from None
     return False
 
 
-def _same_store(runtime: AgentRuntime, db: str, ref: AppRef) -> None:
+def same_store(runtime: AgentRuntime, db: str, ref: AppRef) -> None:
     """Refuse a runtime built on another store than the one --db names."""
     theirs = getattr(runtime.store, "path", None)
     ours = getattr(open_store(db), "path", None)  # the store is not opened: nothing touched
     if theirs is None or ours is None or os.path.realpath(theirs) != os.path.realpath(ours):
         where = f"the database {theirs!r}" if theirs is not None else "a store with no file"
-        raise _usage(
+        raise usage(
             f"{str(ref)!r} is a runtime built on {where}, not on --db {db!r}: run it with "
             "--db naming that database, or build it on the store --db names (a function "
             "build(store) gets it)"
         )
 
 
-async def _built(build: Callable[[EventStore], Any], store: EventStore, ref: AppRef) -> Any:
+async def built(build: Callable[[EventStore], Any], store: EventStore, ref: AppRef) -> Any:
     """What `build(store)` returns (awaited when it is a coroutine); its failure in a line."""
     try:
         made = build(store)
@@ -164,13 +164,13 @@ async def _built(build: Callable[[EventStore], Any], store: EventStore, ref: App
     return made
 
 
-def _check_built(made: object, store: EventStore, ref: AppRef) -> AgentRuntime:
+def check_built(made: object, store: EventStore, ref: AppRef) -> AgentRuntime:
     from ..runtime import AgentRuntime
 
     if not isinstance(made, AgentRuntime):
-        raise _usage(f"{ref}(store) returned {_what(made)}, not an AgentRuntime: {WANTED}")
+        raise usage(f"{ref}(store) returned {_what(made)}, not an AgentRuntime: {WANTED}")
     if made.store is not store:
-        raise _usage(
+        raise usage(
             f"{ref}(store) returned a runtime built on another store: build it on the store "
             "it is given (AgentRuntime(store)), so that it runs on --db"
         )
@@ -397,7 +397,7 @@ async def main(db: str, ref: AppRef, target: object, as_json: bool) -> None:
     runtime: AgentRuntime | None = None
     if isinstance(target, AgentRuntime):
         runtime = target
-        _same_store(runtime, db, ref)
+        same_store(runtime, db, ref)
         store: EventStore = runtime.store
     else:
         store = open_store(db)
@@ -409,7 +409,7 @@ async def main(db: str, ref: AppRef, target: object, as_json: bool) -> None:
             try:
                 if runtime is None:
                     assert callable(target)  # check_target said so
-                    runtime = _check_built(await _built(target, store, ref), store, ref)
+                    runtime = check_built(await built(target, store, ref), store, ref)
             except BaseException:
                 remove = await _still_empty(store, created)
                 raise

@@ -22,7 +22,7 @@ from typing import Any
 from events import AgentlogError, EventStore, open_store
 
 from . import CliError, _fail
-from .runtime import AppRef, _built, _check_built, _same_store, _usage, check_target, load
+from .runtime import AppRef, built, check_built, check_target, load, same_store, usage
 
 DRAIN_S = 10.0
 """How long a draining server lets requests under way (and open streams) finish."""
@@ -58,13 +58,13 @@ async def main(
 
     book = TokenBook.load(tokens) if tokens else TokenBook.from_environment()
     if book is None and not loopback(host):
-        raise _usage(
+        raise usage(
             f"refusing to serve on {host!r} without tokens: anyone reaching it could run and "
             "read every graph. Give --tokens FILE (or AGENTLOG_TOKENS_FILE), or serve on "
             "127.0.0.1"
         )
     if isinstance(target, AgentRuntime):
-        _same_store(target, db, ref)
+        same_store(target, db, ref)
         store: EventStore = target.store
     else:
         store = open_store(db)
@@ -72,13 +72,13 @@ async def main(
         runtime = (
             target
             if isinstance(target, AgentRuntime)
-            else _check_built(await _built(target, store, ref), store, ref)  # type: ignore[arg-type]
+            else check_built(await built(target, store, ref), store, ref)  # type: ignore[arg-type]
         )
         unsigned = [
             e.id for e in runtime.entry_points.values() if e.trigger == "webhook" and e.unsigned
         ]
         if unsigned and not loopback(host):
-            raise _usage(
+            raise usage(
                 f"refusing to serve the unsigned webhook route(s) {', '.join(unsigned)} on "
                 f"{host!r}: give them secrets, or serve on 127.0.0.1"
             )
@@ -146,7 +146,7 @@ def run_serve(
         hash_from_stdin()
         return
     if app_ref is None:
-        raise _usage("--app MODULE:ATTRIBUTE names the runtime to serve")
+        raise usage("--app MODULE:ATTRIBUTE names the runtime to serve")
     try:
         import uvicorn  # noqa: F401
     except ImportError:

@@ -60,8 +60,8 @@ KEEPALIVE_S = 15.0
 """How often an idle event stream sends a comment, so proxies keep it open."""
 
 
-class ApiError(Exception):
-    """An error with an HTTP status and a stable code."""
+class ApiError(AgentlogError):
+    """An error a request caused, with its HTTP status and a stable code."""
 
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
