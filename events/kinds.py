@@ -339,7 +339,6 @@ class TriggerListening(BaseEvent, tag="trigger_listening", frozen=True):
     slot: float | None = None
 
 
-
 class ThreadHidden(BaseEvent, tag="thread_hidden", frozen=True):
     """The thread was deleted through the HTTP API: hidden from listings, its log kept (it
     still verifies). Erasure is not offered."""
