@@ -555,12 +555,13 @@ class AgentRuntime:
         """Runs by graph and entry point, events appended, commit latency, queues, lag."""
         by_graph: dict[str, Counts] = {g: Counts() for g in self.graphs}
         by_entry: dict[str, Counts] = {e: Counts() for e in self.entry_points}
+        running = self.dispatcher.running_ids()
         for state in self.ledger.triggers.values():
             for counts in (
                 by_graph.setdefault(state.accepted.graph_id, Counts()),
                 by_entry.setdefault(state.accepted.entry_point, Counts()),
             ):
-                _count(counts, state, self.dispatcher)
+                _count(counts, state, running)
         latencies = sorted(self.journal.latencies)
         head = self.listeners.head
         return {
@@ -595,8 +596,8 @@ def _recordable(input: Any, resume: bool) -> Any:
         ) from exc
 
 
-def _count(counts: Counts, state: TriggerState, dispatcher: Dispatcher) -> None:
-    if state.id in dispatcher.running_ids():
+def _count(counts: Counts, state: TriggerState, running: set[str]) -> None:
+    if state.id in running:
         counts.active += 1
     elif not state.done:
         counts.queued += 1
