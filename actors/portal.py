@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncGenerator, Coroutine, Iterator
 from typing import Any
@@ -62,6 +63,23 @@ class Portal:
             self.call(agen.aclose())
 
     def close(self) -> None:
+        """Stop the loop and its thread, then close the loop (its selector and wake-up
+        sockets are file descriptors: a process making many portals would run out)."""
         if self.loop.is_running():
+            settled = asyncio.run_coroutine_threadsafe(_settle(), self.loop)
+            with contextlib.suppress(Exception):
+                settled.result(timeout=CANCEL_GRACE_S)
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(timeout=5)
+        if not self.thread.is_alive() and not self.loop.is_closed():
+            self.loop.close()
+
+
+async def _settle() -> None:
+    """Cancel what still runs on the portal's loop and finish its async generators."""
+    here = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not here]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.get_running_loop().shutdown_asyncgens()
