@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import AsyncGenerator, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from events import (
@@ -238,7 +238,6 @@ class CompiledGraph(StepLoop[S]):
         if as_node is not None and as_node not in self.graph.nodes:
             known = ", ".join(sorted(self.graph.nodes))
             raise GraphError(f"as_node={as_node!r} is not a node of the graph (nodes: {known})")
-        claim = await self._claim(thread_id, f"a state edit by {actor!r}")
 
         def edit(fold: Fold[S]) -> list[Event]:
             if fold.seq == 0:
@@ -248,16 +247,30 @@ class CompiledGraph(StepLoop[S]):
                 events = self._as_node(fold, as_node, events, actor)
             return events
 
+        return await self.awrite_claimed(thread_id, edit, actor=actor, what="a state edit")
+
+    async def awrite_claimed(
+        self,
+        thread_id: str,
+        decide: Callable[[Fold[S]], list[Event]],
+        *,
+        actor: str,
+        what: str,
+    ) -> list[EventRecord]:
+        """Append what `decide` makes of the thread as the log has it, holding the thread's
+        claim meanwhile, so it never lands under a run in flight (`ThreadBusyError` while
+        one runs). The one path of edits, cancels and deletions."""
+        claim = await self._claim(thread_id, f"{what} by {actor!r}")
         try:
             return await write(
                 self.store,
                 thread_id,
-                edit,
+                decide,
                 state_cls=self.graph.state_cls,
                 actor=actor,
                 claim=claim,
                 append=journal_for(self.store).append,
-                what="a state edit",
+                what=what,
             )
         finally:
             with contextlib.suppress(StoreError):
@@ -343,7 +356,6 @@ class CompiledGraph(StepLoop[S]):
         nothing, when the run has completed or was cancelled already.
         """
         thread_id = _thread_of(config)
-        claim = await self._claim(thread_id, f"a cancel by {by!r}")
 
         def cancel(fold: Fold[S]) -> list[Event]:
             if fold.seq == 0:
@@ -357,21 +369,7 @@ class CompiledGraph(StepLoop[S]):
             events.append(RunCancelled(by=by, reason=reason, node=meta.current_node))
             return events
 
-        try:
-            records = await write(
-                self.store,
-                thread_id,
-                cancel,
-                state_cls=self.graph.state_cls,
-                actor=by,
-                claim=claim,
-                append=journal_for(self.store).append,
-                what="a cancel",
-            )
-        finally:
-            with contextlib.suppress(StoreError):
-                await self.store.release(claim)
-        return bool(records)
+        return bool(await self.awrite_claimed(thread_id, cancel, actor=by, what="a cancel"))
 
     def invoke(
         self,

@@ -33,11 +33,9 @@ from events.kinds import ThreadHidden
 from projections import AgentState, ExecutionStatus, IllegalTransitionError, InvalidStateUpdateError
 from projections.edge import to_builtins
 from projections.timetravel import interrupt_summary
-from projections.writer import write
 
 from ..command import Command
 from ..errors import GraphError, NothingToResumeError
-from ..journal import journal_for
 from ..runtime import AgentRuntime
 from ..runtime.ledger import TriggerState
 from ..runtime.spec import (
@@ -348,25 +346,16 @@ def create_app(
     ) -> dict[str, Any]:
         graph = await graph_of(thread_id)
         who.require("admin", graph)
-        app_ = runtime.graphs[graph].app
-        claim = await runtime.store.claim(thread_id, purpose=f"a deletion by {who.name!r}")
-        try:
-            await write(
-                runtime.store,
-                thread_id,
-                lambda fold: (
-                    []
-                    if fold.state.execution_meta.internal_data.get("hidden")
-                    else [ThreadHidden(by=who.name, reason=reason)]
-                ),
-                state_cls=app_.graph.state_cls,
-                actor=who.name,
-                claim=claim,
-                append=journal_for(runtime.store).append,
-                what="a thread deletion",
-            )
-        finally:
-            await runtime.store.release(claim)
+        await runtime.graphs[graph].app.awrite_claimed(
+            thread_id,
+            lambda fold: (
+                []
+                if fold.state.execution_meta.internal_data.get("hidden")
+                else [ThreadHidden(by=who.name, reason=reason)]
+            ),
+            actor=who.name,
+            what="a thread deletion",
+        )
         return {"thread_id": thread_id, "hidden": True, "erased": False}
 
     @app.get("/threads/{thread_id}/state", summary="The thread's state, now or at a step")
