@@ -304,6 +304,8 @@ class TriggerAccepted(BaseEvent, tag="trigger_accepted", frozen=True):
     slot: float | None = None
     missed: int = 0
     by: str | None = None
+    new_thread: bool = False
+    """The runtime named the thread itself (a fresh random id): nothing else writes to it."""
 
 
 class TriggerDispatched(BaseEvent, tag="trigger_dispatched", frozen=True):

@@ -176,7 +176,8 @@ class Dispatcher:
         attempt = state.attempt + (0 if state.in_flight else 1)
         config: dict[str, Any] = {"thread_id": thread_id, "user": accepted.by or "runtime"}
         try:
-            seq = await self.runtime.store.last_seq(thread_id)
+            first = accepted.new_thread and attempt == 1 and not state.in_flight
+            seq = 0 if first else await self.runtime.store.last_seq(thread_id)
             await self.runtime.journal.record(
                 [
                     TriggerDispatched(

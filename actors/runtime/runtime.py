@@ -376,7 +376,8 @@ class AgentRuntime:
             trigger_id=uuid.uuid4().hex,
             entry_point=entry.id,
             graph_id=entry.graph_id,
-            thread_id=thread_id or f"{entry.graph_id}-{uuid.uuid4().hex[:12]}",
+            thread_id=thread_id or f"{entry.graph_id}-{uuid.uuid4().hex}",
+            new_thread=thread_id is None,
             cause=cause,  # type: ignore[arg-type]
             input=input,
             resume=resume,
