@@ -53,7 +53,7 @@ async def bare(path: Path, runs: int) -> dict[str, float]:
     async with SQLiteEventStore(path) as store:
         app = app_on(store)
         start = time.perf_counter()
-        threads = [f"short-{i:012x}" for i in range(runs)]  # as long as the runtime's ids
+        threads = [f"short-{i:032x}" for i in range(runs)]  # as long as the runtime's ids
         await asyncio.gather(*(app.ainvoke(f"hi {t}", {"thread_id": t}) for t in threads))
         seconds = time.perf_counter() - start
     return {"runs_per_s": runs / seconds}
