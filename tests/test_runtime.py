@@ -619,3 +619,46 @@ def test_a_duplicate_acceptance_in_an_old_log_never_runs() -> None:
         )  # fmt: skip
     assert ledger.keys[("chat", "k")] == "first"
     assert [t.id for t in ledger.pending()] == ["first"]
+
+
+async def test_stop_then_start_on_one_object_runs_each_trigger_once(store: Any) -> None:
+    gate = Gate()
+    runtime = AgentRuntime(store, RuntimeConfig(max_concurrent_runs=1))
+    runtime.add_graph("g", line(("agent", gate)).compile(store))
+    runtime.register_entry_point(EntryPoint(id="api", graph_id="g"))
+    await runtime.start()
+    first = await runtime.trigger("api", "one")
+    second = await runtime.trigger("api", "two")  # queued behind the first
+    await gate.entered.wait()
+    gate.go.set()
+    await runtime.stop()
+    await runtime.start()
+    for thread in (first, second):
+        await runtime.wait(thread, timeout=30)
+    await runtime.stop()
+    for thread, text in ((first, "one"), (second, "two")):
+        assert [m.text() for m in replay(await records_of(store, thread)).context] == [text, "done"]
+
+
+async def test_a_thread_takes_runs_of_its_own_graph_only(store: Any) -> None:
+    runtime = runtime_with(store)
+    runtime.add_graph("other", line(("agent", reply)).compile(store))
+    runtime.register_entry_point(EntryPoint(id="other", graph_id="other"))
+    async with runtime:
+        await runtime.trigger_and_wait("chat", "hi", thread_id="t", timeout=30)
+        with pytest.raises(RegistrationError, match="runs graph 'support'"):
+            await runtime.trigger("other", "hi", thread_id="t")
+        with pytest.raises(RunNotWaitingError, match="a resume answers a paused"):
+            await runtime.trigger("chat", Command(resume="yes"), thread_id="t")
+
+
+def test_interval_slots_survive_float_rounding() -> None:
+    from actors.runtime import Schedule
+
+    schedule = Schedule(interval_s=3.3)
+    slot = schedule.slot_at_or_before(1_700_000_000.0)
+    for _ in range(1000):
+        following = schedule.next_after(slot)
+        assert following > slot
+        assert schedule.due(slot, following + 0.01) == (following, 0)
+        slot = following

@@ -306,3 +306,34 @@ async def test_a_signed_webhook_delivery_runs_once_through_the_server(tmp_path: 
         assert [(a.cause, a.idempotency_key) for a in accepted] == [("webhook", "msg-1")]
         first_message = [r async for r in store.read(thread)][1].event.message
         assert first_message["metadata"]["webhook"]["body"] == {"ticket": 17}
+
+
+async def test_runs_answer_their_own_ids_and_join_waits_for_its_own_run(served: Any) -> None:
+    client, _ = served
+    posted = await asyncio.gather(
+        *(
+            client.post(
+                "/threads/j/runs", json={"assistant_id": "chat", "input": f"{n}"}, headers=ALICE
+            )
+            for n in range(4)
+        )
+    )
+    ids = [p.json()["run_id"] for p in posted]
+    assert len(set(ids)) == 4
+    first = await client.get(f"/threads/j/runs/{ids[0]}/join", headers=ALICE)
+    assert first.json()["run"]["run_id"] == ids[0]
+
+
+async def test_a_token_cannot_reach_another_graphs_thread_through_a_run(
+    served: Any, tmp_path: Path
+) -> None:
+    client, store = served
+    await client.post(
+        "/threads/s/runs/wait", json={"assistant_id": "notes", "input": "secret"}, headers=OPS
+    )
+    refused = await client.post(
+        "/threads/s/runs", json={"assistant_id": "chat", "input": "x"}, headers=ALICE
+    )
+    assert refused.status_code == 422 and "runs graph 'other'" in refused.json()["error"]["message"]
+    assert (await client.get("/threads/s/state", headers=ALICE)).status_code == 403
+    assert [r.kind async for r in store.read("s")].count("run_started") == 1

@@ -38,6 +38,8 @@ class Execution:
     state: TriggerState
     task: asyncio.Task[None]
     cancelled_by: tuple[str, str | None] | None = None
+    ending: bool = False
+    """The run has returned: its outcome is being recorded, a cancel comes too late."""
 
     @property
     def graph_id(self) -> str:
@@ -69,6 +71,8 @@ class Dispatcher:
 
     def enqueue(self, state: TriggerState, *, resume: bool = False) -> None:
         """Queue a trigger (in priority, then arrival order) and wake the dispatcher."""
+        if any(queued.id == state.id for queued in self.queue):
+            return
         key = (-state.accepted.priority, state.position)
         index = len(self.queue)
         while (
@@ -178,6 +182,9 @@ class Dispatcher:
         try:
             first = accepted.new_thread and attempt == 1 and not state.in_flight
             seq = 0 if first else await self.runtime.store.last_seq(thread_id)
+            # resume from the log when something of this trigger's run was recorded since
+            # its first dispatch; else its input was never recorded: send it
+            resume = state.first_seq is not None and seq > state.first_seq
             await self.runtime.journal.record(
                 [
                     TriggerDispatched(
@@ -193,11 +200,20 @@ class Dispatcher:
                 if entry is not None and entry.entry_node is not None:
                     config["entry_node"] = entry.entry_node
                 run_input = Command(resume=accepted.input) if accepted.resume else accepted.input
-            try:
-                result = await app.ainvoke(run_input, config, include_state=True)
-            except AgentlogError as exc:
-                await self._failed(state, attempt, exc)
-                return
+            while True:
+                try:
+                    result = await app.ainvoke(run_input, config, include_state=True)
+                except ThreadBusyError:
+                    # a def node cut short still holds the thread, or an edit does: nothing
+                    # was written; try again once it is free
+                    await asyncio.sleep(CLAIM_RETRY_S)
+                    continue
+                except AgentlogError as exc:
+                    self._mark_ending(thread_id, state)
+                    await self._failed(state, attempt, exc)
+                    return
+                break
+            self._mark_ending(thread_id, state)
             await self._ended(state, attempt, result)
         except asyncio.CancelledError:
             raise  # a cancel (recorded by `cancel`) or the runtime stopping (resumed later)
@@ -210,6 +226,11 @@ class Dispatcher:
             self._notify(state.id)
             self._wake.set()
 
+    def _mark_ending(self, thread_id: str, state: TriggerState) -> None:
+        execution = self.executing.get(thread_id)
+        if execution is not None and execution.state is state:
+            execution.ending = True
+
     async def _ended(self, state: TriggerState, attempt: int, result: dict[str, Any]) -> None:
         meta = result["state"].execution_meta
         stopped = meta.stop_current_execution == StopRequestStatus.STOPPED
@@ -217,22 +238,37 @@ class Dispatcher:
             return  # paused by the runtime's own stop: the next runtime resumes it
         outcome = "completed" if meta.status == ExecutionStatus.COMPLETED else "interrupted"
         self._keep(self.results, state.id, {"thread_id": state.accepted.thread_id, **result})
+        if state.done:
+            return  # a cancel recorded its end first
         await self.runtime.journal.record(
             [TriggerFinished(trigger_id=state.id, outcome=outcome, attempt=attempt)]
         )
 
     async def _failed(self, state: TriggerState, attempt: int, error: AgentlogError) -> None:
+        if state.done:
+            return  # a cancel recorded its end first
+        cause = error.__cause__ or error
+        await self._record_failure(
+            state, attempt, type(error).__name__, type(cause).__name__, str(error), error
+        )
+
+    async def _record_failure(
+        self,
+        state: TriggerState,
+        attempt: int,
+        error_type: str,
+        cause_type: str,
+        message: str,
+        error: BaseException | None,
+    ) -> None:
+        """Record a failed attempt, and queue a retry when the policy allows one."""
         entry = self.runtime.entry_points.get(state.accepted.entry_point)
         policy = entry.retry if entry is not None else None
-        error_type = type(error).__name__
-        cause = error.__cause__ or error
-        fatal = (
-            policy is None or policy.is_fatal(error_type) or policy.is_fatal(type(cause).__name__)
-        )
+        fatal = policy is None or policy.is_fatal(error_type) or policy.is_fatal(cause_type)
         retry_at = None
         if not fatal and policy is not None and attempt < policy.max_attempts:
             retry_at = self.runtime.clock() + policy.delay(attempt)
-        else:
+        elif error is not None:
             self._keep(self.errors, state.id, error)
         await self.runtime.journal.record(
             [
@@ -241,7 +277,7 @@ class Dispatcher:
                     outcome="failed",
                     attempt=attempt,
                     error_type=error_type,
-                    message=str(error)[:2000],
+                    message=message[:2000],
                     retry_at=retry_at,
                 )
             ]
@@ -266,7 +302,7 @@ class Dispatcher:
                 continue
             thread_id = state.accepted.thread_id
             if await self.runtime.store.last_seq(thread_id) == state.thread_seq:
-                self.enqueue(state)  # dispatched, but nothing of the run was recorded
+                self.enqueue(state, resume=state.resumed)  # nothing of the run was recorded
                 continue
             graph = self.runtime.graphs.get(state.accepted.graph_id)
             if graph is None:
@@ -275,7 +311,25 @@ class Dispatcher:
             current = await graph.app.aget_state({"thread_id": thread_id})
             meta = current.execution_meta
             stopped = meta.stop_current_execution == StopRequestStatus.STOPPED
-            if meta.status == ExecutionStatus.COMPLETED or (meta.is_interrupted() and not stopped):
+            if meta.status == ExecutionStatus.CANCELLED:
+                cancelled = meta.internal_data.get("cancelled") or {}
+                await self.runtime.journal.record(
+                    [
+                        TriggerFinished(
+                            trigger_id=state.id, outcome="cancelled", attempt=state.attempt,
+                            message=cancelled.get("reason"), by=cancelled.get("by"),
+                        )
+                    ]
+                )  # fmt: skip
+            elif meta.status == ExecutionStatus.ERROR:
+                error = str(meta.internal_data.get("error") or "RunFailed: the run failed")
+                error_type, _, message = error.partition(": ")
+                await self._record_failure(
+                    state, state.attempt, error_type, error_type, message, None
+                )
+            elif meta.status == ExecutionStatus.COMPLETED or (
+                meta.is_interrupted() and not stopped
+            ):
                 outcome = "completed" if meta.status == ExecutionStatus.COMPLETED else "interrupted"
                 await self.runtime.journal.record(
                     [TriggerFinished(trigger_id=state.id, outcome=outcome, attempt=state.attempt)]
@@ -286,31 +340,39 @@ class Dispatcher:
     # ---- cancelling and stopping ----------------------------------------------------------
 
     async def cancel(self, thread_id: str, actor: str, reason: str | None) -> None:
-        """End the thread's queued and running runs, and its paused or failed one."""
-        ended: list[str] = []
-        for state in self.queued_on(thread_id):
-            self.queue.remove(state)
-            self.resume.discard(state.id)
-            ended.append(state.id)
-        execution = self.executing.get(thread_id)
+        """End the thread's queued and running runs, and its paused or failed one.
+
+        The ends are recorded first, so a crash midway leaves them cancelled (a restart
+        finishes cutting the thread's run short); then the running run is cut short and the
+        thread's run recorded as cancelled.
+        """
         latest = self.runtime.ledger.latest_on(thread_id)
         assert latest is not None
         app = self.runtime.graphs[latest.accepted.graph_id].app
-        if execution is not None:
-            execution.cancelled_by = (actor, reason)
-            execution.task.cancel(f"cancelled by {actor}" + (f": {reason}" if reason else ""))
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await execution.task
-            ended.append(execution.state.id)
-        thread_ended = await self._end_thread_run(app, thread_id, actor, reason)
-        if not thread_ended and not ended:
+        queued = self.queued_on(thread_id)
+        execution = self.executing.get(thread_id)
+        if execution is not None and (execution.ending or execution.task.done()):
+            execution = None  # it has returned: its own outcome stands
+        ending = [s.id for s in queued] + ([execution.state.id] if execution else [])
+        current = await app.aget_state({"thread_id": thread_id})
+        at_rest = current.execution_meta.status in (
+            ExecutionStatus.COMPLETED,
+            ExecutionStatus.CANCELLED,
+        )
+        if not ending and at_rest:
             from .spec import UnknownRunError
 
             raise UnknownRunError(
-                f"the run on thread {thread_id!r} has ended ({latest.outcome}): nothing to cancel"
+                f"the run on thread {thread_id!r} has ended "
+                f"({current.execution_meta.status.value}): nothing to cancel"
             )
-        if not ended and latest is not None:
-            ended.append(latest.id)
+        if not ending:
+            ending.append(latest.id)  # the paused or failed run
+        for state in queued:
+            self.queue.remove(state)
+            self.resume.discard(state.id)
+        if execution is not None:
+            execution.cancelled_by = (actor, reason)
         await self.runtime.journal.record(
             [
                 TriggerFinished(
@@ -320,11 +382,16 @@ class Dispatcher:
                     message=reason,
                     by=actor,
                 )
-                for trigger_id in dict.fromkeys(ended)
+                for trigger_id in dict.fromkeys(ending)
             ],
             by=actor,
         )
-        for trigger_id in ended:
+        if execution is not None:
+            execution.task.cancel(f"cancelled by {actor}" + (f": {reason}" if reason else ""))
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await execution.task
+        await self._end_thread_run(app, thread_id, actor, reason)
+        for trigger_id in ending:
             self._notify(trigger_id)
         self._wake.set()
 
@@ -342,7 +409,10 @@ class Dispatcher:
                 await asyncio.sleep(CLAIM_RETRY_S)
 
     async def stop(self, *, abandon: bool) -> None:
-        """Stop dispatching; pause running runs between nodes (or abandon them at once)."""
+        """Stop dispatching; pause running runs between nodes (or abandon them at once).
+
+        What was queued stays in the log only: a later `start` queues it again from there.
+        """
         self._wake.set()
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError):
@@ -361,5 +431,8 @@ class Dispatcher:
                         between_nodes=True,
                     )
         await asyncio.gather(*(e.task for e in executions), return_exceptions=True)
+        self.queue.clear()
+        self.resume.clear()
+        self.executing.clear()
         for trigger_id in list(self._waiting):
             self._notify(trigger_id)

@@ -28,6 +28,12 @@ class TriggerState:
     message: str | None = None
     retry_at: float | None = None
     by: str | None = None
+    resumed: bool = False
+    """Its last dispatch resumed a run from the log (rather than sending its input)."""
+    first_seq: int | None = None
+    """The thread's last seq at its first dispatch: anything after it is its run's."""
+    finished_position: int | None = None
+    """The position of its last `trigger_finished` (where a run's stream ends)."""
 
     @property
     def id(self) -> str:
@@ -87,11 +93,10 @@ class Ledger:
                 self.fired[event.entry_point] = max(last_slot, event.slot)
         elif isinstance(event, TriggerDispatched):
             state = self.triggers[event.trigger_id]
-            state.attempt, state.thread_seq, state.dispatched = (
-                event.attempt,
-                event.thread_seq,
-                True,
-            )
+            state.attempt, state.thread_seq = event.attempt, event.thread_seq
+            state.dispatched, state.resumed = True, event.resumed
+            if state.first_seq is None:
+                state.first_seq = event.thread_seq
             state.outcome = state.retry_at = None
         elif isinstance(event, TriggerFinished):
             state = self.triggers[event.trigger_id]
@@ -99,6 +104,7 @@ class Ledger:
             state.error_type, state.message = event.error_type, event.message
             state.retry_at, state.by = event.retry_at, event.by
             state.dispatched = state.dispatched and event.retry_at is None
+            state.finished_position = record.position
         elif isinstance(event, TriggerListening):
             if event.position is not None:
                 self.answered.setdefault(event.entry_point, event.position)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,8 @@ from .spec import EntryPoint
 
 if TYPE_CHECKING:
     from .runtime import AgentRuntime
+
+_log = logging.getLogger("agentlog.runtime")
 
 TIMER_TICK_S = 1.0
 """The longest a timer waits before looking at the clock again (a fake clock moves too)."""
@@ -131,7 +134,7 @@ class Listeners:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(BaseException):  # logged where it failed
                 await task
         self._tasks.clear()
 
@@ -155,15 +158,24 @@ class Listeners:
             for entry in self._entries("event"):
                 if record.position <= runtime.ledger.answered.get(entry.id, 0):
                     continue
-                if await self._matches(entry, record):
-                    made = entry.input_from(record) if entry.input_from else event_input(record)
-                    await runtime.accept(
-                        entry,
-                        to_builtins(made),
-                        cause="event",
-                        source_position=record.position,
-                        by=f"event:{record.kind}",
-                    )
+                try:
+                    await self._answer(entry, record)
+                except Exception as exc:  # one entry point's failure stops no other
+                    _log.error(
+                        "event entry point %r could not answer record %d (%s): %s: %s",
+                        entry.id, record.position, record.kind, type(exc).__name__, exc,
+                    )  # fmt: skip
+
+    async def _answer(self, entry: EntryPoint, record: EventRecord) -> None:
+        if await self._matches(entry, record):
+            made = entry.input_from(record) if entry.input_from else event_input(record)
+            await self.runtime.accept(
+                entry,
+                to_builtins(made),
+                cause="event",
+                source_position=record.position,
+                by=f"event:{record.kind}",
+            )
 
     async def _matches(self, entry: EntryPoint, record: EventRecord) -> bool:
         if entry.kinds and record.kind not in entry.kinds:
@@ -197,7 +209,10 @@ class Listeners:
 
     async def _timers(self) -> None:
         while not self.runtime.stopping:
-            await self.fire_due()
+            try:
+                await self.fire_due()
+            except Exception as exc:  # the clock goes on: try again at the next tick
+                _log.error("a timer could not fire: %s: %s", type(exc).__name__, exc)
             nexts = [self.next_fire(e.id) for e in self._entries("timer")]
             soonest = min((n for n in nexts if n is not None), default=None)
             wait = TIMER_TICK_S

@@ -21,6 +21,7 @@ from events import EventRecord, EventStore
 from events.errors import StoreError, ThreadBusyError
 from events.follow import follow, last_position
 from events.kinds import TriggerAccepted, TriggerListening
+from projections import ExecutionStatus, StopRequestStatus
 from projections.edge import to_builtins
 
 from ..command import Command
@@ -98,6 +99,7 @@ class AgentRuntime:
         self.stopping = False
         self._head_at_start = 0
         self._accepting: dict[tuple[str, str], asyncio.Future[None]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
 
     # ---- graphs and entry points ---------------------------------------------------------
 
@@ -283,6 +285,24 @@ class AgentRuntime:
         The acceptance is recorded first; a key seen before returns the first run's thread
         and starts nothing (across restarts too).
         """
+        accepted = await self.submit(
+            entry_point_id, input, thread_id=thread_id, idempotency_key=idempotency_key,
+            priority=priority, actor=actor, cause=cause,
+        )  # fmt: skip
+        return accepted.thread_id
+
+    async def submit(
+        self,
+        entry_point_id: str,
+        input: Any = None,
+        *,
+        thread_id: str | None = None,
+        idempotency_key: str | None = None,
+        priority: int | None = None,
+        actor: str = "api",
+        cause: Literal["api", "webhook"] = "api",
+    ) -> TriggerAccepted:
+        """`trigger`, returning the accepted trigger itself (its id names the run)."""
         self._check_started()
         entry = self._entry(entry_point_id)
         if idempotency_key is not None:
@@ -292,11 +312,13 @@ class AgentRuntime:
                 )
             seen = self.ledger.keys.get((entry.id, idempotency_key))
             if seen is not None:
-                return self.ledger.triggers[seen].accepted.thread_id
+                return self.ledger.triggers[seen].accepted
         if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
             raise RegistrationError(f"thread_id must be a non-empty string, got {thread_id!r}")
         if thread_id == self.config.runtime_thread:
             raise RegistrationError(f"{thread_id!r} is the runtime's own thread")
+        if thread_id is not None:
+            await self._check_thread_graph(thread_id, entry)
         resume = isinstance(input, Command)
         if resume:
             if input.goto is not None or input.update is not None:
@@ -304,6 +326,7 @@ class AgentRuntime:
                     "trigger takes Command(resume=...) to answer an interrupt; update and goto "
                     "are for nodes to return"
                 )
+            await self._check_waiting(thread_id, entry)
             input = input.resume
         accepted = await self.accept(
             entry,
@@ -315,7 +338,38 @@ class AgentRuntime:
             priority=priority,
             by=actor,
         )
-        return accepted.thread_id
+        return accepted
+
+    async def _check_waiting(self, thread_id: str | None, entry: EntryPoint) -> None:
+        """A resume goes to a paused or failed run (or queues behind the thread's run)."""
+        if thread_id is None:
+            raise RegistrationError("Command(resume=...) answers a paused run: name its thread_id")
+        if thread_id in self.dispatcher.executing or self.dispatcher.queued_on(thread_id):
+            return
+        app = self.graphs[entry.graph_id].app
+        meta = (await app.aget_state({"thread_id": thread_id})).execution_meta
+        stopped = meta.stop_current_execution == StopRequestStatus.STOPPED
+        if not (meta.is_interrupted() or stopped or meta.status == ExecutionStatus.ERROR):
+            raise RunNotWaitingError(
+                f"the run on thread {thread_id!r} is {meta.status.value}: a resume answers a "
+                "paused or failed run; send new input instead"
+            )
+
+    async def _check_thread_graph(self, thread_id: str, entry: EntryPoint) -> None:
+        """An existing thread takes runs of its own graph only."""
+        graph = self.ledger.graph_of.get(thread_id)
+        if graph is None and await self.store.last_seq(thread_id) > 0:
+            graph = await self.listeners.graph_of_thread(thread_id)
+            if graph is None:
+                raise RegistrationError(
+                    f"thread {thread_id!r} holds a run of no graph this runtime has: "
+                    "start a new thread"
+                )
+        if graph is not None and graph != entry.graph_id:
+            raise RegistrationError(
+                f"thread {thread_id!r} runs graph {graph!r}, not {entry.graph_id!r} (entry "
+                f"point {entry.id!r}): start a new thread"
+            )
 
     async def accept(
         self,
@@ -415,8 +469,20 @@ class AgentRuntime:
         state = self.ledger.latest_on(thread_id)
         if state is None:
             raise UnknownRunError(f"no run of this runtime is on thread {thread_id!r}")
+        return await self.wait_for(state.id, timeout)
+
+    async def wait_for(self, trigger_id: str, timeout: float | None = None) -> dict[str, Any]:
+        """`wait` for one triggered run, by its trigger id."""
+        state = self.ledger.triggers.get(trigger_id)
+        if state is None:
+            raise UnknownRunError(f"no run {trigger_id!r} in this runtime")
         async with asyncio.timeout(timeout):
             while not state.done:
+                if not self.started or self.stopping:
+                    raise RuntimeNotStartedError(
+                        f"the runtime stopped before run {trigger_id!r} ended; the next runtime "
+                        "on this store carries it on"
+                    )
                 await self.dispatcher.changed(state.id)
         return await self.result_of(state)
 
@@ -456,6 +522,10 @@ class AgentRuntime:
         Refused (`RunNotWaitingError`, nothing written) unless the run waits for input.
         """
         self._check_started()
+        async with self._thread_lock(thread_id):  # two answers never both pass the check
+            await self._inject(thread_id, value, actor)
+
+    async def _inject(self, thread_id: str, value: Any, actor: str) -> None:
         state = self.ledger.latest_on(thread_id)
         if state is None:
             raise UnknownRunError(f"no run of this runtime is on thread {thread_id!r}")
@@ -478,6 +548,16 @@ class AgentRuntime:
         await self.accept(
             entry, to_builtins(value), cause="input", thread_id=thread_id, resume=True, by=actor
         )
+
+    @contextlib.asynccontextmanager
+    async def _thread_lock(self, thread_id: str) -> AsyncIterator[None]:
+        lock = self._locks.setdefault(thread_id, asyncio.Lock())
+        try:
+            async with lock:
+                yield
+        finally:
+            if not lock.locked() and self._locks.get(thread_id) is lock:
+                del self._locks[thread_id]
 
     def _any_entry(self, graph_id: str) -> EntryPoint:
         for entry_id in self.graphs[graph_id].entry_points:

@@ -18,6 +18,9 @@ from croniter import croniter
 
 from .spec import EntryPoint, RegistrationError
 
+MAX_MISSED = 1_000
+"""Missed cron slots counted at most (a record says "1000" for "1000 or more")."""
+
 
 @dataclass(frozen=True)
 class Schedule:
@@ -41,7 +44,7 @@ class Schedule:
     def slot_at_or_before(self, now: float) -> float:
         """The latest slot due at or before `now`."""
         if self.interval_s is not None:
-            return math.floor(now / self.interval_s) * self.interval_s
+            return self._index(now) * self.interval_s
         assert self.cron is not None
         start = datetime.fromtimestamp(now, UTC)
         it = croniter(self.cron, start)
@@ -55,7 +58,7 @@ class Schedule:
     def next_after(self, slot: float) -> float:
         """The first slot strictly after `slot`."""
         if self.interval_s is not None:
-            return (math.floor(slot / self.interval_s) + 1) * self.interval_s
+            return (self._index(slot) + 1) * self.interval_s
         assert self.cron is not None
         nxt: float = croniter(self.cron, datetime.fromtimestamp(slot, UTC)).get_next(float)
         return nxt
@@ -70,9 +73,18 @@ class Schedule:
         latest = self.slot_at_or_before(now)
         if last_fired is None or latest <= last_fired:
             return None, 0
+        if self.interval_s is not None:
+            return latest, max(self._index(latest) - self._index(last_fired) - 1, 0)
         missed = 0
         slot = self.next_after(last_fired)
-        while slot < latest and missed < 10_000:
+        while slot < latest and missed < MAX_MISSED:
             missed += 1
             slot = self.next_after(slot)
         return latest, missed
+
+    def _index(self, when: float) -> int:
+        """The interval slot at or before `when`, by number (robust to float rounding)."""
+        assert self.interval_s is not None
+        ratio = when / self.interval_s
+        nearest = round(ratio)
+        return nearest if abs(ratio - nearest) < 1e-6 else math.floor(ratio)

@@ -124,13 +124,13 @@ class BodyLimit:
         async def counted() -> Any:
             nonlocal seen, over
             if over:
-                return {"type": "http.request", "body": b"", "more_body": False}
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_body:  # stop reading; the app's answer becomes a 413
+                if seen > self.max_body:  # the request is never handled: the answer is a 413
                     over = True
-                    return {"type": "http.request", "body": b"", "more_body": False}
+                    return {"type": "http.disconnect"}
             return message
 
         refused = False
@@ -409,24 +409,17 @@ def create_app(
             raise UnknownEntryPointError(f"no assistant (entry point) {body.assistant_id!r}")
         who.require("run", entry.graph_id)
         _check_thread_id(runtime, thread_id)
-        known = runtime.ledger.graph_of.get(thread_id)
-        if known is not None and known != entry.graph_id:
-            raise ApiError(409, "conflict", f"thread {thread_id!r} runs graph {known!r}")
         if body.command is not None and body.input is not None:
             raise ApiError(422, "invalid_request", "send input or command, not both")
         payload = Command(resume=body.command.resume) if body.command is not None else body.input
-        await runtime.trigger(
+        accepted = await runtime.submit(
             entry.id,
             payload,
             thread_id=thread_id,
             idempotency_key=body.idempotency_key,
             actor=who.name,
         )
-        if body.idempotency_key is not None:
-            return runtime.ledger.triggers[runtime.ledger.keys[(entry.id, body.idempotency_key)]]
-        state = runtime.ledger.latest_on(thread_id)
-        assert state is not None
-        return state
+        return runtime.ledger.triggers[accepted.trigger_id]
 
     @app.post("/threads/{thread_id}/runs", summary="Start a run (returns at once)", status_code=202)
     async def create_run(thread_id: str, body: RunCreate, who: Principal = Who) -> dict[str, Any]:
@@ -516,6 +509,9 @@ def create_app(
         if start == 0:
             start = trigger.position
         runtime_thread = runtime.config.runtime_thread
+        finished = trigger.finished_position
+        if trigger.done and finished is not None and start >= finished:
+            return _sse(request, _nothing(), None)  # reconnected after its end: it is over
 
         async def records() -> AsyncIterator[EventRecord]:
             async for record in follow(runtime.store, after=start):
@@ -564,6 +560,11 @@ def _mount_webhooks(app: FastAPI, runtime: AgentRuntime, max_body: int) -> None:
 
 
 # ---- shapes ------------------------------------------------------------------------------------
+
+
+async def _nothing() -> AsyncIterator[EventRecord]:
+    return
+    yield  # an async generator that yields nothing
 
 
 def _check_thread_id(runtime: AgentRuntime, thread_id: str) -> None:
@@ -635,7 +636,7 @@ def _run(trigger: TriggerState, runtime: AgentRuntime) -> dict[str, Any]:
 
 async def _wait(runtime: AgentRuntime, trigger: TriggerState, timeout: float) -> dict[str, Any]:
     try:
-        result = await runtime.wait(trigger.accepted.thread_id, timeout=timeout)
+        result = await runtime.wait_for(trigger.id, timeout=timeout)
     except TimeoutError as exc:
         raise ApiError(
             408, "timeout", f"run {trigger.id!r} did not end within {timeout}s; it goes on"
