@@ -25,6 +25,7 @@ from events import EventRecord
 from events.errors import (
     AgentlogError,
     ConcurrencyError,
+    StoreError,
     ThreadBusyError,
     ThreadNotFoundError,
 )
@@ -94,9 +95,13 @@ def error_body(code: str, message: str) -> dict[str, Any]:
 def _classify(exc: BaseException) -> tuple[int, str, str]:
     if isinstance(exc, ApiError):
         return exc.status, exc.code, exc.message
+    if isinstance(exc, ThreadBusyError):  # its message names the owner's host and process
+        return 409, "thread_busy", "a run holds the thread: try again once it has ended"
     for kind, status, code in _STATUS:
         if isinstance(exc, kind):
             return status, code, str(exc)
+    if isinstance(exc, StoreError):
+        return 503, "store_unavailable", "the log cannot serve this request now; it is logged"
     if isinstance(exc, AgentlogError):
         return 409, "run_failed", f"{type(exc).__name__}: {exc}"
     return 500, "internal", "the server failed to handle the request; it is logged"
