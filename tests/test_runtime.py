@@ -662,3 +662,37 @@ def test_interval_slots_survive_float_rounding() -> None:
         assert following > slot
         assert schedule.due(slot, following + 0.01) == (following, 0)
         slot = following
+
+
+async def test_double_texting_reject_writes_nothing_and_interrupt_continues_the_thread(
+    store: Any,
+) -> None:
+    from actors.runtime import ThreadBusyRunError
+
+    gate = Gate()
+    graph = line(("slow", gate), ("after", reply))
+    runtime = AgentRuntime(store)
+    runtime.add_graph("g", graph.compile(store))
+    runtime.register_entry_point(EntryPoint(id="api", graph_id="g", multitask_strategy="reject"))
+    async with runtime:
+        await runtime.trigger("api", "first", thread_id="t")
+        await gate.entered.wait()
+        before = await store.last_seq("__runtime__")
+        with pytest.raises(ThreadBusyRunError, match="multitask_strategy='reject'"):
+            await runtime.trigger("api", "second", thread_id="t")
+        assert await store.last_seq("__runtime__") == before
+        await runtime.trigger("api", "second", thread_id="t", multitask_strategy="interrupt")
+        gate.go.set()  # the node running finishes and commits; the run stops after it
+        result = await runtime.wait("t", timeout=30)
+    assert result["status"] == "completed"
+    texts = [m.text() for m in result["state"].context]
+    assert texts[:3] == ["first", "done", "second"]  # the first run's progress kept
+    records = await records_of(store, "t")
+    assert [r.kind for r in records].count("stopped") == 1
+    first = runtime.ledger.triggers[runtime.ledger.by_thread["t"][0]]
+    assert first.outcome == "interrupted"
+
+
+def test_a_bad_multitask_strategy_is_refused() -> None:
+    with pytest.raises(RegistrationError, match="multitask_strategy is one of"):
+        EntryPoint(id="x", graph_id="g", multitask_strategy="rollback").check()  # type: ignore[arg-type]

@@ -337,3 +337,10 @@ async def test_a_token_cannot_reach_another_graphs_thread_through_a_run(
     assert refused.status_code == 422 and "runs graph 'other'" in refused.json()["error"]["message"]
     assert (await client.get("/threads/s/state", headers=ALICE)).status_code == 403
     assert [r.kind async for r in store.read("s")].count("run_started") == 1
+
+
+def test_a_refused_double_text_is_a_409_thread_busy() -> None:
+    from actors.runtime import ThreadBusyRunError
+    from actors.serve.app import _classify
+
+    assert _classify(ThreadBusyRunError("busy"))[:2] == (409, "thread_busy")

@@ -14,6 +14,7 @@ from .spec import (
     RuntimeConfig,
     RuntimeNotStartedError,
     RuntimeRunFailedError,
+    ThreadBusyRunError,
     UnknownEntryPointError,
     UnknownRunError,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "RuntimeNotStartedError",
     "RuntimeRunFailedError",
     "Schedule",
+    "ThreadBusyRunError",
     "UnknownEntryPointError",
     "UnknownRunError",
     "event_input",

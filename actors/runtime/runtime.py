@@ -30,8 +30,10 @@ from .journal import RuntimeJournal
 from .ledger import Ledger, TriggerState
 from .listeners import Listeners
 from .spec import (
+    MULTITASK_STRATEGIES,
     EntryPoint,
     InvalidTriggerInputError,
+    MultitaskStrategy,
     RegistrationError,
     RetryPolicy,
     RunCancelledError,
@@ -39,6 +41,7 @@ from .spec import (
     RuntimeConfig,
     RuntimeNotStartedError,
     RuntimeRunFailedError,
+    ThreadBusyRunError,
     UnknownEntryPointError,
     UnknownRunError,
 )
@@ -277,6 +280,7 @@ class AgentRuntime:
         priority: int | None = None,
         actor: str = "api",
         cause: Literal["api", "webhook"] = "api",
+        multitask_strategy: MultitaskStrategy | None = None,
     ) -> str:
         """Accept a run of the entry point's graph and return its thread id at once.
 
@@ -287,7 +291,7 @@ class AgentRuntime:
         """
         accepted = await self.submit(
             entry_point_id, input, thread_id=thread_id, idempotency_key=idempotency_key,
-            priority=priority, actor=actor, cause=cause,
+            priority=priority, actor=actor, cause=cause, multitask_strategy=multitask_strategy,
         )  # fmt: skip
         return accepted.thread_id
 
@@ -301,8 +305,14 @@ class AgentRuntime:
         priority: int | None = None,
         actor: str = "api",
         cause: Literal["api", "webhook"] = "api",
+        multitask_strategy: MultitaskStrategy | None = None,
     ) -> TriggerAccepted:
-        """`trigger`, returning the accepted trigger itself (its id names the run)."""
+        """`trigger`, returning the accepted trigger itself (its id names the run).
+
+        New input for a thread whose run is still going follows `multitask_strategy` (else
+        the entry point's): "reject" raises `ThreadBusyRunError` writing nothing, "enqueue"
+        waits, "interrupt" stops the running run and then continues with this input.
+        """
         self._check_started()
         entry = self._entry(entry_point_id)
         if idempotency_key is not None:
@@ -328,6 +338,19 @@ class AgentRuntime:
                 )
             await self._check_waiting(thread_id, entry)
             input = input.resume
+        strategy = multitask_strategy or entry.multitask_strategy
+        if strategy not in MULTITASK_STRATEGIES:
+            raise RegistrationError(
+                f"multitask_strategy is one of {', '.join(MULTITASK_STRATEGIES)}, got {strategy!r}"
+            )
+        busy = thread_id is not None and (
+            thread_id in self.dispatcher.executing or bool(self.dispatcher.queued_on(thread_id))
+        )
+        if busy and strategy == "reject":
+            raise ThreadBusyRunError(
+                f"thread {thread_id!r} has a run still going: its input is refused "
+                "(multitask_strategy='reject'); wait for it, or send with 'enqueue'"
+            )
         accepted = await self.accept(
             entry,
             _recordable(input, resume),
@@ -338,7 +361,18 @@ class AgentRuntime:
             priority=priority,
             by=actor,
         )
+        if busy and strategy == "interrupt" and thread_id is not None:
+            await self._interrupt(thread_id, entry, actor)
         return accepted
+
+    async def _interrupt(self, thread_id: str, entry: EntryPoint, actor: str) -> None:
+        """Stop the thread's running run (a stop: the running node finishes and commits)
+        so the input queued behind it continues the thread with the progress kept."""
+        if thread_id not in self.dispatcher.executing:
+            return
+        app = self.graphs[entry.graph_id].app
+        with contextlib.suppress(StoreError):
+            await app.astop({"thread_id": thread_id, "user": actor}, between_nodes=True)
 
     async def _check_waiting(self, thread_id: str | None, entry: EntryPoint) -> None:
         """A resume goes to a paused or failed run (or queues behind the thread's run)."""

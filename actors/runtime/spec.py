@@ -12,6 +12,11 @@ from events.errors import AgentlogError
 from events.kinds import KINDS
 
 Trigger = Literal["api", "event", "timer", "webhook"]
+MultitaskStrategy = Literal["reject", "enqueue", "interrupt"]
+"""What new input for a thread whose run is still going does (LangGraph's names): `reject`
+refuses it, `enqueue` waits its turn, `interrupt` stops the running run (as a stop: the node
+running finishes and commits) and then continues the thread with the new input."""
+MULTITASK_STRATEGIES: tuple[str, ...] = ("reject", "enqueue", "interrupt")
 TRIGGERS: tuple[str, ...] = ("api", "event", "timer", "webhook")
 WEBHOOK_SCHEMES: tuple[str, ...] = ("standard", "github")
 """Built-in webhook signature schemes: Standard Webhooks, and GitHub's X-Hub-Signature-256."""
@@ -43,6 +48,11 @@ class RuntimeNotStartedError(AgentRuntimeError):
 
 class RunCancelledError(AgentRuntimeError):
     """The run `wait` waited for was cancelled: who and why are in the message."""
+
+
+class ThreadBusyRunError(AgentRuntimeError):
+    """New input for a thread whose run is still going, refused (`multitask_strategy`
+    "reject"): nothing was written."""
 
 
 class UnknownRunError(AgentRuntimeError, LookupError):
@@ -126,6 +136,7 @@ class EntryPoint:
     scheme: str | Callable[..., bool] = "standard"
     unsigned: bool = False
     tolerance_s: float = 300.0
+    multitask_strategy: MultitaskStrategy = "enqueue"
     name: str = field(default="")
 
     def check(self) -> None:
@@ -158,6 +169,11 @@ class EntryPoint:
             raise RegistrationError(
                 f"entry point {self.id!r}: kinds, from_graph, node and include_own filter "
                 "events: they belong to trigger='event'"
+            )
+        if self.multitask_strategy not in MULTITASK_STRATEGIES:
+            raise RegistrationError(
+                f"entry point {self.id!r}: multitask_strategy is one of "
+                f"{', '.join(MULTITASK_STRATEGIES)}, got {self.multitask_strategy!r}"
             )
         self._check_webhook()
         if self.trigger == "timer":

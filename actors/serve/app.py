@@ -46,6 +46,7 @@ from ..runtime.spec import (
     RunNotWaitingError,
     RuntimeNotStartedError,
     RuntimeRunFailedError,
+    ThreadBusyRunError,
     UnknownEntryPointError,
     UnknownRunError,
 )
@@ -74,6 +75,7 @@ _STATUS: list[tuple[type[BaseException], int, str]] = [
     (UnknownRunError, 404, "not_found"),
     (UnknownEntryPointError, 404, "unknown_assistant"),
     (ThreadBusyError, 409, "thread_busy"),
+    (ThreadBusyRunError, 409, "thread_busy"),
     (ConcurrencyError, 409, "conflict"),
     (RunNotWaitingError, 409, "run_not_waiting"),
     (NothingToResumeError, 409, "nothing_to_resume"),
@@ -198,7 +200,9 @@ class RunCreate(_Body):
     input: Any = None
     command: ResumeCommand | None = None
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
-    multitask_strategy: Literal["enqueue"] = "enqueue"
+    multitask_strategy: Literal["reject", "enqueue", "interrupt"] | None = Field(
+        default=None, description="new input for a busy thread (default: the entry point's)"
+    )
 
 
 class RunCancel(_Body):
@@ -423,6 +427,7 @@ def create_app(
             thread_id=thread_id,
             idempotency_key=body.idempotency_key,
             actor=who.name,
+            multitask_strategy=body.multitask_strategy,
         )
         return runtime.ledger.triggers[accepted.trigger_id]
 
