@@ -361,7 +361,11 @@ async def test_ctrl_c_on_invoke_is_recorded_and_never_charges_twice(
             log = await records(store)
             assert kinds(log)[-3:] == ["tool_call_finished", "stop_requested", "stopped"]
             stopped = stopped_event(log)
-            assert stopped.reason is not None and "Ctrl-C" in stopped.reason
+            assert stopped.reason is not None
+            # stream(): a Ctrl-C that lands while the caller handles a chunk (not while it
+            # waits for the next) reaches the library only as the consumer leaving
+            causes = ("Ctrl-C",) if mode == "start" else ("Ctrl-C", "stopped reading")
+            assert any(cause in stopped.reason for cause in causes), stopped.reason
             assert stopped.in_flight == [f"tool call 'charge' ({CALL_ID})"]
             assert [(f.call_id, f.status) for f in finished_calls(log)] == [(CALL_ID, "abandoned")]
             # The tool still sleeps in the interrupted process, which owns the thread.
