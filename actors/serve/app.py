@@ -14,7 +14,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -56,6 +56,8 @@ MAX_BODY = 1_048_576
 """The default limit of a request body, in bytes."""
 SEARCH_LIMIT = 100
 """The most threads one search returns."""
+WaitTimeout = Annotated[float, Query(gt=0, le=3600, description="seconds to wait")]
+"""How long a request waits for a run (the run goes on after it)."""
 KEEPALIVE_S = 15.0
 """How often an idle event stream sends a comment, so proxies keep it open."""
 
@@ -440,14 +442,14 @@ def create_app(
         thread_id: str,
         body: RunCreate,
         who: Principal = Who,
-        timeout: float = Query(default=300, gt=0, le=3600),
+        timeout: WaitTimeout = 300,
     ) -> dict[str, Any]:
         trigger = await start_run(thread_id, body, who)
         return await _wait(runtime, trigger, timeout)
 
     @app.post("/runs/wait", summary="A run on a new thread, waited for")
     async def stateless_wait(
-        body: RunCreate, who: Principal = Who, timeout: float = Query(default=300, gt=0, le=3600)
+        body: RunCreate, who: Principal = Who, timeout: WaitTimeout = 300
     ) -> dict[str, Any]:
         trigger = await start_run(str(uuid.uuid4()), body, who)
         return await _wait(runtime, trigger, timeout)
@@ -472,7 +474,7 @@ def create_app(
         thread_id: str,
         run_id: str,
         who: Principal = Who,
-        timeout: float = Query(default=300, gt=0, le=3600),
+        timeout: WaitTimeout = 300,
     ) -> dict[str, Any]:
         trigger = _trigger(runtime, thread_id, run_id)
         who.require("read", trigger.accepted.graph_id)
@@ -503,7 +505,7 @@ def create_app(
         who.require("read", graph)
         start = _resume_point(after, last_event_id)
         records = follow(runtime.store, after=start, thread_id=thread_id)
-        return _sse(request, records, None)
+        return _sse(request, records)
 
     @app.get("/threads/{thread_id}/runs/{run_id}/stream", summary="A run's records (SSE)")
     async def stream_run(
@@ -521,7 +523,7 @@ def create_app(
         runtime_thread = runtime.config.runtime_thread
         finished = trigger.finished_position
         if trigger.done and finished is not None and start >= finished:
-            return _sse(request, _nothing(), None)  # reconnected after its end: it is over
+            return _sse(request, _nothing())  # reconnected after its end: it is over
 
         async def records() -> AsyncIterator[EventRecord]:
             async for record in follow(runtime.store, after=start):
@@ -536,7 +538,7 @@ def create_app(
                         yield record
                         return
 
-        return _sse(request, records(), None)
+        return _sse(request, records())
 
     if webhooks:
         _mount_webhooks(app, runtime, max_body)
@@ -666,7 +668,7 @@ def _resume_point(after: int | None, last_event_id: str | None) -> int:
     return after or 0
 
 
-def _sse(request: Request, records: AsyncIterator[EventRecord], _: None) -> StreamingResponse:
+def _sse(request: Request, records: AsyncIterator[EventRecord]) -> StreamingResponse:
     """Server-Sent Events of `records`: each one's position is its id, so a client that
     reconnects with Last-Event-ID continues with no gap and no duplicate. The records come
     from the log as the client reads: a slow client lags, the server holds nothing for it."""

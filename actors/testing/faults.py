@@ -143,16 +143,14 @@ class FaultyStore:
     ) -> list[EventRecord]:
         """The armed append: crash or pause on its chosen side of the commit."""
         self._trap = None
-        records: list[EventRecord] = []
-        if trap.when == "after":
-            records = await self.inner.append(
-                thread_id,
-                events,
-                expected_seq=expected_seq,
-                run_id=run_id,
-                actor=actor,
+
+        async def commit() -> list[EventRecord]:
+            return await self.inner.append(
+                thread_id, events, expected_seq=expected_seq, run_id=run_id, actor=actor,
                 claim=claim,
-            )
+            )  # fmt: skip
+
+        records = await commit() if trap.when == "after" else []
         if trap.action == "crash":
             if trap.kill:
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -162,14 +160,7 @@ class FaultyStore:
         await self._go.wait()
         self._check_alive()
         if trap.when == "before":
-            records = await self.inner.append(
-                thread_id,
-                events,
-                expected_seq=expected_seq,
-                run_id=run_id,
-                actor=actor,
-                claim=claim,
-            )
+            records = await commit()
         return records
 
     def read(

@@ -165,11 +165,7 @@ class GraphMachine(RuleBasedStateMachine):
     def stop(self, input: Any, shown: str, commit: int) -> None:
         async def act(lane: Lane) -> Outcome:
             faulty = lane.life.store
-            faulty.pause_at(commit, "after")
-            run = asyncio.ensure_future(lane.call(input))
-            paused = asyncio.ensure_future(faulty.paused.wait())
-            await asyncio.wait({run, paused}, return_when=asyncio.FIRST_COMPLETED)
-            paused.cancel()
+            run = await _paused_at(lane, input, commit)
             if faulty.paused.is_set():
                 stopped = await lane.app.astop(lane.config)
                 if lane is self.main:
@@ -182,12 +178,7 @@ class GraphMachine(RuleBasedStateMachine):
     def second_invocation(self, input: Any, shown: str, commit: int) -> None:
         async def act(lane: Lane) -> Outcome:
             faulty = lane.life.store
-            if lane is self.main:
-                faulty.pause_at(commit, "after")
-            run = asyncio.ensure_future(lane.call(input))
-            paused = asyncio.ensure_future(faulty.paused.wait())
-            await asyncio.wait({run, paused}, return_when=asyncio.FIRST_COMPLETED)
-            paused.cancel()
+            run = await _paused_at(lane, input, commit if lane is self.main else None)
             if faulty.paused.is_set():
                 seq = await lane.inner.last_seq(lane.thread_id)
                 try:
@@ -373,6 +364,19 @@ class GraphMachine(RuleBasedStateMachine):
             self._run(self.shadow.close(), self.shadow_ids)
         finally:
             self.portal.close()
+
+
+async def _paused_at(lane: Lane, input: Any, commit: int | None) -> asyncio.Future[Outcome]:
+    """Start `ainvoke(input)` on the lane, held after its `commit`-th commit (None: not
+    held); return once it is held there or has ended (the run itself, to await)."""
+    faulty = lane.life.store
+    if commit is not None:
+        faulty.pause_at(commit, "after")
+    run = asyncio.ensure_future(lane.call(input))
+    paused = asyncio.ensure_future(faulty.paused.wait())
+    await asyncio.wait({run, paused}, return_when=asyncio.FIRST_COMPLETED)
+    paused.cancel()
+    return run
 
 
 def _event(note: str) -> None:

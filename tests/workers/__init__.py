@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 
 def append_line(path: str, line: str, *, durable: bool = True) -> None:
@@ -14,3 +15,20 @@ def append_line(path: str, line: str, *, durable: bool = True) -> None:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def shipping_graph(ship: Any) -> Any:
+    """ "support": an agent asking once for `ship()` (call id `ship-<thread>`), a ToolNode
+    running it, the agent confirming: the graph the runtime and server workers run."""
+    from projections import AgentState, Message, TextBlock, ToolCallBlock, ToolResultBlock
+    from tests.helpers import agent_with_tools
+
+    def agent(state: AgentState) -> list[Message]:
+        if any(isinstance(b, ToolResultBlock) for m in state.context for b in m.content):
+            return [Message.text_message("shipped", role="assistant")]
+        call = ToolCallBlock(id=f"ship-{state.execution_meta.thread_id}", name="ship", args={})
+        return [Message(role="assistant", content=[TextBlock(text="shipping"), call])]
+
+    graph = agent_with_tools(agent, [ship])
+    graph.name = "support"
+    return graph

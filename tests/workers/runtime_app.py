@@ -18,37 +18,22 @@ import asyncio
 import sys
 from typing import Any
 
-from actors import END, StateGraph, ToolNode
+from actors import END, StateGraph
 from actors.runtime import AgentRuntime, EntryPoint
 from events import SQLiteEventStore
 from events.follow import last_position
-from projections import AgentState, Message, TextBlock, ToolCallBlock, ToolResultBlock
-from tests.workers import append_line
+from projections import AgentState, Message
+from tests.workers import append_line, shipping_graph
 
 
 def build(store: SQLiteEventStore, effects: str, phase: str) -> AgentRuntime:
-    def agent(state: AgentState) -> list[Message]:
-        if any(isinstance(b, ToolResultBlock) for m in state.context for b in m.content):
-            return [Message.text_message("shipped", role="assistant")]
-        call = ToolCallBlock(id=f"ship-{state.execution_meta.thread_id}", name="ship", args={})
-        return [Message(role="assistant", content=[TextBlock(text="shipping"), call])]
-
     async def ship(tool_call_id: str = "") -> str:
         """Ship the order (the calls take from 0.2 s to 1.1 s, so a kill finds some done)."""
         await asyncio.sleep(0.2 + (sum(map(ord, tool_call_id)) % 10) / 10)
         append_line(effects, f"{phase} {tool_call_id}")
         return "ok"
 
-    support: StateGraph[AgentState] = StateGraph(name="support")
-    support.add_node("agent", agent)
-    support.add_node("tools", ToolNode([ship]))
-    support.set_entry_point("agent")
-    support.add_conditional_edges(
-        "agent",
-        lambda s: "tools" if s.context[-1].tool_calls() else END,
-        {"tools": "tools", END: END},
-    )
-    support.add_edge("tools", "agent")
+    support = shipping_graph(ship)
 
     def note(state: AgentState) -> list[Message]:
         return [Message.text_message("noted", role="assistant")]
