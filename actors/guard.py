@@ -9,6 +9,7 @@ from typing import Any
 from events import (
     EventStore,
     StopRequested,
+    StoreClosedError,
 )
 
 from .nodes import NodeActor
@@ -79,5 +80,7 @@ class Guard:
                 await asyncio.sleep(STOP_POLL_S)
         except asyncio.CancelledError:
             raise
+        except StoreClosedError:
+            return  # the app is shutting down: the run's own commit reports what it must
         except Exception as exc:  # the step's own commit will meet the same trouble
             _log.warning("stop watch on thread %r ended: %s", self.run.thread_id, exc)

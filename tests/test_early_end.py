@@ -589,3 +589,34 @@ async def test_a_run_cancelled_at_any_moment_leaves_the_thread_free_for_the_next
         assert len(out["context"]) == 40
         assert (await store.verify("t1")).ok
         assert await store.holder("t1") is None
+
+
+async def test_a_store_closing_under_a_running_node_ends_its_stop_watch_quietly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Shutting an app down mid-node is no trouble to warn about: the node's commit says it."""
+    monkeypatch.setattr("actors.guard.STOP_POLL_S", 0.02)
+    started, release = threading.Event(), threading.Event()
+
+    def slow(state: AgentState) -> dict[str, Any]:
+        started.set()
+        release.wait(WAIT)
+        return {"messages": [Message.text_message("done", role="assistant")]}
+
+    builder = StateGraph()
+    builder.add_node("slow", slow)
+    builder.set_entry_point("slow")
+    builder.add_edge("slow", END)
+    store = SQLiteEventStore(tmp_path / "app.db")
+    await store.open()
+    graph = builder.compile(store=store)
+    run = asyncio.create_task(graph.ainvoke(pay(), config=CFG))
+    await asyncio.to_thread(started.wait, WAIT)
+    await asyncio.sleep(0.1)  # the watch has looked in the log a few times
+    caplog.set_level("WARNING", logger="actors")
+    await store.close()
+    await asyncio.sleep(0.1)  # and looks again, at a closed store
+    release.set()
+    with contextlib.suppress(Exception):
+        await run
+    assert not [r for r in caplog.records if "stop watch" in r.getMessage()]
