@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     )
     from .command import Command
     from .compiled import CompiledGraph
-    from .context import NodeContext
+    from .context import NodeContext, NotInNodeError, current_context
     from .errors import (
         GraphError,
         GraphInterrupt,
@@ -64,6 +64,8 @@ _HOMES: dict[str, str] = {
     "Command": "actors.command",
     "CompiledGraph": "actors.compiled",
     "NodeContext": "actors.context",
+    "NotInNodeError": "actors.context",
+    "current_context": "actors.context",
     "GraphError": "actors.errors",
     "GraphInterrupt": "actors.errors",
     "MissingThreadIdError": "actors.errors",
@@ -109,6 +111,7 @@ __all__ = [
     "NodeError",
     "NodeReturnError",
     "NodeTimeoutError",
+    "NotInNodeError",
     "NothingToResumeError",
     "Occurrence",
     "RecursionLimitError",
@@ -120,6 +123,7 @@ __all__ = [
     "ThreadBusyError",
     "ToolCommandConflictError",
     "ToolNode",
+    "current_context",
     "interrupt",
 ]
 

@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from events import EventRecord
+from events import Event, EventRecord, ModelCalled, OutcomeRecorded, SharedWritten, kind_of
+from projections import StreamChunk
 
+from .errors import GraphError
 from .offload import InFlight
 
 if TYPE_CHECKING:
     from .callbacks import Callbacks
+    from .stream import RunStream
+
+RECORDABLE: tuple[type[Event], ...] = (ModelCalled, OutcomeRecorded, SharedWritten)
+"""The facts a node may add to its own step's commit (`NodeContext.record`)."""
+
+
+class NotInNodeError(GraphError):
+    """Something that belongs to a running node's step was asked for outside one."""
+
 
 T = TypeVar("T")
 
@@ -38,7 +50,56 @@ class NodeContext:
     """Ids of the tool calls this run has handed to their tool (started running)."""
     callbacks: Callbacks | None = None
     """The graph's hooks, which a tool node calls around each tool call."""
+    stream: RunStream | None = None
+    """The run's stream when someone consumes it (`astream`), else None."""
+    recorded: list[Event] = field(default_factory=list)
+    """Facts this node recorded (`record`): they ride in its step's commit, before its
+    outputs, so a step that never commits leaves none of them behind."""
+
+    def record(self, event: Event) -> None:
+        """Add a fact (a model call, an outcome, a shared write) to this node's step commit.
+
+        Safe from a sync node's worker thread. Other kinds are the engine's to write.
+        """
+        if not isinstance(event, RECORDABLE):
+            allowed = ", ".join(kind_of_type(t) for t in RECORDABLE)
+            raise TypeError(
+                f"a node records only {allowed}; {kind_of(event)!r} is written by the engine"
+            )
+        self.recorded.append(event)
+
+    async def publish(self, chunk: StreamChunk) -> None:
+        """Hand a chunk (a streamed delta) to the run's consumers; nothing when none listen.
+
+        Chunks are not events: the log gets the step's outputs when it commits.
+        """
+        if self.stream is not None:
+            await self.stream.tell(
+                chunk.model_copy(update={"thread_id": self.thread_id, "run_id": self.run_id})
+            )
 
     async def offload(self, label: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run the sync `fn` on a worker thread, on behalf of this run (named by `label`)."""
         return await self.in_flight.run(label, fn, *args, **kwargs)
+
+
+def kind_of_type(cls: type[Event]) -> str:
+    """The `kind` string of an event class."""
+    return str(cls.__struct_config__.tag)
+
+
+_current: ContextVar[NodeContext | None] = ContextVar("agentlog_node_context", default=None)
+
+
+def current_context() -> NodeContext:
+    """The context of the node running in this task or worker thread.
+
+    Lets code a node calls (a model client, `record_outcome`) reach the step without the
+    node passing `context` along.
+    """
+    found = _current.get()
+    if found is None:
+        raise NotInNodeError(
+            "no node is running here: call this from inside a node (or a tool it runs)"
+        )
+    return found

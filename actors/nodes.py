@@ -23,7 +23,7 @@ from projections.transcript import context_events
 
 from ._actor import Actor
 from .command import Command
-from .context import NodeContext
+from .context import NodeContext, _current
 from .errors import GraphInterrupt, NodeReturnError
 from .tools import is_tool_node
 
@@ -107,6 +107,7 @@ class NodeActor(Actor[RunNode, Any]):
 
     async def _call(self, message: RunNode) -> Any:
         token = _answers.set(_Answers(message.resume))
+        current = _current.set(message.context)
         try:
             run = getattr(self.fn, "run", None)
             if is_tool_node(self.fn) and run is not None:
@@ -116,6 +117,7 @@ class NodeActor(Actor[RunNode, Any]):
                 return await self.fn(**kwargs)
             return await message.context.offload(f"node {self.node!r}", self.fn, **kwargs)
         finally:
+            _current.reset(current)
             _answers.reset(token)
 
     def _arguments(self, message: RunNode) -> dict[str, Any]:

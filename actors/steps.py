@@ -15,6 +15,7 @@ from events import (
     EventRecord,
     InterruptRaised,
     MessageAppended,
+    ModelCalled,
     NodeEntered,
     Resumed,
     RunCompleted,
@@ -586,6 +587,7 @@ class StepLoop(Committing[S]):
             run.in_flight,
             run.dispatched,
             self.callbacks if self.hooked & INVOCATION_HOOKS else None,
+            run.stream,
         )
         actor = self._node_actor(run, node)
         requests: list[tuple[str, tuple[Any, ...]]] = []
@@ -610,7 +612,7 @@ class StepLoop(Committing[S]):
                     data=to_builtins(signal.data),
                     by_node=True,
                 )
-                await self._commit(run, [event], actor=node)
+                await self._commit(run, [*context.recorded, event], actor=node)
                 return
             except ActorStoppedError:
                 if guard.disarm() is None:
@@ -644,6 +646,8 @@ class StepLoop(Committing[S]):
                 append=is_tool_node(self.graph.nodes[node]),
             )
             goto, pause, ending = _requested(node, requests, goto)
+            if context.recorded:
+                events = [*context.recorded, *events]
             await self._commit_step(
                 run, node, events, goto, pause, ending=ending, started=began, changed_by=changed_by
             )
@@ -660,7 +664,9 @@ class StepLoop(Committing[S]):
                 message=str(exc),
                 duration_ms=run.elapsed_ms(),
             )
-            await self._commit(run, [failed], actor="runtime")
+            # the model calls it made are facts; its writes and outcomes go with its retry
+            facts = [e for e in context.recorded if isinstance(e, ModelCalled)]
+            await self._commit(run, [*facts, failed], actor="runtime")
             if isinstance(exc, GraphError | HookError):
                 raise  # the graph's wiring or a hook is at fault, and the error says which
             raise NodeError(node, exc) from exc

@@ -349,6 +349,68 @@ class ThreadHidden(BaseEvent, tag="thread_hidden", frozen=True):
     reason: str | None = None
 
 
+class ModelCalled(BaseEvent, tag="model_called", frozen=True):
+    """A node called a model once (one attempt), recorded in the node's step commit beside
+    the message it produced, so a step's tokens and latency are in the log.
+
+    `request_hash` is a SHA-256 of the request as sent (messages, tools, params), so a
+    replay can find the answer to the same request; `message_id` names the message this
+    call produced (None for a failed attempt); `usage` holds token counts.
+    """
+
+    node: str
+    provider: str
+    model: str
+    request_hash: str
+    attempt: int = 1
+    status: Literal["completed", "failed"] = "completed"
+    params: dict[str, JSON] = {}
+    message_id: str | int | None = None
+    usage: dict[str, JSON] | None = None
+    latency_ms: float = 0.0
+    finish_reason: str | None = None
+    response_id: str | None = None
+    error_type: str | None = None
+    error: str | None = None
+    streamed: bool = False
+
+
+class OutcomeRecorded(BaseEvent, tag="outcome_recorded", frozen=True):
+    """A node recorded an outcome towards a goal: `metric` (a criterion's metric name)
+    reached `value` (a number, or a bool for a pass/fail criterion)."""
+
+    metric: str
+    value: JSON
+    node: str | None = None
+    goal_id: str | None = None
+
+
+class SharedWritten(BaseEvent, tag="shared_written", frozen=True):
+    """A run wrote a shared key (the runtime's state shared between runs): `op` applied to
+    `value`, in commit order. `key` is namespaced (`graph/name`, or `*/name` when global)."""
+
+    key: str
+    op: Literal["set", "increment", "append", "merge"]
+    value: JSON = None
+    node: str | None = None
+    isolation: Literal["shared", "synchronized"] = "shared"
+    run_id: str | None = None
+    """The run that asked for the write (the key's own thread records it for that run)."""
+
+
+class RunSuperseded(BaseEvent, tag="run_superseded", frozen=True):
+    """Run `run_id` was cancelled and rolled back (double-texting's `rollback`) by `by`: the
+    events after this one set the state back to what it was before that run began. Its
+    tools' side effects are not undone."""
+
+    run_id: str
+    by: str
+    reason: str | None = None
+    started_seq: int = 0
+    """The seq of the superseded run's `run_started`: the state rolled back to is the one
+    just before it."""
+
+
 Event: TypeAlias = BaseEvent
 """Any event; narrow it by class (`isinstance`, `match event: case RunStarted(): ...`)."""
 

@@ -33,12 +33,16 @@ from events.kinds import (
     MessageReplaced,
     MessagesRemoved,
     MessagesReplaced,
+    ModelCalled,
     NodeEntered,
+    OutcomeRecorded,
     Resumed,
     RunCancelled,
     RunCompleted,
     RunFailed,
     RunStarted,
+    RunSuperseded,
+    SharedWritten,
     StateUpdated,
     StepAdvanced,
     Stopped,
@@ -439,6 +443,21 @@ for _kind in (TriggerAccepted, TriggerDispatched, TriggerFinished, TriggerListen
     _handles(_kind)(_runtime_record)
 
 
+def _fact(fold: Fold[Any], e: BaseEvent, r: EventRecord) -> None:
+    """A fact recorded beside a step (a model call, an outcome, a shared write): the log
+    keeps it for audit and for its own projections; the thread's state does not change."""
+
+
+for _fact_kind in (ModelCalled, OutcomeRecorded, SharedWritten):
+    _handles(_fact_kind)(_fact)
+
+
+@_handles(RunSuperseded)
+def _run_superseded(fold: Fold[Any], e: RunSuperseded, r: EventRecord) -> None:
+    meta = fold.state.execution_meta
+    meta.internal_data["superseded"] = [*meta.internal_data.get("superseded", ()), e.run_id]
+
+
 @_handles(Forked)
 def _forked(fold: Fold[Any], e: Forked, r: EventRecord) -> None:
     state = type(fold.state).model_validate(e.state)
@@ -509,6 +528,12 @@ def _check(meta: ExecutionState, event: Event, seq: int, state_cls: type[AgentSt
                 refuse("there is no run on this thread to cancel")
             if status in (ExecutionStatus.COMPLETED, ExecutionStatus.CANCELLED):
                 refuse(f"the run is already {status.value}: there is nothing to cancel")
+        case ModelCalled():
+            if finished:
+                refuse(f"the run is {status.value}: a model call belongs to a running step")
+        case RunSuperseded():
+            if status != ExecutionStatus.CANCELLED:
+                refuse("only a cancelled run can be rolled back; cancel it first")
         case Forked():
             if seq != 0:
                 refuse("a fork can only be the first event of a new thread")
