@@ -124,11 +124,13 @@ class MessagesRemoved(BaseEvent, tag="messages_removed", frozen=True):
 
 
 class StateUpdated(BaseEvent, tag="state_updated", frozen=True):
-    """Custom state fields changed, merged through each field's reducer."""
+    """Custom state fields changed, merged through each field's reducer; with `replace`
+    (a rollback) set to the values as they are, reducers bypassed."""
 
     values: dict[str, JSON]
     source: str = "node"
     reason: str | None = None
+    replace: bool = False
 
 
 class InterruptRaised(BaseEvent, tag="interrupt_raised", frozen=True):
@@ -306,6 +308,8 @@ class TriggerAccepted(BaseEvent, tag="trigger_accepted", frozen=True):
     by: str | None = None
     new_thread: bool = False
     """The runtime named the thread itself (a fresh random id): nothing else writes to it."""
+    correlation_id: str | None = None
+    """The caller's id tying related runs together (hive's `correlation_id`)."""
 
 
 class TriggerDispatched(BaseEvent, tag="trigger_dispatched", frozen=True):
@@ -330,6 +334,9 @@ class TriggerFinished(BaseEvent, tag="trigger_finished", frozen=True):
     message: str | None = None
     retry_at: float | None = None
     by: str | None = None
+    rolled_back_to: int | None = None
+    """A run cancelled by a rollback: the thread seq its state is set back to (the thread
+    records `run_superseded` once done; a restart finishes one cut short)."""
 
 
 class TriggerListening(BaseEvent, tag="trigger_listening", frozen=True):

@@ -191,7 +191,8 @@ class Fold(Generic[S]):
         """The ids of the messages in the context (do not change it)."""
         return self._ids
 
-    def _update(self, values: dict[str, Any]) -> None:
+    def _update(self, values: dict[str, Any], *, replace: bool = False) -> None:
+        """Merge `values` through each field's reducer (`replace`: set them as they are)."""
         plan = field_plan(type(self.state))
         for name, value in values.items():
             if name in CONTEXT_FIELDS:
@@ -202,7 +203,9 @@ class Fold(Generic[S]):
                     )
                 messages = [_validate_message(m) for m in value]
                 reducer = plan["context"][1]
-                if reducer is None or reducer is add_messages:
+                if replace:
+                    self._replace_messages(messages)
+                elif reducer is None or reducer is add_messages:
                     self._append_messages(messages)
                 else:
                     self._replace_messages(list(reducer(self.state.context, messages)))
@@ -224,7 +227,7 @@ class Fold(Generic[S]):
                     f"field {name!r} of {type(self.state).__name__} cannot take {value!r:.60} "
                     f"({problems})"
                 ) from None
-            if reducer is None:
+            if reducer is None or replace:
                 setattr(self.state, name, new)
             else:  # a copy: a reducer that extends its input in place must not reach others
                 setattr(self.state, name, reducer(copy.copy(getattr(self.state, name)), new))
@@ -325,7 +328,7 @@ def _messages_removed(fold: Fold[Any], e: MessagesRemoved, r: EventRecord) -> No
 
 @_handles(StateUpdated)
 def _state_updated(fold: Fold[Any], e: StateUpdated, r: EventRecord) -> None:
-    fold._update(e.values)
+    fold._update(e.values, replace=e.replace)
 
 
 @_handles(InterruptRaised)
