@@ -695,4 +695,4 @@ async def test_double_texting_reject_writes_nothing_and_interrupt_continues_the_
 
 def test_a_bad_multitask_strategy_is_refused() -> None:
     with pytest.raises(RegistrationError, match="multitask_strategy is one of"):
-        EntryPoint(id="x", graph_id="g", multitask_strategy="rollback").check()  # type: ignore[arg-type]
+        EntryPoint(id="x", graph_id="g", multitask_strategy="bogus").check()  # type: ignore[arg-type]

@@ -20,6 +20,7 @@ from projections import ExecutionStatus, StopRequestStatus
 
 from ..command import Command
 from .ledger import TriggerState
+from .rollback import roll_back, rolled_back
 
 if TYPE_CHECKING:
     from ..compiled import CompiledGraph
@@ -58,6 +59,8 @@ class Dispatcher:
         self.queue: list[TriggerState] = []
         self.resume: set[str] = set()
         """Triggers to run from the log (input None): retries and runs cut short."""
+        self.holding: set[str] = set()
+        """Threads a rollback is setting back: nothing starts on them until it is done."""
         self.executing: dict[str, Execution] = {}
         """Thread id -> its run executing now."""
         self.results: OrderedDict[str, dict[str, Any]] = OrderedDict()
@@ -143,8 +146,10 @@ class Dispatcher:
             if state.retry_at is not None and state.retry_at > now:
                 earliest = state.retry_at if earliest is None else min(earliest, state.retry_at)
                 kept.append(state)
-            elif accepted.thread_id in self.executing or (
-                cap is not None and per_entry.get(accepted.entry_point, 0) >= cap
+            elif (
+                accepted.thread_id in self.executing
+                or accepted.thread_id in self.holding
+                or (cap is not None and per_entry.get(accepted.entry_point, 0) >= cap)
             ):
                 kept.append(state)
             elif accepted.graph_id not in self.runtime.graphs:
@@ -295,7 +300,8 @@ class Dispatcher:
 
     async def recover(self) -> None:
         """Queue what the log says is unfinished: accepted triggers not yet run, retries,
-        and runs a crash or a stop cut short (resumed from their log)."""
+        and runs a crash or a stop cut short (resumed from their log); finish rollbacks."""
+        await self.finish_rollbacks()
         for state in self.runtime.ledger.pending():
             if not state.in_flight:
                 self.enqueue(state, resume=state.outcome == "failed")
@@ -394,6 +400,59 @@ class Dispatcher:
         for trigger_id in ending:
             self._notify(trigger_id)
         self._wake.set()
+
+    async def supersede(self, thread_id: str, actor: str, reason: str | None) -> bool:
+        """Double-texting's rollback: cancel the thread's running run (its queued ones stay)
+        and set the thread back to the state before it. False when no run is executing.
+
+        The trigger's end, naming the seq to return to, is recorded first: a crash midway
+        leaves it to `recover` to finish the rollback.
+        """
+        execution = self.executing.get(thread_id)
+        if execution is None or execution.ending or execution.task.done():
+            return False
+        state = execution.state
+        to_seq = state.thread_seq or 0
+        execution.cancelled_by = (actor, reason)
+        self.holding.add(thread_id)
+        try:
+            await self.runtime.journal.record(
+                [
+                    TriggerFinished(
+                        trigger_id=state.id, outcome="cancelled", attempt=state.attempt,
+                        message=reason, by=actor, rolled_back_to=to_seq,
+                    )
+                ],
+                by=actor,
+            )  # fmt: skip
+            execution.task.cancel(f"rolled back by {actor}" + (f": {reason}" if reason else ""))
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await execution.task
+            app = self.runtime.graphs[state.accepted.graph_id].app
+            await roll_back(app, thread_id, to_seq, by=actor, reason=reason)
+        finally:
+            self.holding.discard(thread_id)
+            self._notify(state.id)
+            self._wake.set()
+        return True
+
+    async def finish_rollbacks(self) -> None:
+        """After a restart: finish each rollback whose run was cancelled but whose thread
+        does not yet record it (the crash came between the two)."""
+        ledger = self.runtime.ledger
+        for thread_id, ids in ledger.by_thread.items():
+            state = ledger.triggers[ids[-1]]
+            for trigger_id in reversed(ids):  # the latest rollback on the thread, if any
+                if ledger.triggers[trigger_id].rolled_back_to is not None:
+                    state = ledger.triggers[trigger_id]
+                    break
+            to_seq = state.rolled_back_to
+            graph = self.runtime.graphs.get(state.accepted.graph_id)
+            if to_seq is None or graph is None:
+                continue
+            if not await rolled_back(self.runtime.store, thread_id, to_seq):
+                await roll_back(graph.app, thread_id, to_seq, by=state.by or "runtime",
+                                reason=state.message)  # fmt: skip
 
     async def _end_thread_run(
         self, app: CompiledGraph[Any], thread_id: str, actor: str, reason: str | None

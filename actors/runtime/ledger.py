@@ -34,6 +34,8 @@ class TriggerState:
     """The thread's last seq at its first dispatch: anything after it is its run's."""
     finished_position: int | None = None
     """The position of its last `trigger_finished` (where a run's stream ends)."""
+    rolled_back_to: int | None = None
+    """Cancelled by a rollback: the thread seq its state goes back to."""
 
     @property
     def id(self) -> str:
@@ -103,6 +105,7 @@ class Ledger:
             state.outcome, state.attempt = event.outcome, max(state.attempt, event.attempt)
             state.error_type, state.message = event.error_type, event.message
             state.retry_at, state.by = event.retry_at, event.by
+            state.rolled_back_to = event.rolled_back_to
             state.dispatched = state.dispatched and event.retry_at is None
             state.finished_position = record.position
         elif isinstance(event, TriggerListening):

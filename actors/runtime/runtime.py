@@ -363,6 +363,9 @@ class AgentRuntime:
         )
         if busy and strategy == "interrupt" and thread_id is not None:
             await self._interrupt(thread_id, entry, actor)
+        elif busy and strategy == "rollback" and thread_id is not None:
+            why = f"rolled back: superseded by run {accepted.trigger_id}"
+            await self.dispatcher.supersede(thread_id, actor, why)
         return accepted
 
     async def _interrupt(self, thread_id: str, entry: EntryPoint, actor: str) -> None:

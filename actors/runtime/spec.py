@@ -12,11 +12,12 @@ from events.errors import AgentlogError
 from events.kinds import KINDS
 
 Trigger = Literal["api", "event", "timer", "webhook"]
-MultitaskStrategy = Literal["reject", "enqueue", "interrupt"]
+MultitaskStrategy = Literal["reject", "enqueue", "interrupt", "rollback"]
 """What new input for a thread whose run is still going does (LangGraph's names): `reject`
 refuses it, `enqueue` waits its turn, `interrupt` stops the running run (as a stop: the node
-running finishes and commits) and then continues the thread with the new input."""
-MULTITASK_STRATEGIES: tuple[str, ...] = ("reject", "enqueue", "interrupt")
+running finishes and commits) and then continues the thread with the new input, `rollback`
+cancels the running run, sets the thread back to the state before it, then runs the input."""
+MULTITASK_STRATEGIES: tuple[str, ...] = ("reject", "enqueue", "interrupt", "rollback")
 TRIGGERS: tuple[str, ...] = ("api", "event", "timer", "webhook")
 WEBHOOK_SCHEMES: tuple[str, ...] = ("standard", "github")
 """Built-in webhook signature schemes: Standard Webhooks, and GitHub's X-Hub-Signature-256."""

@@ -202,7 +202,7 @@ class RunCreate(_Body):
     input: Any = None
     command: ResumeCommand | None = None
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
-    multitask_strategy: Literal["reject", "enqueue", "interrupt"] | None = Field(
+    multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] | None = Field(
         default=None, description="new input for a busy thread (default: the entry point's)"
     )
 

@@ -1,0 +1,237 @@
+"""Double-texting with a tool in flight: new input for a busy thread under each strategy.
+
+A side-effect log kept by the tool itself shows what really ran: no two executions overlap
+on one thread, no call runs twice, and every strategy leaves a transcript where each tool
+call has exactly one result. `rollback` sets the thread back to the state before the run it
+supersedes, with steps still counting and the superseded run still in the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.runtime import AgentRuntime, EntryPoint, ThreadBusyRunError
+from events import SQLiteEventStore
+from events.kinds import TriggerFinished
+from projections import AgentState, Message, ToolCallBlock, replay
+from tests.helpers import agent_with_tools
+from tests.workers.charge_graph import check_transcript
+
+WAIT = 10.0
+
+
+class SideEffects:
+    """What the tool did, as (call id, start, end or None) per execution, thread-safe."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.runs: list[list[Any]] = []
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.async_release = asyncio.Event()
+
+    def begin(self, call: str) -> list[Any]:
+        entry = [call, time.monotonic(), None]
+        with self.lock:
+            self.runs.append(entry)
+        self.started.set()
+        return entry
+
+    def check(self) -> None:
+        calls = [r[0] for r in self.runs]
+        assert len(calls) == len(set(calls)), f"a call ran twice: {calls}"
+        done = sorted((r for r in self.runs if r[2] is not None), key=lambda r: r[1])
+        for a, b in itertools.pairwise(done):
+            assert a[2] <= b[1], f"{a[0]} and {b[0]} overlapped"
+
+
+def graph_for(effects: SideEffects, sync: bool, store: SQLiteEventStore) -> Any:
+    numbers = itertools.count(1)
+
+    def agent(state: AgentState) -> list[Message]:
+        """Asks for one tool call per user message, then says what the tool gave."""
+        last = state.context[-1]
+        if last.role == "user":
+            call = ToolCallBlock(id=f"call-{next(numbers)}", name="work", args={"n": 1})
+            return [Message(role="assistant", content=[call])]
+        return [Message.text_message(f"done: {last.text()}", role="assistant")]
+
+    if sync:
+
+        def work(n: int, tool_call_id: str) -> str:
+            entry = effects.begin(tool_call_id)
+            effects.release.wait(WAIT)
+            entry[2] = time.monotonic()
+            return f"worked {tool_call_id}"
+
+    else:
+
+        async def work(n: int, tool_call_id: str) -> str:  # type: ignore[misc]
+            entry = effects.begin(tool_call_id)
+            await effects.async_release.wait()
+            entry[2] = time.monotonic()
+            return f"worked {tool_call_id}"
+
+    return agent_with_tools(agent, [work]).compile(store)
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> Any:
+    async with SQLiteEventStore(tmp_path / "log.db") as opened:
+        yield opened
+
+
+async def double_text(store: Any, sync: bool, strategy: str) -> tuple[AgentRuntime, SideEffects]:
+    """The first input's tool call is running when the second input arrives."""
+    effects = SideEffects()
+    runtime = AgentRuntime(store)
+    runtime.add_graph("g", graph_for(effects, sync, store))
+    runtime.register_entry_point(EntryPoint(id="chat", graph_id="g"))
+    await runtime.start()
+    await runtime.trigger("chat", "first", thread_id="t")
+    await asyncio.to_thread(effects.started.wait, WAIT)
+
+    def release() -> None:
+        effects.release.set()
+        effects.async_release.set()
+
+    asyncio.get_running_loop().call_later(0.2, release)
+    await runtime.trigger("chat", "second", thread_id="t", multitask_strategy=strategy)  # type: ignore[arg-type]
+    return runtime, effects
+
+
+async def finished(runtime: AgentRuntime, store: Any) -> AgentState:
+    result = await runtime.wait("t", timeout=WAIT)
+    await runtime.stop()
+    state = result["state"]
+    records = [r async for r in store.read("t")]
+    assert replay(records).model_dump(exclude={"execution_meta"}) == state.model_dump(
+        exclude={"execution_meta"}
+    )
+    check_transcript(state.context)
+    return state  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["def-tool", "async-tool"])
+async def test_enqueue_runs_the_input_after_the_run(store: Any, sync: bool) -> None:
+    runtime, effects = await double_text(store, sync, "enqueue")
+    state = await finished(runtime, store)
+    effects.check()
+    texts = [m.text() for m in state.context if m.role in ("user", "assistant") and m.text()]
+    assert texts == ["first", "done: worked call-1", "second", "done: worked call-2"]
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["def-tool", "async-tool"])
+async def test_interrupt_lets_the_tool_finish_and_continues_with_progress_kept(
+    store: Any, sync: bool
+) -> None:
+    runtime, effects = await double_text(store, sync, "interrupt")
+    state = await finished(runtime, store)
+    effects.check()
+    assert all(r[2] is not None for r in effects.runs)  # the tool in flight finished
+    texts = [m.text() for m in state.context if m.text()]
+    assert texts[:2] == ["first", "worked call-1"]  # its result kept
+    assert "second" in texts
+    first = runtime.ledger.triggers[runtime.ledger.by_thread["t"][0]]
+    assert first.outcome == "interrupted"
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["def-tool", "async-tool"])
+async def test_rollback_sets_the_thread_back_to_before_the_run(store: Any, sync: bool) -> None:
+    runtime, effects = await double_text(store, sync, "rollback")
+    state = await finished(runtime, store)
+    effects.check()
+    texts = [m.text() for m in state.context if m.text()]
+    assert texts == ["second", "worked call-2", "done: worked call-2"]  # first run gone
+    records = [r async for r in store.read("t")]
+    kinds = [r.kind for r in records]
+    superseded = [r.event for r in records if r.kind == "run_superseded"]
+    assert len(superseded) == 1 and superseded[0].started_seq == 1
+    assert superseded[0].run_id == records[0].run_id  # it names the first run
+    assert kinds.index("run_superseded") > kinds.index("run_cancelled")
+    assert state.execution_meta.step > 3  # steps keep counting over the superseded run
+    first = runtime.ledger.triggers[runtime.ledger.by_thread["t"][0]]
+    assert (first.outcome, first.rolled_back_to) == ("cancelled", 0)
+    # the superseded run's tool call, and side effect, happened once and are in the log
+    assert [r.event.call_id for r in records if r.kind == "tool_call_started"].count("call-1") >= 1
+    assert len(effects.runs) == 2
+
+
+async def test_rollback_returns_to_the_state_before_the_run_not_the_thread_start(
+    store: Any,
+) -> None:
+    runtime, effects = await double_text(store, False, "enqueue")
+    await runtime.wait("t", timeout=WAIT)  # both runs done: four messages each
+    effects.started.clear()
+    effects.async_release = asyncio.Event()
+    await runtime.trigger("chat", "third", thread_id="t")
+    await asyncio.to_thread(effects.started.wait, WAIT)
+    before = await store.last_seq("t")
+    asyncio.get_running_loop().call_later(0.1, effects.async_release.set)
+    await runtime.trigger("chat", "fourth", thread_id="t", multitask_strategy="rollback")
+    state = await finished(runtime, store)
+    texts = [m.text() for m in state.context if m.role == "user"]
+    assert texts == ["first", "second", "fourth"]
+    third = runtime.ledger.triggers[runtime.ledger.by_thread["t"][2]]
+    assert third.rolled_back_to is not None and third.rolled_back_to < before
+
+
+async def test_reject_with_a_tool_in_flight_writes_nothing(store: Any) -> None:
+    effects = SideEffects()
+    runtime = AgentRuntime(store)
+    runtime.add_graph("g", graph_for(effects, False, store))
+    runtime.register_entry_point(EntryPoint(id="chat", graph_id="g", multitask_strategy="reject"))
+    async with runtime:
+        await runtime.trigger("chat", "first", thread_id="t")
+        await asyncio.to_thread(effects.started.wait, WAIT)
+        head = await store.last_seq("__runtime__"), await store.last_seq("t")
+        with pytest.raises(ThreadBusyRunError):
+            await runtime.trigger("chat", "second", thread_id="t")
+        assert (await store.last_seq("__runtime__"), await store.last_seq("t")) == head
+        effects.async_release.set()
+        await runtime.wait("t", timeout=WAIT)
+    effects.check()
+
+
+async def test_a_rollback_cut_short_by_a_crash_is_finished_by_the_next_runtime(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trigger's end is recorded, then the process dies before the thread is set back:
+    the next runtime on the store finishes the rollback before running anything."""
+    effects = SideEffects()
+    runtime = AgentRuntime(store)
+    runtime.add_graph("g", graph_for(effects, False, store))
+    runtime.register_entry_point(EntryPoint(id="chat", graph_id="g"))
+    await runtime.start()
+    await runtime.trigger("chat", "first", thread_id="t")
+    await asyncio.to_thread(effects.started.wait, WAIT)
+
+    async def dies(*args: Any, **kwargs: Any) -> bool:
+        await runtime.stop(cancel=True)  # nothing of this process runs on
+        raise SystemExit("the process died here")
+
+    monkeypatch.setattr("actors.runtime.dispatch.roll_back", dies)
+    with pytest.raises(SystemExit):
+        await runtime.trigger("chat", "second", thread_id="t", multitask_strategy="rollback")
+    monkeypatch.undo()
+    ends = [r.event async for r in store.read("__runtime__") if r.kind == "trigger_finished"]
+    assert any(isinstance(e, TriggerFinished) and e.rolled_back_to == 0 for e in ends)
+    assert "run_superseded" not in [r.kind async for r in store.read("t")]
+
+    effects.async_release.set()
+    again = AgentRuntime(store)
+    again.add_graph("g", graph_for(effects, False, store))
+    again.register_entry_point(EntryPoint(id="chat", graph_id="g"))
+    async with again:
+        result = await again.wait("t", timeout=WAIT)
+    state = result["state"]
+    assert [m.text() for m in state.context if m.role == "user"] == ["second"]
+    assert [r.kind async for r in store.read("t")].count("run_superseded") == 1
+    check_transcript(state.context)
