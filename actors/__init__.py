@@ -43,7 +43,18 @@ if TYPE_CHECKING:
     from .graph import StateGraph
     from .nodes import interrupt
     from .results import ResponseGranularity
-    from .runtime import AgentRuntime, EntryPoint, RetryPolicy, RuntimeConfig
+    from .runtime import (
+        AgentRuntime,
+        Constraint,
+        EntryPoint,
+        Goal,
+        RetryPolicy,
+        RuntimeConfig,
+        SuccessCriterion,
+        create_agent_runtime,
+        record_outcome,
+        shared_state,
+    )
     from .tools import ToolNode
 
 _HOMES: dict[str, str] = {
@@ -83,6 +94,12 @@ _HOMES: dict[str, str] = {
     "EntryPoint": "actors.runtime",
     "RetryPolicy": "actors.runtime",
     "RuntimeConfig": "actors.runtime",
+    "Goal": "actors.runtime",
+    "SuccessCriterion": "actors.runtime",
+    "Constraint": "actors.runtime",
+    "create_agent_runtime": "actors.runtime",
+    "record_outcome": "actors.runtime",
+    "shared_state": "actors.runtime",
     "ToolNode": "actors.tools",
 }
 """Each public name and the module it is imported from on first use."""
@@ -99,7 +116,9 @@ __all__ = [
     "Callbacks",
     "Command",
     "CompiledGraph",
+    "Constraint",
     "EntryPoint",
+    "Goal",
     "GraphError",
     "GraphInterrupt",
     "HookError",
@@ -120,11 +139,15 @@ __all__ = [
     "RetryPolicy",
     "RuntimeConfig",
     "StateGraph",
+    "SuccessCriterion",
     "ThreadBusyError",
     "ToolCommandConflictError",
     "ToolNode",
+    "create_agent_runtime",
     "current_context",
     "interrupt",
+    "record_outcome",
+    "shared_state",
 ]
 
 

@@ -52,6 +52,9 @@ class NodeContext:
     """The graph's hooks, which a tool node calls around each tool call."""
     stream: RunStream | None = None
     """The run's stream when someone consumes it (`astream`), else None."""
+    step_seq: int = 0
+    """The seq of this step's `node_entered`: with the thread id, the step's identity, the
+    same when a crash makes the step run again."""
     recorded: list[Event] = field(default_factory=list)
     """Facts this node recorded (`record`): they ride in its step's commit, before its
     outputs, so a step that never commits leaves none of them behind."""

@@ -588,6 +588,7 @@ class StepLoop(Committing[S]):
             run.dispatched,
             self.callbacks if self.hooked & INVOCATION_HOOKS else None,
             run.stream,
+            (run.fold.state.execution_meta.internal_data.get(ENTERED_KEY) or {}).get("seq", 0),
         )
         actor = self._node_actor(run, node)
         requests: list[tuple[str, tuple[Any, ...]]] = []

@@ -403,6 +403,9 @@ class SharedWritten(BaseEvent, tag="shared_written", frozen=True):
     isolation: Literal["shared", "synchronized"] = "shared"
     run_id: str | None = None
     """The run that asked for the write (the key's own thread records it for that run)."""
+    op_id: str | None = None
+    """A synchronized write's identity (thread, step, index): a step run again after a
+    crash finds its write applied already and does not apply it twice."""
 
 
 class RunSuperseded(BaseEvent, tag="run_superseded", frozen=True):

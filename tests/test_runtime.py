@@ -142,7 +142,7 @@ async def test_bad_registrations_are_refused_with_what_to_do(store: Any, tmp_pat
     for entry, words in bad:
         with pytest.raises(RegistrationError, match=words):
             runtime.register_entry_point(entry)
-    assert runtime.entry_points == {}
+    assert runtime.entry_points() == []
     runtime.register_entry_point(EntryPoint(id="chat", graph_id="support"))
     with pytest.raises(RegistrationError, match="registered already"):
         runtime.register_entry_point(EntryPoint(id="chat", graph_id="support"))

@@ -186,7 +186,7 @@ def figures(runtime: AgentRuntime, state: str, signal_name: str | None) -> dict[
     depths: dict[str, int] = stats["queue_depth"]
     entries: dict[str, dict[str, Any]] = {}
     for entry_id, counts in stats["entry_points"].items():
-        entry = runtime.entry_points.get(entry_id)
+        entry = runtime.entries.get(entry_id)
         next_fire = None
         if entry is not None and entry.trigger == "timer" and state == "running":
             next_fire = runtime.next_fire(entry_id)

@@ -75,7 +75,7 @@ async def main(
             else check_built(await built(target, store, ref), store, ref)  # type: ignore[arg-type]
         )
         unsigned = [
-            e.id for e in runtime.entry_points.values() if e.trigger == "webhook" and e.unsigned
+            e.id for e in runtime.entries.values() if e.trigger == "webhook" and e.unsigned
         ]
         if unsigned and not loopback(host):
             raise usage(

@@ -1,8 +1,12 @@
 """The agent runtime: many runs of many graphs on one log, started by API calls, committed
-events and timers, with live subscriptions, injected input, cancellation and statistics."""
+events and timers, with live subscriptions, injected input, cancellation and statistics;
+double-texting, state shared between runs, and goals."""
 
+from .facts import SharedStateError
+from .goals import Constraint, Goal, SuccessCriterion, record_outcome
 from .listeners import event_input, timer_input
-from .runtime import AgentRuntime
+from .runtime import AgentRuntime, create_agent_runtime
+from .shared import SharedState, shared_state
 from .spec import (
     AgentRuntimeError,
     EntryPoint,
@@ -23,7 +27,9 @@ from .timers import Schedule
 __all__ = [
     "AgentRuntime",
     "AgentRuntimeError",
+    "Constraint",
     "EntryPoint",
+    "Goal",
     "InvalidTriggerInputError",
     "RegistrationError",
     "RetryPolicy",
@@ -33,9 +39,15 @@ __all__ = [
     "RuntimeNotStartedError",
     "RuntimeRunFailedError",
     "Schedule",
+    "SharedState",
+    "SharedStateError",
+    "SuccessCriterion",
     "ThreadBusyRunError",
     "UnknownEntryPointError",
     "UnknownRunError",
+    "create_agent_runtime",
     "event_input",
+    "record_outcome",
+    "shared_state",
     "timer_input",
 ]

@@ -11,20 +11,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from events.errors import AgentlogError, StoreError, ThreadBusyError
 from events.kinds import TriggerDispatched, TriggerFinished
 from projections import ExecutionStatus, StopRequestStatus
+from projections.edge import to_builtins
+from projections.messages import is_message_dict
 
 from ..command import Command
 from .ledger import TriggerState
 from .rollback import roll_back, rolled_back
+from .shared import RunScope, _scope
 
 if TYPE_CHECKING:
     from ..compiled import CompiledGraph
     from .runtime import AgentRuntime
+    from .spec import EntryPoint
 
 KEEP_RESULTS = 10_000
 """Results and errors of finished runs kept in memory for `wait` (older ones: from the log)."""
@@ -141,7 +146,7 @@ class Dispatcher:
                 kept.extend(self.queue[index:])
                 break
             accepted = state.accepted
-            entry = self.runtime.entry_points.get(accepted.entry_point)
+            entry = self.runtime.entries.get(accepted.entry_point)
             cap = entry.max_concurrent if entry is not None else None
             if state.retry_at is not None and state.retry_at > now:
                 earliest = state.retry_at if earliest is None else min(earliest, state.retry_at)
@@ -198,13 +203,19 @@ class Dispatcher:
                 ]
             )
             self._notify(state.id)
+            entry = self.runtime.entries.get(accepted.entry_point)
             if resume:
                 run_input: Any = None
             else:
-                entry = self.runtime.entry_points.get(accepted.entry_point)
                 if entry is not None and entry.entry_node is not None:
                     config["entry_node"] = entry.entry_node
                 run_input = Command(resume=accepted.input) if accepted.resume else accepted.input
+                if entry is not None and entry.input_keys and not accepted.resume:
+                    run_input = await self._with_session_keys(entry, thread_id, run_input)
+            if entry is not None:
+                _scope.set(RunScope(self.runtime, entry, asyncio.get_running_loop()))
+                if entry.isolation != "isolated":
+                    await self.runtime.catch_up()  # the run reads shared keys as of its start
             while True:
                 try:
                     result = await app.ainvoke(run_input, config, include_state=True)
@@ -230,6 +241,28 @@ class Dispatcher:
                 del self.executing[thread_id]
             self._notify(state.id)
             self._wake.set()
+
+    async def _with_session_keys(self, entry: EntryPoint, thread_id: str, run_input: Any) -> Any:
+        """The run's input with `entry.input_keys` copied from the user's active thread (the
+        only thing read from it; nothing is written there)."""
+        active = self.runtime.active_thread
+        graph_id = self.runtime.ledger.graph_of.get(active) if active else None
+        if active is None or active == thread_id or graph_id not in self.runtime.graphs:
+            return run_input
+        source = await self.runtime.graphs[graph_id].app.aget_state({"thread_id": active})
+        values = {
+            key: to_builtins(getattr(source, key))
+            for key in entry.input_keys
+            if key in type(source).model_fields
+        }
+        if not values:
+            return run_input
+        if isinstance(run_input, Mapping) and not is_message_dict(run_input):
+            return {**run_input, **values}
+        if run_input is None:
+            return values
+        messages = run_input if isinstance(run_input, list) else [run_input]
+        return {"messages": messages, **values}
 
     def _mark_ending(self, thread_id: str, state: TriggerState) -> None:
         execution = self.executing.get(thread_id)
@@ -267,7 +300,7 @@ class Dispatcher:
         error: BaseException | None,
     ) -> None:
         """Record a failed attempt, and queue a retry when the policy allows one."""
-        entry = self.runtime.entry_points.get(state.accepted.entry_point)
+        entry = self.runtime.entries.get(state.accepted.entry_point)
         policy = entry.retry if entry is not None else None
         fatal = policy is None or policy.is_fatal(error_type) or policy.is_fatal(cause_type)
         retry_at = None

@@ -105,7 +105,7 @@ class Listeners:
         self._graphs: dict[str, str | None] = {}
 
     def _entries(self, trigger: str) -> list[EntryPoint]:
-        return [e for e in self.runtime.entry_points.values() if e.trigger == trigger]
+        return [e for e in self.runtime.entries.values() if e.trigger == trigger]
 
     async def start(self) -> None:
         runtime, ledger = self.runtime, self.runtime.ledger

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Self
 
@@ -26,6 +27,8 @@ from projections.edge import to_builtins
 
 from ..command import Command
 from .dispatch import Dispatcher
+from .facts import Facts
+from .goals import Goal
 from .journal import RuntimeJournal
 from .ledger import Ledger, TriggerState
 from .listeners import Listeners
@@ -49,6 +52,8 @@ from .timers import Schedule
 
 if TYPE_CHECKING:
     from ..compiled import CompiledGraph
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -86,14 +91,25 @@ class AgentRuntime:
         config: RuntimeConfig | None = None,
         *,
         clock: Callable[[], float] = time.time,
+        goal: Goal | None = None,
     ) -> None:
         self.store = store
         self.config = config or RuntimeConfig()
         self.clock = clock
+        self.goals: dict[str, Goal] = {}
+        if goal is not None:
+            self.add_goal(goal)
+        self.facts = Facts()
+        """Shared keys and goal outcomes, folded from the log (`catch_up`)."""
+        self.active_thread: str | None = None
+        """The user's active thread (hive's primary session): the thread of the latest
+        run a person started (an API call, a webhook, an answer), unless set by hand."""
+        self._last_user_input: float | None = None
+        self._handlers: dict[str, asyncio.Task[None]] = {}
         self.ledger = Ledger()
         self.journal = RuntimeJournal(store, self.config.runtime_thread, self.ledger)
         self.graphs: dict[str, _Graph] = {}
-        self.entry_points: dict[str, EntryPoint] = {}
+        self.entries: dict[str, EntryPoint] = {}
         self.schedules: dict[str, Schedule] = {}
         self.dispatcher = Dispatcher(self)
         self.listeners = Listeners(self)
@@ -140,7 +156,7 @@ class AgentRuntime:
                 "them before removing it"
             )
         for entry_id in list(graph.entry_points):
-            self.entry_points.pop(entry_id, None)
+            self.entries.pop(entry_id, None)
             self.schedules.pop(entry_id, None)
         del self.graphs[graph_id]
 
@@ -153,7 +169,7 @@ class AgentRuntime:
         if not isinstance(entry, EntryPoint):
             raise RegistrationError(f"register_entry_point takes an EntryPoint, got {entry!r}")
         entry.check()
-        if entry.id in self.entry_points:
+        if entry.id in self.entries:
             raise RegistrationError(f"entry point {entry.id!r} is registered already")
         graph = self._graph(entry.graph_id, f"entry point {entry.id!r}")
         if entry.entry_node is not None and entry.entry_node not in graph.app.graph.nodes:
@@ -173,19 +189,26 @@ class AgentRuntime:
                 "include_own=True if runs should start runs of the same graph"
             )
         if entry.trigger == "webhook":
-            for other in self.entry_points.values():
+            for other in self.entries.values():
                 if other.trigger == "webhook" and other.path == entry.path:
                     raise RegistrationError(
                         f"entry point {entry.id!r}: path {entry.path!r} is served by entry "
                         f"point {other.id!r} already"
                     )
+        fields = graph.app.graph.state_cls.model_fields
+        unknown = [k for k in entry.input_keys if k not in fields or k == "execution_meta"]
+        if unknown:
+            raise RegistrationError(
+                f"entry point {entry.id!r}: input_keys {unknown} are not fields of graph "
+                f"{entry.graph_id!r}'s state ({', '.join(sorted(fields))})"
+            )
         schedule = Schedule.of(entry) if entry.trigger == "timer" else None
         if self.started and entry.trigger != "api":
             raise RegistrationError(
                 f"entry point {entry.id!r}: event and timer entry points are registered "
                 "before the runtime starts (they must not miss what happens meanwhile)"
             )
-        self.entry_points[entry.id] = entry
+        self.entries[entry.id] = entry
         graph.entry_points.add(entry.id)
         if schedule is not None:
             self.schedules[entry.id] = schedule
@@ -198,8 +221,23 @@ class AgentRuntime:
                 f"entry point {entry_id!r} has runs executing: cancel or wait for them first"
             )
         self.graphs[entry.graph_id].entry_points.discard(entry_id)
-        del self.entry_points[entry_id]
+        del self.entries[entry_id]
         self.schedules.pop(entry_id, None)
+
+    def entry_points(self) -> list[EntryPoint]:
+        """The registered entry points, in registration order (hive: `get_entry_points`)."""
+        return list(self.entries.values())
+
+    get_entry_points = entry_points
+
+    def add_goal(self, goal: Goal) -> None:
+        """Measure runs against `goal` (see `goal_progress`); refused when malformed."""
+        if not isinstance(goal, Goal):
+            raise RegistrationError(f"add_goal takes a Goal, got {goal!r}")
+        goal.check()
+        if goal.id in self.goals:
+            raise RegistrationError(f"goal {goal.id!r} is added already")
+        self.goals[goal.id] = goal
 
     def _graph(self, graph_id: str, who: str = "") -> _Graph:
         graph = self.graphs.get(graph_id)
@@ -212,9 +250,9 @@ class AgentRuntime:
         return graph
 
     def _entry(self, entry_id: str) -> EntryPoint:
-        entry = self.entry_points.get(entry_id)
+        entry = self.entries.get(entry_id)
         if entry is None:
-            known = ", ".join(self.entry_points) or "none"
+            known = ", ".join(self.entries) or "none"
             raise UnknownEntryPointError(f"no entry point {entry_id!r} (registered: {known})")
         return entry
 
@@ -253,6 +291,10 @@ class AgentRuntime:
         if not self.started:
             return
         self.stopping = True
+        for task in self._handlers.values():
+            task.cancel()
+        await asyncio.gather(*self._handlers.values(), return_exceptions=True)
+        self._handlers.clear()
         await self.listeners.stop()
         await self.dispatcher.stop(abandon=cancel)
         await self.journal.drain()
@@ -268,6 +310,18 @@ class AgentRuntime:
                 "the runtime is not running: use `async with runtime:` or await runtime.start()"
             )
 
+    @property
+    def is_running(self) -> bool:
+        """Started and not stopping."""
+        return self.started and not self.stopping
+
+    @property
+    def user_idle_seconds(self) -> float:
+        """Seconds since a person last started or answered a run here (inf: never)."""
+        if self._last_user_input is None:
+            return float("inf")
+        return max(self.clock() - self._last_user_input, 0.0)
+
     # ---- starting runs ------------------------------------------------------------------
 
     async def trigger(
@@ -281,6 +335,7 @@ class AgentRuntime:
         actor: str = "api",
         cause: Literal["api", "webhook"] = "api",
         multitask_strategy: MultitaskStrategy | None = None,
+        correlation_id: str | None = None,
     ) -> str:
         """Accept a run of the entry point's graph and return its thread id at once.
 
@@ -292,6 +347,7 @@ class AgentRuntime:
         accepted = await self.submit(
             entry_point_id, input, thread_id=thread_id, idempotency_key=idempotency_key,
             priority=priority, actor=actor, cause=cause, multitask_strategy=multitask_strategy,
+            correlation_id=correlation_id,
         )  # fmt: skip
         return accepted.thread_id
 
@@ -306,6 +362,7 @@ class AgentRuntime:
         actor: str = "api",
         cause: Literal["api", "webhook"] = "api",
         multitask_strategy: MultitaskStrategy | None = None,
+        correlation_id: str | None = None,
     ) -> TriggerAccepted:
         """`trigger`, returning the accepted trigger itself (its id names the run).
 
@@ -323,6 +380,12 @@ class AgentRuntime:
             seen = self.ledger.keys.get((entry.id, idempotency_key))
             if seen is not None:
                 return self.ledger.triggers[seen].accepted
+        if correlation_id is not None and (
+            not isinstance(correlation_id, str) or not correlation_id
+        ):
+            raise RegistrationError(
+                f"correlation_id must be a non-empty string, got {correlation_id!r}"
+            )
         if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
             raise RegistrationError(f"thread_id must be a non-empty string, got {thread_id!r}")
         if thread_id == self.config.runtime_thread:
@@ -360,7 +423,10 @@ class AgentRuntime:
             key=idempotency_key,
             priority=priority,
             by=actor,
+            correlation_id=correlation_id,
         )
+        self._last_user_input = self.clock()
+        self.active_thread = accepted.thread_id
         if busy and strategy == "interrupt" and thread_id is not None:
             await self._interrupt(thread_id, entry, actor)
         elif busy and strategy == "rollback" and thread_id is not None:
@@ -422,6 +488,7 @@ class AgentRuntime:
         source_position: int | None = None,
         slot: float | None = None,
         missed: int = 0,
+        correlation_id: str | None = None,
     ) -> TriggerAccepted:
         """Record a trigger and queue it (the one way every cause starts a run).
 
@@ -439,13 +506,14 @@ class AgentRuntime:
                 return await self._accept(
                     entry, input, cause=cause, thread_id=thread_id, key=key, priority=priority,
                     resume=resume, by=by, source_position=source_position, slot=slot,
-                    missed=missed,
+                    missed=missed, correlation_id=correlation_id,
                 )  # fmt: skip
             finally:
                 self._accepting.pop(pair).set_result(None)
         return await self._accept(
             entry, input, cause=cause, thread_id=thread_id, key=key, priority=priority,
             resume=resume, by=by, source_position=source_position, slot=slot, missed=missed,
+            correlation_id=correlation_id,
         )  # fmt: skip
 
     async def _accept(
@@ -462,6 +530,7 @@ class AgentRuntime:
         source_position: int | None,
         slot: float | None,
         missed: int,
+        correlation_id: str | None = None,
     ) -> TriggerAccepted:
         event = TriggerAccepted(
             trigger_id=uuid.uuid4().hex,
@@ -478,6 +547,7 @@ class AgentRuntime:
             slot=slot,
             missed=missed,
             by=by,
+            correlation_id=correlation_id,
         )
         await self.journal.record([event], by=by)
         if key is not None and self.ledger.keys.get((entry.id, key)) != event.trigger_id:
@@ -579,12 +649,14 @@ class AgentRuntime:
                 f"the run on thread {thread_id!r} is {current.execution_meta.status.value}, not "
                 "paused at an interrupt: send new input with trigger() instead"
             )
-        entry = self.entry_points.get(state.accepted.entry_point) or self._any_entry(
+        entry = self.entries.get(state.accepted.entry_point) or self._any_entry(
             state.accepted.graph_id
         )
         await self.accept(
             entry, to_builtins(value), cause="input", thread_id=thread_id, resume=True, by=actor
         )
+        self._last_user_input = self.clock()
+        self.active_thread = thread_id
 
     @contextlib.asynccontextmanager
     async def _thread_lock(self, thread_id: str) -> AsyncIterator[None]:
@@ -598,7 +670,7 @@ class AgentRuntime:
 
     def _any_entry(self, graph_id: str) -> EntryPoint:
         for entry_id in self.graphs[graph_id].entry_points:
-            return self.entry_points[entry_id]
+            return self.entries[entry_id]
         raise UnknownEntryPointError(f"graph {graph_id!r} has no entry point left")
 
     async def cancel(
@@ -652,6 +724,112 @@ class AgentRuntime:
             return getattr(record.event, "graph_id", None)
         return await self.listeners.graph_of_thread(record.thread_id)
 
+    def subscribe_to_events(
+        self,
+        kinds: Collection[str] | None,
+        handler: Callable[[EventRecord], Awaitable[None] | None],
+        *,
+        graph_id: str | None = None,
+        thread_id: str | None = None,
+        node: str | None = None,
+    ) -> str:
+        """Call `handler` with each committed record that matches, from now on, until
+        `unsubscribe_from_events(id)` or `stop()`; returns the id (hive's handler form).
+
+        A handler that raises is logged and keeps its subscription; a slow one lags behind
+        the log without holding anything up.
+        """
+        self._check_started()
+        if not callable(handler):
+            raise RegistrationError(
+                f"subscribe_to_events takes a handler function, got {handler!r}"
+            )
+        feed = self.subscribe(kinds, graph_id=graph_id, thread_id=thread_id, node=node)
+        subscription = uuid.uuid4().hex
+        self._handlers[subscription] = asyncio.ensure_future(_deliver(feed, handler))
+        return subscription
+
+    def unsubscribe_from_events(self, subscription_id: str) -> bool:
+        """End a handler subscription; False when there is none by that id."""
+        task = self._handlers.pop(subscription_id, None)
+        if task is None:
+            return False
+        task.cancel()
+        return True
+
+    # ---- shared state and goals ---------------------------------------------------------
+
+    def shared_key(self, graph_id: str, key: str) -> str:
+        """A shared key's name in the log: `graph/key`, or `*/key` when declared global."""
+        return f"*/{key}" if key in self.config.global_keys else f"{graph_id}/{key}"
+
+    async def catch_up(self) -> None:
+        """Fold every shared write and outcome committed so far into `facts`."""
+        await self.facts.catch_up(self.store)
+
+    async def shared_values(
+        self, graph_id: str | None = None, *, at_position: int | None = None
+    ) -> dict[str, Any]:
+        """The shared keys' values (all, or one graph's and the global ones), now or as of
+        a past position of the log."""
+        if graph_id is not None:
+            self._graph(graph_id)
+        if at_position is None:
+            await self.catch_up()
+            values = dict(self.facts.values)
+        else:
+            values = (await Facts.as_of(self.store, at_position)).values
+        if graph_id is None:
+            return values
+        prefixes = (f"{graph_id}/", "*/")
+        return {k.split("/", 1)[1]: v for k, v in values.items() if k.startswith(prefixes)}
+
+    async def goal_progress(
+        self, goal_id: str | None = None, *, at_position: int | None = None
+    ) -> dict[str, Any]:
+        """Progress towards a goal (the only one when there is one) from the outcomes in
+        the log: overall, per criterion, constraint violations and metrics; now or as of
+        a past position (hive: `get_goal_progress`)."""
+        from .goals import progress
+
+        if not self.goals:
+            raise RegistrationError("no goal is added: AgentRuntime(..., goal=Goal(...))")
+        if goal_id is None:
+            if len(self.goals) > 1:
+                raise RegistrationError(
+                    f"goal_progress: name one of the goals ({', '.join(self.goals)})"
+                )
+            goal_id = next(iter(self.goals))
+        goal = self.goals.get(goal_id)
+        if goal is None:
+            raise RegistrationError(f"no goal {goal_id!r} (goals: {', '.join(self.goals)})")
+        if at_position is None:
+            await self.catch_up()
+            return progress(goal, self.facts)
+        return progress(goal, await Facts.as_of(self.store, at_position))
+
+    get_goal_progress = goal_progress
+
+    # ---- hive's names ------------------------------------------------------------------
+
+    async def cancel_execution(self, entry_point_id: str, execution_id: str) -> bool:
+        """hive's `cancel_execution`: cancel the run on thread `execution_id` (what
+        `trigger` returned); False when there is none to cancel."""
+        self._entry(entry_point_id)
+        try:
+            await self.cancel(execution_id, actor="api")
+        except UnknownRunError:
+            return False
+        return True
+
+    def get_execution_result(self, entry_point_id: str, execution_id: str) -> dict[str, Any] | None:
+        """hive's `get_execution_result`: the kept result of a finished run, else None."""
+        self._entry(entry_point_id)
+        state = self.ledger.latest_on(execution_id)
+        if state is None or not state.done:
+            return None
+        return self.dispatcher.results.get(state.id)
+
     def pause_timers(self) -> None:
         """Timers stop firing (slots due meanwhile fire once on `resume_timers`)."""
         self.listeners.timers_paused = True
@@ -672,7 +850,7 @@ class AgentRuntime:
     def stats(self) -> dict[str, Any]:
         """Runs by graph and entry point, events appended, commit latency, queues, lag."""
         by_graph: dict[str, Counts] = {g: Counts() for g in self.graphs}
-        by_entry: dict[str, Counts] = {e: Counts() for e in self.entry_points}
+        by_entry: dict[str, Counts] = {e: Counts() for e in self.entries}
         running = self.dispatcher.running_ids()
         for state in self.ledger.triggers.values():
             for counts in (
@@ -696,6 +874,40 @@ class AgentRuntime:
             },
             "subscriber_lag": [max(head - s.position, 0) for s in self.subscribers],
         }
+
+    get_stats = stats
+
+
+async def _deliver(
+    feed: AsyncIterator[EventRecord], handler: Callable[[EventRecord], Awaitable[None] | None]
+) -> None:
+    """Hand each record of `feed` to `handler`, logging what it raises."""
+    async for record in feed:
+        try:
+            outcome = handler(record)
+            if asyncio.iscoroutine(outcome) or isinstance(outcome, asyncio.Future):
+                await outcome
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            _log.exception("event handler %r failed on record %d", handler, record.position)
+
+
+def create_agent_runtime(
+    store: EventStore,
+    graphs: Mapping[str, CompiledGraph[Any]],
+    entry_points: Sequence[EntryPoint],
+    config: RuntimeConfig | None = None,
+    *,
+    goal: Goal | None = None,
+) -> AgentRuntime:
+    """A runtime with `graphs` added and `entry_points` registered, not yet started."""
+    runtime = AgentRuntime(store, config, goal=goal)
+    for graph_id, app in graphs.items():
+        runtime.add_graph(graph_id, app)
+    for entry in entry_points:
+        runtime.register_entry_point(entry)
+    return runtime
 
 
 def _recordable(input: Any, resume: bool) -> Any:
@@ -734,4 +946,11 @@ async def _head(store: EventStore) -> int:
     return await last_position(store)
 
 
-__all__ = ["AgentRuntime", "Counts", "EntryPoint", "RetryPolicy", "RuntimeConfig"]
+__all__ = [
+    "AgentRuntime",
+    "Counts",
+    "EntryPoint",
+    "RetryPolicy",
+    "RuntimeConfig",
+    "create_agent_runtime",
+]

@@ -18,6 +18,9 @@ refuses it, `enqueue` waits its turn, `interrupt` stops the running run (as a st
 running finishes and commits) and then continues the thread with the new input, `rollback`
 cancels the running run, sets the thread back to the state before it, then runs the input."""
 MULTITASK_STRATEGIES: tuple[str, ...] = ("reject", "enqueue", "interrupt", "rollback")
+Isolation = Literal["isolated", "shared", "synchronized"]
+"""What an entry point's runs may do with the runtime's shared keys (see `shared`)."""
+ISOLATIONS: tuple[str, ...] = ("isolated", "shared", "synchronized")
 TRIGGERS: tuple[str, ...] = ("api", "event", "timer", "webhook")
 WEBHOOK_SCHEMES: tuple[str, ...] = ("standard", "github")
 """Built-in webhook signature schemes: Standard Webhooks, and GitHub's X-Hub-Signature-256."""
@@ -138,6 +141,10 @@ class EntryPoint:
     unsigned: bool = False
     tolerance_s: float = 300.0
     multitask_strategy: MultitaskStrategy = "enqueue"
+    isolation: Isolation = "isolated"
+    input_keys: Sequence[str] = ()
+    """State fields an event or timer run copies from the user's active thread (hive's
+    primary session) into its own input; it never writes that thread."""
     name: str = field(default="")
 
     def check(self) -> None:
@@ -175,6 +182,23 @@ class EntryPoint:
             raise RegistrationError(
                 f"entry point {self.id!r}: multitask_strategy is one of "
                 f"{', '.join(MULTITASK_STRATEGIES)}, got {self.multitask_strategy!r}"
+            )
+        if self.isolation not in ISOLATIONS:
+            raise RegistrationError(
+                f"entry point {self.id!r}: isolation is one of {', '.join(ISOLATIONS)}, got "
+                f"{self.isolation!r}"
+            )
+        if isinstance(self.input_keys, str) or not all(
+            isinstance(k, str) and k for k in self.input_keys
+        ):
+            raise RegistrationError(
+                f"entry point {self.id!r}: input_keys is a list of state field names, got "
+                f"{self.input_keys!r}"
+            )
+        if self.input_keys and self.trigger not in ("event", "timer"):
+            raise RegistrationError(
+                f"entry point {self.id!r}: input_keys copy the active thread's state into "
+                "runs nobody typed (event and timer entry points); an api run brings its input"
             )
         self._check_webhook()
         if self.trigger == "timer":
@@ -250,6 +274,8 @@ class RuntimeConfig:
     max_concurrent_runs: int = 100
     runtime_thread: str = "__runtime__"
     """The thread the runtime records its triggers, dispatches and outcomes in."""
+    global_keys: Sequence[str] = ()
+    """Shared keys every graph sees as one (the others are namespaced by graph)."""
 
     def __post_init__(self) -> None:
         if (

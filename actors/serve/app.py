@@ -415,7 +415,7 @@ def create_app(
     # ---- runs ------------------------------------------------------------------------------
 
     async def start_run(thread_id: str, body: RunCreate, who: Principal) -> TriggerState:
-        entry = runtime.entry_points.get(body.assistant_id)
+        entry = runtime.entries.get(body.assistant_id)
         if entry is None:
             raise UnknownEntryPointError(f"no assistant (entry point) {body.assistant_id!r}")
         who.require("run", entry.graph_id)
@@ -547,7 +547,7 @@ def create_app(
 
 def _mount_webhooks(app: FastAPI, runtime: AgentRuntime, max_body: int) -> None:
     """A route per webhook entry point, verified by its scheme (see `webhooks`)."""
-    routes = [e for e in runtime.entry_points.values() if e.trigger == "webhook"]
+    routes = [e for e in runtime.entries.values() if e.trigger == "webhook"]
     if not routes:
         return
     from . import webhooks

@@ -1,0 +1,202 @@
+"""State shared between the runs of a runtime (the seed's isolation levels), kept in the log.
+
+An entry point's `isolation` says what its runs may do with shared keys:
+
+- `isolated` (the default): nothing; a run sees only its own thread.
+- `shared`: writes are operations (set, increment, append, merge) recorded in the writing
+  step's own commit, so they happen exactly when the step does; they apply in commit order,
+  and a `set` meets the last one committed (last write wins).
+- `synchronized`: a write is applied at once on the key's own thread, serialised by the
+  store's optimistic concurrency (a writer that loses the race reads again and retries), and
+  returns the key's new value: 100 concurrent increments hand out 1..100, each once.
+
+Keys are namespaced by graph (`graph/key`) unless `RuntimeConfig.global_keys` names them
+(`*/key`). Every write is a `shared_written` record (who, which run, which operation), so
+the values can be recomputed as of any position. A run that reads shared keys may see other
+values after a crash and resume than it would have without one: reads are not recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from events import ConcurrencyError
+from events.kinds import SharedWritten
+from projections.edge import to_builtins
+
+from ..context import current_context
+from .facts import SharedStateError, apply_op
+
+if TYPE_CHECKING:
+    from .runtime import AgentRuntime
+    from .spec import EntryPoint
+
+Op = Literal["set", "increment", "append", "merge"]
+SHARED_THREAD_PREFIX = "__shared__/"
+"""Synchronized keys live on threads named by this prefix and the key."""
+
+
+def _check_value(key: str, op: str, value: Any) -> Any:
+    if not isinstance(key, str) or not key or "/" in key:
+        raise SharedStateError(f"a shared key is a non-empty string without '/', got {key!r}")
+    if op == "increment" and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise SharedStateError(f"increment takes a number, got {value!r}")
+    if op == "merge" and not isinstance(value, Mapping):
+        raise SharedStateError(f"merge takes a dict, got {type(value).__name__}")
+    try:
+        return to_builtins(dict(value) if op == "merge" else value)
+    except (TypeError, ValueError) as exc:
+        raise SharedStateError(
+            f"a shared value is recorded in the log: {type(value).__name__} cannot be ({exc})"
+        ) from exc
+
+
+@dataclass
+class RunScope:
+    """What a run started by the runtime carries into its nodes: whose run it is."""
+
+    runtime: AgentRuntime
+    entry: EntryPoint
+    loop: asyncio.AbstractEventLoop
+
+
+_scope: ContextVar[RunScope | None] = ContextVar("agentlog_run_scope", default=None)
+
+
+def shared_state() -> SharedState:
+    """The shared keys of the runtime running this node (call it inside a node)."""
+    scope = _scope.get()
+    context = current_context()
+    if scope is None:
+        raise SharedStateError(
+            f"node {context.node!r} runs outside an agent runtime: shared keys belong to "
+            "runs an AgentRuntime starts"
+        )
+    return SharedState(scope, context.node, context.thread_id, context.run_id, context.step_seq)
+
+
+class SharedState:
+    """A node's handle on the shared keys: read them, and write them as its entry point's
+    isolation allows. `get` is the value as this process last read the log (`aget` reads up
+    to its head first); writes of a `shared` entry point land with the node's step."""
+
+    def __init__(
+        self, scope: RunScope, node: str, thread_id: str, run_id: str, step_seq: int
+    ) -> None:
+        self.scope, self.node, self.thread_id, self.run_id = scope, node, thread_id, run_id
+        self.step_seq = step_seq
+        self._writes = 0
+
+    @property
+    def isolation(self) -> str:
+        return self.scope.entry.isolation
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The key's value as last read from the log (at the run's start at the latest)."""
+        full = self.scope.runtime.shared_key(self.scope.entry.graph_id, key)
+        self._check_readable(key)
+        return self.scope.runtime.facts.values.get(full, default)
+
+    async def aget(self, key: str, default: Any = None) -> Any:
+        """The key's value with every commit so far folded in."""
+        self._check_readable(key)
+        await self.scope.runtime.catch_up()
+        return self.get(key, default)
+
+    def set(self, key: str, value: Any) -> Any:
+        return self._write(key, "set", value)
+
+    def increment(self, key: str, by: float = 1) -> Any:
+        return self._write(key, "increment", by)
+
+    def append(self, key: str, value: Any) -> Any:
+        return self._write(key, "append", value)
+
+    def merge(self, key: str, value: Mapping[str, Any]) -> Any:
+        return self._write(key, "merge", value)
+
+    async def aset(self, key: str, value: Any) -> Any:
+        return await self._awrite(key, "set", value)
+
+    async def aincrement(self, key: str, by: float = 1) -> Any:
+        return await self._awrite(key, "increment", by)
+
+    async def aappend(self, key: str, value: Any) -> Any:
+        return await self._awrite(key, "append", value)
+
+    async def amerge(self, key: str, value: Mapping[str, Any]) -> Any:
+        return await self._awrite(key, "merge", value)
+
+    # ---- writing ------------------------------------------------------------------------
+
+    def _check_readable(self, key: str) -> None:
+        if self.isolation == "isolated":
+            raise SharedStateError(
+                f"entry point {self.scope.entry.id!r} is isolated: its runs see only their "
+                f"thread (key {key!r}); register it with isolation='shared' or 'synchronized'"
+            )
+
+    def _event(self, key: str, op: Op, value: Any) -> SharedWritten:
+        self._check_readable(key)
+        recorded = _check_value(key, op, value)
+        self._writes += 1
+        synchronized = self.isolation == "synchronized"
+        return SharedWritten(
+            key=self.scope.runtime.shared_key(self.scope.entry.graph_id, key),
+            op=op,
+            value=recorded,
+            node=self.node,
+            isolation="synchronized" if synchronized else "shared",
+            run_id=self.run_id,
+            op_id=f"{self.thread_id}:{self.step_seq}:{self._writes}" if synchronized else None,
+        )
+
+    def _write(self, key: str, op: Op, value: Any) -> Any:
+        event = self._event(key, op, value)
+        if event.isolation == "shared":
+            current_context().record(event)
+            return None
+        loop = self.scope.loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            raise SharedStateError(
+                f"a synchronized write waits for its commit: in an async node write "
+                f"`await shared.a{op}({key!r}, ...)`"
+            )
+        future = asyncio.run_coroutine_threadsafe(self._commit(event), loop)
+        return future.result()
+
+    async def _awrite(self, key: str, op: Op, value: Any) -> Any:
+        event = self._event(key, op, value)
+        if event.isolation == "shared":
+            current_context().record(event)
+            return None
+        return await self._commit(event)
+
+    async def _commit(self, event: SharedWritten) -> Any:
+        """Append a synchronized write on the key's thread, retrying a lost race; the key's
+        value after it (a write applied before, by this step's earlier life, is not redone)."""
+        runtime = self.scope.runtime
+        store = runtime.store
+        thread = SHARED_THREAD_PREFIX + event.key
+        while True:
+            await runtime.catch_up()
+            if event.op_id in runtime.facts.applied:
+                return runtime.facts.applied[event.op_id]
+            apply_op(runtime.facts.values.get(event.key), event.op, event.value, event.key)
+            seq = await store.last_seq(thread)
+            try:
+                await store.append(
+                    thread, [event], expected_seq=seq, run_id=self.run_id, actor=self.node
+                )
+            except ConcurrencyError:
+                continue
+            await runtime.catch_up()
+            return runtime.facts.applied.get(event.op_id or "")
