@@ -344,3 +344,46 @@ def test_a_refused_double_text_is_a_409_thread_busy() -> None:
     from actors.serve.app import _classify
 
     assert _classify(ThreadBusyRunError("busy"))[:2] == (409, "thread_busy")
+
+
+async def test_double_texting_over_http_reject_is_409_and_rollback_supersedes(
+    tmp_path: Path,
+) -> None:
+    gate = asyncio.Event()
+
+    async def slow(state: AgentState) -> list[Message]:
+        if state.context[-1].text() == "first":
+            await gate.wait()
+        return [Message.text_message(f"answered {state.context[-1].text()}", role="assistant")]
+
+    async with SQLiteEventStore(tmp_path / "texting.db") as store:
+        runtime = AgentRuntime(store)
+        runtime.add_graph("g", line(("work", slow)).compile(store))
+        runtime.register_entry_point(EntryPoint(id="chat", graph_id="g"))
+        app = create_app(runtime)
+        async with Server(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+            thread = (await client.post("/threads", json={})).json()["thread_id"]
+            first = await client.post(
+                f"/threads/{thread}/runs", json={"assistant_id": "chat", "input": "first"}
+            )
+            assert first.status_code in (200, 201, 202), first.text
+            for _ in range(200):
+                if await store.last_seq(thread) >= 2:
+                    break
+                await asyncio.sleep(0.01)
+            refused = await client.post(
+                f"/threads/{thread}/runs",
+                json={"assistant_id": "chat", "input": "x", "multitask_strategy": "reject"},
+            )
+            assert refused.status_code == 409
+            assert refused.json()["error"]["code"] == "thread_busy"
+            second = await client.post(
+                f"/threads/{thread}/runs/wait",
+                json={"assistant_id": "chat", "input": "second", "multitask_strategy": "rollback"},
+            )
+            assert second.status_code == 200, second.text
+            state = (await client.get(f"/threads/{thread}/state")).json()
+            texts = [m["content"][0]["text"] for m in state["values"]["context"]]
+            assert texts == ["second", "answered second"]
+            kinds = [r.kind async for r in store.read(thread)]
+            assert "run_superseded" in kinds and "x" not in str(texts)
