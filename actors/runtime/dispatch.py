@@ -25,6 +25,7 @@ from ..command import Command
 from .ledger import TriggerState
 from .rollback import roll_back, rolled_back
 from .shared import RunScope, _scope
+from .workers import give_lease, take_lease
 
 if TYPE_CHECKING:
     from ..compiled import CompiledGraph
@@ -119,6 +120,17 @@ class Dispatcher:
         if event is not None:
             event.set()
 
+    notify = _notify
+
+    def sweep(self) -> None:
+        """Queue every unfinished trigger not queued or running here (a worker's look for
+        runs whose worker died: their lease decides who takes them)."""
+        running = self.running_ids()
+        queued = {state.id for state in self.queue}
+        for state in self.runtime.ledger.pending():
+            if state.id not in running and state.id not in queued:
+                self.enqueue(state, resume=state.outcome == "failed")
+
     # ---- running ------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -151,7 +163,7 @@ class Dispatcher:
             if state.retry_at is not None and state.retry_at > now:
                 earliest = state.retry_at if earliest is None else min(earliest, state.retry_at)
                 kept.append(state)
-            elif (
+            elif self._waits_for_earlier(state) or (
                 accepted.thread_id in self.executing
                 or accepted.thread_id in self.holding
                 or (cap is not None and per_entry.get(accepted.entry_point, 0) >= cap)
@@ -165,6 +177,19 @@ class Dispatcher:
         self.queue = kept
         if earliest is not None:
             self._wake_at(earliest)
+
+    def _waits_for_earlier(self, state: TriggerState) -> bool:
+        """Another worker still runs or holds an earlier trigger of the same thread: the
+        thread's triggers run in arrival order, one at a time, whoever runs them."""
+        if self.runtime.config.worker_id is None:
+            return False
+        ledger = self.runtime.ledger
+        for trigger_id in ledger.by_thread.get(state.accepted.thread_id, ()):
+            if trigger_id == state.id:
+                return False
+            if not ledger.triggers[trigger_id].done:
+                return True
+        return False
 
     def _wake_at(self, when: float) -> None:
         if self._timer is not None:
@@ -184,6 +209,30 @@ class Dispatcher:
         self.executing[thread_id] = Execution(state, task)
 
     async def _execute(self, state: TriggerState, resume: bool) -> None:
+        if self.runtime.config.worker_id is None:
+            await self._run_trigger(state, resume)
+            return
+        lease = await take_lease(self.runtime, state.id)
+        if lease is None:  # another worker runs it; if it dies, a later sweep takes it over
+            self._forget(state)
+            return
+        try:
+            await self.runtime.journal.catch_up()
+            if state.done or (state.in_flight and await self._recover_one(state)):
+                self._forget(state)
+                return
+            await self._run_trigger(state, resume or state.in_flight)
+        finally:
+            await give_lease(self.runtime, lease)
+
+    def _forget(self, state: TriggerState) -> None:
+        thread_id = state.accepted.thread_id
+        execution = self.executing.get(thread_id)
+        if execution is not None and execution.state is state:
+            del self.executing[thread_id]
+        self._wake.set()
+
+    async def _run_trigger(self, state: TriggerState, resume: bool) -> None:
         accepted = state.accepted
         thread_id = accepted.thread_id
         app = self.runtime.graphs[accepted.graph_id].app
@@ -333,48 +382,52 @@ class Dispatcher:
 
     async def recover(self) -> None:
         """Queue what the log says is unfinished: accepted triggers not yet run, retries,
-        and runs a crash or a stop cut short (resumed from their log); finish rollbacks."""
+        and runs a crash or a stop cut short (resumed from their log); finish rollbacks.
+
+        A worker sharing the store queues them all: each one's lease says who takes it."""
         await self.finish_rollbacks()
         for state in self.runtime.ledger.pending():
-            if not state.in_flight:
+            if self.runtime.config.worker_id is not None or not state.in_flight:
                 self.enqueue(state, resume=state.outcome == "failed")
-                continue
-            thread_id = state.accepted.thread_id
-            if await self.runtime.store.last_seq(thread_id) == state.thread_seq:
-                self.enqueue(state, resume=state.resumed)  # nothing of the run was recorded
-                continue
-            graph = self.runtime.graphs.get(state.accepted.graph_id)
-            if graph is None:
-                self.enqueue(state, resume=True)  # waits for its graph to be added
-                continue
-            current = await graph.app.aget_state({"thread_id": thread_id})
-            meta = current.execution_meta
-            stopped = meta.stop_current_execution == StopRequestStatus.STOPPED
-            if meta.status == ExecutionStatus.CANCELLED:
-                cancelled = meta.internal_data.get("cancelled") or {}
-                await self.runtime.journal.record(
-                    [
-                        TriggerFinished(
-                            trigger_id=state.id, outcome="cancelled", attempt=state.attempt,
-                            message=cancelled.get("reason"), by=cancelled.get("by"),
-                        )
-                    ]
-                )  # fmt: skip
-            elif meta.status == ExecutionStatus.ERROR:
-                error = str(meta.internal_data.get("error") or "RunFailed: the run failed")
-                error_type, _, message = error.partition(": ")
-                await self._record_failure(
-                    state, state.attempt, error_type, error_type, message, None
-                )
-            elif meta.status == ExecutionStatus.COMPLETED or (
-                meta.is_interrupted() and not stopped
-            ):
-                outcome = "completed" if meta.status == ExecutionStatus.COMPLETED else "interrupted"
-                await self.runtime.journal.record(
-                    [TriggerFinished(trigger_id=state.id, outcome=outcome, attempt=state.attempt)]
-                )
-            else:
+            elif not await self._recover_one(state):
                 self.enqueue(state, resume=True)
+
+    async def _recover_one(self, state: TriggerState) -> bool:
+        """Settle a trigger dispatched before (by a runtime or worker now gone) from its
+        thread's log: record its end when the run ended (True), else leave it to be run on
+        from its log (False)."""
+        thread_id = state.accepted.thread_id
+        if await self.runtime.store.last_seq(thread_id) == state.thread_seq:
+            return False  # nothing of the run was recorded: it runs (again) from its input
+        graph = self.runtime.graphs.get(state.accepted.graph_id)
+        if graph is None:
+            return False  # waits for its graph to be added
+        current = await graph.app.aget_state({"thread_id": thread_id})
+        meta = current.execution_meta
+        stopped = meta.stop_current_execution == StopRequestStatus.STOPPED
+        if meta.status == ExecutionStatus.CANCELLED:
+            cancelled = meta.internal_data.get("cancelled") or {}
+            await self.runtime.journal.record(
+                [
+                    TriggerFinished(
+                        trigger_id=state.id, outcome="cancelled", attempt=state.attempt,
+                        message=cancelled.get("reason"), by=cancelled.get("by"),
+                    )
+                ]
+            )  # fmt: skip
+        elif meta.status == ExecutionStatus.ERROR:
+            error = str(meta.internal_data.get("error") or "RunFailed: the run failed")
+            error_type, _, message = error.partition(": ")
+            await self._record_failure(state, state.attempt, error_type, error_type, message, None)
+        elif meta.status == ExecutionStatus.COMPLETED or (meta.is_interrupted() and not stopped):
+            outcome = "completed" if meta.status == ExecutionStatus.COMPLETED else "interrupted"
+            await self.runtime.journal.record(
+                [TriggerFinished(trigger_id=state.id, outcome=outcome, attempt=state.attempt)]
+            )
+        else:
+            return False
+        self._notify(state.id)
+        return True
 
     # ---- cancelling and stopping ----------------------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from events import Claim, EventRecord, EventStore
 from events.errors import ConcurrencyError
@@ -33,6 +33,8 @@ class RuntimeJournal:
         self.appended = 0
         self._pending: list[tuple[list[Event], list[str], asyncio.Future[list[EventRecord]]]] = []
         self._flushing: asyncio.Task[None] | None = None
+        self.on_applied: Callable[[list[EventRecord]], None] | None = None
+        """Told of the records other writers (other workers) wrote, once folded in."""
 
     async def record(self, events: Sequence[Event], by: str | None = None) -> list[EventRecord]:
         """Append `events` (written by `by`, else "runtime") and return their records."""
@@ -79,12 +81,16 @@ class RuntimeJournal:
             self.ledger.apply_all(records)
             return records
 
-    async def catch_up(self) -> None:
-        """Fold in the runtime thread's records the ledger has not seen."""
-        if await self.store.last_seq(self.thread_id) > self.ledger.seq:
-            self.ledger.apply_all(
-                [r async for r in self.store.read(self.thread_id, self.ledger.seq + 1)]
-            )
+    async def catch_up(self) -> list[EventRecord]:
+        """Fold in the runtime thread's records the ledger has not seen; return them."""
+        if await self.store.last_seq(self.thread_id) <= self.ledger.seq:
+            return []
+        records = [r async for r in self.store.read(self.thread_id, self.ledger.seq + 1)]
+        records = [r for r in records if r.seq > self.ledger.seq]  # a concurrent catch-up
+        self.ledger.apply_all(records)
+        if records and self.on_applied is not None:
+            self.on_applied(records)
+        return records
 
     async def drain(self) -> None:
         """Wait until every record asked for has been written."""

@@ -175,6 +175,7 @@ class Listeners:
                 cause="event",
                 source_position=record.position,
                 by=f"event:{record.kind}",
+                key=f"agentlog:event:{record.position}",  # workers answer a record once
             )
 
     async def _matches(self, entry: EntryPoint, record: EventRecord) -> bool:
@@ -245,6 +246,7 @@ class Listeners:
             slot=slot,
             missed=missed,
             by=f"timer:{entry.id}",
+            key=f"agentlog:timer:{slot!r}",  # workers fire a slot once
         )
 
     def next_fire(self, entry_id: str) -> float | None:

@@ -49,6 +49,7 @@ from .spec import (
     UnknownRunError,
 )
 from .timers import Schedule
+from .workers import Follower
 
 if TYPE_CHECKING:
     from ..compiled import CompiledGraph
@@ -113,6 +114,7 @@ class AgentRuntime:
         self.schedules: dict[str, Schedule] = {}
         self.dispatcher = Dispatcher(self)
         self.listeners = Listeners(self)
+        self.follower = Follower(self)
         self.subscribers: list[Subscriber] = []
         self.started = False
         self.stopping = False
@@ -269,20 +271,32 @@ class AgentRuntime:
         """Claim the runtime thread, fold it, resume what was in flight, start listening."""
         if self.started:
             return
-        try:
-            self.journal.claim = await self.store.claim(
-                self.config.runtime_thread, purpose="an agent runtime"
-            )
-        except ThreadBusyError as exc:
-            raise ThreadBusyError(
-                f"another runtime runs on this store ({exc}); one runtime per store"
-            ) from exc
+        if self.config.worker_id is None:
+            try:
+                self.journal.claim = await self.store.claim(
+                    self.config.runtime_thread, purpose="an agent runtime"
+                )
+            except ThreadBusyError as exc:
+                raise ThreadBusyError(
+                    f"another runtime runs on this store ({exc}): one runtime per store, or "
+                    "run each as a worker (RuntimeConfig(worker_id=...), `agentlog worker`)"
+                ) from exc
+        else:
+            holder = await self.store.holder(self.config.runtime_thread)
+            if holder is not None and holder.alive(time.time()):
+                raise ThreadBusyError(
+                    "a lone runtime (no worker_id) runs on this store: workers share a store "
+                    "only with other workers"
+                )
+            self.journal.on_applied = self.follower.seen
         await self.journal.catch_up()
         self._head_at_start = await _head(self.store)
         self.started, self.stopping = True, False
         await self.listeners.start()
         await self.dispatcher.recover()
         self.dispatcher.start()
+        if self.config.worker_id is not None:
+            self.follower.start()
 
     async def stop(self, cancel: bool = False) -> None:
         """Stop: running steps commit, then runs pause (stopped, resumed by the next runtime
@@ -295,6 +309,7 @@ class AgentRuntime:
             task.cancel()
         await asyncio.gather(*self._handlers.values(), return_exceptions=True)
         self._handlers.clear()
+        await self.follower.stop()
         await self.listeners.stop()
         await self.dispatcher.stop(abandon=cancel)
         await self.journal.drain()
@@ -574,6 +589,9 @@ class AgentRuntime:
         `RunCancelledError`; `TimeoutError` after `timeout` seconds (the run goes on).
         """
         state = self.ledger.latest_on(thread_id)
+        if state is None and self.config.worker_id is not None:
+            await self.journal.catch_up()  # another worker may have accepted it just now
+            state = self.ledger.latest_on(thread_id)
         if state is None:
             raise UnknownRunError(f"no run of this runtime is on thread {thread_id!r}")
         return await self.wait_for(state.id, timeout)
@@ -581,6 +599,9 @@ class AgentRuntime:
     async def wait_for(self, trigger_id: str, timeout: float | None = None) -> dict[str, Any]:
         """`wait` for one triggered run, by its trigger id."""
         state = self.ledger.triggers.get(trigger_id)
+        if state is None and self.config.worker_id is not None:
+            await self.journal.catch_up()
+            state = self.ledger.triggers.get(trigger_id)
         if state is None:
             raise UnknownRunError(f"no run {trigger_id!r} in this runtime")
         async with asyncio.timeout(timeout):

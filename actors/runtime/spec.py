@@ -276,8 +276,25 @@ class RuntimeConfig:
     """The thread the runtime records its triggers, dispatches and outcomes in."""
     global_keys: Sequence[str] = ()
     """Shared keys every graph sees as one (the others are namespaced by graph)."""
+    worker_id: str | None = None
+    """Set, the runtime is one of many workers sharing the store (processes, hosts): each
+    triggered run is leased by exactly one worker, and a dead worker's runs are taken over
+    once its lease expires (see `workers`). None: the only runtime on the store."""
+    lease_s: float = 10.0
+    """A worker's lease on a run: how long another host waits after its last heartbeat
+    (on the same host, a dead process is seen at once)."""
+    poll_s: float = 0.1
+    """How often a worker reads what the other workers recorded (when no commit wakes it)."""
 
     def __post_init__(self) -> None:
+        if self.worker_id is not None and (
+            not isinstance(self.worker_id, str) or not self.worker_id.strip()
+        ):
+            raise RegistrationError(f"worker_id is a non-empty string, got {self.worker_id!r}")
+        for name in ("lease_s", "poll_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise RegistrationError(f"{name} is a number of seconds > 0, got {value!r}")
         if (
             isinstance(self.max_concurrent_runs, bool)
             or not isinstance(self.max_concurrent_runs, int)

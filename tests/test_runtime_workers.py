@@ -1,0 +1,200 @@
+"""Many workers sharing one store: every triggered run runs once, a dead worker's runs are
+taken over, timer slots and answered records fire once across workers.
+
+`shared_store_cases` runs the same checks on SQLite (several processes on one file) and, when
+AGENTLOG_PG_DSN is set, on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig
+from actors.runtime.ledger import Ledger
+from events import SQLiteEventStore, ThreadBusyError, open_store
+from projections import replay
+from tests.helpers import line
+from tests.workers.worker_app import build
+
+ROOT = Path(__file__).resolve().parent.parent
+WAIT = 120.0
+
+
+def said(state: Any) -> list[Any]:
+    from projections import Message
+
+    return [Message.text_message("ok", role="assistant")]
+
+
+def worker(store: Any, name: str, **config: Any) -> AgentRuntime:
+    runtime = AgentRuntime(store, RuntimeConfig(worker_id=name, **config))
+    runtime.add_graph("g", line(("work", said)).compile(store))
+    runtime.register_entry_point(EntryPoint(id="api", graph_id="g"))
+    return runtime
+
+
+async def ledger_of(store: Any) -> Ledger:
+    ledger = Ledger()
+    ledger.apply_all([r async for r in store.read("__runtime__")])
+    return ledger
+
+
+async def test_workers_in_one_process_share_the_runs_and_each_runs_once(tmp_path: Path) -> None:
+    db = tmp_path / "shared.db"
+    stores = [SQLiteEventStore(db) for _ in range(3)]
+    for store in stores:
+        await store.open()
+    workers = [worker(store, f"w{i}") for i, store in enumerate(stores)]
+    for runtime in workers:
+        await runtime.start()
+    threads = [await workers[i % 3].trigger("api", f"go {i}") for i in range(60)]
+    for i, thread in enumerate(threads):
+        result = await workers[(i + 1) % 3].wait(thread, timeout=WAIT)  # another worker waits
+        assert result["status"] == "completed"
+    for runtime in workers:
+        await runtime.stop()
+    ledger = await ledger_of(stores[0])
+    finished = collections.Counter(
+        [
+            r.event.trigger_id
+            async for r in stores[0].read("__runtime__")
+            if r.kind == "trigger_finished"
+        ]
+    )
+    assert set(finished.values()) == {1} and len(finished) == 60
+    for thread in threads:
+        records = [r async for r in stores[0].read(thread)]
+        assert [r.kind for r in records].count("run_started") == 1
+        assert replay(records).execution_meta.status.value == "completed"
+    assert all(t.outcome == "completed" for t in ledger.triggers.values())
+    for store in stores:
+        await store.close()
+
+
+async def test_a_lone_runtime_and_workers_do_not_share_a_store(tmp_path: Path) -> None:
+    async with SQLiteEventStore(tmp_path / "x.db") as store:
+        lone = AgentRuntime(store)
+        lone.add_graph("g", line(("work", said)).compile(store))
+        async with lone:
+            with pytest.raises(ThreadBusyError, match="workers share a store only"):
+                await worker(store, "w1").start()
+        with pytest.raises(Exception, match="worker_id is a non-empty string"):
+            RuntimeConfig(worker_id="")
+        with pytest.raises(Exception, match="lease_s is a number"):
+            RuntimeConfig(worker_id="w", lease_s=0)
+
+
+def spawn(address: str, effects: Path, name: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.workers.worker_app", address, str(effects), name],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready", proc.stderr.read() if proc.stderr else ""
+    return proc
+
+
+async def shared_workers_survive_a_kill(address: str, effects: Path, runs: int) -> None:
+    """Three worker processes and this one share `address`; this one triggers `runs` runs
+    and stops cleanly, one worker is SIGKILLed mid-way; everything runs exactly once."""
+    procs = {name: spawn(address, effects, name) for name in ("w1", "w2", "w3")}
+    try:
+        async with open_store(address) as store:
+            here = build(store, str(effects), "w0", max_runs=1)  # mostly a client
+            await here.start()
+            threads = [
+                await here.trigger("api", f"order {i}", idempotency_key=f"k{i}")
+                for i in range(runs)
+            ]
+            await here.stop()  # its own runs pause between nodes: the others take them over
+            deadline = time.monotonic() + WAIT
+            killed = False
+            while time.monotonic() < deadline:
+                ledger = await ledger_of(store)
+                done = [t for t in ledger.triggers.values() if t.accepted.entry_point == "api"]
+                finished = [t for t in done if t.done]
+                if not killed and len(finished) >= runs // 5:
+                    procs["w1"].send_signal(signal.SIGKILL)
+                    procs["w1"].wait(10)
+                    killed = True
+                if killed and len(finished) == runs:
+                    break
+                await asyncio.sleep(0.2)
+            ledger = await ledger_of(store)
+            api = [t for t in ledger.triggers.values() if t.accepted.entry_point == "api"]
+            assert killed and all(t.outcome == "completed" for t in api), collections.Counter(
+                t.outcome for t in api
+            )
+            await asyncio.sleep(1.0)  # the audit runs of the last completions
+            for name in ("w2", "w3"):
+                procs[name].send_signal(signal.SIGTERM)
+            for name in ("w2", "w3"):
+                _, err = procs[name].communicate(timeout=60)
+                assert procs[name].returncode == 0, err
+            await check_everything_once(store, threads, effects, procs["w1"].pid)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+async def check_everything_once(
+    store: Any, threads: list[str], effects: Path, killed_pid: int
+) -> None:
+    ledger = await ledger_of(store)
+    finishes = collections.Counter(
+        [
+            (r.event.trigger_id, r.event.outcome)
+            async for r in store.read("__runtime__")
+            if r.kind == "trigger_finished"
+        ]
+    )
+    assert all(count == 1 for (_, outcome), count in finishes.items() if outcome == "completed")
+    for thread in threads:
+        report = await store.verify(thread)
+        assert report.ok, report
+        records = [r async for r in store.read(thread)]
+        assert [r.seq for r in records] == list(range(1, len(records) + 1))
+        state = replay(records)
+        assert [m.text() for m in state.context if m.role == "assistant"][-1] == "shipped"
+        assert [r.kind for r in records].count("tool_call_finished") == 1
+    ran: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)
+    for entry in effects.read_text().splitlines():
+        name, pid, call = entry.split()
+        ran[call].append((name, int(pid)))
+    for call, runs in ran.items():
+        # a second execution only when the first was the killed worker's, cut off before
+        # its result was committed (a committed result is never run again)
+        assert len(runs) == 1 or (len(runs) == 2 and runs[0][1] == killed_pid), (call, runs)
+    slots = [
+        t.accepted.slot
+        for t in ledger.triggers.values()
+        if t.accepted.entry_point == "tick" and t.outcome != "rejected"
+    ]
+    assert len(slots) == len(set(slots)) and slots, "a timer slot fired twice"
+    answered = [
+        t.accepted.source_position
+        for t in ledger.triggers.values()
+        if t.accepted.entry_point == "after" and t.outcome != "rejected"
+    ]
+    assert len(answered) == len(set(answered)), "a record was answered twice"
+
+
+@pytest.mark.slow
+async def test_three_sqlite_worker_processes_and_a_sigkill(tmp_path: Path) -> None:
+    await shared_workers_survive_a_kill(str(tmp_path / "shared.db"), tmp_path / "effects", 120)
