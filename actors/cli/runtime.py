@@ -388,7 +388,25 @@ def _remove(path: str) -> None:
             os.remove(path + suffix)
 
 
-async def main(db: str, ref: AppRef, target: object, as_json: bool) -> None:
+def as_worker(runtime: AgentRuntime, worker_id: str | None) -> None:
+    """Make the runtime one of many workers on its store (`agentlog worker`)."""
+    if worker_id is None:
+        return
+    from dataclasses import replace
+
+    runtime.config = replace(runtime.config, worker_id=worker_id)
+
+
+def default_worker_id() -> str:
+    """This process's name among the workers: its host and pid."""
+    import socket
+
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+async def main(
+    db: str, ref: AppRef, target: object, as_json: bool, worker_id: str | None = None
+) -> None:
     """Open the store, get the runtime, serve it until a signal; then close everything."""
     from rich.live import Live
 
@@ -413,6 +431,7 @@ async def main(db: str, ref: AppRef, target: object, as_json: bool) -> None:
             except BaseException:
                 remove = await _still_empty(store, created)
                 raise
+            as_worker(runtime, worker_id)
             signals = Signals()
             signals.install()
             try:
@@ -429,12 +448,15 @@ async def main(db: str, ref: AppRef, target: object, as_json: bool) -> None:
             _remove(created)
 
 
-def run_runtime(db: str, app_ref: str, as_json: bool) -> None:
-    """`agentlog runtime` (its options are declared in `actors.cli`)."""
+def run_runtime(db: str, app_ref: str, as_json: bool, worker_id: str | None = None) -> None:
+    """`agentlog runtime`, and `agentlog worker` with a worker id (their options are
+    declared in `actors.cli`)."""
     ref = AppRef.parse(app_ref)
+    if worker_id is not None and not worker_id.strip():
+        raise typer.BadParameter("a worker id is a non-empty name", param_hint="--id")
     try:
         target = load(ref)
         check_target(target, ref)
-        asyncio.run(main(db, ref, target, as_json))
+        asyncio.run(main(db, ref, target, as_json, worker_id))
     except (CliError, AgentlogError) as exc:
         _fail(str(exc))
