@@ -88,15 +88,26 @@ async def store(tmp_path: Path) -> Any:
         yield opened
 
 
-async def double_text(store: Any, sync: bool, strategy: str) -> tuple[AgentRuntime, SideEffects]:
-    """The first input's tool call is running when the second input arrives."""
-    effects = SideEffects()
+def runtime_for(store: Any, effects: SideEffects, sync: bool, **entry: Any) -> AgentRuntime:
     runtime = AgentRuntime(store)
     runtime.add_graph("g", graph_for(effects, sync, store))
-    runtime.register_entry_point(EntryPoint(id="chat", graph_id="g"))
+    runtime.register_entry_point(EntryPoint(id="chat", graph_id="g", **entry))
+    return runtime
+
+
+async def first_in_flight(store: Any, sync: bool) -> tuple[AgentRuntime, SideEffects]:
+    """A started runtime whose first run's tool call on thread "t" is running."""
+    effects = SideEffects()
+    runtime = runtime_for(store, effects, sync)
     await runtime.start()
     await runtime.trigger("chat", "first", thread_id="t")
     await asyncio.to_thread(effects.started.wait, WAIT)
+    return runtime, effects
+
+
+async def double_text(store: Any, sync: bool, strategy: str) -> tuple[AgentRuntime, SideEffects]:
+    """The first input's tool call is running when the second input arrives."""
+    runtime, effects = await first_in_flight(store, sync)
 
     def release() -> None:
         effects.release.set()
@@ -185,9 +196,7 @@ async def test_rollback_returns_to_the_state_before_the_run_not_the_thread_start
 
 async def test_reject_with_a_tool_in_flight_writes_nothing(store: Any) -> None:
     effects = SideEffects()
-    runtime = AgentRuntime(store)
-    runtime.add_graph("g", graph_for(effects, False, store))
-    runtime.register_entry_point(EntryPoint(id="chat", graph_id="g", multitask_strategy="reject"))
+    runtime = runtime_for(store, effects, False, multitask_strategy="reject")
     async with runtime:
         await runtime.trigger("chat", "first", thread_id="t")
         await asyncio.to_thread(effects.started.wait, WAIT)
@@ -205,13 +214,7 @@ async def test_a_rollback_cut_short_by_a_crash_is_finished_by_the_next_runtime(
 ) -> None:
     """The trigger's end is recorded, then the process dies before the thread is set back:
     the next runtime on the store finishes the rollback before running anything."""
-    effects = SideEffects()
-    runtime = AgentRuntime(store)
-    runtime.add_graph("g", graph_for(effects, False, store))
-    runtime.register_entry_point(EntryPoint(id="chat", graph_id="g"))
-    await runtime.start()
-    await runtime.trigger("chat", "first", thread_id="t")
-    await asyncio.to_thread(effects.started.wait, WAIT)
+    runtime, effects = await first_in_flight(store, False)
 
     async def dies(*args: Any, **kwargs: Any) -> bool:
         await runtime.stop(cancel=True)  # nothing of this process runs on
@@ -226,9 +229,7 @@ async def test_a_rollback_cut_short_by_a_crash_is_finished_by_the_next_runtime(
     assert "run_superseded" not in [r.kind async for r in store.read("t")]
 
     effects.async_release.set()
-    again = AgentRuntime(store)
-    again.add_graph("g", graph_for(effects, False, store))
-    again.register_entry_point(EntryPoint(id="chat", graph_id="g"))
+    again = runtime_for(store, effects, False)
     async with again:
         result = await again.wait("t", timeout=WAIT)
     state = result["state"]

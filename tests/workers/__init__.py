@@ -32,3 +32,35 @@ def shipping_graph(ship: Any) -> Any:
     graph = agent_with_tools(agent, [ship])
     graph.name = "support"
     return graph
+
+
+def shipping_runtime(store: Any, ship: Any, tick_s: float, config: Any = None) -> Any:
+    """A runtime over "support" (`shipping_graph(ship)`, entry point "api") and "audit" (one
+    node noting each run), started by every `run_completed` of "support" (entry point
+    "after") and by a timer every `tick_s` seconds ("tick")."""
+    from actors import END, StateGraph
+    from actors.runtime import AgentRuntime, EntryPoint
+    from projections import AgentState, Message
+
+    def note(state: AgentState) -> list[Message]:
+        return [Message.text_message("noted", role="assistant")]
+
+    audit: StateGraph[AgentState] = StateGraph(name="audit")
+    audit.add_node("note", note)
+    audit.set_entry_point("note")
+    audit.add_edge("note", END)
+
+    runtime = AgentRuntime(store, config)
+    runtime.add_graph("support", shipping_graph(ship).compile(store))
+    runtime.add_graph("audit", audit.compile(store))
+    runtime.register_entry_point(EntryPoint(id="api", graph_id="support"))
+    runtime.register_entry_point(
+        EntryPoint(
+            id="after", graph_id="audit", trigger="event",
+            kinds=["run_completed"], from_graph="support",
+        )
+    )  # fmt: skip
+    runtime.register_entry_point(
+        EntryPoint(id="tick", graph_id="audit", trigger="timer", interval_s=tick_s)
+    )
+    return runtime

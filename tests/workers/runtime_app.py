@@ -18,12 +18,10 @@ import asyncio
 import sys
 from typing import Any
 
-from actors import END, StateGraph
-from actors.runtime import AgentRuntime, EntryPoint
+from actors.runtime import AgentRuntime
 from events import SQLiteEventStore
 from events.follow import last_position
-from projections import AgentState, Message
-from tests.workers import append_line, shipping_graph
+from tests.workers import append_line, shipping_runtime
 
 
 def build(store: SQLiteEventStore, effects: str, phase: str) -> AgentRuntime:
@@ -33,30 +31,7 @@ def build(store: SQLiteEventStore, effects: str, phase: str) -> AgentRuntime:
         append_line(effects, f"{phase} {tool_call_id}")
         return "ok"
 
-    support = shipping_graph(ship)
-
-    def note(state: AgentState) -> list[Message]:
-        return [Message.text_message("noted", role="assistant")]
-
-    audit: StateGraph[AgentState] = StateGraph(name="audit")
-    audit.add_node("note", note)
-    audit.set_entry_point("note")
-    audit.add_edge("note", END)
-
-    runtime = AgentRuntime(store)
-    runtime.add_graph("support", support.compile(store))
-    runtime.add_graph("audit", audit.compile(store))
-    runtime.register_entry_point(EntryPoint(id="api", graph_id="support"))
-    runtime.register_entry_point(
-        EntryPoint(
-            id="after", graph_id="audit", trigger="event",
-            kinds=["run_completed"], from_graph="support",
-        )
-    )  # fmt: skip
-    runtime.register_entry_point(
-        EntryPoint(id="tick", graph_id="audit", trigger="timer", interval_s=0.2)
-    )
-    return runtime
+    return shipping_runtime(store, ship, 0.2)
 
 
 async def main(db: str, effects: str, phase: str, runs: int) -> None:

@@ -17,11 +17,9 @@ import os
 import signal
 import sys
 
-from actors import END, StateGraph
-from actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig
+from actors.runtime import AgentRuntime, RuntimeConfig
 from events import EventStore, open_store
-from projections import AgentState, Message
-from tests.workers import append_line, shipping_graph
+from tests.workers import append_line, shipping_runtime
 
 
 def build(store: EventStore, effects: str, worker_id: str, max_runs: int = 100) -> AgentRuntime:
@@ -31,28 +29,8 @@ def build(store: EventStore, effects: str, worker_id: str, max_runs: int = 100) 
         append_line(effects, f"{worker_id} {os.getpid()} {tool_call_id}")
         return "ok"
 
-    def note(state: AgentState) -> list[Message]:
-        return [Message.text_message("noted", role="assistant")]
-
-    audit: StateGraph[AgentState] = StateGraph(name="audit")
-    audit.add_node("note", note)
-    audit.set_entry_point("note")
-    audit.add_edge("note", END)
-
     config = RuntimeConfig(worker_id=worker_id, lease_s=3.0, max_concurrent_runs=max_runs)
-    runtime = AgentRuntime(store, config)
-    runtime.add_graph("support", shipping_graph(ship).compile(store))
-    runtime.add_graph("audit", audit.compile(store))
-    runtime.register_entry_point(EntryPoint(id="api", graph_id="support"))
-    runtime.register_entry_point(
-        EntryPoint(
-            id="after", graph_id="audit", trigger="event",
-            kinds=["run_completed"], from_graph="support",
-        )
-    )  # fmt: skip
-    runtime.register_entry_point(
-        EntryPoint(id="tick", graph_id="audit", trigger="timer", interval_s=0.3)
-    )
+    runtime: AgentRuntime = shipping_runtime(store, ship, 0.3, config)
     return runtime
 
 
