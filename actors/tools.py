@@ -19,7 +19,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -47,6 +47,7 @@ __all__ = [
     "INJECTED",
     "Tool",
     "ToolArgumentsError",
+    "ToolLike",
     "ToolNode",
     "ToolReturnError",
     "UnknownToolError",
@@ -180,13 +181,51 @@ class Tool:
         return await result if inspect.isawaitable(result) else result
 
 
-class ToolNode:
-    """A graph node that runs the tool calls of the last assistant message concurrently."""
+@runtime_checkable
+class ToolLike(Protocol):
+    """What a tool node needs of a tool: a `Tool` made from a function, or one that lives
+    elsewhere (an MCP server's, `actors.mcp`). `bind` checks a model's arguments and raises
+    (`ToolArgumentsError`, or pydantic's `ValidationError`) when they do not fit; `call` runs
+    the tool with what `bind` returned."""
 
-    def __init__(self, tools: Sequence[Callable[..., Any]]) -> None:
-        self.tools: dict[str, Tool] = {}
+    @property
+    def name(self) -> str:
+        """The name a model calls it by."""
+        ...
+
+    @property
+    def description(self) -> str:
+        """What it does, for the model."""
+        ...
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI function-tool form of the tool."""
+        ...
+
+    def bind(
+        self, args: dict[str, Any], state: AgentState, context: NodeContext, call_id: str = ""
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """The positional and keyword arguments of the call, checked."""
+        ...
+
+    async def call(
+        self, pos: list[Any], kw: dict[str, Any], context: NodeContext, call_id: str = ""
+    ) -> Any:
+        """Run the tool; what it returns is recorded as a local tool's return is."""
+        ...
+
+
+class ToolNode:
+    """A graph node that runs the tool calls of the last assistant message concurrently.
+
+    `tools` are functions (described from their signatures) or ready tools (`ToolLike`:
+    a `Tool`, or the tools of an MCP server from `actors.mcp.mcp_tools`), in any mix.
+    """
+
+    def __init__(self, tools: Sequence[Callable[..., Any] | ToolLike]) -> None:
+        self.tools: dict[str, ToolLike] = {}
         for fn in tools:
-            tool = Tool.from_function(fn)
+            tool: ToolLike = fn if isinstance(fn, ToolLike) else Tool.from_function(fn)
             if tool.name in self.tools:
                 raise GraphError(f"two tools are named {tool.name!r}: tool names must be unique")
             self.tools[tool.name] = tool

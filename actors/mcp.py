@@ -1,0 +1,421 @@
+"""Tools from MCP servers, for a `ToolNode`: over stdio (a subprocess) or streamable HTTP.
+
+```python
+async with mcp_tools(StdioServer("python", ["server.py"]), HttpServer("http://h/mcp")) as tools:
+    graph.add_node("tools", ToolNode([get_weather, *tools]))
+    await graph.compile(store).ainvoke(...)
+```
+
+Each server's session lives in a task of its own, opened by `async with` and closed when it
+ends, so a transport that breaks (a server process that dies, an HTTP connection dropped)
+fails only the calls it was carrying, never the run's task. A call whose server died is a
+failed result in the log (`McpConnectionError`), like a local tool that raised; the next call
+connects again. A result the server marks as an error is a failed result too
+(`McpToolError`). Nothing here writes the log: the tool node records every call, as for
+local tools.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from events.errors import AgentlogError
+from projections import AgentState
+
+from .context import NodeContext
+from .errors import GraphError
+from .tools import ToolArgumentsError
+
+__all__ = [
+    "HttpServer",
+    "McpConnectionError",
+    "McpSession",
+    "McpSessionError",
+    "McpTool",
+    "McpToolError",
+    "StdioServer",
+    "mcp_tools",
+]
+
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_NAME_LIMIT = 64
+"""What model providers accept as a tool name: letters, digits, _ and -, at most 64."""
+
+CLOSE_TIMEOUT = 10.0
+"""Seconds a session's close may take (the SDK bounds a stdio server's own shutdown)."""
+
+
+class McpToolError(AgentlogError, RuntimeError):
+    """The MCP server answered the call with an error result (the tool failed there)."""
+
+
+class McpConnectionError(AgentlogError, ConnectionError):
+    """The MCP server could not be reached, or went away while a call was in flight: whether
+    that call took effect on the server is unknown."""
+
+
+class McpSessionError(AgentlogError, RuntimeError):
+    """An MCP tool was used outside the session that lists it (closed, or on another event
+    loop)."""
+
+
+@dataclass(frozen=True)
+class StdioServer:
+    """An MCP server run as a subprocess, spoken to over its stdin and stdout.
+
+    `name` labels it in errors (default: the command); `prefix` is put before each of its
+    tool names (two servers with a tool of the same name); `call_timeout` bounds each call
+    (seconds, None: no limit); `errlog` takes the server's stderr (default: ours).
+    """
+
+    command: str
+    args: Sequence[str] = ()
+    env: Mapping[str, str] | None = None
+    cwd: str | os.PathLike[str] | None = None
+    name: str | None = None
+    prefix: str = ""
+    call_timeout: float | None = None
+    errlog: TextIO | None = None
+
+    @property
+    def label(self) -> str:
+        """How errors name this server."""
+        return self.name or " ".join([os.path.basename(self.command), *self.args])
+
+
+@dataclass(frozen=True)
+class HttpServer:
+    """An MCP server over streamable HTTP at `url` (e.g. "http://127.0.0.1:8000/mcp").
+
+    `headers` go with every request (an API key); `name`, `prefix` and `call_timeout` are as
+    for `StdioServer`.
+    """
+
+    url: str
+    headers: Mapping[str, str] | None = None
+    name: str | None = None
+    prefix: str = ""
+    call_timeout: float | None = None
+
+    @property
+    def label(self) -> str:
+        """How errors name this server."""
+        return self.name or self.url
+
+
+Server = StdioServer | HttpServer
+"""An MCP server's address, by transport."""
+
+
+class McpSession:
+    """A live connection to one MCP server, owned by a task of its own.
+
+    `async with McpSession(server) as session:` connects (raising `McpConnectionError` when
+    the server cannot be started or reached); `await session.tools()` lists its tools as
+    `McpTool`s. A call finding the connection gone connects again first.
+    """
+
+    def __init__(self, server: Server) -> None:
+        if not isinstance(server, StdioServer | HttpServer):
+            raise GraphError(
+                f"an MCP server is a StdioServer(command, args) or an HttpServer(url), got "
+                f"{type(server).__name__} {server!r:.60}"
+            )
+        self.server = server
+        self._client: Any = None
+        self._owner: asyncio.Task[None] | None = None
+        self._closing: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._connecting = asyncio.Lock()
+        self._closed = False
+        self._lost: BaseException | None = None
+
+    async def __aenter__(self) -> McpSession:
+        self._loop = asyncio.get_running_loop()
+        await self._connect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._closed = True
+        await self._disconnect()
+
+    async def tools(self) -> list[McpTool]:
+        """The server's tools, every page of its listing, as tools a `ToolNode` takes."""
+        client = await self._live()
+        found: list[McpTool] = []
+        cursor: str | None = None
+        try:
+            while True:
+                page = await client.list_tools(cursor=cursor)
+                found.extend(McpTool.of(self, tool) for tool in page.tools)
+                cursor = page.next_cursor
+                if cursor is None:
+                    return found
+        except (GraphError, McpSessionError):
+            raise
+        except Exception as exc:
+            raise self._connection_error("listing its tools", exc) from exc
+
+    async def call(self, name: str, arguments: dict[str, Any], call_id: str = "") -> Any:
+        """Call tool `name` (the server's own name for it) and return the result's output."""
+        client = await self._live()
+        what = f"call {call_id!r} of tool {name!r}" if call_id else f"a call of tool {name!r}"
+        try:
+            result = await client.call_tool(
+                name, arguments, read_timeout_seconds=self.server.call_timeout
+            )
+        except Exception as exc:
+            if _closed(exc) and self._client is client:
+                self._client = None  # the next call connects again
+            raise self._connection_error(what, exc) from exc
+        if result.is_error:
+            text = _text_of(result) or "the server gave no message"
+            raise McpToolError(f"MCP server {self.server.label!r}, tool {name!r}: {text}")
+        return output_of(result)
+
+    async def _live(self) -> Any:
+        """The connected client, connecting again when the connection was lost."""
+        if self._closed:
+            raise McpSessionError(
+                f"the session of MCP server {self.server.label!r} is closed: use its tools "
+                "inside `async with mcp_tools(...)` (run the graph within that block)"
+            )
+        if asyncio.get_running_loop() is not self._loop:
+            raise McpSessionError(
+                f"the session of MCP server {self.server.label!r} was opened on another event "
+                "loop: run the graph with ainvoke/astream in the task that opened it, not "
+                "with the blocking invoke"
+            )
+        if self._client is None:
+            async with self._connecting:
+                if self._client is None:
+                    await self._disconnect()
+                    await self._connect()
+        return self._client
+
+    async def _connect(self) -> None:
+        """Start the owner task and wait until it is connected (or failed to)."""
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._closing = asyncio.Event()
+        self._lost = None
+        self._owner = asyncio.create_task(self._own(ready, self._closing))
+        try:
+            await asyncio.shield(ready)
+        except asyncio.CancelledError:
+            await self._disconnect()
+            raise
+        except Exception as exc:
+            await self._disconnect()
+            raise self._connection_error("connecting", exc) from exc
+
+    async def _own(self, ready: asyncio.Future[None], closing: asyncio.Event) -> None:
+        """The owner task: it alone enters and leaves the SDK's client (anyio's scopes must
+        be left by the task that entered them), so a broken transport cancels it, not the
+        caller of a tool."""
+        from mcp import Client
+
+        try:
+            async with Client(self._transport()) as client:
+                self._client = client
+                if not ready.done():
+                    ready.set_result(None)
+                await closing.wait()
+        except BaseException as exc:  # the transport broke, or the server could not start
+            self._lost = exc
+            if not ready.done():
+                ready.set_exception(exc if isinstance(exc, Exception) else _stopped(exc))
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._client = None
+
+    def _transport(self) -> Any:
+        server = self.server
+        if isinstance(server, StdioServer):
+            from mcp import StdioServerParameters
+            from mcp.client.stdio import stdio_client
+
+            params = StdioServerParameters(
+                command=server.command,
+                args=list(server.args),
+                env=dict(server.env) if server.env is not None else None,
+                cwd=server.cwd,
+            )
+            return stdio_client(params, errlog=server.errlog or sys.stderr)
+        from mcp.client.streamable_http import streamable_http_client
+
+        if not server.headers:
+            return streamable_http_client(server.url)
+        import httpx2
+
+        http = httpx2.AsyncClient(
+            headers=dict(server.headers), timeout=httpx2.Timeout(30.0, read=300.0)
+        )
+        return _closing_http(server.url, http)
+
+    async def _disconnect(self) -> None:
+        """Ask the owner task to leave its client, and wait for it (bounded)."""
+        owner, closing = self._owner, self._closing
+        self._owner = None
+        if owner is None:
+            return
+        if closing is not None:
+            closing.set()
+        done, _ = await asyncio.wait({owner}, timeout=CLOSE_TIMEOUT)
+        if not done:
+            owner.cancel()
+            with contextlib.suppress(BaseException):
+                await owner
+        elif not owner.cancelled():
+            owner.exception()  # retrieved: its failure was recorded in `_lost`
+
+    def _connection_error(self, what: str, exc: BaseException) -> McpConnectionError:
+        cause = self._lost if self._lost is not None else exc
+        return McpConnectionError(
+            f"MCP server {self.server.label!r} failed while {what}: {_describe(cause)}; "
+            "check that it runs (its command, or its URL), and note that a call cut short "
+            "may or may not have taken effect there"
+        )
+
+
+@contextlib.asynccontextmanager
+async def _closing_http(url: str, http: Any) -> AsyncIterator[Any]:
+    """The streamable HTTP transport over our own HTTP client, closed with it."""
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with http, streamable_http_client(url, http_client=http) as streams:
+        yield streams
+
+
+def _closed(exc: BaseException) -> bool:
+    """True when `exc` says the connection is gone (not a slow or refused call)."""
+    from mcp import MCPError
+    from mcp_types import CONNECTION_CLOSED
+
+    return isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED
+
+
+def _stopped(exc: BaseException) -> Exception:
+    return McpConnectionError(f"the connection task stopped ({type(exc).__name__})")
+
+
+def _describe(exc: BaseException) -> str:
+    """An exception in one line; an exception group by its first leaf."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc) or "no detail"
+    return f"{type(exc).__name__}: {text}"
+
+
+def _text_of(result: Any) -> str:
+    """The text blocks of a tool result, joined."""
+    return "\n".join(b.text for b in result.content if getattr(b, "type", None) == "text")
+
+
+def output_of(result: Any) -> Any:
+    """What a tool result records as its output: the structured content when there is some;
+    else its text (one text block, or several joined); else its content blocks as builtins."""
+    if result.structured_content is not None:
+        return result.structured_content
+    blocks = [b.model_dump(mode="json", by_alias=True, exclude_none=True) for b in result.content]
+    if not blocks:
+        return None
+    if all(b.get("type") == "text" for b in blocks):
+        return "\n".join(str(b.get("text", "")) for b in blocks)
+    return blocks
+
+
+@dataclass(frozen=True)
+class McpTool:
+    """One tool of an MCP server, as a `ToolNode` runs it (a `ToolLike`).
+
+    `name` is what a model calls it (the server's name with the server's `prefix`, made
+    acceptable to model providers); `remote_name` is the server's own.
+    """
+
+    name: str
+    remote_name: str
+    description: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any] | None
+    session: McpSession = field(repr=False, compare=False)
+    validator: Any = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def of(cls, session: McpSession, tool: Any) -> McpTool:
+        """The tool `tool` (the SDK's listing entry) of `session`'s server."""
+        remote = str(tool.name)
+        name = session.server.prefix + _NAME_UNSAFE.sub("_", remote)
+        if not name or len(name) > _NAME_LIMIT:
+            raise GraphError(
+                f"MCP server {session.server.label!r} has tool {remote!r}, whose name "
+                f"{name!r} is not 1 to {_NAME_LIMIT} characters as model providers require: "
+                "give the server a shorter prefix"
+            )
+        schema = dict(tool.input_schema or {"type": "object", "properties": {}})
+        return cls(
+            name=name,
+            remote_name=remote,
+            description=" ".join((tool.description or "").split()),
+            input_schema=schema,
+            output_schema=tool.output_schema,
+            session=session,
+            validator=_validator(schema),
+        )
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI function-tool form, with the server's input schema as parameters."""
+        function = {"name": self.name, "description": self.description}
+        return {"type": "function", "function": {**function, "parameters": self.input_schema}}
+
+    def bind(
+        self, args: dict[str, Any], state: AgentState, context: NodeContext, call_id: str = ""
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """The call's arguments, checked against the server's schema (the server checks too)."""
+        if self.validator is not None:
+            problems = sorted(self.validator.iter_errors(args), key=lambda e: list(e.path))
+            if problems:
+                said = "; ".join(
+                    f"{'.'.join(map(str, p.path)) or '(arguments)'}: {p.message}" for p in problems
+                )
+                raise ToolArgumentsError(f"invalid arguments for {self.name!r}: {said}")
+        return [], dict(args)
+
+    async def call(
+        self, pos: list[Any], kw: dict[str, Any], context: NodeContext, call_id: str = ""
+    ) -> Any:
+        """Call the tool on its server; an error result or a lost server raises."""
+        return await self.session.call(self.remote_name, kw, call_id)
+
+
+def _validator(schema: dict[str, Any]) -> Any:
+    """A JSON Schema validator for `schema`, or None when the schema itself is not valid (the
+    server is then left to check the arguments)."""
+    import jsonschema  # type: ignore[import-untyped]
+
+    try:
+        cls = jsonschema.validators.validator_for(schema)
+        cls.check_schema(schema)
+    except jsonschema.SchemaError:
+        return None
+    return cls(schema)
+
+
+@contextlib.asynccontextmanager
+async def mcp_tools(*servers: Server) -> AsyncIterator[list[McpTool]]:
+    """Connect to every server and yield all their tools, for a `ToolNode`; the sessions
+    close when the block ends. A server that cannot be reached raises
+    `McpConnectionError` before the block runs."""
+    async with contextlib.AsyncExitStack() as stack:
+        found: list[McpTool] = []
+        for server in servers:
+            session = await stack.enter_async_context(McpSession(server))
+            found.extend(await session.tools())
+        yield found

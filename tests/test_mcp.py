@@ -1,0 +1,225 @@
+"""MCP tools in a ToolNode: a real MCP server of the tests' own, over stdio and over HTTP.
+
+The server (tests/workers/mcp_server.py) runs as a subprocess on the official SDK's server
+side; the tools' calls are recorded in the log exactly as local tools' are: started,
+finished with an output, or failed with an error (a tool that raises, arguments that do
+not fit, a server that dies in the middle of a call).
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from actors import ToolNode
+from actors.mcp import (
+    HttpServer,
+    McpConnectionError,
+    McpSession,
+    McpSessionError,
+    McpTool,
+    StdioServer,
+    mcp_tools,
+)
+from actors.tools import ToolLike
+from events import MemoryEventStore, ToolCallFinished, ToolCallStarted
+from projections import AgentState, Message, ToolCallBlock, replay
+from tests.helpers import ROOT, agent_with_tools
+
+
+def stdio_server(**options: Any) -> StdioServer:
+    """The tests' MCP server, started over stdio for each session."""
+    return StdioServer(
+        sys.executable,
+        ["-m", "tests.workers.mcp_server", "stdio"],
+        cwd=str(ROOT),
+        env={"PYTHONPATH": str(ROOT)},
+        name="test-tools",
+        **options,
+    )
+
+
+@pytest.fixture(scope="module")
+def http_url() -> Iterator[str]:
+    """The tests' MCP server over streamable HTTP on a free port of 127.0.0.1."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.workers.mcp_server", "http"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stdout is not None
+    first = proc.stdout.readline().split()
+    assert first[:1] == ["port"], f"the HTTP MCP server did not start: {first}"
+    try:
+        yield f"http://127.0.0.1:{first[1]}/mcp"
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def http_server(url: str, **options: Any) -> HttpServer:
+    return HttpServer(url, name="test-tools-http", **options)
+
+
+def scripted_agent(*turns: list[tuple[str, dict[str, Any]]]) -> Any:
+    """An agent that asks for each turn's tool calls in order, then answers in text."""
+    ids = itertools.count(1)
+    script = list(turns)
+
+    def agent(state: AgentState) -> list[Message]:
+        asked = sum(1 for m in state.context if m.role == "assistant")
+        if asked < len(script):
+            blocks = [
+                ToolCallBlock(id=f"call-{next(ids)}", name=name, args=args)
+                for name, args in script[asked]
+            ]
+            return [Message(role="assistant", content=blocks)]
+        return [Message.text_message("done", role="assistant")]
+
+    return agent
+
+
+async def run_with(tools: list[Any], *turns: list[tuple[str, dict[str, Any]]]) -> Any:
+    """Run the scripted agent with `tools` to its end; the store, the run's state and the
+    finished calls by id."""
+    store = MemoryEventStore()
+    app = agent_with_tools(scripted_agent(*turns), tools).compile(store=store)
+    await app.ainvoke({"messages": [Message.text_message("go")]}, config={"thread_id": "t"})
+    state = await app.aget_state({"thread_id": "t"})
+    records = [r async for r in store.read("t")]
+    finished = {r.event.call_id: r.event for r in records if isinstance(r.event, ToolCallFinished)}
+    started = [r.event for r in records if isinstance(r.event, ToolCallStarted)]
+    assert replay(records).context == state.context  # the log says what the run saw
+    return state, finished, started
+
+
+@pytest.fixture
+async def stdio_tools() -> AsyncIterator[list[McpTool]]:
+    async with mcp_tools(stdio_server()) as tools:
+        yield tools
+
+
+def weather(city: str) -> str:
+    """A local tool beside the MCP ones."""
+    return f"sunny in {city}"
+
+
+async def test_schemas_reach_the_tool_nodes_listing(stdio_tools: list[McpTool]) -> None:
+    node = ToolNode([weather, *stdio_tools])
+    schemas = {s["function"]["name"]: s["function"] for s in node.schemas()}
+    assert set(schemas) == {"weather", "add", "greet", "forecast", "explode", "die", "count_calls"}
+    add = schemas["add"]
+    assert add["description"] == "Add two integers."
+    assert add["parameters"]["properties"]["a"]["type"] == "integer"
+    assert add["parameters"]["required"] == ["a", "b"]
+    assert "punctuation" not in schemas["greet"]["parameters"]["required"]
+    assert all(isinstance(t, ToolLike) for t in stdio_tools)
+
+
+async def test_results_and_errors_are_recorded_like_local_tools(
+    stdio_tools: list[McpTool],
+) -> None:
+    state, finished, started = await run_with(
+        [weather, *stdio_tools],
+        [("add", {"a": 2, "b": 40}), ("forecast", {"city": "Oslo"}), ("weather", {"city": "Rome"})],
+        [("explode", {"reason": "boom"}), ("add", {"a": "two", "b": 1}), ("nope", {})],
+    )
+    assert [s.name for s in started] == ["add", "forecast", "weather", "explode", "add", "nope"]
+    assert finished["call-1"].status == "completed"
+    assert finished["call-1"].output == {"result": 42}
+    assert finished["call-2"].output == {"city": "Oslo", "celsius": 21.5, "sky": "clear"}
+    assert finished["call-3"].output == "sunny in Rome"
+    explode = finished["call-4"]
+    assert explode.status == "failed"
+    assert explode.error is not None and explode.error.startswith("McpToolError: ")
+    assert "exploded: boom" in explode.error
+    bad = finished["call-5"]
+    assert bad.status == "failed" and bad.error is not None
+    assert bad.error.startswith("ToolArgumentsError: invalid arguments for 'add': a:")
+    assert finished["call-6"].error is not None and "UnknownToolError" in finished["call-6"].error
+    assert state.execution_meta.status.value == "completed"
+    results = [m for m in state.context if m.role == "tool"]
+    assert len(results) == 6  # every call answered exactly once
+
+
+async def test_a_tool_over_http(http_url: str) -> None:
+    async with mcp_tools(http_server(http_url, prefix="remote_")) as tools:
+        assert {t.name for t in tools} >= {"remote_add", "remote_greet"}
+        assert {t.remote_name for t in tools} >= {"add", "greet"}
+        state, finished, _ = await run_with(
+            tools,
+            [("remote_greet", {"name": "Ada"}), ("remote_add", {"a": 1, "b": 2})],
+            [("remote_explode", {"reason": "over http"})],
+        )
+    assert finished["call-1"].output == {"result": "hello Ada!"}
+    assert finished["call-2"].output == {"result": 3}
+    assert finished["call-3"].status == "failed"
+    assert "exploded: over http" in (finished["call-3"].error or "")
+    assert state.execution_meta.status.value == "completed"
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_server_dying_mid_call_fails_that_call_only(transport: str, http_url: str) -> None:
+    if transport == "stdio":
+        server: StdioServer | HttpServer = stdio_server()
+    else:  # a server of its own, since this one dies
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.workers.mcp_server", "http"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        assert proc.stdout is not None
+        server = http_server(f"http://127.0.0.1:{proc.stdout.readline().split()[1]}/mcp")
+    try:
+        async with mcp_tools(server) as tools:
+            turns = [[("add", {"a": 1, "b": 1})], [("die", {})]]
+            if transport == "stdio":  # the next call starts the server again
+                turns.append([("count_calls", {})])
+            state, finished, _ = await run_with(tools, *turns)
+    finally:
+        if transport == "http":
+            proc.kill()
+            proc.wait(timeout=30)
+    assert finished["call-1"].output == {"result": 2}
+    died = finished["call-2"]
+    assert died.status == "failed"
+    assert died.error is not None and died.error.startswith("McpConnectionError: ")
+    assert "may or may not have taken effect" in died.error
+    if transport == "stdio":
+        assert finished["call-3"].output == {"result": 1}  # a fresh server process
+    assert state.execution_meta.status.value == "completed"
+    assert [m.text() for m in state.context][-1] == "done"
+
+
+async def test_tools_refuse_to_run_after_their_session_closed() -> None:
+    async with mcp_tools(stdio_server()) as tools:
+        add = next(t for t in tools if t.name == "add")
+    with pytest.raises(McpSessionError, match="is closed"):
+        await add.session.call("add", {"a": 1, "b": 2})
+
+
+async def test_a_server_that_cannot_start_or_be_reached_is_named() -> None:
+    missing = StdioServer("/nonexistent/mcp-server", name="ghost")
+    with pytest.raises(McpConnectionError, match="'ghost'"):
+        async with McpSession(missing):
+            pass
+    with pytest.raises(McpConnectionError, match=r"127\.0\.0\.1:9/"):
+        async with mcp_tools(HttpServer("http://127.0.0.1:9/mcp")):
+            pass
+
+
+async def test_calls_run_concurrently_on_one_session(stdio_tools: list[McpTool]) -> None:
+    calls = [("add", {"a": i, "b": i}) for i in range(8)]
+    _, finished, _ = await run_with(stdio_tools, calls)
+    assert [finished[f"call-{i + 1}"].output for i in range(8)] == [
+        {"result": 2 * i} for i in range(8)
+    ]
