@@ -28,9 +28,13 @@ from events.kinds import (
     MessageReplaced,
     MessagesRemoved,
     MessagesReplaced,
+    ModelCalled,
     NodeEntered,
+    OutcomeRecorded,
     RunCompleted,
     RunFailed,
+    RunSuperseded,
+    SharedWritten,
     StateUpdated,
     StepAdvanced,
     Stopped,
@@ -414,11 +418,37 @@ def summarize(record: EventRecord) -> str:
         return f"{event.node}: {event.error_type}: {event.message}"[:100]
     if isinstance(event, Forked):
         return f"from {event.source_thread}@{event.source_seq}"
+    if isinstance(event, ModelCalled):
+        return _model_called(event)
+    if isinstance(event, SharedWritten):
+        value = repr(event.value)[:SUMMARY_CHARS]
+        return f"{event.isolation} {event.op} {event.key} {value}"
+    if isinstance(event, OutcomeRecorded):
+        goal = f" (goal {event.goal_id})" if event.goal_id else ""
+        return f"outcome {event.metric} = {event.value!r}{goal}"
+    if isinstance(event, RunSuperseded):
+        return f"run {event.run_id} rolled back by {event.by} to seq {event.started_seq - 1}"
     fields = event.__struct_fields__
     for name in ("name", "node", "next_node", "entry_node", "reason"):
         if name in fields and getattr(event, name):
             return f"{name}={getattr(event, name)}"
     return ""
+
+
+def _model_called(event: ModelCalled) -> str:
+    """A model call: which model, how it ended, tokens and latency."""
+    said = f"{event.provider}:{event.model} attempt {event.attempt} {event.status}"
+    usage = event.usage or {}
+    tokens = usage.get("total_tokens")
+    if tokens is None and usage:
+        counted = [v for k, v in usage.items() if k.endswith("tokens") and isinstance(v, int)]
+        tokens = sum(counted) if counted else None
+    if tokens is not None:
+        said += f", {tokens} tokens"
+    said += f", {event.latency_ms:.0f} ms"
+    if event.error:
+        said += f": {event.error}"[:SUMMARY_CHARS]
+    return said
 
 
 def _tool_finished(event: ToolCallFinished) -> str:

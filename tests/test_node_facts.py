@@ -113,3 +113,30 @@ async def test_published_chunks_reach_astream_and_never_the_log() -> None:
     assert (await kinds(store)).count("message_appended") == 2
     # and with no consumer, publishing is a no-op
     await graph.ainvoke({"messages": [Message.text_message("again")]}, config=CFG)
+
+
+def test_history_says_what_each_fact_was() -> None:
+    from events import OutcomeRecorded, RunSuperseded
+    from projections.fold import uncommitted_record
+    from projections.timetravel import summarize
+
+    def said(event: Any) -> str:
+        return summarize(uncommitted_record(event, 1, "t"))
+
+    call = ModelCalled(
+        node="agent", provider="openai", model="gpt-x", request_hash="h", attempt=2,
+        usage={"prompt_tokens": 30, "completion_tokens": 12}, latency_ms=812.4,
+    )  # fmt: skip
+    assert said(call) == "openai:gpt-x attempt 2 completed, 42 tokens, 812 ms"
+    failed = ModelCalled(
+        node="a", provider="anthropic", model="m", request_hash="h", status="failed",
+        error="429 rate limited",
+    )  # fmt: skip
+    assert said(failed).endswith("failed, 0 ms: 429 rate limited")
+    assert said(SharedWritten(key="g/n", op="increment", value=2)) == "shared increment g/n 2"
+    assert said(OutcomeRecorded(metric="solved", value=True, goal_id="q")) == (
+        "outcome solved = True (goal q)"
+    )
+    assert said(RunSuperseded(run_id="run-1", by="api", started_seq=5)) == (
+        "run run-1 rolled back by api to seq 4"
+    )
