@@ -4,7 +4,8 @@ folded into the live state the moment they land, published to its stream, snapsh
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -13,27 +14,37 @@ import msgspec
 from events import (
     AgentlogError,
     ConcurrencyError,
+    ContextSummarized,
     EventRecord,
     InterruptRaised,
     MessageAppended,
+    MessagesRemoved,
+    MessagesReplaced,
     NodeEntered,
+    RunCompleted,
+    RunFailed,
     StepAdvanced,
     StopRequested,
     ToolCallStarted,
 )
-from events.kinds import Event
+from events.kinds import Event, RunCancelled
 from projections import (
     END,
+    BaseContextManager,
     ExecutionStatus,
     Fold,
+    InvalidStateUpdateError,
     Message,
+    MessageContextManager,
     RemoteToolCallBlock,
     StopRequestStatus,
     StreamChunk,
     StreamEvent,
+    check_pairs,
     fold_at,
     to_builtins,
 )
+from projections.context import dropped
 from projections.fold import (
     uncommitted_record,
 )
@@ -53,9 +64,19 @@ from .run import COMMIT_ATTEMPTS, Engine, Run, S, _log, elapsed_ms
 from .tools import pending_calls
 from .view import node_view
 
+TRIMMER = "runtime"
+"""The actor of a context manager's trim: the engine's own record, beside a step's."""
+
+Build = Callable[[], list[Event] | Awaitable[list[Event]]]
+"""Builds a commit's events (folding them ahead), or a coroutine that does."""
+
 
 class Committing(Engine[S]):
     """The commit path of the engine."""
+
+    context_manager: BaseContextManager[Any] | None = None
+    """Bounds the context the nodes see (`compile(context_manager=...)`): a commit that
+    leaves it over its bound carries the trim."""
 
     async def _commit_step(
         self,
@@ -94,13 +115,17 @@ class Committing(Engine[S]):
     ) -> None:
         """See `_commit_step`; the outputs a hook changed are recorded as `changed_by`'s."""
         entering: list[Event] = []
+        trim: list[Event] = []
         target = END
 
-        def build() -> list[Event]:
-            nonlocal entering, target
+        async def build() -> list[Event]:
+            nonlocal entering, target, trim
             fold = run.fold
             base = fold.seq
             fold.apply_decided(self._scratch(run, events, base))  # routing sees the new state
+            trim = await self._trim(run, events)
+            if trim:
+                fold.apply_decided(self._scratch(run, trim, base + len(events)))
             if ending:
                 target = END
             else:
@@ -129,15 +154,16 @@ class Committing(Engine[S]):
                 tail.append(InterruptRaised(node=node, reason="interrupt_after", when="after"))
             entering = self._entering(run, tail, target)
             tail.extend(entering)
-            fold.apply_decided(self._scratch(run, tail, base + len(events)))
-            return [*events, *tail]
+            fold.apply_decided(self._scratch(run, tail, base + len(events) + len(trim)))
+            return [*events, *trim, *tail]
 
         actors = None
-        if changed_by is not None:
-            hook = changed_by
+        if changed_by is not None or self.context_manager is not None:
+            outputs = node if changed_by is None else changed_by
 
             def actors(batch: list[Event]) -> tuple[str, ...]:
-                return (hook,) * len(events) + (node,) * (len(batch) - len(events))
+                rest = len(batch) - len(events) - len(trim)
+                return (outputs,) * len(events) + (TRIMMER,) * len(trim) + (node,) * rest
 
         records = await self._commit_built(run, build, actor=node, actors=actors)
         if entering:
@@ -154,16 +180,76 @@ class Committing(Engine[S]):
     async def _commit_unlocked(
         self, run: Run[S], events: Sequence[Event], *, actor: str
     ) -> list[EventRecord]:
-        def build() -> list[Event]:
-            run.fold.apply_decided(self._scratch(run, events, run.fold.seq))
-            return list(events)
+        trim: list[Event] = []
 
-        return await self._commit_built(run, build, actor=actor)
+        async def build() -> list[Event]:
+            nonlocal trim
+            base = run.fold.seq
+            run.fold.apply_decided(self._scratch(run, events, base))
+            trim = await self._trim(run, events)
+            if trim:
+                run.fold.apply_decided(self._scratch(run, trim, base + len(events)))
+            return [*events, *trim]
+
+        def actors(batch: list[Event]) -> tuple[str, ...]:
+            return (actor,) * len(events) + (TRIMMER,) * (len(batch) - len(events))
+
+        if self.context_manager is None:
+            return await self._commit_built(run, build, actor=actor)
+        return await self._commit_built(run, build, actor=actor, actors=actors)
+
+    async def _trim(self, run: Run[S], events: Sequence[Event]) -> list[Event]:
+        """The events trimming the context after `events` were folded in, if it is over the
+        context manager's bound: the messages it drops (`messages_removed`, the log keeps
+        them), and the new summary when there is one (`context_summarized`). A manager that
+        reorders or rewrites messages replaces the context (`messages_replaced`, or a
+        `context_summarized` carrying it). Only a commit that adds messages, and does not
+        end the run, is trimmed."""
+        manager = self.context_manager
+        if manager is None or not any(isinstance(e, MessageAppended) for e in events):
+            return []
+        if any(isinstance(e, RunCompleted | RunFailed | RunCancelled) for e in events):
+            return []
+        state = run.fold.state
+        before = list(state.context)
+        if isinstance(manager, MessageContextManager):
+            kept = manager.trimmed(before)
+            if kept is None:
+                return []
+            summary = await manager.summary(dropped(before, kept), state.context_summary)
+        else:  # the seed's protocol: hand it a copy of the state, take the context it leaves
+            after = await manager.atrim_context(state.model_copy(deep=True))
+            kept, summary = list(after.context), after.context_summary
+            if kept == before and summary == state.context_summary:
+                return []
+        who = (
+            repr(manager) if isinstance(manager, MessageContextManager) else type(manager).__name__
+        )
+        try:
+            check_pairs(before, kept, f"the trim by {who}")
+        except InvalidStateUpdateError as exc:
+            raise ContextTrimError(f"{exc}; a context manager must keep them together") from exc
+        new_summary = summary is not None and summary != state.context_summary
+        ids = [m.message_id for m in before]
+        if _subsequence(kept, before) and len(set(ids)) == len(ids):
+            staying = {m.message_id for m in kept}
+            gone = [i for i in ids if i not in staying]
+            out: list[Event] = []
+            if gone:
+                reason = f"context trimmed by {who}: {len(kept)} of {len(before)} messages kept"
+                out.append(MessagesRemoved(message_ids=gone, reason=reason))
+            if new_summary:
+                out.append(ContextSummarized(summary=summary or ""))
+            return out
+        messages = [to_builtins(m) for m in kept]
+        if new_summary:
+            return [ContextSummarized(summary=summary or "", messages=messages)]
+        return [MessagesReplaced(messages=messages)]
 
     async def _commit_built(
         self,
         run: Run[S],
-        build: Callable[[], list[Event]],
+        build: Build,
         *,
         actor: str,
         actors: Callable[[list[Event]], tuple[str, ...]] | None = None,
@@ -176,7 +262,8 @@ class Committing(Engine[S]):
         for _ in range(COMMIT_ATTEMPTS):
             base = run.fold.seq
             try:
-                batch = build()
+                built = build()
+                batch = await built if inspect.isawaitable(built) else built
                 who = actor if actors is None else actors(batch)
                 records = await self._append(run, batch, base, who)
             except ConcurrencyError:
@@ -361,6 +448,16 @@ def _snapshot_done(tasks: set[asyncio.Task[Any]], task: asyncio.Task[Any]) -> No
     tasks.discard(task)
     if not task.cancelled() and task.exception() is not None:
         _log.warning("snapshot failed: %s", task.exception())
+
+
+class ContextTrimError(GraphError):
+    """A context manager's trim would break a tool call from its result."""
+
+
+def _subsequence(part: list[Message], whole: list[Message]) -> bool:
+    """True when `part` is `whole` with some messages left out, order kept, none changed."""
+    items = iter(whole)
+    return all(any(x is y or x == y for y in items) for x in part)
 
 
 REMOTE_TOOL_CALL = "remote_tool_call"

@@ -29,6 +29,7 @@ from events import (
 from events.kinds import Event, RunCancelled
 from projections import (
     END,
+    BaseContextManager,
     EventRow,
     ExecutionStatus,
     Fold,
@@ -81,6 +82,7 @@ class CompiledGraph(StepLoop[S]):
         node_timeout: float | None = None,
         node_timeouts: Mapping[str, float | None] | None = None,
         callbacks: Callbacks | None = None,
+        context_manager: BaseContextManager[Any] | None = None,
     ) -> None:
         graph.check()
         names = (*interrupt_before, *interrupt_after, *(node_concurrency or {}))
@@ -107,6 +109,13 @@ class CompiledGraph(StepLoop[S]):
             )
         self.callbacks = callbacks
         self.hooked = overridden(callbacks)
+        if context_manager is not None and not isinstance(context_manager, BaseContextManager):
+            raise GraphError(
+                "context_manager must be a BaseContextManager (say "
+                "MessageContextManager(max_messages=20)), got "
+                f"{type(context_manager).__name__} {context_manager!r:.60}"
+            )
+        self.context_manager = context_manager
         self.node_timeout = _timeout(node_timeout, "node_timeout")
         self.node_timeouts = {
             name: _timeout(limit, f"node_timeouts[{name!r}]")

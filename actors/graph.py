@@ -30,7 +30,7 @@ from typing import (
 from pydantic import ValidationError
 
 from events import EventStore
-from projections import END, START, AgentState
+from projections import END, START, AgentState, BaseContextManager
 from projections.snapshots import DEFAULT_SNAPSHOT_EVERY
 
 from .callbacks import Callbacks
@@ -268,12 +268,17 @@ class StateGraph(Generic[S]):
         node_timeout: float | None = None,
         node_timeouts: Mapping[str, float | None] | None = None,
         callbacks: Callbacks | None = None,
+        context_manager: BaseContextManager[Any] | None = None,
     ) -> CompiledGraph[S]:
         """Check the graph and bind it to a store (in memory when none is given).
 
         `node_timeout` (seconds) bounds every node's step, `node_timeouts` one node's (None:
         no limit for it); a call's config may set `node_timeout` too, as in Agentflow. A node
         that runs past its limit fails with `NodeTimeoutError`, recorded and retryable.
+
+        `context_manager` (say `MessageContextManager(max_messages=20)`) bounds the context
+        the nodes see: a commit that leaves it over the bound also records the trim (the
+        messages dropped, the new summary), and the log keeps every message.
         """
         return CompiledGraph(
             self,
@@ -286,6 +291,7 @@ class StateGraph(Generic[S]):
             node_timeout=node_timeout,
             node_timeouts=node_timeouts,
             callbacks=callbacks,
+            context_manager=context_manager,
         )
 
 

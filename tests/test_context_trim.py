@@ -1,0 +1,244 @@
+"""Context trimming: `compile(context_manager=...)` bounds what the nodes see, each trim is
+recorded in the commit that made the context too long, and the log keeps every message."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from actors.committing import TRIMMER, ContextTrimError
+from events import (
+    ContextSummarized,
+    MemoryEventStore,
+    MessageAppended,
+    MessagesRemoved,
+    MessagesReplaced,
+)
+from projections import (
+    AgentState,
+    BaseContextManager,
+    Message,
+    MessageContextManager,
+    ToolCallBlock,
+    ToolResultBlock,
+    check_pairs,
+    event_history,
+    open_calls,
+    replay,
+)
+from projections.context import ContextSummaryError, dropped
+from tests.helpers import agent_with_tools
+
+
+def lookup(topic: str) -> str:
+    """A tool the agent calls once per turn."""
+    return f"facts about {topic}"
+
+
+class Agent:
+    """Per user turn: a tool call, then an answer; remembers how many user messages it saw."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+        self.ids = itertools.count(1)
+
+    def __call__(self, state: AgentState) -> list[Message]:
+        self.seen.append(sum(1 for m in state.context if m.role == "user"))
+        last = state.context[-1]
+        if last.role == "user":
+            topic = {"topic": last.text()}
+            call = ToolCallBlock(id=f"c{next(self.ids)}", name="lookup", args=topic)
+            return [Message(role="assistant", content=[call])]
+        return [Message.text_message(f"answer {len(self.seen)}", role="assistant")]
+
+
+async def talk(manager: BaseContextManager[Any], turns: int) -> tuple[Any, Agent, Any]:
+    store = MemoryEventStore()
+    agent = Agent()
+    app = agent_with_tools(agent, [lookup]).compile(store=store, context_manager=manager)
+    config = {"thread_id": "t"}
+    for i in range(turns):
+        await app.ainvoke({"messages": [Message.text_message(f"question {i}")]}, config)
+    return app, agent, store
+
+
+async def records_of(store: MemoryEventStore) -> list[Any]:
+    return [r async for r in store.read("t")]
+
+
+async def test_the_bound_holds_for_every_node_and_the_log_keeps_everything() -> None:
+    app, agent, store = await talk(MessageContextManager(max_messages=2), turns=6)
+    assert max(agent.seen) <= 2  # no node ever saw more than two user turns
+    state = await app.aget_state({"thread_id": "t"})
+    assert [m.text() for m in state.context if m.role == "user"] == ["question 4", "question 5"]
+    records = await records_of(store)
+    appended = [r.event.message for r in records if isinstance(r.event, MessageAppended)]
+    assert sum(1 for m in appended if m["role"] == "user") == 6  # every message is in the log
+    trims = [r for r in records if isinstance(r.event, MessagesRemoved)]
+    assert len(trims) == 4 and {r.actor for r in trims} == {TRIMMER}
+    assert all("context trimmed by MessageContextManager" in (r.event.reason or "") for r in trims)
+    assert replay(records).model_dump() == state.model_dump()  # replay == live
+    check_pairs([], state.context, "the trimmed context")
+    assert state.context_summary is None  # no summariser: no summary
+
+
+async def test_the_trim_shows_in_history() -> None:
+    _, _, store = await talk(MessageContextManager(max_messages=1), turns=3)
+    rows = await event_history(store, "t", ["messages_removed"])
+    assert len(rows) == 2
+    assert rows[0].actor == TRIMMER
+    assert rows[0].summary.startswith("removed 4 messages:")
+    assert "context trimmed by MessageContextManager(max_messages=1" in rows[0].summary
+
+
+async def test_a_summariser_writes_the_summary_into_the_state_and_the_log() -> None:
+    calls: list[tuple[list[str], str | None]] = []
+
+    async def summarise(gone: list[Message], previous: str | None) -> str:
+        calls.append(([m.text() for m in gone if m.role == "user"], previous))
+        return " | ".join(filter(None, [previous, *(m.text() for m in gone if m.role == "user")]))
+
+    manager = MessageContextManager(max_messages=1, summarizer=summarise)
+    app, _, store = await talk(manager, turns=3)
+    state = await app.aget_state({"thread_id": "t"})
+    assert state.context_summary == "question 0 | question 1"
+    assert calls == [(["question 0"], None), (["question 1"], "question 0")]
+    records = await records_of(store)
+    summaries = [r.event for r in records if isinstance(r.event, ContextSummarized)]
+    assert [s.summary for s in summaries] == ["question 0", "question 0 | question 1"]
+    assert all(s.messages is None for s in summaries)  # the removal says what left
+    assert replay(records).model_dump() == state.model_dump()
+
+
+async def test_the_input_commit_is_trimmed_before_the_first_node_runs() -> None:
+    store = MemoryEventStore()
+    agent = Agent()
+    app = agent_with_tools(agent, [lookup]).compile(
+        store=store, context_manager=MessageContextManager(max_messages=2)
+    )
+    many = [Message.text_message(f"q{i}") for i in range(5)]
+    await app.ainvoke({"messages": many}, {"thread_id": "t"})
+    assert agent.seen[0] == 2
+    records = await records_of(store)
+    first = next(r for r in records if isinstance(r.event, MessagesRemoved))
+    assert first.seq < next(r.seq for r in records if r.kind == "node_entered")
+
+
+class KeepLast(BaseContextManager[AgentState]):
+    """A seed-style manager that keeps only the last message: it can split a tool call."""
+
+    def trim_context(self, state: AgentState) -> AgentState:
+        state.context = state.context[-1:]
+        return state
+
+    async def atrim_context(self, state: AgentState) -> AgentState:
+        return self.trim_context(state)
+
+
+async def test_a_manager_that_splits_a_tool_call_fails_the_step_naming_itself() -> None:
+    store = MemoryEventStore()
+    app = agent_with_tools(Agent(), [lookup]).compile(store=store, context_manager=KeepLast())
+    with pytest.raises(ContextTrimError, match="the trim by KeepLast would leave the result"):
+        await app.ainvoke({"messages": [Message.text_message("q")]}, {"thread_id": "t"})
+    state = await app.aget_state({"thread_id": "t"})
+    assert state.execution_meta.status.value == "error"
+    assert replay(await records_of(store)).context == state.context
+
+
+class Digest(BaseContextManager[AgentState]):
+    """A seed-style manager that folds all but the last turn into one system message."""
+
+    def trim_context(self, state: AgentState) -> AgentState:
+        users = [i for i, m in enumerate(state.context) if m.role == "user"]
+        if len(users) > 1:
+            digest = Message.text_message(
+                f"{users[-1]} earlier messages", role="system", message_id="digest"
+            )
+            state.context = [digest, *state.context[users[-1] :]]
+            state.context_summary = f"digest of {users[-1]}"
+        return state
+
+    async def atrim_context(self, state: AgentState) -> AgentState:
+        return self.trim_context(state)
+
+
+async def test_a_manager_that_rewrites_the_context_replaces_it_in_the_log() -> None:
+    app, _, store = await talk(Digest(), turns=3)
+    state = await app.aget_state({"thread_id": "t"})
+    assert state.context[0].message_id == "digest"
+    assert sum(1 for m in state.context if m.role == "user") == 1
+    records = await records_of(store)
+    kinds = ContextSummarized | MessagesReplaced
+    replaced = [r.event for r in records if isinstance(r.event, kinds)]
+    assert replaced and all(isinstance(e, ContextSummarized) for e in replaced)
+    assert all(e.messages for e in replaced if isinstance(e, ContextSummarized))
+    assert replay(records).model_dump() == state.model_dump()
+
+
+def test_a_sync_trim_refuses_an_async_summariser() -> None:
+    async def summarise(gone: list[Message], previous: str | None) -> str:
+        return "never"
+
+    state = AgentState(context=[Message.text_message(f"q{i}") for i in range(3)])
+    with pytest.raises(ContextSummaryError, match="atrim_context"):
+        MessageContextManager(max_messages=1, summarizer=summarise).trim_context(state)
+
+
+# ---- the property: the trim never splits a tool exchange and never exceeds the bound ---------
+
+
+@st.composite
+def interleaved(draw: st.DrawFn) -> list[Message]:
+    """Legal contexts in any order the gate allows: results anywhere after their calls (a user
+    message may come between), one tool message answering calls of several assistant
+    messages, calls still open at the end, system messages anywhere."""
+    out: list[Message] = []
+    open_ids: list[str] = []
+    ids = itertools.count()
+    for _ in range(draw(st.integers(0, 30))):
+        kind = draw(st.sampled_from(["user", "user", "system", "text", "call", "result"]))
+        mid = f"m{next(ids)}"
+        if kind in ("user", "system"):
+            out.append(Message.text_message(mid, role=kind, message_id=mid))
+        elif kind == "text":
+            out.append(Message.text_message(mid, role="assistant", message_id=mid))
+        elif kind == "call":
+            calls = [f"c{next(ids)}" for _ in range(draw(st.integers(1, 3)))]
+            open_ids.extend(calls)
+            blocks = [ToolCallBlock(id=c, name="t", args={}) for c in calls]
+            out.append(Message(role="assistant", content=blocks, message_id=mid))
+        elif open_ids:
+            pick = st.sampled_from(open_ids)
+            answered = draw(st.lists(pick, min_size=1, max_size=3, unique=True))
+            for c in answered:
+                open_ids.remove(c)
+            results = [ToolResultBlock(call_id=c, output="ok") for c in answered]
+            out.append(Message.tool_message(results, message_id=mid))
+    return out
+
+
+@settings(max_examples=300)
+@given(interleaved(), st.integers(1, 5), st.booleans())
+def test_a_trim_keeps_tool_exchanges_whole_and_the_bound(
+    context: list[Message], bound: int, remove_tool_msgs: bool
+) -> None:
+    manager: MessageContextManager[AgentState] = MessageContextManager(bound, remove_tool_msgs)
+    kept = manager.trimmed(context)
+    after = context if kept is None else kept
+    assert sum(1 for m in after if m.role == "user") <= bound  # never over the bound
+    check_pairs(context, after, "the trim")  # no call loses its result, no result its call
+    positions = [context.index(m) for m in after]
+    assert positions == sorted(positions)  # the order is kept
+    asking = [m for m in context if m.role == "assistant"][-1:]
+    waiting = {c.id for c in open_calls(context)} & {c.id for m in asking for c in m.tool_calls()}
+    for call_id in waiting:  # the calls a tool node answers next stay
+        assert any(call_id == c.id for m in after for c in m.tool_calls())
+    users = [m for m in context if m.role == "user"]
+    kept_users = [m for m in after if m.role == "user"]
+    assert kept_users == users[len(users) - len(kept_users) :]  # the newest turns stay
+    assert len(kept_users) == min(bound, len(users))
+    assert dropped(context, after) == [m for m in context if m not in after]
