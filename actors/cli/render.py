@@ -260,38 +260,58 @@ def duration(ms: float | None) -> str:
     return f"{ms:.1f} ms" if ms < 10_000 else f"{ms / 1000:.2f} s"
 
 
-def history_json(rows: Sequence[EventRow]) -> list[dict[str, Any]]:
-    return [
-        {
+def history_json(
+    rows: Sequence[EventRow], usage: UsageReport | None = None
+) -> list[dict[str, Any]]:
+    """The timeline for machines; with `usage`, a model call's row also has its `tokens`
+    (and its latency as `duration_ms`)."""
+    out = []
+    for r in rows:
+        took, summary, status = _row_parts(r, usage)
+        row = {
             "seq": r.seq,
             "at": r.at,
             "kind": r.kind,
             "actor": r.actor,
             "node": r.node,
-            "summary": r.summary,
-            "duration_ms": r.duration_ms,
-            "status": r.status,
+            "summary": summary,
+            "duration_ms": took,
+            "status": status,
             "tool": r.tool,
         }
-        for r in rows
-    ]
+        call = usage.call_at(r.seq) if usage is not None and r.kind == "model_called" else None
+        if call is not None:
+            row["tokens"] = {"step": call.step, "model": call.model, **call.usage.json()}
+        out.append(row)
+    return out
 
 
-def history_table(thread_id: str, rows: Sequence[EventRow]) -> Table:
+def _row_parts(r: EventRow, usage: UsageReport | None) -> tuple[float | None, str, str | None]:
+    """A row's duration, summary and status; a model call's from its usage when known."""
+    call = usage.call_at(r.seq) if usage is not None and r.kind == "model_called" else None
+    if call is None:
+        return r.duration_ms, r.summary, r.status
+    return call.usage.latency_ms, call_brief(call), call.status
+
+
+def history_table(
+    thread_id: str, rows: Sequence[EventRow], usage: UsageReport | None = None
+) -> Table:
     table = _table(_title("thread ", (thread_id,), f": {len(rows)} events"), "seq", "time (UTC)")
     table.columns[0].justify = "right"
     table.add_column("duration", justify="right", no_wrap=True)
     for column in ("kind", "actor", "node", "summary"):
         table.add_column(column, overflow="fold")
     for r in rows:
+        took, summary, _ = _row_parts(r, usage)
         table.add_row(
             Text(str(r.seq)),
             Text(iso(r.at)),
-            Text(duration(r.duration_ms)),
+            Text(duration(took)),
             cell(r.kind),
             cell(r.actor or ""),
             cell(r.node or ""),
-            cell(r.summary),
+            cell(summary),
         )
     return table
 
@@ -328,23 +348,26 @@ def slowest_table(thread_id: str, rows: Sequence[EventRow]) -> Table:
     return table
 
 
-def history_lines(thread_id: str, rows: Sequence[EventRow], chunk: int = 2048) -> Iterator[str]:
+def history_lines(
+    thread_id: str, rows: Sequence[EventRow], chunk: int = 2048, usage: UsageReport | None = None
+) -> Iterator[str]:
     """The timeline as aligned plain lines, a chunk at a time: a rich table of a long log
     takes a second per few thousand rows, these take a few milliseconds."""
     seq_w = max(3, len(str(max((r.seq for r in rows), default=0))))
     kind_w = max([4, *(len(r.kind) for r in rows)])
     actor_w = min(20, max([5, *(len(r.actor or "") for r in rows)]))
     node_w = min(20, max([4, *(len(r.node or "") for r in rows)]))
-    took_w = max([8, *(len(duration(r.duration_ms)) for r in rows)])
+    took_w = max([8, *(len(duration(_row_parts(r, usage)[0])) for r in rows)])
     head = (
         f"{'seq':>{seq_w}}  {'time (UTC)':<24}  {'duration':>{took_w}}  {'kind':<{kind_w}}  "
         f"{'actor':<{actor_w}}  {'node':<{node_w}}  summary"
     )
     lines = [f"thread {inert(thread_id)}: {len(rows)} events", head]
     for r in rows:
-        summary = inert(" ".join(r.summary.split(" ")))
+        took, said, _ = _row_parts(r, usage)
+        summary = inert(" ".join(said.split(" ")))
         lines.append(
-            f"{r.seq:>{seq_w}}  {iso(r.at):<24}  {duration(r.duration_ms):>{took_w}}  "
+            f"{r.seq:>{seq_w}}  {iso(r.at):<24}  {duration(took):>{took_w}}  "
             f"{inert(r.kind):<{kind_w}}  {inert(r.actor or ''):<{actor_w}}  "
             f"{inert(r.node or ''):<{node_w}}  {summary}"
         )
@@ -353,6 +376,226 @@ def history_lines(thread_id: str, rows: Sequence[EventRow], chunk: int = 2048) -
             lines = []
     if lines:
         yield "\n".join(lines)
+
+
+# ---- tokens and latency ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What model calls cost: how many, their tokens (input, output, total, reasoning) and
+    their summed latency; `failed` counts the attempts that failed."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+    reasoning_tokens: int = 0
+    latency_ms: float = 0.0
+    failed: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.calls + other.calls,
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.total_tokens + other.total_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
+            self.latency_ms + other.latency_ms,
+            self.failed + other.failed,
+        )
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "calls": self.calls,
+            "failed": self.failed,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "total_tokens": self.total_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+            "latency_ms": round(self.latency_ms, 3),
+        }
+
+    def brief(self) -> str:
+        """One line for people: tokens in and out, total, latency."""
+        calls = f"{self.calls} model call{'s' if self.calls != 1 else ''}"
+        failed = f" ({self.failed} failed)" if self.failed else ""
+        return (
+            f"{calls}{failed}: {self.input_tokens:,} in + {self.output_tokens:,} out = "
+            f"{self.total_tokens:,} tokens, {duration(self.latency_ms)}"
+        )
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """One `model_called` record, placed: its run, the step it belongs to, its usage."""
+
+    seq: int
+    run_id: str | None
+    step: int
+    node: str
+    provider: str
+    model: str
+    status: str
+    attempt: int
+    finish_reason: str | None
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    """A thread's model calls, and their totals per step, per run and overall."""
+
+    calls: list[ModelCall]
+    steps: list[tuple[str | None, int, str, Usage]]
+    """(run id, step, node, totals), in the order the steps began."""
+    runs: list[tuple[str | None, Usage]]
+    total: Usage
+
+    def call_at(self, seq: int) -> ModelCall | None:
+        return next((c for c in self.calls if c.seq == seq), None)
+
+    def step(self, step: int) -> Usage:
+        """The totals of a step (all its runs' attempts at it)."""
+        return sum((u for _, n, _, u in self.steps if n == step), Usage())
+
+
+_INPUT_KEYS = ("prompt_tokens", "input_tokens")
+_OUTPUT_KEYS = ("completion_tokens", "output_tokens")
+_DETAIL_KEYS = ("completion_tokens_details", "output_tokens_details")
+
+
+def _count(usage: dict[str, Any], keys: Sequence[str]) -> int | None:
+    for key in keys:
+        value = usage.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def token_usage(usage: dict[str, Any] | None) -> tuple[int, int, int, int]:
+    """(input, output, total, reasoning) tokens of a recorded usage, in OpenAI's names
+    (prompt/completion) or Anthropic's (input/output); a count not given is 0."""
+    if not isinstance(usage, dict):
+        return 0, 0, 0, 0
+    given = _count(usage, _INPUT_KEYS), _count(usage, _OUTPUT_KEYS)
+    took_in, took_out = given[0] or 0, given[1] or 0
+    total = _count(usage, ("total_tokens",))
+    reasoning = _count(usage, ("reasoning_tokens",))
+    for key in _DETAIL_KEYS:
+        if reasoning is None and isinstance(usage.get(key), dict):
+            reasoning = _count(usage[key], ("reasoning_tokens",))
+    return took_in, took_out, total if total is not None else took_in + took_out, reasoning or 0
+
+
+def usage_report(records: Sequence[EventRecord]) -> UsageReport:
+    """The model calls among a thread's `records` (in seq order, from its first), each placed
+    in the step it belongs to: the one being run when it was recorded (a step's calls ride
+    in its commit; a failed attempt's in the failure's, and count towards the same step)."""
+    from events import Forked, ModelCalled, StepAdvanced
+
+    calls: list[ModelCall] = []
+    done = 0
+    for record in records:
+        event = record.event
+        if isinstance(event, StepAdvanced):
+            done = event.step
+        elif isinstance(event, Forked):
+            meta = event.state.get("execution_meta")
+            step = meta.get("step") if isinstance(meta, dict) else 0
+            done = step if isinstance(step, int) else 0
+        elif isinstance(event, ModelCalled):
+            took_in, took_out, total, reasoning = token_usage(event.usage)
+            failed = event.status != "completed"
+            usage = Usage(1, took_in, took_out, total, reasoning, event.latency_ms, int(failed))
+            calls.append(
+                ModelCall(
+                    record.seq,
+                    record.run_id,
+                    done + 1,
+                    event.node,
+                    event.provider,
+                    event.model,
+                    event.status,
+                    event.attempt,
+                    event.finish_reason,
+                    usage,
+                )
+            )
+    steps: dict[tuple[str | None, int, str], Usage] = {}
+    runs: dict[str | None, Usage] = {}
+    for call in calls:
+        key = (call.run_id, call.step, call.node)
+        steps[key] = steps.get(key, Usage()) + call.usage
+        runs[call.run_id] = runs.get(call.run_id, Usage()) + call.usage
+    overall = sum((c.usage for c in calls), Usage())
+    return UsageReport(calls, [(*k, u) for k, u in steps.items()], list(runs.items()), overall)
+
+
+def usage_json(report: UsageReport) -> dict[str, Any]:
+    """Tokens and latency per model call, per step, per run and in all, for machines."""
+    return {
+        "calls": [
+            {
+                "seq": c.seq,
+                "run_id": c.run_id,
+                "step": c.step,
+                "node": c.node,
+                "provider": c.provider,
+                "model": c.model,
+                "status": c.status,
+                "attempt": c.attempt,
+                "finish_reason": c.finish_reason,
+                **c.usage.json(),
+            }
+            for c in report.calls
+        ],
+        "steps": [
+            {"run_id": run, "step": step, "node": node, **u.json()}
+            for run, step, node, u in report.steps
+        ],
+        "runs": [{"run_id": run, **u.json()} for run, u in report.runs],
+        "total": report.total.json(),
+    }
+
+
+def call_brief(call: ModelCall) -> str:
+    """A model call in one line: model, tokens, why it stopped (stored text: show it inert)."""
+    u = call.usage
+    said = f"{call.provider}:{call.model} {u.input_tokens:,} in + {u.output_tokens:,} out"
+    said += f" = {u.total_tokens:,} tokens"
+    if call.status != "completed":
+        said += f", {call.status} (attempt {call.attempt})"
+    elif call.finish_reason:
+        said += f", {call.finish_reason}"
+    return said
+
+
+def usage_view(report: UsageReport) -> RenderableType:
+    """Tokens and latency per step and per run, and the thread's total."""
+    if not report.calls:
+        return Text("no model calls recorded", style="dim")
+    steps = _table(Text("tokens and latency per step"), "step", "node", "run")
+    runs = _table(Text("per run"), "run")
+    for table in (steps, runs):
+        for column in ("calls", "in", "out", "total", "latency"):
+            table.add_column(column, justify="right", no_wrap=True)
+    for run, step, node, u in report.steps:
+        steps.add_row(Text(str(step)), cell(node), cell(run or ""), *_usage_cells(u))
+    for run, u in report.runs:
+        runs.add_row(cell(run or ""), *_usage_cells(u))
+    return Group(steps, runs, Text(f"total: {report.total.brief()}", style="bold"))
+
+
+def _usage_cells(u: Usage) -> list[Text]:
+    calls = f"{u.calls}" + (f" ({u.failed} failed)" if u.failed else "")
+    return [
+        Text(calls),
+        Text(f"{u.input_tokens:,}"),
+        Text(f"{u.output_tokens:,}"),
+        Text(f"{u.total_tokens:,}"),
+        Text(duration(u.latency_ms)),
+    ]
 
 
 # ---- show ------------------------------------------------------------------------------
@@ -412,8 +655,14 @@ def _point_notes(point: OpenState | None) -> dict[str, Any]:
 
 
 def state_json(
-    thread_id: str, seq: int, state: AgentState, point: OpenState | None = None
+    thread_id: str,
+    seq: int,
+    state: AgentState,
+    point: OpenState | None = None,
+    usage: UsageReport | None = None,
 ) -> dict[str, Any]:
+    """The state at a point for machines; with `usage` (the thread's model calls up to the
+    point), `tokens` per call, step, run and in all."""
     from projections import StopRequestStatus
 
     meta = state.execution_meta
@@ -433,6 +682,7 @@ def state_json(
         "fields": fields,
         "state": state.model_dump(mode="json"),
         **_point_notes(point),
+        **({} if usage is None else {"tokens": usage_json(usage)}),
     }
 
 
@@ -461,7 +711,10 @@ def state_view(
     state: AgentState,
     bounds: Bounds = Bounds(),
     point: OpenState | None = None,
+    usage: UsageReport | None = None,
 ) -> RenderableType:
+    """The state at a point for people; with `usage`, a line of the tokens and latency of the
+    last run's model calls and of the thread's."""
     from projections import StopRequestStatus
 
     meta = state.execution_meta
@@ -474,6 +727,13 @@ def state_view(
     stopped = stop_summary(meta)
     if stopped is not None:
         parts.append(Text(inert(stopped), style="yellow"))
+    if usage is not None and usage.calls:
+        run, last = usage.runs[-1]
+        line = Text("tokens: ", style="bold")
+        line.append(f"run {inert(run or '?')}: {last.brief()}")
+        if len(usage.runs) > 1:
+            line.append(f"; thread: {usage.total.brief()}")
+        parts.append(line)
     interrupt = _interrupt(state)
     if interrupt is not None:
         line = Text("interrupt: ", style="yellow")
@@ -531,10 +791,13 @@ STEP_RECORDS = 50
 
 
 def step_records_view(
-    step: int, rows: Sequence[EventRow], bounds: Bounds = Bounds()
+    step: int,
+    rows: Sequence[EventRow],
+    bounds: Bounds = Bounds(),
+    usage: UsageReport | None = None,
 ) -> RenderableType:
     """What led to a step: its records, one summarised row each (the last `STEP_RECORDS`
-    unless the bounds are full)."""
+    unless the bounds are full); with `usage`, its model calls' tokens and latency."""
     span = f" (seq {rows[0].seq} to {rows[-1].seq})" if rows else ""
     took = next((r.duration_ms for r in rows if r.kind == "step_advanced"), None)
     span += f", took {duration(took)}" if took is not None else ""
@@ -545,15 +808,20 @@ def step_records_view(
         table.add_column(column, overflow="fold")
     hidden = 0 if bounds.messages is None else max(0, len(rows) - STEP_RECORDS)
     for r in rows[hidden:]:
+        took, summary, _ = _row_parts(r, usage)
         table.add_row(
             Text(str(r.seq)),
-            Text(duration(r.duration_ms)),
+            Text(duration(took)),
             cell(r.kind),
             cell(r.actor or ""),
             cell(r.node or ""),
-            cell(r.summary),
+            cell(summary),
         )
-    return Group(_left_out(hidden, "records"), table) if hidden else table
+    parts: list[RenderableType] = [_left_out(hidden, "records")] if hidden else []
+    parts.append(table)
+    if usage is not None and usage.step(step).calls:
+        parts.append(Text(f"step {step}: {usage.step(step).brief()}", style="bold"))
+    return Group(*parts) if len(parts) > 1 else table
 
 
 # ---- diff ------------------------------------------------------------------------------
