@@ -58,10 +58,25 @@ from .kinds import (
     kind_of,
 )
 from .memory import MemoryEventStore
+from .postgres_schema import SchemaUpgradeRequiredError
 from .record import EventRecord, Snapshot, VerifyReport
 from .sqlite import SQLiteEventStore
 from .store import AppendRequest, BaseEventStore, Claim, CorruptSnapshotError, EventStore
 from .urls import StoreNotFoundError, StoreURLError, UnsupportedBackendError, open_store
+
+_LAZY = {"PostgresEventStore": "events.postgres"}
+"""Names imported on first use (`events.PostgresEventStore`), so `import events` works
+without asyncpg installed; left out of `__all__` so a star import never needs it."""
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'events' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "EVENT_TYPES",
@@ -105,6 +120,7 @@ __all__ = [
     "RunStarted",
     "RunSuperseded",
     "SQLiteEventStore",
+    "SchemaUpgradeRequiredError",
     "SchemaVersionError",
     "SharedWritten",
     "Snapshot",

@@ -128,6 +128,19 @@ class StoreConformance:
             conn.close()
         elif isinstance(store, MemoryEventStore):
             store._claims[thread_id] = holder
+        elif type(store).__module__ == "events.postgres":
+            await store.open()  # type: ignore[attr-defined]
+            await store._query(  # type: ignore[attr-defined]
+                "execute",
+                f'INSERT INTO "{store.schema}".claims (thread_id, token, host, pid, started, '  # type: ignore[attr-defined]
+                "heartbeat_at, lease, purpose) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
+                "ON CONFLICT (thread_id) DO UPDATE SET token = excluded.token, "
+                "host = excluded.host, pid = excluded.pid, started = excluded.started, "
+                "heartbeat_at = excluded.heartbeat_at, lease = excluded.lease, "
+                "purpose = excluded.purpose",
+                thread_id, holder.token, holder.host, holder.pid, holder.started,
+                holder.heartbeat_at, holder.lease, holder.purpose,
+            )  # fmt: skip
         else:
             pytest.fail(
                 f"{type(store).__name__} has no way to stage a claim: override "

@@ -11,7 +11,10 @@ Accepted addresses:
   holding `?` or `#` is written `%3F`, `%23`;
 - `memory://`, `sqlite://`, `sqlite://:memory:`, `sqlite:///:memory:` or `:memory:`: a new,
   empty store in this process's memory (`MemoryEventStore`);
-- `postgresql://...` (or `postgres://`, `postgresql+driver://`): recognised, not yet served.
+- `postgresql://user@host:5432/database` (or `postgres://`, `postgresql+driver://`): a
+  `PostgresEventStore` (needs `pip install 'agentlog[postgres]'`); `?schema=name` picks the
+  PostgreSQL schema (default "agentlog"), which `agentlog db upgrade --dsn ...` creates: a
+  Postgres store is never created on open.
 
 The store comes back unopened, as `SQLiteEventStore(path)` does: use it as
 `async with open_store(url) as store: ...` (entering opens it, and reports a file it cannot
@@ -23,7 +26,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from urllib.parse import unquote
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from .errors import (
     InvalidArgumentError,
@@ -45,7 +48,7 @@ __all__ = [
 
 ACCEPTED_FORMS = (
     "a file path (agentlog.db), sqlite:///relative/path.db, sqlite:////absolute/path.db, "
-    "or memory:// (an in-memory store)"
+    "memory:// (an in-memory store), or postgresql://user@host/database[?schema=name]"
 )
 """The addresses `open_store` takes, as error messages name them."""
 
@@ -127,11 +130,29 @@ def open_store(
             )
         return _memory(address, create)
     if scheme in ("postgresql", "postgres") or scheme.startswith(("postgresql+", "postgres+")):
-        raise UnsupportedBackendError(
-            f"{scheme}:// names a PostgreSQL store, which this agentlog cannot open yet: "
-            f"use a SQLite file for now ({ACCEPTED_FORMS})"
-        )
+        return _postgres(address, scheme, rest, readonly=readonly)
     raise StoreURLError(f"unknown store address scheme {scheme!r}: pass {ACCEPTED_FORMS}")
+
+
+def _postgres(address: str, scheme: str, rest: str, *, readonly: bool) -> EventStore:
+    """A `PostgresEventStore` for a postgresql:// URL; `?schema=` is ours, the rest asyncpg's."""
+    try:
+        from .postgres import PostgresEventStore
+    except ImportError as exc:
+        raise UnsupportedBackendError(
+            f"{_shown(address)} names a PostgreSQL store, which needs asyncpg ({exc}): "
+            "pip install 'agentlog[postgres]'"
+        ) from None
+    parts = urlsplit(f"postgresql://{rest}")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [value for key, value in query if key == "schema"]
+    if len(schemas) > 1:
+        raise StoreURLError(f"{_shown(address)} names a schema more than once: name it once")
+    kept = urlencode([(key, value) for key, value in query if key != "schema"])
+    dsn = urlunsplit(parts._replace(query=kept))
+    if schemas:
+        return PostgresEventStore(dsn, schema=schemas[0], readonly=readonly)
+    return PostgresEventStore(dsn, readonly=readonly)
 
 
 def _sqlite_path(address: str, rest: str) -> str:

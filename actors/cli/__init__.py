@@ -9,6 +9,10 @@ the chains are intact but an invariant is broken); with `--json` that line is a 
 is bounded unless `--full` asks for everything. When stdout is not a terminal, nothing is
 wrapped or cut to a terminal's width.
 
+`--db` takes a SQLite path or any URL `open_store` reads; `--dsn` is the same option, the
+name a PostgreSQL URL reads best under (`--dsn postgresql://user@host/db`), whose schema
+`agentlog db upgrade --dsn ...` creates.
+
 Points may count back from the end: step -1 is the thread's last step, seq -1 its last record.
 
 A command imports what it uses when it runs: `agentlog --help` and `agentlog threads` load
@@ -94,8 +98,9 @@ Db = Annotated[
     str,
     typer.Option(
         "--db",
-        help="The agentlog database: a SQLite file's path, or a URL "
-        "(sqlite:///relative.db, sqlite:////absolute.db).",
+        "--dsn",
+        help="The agentlog database: a SQLite file's path, or a URL (sqlite:///relative.db, "
+        "sqlite:////absolute.db, postgresql://user@host/database[?schema=name]).",
     ),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
@@ -198,8 +203,8 @@ async def _open(db: str, *, writes: bool = False) -> AsyncIterator[EventStore]:
         store = open_store(db, readonly=not writes, create=False)
     except StoreNotFoundError:
         raise CliError(
-            f"no database at {db}: nothing was created; pass --db PATH (or a sqlite:/// URL) "
-            "of an existing log"
+            f"no database at {db}: nothing was created; pass --db PATH (or a sqlite:/// URL, or "
+            "--dsn postgresql://...) of an existing log"
         ) from None
     async with store:
         yield store
@@ -888,6 +893,11 @@ def demo(
         _echo_json(render.demo_json(timeline, state, report))
     else:
         _print(render.demo_view(db, timeline, state, report))
+
+
+from .db import db_app  # noqa: E402  (its commands import the CLI's helpers when run)
+
+app.add_typer(db_app, name="db")
 
 
 def _usage_line(exc: ClickException) -> str:

@@ -1,0 +1,122 @@
+"""`agentlog db`: create and upgrade a PostgreSQL store's schema, explicitly.
+
+A PostgreSQL store never creates or alters its tables when it opens (a SQLite file, owned by
+one application, still sets itself up): the schema changes only when someone runs
+`agentlog db upgrade --dsn ...`, which is safe to run again and never downgrades.
+`agentlog db status --dsn ...` says which version the database holds, changing nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+import typer
+
+db_app = typer.Typer(
+    name="db",
+    help="Create or upgrade the schema of a PostgreSQL store (agentlog db upgrade --dsn ...).",
+    no_args_is_help=True,
+)
+
+Dsn = Annotated[
+    str,
+    typer.Option(
+        "--dsn",
+        help="The PostgreSQL server and database: postgresql://user@host:5432/database "
+        "(?schema=name picks the schema).",
+    ),
+]
+Schema = Annotated[
+    str | None,
+    typer.Option("--schema", help="The PostgreSQL schema of the log (default: agentlog)."),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
+
+
+def _target(dsn: str, schema: str | None) -> tuple[str, str]:
+    """The DSN asyncpg takes and the schema, read the way `open_store` reads a URL."""
+    from events import open_store
+    from events.postgres_schema import check_schema_name
+
+    store: Any = open_store(dsn)  # not opened: nothing is touched
+    if type(store).__name__ != "PostgresEventStore":
+        raise typer.BadParameter(
+            f"{dsn!r} is not a PostgreSQL URL: `agentlog db` manages a PostgreSQL store's "
+            "schema (a SQLite file sets itself up on first write)",
+            param_hint="--dsn",
+        )
+    return store.dsn, check_schema_name(schema) if schema is not None else store.schema
+
+
+async def _with_connection(dsn: str, job: Any) -> Any:
+    import asyncpg  # type: ignore[import-untyped]
+
+    from events import StoreUnavailableError
+    from events.postgres import shown_dsn
+
+    try:
+        conn = await asyncpg.connect(dsn, timeout=10)
+    except (asyncpg.PostgresError, OSError, TimeoutError) as exc:
+        raise StoreUnavailableError(
+            f"cannot connect to PostgreSQL at {shown_dsn(dsn)} ({type(exc).__name__}: {exc}): "
+            "check the DSN, that the server runs and that the database exists"
+        ) from None
+    try:
+        return await job(conn)
+    finally:
+        await conn.close()
+
+
+@db_app.command("upgrade")
+def upgrade_command(dsn: Dsn, schema: Schema = None, as_json: AsJson = False) -> None:
+    """Create the agentlog schema, or bring it to this agentlog's version (safe to rerun)."""
+    from events import AgentlogError
+    from events.postgres import shown_dsn
+    from events.postgres_schema import upgrade_schema
+
+    from . import _echo_json, _fail
+
+    target, name = _target(dsn, schema)
+    try:
+        before, after = asyncio.run(_with_connection(target, lambda c: upgrade_schema(c, name)))
+    except AgentlogError as exc:
+        _fail(str(exc))
+    if as_json:
+        _echo_json({"schema": name, "before": before, "version": after})
+    elif before is None:
+        typer.echo(f"created schema {name!r} at version {after} in {shown_dsn(target)}")
+    elif before == after:
+        typer.echo(f"schema {name!r} is already at version {after}: nothing to do")
+    else:
+        typer.echo(f"upgraded schema {name!r} from version {before} to {after}")
+
+
+@db_app.command("status")
+def status_command(dsn: Dsn, schema: Schema = None, as_json: AsJson = False) -> None:
+    """Say which schema version the database holds and whether this agentlog can open it."""
+    from events import AgentlogError
+    from events.postgres_schema import SCHEMA_VERSION, schema_version, upgrade_command
+
+    from . import _echo_json, _fail
+
+    target, name = _target(dsn, schema)
+    try:
+        version = asyncio.run(_with_connection(target, lambda c: schema_version(c, name)))
+    except AgentlogError as exc:
+        _fail(str(exc))
+    ready = version == SCHEMA_VERSION
+    if as_json:
+        _echo_json({"schema": name, "version": version, "expected": SCHEMA_VERSION,
+                    "ready": ready})  # fmt: skip
+        return
+    if version is None:
+        typer.echo(f"no agentlog schema {name!r}: create it with `{upgrade_command(name)}`")
+    elif ready:
+        typer.echo(f"schema {name!r} is at version {version}: ready")
+    elif version < SCHEMA_VERSION:
+        typer.echo(f"schema {name!r} is at version {version} (< {SCHEMA_VERSION}): "
+                   f"run `{upgrade_command(name)}`")  # fmt: skip
+    else:
+        typer.echo(f"schema {name!r} is at version {version}, newer than this agentlog "
+                   f"({SCHEMA_VERSION}): upgrade agentlog")  # fmt: skip

@@ -1,0 +1,750 @@
+"""`PostgresEventStore`: the shared, server-grade store (`pip install 'agentlog[postgres]'`).
+
+Many processes on many hosts append to one log. Each append locks its thread's head row
+(`threads`, `SELECT ... FOR UPDATE`), so appends to different threads run side by side and the
+loser of a race on one thread gets `ConcurrencyError`. Appends made through one store object
+while a commit is in flight leave together in the next transaction (group commit).
+
+Commit order without a table lock: a record's position is taken from a one-row counter
+(`commit_counter`) by the last statements of the transaction, and the row lock the UPDATE
+takes is held until COMMIT. A writer that wants the next positions waits on that lock, which
+PostgreSQL releases only once the holder's commit is visible to everyone, so positions become
+visible strictly in order: a reader never sees position 11 before 10. Everything before (the
+head locks, the claim checks, the chaining) runs concurrently; only the tail of each commit
+is serialised. `ordering="table_lock"` (LOCK TABLE events at the start) is kept only so the
+benchmark can measure the difference in the same run.
+
+Followers are woken by LISTEN/NOTIFY: a commit notifies its last position on the schema's
+channel; the table stays the source, the notification is only a wake-up (`events.follow`).
+
+The schema is never created on open: `agentlog db upgrade --dsn ...` does (see
+`events.postgres_schema`). Connections live on the store's own event loop thread
+(`events.postgres_loop`), so one store serves callers on any loop or thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import threading
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from functools import partial
+from typing import Any, Literal, TypeVar
+
+import asyncpg  # type: ignore[import-untyped]
+
+from .claims import DEFAULT_LEASE, Claim, Heartbeat, Holder, fence, hold, let_go, new_claim
+from .codec import GENESIS_HASH, Row, chain_rows
+from .errors import (
+    ConcurrencyError,
+    CorruptDatabaseError,
+    CorruptRecordError,
+    ReadOnlyStoreError,
+    StoreClosedError,
+    StoreError,
+    StoreUnavailableError,
+)
+from .follow import CommitSignal
+from .postgres_loop import LoopThread
+from .postgres_schema import (
+    DEFAULT_SCHEMA,
+    SchemaUpgradeRequiredError,
+    check_schema,
+    check_schema_name,
+    upgrade_command,
+)
+from .record import EventRecord
+from .store import (
+    MAX_POSITION,
+    MESSAGE_KINDS,
+    AppendRequest,
+    BaseEventStore,
+    Payload,
+    StoredSnapshot,
+)
+
+__all__ = ["Ordering", "PostgresEventStore", "shown_dsn"]
+
+MAX_BATCH = 512
+Ordering = Literal["commit_counter", "table_lock"]
+T = TypeVar("T")
+
+_ROW_COLUMNS = "thread_id, seq, run_id, actor, at, kind, version, payload, hash, position"
+_HOLDER_COLUMNS = "token, host, pid, started, heartbeat_at, lease, purpose"
+_PASSWORD = re.compile(r"(//[^/@:]*):[^/@]*@")
+_LOST = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.OperatorInterventionError,  # the backend was terminated or shut down
+    ConnectionError,
+    OSError,
+    TimeoutError,
+)
+
+
+def shown_dsn(dsn: str) -> str:
+    """The DSN as messages show it: without its password."""
+    return _PASSWORD.sub(r"\1:***@", dsn, count=1)
+
+
+class _CommitUnknown(Exception):
+    """The connection was lost while COMMIT was in flight."""
+
+
+class PostgresEventStore(BaseEventStore):
+    """An event store in a PostgreSQL schema, shared by any number of processes and hosts.
+
+    `async with PostgresEventStore(dsn) as store:` (or `await store.open()` ... `close()`).
+    `schema` names the PostgreSQL schema the log lives in, created beforehand by `agentlog db
+    upgrade`. `readonly=True` opens read-only sessions; any write raises `ReadOnlyStoreError`.
+    `pool_size` bounds the connections used for reads and claims (one more writes, one more
+    listens).
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        readonly: bool = False,
+        pool_size: int = 4,
+        connect_timeout: float = 10.0,
+        ordering: Ordering = "commit_counter",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(clock=clock)
+        if ordering not in ("commit_counter", "table_lock"):
+            raise ValueError(f"ordering must be 'commit_counter' or 'table_lock', not {ordering!r}")
+        self.dsn = dsn
+        self.schema = check_schema_name(schema)
+        self.readonly = readonly
+        self.ordering = ordering
+        self._pool_size = max(1, pool_size)
+        self._timeout = connect_timeout
+        self._where = f"{shown_dsn(dsn)} (schema {schema!r})"
+        self._channel = f"agentlog_{schema}"
+        self._loop: LoopThread | None = None
+        self._open_lock = threading.Lock()
+        self._opened = False
+        self._closing = False
+        self._pool: Any = None
+        self._writer: Any = None
+        self._listener: asyncio.Task[None] | None = None
+        self._writer_task: asyncio.Task[None] | None = None
+        self._pending: list[tuple[AppendRequest, asyncio.Future[list[Row] | Exception]]] = []
+        self._wake: asyncio.Event | None = None
+        self._heartbeat = Heartbeat(self._renew_blocking)
+        self.commit_signal = CommitSignal()
+        """Committed up to which position (here or, by NOTIFY, anywhere), and the wake-up of
+        followers (`events.follow`)."""
+        s = f'"{self.schema}"'
+        self._t = {"events": f"{s}.events", "threads": f"{s}.threads", "claims": f"{s}.claims",
+                   "snapshots": f"{s}.snapshots", "counter": f"{s}.commit_counter"}  # fmt: skip
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    async def open(self) -> PostgresEventStore:
+        """Connect and check the schema (created by `agentlog db upgrade`); later calls are free."""
+        self._check_open()
+        if self._opened:
+            return self
+        with self._open_lock:
+            if self._loop is None:
+                self._loop = LoopThread(f"agentlog-postgres-{self.schema}")
+        await self._loop.call(self._open_here())
+        return self
+
+    async def __aenter__(self) -> PostgresEventStore:
+        return await self.open()
+
+    async def _open_here(self) -> None:
+        if self._opened:
+            return
+        if self._closing:
+            raise StoreClosedError(f"{self._where} was closed while opening")
+        settings = {"application_name": "agentlog"}
+        if self.readonly:
+            settings["default_transaction_read_only"] = "on"
+        try:
+            pool = await asyncpg.create_pool(
+                self.dsn, min_size=1, max_size=self._pool_size, timeout=self._timeout,
+                server_settings=settings,
+            )  # fmt: skip
+        except (asyncpg.PostgresError, *_LOST) as exc:
+            raise StoreUnavailableError(
+                f"cannot connect to PostgreSQL at {shown_dsn(self.dsn)} ({type(exc).__name__}: "
+                f"{exc}); nothing was read or written: check the DSN, that the server runs and "
+                "that the database exists"
+            ) from None
+        try:
+            async with pool.acquire() as conn:
+                await check_schema(conn, self.schema, shown_dsn(self.dsn))
+        except BaseException:
+            await pool.close()
+            raise
+        self._pool = pool
+        self._wake = asyncio.Event()
+        self._writer_task = asyncio.get_running_loop().create_task(self._write_loop())
+        self._listener = asyncio.get_running_loop().create_task(self._listen())
+        self._opened = True
+
+    async def close(self) -> None:
+        """Commit what is pending, stop listening and close every connection."""
+        if self._closed:
+            return
+        self._closing = True
+        self.commit_signal.close()
+        self._heartbeat.stop()
+        loop = self._loop
+        if loop is not None and loop.running:
+            with contextlib.suppress(Exception):
+                await loop.call(self._close_here())
+            await asyncio.to_thread(loop.stop)
+        await super().close()
+
+    async def _close_here(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+        if self._writer_task is not None:
+            await asyncio.wait([self._writer_task], timeout=60)
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(BaseException):
+                await self._listener
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._writer.close(), 5)
+        if self._pool is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._pool.close(), 5)
+
+    async def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run `coro` on the store's loop (opening the store first when needed)."""
+        if self._closing:
+            coro.close()
+            raise StoreClosedError(f"{self._where} is closing: open a new store to use it")
+        if not self._opened:
+            try:
+                await self.open()
+            except BaseException:
+                coro.close()
+                raise
+        assert self._loop is not None
+        return await self._loop.call(coro)
+
+    async def _query(self, method: str, sql: str, *args: Any) -> Any:
+        """One statement on a pooled connection, its failures made typed errors."""
+
+        async def run() -> Any:
+            try:
+                async with self._pool.acquire() as conn:
+                    return await getattr(conn, method)(sql, *args)
+            except (asyncpg.PostgresError, *_LOST) as exc:
+                raise self._error(exc, "nothing was written") from exc
+
+        return await self._call(run())
+
+    def _error(self, exc: BaseException, outcome: str) -> StoreError:
+        """The typed error for a failure asyncpg reported."""
+        if isinstance(exc, StoreError):
+            return exc
+        if isinstance(exc, asyncpg.exceptions.ReadOnlySQLTransactionError):
+            return ReadOnlyStoreError(
+                f"{self._where} was opened read-only: open it without readonly=True to write"
+            )
+        if isinstance(
+            exc, asyncpg.exceptions.UndefinedTableError | asyncpg.exceptions.InvalidSchemaNameError
+        ):
+            return SchemaUpgradeRequiredError(
+                f"{self._where}: the agentlog schema disappeared while open ({exc}); "
+                f"{outcome}: recreate it with `{upgrade_command(self.schema)}`"
+            )
+        if isinstance(exc, _LOST):
+            return StoreUnavailableError(
+                f"{self._where}: the connection to PostgreSQL was lost ({type(exc).__name__}: "
+                f"{exc}); {outcome}: retry once the server is reachable"
+            )
+        return StoreUnavailableError(
+            f"{self._where}: PostgreSQL refused the operation ({type(exc).__name__}: {exc}); "
+            f"{outcome}"
+        )
+
+    def _check_writable(self, what: str) -> None:
+        if self.readonly:
+            raise ReadOnlyStoreError(
+                f"{self._where} was opened read-only: open it without readonly=True to {what}"
+            )
+
+    # ---- appends: group commit on the store's loop ------------------------------------------
+
+    async def _commit(self, request: AppendRequest) -> list[EventRecord]:
+        self._check_writable("append")
+        rows = await self._call(self._enqueue(request))
+        return self._records(rows, request.encoded)
+
+    async def _enqueue(self, request: AppendRequest) -> list[Row]:
+        if self._closing or self._wake is None:
+            raise StoreClosedError(f"{self._where} is closing: open a new store to append")
+        future: asyncio.Future[list[Row] | Exception] = asyncio.get_running_loop().create_future()
+        self._pending.append((request, future))
+        self._wake.set()
+        outcome = await asyncio.shield(future)  # a caller that leaves does not undo a commit
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    async def _write_loop(self) -> None:
+        """Commit pending appends in batches until the store closes and nothing is left."""
+        assert self._wake is not None
+        while True:
+            if not self._pending:
+                if self._closing:
+                    return
+                await self._wake.wait()
+                self._wake.clear()
+                continue
+            batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            requests = [request for request, _ in batch]
+            outcomes: list[list[Row] | Exception]
+            try:
+                outcomes = await self._write_batch(requests)
+            except Exception as exc:
+                outcomes = [exc] * len(batch)
+            top = max((o[-1].position for o in outcomes if isinstance(o, list)), default=0)
+            if top:
+                self.commit_signal.advance(top)
+            for (_, future), outcome in zip(batch, outcomes, strict=True):
+                if not future.done():
+                    future.set_result(outcome)
+
+    async def _connection(self) -> Any:
+        """The writer connection, reconnected when the last one was lost."""
+        if self._writer is None or self._writer.is_closed():
+            try:
+                self._writer = await asyncpg.connect(
+                    self.dsn,
+                    timeout=self._timeout,
+                    server_settings={"application_name": "agentlog"},
+                )
+            except (asyncpg.PostgresError, *_LOST) as exc:
+                raise self._error(exc, "nothing was written") from exc
+        return self._writer
+
+    async def _write_batch(self, batch: list[AppendRequest]) -> list[list[Row] | Exception]:
+        """One transaction for the batch; a request that fails writes none of its rows."""
+        conn = await self._connection()
+        stage = "nothing was written"
+        outcomes: list[list[Row] | Exception] = []
+        rows: list[Row] = []
+        try:
+            tx = conn.transaction()
+            await tx.start()
+            try:
+                outcomes, rows, _top = await self._in_transaction(conn, batch)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await tx.rollback()
+                raise
+            stage = "commit"
+            await tx.commit()
+            return outcomes
+        except (asyncpg.PostgresError, *_LOST) as exc:
+            if stage != "commit" or not rows:
+                raise self._error(exc, "nothing was written") from exc
+            return await self._after_lost_commit(exc, outcomes, rows[-1])
+
+    async def _after_lost_commit(
+        self, exc: BaseException, outcomes: list[list[Row] | Exception], last: Row
+    ) -> list[list[Row] | Exception]:
+        """The connection died during COMMIT: ask the database whether the batch landed."""
+        with contextlib.suppress(Exception):
+            await self._writer.close()
+        self._writer = None
+        try:
+            conn = await self._connection()
+            found = await conn.fetchval(
+                f"SELECT hash FROM {self._t['events']} WHERE position = $1", last.position
+            )
+        except Exception:
+            raise self._error(
+                exc, "the commit may or may not have landed: read the thread's last seq "
+                "before appending again",
+            ) from exc  # fmt: skip
+        if found == last.hash:  # positions are unique and hashes cover them: it committed
+            return outcomes
+        raise self._error(exc, "nothing was written (the commit did not land)") from exc
+
+    async def _in_transaction(
+        self, conn: Any, batch: list[AppendRequest]
+    ) -> tuple[list[list[Row] | Exception], list[Row], int]:
+        t = self._t
+        if self.ordering == "table_lock":
+            await conn.execute(f"LOCK TABLE {t['events']} IN EXCLUSIVE MODE")
+        ids = sorted({req.thread_id for req in batch})
+        heads = await self._lock_heads(conn, ids)
+        missing = [tid for tid in ids if tid not in heads]
+        if missing:  # new threads: a placeholder head row to lock (removed unless written)
+            await conn.execute(
+                f"INSERT INTO {t['threads']} (thread_id, last_seq, last_hash, created_at, "
+                "updated_at) SELECT tid, 0, $2, 0, 0 FROM unnest($1::text[]) AS tid "
+                "ORDER BY tid ON CONFLICT DO NOTHING",
+                missing, GENESIS_HASH,
+            )  # fmt: skip
+            heads.update(await self._lock_heads(conn, missing))
+        holders = {
+            r[0]: Holder(*r[1:])
+            for r in await conn.fetch(
+                f"SELECT thread_id, {_HOLDER_COLUMNS} FROM {t['claims']} "
+                "WHERE thread_id = ANY($1::text[]) ORDER BY thread_id FOR SHARE",
+                ids,
+            )
+        }
+        now = time.time()
+        accepted: list[tuple[int, AppendRequest, int, bytes]] = []
+        outcomes: list[list[Row] | Exception] = []
+        total = 0
+        for req in batch:
+            token = None if req.claim is None else req.claim.token
+            refusal = fence(req.thread_id, token, req.only_stop_requests,
+                            holders.get(req.thread_id), now)  # fmt: skip
+            actual, prev = heads.get(req.thread_id, (0, GENESIS_HASH))
+            if refusal is None and actual + len(req.encoded) > MAX_POSITION:
+                refusal = CorruptRecordError(
+                    req.thread_id, actual, f"its head in {self._where} is beyond any real thread"
+                )
+            if refusal is None and actual != req.expected_seq:
+                refusal = ConcurrencyError(req.thread_id, req.expected_seq, actual)
+            if refusal is not None:
+                outcomes.append(refusal)
+                continue
+            accepted.append((len(outcomes), req, actual, prev))
+            outcomes.append([])
+            heads[req.thread_id] = (actual + len(req.encoded), b"")  # the next one's seq
+            total += len(req.encoded)
+        written = {req.thread_id for _, req, _, _ in accepted}
+        unused = [tid for tid in missing if tid not in written]
+        if not accepted:
+            if unused:
+                await conn.execute(
+                    f"DELETE FROM {t['threads']} WHERE thread_id = ANY($1::text[]) "
+                    "AND last_seq = 0",
+                    unused,
+                )
+            return outcomes, [], 0
+        # The tail of the commit: positions from the counter, whose row lock is held to COMMIT.
+        top = await conn.fetchval(
+            f"UPDATE {t['counter']} SET position = position + $1 RETURNING position", total
+        )
+        if top is None or top > MAX_POSITION:
+            raise CorruptDatabaseError(
+                self._where, f"the position counter is {top}, beyond {MAX_POSITION} or missing"
+            )
+        position = top - total + 1
+        rows_out: list[Row] = []
+        last_hash: dict[str, bytes] = {}
+        for index, req, actual, prev in accepted:
+            prev = last_hash.get(req.thread_id, prev)
+            rows = chain_rows(req.thread_id, actual + 1, prev, req.encoded, req.run_id,
+                              req.actor, req.at, position)  # fmt: skip
+            position += len(rows)
+            last_hash[req.thread_id] = rows[-1].hash
+            outcomes[index] = rows
+            rows_out.extend(rows)
+        await conn.execute(self._write_sql, *_columns(rows_out), *_heads_of(rows_out),
+                           unused, self._channel, str(top))  # fmt: skip
+        return outcomes, rows_out, top
+
+    async def _lock_heads(self, conn: Any, ids: list[str]) -> dict[str, tuple[int, bytes]]:
+        rows = await conn.fetch(
+            f"SELECT thread_id, last_seq, last_hash FROM {self._t['threads']} "
+            "WHERE thread_id = ANY($1::text[]) ORDER BY thread_id FOR UPDATE",
+            ids,
+        )
+        return {r[0]: (r[1], r[2]) for r in rows}
+
+    @property
+    def _write_sql(self) -> str:
+        t = self._t
+        return (
+            f"WITH ins AS (INSERT INTO {t['events']} ({_ROW_COLUMNS}) SELECT * FROM unnest("
+            "$1::text[], $2::bigint[], $3::text[], $4::text[], $5::float8[], $6::text[], "
+            "$7::int[], $8::bytea[], $9::bytea[], $10::bigint[])), "
+            f"upd AS (UPDATE {t['threads']} AS h SET last_seq = n.seq, last_hash = n.hash, "
+            "updated_at = n.at, created_at = CASE WHEN h.last_seq = 0 THEN n.at "
+            "ELSE h.created_at END, first_position = COALESCE(h.first_position, n.first) "
+            "FROM unnest($11::text[], $12::bigint[], $13::bytea[], $14::float8[], "
+            "$15::bigint[]) AS n(thread_id, seq, hash, at, first) "
+            "WHERE h.thread_id = n.thread_id), "
+            f"del AS (DELETE FROM {t['threads']} WHERE thread_id = ANY($16::text[]) "
+            "AND last_seq = 0) SELECT pg_notify($17, $18)"
+        )
+
+    # ---- claims --------------------------------------------------------------------------
+
+    async def claim(
+        self, thread_id: str, *, purpose: str = "run", lease: float = DEFAULT_LEASE
+    ) -> Claim:
+        self._check_open()
+        self._check_writable("claim a thread")
+        claim = new_claim(self._checked_id(thread_id), lease=lease, purpose=purpose)
+        hold(claim)  # before the write: a rival claim queued behind it must see it alive
+        try:
+            await self._call(self._take(claim))
+        except BaseException:
+            let_go(claim)
+            raise
+        self._heartbeat.add(claim)
+        return claim
+
+    async def _take(self, claim: Claim) -> None:
+        c = self._t["claims"]
+        values = (claim.thread_id, claim.token, claim.host, claim.pid, claim.started,
+                  time.time(), claim.lease, claim.purpose)  # fmt: skip
+        try:
+            async with self._pool.acquire() as conn, conn.transaction():
+                while True:
+                    taken = await conn.fetchval(
+                        f"INSERT INTO {c} (thread_id, {_HOLDER_COLUMNS}) VALUES "
+                        "($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING RETURNING token",
+                        *values,
+                    )
+                    if taken is not None:
+                        return
+                    row = await conn.fetchrow(
+                        f"SELECT {_HOLDER_COLUMNS} FROM {c} WHERE thread_id = $1 FOR UPDATE",
+                        claim.thread_id,
+                    )
+                    if row is None:  # released in between: try the insert again
+                        continue
+                    holder, now = Holder(*row), time.time()
+                    if holder.alive(now):
+                        raise holder.busy_error(claim.thread_id, now)
+                    await conn.execute(
+                        f"UPDATE {c} SET token = $2, host = $3, pid = $4, started = $5, "
+                        "heartbeat_at = $6, lease = $7, purpose = $8 WHERE thread_id = $1",
+                        *values,
+                    )
+                    return
+        except (asyncpg.PostgresError, *_LOST) as exc:
+            raise self._error(exc, "the thread was not claimed") from exc
+
+    async def release(self, claim: Claim) -> None:
+        self._heartbeat.discard(claim)
+        let_go(claim)
+        if self._closing or not self._opened:
+            await asyncio.to_thread(self._drop_on_own_connection, claim)
+            return
+        await self._drop(claim)
+
+    async def _drop(self, claim: Claim) -> None:
+        await self._query(
+            "execute",
+            f"DELETE FROM {self._t['claims']} WHERE thread_id = $1 AND token = $2",
+            claim.thread_id, claim.token,
+        )  # fmt: skip
+
+    def release_threadsafe(self, claim: Claim) -> None:
+        self._heartbeat.discard(claim)
+        let_go(claim)
+        loop = self._loop
+        if loop is None or not loop.running or self._closing or self.readonly:
+            if not self.readonly:
+                threading.Thread(
+                    target=self._drop_on_own_connection, args=(claim,), daemon=True
+                ).start()
+            return
+        loop.submit(self._drop_quietly(claim))
+
+    async def _drop_quietly(self, claim: Claim) -> None:
+        with contextlib.suppress(Exception):  # else it stays until seen dead
+            await self._drop(claim)
+
+    def _drop_on_own_connection(self, claim: Claim) -> None:
+        """Release a claim after the store closed (blocking: never on an event loop)."""
+
+        async def drop() -> None:
+            conn = await asyncpg.connect(self.dsn, timeout=self._timeout)
+            try:
+                await conn.execute(
+                    f"DELETE FROM {self._t['claims']} WHERE thread_id = $1 AND token = $2",
+                    claim.thread_id, claim.token,
+                )  # fmt: skip
+            finally:
+                await conn.close()
+
+        with contextlib.suppress(Exception):
+            asyncio.run(drop())
+
+    async def relabel(self, claim: Claim, purpose: str) -> None:
+        self._check_writable("relabel a claim")
+        await self._query(
+            "execute",
+            f"UPDATE {self._t['claims']} SET purpose = $3 WHERE thread_id = $1 AND token = $2",
+            claim.thread_id, claim.token, purpose,
+        )  # fmt: skip
+
+    async def holder(self, thread_id: str) -> Holder | None:
+        self._check_open()
+        row = await self._query(
+            "fetchrow",
+            f"SELECT {_HOLDER_COLUMNS} FROM {self._t['claims']} WHERE thread_id = $1",
+            self._checked_id(thread_id),
+        )
+        return None if row is None else Holder(*row)
+
+    def _renew_blocking(self, claims: list[Claim], now: float) -> None:
+        loop = self._loop
+        if loop is None or not loop.running or self._closing:
+            return
+        sql = f"UPDATE {self._t['claims']} SET heartbeat_at = $1 WHERE token = ANY($2::text[])"
+        loop.submit(self._query("execute", sql, now, [c.token for c in claims])).result(60)
+
+    # ---- LISTEN/NOTIFY: the wake-up of followers -------------------------------------------
+
+    async def _listen(self) -> None:
+        """Keep a connection listening on the schema's channel; reconnect when it drops."""
+        while not self._closing:
+            lost = asyncio.Event()
+            conn = None
+            try:
+                conn = await asyncpg.connect(self.dsn, timeout=self._timeout)
+                conn.add_termination_listener(partial(_set, lost))
+                await conn.add_listener(self._channel, self._notified)
+                top = await conn.fetchval(f"SELECT position FROM {self._t['counter']}")
+                self.commit_signal.advance(int(top or 0))  # what committed while deaf
+                await lost.wait()
+            except asyncio.CancelledError:
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(conn.close(), 2)
+                raise
+            except Exception:  # the server is away: followers poll meanwhile
+                pass
+            await asyncio.sleep(0.5)
+
+    def _notified(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        with contextlib.suppress(ValueError):
+            self.commit_signal.advance(int(payload))
+
+    # ---- reads ---------------------------------------------------------------------------
+
+    async def _fetch(self, thread_id: str, from_seq: int, to_seq: int, limit: int) -> list[Row]:
+        rows = await self._query(
+            "fetch",
+            f"SELECT {_ROW_COLUMNS} FROM {self._t['events']} WHERE thread_id = $1 AND seq "
+            "BETWEEN $2 AND $3 ORDER BY seq LIMIT $4",
+            thread_id, from_seq, min(to_seq, 2**62), limit,
+        )  # fmt: skip
+        return [Row(*r) for r in rows]
+
+    async def _fetch_all(self, from_position: int, limit: int) -> list[Row]:
+        rows = await self._query(
+            "fetch",
+            f"SELECT {_ROW_COLUMNS} FROM {self._t['events']} WHERE position > $1 "
+            "ORDER BY position LIMIT $2",
+            from_position, limit,
+        )  # fmt: skip
+        return [Row(*r) for r in rows]
+
+    async def _head(self, thread_id: str) -> tuple[int, bytes] | None:
+        row = await self._query(
+            "fetchrow",
+            f"SELECT last_seq, last_hash FROM {self._t['threads']} "
+            "WHERE thread_id = $1 AND last_seq > 0",
+            thread_id,
+        )
+        return None if row is None else (row[0], row[1])
+
+    async def last_position(self) -> int:
+        """The position of the newest committed record; 0 when the store holds none."""
+        self._check_open()
+        top = await self._query("fetchval", f"SELECT position FROM {self._t['counter']}")
+        return int(top or 0)
+
+    async def threads(self) -> list[str]:
+        self._check_open()
+        rows = await self._query(
+            "fetch",
+            f"SELECT thread_id FROM {self._t['threads']} WHERE last_seq > 0 "
+            "ORDER BY first_position",
+        )
+        return [r[0] for r in rows]
+
+    async def _seqs_of_kind(self, thread_id: str, kind: str) -> list[int]:
+        rows = await self._query(
+            "fetch",
+            f"SELECT seq FROM {self._t['events']} WHERE thread_id = $1 AND kind = $2 ORDER BY seq",
+            thread_id, kind,
+        )  # fmt: skip
+        return [r[0] for r in rows]
+
+    async def _fetch_payloads(self, thread_id: str, seqs: Sequence[int]) -> list[Payload]:
+        if not seqs:
+            return []
+        rows = await self._query(
+            "fetch",
+            "SELECT seq, NULLIF(kind, 'message_appended'), version, payload FROM "
+            f"{self._t['events']} WHERE thread_id = $1 AND seq = ANY($2::bigint[]) "
+            "AND kind = ANY($3::text[]) ORDER BY seq",
+            thread_id, list(seqs), list(MESSAGE_KINDS),
+        )  # fmt: skip
+        return [tuple(r) for r in rows]
+
+    # ---- snapshots -----------------------------------------------------------------------
+
+    async def _put_snapshot(self, thread_id: str, stored: StoredSnapshot) -> None:
+        self._check_writable("save a snapshot")
+        await self._query(
+            "execute",
+            f"INSERT INTO {self._t['snapshots']} (thread_id, seq, state_type, at, state, hash, "
+            "anchor, refs) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (thread_id, seq) "
+            "DO UPDATE SET state_type = excluded.state_type, at = excluded.at, "
+            "state = excluded.state, hash = excluded.hash, anchor = excluded.anchor, "
+            "refs = excluded.refs",
+            thread_id, *stored,
+        )  # fmt: skip
+
+    async def _get_snapshot(self, thread_id: str, max_seq: int) -> StoredSnapshot | None:
+        row = await self._query(
+            "fetchrow",
+            "SELECT seq, state_type, at, state, hash, anchor, refs FROM "
+            f"{self._t['snapshots']} WHERE thread_id = $1 AND seq <= $2 ORDER BY seq DESC LIMIT 1",
+            thread_id, max_seq,
+        )  # fmt: skip
+        return None if row is None else StoredSnapshot(*row)
+
+    async def _snapshot_seqs(self, thread_id: str) -> list[int]:
+        rows = await self._query(
+            "fetch",
+            f"SELECT seq FROM {self._t['snapshots']} WHERE thread_id = $1 ORDER BY seq",
+            thread_id,
+        )
+        return [r[0] for r in rows]
+
+
+def _set(event: asyncio.Event, _conn: Any) -> None:
+    event.set()
+
+
+def _columns(rows: list[Row]) -> list[list[Any]]:
+    """The rows as one array per column, in `_ROW_COLUMNS` order (for unnest)."""
+    return [list(column) for column in zip(*rows, strict=True)]
+
+
+def _heads_of(rows: list[Row]) -> list[list[Any]]:
+    """Per thread written: its new head (seq, hash, time) and its first row's position."""
+    last: dict[str, Row] = {}
+    first: dict[str, int] = {}
+    for row in rows:
+        last[row.thread_id] = row
+        first.setdefault(row.thread_id, row.position)
+    ids = list(last)
+    return [
+        ids,
+        [last[t].seq for t in ids],
+        [last[t].hash for t in ids],
+        [last[t].at for t in ids],
+        [first[t] for t in ids],
+    ]

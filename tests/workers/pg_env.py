@@ -1,0 +1,61 @@
+"""The PostgreSQL test environment: the server from AGENTLOG_PG_DSN, one schema per test.
+
+Tests skip with a clear reason when AGENTLOG_PG_DSN is unset (`.ci/run` sets it to the local
+server); each test creates a schema of its own with the real upgrade and drops it after.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+
+DSN = os.environ.get("AGENTLOG_PG_DSN", "")
+SKIP_REASON = (
+    "AGENTLOG_PG_DSN is unset: set it to a PostgreSQL server to run these tests, e.g. "
+    "AGENTLOG_PG_DSN=postgresql://postgres@127.0.0.1:5432/test"
+)
+needs_pg = pytest.mark.skipif(not DSN, reason=SKIP_REASON)
+
+
+def new_schema_name() -> str:
+    """A fresh schema name no other test (or xdist worker) uses."""
+    return f"t_{uuid.uuid4().hex[:16]}"
+
+
+async def create_schema(schema: str) -> None:
+    """Create `schema` at the current version, as `agentlog db upgrade` does."""
+    import asyncpg
+
+    from events.postgres_schema import upgrade_schema
+
+    conn = await asyncpg.connect(DSN)
+    try:
+        await upgrade_schema(conn, schema)
+    finally:
+        await conn.close()
+
+
+async def drop_schema(schema: str) -> None:
+    """Drop `schema` and everything in it."""
+    import asyncpg
+
+    conn = await asyncpg.connect(DSN)
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        await conn.close()
+
+
+@asynccontextmanager
+async def fresh_schema() -> AsyncIterator[str]:
+    """A new, upgraded schema for the duration of the block, dropped after."""
+    schema = new_schema_name()
+    await create_schema(schema)
+    try:
+        yield schema
+    finally:
+        await drop_schema(schema)
