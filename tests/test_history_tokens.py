@@ -149,7 +149,7 @@ async def test_history_json_and_table_carry_tokens_and_latency() -> None:
     assert "tokens and latency per step" in text and "per run" in text
     assert "total: 5 model calls (1 failed): 280 in + 60 out = 340 tokens" in text
     lines = "\n".join(render.history_lines("t", rows, usage=report))
-    assert "400.0 ms" in lines and "failed (attempt 1)" in lines
+    assert "400.0 ms" in lines and "openai:m-1 failed (attempt 1): RateLimitError" in lines
 
 
 async def test_show_names_the_runs_tokens_and_the_steps() -> None:
@@ -190,6 +190,8 @@ def test_stored_text_in_a_model_call_is_shown_inert() -> None:
     report = render.UsageReport([call], [("r", 1, "agent\x07", call.usage)], [], call.usage)
     text = printed(render.usage_view(report))
     assert "\x07" not in text and "\\x07" in text
+    said = render.cell(render.call_brief(call)).plain
+    assert "\x1b" not in said and "\u202e" not in said and "\\x1b" in said
 
 
 def printed(*parts: Any) -> str:

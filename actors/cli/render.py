@@ -440,6 +440,8 @@ class ModelCall:
     attempt: int
     finish_reason: str | None
     usage: Usage
+    error: str | None = None
+    """A failed attempt's error type."""
 
 
 @dataclass(frozen=True)
@@ -520,6 +522,7 @@ def usage_report(records: Sequence[EventRecord]) -> UsageReport:
                     event.attempt,
                     event.finish_reason,
                     usage,
+                    event.error_type,
                 )
             )
     steps: dict[tuple[str | None, int, str], Usage] = {}
@@ -562,13 +565,13 @@ def usage_json(report: UsageReport) -> dict[str, Any]:
 def call_brief(call: ModelCall) -> str:
     """A model call in one line: model, tokens, why it stopped (stored text: show it inert)."""
     u = call.usage
-    said = f"{call.provider}:{call.model} {u.input_tokens:,} in + {u.output_tokens:,} out"
-    said += f" = {u.total_tokens:,} tokens"
+    said = f"{call.provider}:{call.model}"
     if call.status != "completed":
-        said += f", {call.status} (attempt {call.attempt})"
-    elif call.finish_reason:
-        said += f", {call.finish_reason}"
-    return said
+        said += f" {call.status} (attempt {call.attempt})"
+        said += f": {call.error}" if call.error else ""
+        return said + (f", {u.total_tokens:,} tokens" if u.total_tokens else "")
+    said += f" {u.input_tokens:,} in + {u.output_tokens:,} out = {u.total_tokens:,} tokens"
+    return said + (f", {call.finish_reason}" if call.finish_reason else "")
 
 
 def usage_view(report: UsageReport) -> RenderableType:
