@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import gc
 import itertools
+import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
@@ -88,6 +89,15 @@ ENTERED_KEY = "entered"
 _validate_message = Message.model_validate
 
 
+_message_id = operator.attrgetter("message_id")
+
+
+def _held(context: list[Message]) -> Iterator[Message]:
+    """The messages of a context as the list holds them, for reading ids: a list type of
+    its own (`projections.views.SharedContext`) would copy each message read."""
+    return list.__iter__(context)
+
+
 @contextmanager
 def gc_paused() -> Iterator[None]:
     """Pause the cyclic GC while building many acyclic objects (a replay is 5-6x faster)."""
@@ -122,7 +132,7 @@ class Fold(Generic[S]):
         self.seq = seq
         self.hash = ""
         """The chain hash (hex) of record `seq`, when the fold has seen it."""
-        self._ids = {m.message_id for m in self.state.context}
+        self._ids = set(map(_message_id, _held(self.state.context)))
 
     @classmethod
     def new(cls, state_cls: type[S]) -> Fold[S]:
@@ -175,7 +185,7 @@ class Fold(Generic[S]):
     def _replace_message(self, message: Message) -> None:
         context = self.state.context
         for index in range(len(context) - 1, -1, -1):
-            if context[index].message_id == message.message_id:
+            if list.__getitem__(context, index).message_id == message.message_id:
                 context[index] = message
                 return
         self._append_messages((message,))  # `decide` lets no such event in; stay total
@@ -183,7 +193,12 @@ class Fold(Generic[S]):
     def _remove_messages(self, message_ids: Iterable[str | int]) -> None:
         gone = set(message_ids) & self._ids
         if gone:
-            self.state.context = [m for m in self.state.context if m.message_id not in gone]
+            context = self.state.context
+            kept = [m for m in _held(context) if m.message_id not in gone]
+            if type(context) is list:
+                self.state.context = kept
+            else:  # a list of its own kind (a `SharedContext`): keep it, and what it tracks
+                context[:] = kept
             self._ids -= gone
 
     @property

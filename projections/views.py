@@ -1,12 +1,30 @@
-"""Reading state out of a store: the state at a point, and snapshots that make it cheap."""
+"""Reading state out of a store: the state at a point, and snapshots that make it cheap.
+
+`state_at` keeps, per process, the messages it has validated out of referencing snapshots
+(`_MessageCache`), per store object and thread, keyed by the record carrying each: a store's
+records never change (its log only grows), so a point whose snapshot references messages
+read before costs the records after the snapshot, not every message again. The cached
+messages are only cached once the snapshot's hash was found to be the chain's, and are
+never handed out: a state gets them through a `SharedContext`, which copies each one the
+first time it is read. A payload changed behind the store after it was read is not seen
+(before, it was believed): `verify` is what finds it, as before.
+"""
 
 from __future__ import annotations
 
+import copy
+import itertools
 import logging
-from typing import TypeVar
+import operator
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from functools import cache
+from typing import Any, Self, SupportsIndex, TypeVar, get_args, get_origin, overload
 
 import msgspec
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from events.errors import ThreadNotFoundError
 from events.record import EventRecord, Snapshot
@@ -15,6 +33,7 @@ from events.store import EventStore
 from .edge import state_data, to_builtins
 from .errors import ProjectionError
 from .fold import Fold, gc_paused
+from .messages import Message
 from .state import AgentState
 
 S = TypeVar("S", bound=AgentState)
@@ -46,6 +65,13 @@ async def fold_at(
     seq (`use_snapshots=False` reads the log alone); a damaged one, `CorruptSnapshotError`;
     one the class cannot validate is passed over for the log.
     """
+    target = await _target(store, thread_id, seq)
+    with gc_paused():
+        return await _fold_from_snapshot(store, thread_id, target, state_cls, use_snapshots)
+
+
+async def _target(store: EventStore, thread_id: str, seq: int | None) -> int:
+    """The seq to fold up to: `seq`, or the thread's last when None, checked against it."""
     if seq is not None and seq < 0:
         raise PointOutOfRangeError(f"seq must be >= 0, got {seq}")
     last = await store.last_seq(thread_id)
@@ -55,25 +81,36 @@ async def fold_at(
         raise PointOutOfRangeError(
             f"thread {thread_id!r} has {last} records; seq {seq} does not exist yet"
         )
-    target = last if seq is None else seq
-    with gc_paused():
-        return await _fold_from_snapshot(store, thread_id, target, state_cls, use_snapshots)
+    return last if seq is None else seq
 
 
 async def _fold_from_snapshot(
-    store: EventStore, thread_id: str, target: int, state_cls: type[S], use_snapshots: bool
+    store: EventStore,
+    thread_id: str,
+    target: int,
+    state_cls: type[S],
+    use_snapshots: bool,
+    shared: bool = False,
 ) -> Fold[S]:
     fold: Fold[S] | None = None
     anchor: bytes | None = None
+    cached = _CACHE.get(store, thread_id) if shared and _shares_context(state_cls) else None
+    new: dict[_Key, Message] | None = None
     if use_snapshots and target > 0:
-        snapshot = await store.load_snapshot(thread_id, target)
+        snapshot = await store.load_snapshot(thread_id, target, resolve=cached is None)
         if (
             snapshot is not None
             and snapshot.hash
             and snapshot.state_type == state_type_name(state_cls)
         ):
             try:
-                state = state_cls.model_validate(snapshot.state)
+                state: S | None = None
+                if shared and snapshot.context_refs is not None and _shares_context(state_cls):
+                    built = await _shared_state(store, snapshot, state_cls, cached)
+                    if built is not None:
+                        snapshot, state, new = built
+                else:
+                    state = state_cls.model_validate(snapshot.state)
             except ValidationError as exc:
                 # A snapshot this class cannot hold (the class changed since, or the row was
                 # altered): the log is the truth, so fold it instead; verify reports the row.
@@ -85,9 +122,11 @@ async def _fold_from_snapshot(
                     state_cls.__name__,
                     exc.errors()[0]["msg"] if exc.errors() else exc,
                 )
+                new = None
             else:
-                fold = Fold(state, seq=snapshot.seq, copy=False)
-                fold.hash, anchor = snapshot.hash, bytes.fromhex(snapshot.hash)
+                if state is not None:
+                    fold = Fold(state, seq=snapshot.seq, copy=False)
+                    fold.hash, anchor = snapshot.hash, bytes.fromhex(snapshot.hash)
     if fold is None:
         fold = Fold.new(state_cls)
     if fold.seq < target or anchor is not None:
@@ -102,7 +141,91 @@ async def _fold_from_snapshot(
                 fold.apply_all(chunk)
                 chunk.clear()
         fold.apply_all(chunk)
+        if new is not None:  # the snapshot's hash is the chain's: its messages are the log's
+            _CACHE.add(store, thread_id, new)
     return fold
+
+
+async def _shared_state(
+    store: EventStore, snapshot: Snapshot, state_cls: type[S], cached: _Thread | None
+) -> tuple[Snapshot, S, dict[_Key, Message]] | None:
+    """The state of a referencing snapshot, its referenced messages taken from the cache
+    where it holds them and validated otherwise;
+    with the messages validated here, for the cache once the snapshot's hash is checked.
+
+    `snapshot` comes unresolved when `cached` is given; it is loaded again, resolved, when
+    the cache cannot serve every message (None: it is gone meanwhile). The snapshot returned
+    is the one the state is of.
+    """
+    held = cached.messages if cached is not None else {}
+    while True:
+        built = _context_of(snapshot, held)
+        if built is not None:
+            break
+        again = await store.load_snapshot(snapshot.thread_id, snapshot.seq)
+        if again is None or again.context_refs is None:
+            return None  # removed or rewritten meanwhile: the caller folds the log
+        snapshot = again
+    messages, shared, new = built
+    state = state_cls.model_validate({k: v for k, v in snapshot.state.items() if k != "context"})
+    state.context = SharedContext(messages, shared)
+    return snapshot, state, new
+
+
+def _context_of(
+    snapshot: Snapshot, held: dict[_Key, Message]
+) -> tuple[list[Message], list[Message], dict[_Key, Message]] | None:
+    """The snapshot's context (all of it, the shared messages among it, the ones validated
+    here by key), or None when a message is not in `held` and the snapshot is unresolved.
+
+    The references were checked by the store as it loaded the snapshot.
+    """
+    refs = snapshot.context_refs or []
+    keys: list[_Key | None]
+    if set(map(type, refs)) <= {int}:  # the usual context: first messages of records
+        keys = list(itertools.accumulate(refs))
+        found = list(map(held.get, keys))
+        if None not in found:
+            return found, found, {}  # type: ignore[return-value]
+    else:
+        keys = _keys(refs)
+        found = [None if key is None else held.get(key) for key in keys]
+    missing = [i for i, message in enumerate(found) if message is None]
+    resolved = snapshot.state.get("context")
+    if resolved is None and any(keys[i] is not None for i in missing):
+        return None
+    source = refs if resolved is None else resolved  # inline messages are in both
+    new: dict[_Key, Message] = {}
+    for i, message in zip(
+        missing, _MESSAGES.validate_python([source[i] for i in missing]), strict=True
+    ):
+        found[i] = message
+        key = keys[i]
+        if key is not None:
+            new[key] = message
+    messages: list[Message] = found  # type: ignore[assignment]
+    if len(missing) == len(new):
+        return messages, messages, new
+    return messages, [m for m, key in zip(messages, keys, strict=True) if key is not None], new
+
+
+def _keys(refs: list[Any]) -> list[_Key | None]:
+    """Where each reference points (`_Key`), None for a message stored inline."""
+    keys: list[_Key | None] = []
+    prev = 0
+    for item in refs:
+        if type(item) is dict:
+            keys.append(None)
+        elif type(item) is int:
+            prev += item
+            keys.append(prev)
+        else:
+            prev += item[0]
+            keys.append((prev, item[1]) if item[1] else prev)
+    return keys
+
+
+_MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 
 
 async def state_at(
@@ -113,8 +236,16 @@ async def state_at(
     *,
     use_snapshots: bool = True,
 ) -> S:
-    """The thread's state after record `seq` (after its last record when None)."""
-    fold = await fold_at(store, thread_id, seq, state_cls, use_snapshots=use_snapshots)
+    """The thread's state after record `seq` (after its last record when None).
+
+    Its context may be a `SharedContext`: messages read before in this process are not
+    validated again, and each is copied the first time it is read from the state.
+    """
+    target = await _target(store, thread_id, seq)
+    with gc_paused():
+        fold = await _fold_from_snapshot(
+            store, thread_id, target, state_cls, use_snapshots, shared=True
+        )
     return fold.state
 
 
@@ -164,3 +295,215 @@ async def take_snapshot(
     stored = await write_snapshot(store, thread_id, fold.seq, fold.state, hash=fold.hash)
     context = [to_builtins(m) for m in fold.state.context]
     return msgspec.structs.replace(stored, state={**stored.state, "context": context})
+
+
+# ---- messages shared between reads, handed out as copies ------------------------------------
+
+
+class SharedContext(list[Message]):
+    """A context whose messages, until read, are shared with the process's message cache.
+
+    It holds the very messages the cache holds (so equality, `model_dump` and the fold see
+    them as they are), and hands out a private copy of each the first time it is read, kept
+    in its place from then on: reading costs what is read, and changing what was read
+    changes this state only, never the cache or another reader's state. Copies, slices and
+    pickles of it hold copies. One way past it: validating the list itself into a new model
+    (`AgentState(context=state.context)`) takes the shared messages as they are; dump the
+    state first (`state_data`) when building another from it.
+    """
+
+    __slots__ = ("_shared",)
+
+    def __init__(self, messages: Iterable[Message] = (), shared: Iterable[Message] = ()) -> None:
+        super().__init__(messages)
+        self._shared: dict[int, Message] = dict(zip(map(id, shared), shared, strict=False))
+
+    def _own(self, index: int) -> Message:
+        item: Message = list.__getitem__(self, index)
+        if self._shared.pop(id(item), None) is None:
+            return item
+        mine = Message.model_validate(item.model_dump())
+        list.__setitem__(self, index, mine)
+        return mine
+
+    def originals(self) -> Iterator[Message]:
+        """The messages as held, shared ones included, for read-only passes (never hand
+        them out: a change would reach every reader of the thread in this process)."""
+        return list.__iter__(self)
+
+    @overload
+    def __getitem__(self, index: SupportsIndex) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Message]: ...
+    def __getitem__(self, index: SupportsIndex | slice) -> Message | list[Message]:
+        if isinstance(index, slice):
+            return [self._own(i) for i in range(*index.indices(len(self)))]
+        position = operator.index(index)
+        if position < 0:
+            position += len(self)
+        if not 0 <= position < len(self):
+            raise IndexError("list index out of range")
+        return self._own(position)
+
+    def __iter__(self) -> Iterator[Message]:
+        index = 0
+        while index < len(self):
+            yield self._own(index)
+            index += 1
+
+    def __reversed__(self) -> Iterator[Message]:
+        for index in range(len(self) - 1, -1, -1):
+            if index < len(self):
+                yield self._own(index)
+
+    def pop(self, index: SupportsIndex = -1) -> Message:
+        item = self[index]
+        del self[index]
+        return item
+
+    def copy(self) -> list[Message]:
+        return list(self)
+
+    def __copy__(self) -> list[Message]:
+        return list(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> list[Message]:
+        return [copy.deepcopy(m, memo) for m in self.originals()]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (list, (list(self),))
+
+    def __add__(self, other: list[Message]) -> list[Message]:  # type: ignore[override]
+        return [*self, *other]
+
+    def __radd__(self, other: list[Message]) -> list[Message]:
+        return [*other, *self]
+
+    def __mul__(self, n: SupportsIndex) -> list[Message]:
+        return list(self) * n
+
+    __rmul__ = __mul__
+
+    def _own_all(self) -> None:
+        for index in range(len(self)):
+            self._own(index)
+
+    def __imul__(self, n: SupportsIndex) -> Self:
+        self._own_all()  # one shared message in two places could not be told apart
+        return super().__imul__(n)
+
+    def __iadd__(self, other: Iterable[Message]) -> Self:  # type: ignore[override]
+        if other is self:
+            self._own_all()
+        return super().__iadd__(other)
+
+    def extend(self, other: Iterable[Message]) -> None:
+        if other is self:
+            self._own_all()
+        super().extend(other)
+
+    @overload
+    def __setitem__(self, index: SupportsIndex, value: Message) -> None: ...
+    @overload
+    def __setitem__(self, index: slice, value: Iterable[Message]) -> None: ...
+    def __setitem__(self, index: SupportsIndex | slice, value: Any) -> None:
+        if value is self:
+            self._own_all()
+        super().__setitem__(index, value)
+
+
+MESSAGE_CACHE_LIMIT = 20_000
+"""Messages `state_at` keeps validated per process (about 2 KB each), least recently read
+threads dropped first: enough for every message of a 10,000-step tool-calling thread."""
+
+
+_Key = int | tuple[int, int]
+"""Where a message is in the log: the seq of the record carrying it when it is the record's
+first (nearly always), else (seq, index)."""
+
+
+class _Thread:
+    """One thread's cached messages, by where each is in the log (`_Key`), as read from
+    one store object (a record of a store never changes: its log only grows)."""
+
+    __slots__ = ("messages", "store")
+
+    def __init__(self, store: EventStore) -> None:
+        self.messages: dict[_Key, Message] = {}
+        self.store = weakref.ref(store)
+
+
+class _MessageCache:
+    """Validated messages of referencing snapshots, per store and thread, up to `limit`."""
+
+    def __init__(self, limit: int = MESSAGE_CACHE_LIMIT) -> None:
+        self.limit = limit
+        self._threads: OrderedDict[tuple[int, str], _Thread] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def get(self, store: EventStore, thread_id: str) -> _Thread | None:
+        """The thread's messages read from this very store object, if any are kept."""
+        with self._lock:
+            key = (id(store), thread_id)
+            cached = self._threads.get(key)
+            if cached is None:
+                return None
+            if cached.store() is not store:  # another store, since gone, had this id
+                self._size -= len(self._threads.pop(key).messages)
+                return None
+            self._threads.move_to_end(key)
+            return cached
+
+    def clear(self) -> None:
+        with self._lock:
+            self._threads.clear()
+            self._size = 0
+
+    def add(self, store: EventStore, thread_id: str, new: dict[_Key, Message]) -> None:
+        """Keep `new`, messages of the thread read from `store`, dropping the threads read
+        least recently to stay within the limit."""
+        if not new:
+            return
+        with self._lock:
+            key = (id(store), thread_id)
+            cached = self._threads.get(key)
+            if cached is None or cached.store() is not store:
+                if cached is not None:
+                    self._size -= len(cached.messages)
+                cached = self._threads[key] = _Thread(store)
+            self._threads.move_to_end(key)
+            while self._size + len(new) > self.limit and next(iter(self._threads)) != key:
+                _, oldest = self._threads.popitem(last=False)
+                self._size -= len(oldest.messages)
+            if self._size + len(new) > self.limit:
+                return
+            before = len(cached.messages)
+            cached.messages.update(new)
+            self._size += len(cached.messages) - before
+
+
+_CACHE = _MessageCache()
+
+
+def clear_message_cache() -> None:
+    """Forget every message `state_at` keeps validated in this process."""
+    _CACHE.clear()
+
+
+@cache
+def _shares_context(state_cls: type[AgentState]) -> bool:
+    """Whether a state of this class may be built with its context set after validation:
+    a plain `list[Message]` field that no validator of the class looks at."""
+    info = state_cls.model_fields.get("context")
+    if info is None or get_origin(info.annotation) is not list:
+        return False
+    if get_args(info.annotation) != (Message,) or state_cls.model_config.get("validate_assignment"):
+        return False
+    decorators = state_cls.__pydantic_decorators__
+    if decorators.model_validators:
+        return False
+    return not any(
+        "context" in d.info.fields or "*" in d.info.fields
+        for d in decorators.field_validators.values()
+    )
