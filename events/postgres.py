@@ -77,6 +77,7 @@ _PASSWORD = re.compile(r"(//[^/@:]*):[^/@]*@")
 _LOST = (
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,  # a connection left mid-protocol by a loss
     asyncpg.exceptions.OperatorInterventionError,  # the backend was terminated or shut down
     ConnectionError,
     OSError,
@@ -125,6 +126,8 @@ class PostgresEventStore(BaseEventStore):
         self._timeout = connect_timeout
         self._where = f"{shown_dsn(dsn)} (schema {schema!r})"
         self._channel = f"agentlog_{schema}"
+        self._settings = {"application_name": f"agentlog:{schema}"[:63]}
+        """Every connection names the log it serves (`pg_stat_activity.application_name`)."""
         self._loop: LoopThread | None = None
         self._open_lock = threading.Lock()
         self._opened = False
@@ -164,7 +167,7 @@ class PostgresEventStore(BaseEventStore):
             return
         if self._closing:
             raise StoreClosedError(f"{self._where} was closed while opening")
-        settings = {"application_name": "agentlog"}
+        settings = dict(self._settings)
         if self.readonly:
             settings["default_transaction_read_only"] = "on"
         try:
@@ -240,7 +243,11 @@ class PostgresEventStore(BaseEventStore):
         async def run() -> Any:
             try:
                 async with self._pool.acquire() as conn:
-                    return await getattr(conn, method)(sql, *args)
+                    try:
+                        return await getattr(conn, method)(sql, *args)
+                    except _LOST:
+                        conn.terminate()  # the pool replaces it: the next call reconnects
+                        raise
             except (asyncpg.PostgresError, *_LOST) as exc:
                 raise self._error(exc, "nothing was written") from exc
 
@@ -326,7 +333,7 @@ class PostgresEventStore(BaseEventStore):
                 self._writer = await asyncpg.connect(
                     self.dsn,
                     timeout=self._timeout,
-                    server_settings={"application_name": "agentlog"},
+                    server_settings=self._settings,
                 )
             except (asyncpg.PostgresError, *_LOST) as exc:
                 raise self._error(exc, "nothing was written") from exc
@@ -351,6 +358,9 @@ class PostgresEventStore(BaseEventStore):
             await tx.commit()
             return outcomes
         except (asyncpg.PostgresError, *_LOST) as exc:
+            if isinstance(exc, _LOST) or conn.is_in_transaction():
+                conn.terminate()  # in an unknown state: the next batch reconnects
+                self._writer = None
             if stage != "commit" or not rows:
                 raise self._error(exc, "nothing was written") from exc
             return await self._after_lost_commit(exc, outcomes, rows[-1])
@@ -359,9 +369,6 @@ class PostgresEventStore(BaseEventStore):
         self, exc: BaseException, outcomes: list[list[Row] | Exception], last: Row
     ) -> list[list[Row] | Exception]:
         """The connection died during COMMIT: ask the database whether the batch landed."""
-        with contextlib.suppress(Exception):
-            await self._writer.close()
-        self._writer = None
         try:
             conn = await self._connection()
             found = await conn.fetchval(
@@ -565,7 +572,9 @@ class PostgresEventStore(BaseEventStore):
         """Release a claim after the store closed (blocking: never on an event loop)."""
 
         async def drop() -> None:
-            conn = await asyncpg.connect(self.dsn, timeout=self._timeout)
+            conn = await asyncpg.connect(
+                self.dsn, timeout=self._timeout, server_settings=self._settings
+            )
             try:
                 await conn.execute(
                     f"DELETE FROM {self._t['claims']} WHERE thread_id = $1 AND token = $2",
@@ -609,7 +618,9 @@ class PostgresEventStore(BaseEventStore):
             lost = asyncio.Event()
             conn = None
             try:
-                conn = await asyncpg.connect(self.dsn, timeout=self._timeout)
+                conn = await asyncpg.connect(
+                    self.dsn, timeout=self._timeout, server_settings=self._settings
+                )
                 conn.add_termination_listener(partial(_set, lost))
                 await conn.add_listener(self._channel, self._notified)
                 top = await conn.fetchval(f"SELECT position FROM {self._t['counter']}")

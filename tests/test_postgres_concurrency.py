@@ -1,0 +1,176 @@
+"""PostgreSQL under concurrent processes: races on one thread, a follower under many
+writers, and backends killed mid-run (pg_terminate_backend)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from events import (
+    EventRecord,
+    NodeEntered,
+    StepAdvanced,
+    StoreUnavailableError,
+    follow,
+)
+
+from .workers.pg_env import DSN, fresh_schema, needs_pg
+
+pytestmark = needs_pg
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+async def schema() -> AsyncIterator[str]:
+    async with fresh_schema() as name:
+        yield name
+
+
+def spawn(module: str, *args: object) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", f"tests.workers.{module}", DSN, *map(str, args)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+async def finish(procs: list[subprocess.Popen[str]], timeout: float = 60) -> list[str]:
+    """Wait for every process; each must exit 0. Returns their outputs."""
+    outs = []
+    for proc in procs:
+        out, err = await asyncio.to_thread(proc.communicate, timeout=timeout)
+        assert proc.returncode == 0, err
+        outs.append(out)
+    return outs
+
+
+async def table(schema: str, sql: str) -> list[tuple[object, ...]]:
+    import asyncpg
+
+    conn = await asyncpg.connect(DSN)
+    try:
+        return [tuple(r) for r in await conn.fetch(sql.replace("S.", f'"{schema}".'))]
+    finally:
+        await conn.close()
+
+
+async def test_processes_racing_on_one_thread_have_one_winner_per_seq(schema: str) -> None:
+    from events.postgres import PostgresEventStore
+
+    procs = [spawn("pg_appender", schema, "race", 15, f"p{i}") for i in range(4)]
+    outs = await finish(procs)
+    assert all(out.splitlines()[-1].startswith("done 15") for out in outs)
+    async with PostgresEventStore(DSN, schema=schema) as store:
+        records = [r async for r in store.read("race")]
+        assert [r.seq for r in records] == list(range(1, 4 * 15 * 3 + 1))
+        assert (await store.verify("race")).ok
+    for i in range(0, len(records), 3):  # every step is one writer's whole append
+        step = records[i : i + 3]
+        assert len({r.actor for r in step}) == 1 and len({r.position for r in step}) == 3
+        assert [r.kind for r in step] == ["node_entered", "state_updated", "step_advanced"]
+    per_writer = {f"p{i}": 0 for i in range(4)}
+    for r in records[::3]:
+        per_writer[str(r.actor)] += 1
+    assert per_writer == {f"p{i}": 15 for i in range(4)}
+    positions = [p for (p,) in await table(schema, "SELECT position FROM S.events ORDER BY 1")]
+    assert positions == list(range(1, len(records) + 1))  # a lost race leaves no hole
+
+
+async def test_a_follower_under_concurrent_writers_misses_nothing(schema: str) -> None:
+    from events.postgres import PostgresEventStore
+
+    seen: list[EventRecord] = []
+    async with PostgresEventStore(DSN, schema=schema) as store:
+
+        async def collect() -> None:
+            async for record in follow(store, poll_s=5.0):  # woken by NOTIFY, not the poll
+                seen.append(record)
+
+        follower = asyncio.create_task(collect())
+        procs = [spawn("pg_writer", schema, f"w{i}", 6, 25) for i in range(3)]
+        local = [store.append(f"local-{i}", [NodeEntered(node="n")], expected_seq=0)
+                 for i in range(40)]  # fmt: skip
+        await asyncio.gather(*local)
+        await finish(procs)
+        total = await store.last_position()
+        for _ in range(200):
+            if seen and seen[-1].position >= total:
+                break
+            await asyncio.sleep(0.05)
+        follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follower
+    rows = await table(schema, "SELECT position, thread_id, seq FROM S.events ORDER BY 1")
+    assert len(rows) == total == 3 * 6 * (25 + 12) + 40  # odd appends carry two events
+    assert [(r.position, r.thread_id, r.seq) for r in seen] == rows
+
+
+async def test_killing_backends_mid_run_fails_loudly_or_carries_on(schema: str) -> None:
+    from events.postgres import PostgresEventStore
+
+    procs = [spawn("pg_writer", schema, f"k{i}", 4, 60) for i in range(2)]
+    failures: list[Exception] = []
+    async with PostgresEventStore(DSN, schema=schema) as store:
+
+        async def local(thread: str) -> None:
+            for _ in range(40):
+                seq = await _last_seq(store, thread)
+                try:
+                    await store.append(
+                        thread, [NodeEntered(node="a"), StepAdvanced(step=seq)], expected_seq=seq
+                    )
+                except StoreUnavailableError as exc:
+                    failures.append(exc)
+                    await asyncio.sleep(0.02)
+
+        async def killer() -> int:
+            killed = 0
+            for _ in range(8):
+                await asyncio.sleep(0.15)
+                rows = await table(
+                    schema,
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                    f"application_name = 'agentlog:{schema}'",
+                )
+                killed += len(rows)
+            return killed
+
+        results = await asyncio.gather(killer(), *(local(f"l{i}") for i in range(3)))
+        assert results[0] > 0
+        outs = await finish(procs, timeout=90)
+        assert failures or any("unavailable" in out for out in outs)  # the kills did hit
+        # The store carries on once the server is back: a fresh append and a read succeed.
+        seq = await store.last_seq("after")
+        await store.append("after", [NodeEntered(node="z")], expected_seq=seq)
+        for thread in await store.threads():
+            assert (await store.verify(thread)).ok, thread
+    for exc in failures:  # each failure said what happened to the append
+        assert "connection to PostgreSQL was lost" in str(exc) or "PostgreSQL" in str(exc)
+    rows = await table(schema, "SELECT position, thread_id, seq, kind, at FROM S.events ORDER BY 1")
+    assert [r[0] for r in rows] == list(range(1, len(rows) + 1))  # no hole, nothing torn
+    by_commit: dict[tuple[object, object], list[object]] = {}
+    for _, thread, _, kind, at in rows:
+        by_commit.setdefault((thread, at), []).append(kind)
+    for (thread, _), kinds in by_commit.items():  # the local appends are whole pairs
+        if str(thread).startswith("l"):
+            assert kinds == ["node_entered", "step_advanced"], (thread, kinds)
+
+
+async def _last_seq(store: object, thread: str) -> int:
+    """The thread's last seq, retried while the server is unreachable."""
+    for _ in range(100):
+        try:
+            return await store.last_seq(thread)  # type: ignore[attr-defined,no-any-return]
+        except StoreUnavailableError:
+            await asyncio.sleep(0.05)
+    raise AssertionError("the store never came back")
