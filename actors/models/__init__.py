@@ -1,0 +1,64 @@
+"""Real models for a graph: `ModelNode` over the OpenAI or Anthropic SDK, and the pure
+converters between the providers' formats and `Message`s.
+
+```python
+from actors.models import ModelNode
+graph.add_node("agent", ModelNode(openai.AsyncOpenAI(), model="gpt-4o-mini", tools=tool_node))
+```
+
+The SDKs are optional extras (`agentlog[openai]`, `agentlog[anthropic]`); the converters
+work on plain dicts too, with neither installed.
+"""
+
+from __future__ import annotations
+
+from ._common import ModelAnswer, Tools, function_schemas, request_hash
+from .anthropic_messages import (
+    AnthropicStream,
+    anthropic_tools,
+    from_anthropic_message,
+    from_anthropic_messages,
+    to_anthropic_messages,
+)
+from .errors import (
+    ModelError,
+    ModelRefusedError,
+    ModelResponseError,
+    ModelSpecError,
+    ModelStreamError,
+    ModelUnavailableError,
+)
+from .node import ModelNode
+from .openai_chat import ChatStream, chat_tools, from_chat_completion, to_chat_messages
+from .openai_responses import ResponsesStream, from_response, responses_tools, to_responses_input
+from .replay import LoggedAnswers
+from .retry import ModelRetry
+
+__all__ = [
+    "AnthropicStream",
+    "ChatStream",
+    "LoggedAnswers",
+    "ModelAnswer",
+    "ModelError",
+    "ModelNode",
+    "ModelRefusedError",
+    "ModelResponseError",
+    "ModelRetry",
+    "ModelSpecError",
+    "ModelStreamError",
+    "ModelUnavailableError",
+    "ResponsesStream",
+    "Tools",
+    "anthropic_tools",
+    "chat_tools",
+    "from_anthropic_message",
+    "from_anthropic_messages",
+    "from_chat_completion",
+    "from_response",
+    "function_schemas",
+    "request_hash",
+    "responses_tools",
+    "to_anthropic_messages",
+    "to_chat_messages",
+    "to_responses_input",
+]

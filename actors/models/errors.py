@@ -1,0 +1,65 @@
+"""Typed errors of model calls: each names the provider, the model and what to do."""
+
+from __future__ import annotations
+
+from events.errors import AgentlogError
+
+__all__ = [
+    "ModelError",
+    "ModelRefusedError",
+    "ModelResponseError",
+    "ModelSpecError",
+    "ModelStreamError",
+    "ModelUnavailableError",
+]
+
+
+class ModelError(AgentlogError):
+    """A model call went wrong; the step fails (recorded) and invoking the thread retries it."""
+
+
+class ModelRefusedError(ModelError):
+    """The provider refused the request (a bad key, an unknown model, a malformed request):
+    retrying cannot help, so the run fails at once naming the cause."""
+
+    def __init__(self, provider: str, model: str, status: int | None, cause: str) -> None:
+        self.provider = provider
+        self.model = model
+        self.status = status
+        hint = {
+            401: "check the API key",
+            403: "check the key's permissions",
+            404: "check the model name and the base URL",
+            400: "check the request's params, messages and tools",
+            422: "check the request's params, messages and tools",
+        }.get(status or 0, "fix the request")
+        super().__init__(
+            f"{provider} refused the call to model {model!r} (HTTP {status}): {cause}; {hint}"
+        )
+
+
+class ModelUnavailableError(ModelError):
+    """Every attempt failed with a transient error (rate limit, timeout, 5xx, broken answer)."""
+
+    def __init__(self, provider: str, model: str, attempts: int, cause: str) -> None:
+        self.provider = provider
+        self.model = model
+        self.attempts = attempts
+        super().__init__(
+            f"{provider} model {model!r} failed {attempts} attempt(s), the last with: {cause}; "
+            "each attempt is in the log (model_called); invoke the thread again to retry, or "
+            "raise ModelNode(retry=ModelRetry(attempts=...))"
+        )
+
+
+class ModelResponseError(ModelError, ValueError):
+    """A provider's answer cannot be read as a message (missing parts, arguments that are
+    not a JSON object); treated as transient: the call is tried again."""
+
+
+class ModelStreamError(ModelResponseError):
+    """A streamed answer ended before the provider said it was complete."""
+
+
+class ModelSpecError(ModelError, ValueError):
+    """A model named as `provider:model` could not be set up (unknown provider, no key)."""

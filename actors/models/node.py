@@ -1,0 +1,269 @@
+"""`ModelNode`: a graph node that calls a real model (OpenAI or Anthropic SDK) and records
+every attempt beside the message it produced."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, Literal
+
+from events import ModelCalled
+from projections import AgentState, Message, StreamChunk, StreamEvent, generate_id
+from projections.messages import monotonic
+
+from ..context import NodeContext
+from ..errors import GraphError
+from ._common import ModelAnswer, Tools, plain, request_hash
+from .anthropic_messages import (
+    AnthropicStream,
+    anthropic_tools,
+    from_anthropic_message,
+    to_anthropic_messages,
+)
+from .errors import ModelRefusedError, ModelSpecError, ModelUnavailableError
+from .openai_chat import ChatStream, chat_tools, from_chat_completion, to_chat_messages
+from .openai_responses import ResponsesStream, from_response, responses_tools, to_responses_input
+from .replay import LoggedAnswers
+from .retry import ModelRetry, retry_after, status_of, verdict
+
+__all__ = ["ModelNode"]
+
+Api = Literal["chat", "responses", "anthropic"]
+ANTHROPIC_MAX_TOKENS = 1024
+"""`max_tokens` sent to Anthropic (which requires it) unless the node's params set one."""
+
+
+class ModelNode:
+    """An agent node over an `openai.AsyncOpenAI` (any OpenAI-compatible server) or an
+    `anthropic.AsyncAnthropic` client: it sends the state's context (with `system_prompt`
+    and the tools' schemas) and returns the assistant message.
+
+    Each attempt is recorded as a `model_called` fact in the step's commit (request hash,
+    usage, latency, finish reason; failed attempts too). Rate limits, timeouts, 5xx and
+    broken answers are retried per `retry`; a refused request raises `ModelRefusedError`.
+    `stream` (default: when someone consumes `astream`) publishes deltas as they arrive;
+    the log still gets one message. `replay_from` answers a request seen before from the
+    log. Other keyword arguments (`temperature=`, `max_tokens=` ...) go to the provider.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        model: str,
+        tools: Tools = None,
+        system_prompt: str | None = None,
+        api: Literal["chat", "responses"] = "chat",
+        stream: bool | None = None,
+        retry: ModelRetry | None = None,
+        timeout: float | None = None,
+        replay_from: LoggedAnswers | None = None,
+        **params: Any,
+    ) -> None:
+        provider = _provider_of(client)
+        self.provider = provider
+        self.api: Api = "anthropic" if provider == "anthropic" else api
+        self.model = model
+        self.system_prompt = system_prompt
+        self.stream = stream
+        self.retry = retry or ModelRetry()
+        self.replay_from = replay_from
+        self.params: dict[str, Any] = json.loads(json.dumps(params, default=str))
+        options: dict[str, Any] = {"max_retries": 0}  # every attempt is ours, to record it
+        if timeout is not None:
+            options["timeout"] = timeout
+        self.client: Any = client.with_options(**options)
+        make = {"chat": chat_tools, "responses": responses_tools, "anthropic": anthropic_tools}
+        self.tools = make[self.api](tools)
+
+    @classmethod
+    def from_spec(cls, spec: str, **kwargs: Any) -> ModelNode:
+        """`openai:MODEL` or `anthropic:MODEL`, with a client configured from the usual
+        environment variables (OPENAI_BASE_URL / OPENAI_API_KEY, ANTHROPIC_*)."""
+        provider, _, model = spec.partition(":")
+        if provider not in ("openai", "anthropic") or not model:
+            raise ModelSpecError(
+                f"model {spec!r} is not provider:model; use openai:MODEL or anthropic:MODEL"
+            )
+        try:
+            if provider == "openai":
+                import openai
+
+                client: Any = openai.AsyncOpenAI()
+            else:
+                import anthropic
+
+                client = anthropic.AsyncAnthropic()
+        except ImportError as exc:
+            raise ModelSpecError(
+                f"the {provider} SDK is not installed: pip install 'agentlog[{provider}]'"
+            ) from exc
+        except Exception as exc:  # the SDKs raise their own base error for a missing key
+            key = "OPENAI_API_KEY" if provider == "openai" else "ANTHROPIC_API_KEY"
+            raise ModelSpecError(f"cannot set up the {provider} client ({exc}); set {key}") from exc
+        if provider == "anthropic" and client.api_key is None and client.auth_token is None:
+            raise ModelSpecError("cannot set up the anthropic client: set ANTHROPIC_API_KEY")
+        return cls(client, model=model, **kwargs)
+
+    def request(self, state: AgentState) -> dict[str, Any]:
+        """The request this node sends for `state` (without the streaming switches)."""
+        system = self.system_prompt
+        if state.context_summary:
+            summary = f"Summary of the earlier conversation: {state.context_summary}"
+            system = f"{system}\n\n{summary}" if system else summary
+        request: dict[str, Any] = {"model": self.model}
+        if self.api == "chat":
+            request["messages"] = to_chat_messages(state.context, system)
+        elif self.api == "responses":
+            request["input"] = to_responses_input(state.context)
+            if system:
+                request["instructions"] = system
+        else:
+            extra, messages = to_anthropic_messages(state.context)
+            joined = "\n\n".join(s for s in (system, extra) if s)
+            if joined:
+                request["system"] = joined
+            request["messages"] = messages
+            request["max_tokens"] = ANTHROPIC_MAX_TOKENS
+        if self.tools:
+            request["tools"] = self.tools
+        return {**request, **self.params}
+
+    async def __call__(self, state: AgentState, context: NodeContext) -> list[Message]:
+        """Call the model (retrying what is transient); return its message."""
+        request = self.request(state)
+        digest = request_hash(self.provider, request)
+        if self.replay_from is not None:
+            found = await self.replay_from.find(digest)
+            if found is not None:
+                return [self._answered_from_log(found, digest, context)]
+        stream = context.stream is not None if self.stream is None else self.stream
+        for attempt in range(1, self.retry.attempts + 1):
+            started = monotonic()
+            try:
+                answer = await self._attempt(request, context, attempt, stream)
+            except Exception as exc:
+                latency = (monotonic() - started) * 1000.0
+                self._record(context, digest, attempt, latency, stream, failed=exc)
+                judged = verdict(exc)
+                if judged == "refuse":
+                    raise ModelRefusedError(
+                        self.provider, self.model, status_of(exc), _cause(exc)
+                    ) from exc
+                if judged == "raise":
+                    raise
+                if attempt == self.retry.attempts:
+                    raise ModelUnavailableError(
+                        self.provider, self.model, attempt, _cause(exc)
+                    ) from exc
+                if stream:
+                    await context.publish(
+                        self._chunk(context, attempt, kind="retry", error=_cause(exc))
+                    )
+                await self.retry.sleep(self.retry.delay(attempt, retry_after(exc)))
+                continue
+            latency = (monotonic() - started) * 1000.0
+            self._record(context, digest, attempt, latency, stream, answer=answer)
+            return [answer.message]
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _attempt(
+        self, request: dict[str, Any], context: NodeContext, attempt: int, stream: bool
+    ) -> ModelAnswer:
+        create = self._create()
+        if not stream:
+            response = await create(**request)
+            convert = {"chat": from_chat_completion, "responses": from_response}
+            return convert.get(self.api, from_anthropic_message)(response)
+        folder: ChatStream | ResponsesStream | AnthropicStream
+        extra: dict[str, Any] = {"stream": True}
+        if self.api == "chat":
+            folder = ChatStream()
+            extra["stream_options"] = {"include_usage": True}
+        else:
+            folder = ResponsesStream() if self.api == "responses" else AnthropicStream()
+        events = await create(**request, **extra)
+        try:
+            async for event in events:
+                for delta in folder.feed(plain(event)):
+                    await context.publish(self._chunk(context, attempt, **delta))
+        finally:
+            await events.close()
+        return folder.result()
+
+    def _create(self) -> Callable[..., Any]:
+        if self.api == "chat":
+            return self.client.chat.completions.create  # type: ignore[no-any-return]
+        if self.api == "responses":
+            return self.client.responses.create  # type: ignore[no-any-return]
+        return self.client.messages.create  # type: ignore[no-any-return]
+
+    def _chunk(self, context: NodeContext, attempt: int, **data: Any) -> StreamChunk:
+        info = {"node": context.node, "model": self.model, "attempt": attempt}
+        return StreamChunk(event=StreamEvent.MESSAGE, data={**data, **info})
+
+    def _record(
+        self,
+        context: NodeContext,
+        digest: str,
+        attempt: int,
+        latency_ms: float,
+        streamed: bool,
+        *,
+        answer: ModelAnswer | None = None,
+        failed: BaseException | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> None:
+        usage = answer.usage.model_dump() if answer and answer.usage else None
+        context.record(
+            ModelCalled(
+                node=context.node,
+                provider=self.provider,
+                model=self.model,
+                request_hash=digest,
+                attempt=attempt,
+                status="failed" if failed is not None else "completed",
+                params=self.params if params is None else params,
+                message_id=answer.message.message_id if answer else None,
+                usage=usage,
+                latency_ms=round(latency_ms, 3),
+                finish_reason=answer.finish_reason if answer else None,
+                response_id=answer.response_id if answer else None,
+                error_type=type(failed).__name__ if failed is not None else None,
+                error=_cause(failed)[:500] if failed is not None else None,
+                streamed=streamed,
+            )
+        )
+
+    def _answered_from_log(self, found: Message, digest: str, context: NodeContext) -> Message:
+        """A fresh copy of a logged answer, recorded as a call the log answered."""
+        meta = {**found.metadata, "answered_from_log": found.message_id}
+        message = found.model_copy(
+            update={"message_id": generate_id(), "metadata": meta}, deep=True
+        )
+        answer = ModelAnswer(
+            message, found.metadata.get("finish_reason"), found.metadata.get("response_id"),
+            self.model, found.usages,
+        )  # fmt: skip
+        params = {**self.params, "answered_from_log": True}
+        self._record(context, digest, 1, 0.0, False, answer=answer, params=params)
+        return message
+
+
+def _provider_of(client: Any) -> str:
+    """`openai` or `anthropic`, from the client's package; a `GraphError` for anything else."""
+    package = type(client).__module__.split(".", 1)[0]
+    if package in ("openai", "anthropic") and type(client).__name__.startswith("Async"):
+        return package
+    raise GraphError(
+        f"ModelNode takes an openai.AsyncOpenAI or anthropic.AsyncAnthropic client, got "
+        f"{type(client).__module__}.{type(client).__name__}: pass the async client"
+    )
+
+
+def _cause(exc: BaseException | None) -> str:
+    """An exception as one line: its type and message."""
+    if exc is None:
+        return ""
+    text = " ".join(str(exc).split()) or "no message"
+    return f"{type(exc).__name__}: {text}"
