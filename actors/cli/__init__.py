@@ -850,7 +850,12 @@ def export_command(
 def demo(
     db: Annotated[
         str,
-        typer.Option(help="The database to write: a SQLite file's path, or a sqlite:/// URL."),
+        typer.Option(
+            "--db",
+            "--dsn",
+            help="The database to write: a SQLite file's path, a sqlite:/// URL, or a "
+            "postgresql:// URL (its schema made by `agentlog db upgrade`).",
+        ),
     ] = "agentlog.db",
     as_json: AsJson = False,
 ) -> None:
