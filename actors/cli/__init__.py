@@ -900,9 +900,41 @@ def demo(
         _print(render.demo_view(db, timeline, state, report))
 
 
-from .db import db_app  # noqa: E402  (its commands import the CLI's helpers when run)
-
+db_app = typer.Typer(
+    name="db",
+    help="Create or upgrade the schema of a PostgreSQL store (agentlog db upgrade --dsn ...).",
+    no_args_is_help=True,
+)
 app.add_typer(db_app, name="db")
+Dsn = Annotated[
+    str,
+    typer.Option(
+        "--dsn",
+        help="The PostgreSQL server and database: postgresql://user@host:5432/database "
+        "(?schema=name picks the schema).",
+    ),
+]
+SchemaOpt = Annotated[
+    str | None,
+    typer.Option("--schema", help="The PostgreSQL schema of the log (default: agentlog)."),
+]
+
+
+@db_app.command("upgrade")
+def db_upgrade_command(dsn: Dsn, schema: SchemaOpt = None, as_json: AsJson = False) -> None:
+    """Create the agentlog schema, or bring it to this agentlog's version (safe to rerun;
+    never downgrades). A PostgreSQL store is never created or altered when it opens."""
+    from .db import upgrade
+
+    upgrade(dsn, schema, as_json)
+
+
+@db_app.command("status")
+def db_status_command(dsn: Dsn, schema: SchemaOpt = None, as_json: AsJson = False) -> None:
+    """Say which schema version the database holds and whether this agentlog can open it."""
+    from .db import status
+
+    status(dsn, schema, as_json)
 
 
 def _usage_line(exc: ClickException) -> str:

@@ -9,29 +9,9 @@ one application, still sets itself up): the schema changes only when someone run
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any
+from typing import Any
 
 import typer
-
-db_app = typer.Typer(
-    name="db",
-    help="Create or upgrade the schema of a PostgreSQL store (agentlog db upgrade --dsn ...).",
-    no_args_is_help=True,
-)
-
-Dsn = Annotated[
-    str,
-    typer.Option(
-        "--dsn",
-        help="The PostgreSQL server and database: postgresql://user@host:5432/database "
-        "(?schema=name picks the schema).",
-    ),
-]
-Schema = Annotated[
-    str | None,
-    typer.Option("--schema", help="The PostgreSQL schema of the log (default: agentlog)."),
-]
-AsJson = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
 
 
 def _target(dsn: str, schema: str | None) -> tuple[str, str]:
@@ -68,9 +48,8 @@ async def _with_connection(dsn: str, job: Any) -> Any:
         await conn.close()
 
 
-@db_app.command("upgrade")
-def upgrade_command(dsn: Dsn, schema: Schema = None, as_json: AsJson = False) -> None:
-    """Create the agentlog schema, or bring it to this agentlog's version (safe to rerun)."""
+def upgrade(dsn: str, schema: str | None, as_json: bool) -> None:
+    """`agentlog db upgrade` (its options are declared in `actors.cli`)."""
     from events import AgentlogError
     from events.postgres import shown_dsn
     from events.postgres_schema import upgrade_schema
@@ -92,9 +71,8 @@ def upgrade_command(dsn: Dsn, schema: Schema = None, as_json: AsJson = False) ->
         typer.echo(f"upgraded schema {name!r} from version {before} to {after}")
 
 
-@db_app.command("status")
-def status_command(dsn: Dsn, schema: Schema = None, as_json: AsJson = False) -> None:
-    """Say which schema version the database holds and whether this agentlog can open it."""
+def status(dsn: str, schema: str | None, as_json: bool) -> None:
+    """`agentlog db status` (its options are declared in `actors.cli`)."""
     from events import AgentlogError
     from events.postgres_schema import SCHEMA_VERSION, schema_version, upgrade_command
 
