@@ -181,17 +181,22 @@ def _context_of(
     The references were checked by the store as it loaded the snapshot.
     """
     refs = snapshot.context_refs or []
+    resolved = snapshot.state.get("context")
     keys: list[_Key | None]
+    found: list[Message | None]
     if set(map(type, refs)) <= {int}:  # the usual context: first messages of records
-        keys = list(itertools.accumulate(refs))
-        found = list(map(held.get, keys))
+        seqs: list[int] = list(itertools.accumulate(refs))
+        found = list(map(held.get, seqs)) if held else [None] * len(seqs)
         if None not in found:
             return found, found, {}  # type: ignore[return-value]
+        if isinstance(resolved, list) and found.count(None) == len(found):  # a first read
+            fresh = _MESSAGES.validate_python(resolved)
+            return fresh, fresh, dict(zip(seqs, fresh, strict=True))
+        keys = list(seqs)
     else:
         keys = _keys(refs)
         found = [None if key is None else held.get(key) for key in keys]
     missing = [i for i, message in enumerate(found) if message is None]
-    resolved = snapshot.state.get("context")
     if resolved is None and any(keys[i] is not None for i in missing):
         return None
     source = refs if resolved is None else resolved  # inline messages are in both
@@ -203,7 +208,7 @@ def _context_of(
         key = keys[i]
         if key is not None:
             new[key] = message
-    messages: list[Message] = found  # type: ignore[assignment]
+    messages: list[Message] = found  # type: ignore[assignment]  # every slot filled
     if len(missing) == len(new):
         return messages, messages, new
     return messages, [m for m, key in zip(messages, keys, strict=True) if key is not None], new
