@@ -91,10 +91,13 @@ def media_from_url(url: str, mime: str | None = None) -> MediaRef:
 
 
 def media_url(media: MediaRef, default_mime: str) -> str | None:
-    """A media reference as a URL (a data URL for inline data); None for a provider file id."""
-    if media.kind == "data" and media.data_base64 is not None:
+    """Media as a URL, by its kind: a data URL for inline data, its URL; None for a
+    provider file id (or a reference missing what its kind needs)."""
+    if media.kind == "data":
+        if media.data_base64 is None:
+            return None
         return f"data:{media.mime_type or default_mime};base64,{media.data_base64}"
-    return media.url
+    return media.url if media.kind == "url" else None
 
 
 def usage_of(

@@ -239,16 +239,13 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
 
 def _source(block: ImageBlock | DocumentBlock) -> dict[str, Any] | None:
     media = block.media
-    if media.kind == "data" and media.data_base64:
+    if media.kind == "data" and media.data_base64 is not None:
         default = "image/png" if isinstance(block, ImageBlock) else "application/pdf"
-        return {
-            "type": "base64",
-            "media_type": media.mime_type or default,
-            "data": media.data_base64,
-        }
+        data = media.data_base64
+        return {"type": "base64", "media_type": media.mime_type or default, "data": data}
     if media.kind == "file_id" and media.file_id:
         return {"type": "file", "file_id": media.file_id}
-    if media.url:
+    if media.kind == "url" and media.url:
         return {"type": "url", "url": media.url}
     if isinstance(block, DocumentBlock) and block.text is not None:
         return {"type": "text", "media_type": "text/plain", "data": block.text}

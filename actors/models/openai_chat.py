@@ -201,8 +201,8 @@ def _user_content(blocks: Sequence[ContentBlock]) -> str | list[dict[str, Any]]:
             file: dict[str, Any] = {}
             if block.media.kind == "file_id" and block.media.file_id:
                 file["file_id"] = block.media.file_id
-            elif url := media_url(block.media, "application/pdf"):
-                file["file_data"] = url
+            elif block.media.kind == "data" and (url := media_url(block.media, "application/pdf")):
+                file["file_data"] = url  # chat files are inline data or file ids, not URLs
             else:
                 continue
             if block.media.filename:
