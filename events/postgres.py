@@ -139,6 +139,9 @@ class PostgresEventStore(BaseEventStore):
         self._pending: list[tuple[AppendRequest, asyncio.Future[list[Row] | Exception]]] = []
         self._wake: asyncio.Event | None = None
         self._heartbeat = Heartbeat(self._renew_blocking)
+        self.commits = 0
+        """Transactions this store object committed appends in (group commit: often fewer
+        than its appends)."""
         self.commit_signal = CommitSignal()
         """Committed up to which position (here or, by NOTIFY, anywhere), and the wake-up of
         followers (`events.follow`)."""
@@ -319,8 +322,9 @@ class PostgresEventStore(BaseEventStore):
                 outcomes = await self._write_batch(requests)
             except Exception as exc:
                 outcomes = [exc] * len(batch)
-            top = max((o[-1].position for o in outcomes if isinstance(o, list)), default=0)
+            top = max((o[-1].position for o in outcomes if isinstance(o, list) and o), default=0)
             if top:
+                self.commits += 1
                 self.commit_signal.advance(top)
             for (_, future), outcome in zip(batch, outcomes, strict=True):
                 if not future.done():
