@@ -174,3 +174,24 @@ async def _last_seq(store: object, thread: str) -> int:
         except StoreUnavailableError:
             await asyncio.sleep(0.05)
     raise AssertionError("the store never came back")
+
+
+async def test_a_commit_elsewhere_wakes_a_follower_by_notify(schema: str) -> None:
+    from events.postgres import PostgresEventStore
+
+    async with (
+        PostgresEventStore(DSN, schema=schema) as reader,
+        PostgresEventStore(DSN, schema=schema) as writer,
+    ):
+        records = follow(reader, poll_s=60.0)  # a poll would come far too late
+        first = asyncio.ensure_future(anext(records))
+        await asyncio.sleep(0.3)  # the follower read the empty log and waits
+        assert not first.done()
+        [written] = await writer.append("t", [NodeEntered(node="n")], expected_seq=0)
+        got = await asyncio.wait_for(first, 10)  # woken by NOTIFY from the other store
+        assert got == written
+        second = asyncio.ensure_future(anext(records))
+        await asyncio.sleep(0.1)
+        await writer.append("t", [NodeEntered(node="m")], expected_seq=1)
+        assert (await asyncio.wait_for(second, 10)).seq == 2
+        await records.aclose()
