@@ -117,15 +117,29 @@ class Committing(Engine[S]):
         entering: list[Event] = []
         trim: list[Event] = []
         target = END
+        base = 0
 
-        async def build() -> list[Event]:
+        def outputs() -> None:
+            nonlocal base
+            base = run.fold.seq
+            run.fold.apply_decided(self._scratch(run, events, base))  # routing sees the outputs
+
+        async def trimmed() -> list[Event]:
+            outputs()
+            found = await self._trim(run, events)
+            if found:
+                run.fold.apply_decided(self._scratch(run, found, base + len(events)))
+            return rest(found)
+
+        def build() -> list[Event]:
+            outputs()
+            return rest([])
+
+        def rest(found: list[Event]) -> list[Event]:
+            """Route from the state the outputs (and the trim) leave; the step's tail."""
             nonlocal entering, target, trim
+            trim = found
             fold = run.fold
-            base = fold.seq
-            fold.apply_decided(self._scratch(run, events, base))  # routing sees the new state
-            trim = await self._trim(run, events)
-            if trim:
-                fold.apply_decided(self._scratch(run, trim, base + len(events)))
             if ending:
                 target = END
             else:
@@ -159,13 +173,14 @@ class Committing(Engine[S]):
 
         actors = None
         if changed_by is not None or self.context_manager is not None:
-            outputs = node if changed_by is None else changed_by
+            writer = node if changed_by is None else changed_by
 
             def actors(batch: list[Event]) -> tuple[str, ...]:
-                rest = len(batch) - len(events) - len(trim)
-                return (outputs,) * len(events) + (TRIMMER,) * len(trim) + (node,) * rest
+                others = len(batch) - len(events) - len(trim)
+                return (writer,) * len(events) + (TRIMMER,) * len(trim) + (node,) * others
 
-        records = await self._commit_built(run, build, actor=node, actors=actors)
+        chosen: Build = build if self.context_manager is None else trimmed
+        records = await self._commit_built(run, chosen, actor=node, actors=actors)
         if entering:
             run.ahead = (target, records[len(records) - len(entering) + 1 :])
             run.started_ahead.update(e.call_id for e in entering if isinstance(e, ToolCallStarted))
@@ -180,10 +195,14 @@ class Committing(Engine[S]):
     async def _commit_unlocked(
         self, run: Run[S], events: Sequence[Event], *, actor: str
     ) -> list[EventRecord]:
-        trim: list[Event] = []
+        def build() -> list[Event]:
+            run.fold.apply_decided(self._scratch(run, events, run.fold.seq))
+            return list(events)
 
-        async def build() -> list[Event]:
-            nonlocal trim
+        if self.context_manager is None:
+            return await self._commit_built(run, build, actor=actor)
+
+        async def trimmed() -> list[Event]:
             base = run.fold.seq
             run.fold.apply_decided(self._scratch(run, events, base))
             trim = await self._trim(run, events)
@@ -194,9 +213,7 @@ class Committing(Engine[S]):
         def actors(batch: list[Event]) -> tuple[str, ...]:
             return (actor,) * len(events) + (TRIMMER,) * (len(batch) - len(events))
 
-        if self.context_manager is None:
-            return await self._commit_built(run, build, actor=actor)
-        return await self._commit_built(run, build, actor=actor, actors=actors)
+        return await self._commit_built(run, trimmed, actor=actor, actors=actors)
 
     async def _trim(self, run: Run[S], events: Sequence[Event]) -> list[Event]:
         """The events trimming the context after `events` were folded in, if it is over the
