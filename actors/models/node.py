@@ -3,6 +3,7 @@ every attempt beside the message it produced."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable
 from typing import Any, Literal
@@ -11,7 +12,7 @@ from events import ModelCalled
 from projections import AgentState, Message, StreamChunk, StreamEvent, generate_id
 from projections.messages import monotonic
 
-from ..context import NodeContext
+from ..context import NodeContext, current_context
 from ..errors import GraphError
 from ._common import ModelAnswer, Tools, plain, request_hash
 from .anthropic_messages import (
@@ -75,6 +76,7 @@ class ModelNode:
         self.client: Any = client.with_options(**options)
         make = {"chat": chat_tools, "responses": responses_tools, "anthropic": anthropic_tools}
         self.tools = make[self.api](tools)
+        self._takes = _parameters(self._create())
 
     @classmethod
     def from_spec(cls, spec: str, **kwargs: Any) -> ModelNode:
@@ -129,8 +131,9 @@ class ModelNode:
             request["tools"] = self.tools
         return {**request, **self.params}
 
-    async def __call__(self, state: AgentState, context: NodeContext) -> list[Message]:
+    async def __call__(self, state: AgentState) -> list[Message]:
         """Call the model (retrying what is transient); return its message."""
+        context = current_context()
         request = self.request(state)
         digest = request_hash(self.provider, request)
         if self.replay_from is not None:
@@ -171,6 +174,7 @@ class ModelNode:
         self, request: dict[str, Any], context: NodeContext, attempt: int, stream: bool
     ) -> ModelAnswer:
         create = self._create()
+        request = _fitted(self._takes, request)
         if not stream:
             response = await create(**request)
             convert = {"chat": from_chat_completion, "responses": from_response}
@@ -248,6 +252,28 @@ class ModelNode:
         params = {**self.params, "answered_from_log": True}
         self._record(context, digest, 1, 0.0, False, answer=answer, params=params)
         return message
+
+
+def _parameters(create: Callable[..., Any]) -> frozenset[str] | None:
+    """The keyword arguments `create` names; None when it takes any."""
+    try:
+        params = inspect.signature(create).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return frozenset(p.name for p in params)
+
+
+def _fitted(takes: frozenset[str] | None, request: dict[str, Any]) -> dict[str, Any]:
+    """The request as the SDK's `create` takes it: what it has no parameter for (a param
+    this SDK version does not name, a compatible server's own) goes in `extra_body`."""
+    if takes is None or all(k in takes for k in request):
+        return request
+    fitted = {k: v for k, v in request.items() if k in takes}
+    extra = {k: v for k, v in request.items() if k not in takes}
+    fitted["extra_body"] = {**extra, **dict(request.get("extra_body") or {})}
+    return fitted
 
 
 def _provider_of(client: Any) -> str:

@@ -1,0 +1,272 @@
+"""`ModelNode` with the real openai and anthropic clients over real HTTP: a local server
+speaks the providers' wire formats (JSON, SSE, errors) from recorded responses."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from actors import GraphError, NodeError
+from actors.models import (
+    LoggedAnswers,
+    ModelNode,
+    ModelRefusedError,
+    ModelRetry,
+    ModelSpecError,
+    ModelUnavailableError,
+)
+from events import MemoryEventStore, ModelCalled
+from projections import AgentState, Message
+from tests.helpers import agent_with_tools
+from tests.workers.fake_provider import FakeProvider, Reply
+
+CFG = {"thread_id": "t1"}
+QUESTION = "My order A-1042 arrived damaged. Can I get my money back?"
+
+
+def lookup_order(order_id: str) -> dict[str, str]:
+    """Look up an order by its id.
+
+    Args:
+        order_id: The order's id.
+    """
+    return {"order_id": order_id, "status": "delivered damaged"}
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[FakeProvider]:
+    async with FakeProvider() as running:
+        yield running
+
+
+class Sleeps:
+    """A `ModelRetry.sleep` that records the delays instead of waiting them out."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.delays.append(seconds)
+
+
+def openai_client(server: FakeProvider) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=server.openai_url, api_key="sk-test")
+
+
+def anthropic_client(server: FakeProvider) -> anthropic.AsyncAnthropic:
+    return anthropic.AsyncAnthropic(base_url=server.anthropic_url, api_key="sk-ant-test")
+
+
+def node(client: Any, sleeps: Sleeps | None = None, **kwargs: Any) -> ModelNode:
+    retry = ModelRetry(attempts=3, base_delay=0.01, jitter=0.0, sleep=sleeps or Sleeps())
+    kwargs.setdefault("tools", [lookup_order])
+    return ModelNode(client, model="test-model", retry=retry, **kwargs)
+
+
+def app(model: ModelNode, store: MemoryEventStore | None = None) -> Any:
+    return agent_with_tools(model, [lookup_order]).compile(store=store or MemoryEventStore())
+
+
+async def model_calls(graph: Any) -> list[ModelCalled]:
+    records = [r async for r in graph.store.read("t1")]
+    return [r.event for r in records if isinstance(r.event, ModelCalled)]
+
+
+async def appended(graph: Any) -> list[dict[str, Any]]:
+    return [r.event.message async for r in graph.store.read("t1") if r.kind == "message_appended"]
+
+
+@pytest.mark.parametrize("provider", ["chat", "responses", "anthropic"])
+async def test_a_tool_loop_against_each_api(server: FakeProvider, provider: str) -> None:
+    fixtures = {
+        "chat": ("chat_tool_call", "chat_text"),
+        "responses": ("responses_tool_call", "responses_text"),
+        "anthropic": ("anthropic_tool_use", "anthropic_text"),
+    }[provider]
+    server.script(*(Reply(fixture=f) for f in fixtures))
+    client = anthropic_client(server) if provider == "anthropic" else openai_client(server)
+    api = "responses" if provider == "responses" else "chat"
+    graph = app(node(client, system_prompt="You are a support agent.", api=api, temperature=0))
+    out = await graph.ainvoke({"messages": [QUESTION]}, CFG)
+    assert out["messages"][-1].text() == "Your order A-1042 is eligible for a refund of 89.90."
+    calls = await model_calls(graph)
+    assert [(c.attempt, c.status, c.streamed) for c in calls] == [(1, "completed", False)] * 2
+    assert calls[0].finish_reason in ("tool_calls", "tool_use")
+    assert calls[0].usage is not None and calls[0].usage["total_tokens"] > 0
+    assert calls[0].params == {"temperature": 0} and calls[0].request_hash != calls[1].request_hash
+    messages = [m for m in await appended(graph) if m["role"] == "assistant"]
+    assert [m["message_id"] for m in messages] == [c.message_id for c in calls]
+    # what the provider was sent: the system prompt, the tools, and the tool's result
+    first, second = (seen.body for seen in server.requests)
+    assert first["temperature"] == 0 and len(first["tools"]) == 1
+    sent = str(second)
+    assert "You are a support agent." in str(first) and "delivered damaged" in sent
+    assert out["token_usage"]["total_tokens"] > 0
+
+
+@pytest.mark.parametrize("provider", ["chat", "responses", "anthropic"])
+async def test_astream_gets_deltas_and_the_log_one_message(
+    server: FakeProvider, provider: str
+) -> None:
+    client = anthropic_client(server) if provider == "anthropic" else openai_client(server)
+    api = "responses" if provider == "responses" else "chat"
+    graph = app(node(client, api=api))
+    chunks = [c async for c in graph.astream({"messages": [QUESTION]}, CFG)]
+    deltas = [c.data for c in chunks if c.data and c.data.get("kind") == "text"]
+    assert len(deltas) >= 3 and all(d["node"] == "agent" for d in deltas)
+    said = "".join(d["delta"] for d in deltas)
+    assert said == "Your order A-1042 is eligible for a refund of 89.90."
+    assert server.requests[0].body["stream"] is True
+    answers = [m for m in await appended(graph) if m["role"] == "assistant"]
+    assert len(answers) == 1 and answers[0]["content"][-1]["text"] == said
+    [call] = await model_calls(graph)
+    assert (
+        call.streamed and call.status == "completed" and call.message_id == answers[0]["message_id"]
+    )
+
+
+async def test_a_rate_limit_is_retried_after_the_time_the_provider_asked(
+    server: FakeProvider,
+) -> None:
+    server.script(Reply(status=429, headers={"retry-after": "0.25"}), Reply(status=500))
+    sleeps = Sleeps()
+    graph = app(node(openai_client(server), sleeps))
+    out = await graph.ainvoke({"messages": [QUESTION]}, CFG)
+    assert out["messages"][-1].text().startswith("Your order")
+    calls = await model_calls(graph)
+    assert [(c.attempt, c.status, c.error_type) for c in calls] == [
+        (1, "failed", "RateLimitError"),
+        (2, "failed", "InternalServerError"),
+        (3, "completed", None),
+    ]
+    assert "429" in (calls[0].error or "") and calls[0].message_id is None
+    assert sleeps.delays == [0.25, 0.02]  # the provider's wait, then backoff from 0.01
+    assert len({c.request_hash for c in calls}) == 1
+
+
+@pytest.mark.parametrize(
+    ("reply", "error_type"),
+    [
+        (Reply(body="{not json"), "JSONDecodeError"),
+        (Reply(delay=2.0), "APITimeoutError"),
+        (Reply(status=503, body={"error": {"message": "overloaded"}}), "InternalServerError"),
+    ],
+)
+async def test_transient_failures_are_retried(
+    server: FakeProvider, reply: Reply, error_type: str
+) -> None:
+    server.script(reply)
+    graph = app(node(openai_client(server), timeout=0.5))
+    await graph.ainvoke({"messages": [QUESTION]}, CFG)
+    calls = await model_calls(graph)
+    assert [(c.status, c.error_type) for c in calls] == [
+        ("failed", error_type),
+        ("completed", None),
+    ]
+
+
+@pytest.mark.parametrize("provider", ["chat", "anthropic"])
+async def test_a_stream_cut_mid_way_is_retried_and_the_log_holds_one_message(
+    server: FakeProvider, provider: str
+) -> None:
+    server.script(Reply(cut_after=4))
+    client = anthropic_client(server) if provider == "anthropic" else openai_client(server)
+    graph = app(node(client))
+    chunks = [c async for c in graph.astream({"messages": [QUESTION]}, CFG)]
+    retries = [c.data for c in chunks if c.data and c.data.get("kind") == "retry"]
+    assert len(retries) == 1 and retries[0]["attempt"] == 1
+    calls = await model_calls(graph)
+    assert [(c.attempt, c.status, c.streamed) for c in calls] == [
+        (1, "failed", True),
+        (2, "completed", True),
+    ]
+    answers = [m for m in await appended(graph) if m["role"] == "assistant"]
+    assert len(answers) == 1 and answers[0]["content"][-1]["text"].endswith("89.90.")
+
+
+@pytest.mark.parametrize(
+    ("provider", "status", "hint"),
+    [
+        ("chat", 401, "check the API key"),
+        ("chat", 404, "check the model name"),
+        ("anthropic", 400, "check the request's params"),
+    ],
+)
+async def test_a_refused_request_fails_the_run_at_once_naming_the_cause(
+    server: FakeProvider, provider: str, status: int, hint: str
+) -> None:
+    server.script(Reply(status=status))
+    client = anthropic_client(server) if provider == "anthropic" else openai_client(server)
+    graph = app(node(client))
+    with pytest.raises(NodeError) as caught:
+        await graph.ainvoke({"messages": [QUESTION]}, CFG)
+    refused = caught.value.__cause__
+    assert isinstance(refused, ModelRefusedError) and refused.status == status
+    assert hint in str(refused) and f"HTTP {status}" in str(refused)
+    [call] = await model_calls(graph)
+    assert call.status == "failed" and str(status) in (call.error or "")
+    kinds = [r.kind async for r in graph.store.read("t1")]
+    assert kinds[-2:] == ["model_called", "run_failed"] and len(server.requests) == 1
+
+
+async def test_attempts_run_out_with_a_typed_error_and_a_retry_succeeds(
+    server: FakeProvider,
+) -> None:
+    server.script(*[Reply(status=500)] * 3)
+    graph = app(node(openai_client(server)))
+    with pytest.raises(NodeError) as caught:
+        await graph.ainvoke({"messages": [QUESTION]}, CFG)
+    assert isinstance(caught.value.__cause__, ModelUnavailableError)
+    assert "failed 3 attempt(s)" in str(caught.value.__cause__)
+    out = await graph.ainvoke(None, CFG)  # invoking again retries the node
+    assert out["messages"][-1].text().startswith("Your order")
+    statuses = [c.status for c in await model_calls(graph)]
+    assert statuses == ["failed"] * 3 + ["completed"]
+
+
+async def test_a_request_seen_before_is_answered_from_the_log(server: FakeProvider) -> None:
+    store = MemoryEventStore()
+    graph = app(node(openai_client(server)), store)
+    first = await graph.ainvoke({"messages": [Message.text_message(QUESTION, message_id="q")]}, CFG)
+    replaying = app(node(openai_client(server), replay_from=LoggedAnswers(store)), store)
+    again = {"thread_id": "t2"}
+    out = await replaying.ainvoke(
+        {"messages": [Message.text_message(QUESTION, message_id="q")]}, again
+    )
+    assert len(server.requests) == 1  # the second run never reached the provider
+    assert out["messages"][-1].content == first["messages"][-1].content
+    assert out["messages"][-1].message_id != first["messages"][-1].message_id
+    records = [r.event async for r in store.read("t2")]
+    [call] = [e for e in records if isinstance(e, ModelCalled)]
+    assert call.params["answered_from_log"] is True and call.latency_ms == 0.0
+    other = {"thread_id": "t3"}
+    await replaying.ainvoke({"messages": ["something else"]}, other)
+    assert len(server.requests) == 2  # a new request goes to the provider
+
+
+def test_a_sync_client_or_a_bad_spec_is_a_typed_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(GraphError, match="pass the async client"):
+        ModelNode(openai.OpenAI(api_key="k", base_url="http://127.0.0.1:9"), model="m")
+    with pytest.raises(ModelSpecError, match="openai:MODEL or anthropic:MODEL"):
+        ModelNode.from_spec("gpt-4o")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ModelSpecError, match="set OPENAI_API_KEY"):
+        ModelNode.from_spec("openai:gpt-4o-mini")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant")
+    made = ModelNode.from_spec("anthropic:claude-x", system_prompt="hi")
+    assert (made.provider, made.model, made.system_prompt) == ("anthropic", "claude-x", "hi")
+
+
+async def test_the_summary_and_system_prompt_lead_the_request(server: FakeProvider) -> None:
+    model = node(anthropic_client(server), system_prompt="Be brief.")
+    state = AgentState(context=[Message.text_message("hi")], context_summary="they asked about A-1")
+    request = model.request(state)
+    assert (
+        request["system"]
+        == "Be brief.\n\nSummary of the earlier conversation: they asked about A-1"
+    )
+    assert request["max_tokens"] == 1024 and request["messages"][0]["role"] == "user"
