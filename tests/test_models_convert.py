@@ -136,6 +136,7 @@ def test_an_anthropic_answer_keeps_the_thinking_signature_for_the_way_back() -> 
     [
         (ChatStream, "chat_text", "chat_text", from_chat_completion),
         (ChatStream, "chat_tool_call", "chat_tool_call", from_chat_completion),
+        (ChatStream, "chat_refund_call", "chat_refund_call", from_chat_completion),
         (ResponsesStream, "responses_text", "responses_text", from_response),
         (AnthropicStream, "anthropic_text", "anthropic_text", from_anthropic_message),
         (AnthropicStream, "anthropic_tool_use", "anthropic_tool_use", from_anthropic_message),

@@ -1,6 +1,9 @@
 """The demo job: a scripted support agent that needs a human's approval for a refund.
 
-No network and no model: `support_model` plays the model, deterministically. The graph is
+By default no network and no model: `support_model` plays the model, deterministically.
+With a model named as `openai:MODEL` or `anthropic:MODEL` (`demo_model`), a real one plays
+the agent through `actors.models.ModelNode`, its client configured from the environment
+(OPENAI_BASE_URL / OPENAI_API_KEY, ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY). The graph is
 agent -> lookup tool -> agent -> refund tool (interrupted before it runs, until a human
 approves) -> agent -> END, on a SQLite log.
 """
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
 
 from events import EventRecord, EventStore, VerifyReport
 from projections import (
@@ -27,6 +31,9 @@ from ..command import Command
 from ..compiled import CompiledGraph
 from ..graph import StateGraph
 from ..tools import ToolNode
+
+if TYPE_CHECKING:
+    from ..models import ModelNode
 
 ORDERS = {"A-1042": {"status": "delivered damaged", "total": 89.90, "customer": "Ingrid"}}
 
@@ -88,16 +95,36 @@ def support_model(state: AgentState) -> list[Message]:
     return [Message(message_id=f"{thread}-a{turn}", role="assistant", content=content)]
 
 
+SUPPORT_PROMPT = (
+    "You are a customer-support agent for an online shop. Look an order up with lookup_order "
+    "before saying anything about it. When an order arrived damaged, propose a refund of its "
+    "total by calling issue_refund (a supervisor approves it first). Once refunded, confirm "
+    "briefly with the refund's reference. Call one tool at a time."
+)
+"""What the real model is told it is."""
+
+
+def demo_model(spec: str, **params: Any) -> ModelNode:
+    """The agent node for a real model named `openai:MODEL` or `anthropic:MODEL`; raises
+    `ModelSpecError` for another form or a client that cannot be set up (no key)."""
+    from ..models import ModelNode
+
+    return ModelNode.from_spec(
+        spec, tools=[lookup_order, issue_refund], system_prompt=SUPPORT_PROMPT, **params
+    )
+
+
 def route(state: AgentState) -> str:
     """Go to the tool the last message calls, or end."""
     calls = state.context[-1].tool_calls() if state.context else []
     return calls[0].name if calls else END
 
 
-def support_graph(store: EventStore) -> CompiledGraph[AgentState]:
-    """The demo graph, compiled onto `store`, pausing before every refund."""
+def support_graph(store: EventStore, model: str | None = None) -> CompiledGraph[AgentState]:
+    """The demo graph, compiled onto `store`, pausing before every refund; `model`
+    (`openai:MODEL`, `anthropic:MODEL`) puts a real model in place of the scripted one."""
     graph: StateGraph[AgentState] = StateGraph(name="support")
-    graph.add_node("agent", support_model)
+    graph.add_node("agent", support_model if model is None else demo_model(model))
     graph.add_node("lookup", ToolNode([lookup_order]))
     graph.add_node("refund", ToolNode([issue_refund]))
     graph.set_entry_point("agent")
@@ -114,10 +141,13 @@ async def run_demo(
     show: Callable[[StreamChunk], None],
     approve: Callable[[AgentState], bool],
     thread_id: str | None = None,
+    model: str | None = None,
 ) -> tuple[list[EventRecord], AgentState, VerifyReport]:
-    """Run the conversation, ask `approve` at the interrupt, then read the log back."""
+    """Run the conversation, ask `approve` at the interrupt, then read the log back.
+
+    `model` (`openai:MODEL`, `anthropic:MODEL`) runs it against a real model."""
     thread_id = thread_id or f"demo-{uuid.uuid4().hex[:8]}"
-    app = support_graph(store)
+    app = support_graph(store, model)
     config = {"thread_id": thread_id}
     question = Message.text_message(
         "My order A-1042 arrived damaged. Can I get my money back?", message_id=f"{thread_id}-u0"
