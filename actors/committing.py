@@ -21,8 +21,10 @@ from events import (
     MessagesRemoved,
     MessagesReplaced,
     NodeEntered,
+    Resumed,
     RunCompleted,
     RunFailed,
+    RunStarted,
     StepAdvanced,
     StopRequested,
     ToolCallStarted,
@@ -221,9 +223,10 @@ class Committing(Engine[S]):
         them), and the new summary when there is one (`context_summarized`). A manager that
         reorders or rewrites messages replaces the context (`messages_replaced`, or a
         `context_summarized` carrying it). Only a commit that adds messages, and does not
-        end the run, is trimmed."""
+        end the run, or that starts or resumes a run or enters a node, is trimmed: a node
+        never starts on a context over the bound, even after a human edit."""
         manager = self.context_manager
-        if manager is None or not any(isinstance(e, MessageAppended) for e in events):
+        if manager is None or not any(isinstance(e, _GROWS_OR_STARTS) for e in events):
             return []
         if any(isinstance(e, RunCompleted | RunFailed | RunCancelled) for e in events):
             return []
@@ -465,6 +468,10 @@ def _snapshot_done(tasks: set[asyncio.Task[Any]], task: asyncio.Task[Any]) -> No
     tasks.discard(task)
     if not task.cancelled() and task.exception() is not None:
         _log.warning("snapshot failed: %s", task.exception())
+
+
+_GROWS_OR_STARTS = (MessageAppended, RunStarted, Resumed, NodeEntered)
+"""The events after which a commit is trimmed: the context grew, or a node is about to run."""
 
 
 class ContextTrimError(GraphError):

@@ -128,6 +128,28 @@ async def test_the_input_commit_is_trimmed_before_the_first_node_runs() -> None:
     assert first.seq < next(r.seq for r in records if r.kind == "node_entered")
 
 
+async def test_a_run_resumed_after_a_human_edit_starts_on_a_bounded_context() -> None:
+    store = MemoryEventStore()
+    agent = Agent()
+    app = agent_with_tools(agent, [lookup]).compile(
+        store=store,
+        context_manager=MessageContextManager(max_messages=2),
+        interrupt_before=["agent"],
+    )
+    config = {"thread_id": "t"}
+    await app.ainvoke({"messages": [Message.text_message("first")]}, config)  # paused
+    for text in ("edit 1", "edit 2", "edit 3"):
+        await app.aupdate_state(config, {"messages": [Message.text_message(text)]})
+    await app.ainvoke(None, config)  # resumed: the agent runs now
+    assert agent.seen and max(agent.seen) <= 2
+    records = await records_of(store)
+    resumed = next(r.seq for r in records if r.kind == "resumed")
+    trim = next(r for r in records if isinstance(r.event, MessagesRemoved) and r.seq > resumed)
+    assert trim.seq == resumed + 1  # in the resume's own commit, before the node runs
+    state = await app.aget_state(config)
+    assert replay(records).model_dump() == state.model_dump()
+
+
 class KeepLast(BaseContextManager[AgentState]):
     """A seed-style manager that keeps only the last message: it can split a tool call."""
 
@@ -242,3 +264,57 @@ def test_a_trim_keeps_tool_exchanges_whole_and_the_bound(
     assert kept_users == users[len(users) - len(kept_users) :]  # the newest turns stay
     assert len(kept_users) == min(bound, len(users))
     assert dropped(context, after) == [m for m in context if m not in after]
+
+
+# ---- the graph state machine with trimming on: crashes, stops, edits, forks, a shadow -------
+
+
+SEEN: list[int] = []
+"""The user turns each agent call saw, across the machine's examples (it changes nothing the
+agent does, so the machine's shadow run agrees)."""
+
+
+def answer_or_look_up(state: AgentState) -> list[Message]:
+    """A deterministic agent: a user message gets a lookup call (its id from the message's),
+    a tool result gets an answer."""
+    SEEN.append(sum(1 for m in state.context if m.role == "user"))
+    last = state.context[-1]
+    if last.role == "user":
+        call = ToolCallBlock(id=f"call-{last.message_id}", name="lookup", args={"topic": "x"})
+        return [Message(role="assistant", content=[call])]
+    return [Message.text_message("answer", role="assistant")]
+
+
+def trimmed_loop(store: Any) -> Any:
+    """The agent loop, compiled with a context of at most two user turns."""
+    manager: MessageContextManager[AgentState] = MessageContextManager(max_messages=2)
+    graph = agent_with_tools(answer_or_look_up, [lookup])
+    return graph.compile(store=store, context_manager=manager, interrupt_before=["tools"])
+
+
+def no_node_saw_more_than_two_turns(state: AgentState) -> bool:
+    """Every node call saw at most two user turns, human edits, crashes and resumes
+    included (an edit may leave more in the state: the next commit of a run trims)."""
+    return max(SEEN, default=0) <= 2
+
+
+def test_the_graph_machine_holds_with_trimming_on() -> None:
+    from hypothesis import HealthCheck
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from actors.testing import graph_machine
+
+    SEEN.clear()
+    machine = graph_machine(
+        trimmed_loop, name="TrimmedMachine", invariants=[no_node_saw_more_than_two_turns]
+    )
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=30,
+            stateful_step_count=8,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+        ),
+    )
+    assert SEEN, "the agent never ran"
