@@ -6,8 +6,9 @@ records never change (its log only grows), so a point whose snapshot references 
 read before costs the records after the snapshot, not every message again. The cached
 messages are only cached once the snapshot's hash was found to be the chain's, and are
 never handed out: a state gets them through a `SharedContext`, which copies each one the
-first time it is read. A payload changed behind the store after it was read is not seen
-(before, it was believed): `verify` is what finds it, as before.
+first time it is read. A referenced payload changed behind the store after this process
+read it is not seen here (a new reader believes it, as every reader did before): `verify`
+is what finds it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any, Self, SupportsIndex, TypeVar, get_args, get_origin, over
 import msgspec
 from pydantic import TypeAdapter, ValidationError
 
-from events.errors import ThreadNotFoundError
+from events.errors import InvalidArgumentError, ThreadNotFoundError
 from events.record import EventRecord, Snapshot
 from events.store import EventStore
 
@@ -418,8 +419,9 @@ class SharedContext(list[Message]):
 
 
 MESSAGE_CACHE_LIMIT = 20_000
-"""Messages `state_at` keeps validated per process (about 2 KB each), least recently read
-threads dropped first: enough for every message of a 10,000-step tool-calling thread."""
+"""Messages `state_at` keeps validated per process by default, least recently read threads
+dropped first: every message of a 10,000-step tool-calling thread (15,001), at about 3 KB
+each (measured on it), so up to about 60 MB. `set_message_cache_limit` changes it."""
 
 
 _Key = int | tuple[int, int]
@@ -468,7 +470,7 @@ class _MessageCache:
     def add(self, store: EventStore, thread_id: str, new: dict[_Key, Message]) -> None:
         """Keep `new`, messages of the thread read from `store`, dropping the threads read
         least recently to stay within the limit."""
-        if not new:
+        if not new or len(new) > self.limit:
             return
         with self._lock:
             key = (id(store), thread_id)
@@ -494,6 +496,17 @@ _CACHE = _MessageCache()
 def clear_message_cache() -> None:
     """Forget every message `state_at` keeps validated in this process."""
     _CACHE.clear()
+
+
+def set_message_cache_limit(limit: int) -> None:
+    """Keep at most `limit` validated messages for `state_at` in this process (0: none, so
+    every read validates its messages again); what is kept now is forgotten."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise InvalidArgumentError(
+            f"the message cache limit must be an int >= 0 (a count of messages), got {limit!r}"
+        )
+    _CACHE.clear()
+    _CACHE.limit = limit
 
 
 @cache

@@ -17,8 +17,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from events import ChainBrokenError, SQLiteEventStore
+from events.errors import InvalidArgumentError
 from projections import AgentState, Message, TextBlock, state_at, state_data
-from projections.views import _CACHE, SharedContext, clear_message_cache
+from projections.views import (
+    _CACHE,
+    MESSAGE_CACHE_LIMIT,
+    SharedContext,
+    clear_message_cache,
+    set_message_cache_limit,
+)
 
 from .test_snapshots import T, Thread, started, steps
 
@@ -27,8 +34,7 @@ from .test_snapshots import T, Thread, started, steps
 def empty_cache() -> Iterator[None]:
     clear_message_cache()
     yield
-    _CACHE.limit = 20_000
-    clear_message_cache()
+    set_message_cache_limit(MESSAGE_CACHE_LIMIT)
 
 
 async def long_thread(store: SQLiteEventStore, n: int = 40, every: int = 23) -> Thread:
@@ -70,8 +76,7 @@ def test_every_point_in_any_order_is_the_fold_from_the_start(seed: int, limit: i
     import tempfile
 
     async def run() -> None:
-        clear_message_cache()
-        _CACHE.limit = limit
+        set_message_cache_limit(limit)
         with tempfile.TemporaryDirectory() as directory:
             async with SQLiteEventStore(Path(directory) / "log.db") as store:
                 thread = await long_thread(store)
@@ -192,3 +197,15 @@ async def test_only_messages_under_a_checked_snapshot_are_kept(db: SQLiteEventSt
     with pytest.raises(ChainBrokenError):
         await state_at(db, T, seq)
     assert _CACHE.get(db, T) is None  # refused before anything was kept
+
+
+async def test_a_limit_of_zero_keeps_nothing_and_a_bad_limit_is_refused(
+    db: SQLiteEventStore,
+) -> None:
+    thread = await long_thread(db)
+    set_message_cache_limit(0)
+    assert await state_at(db, T) == thread.fold.state
+    assert _CACHE.get(db, T) is None
+    for bad in (-1, 1.5, True, "10"):
+        with pytest.raises(InvalidArgumentError, match="cache limit"):
+            set_message_cache_limit(bad)  # type: ignore[arg-type]
