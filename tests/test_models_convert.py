@@ -422,3 +422,16 @@ def test_tool_results_round_trip(results: list[Any]) -> None:
     assert [(i["call_id"], i["output"]) for i in outputs] == [
         (r.call_id, r.output) for r in results
     ]
+
+
+def test_the_request_hash_ignores_streaming_and_sees_everything_else() -> None:
+    from actors.models import request_hash
+
+    request = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0}
+    same = request_hash("openai", request)
+    streamed = {**request, "stream": True, "stream_options": {"include_usage": True}}
+    assert request_hash("openai", streamed) == same
+    assert request_hash("openai", dict(reversed(request.items()))) == same
+    assert request_hash("anthropic", request) != same
+    assert request_hash("openai", {**request, "temperature": 1}) != same
+    assert request_hash("openai", {**request, "messages": []}) != same
