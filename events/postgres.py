@@ -85,6 +85,13 @@ _LOST = (
 )
 
 
+_TRANSIENT = (
+    asyncpg.exceptions.DeadlockDetectedError,
+    asyncpg.exceptions.SerializationError,
+)
+"""Failures PostgreSQL resolves by rolling one transaction back: the batch is tried again."""
+
+
 def shown_dsn(dsn: str) -> str:
     """The DSN as messages show it: without its password."""
     return _PASSWORD.sub(r"\1:***@", dsn, count=1)
@@ -318,10 +325,16 @@ class PostgresEventStore(BaseEventStore):
             batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
             requests = [request for request, _ in batch]
             outcomes: list[list[Row] | Exception]
-            try:
-                outcomes = await self._write_batch(requests)
-            except Exception as exc:
-                outcomes = [exc] * len(batch)
+            for attempt in range(1, 4):
+                try:
+                    outcomes = await self._write_batch(requests)
+                except _TRANSIENT as exc:  # rolled back whole: nothing written, try again
+                    outcomes = [self._error(exc, "nothing was written")] * len(batch)
+                    if attempt < 3:
+                        continue
+                except Exception as exc:
+                    outcomes = [exc] * len(batch)
+                break
             top = max((o[-1].position for o in outcomes if isinstance(o, list) and o), default=0)
             if top:
                 self.commits += 1
@@ -361,6 +374,8 @@ class PostgresEventStore(BaseEventStore):
             stage = "commit"
             await tx.commit()
             return outcomes
+        except _TRANSIENT:
+            raise
         except (asyncpg.PostgresError, *_LOST) as exc:
             if isinstance(exc, _LOST) or conn.is_in_transaction():
                 conn.terminate()  # in an unknown state: the next batch reconnects
@@ -611,7 +626,12 @@ class PostgresEventStore(BaseEventStore):
         loop = self._loop
         if loop is None or not loop.running or self._closing:
             return
-        sql = f"UPDATE {self._t['claims']} SET heartbeat_at = $1 WHERE token = ANY($2::text[])"
+        c = self._t["claims"]
+        # Rows locked in thread order, as appends lock them (FOR SHARE): no deadlock between.
+        sql = (
+            f"UPDATE {c} SET heartbeat_at = $1 WHERE thread_id IN (SELECT thread_id FROM {c} "
+            "WHERE token = ANY($2::text[]) ORDER BY thread_id FOR UPDATE)"
+        )
         loop.submit(self._query("execute", sql, now, [c.token for c in claims])).result(60)
 
     # ---- LISTEN/NOTIFY: the wake-up of followers -------------------------------------------

@@ -195,3 +195,51 @@ async def test_a_commit_elsewhere_wakes_a_follower_by_notify(schema: str) -> Non
         await writer.append("t", [NodeEntered(node="m")], expected_seq=1)
         assert (await asyncio.wait_for(second, 10)).seq == 2
         await records.aclose()
+
+
+async def test_heartbeats_lock_claim_rows_in_thread_order(schema: str) -> None:
+    """Appends lock claim rows in thread order (FOR SHARE); a heartbeat renewing many claims
+    must take them in the same order, or the two deadlock. Rows lying against thread order,
+    a rival holding c05: the beat waits at c05 and has not touched c20 yet."""
+    import asyncpg
+
+    from events.postgres import PostgresEventStore
+
+    async with PostgresEventStore(DSN, schema=schema) as store:
+        claims = [await store.claim(f"c{i:02}", lease=3600) for i in reversed(range(30))]
+        rival, probe = await asyncpg.connect(DSN), await asyncpg.connect(DSN)
+        try:
+            rival_tx = rival.transaction()
+            await rival_tx.start()
+            await rival.execute(
+                f'SELECT 1 FROM "{schema}".claims WHERE thread_id = $1 FOR UPDATE', "c05"
+            )
+            beat = asyncio.ensure_future(
+                asyncio.to_thread(store._renew_blocking, claims, 1.0)  # type: ignore[arg-type]
+            )
+            await asyncio.sleep(0.5)
+            assert not beat.done()  # waiting for the rival's row
+            locked = [t for t in ("c02", "c20", "c29") if not await _free(probe, schema, t)]
+            assert locked == ["c02"]  # c00..c04 taken in order; c20, c29 untouched
+            await rival_tx.rollback()
+            await asyncio.wait_for(beat, 10)
+        finally:
+            await rival.close()
+            await probe.close()
+        for claim in claims:
+            await store.release(claim)
+
+
+async def _free(conn: object, schema: str, thread_id: str) -> bool:
+    """Whether the claim row can be locked right now (no one else holds it)."""
+    import asyncpg
+
+    try:
+        async with conn.transaction():  # type: ignore[attr-defined]
+            await conn.execute(  # type: ignore[attr-defined]
+                f'SELECT 1 FROM "{schema}".claims WHERE thread_id = $1 FOR SHARE NOWAIT',
+                thread_id,
+            )
+    except asyncpg.exceptions.LockNotAvailableError:
+        return False
+    return True
