@@ -41,6 +41,7 @@ from .errors import (
     ConcurrencyError,
     CorruptDatabaseError,
     CorruptRecordError,
+    InvalidArgumentError,
     ReadOnlyStoreError,
     StoreClosedError,
     StoreError,
@@ -97,10 +98,6 @@ def shown_dsn(dsn: str) -> str:
     return _PASSWORD.sub(r"\1:***@", dsn, count=1)
 
 
-class _CommitUnknown(Exception):
-    """The connection was lost while COMMIT was in flight."""
-
-
 class PostgresEventStore(BaseEventStore):
     """An event store in a PostgreSQL schema, shared by any number of processes and hosts.
 
@@ -108,7 +105,7 @@ class PostgresEventStore(BaseEventStore):
     `schema` names the PostgreSQL schema the log lives in, created beforehand by `agentlog db
     upgrade`. `readonly=True` opens read-only sessions; any write raises `ReadOnlyStoreError`.
     `pool_size` bounds the connections used for reads and claims (one more writes, one more
-    listens).
+    listens). `ordering` is for `bench/postgres.py` alone (see the module).
     """
 
     def __init__(
@@ -124,7 +121,10 @@ class PostgresEventStore(BaseEventStore):
     ) -> None:
         super().__init__(clock=clock)
         if ordering not in ("commit_counter", "table_lock"):
-            raise ValueError(f"ordering must be 'commit_counter' or 'table_lock', not {ordering!r}")
+            raise InvalidArgumentError(
+                f"ordering must be 'commit_counter' (the store's) or 'table_lock' (kept for "
+                f"the benchmark's comparison), not {ordering!r}"
+            )
         self.dsn = dsn
         self.schema = check_schema_name(schema)
         self.readonly = readonly
