@@ -223,3 +223,79 @@ async def test_calls_run_concurrently_on_one_session(stdio_tools: list[McpTool])
     assert [finished[f"call-{i + 1}"].output for i in range(8)] == [
         {"result": 2 * i} for i in range(8)
     ]
+
+
+async def test_a_step_run_again_answers_a_finished_mcp_call_from_the_log() -> None:
+    """After a crash, a call whose result was committed is not sent to the server again."""
+    from actors.context import NodeContext
+    from events import EventRecord, kind_of
+
+    def record(event: Any, seq: int) -> EventRecord:
+        return EventRecord(
+            thread_id="t",
+            seq=seq,
+            position=seq,
+            run_id="r",
+            actor="tools",
+            at=0.0,
+            kind=kind_of(event),
+            version=1,
+            event=event,
+            hash="0" * 64,
+        )
+
+    before = [
+        ToolCallStarted(call_id="a", name="add", args={"a": 1, "b": 2}, node="tools"),
+        ToolCallFinished(call_id="a", name="add", output={"result": 3}),
+        ToolCallStarted(call_id="n", name="count_calls", args={}, node="tools"),
+    ]
+    committed: list[Any] = []
+
+    async def commit(events: Any, actor: str | None = None) -> list[EventRecord]:
+        committed.extend(events)
+        return [record(e, 10 + i) for i, e in enumerate(events)]
+
+    context = NodeContext(
+        "t", "r", "tools", commit, [record(e, i + 1) for i, e in enumerate(before)]
+    )
+    asking = Message(
+        role="assistant",
+        content=[
+            ToolCallBlock(id="a", name="add", args={"a": 1, "b": 2}),
+            ToolCallBlock(id="n", name="count_calls", args={}),
+        ],
+    )
+    state = AgentState(context=[Message.text_message("go"), asking])
+    async with mcp_tools(stdio_server()) as tools:
+        out = await ToolNode(tools).run(state, context)
+    assert isinstance(out, list)
+    assert [m.content[0].output for m in out] == [{"result": 3}, {"result": 1}]  # type: ignore[union-attr]
+    assert [e.call_id for e in committed] == ["n"]  # only the unfinished call ran, and once
+
+
+async def test_hooks_run_around_mcp_calls_as_around_local_ones() -> None:
+    from actors import Callbacks, Invocation
+
+    seen: list[str] = []
+
+    class Recover(Callbacks):
+        name = "recover"
+
+        def before(self, invocation: Invocation) -> None:
+            if invocation.type == "tool":
+                seen.append(f"before {invocation.name}")
+
+        def on_error(self, invocation: Invocation, error: Exception) -> Message:
+            seen.append(f"error {type(error).__name__}")
+            return Message.text_message("the tool is down; try later", role="assistant")
+
+    store = MemoryEventStore()
+    async with mcp_tools(stdio_server()) as tools:
+        app = agent_with_tools(scripted_agent([("explode", {"reason": "x"})]), tools).compile(
+            store=store, callbacks=Recover()
+        )
+        await app.ainvoke({"messages": [Message.text_message("go")]}, {"thread_id": "t"})
+    assert seen == ["before explode", "error McpToolError"]
+    finished = [r.event async for r in store.read("t") if isinstance(r.event, ToolCallFinished)]
+    assert finished[0].status == "completed"
+    assert finished[0].error is not None and "(recovered by recover)" in finished[0].error

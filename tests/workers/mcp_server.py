@@ -3,7 +3,8 @@
 usage: python -m tests.workers.mcp_server stdio
        python -m tests.workers.mcp_server http
 
-Over HTTP it listens on a free port of 127.0.0.1 and prints "port N" once it accepts.
+Over HTTP it listens on a free port of 127.0.0.1 and prints "port N" once connections to it
+are queued.
 
 Its tools: `add` (typed arguments, a number back), `greet` (a default argument, text
 back), `forecast` (structured output), `explode` (raises), `die` (the process exits in the
@@ -87,6 +88,7 @@ def serve_http() -> None:
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
+    sock.listen(128)  # connections wait in the backlog until the server accepts them
     print(f"port {sock.getsockname()[1]}", flush=True)
     config = uvicorn.Config(server.streamable_http_app(), log_level="warning")
     anyio.run(lambda: uvicorn.Server(config).serve(sockets=[sock]))
