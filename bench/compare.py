@@ -392,7 +392,7 @@ def bench_steps(
             if c not in main_ok
         }
         s, e = alternate(main_ok, rounds, "load", kept, 300, "--n", str(n))
-        load[str(n)] = summarize(s, ["load_ms", "messages"], {**e, **skipped})
+        load[str(n)] = summarize(s, ["load_ms", "open_ms", "messages"], {**e, **skipped})
         s, e = alternate(main_ok, rounds, "history", kept, 300, "--n", str(n))
         history[str(n)] = summarize(
             s, ["history_ms", "states", "state_at_half_ms"], {**e, **skipped}
@@ -657,7 +657,7 @@ def report(
             work = "same" if table["same_work"]["ok"] else f"DIFFERENT: {table['same_work']}"
             print_table(f"loop N={n}, {variant} (work done: {work})", header, rows)
         rows = []
-        for key in ("load_ms", "messages"):
+        for key in ("load_ms", "open_ms", "messages"):
             rows.append([key, *[cell(steps["load"][n].get(lbl), key) for lbl in labels]])
         for key in ("history_ms", "states", "state_at_half_ms"):
             rows.append([key, *[cell(steps["history"][n].get(lbl), key) for lbl in labels]])

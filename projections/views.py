@@ -403,6 +403,10 @@ class SharedContext(list[Message]):
             self._own_all()
         return super().__iadd__(other)
 
+    def sort(self, *, key: Any = None, reverse: bool = False) -> None:
+        self._own_all()  # a key function is handed each message
+        super().sort(key=key, reverse=reverse)
+
     def extend(self, other: Iterable[Message]) -> None:
         if other is self:
             self._own_all()

@@ -269,12 +269,14 @@ async def w_load(args) -> dict[str, Any]:
     await checkpointer.asetup()
     # Rebuild into AgentState (what StateGraph.compile() would bind).
     checkpointer.bind_state_type(AgentState)
+    opened = time.perf_counter()
     state = await checkpointer.aget_state({"thread_id": thread})
     t1 = time.perf_counter()
     await checkpointer.arelease()
     return {
         **base_result(args.n),
-        "load_ms": round((t1 - t0) * 1000, 3),
+        "load_ms": round((t1 - opened) * 1000, 3),
+        "open_ms": round((opened - t0) * 1000, 3),
         "messages": len(state.context) if state else None,
         "step": state.execution_meta.step if state else None,
         "checkpointer": type(checkpointer).__name__,
