@@ -17,13 +17,15 @@ the thread would read anyway), costs about a byte per message, and is cheap to w
 `SnapshotWriter` follows the context as commits land and re-encodes only what changed.
 Measured by bench/snapshots.py on a 10,000-step tool-calling thread (2-core AMD EPYC, one
 run): snapshots cost 40 bytes per step (every 1,000 records) where whole states cost 2,633
-(every 5,000), and the state at a random step takes 62 ms, as from whole states (63 ms),
-against 129 ms folding from the start.
+(every 5,000).
 
 What bounds a read is the messages themselves: validating the ~7,500 messages of a median
-point into `Message` models, with nothing read or decoded, takes 40 ms of those 62 on the
-same machine, whatever the snapshot format. The rest is reading and decoding the payloads
-(about 2 microseconds a message) and the records after the snapshot.
+point into `Message` models costs more than reading and decoding them, whatever the snapshot
+format. So `state_at` (`projections.views`) keeps the messages it validated per store and
+thread, and hands them out through a `SharedContext` that copies each on its first read: a
+point of a thread whose earlier point was read costs the records after its snapshot, 0.07
+of a fold from the start and 0.17-0.23 of a whole-state snapshot in the same run (17 ms on
+that machine under load); the first read of a process costs 0.43 of the fold.
 
 Trust. A snapshot names the chain hash of the record it folds up to; `fold_at` refuses one
 whose hash differs from the chain's (`ChainBrokenError` naming its seq: either the snapshot
