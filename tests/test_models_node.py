@@ -97,14 +97,14 @@ async def test_a_tool_loop_against_each_api(server: FakeProvider, provider: str)
     assert [(c.attempt, c.status, c.streamed) for c in calls] == [(1, "completed", False)] * 2
     assert calls[0].finish_reason in ("tool_calls", "tool_use")
     assert calls[0].usage is not None and calls[0].usage["total_tokens"] > 0
-    assert calls[0].params == {"temperature": 0} and calls[0].request_hash != calls[1].request_hash
+    sent = {"temperature": 0, **({"max_tokens": 1024} if provider == "anthropic" else {})}
+    assert calls[0].params == sent and calls[0].request_hash != calls[1].request_hash
     messages = [m for m in await appended(graph) if m["role"] == "assistant"]
     assert [m["message_id"] for m in messages] == [c.message_id for c in calls]
     # what the provider was sent: the system prompt, the tools, and the tool's result
     first, second = (seen.body for seen in server.requests)
     assert first["temperature"] == 0 and len(first["tools"]) == 1
-    sent = str(second)
-    assert "You are a support agent." in str(first) and "delivered damaged" in sent
+    assert "You are a support agent." in str(first) and "delivered damaged" in str(second)
     assert out["token_usage"]["total_tokens"] > 0
 
 
@@ -270,3 +270,29 @@ async def test_the_summary_and_system_prompt_lead_the_request(server: FakeProvid
         == "Be brief.\n\nSummary of the earlier conversation: they asked about A-1"
     )
     assert request["max_tokens"] == 1024 and request["messages"][0]["role"] == "user"
+
+
+async def test_model_called_records_the_params_as_sent(server: FakeProvider) -> None:
+    """Anthropic requires max_tokens: the default the node sends is in the record too."""
+    graph = app(node(anthropic_client(server)))
+    await graph.ainvoke({"messages": [QUESTION]}, CFG)
+    [call] = await model_calls(graph)
+    assert (
+        call.params == {"max_tokens": 1024} == {"max_tokens": server.requests[0].body["max_tokens"]}
+    )
+    chosen = node(anthropic_client(server), max_tokens=64, temperature=0.5)
+    assert chosen.params == {"max_tokens": 64, "temperature": 0.5}
+    assert chosen.request(AgentState())["max_tokens"] == 64
+    assert node(openai_client(server)).params == {}
+
+
+def test_a_spec_is_read_leniently_and_a_bad_one_says_what_works(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    made = ModelNode.from_spec(" OpenAI: gpt-4o-mini ")
+    assert (made.provider, made.model) == ("openai", "gpt-4o-mini")
+    for spec in ("google:gemini-2.0", "openai:", ":gpt-4o"):
+        with pytest.raises(ModelSpecError, match="OPENAI_BASE_URL") as caught:
+            ModelNode.from_spec(spec)
+        assert repr(spec) in str(caught.value)

@@ -70,6 +70,9 @@ class ModelNode:
         self.retry = retry or ModelRetry()
         self.replay_from = replay_from
         self.params: dict[str, Any] = json.loads(json.dumps(params, default=str))
+        """The params sent with every request, as each `model_called` records them."""
+        if self.api == "anthropic":  # Anthropic requires max_tokens: record the one it is sent
+            self.params.setdefault("max_tokens", ANTHROPIC_MAX_TOKENS)
         options: dict[str, Any] = {"max_retries": 0}  # every attempt is ours, to record it
         if timeout is not None:
             options["timeout"] = timeout
@@ -82,10 +85,12 @@ class ModelNode:
     def from_spec(cls, spec: str, **kwargs: Any) -> ModelNode:
         """`openai:MODEL` or `anthropic:MODEL`, with a client configured from the usual
         environment variables (OPENAI_BASE_URL / OPENAI_API_KEY, ANTHROPIC_*)."""
-        provider, _, model = spec.partition(":")
+        provider, _, model = spec.strip().partition(":")
+        provider, model = provider.strip().lower(), model.strip()
         if provider not in ("openai", "anthropic") or not model:
             raise ModelSpecError(
-                f"model {spec!r} is not provider:model; use openai:MODEL or anthropic:MODEL"
+                f"model {spec!r} is not provider:model; use openai:MODEL or anthropic:MODEL "
+                "(openai: also reaches any OpenAI-compatible server set in OPENAI_BASE_URL)"
             )
         try:
             if provider == "openai":
@@ -126,7 +131,6 @@ class ModelNode:
             if joined:
                 request["system"] = joined
             request["messages"] = messages
-            request["max_tokens"] = ANTHROPIC_MAX_TOKENS
         if self.tools:
             request["tools"] = self.tools
         return {**request, **self.params}
