@@ -200,3 +200,29 @@ def printed(*parts: Any) -> str:
     for part in parts:
         console.print(part)
     return out.getvalue()
+
+
+async def test_the_commands_print_tokens(tmp_path: Any) -> None:
+    """`agentlog history` and `show`, end to end, on a SQLite log with model calls."""
+    from events import SQLiteEventStore
+    from tests.helpers import agentlog
+
+    if "--tokens" not in agentlog("history", "--help").stdout:
+        pytest.skip("the history command does not take --tokens yet (actors/cli/__init__.py)")
+    db = tmp_path / "log.db"
+    async with SQLiteEventStore(db) as store:
+        model = Model([[called(100, 20, 50.0, status="failed"), called(100, 20, 400.0)]])
+        app = line(("agent", model)).compile(store=store)
+        await app.ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": "t"})
+    table = agentlog("history", "t", "--db", db)
+    assert table.returncode == 0, table.stderr
+    assert "openai:m-1 100 in + 20 out = 120 tokens, stop" in table.stdout
+    assert "total: 2 model calls (1 failed): 100 in + 20 out = 120 tokens" in table.stdout
+    report = json.loads(agentlog("history", "t", "--db", db, "--tokens", "--json").stdout)
+    assert report["total"]["total_tokens"] == 120 and report["steps"][0]["calls"] == 2
+    rows = json.loads(agentlog("history", "t", "--db", db, "--json").stdout)
+    assert [r["tokens"]["total_tokens"] for r in rows if r["kind"] == "model_called"] == [0, 120]
+    shown = agentlog("show", "t", "--db", db)
+    assert "2 model calls (1 failed): 100 in + 20 out = 120 tokens" in shown.stdout
+    step = json.loads(agentlog("show", "t", "--step", "1", "--db", db, "--json").stdout)
+    assert step["tokens"]["steps"][0]["latency_ms"] == 450.0
