@@ -128,6 +128,7 @@ class McpSession:
                 f"an MCP server is a StdioServer(command, args) or an HttpServer(url), got "
                 f"{type(server).__name__} {server!r:.60}"
             )
+        _require_sdk()
         self.server = server
         self._client: Any = None
         self._owner: asyncio.Task[None] | None = None
@@ -283,6 +284,17 @@ class McpSession:
             "check that it runs (its command, or its URL), and note that a call cut short "
             "may or may not have taken effect there"
         )
+
+
+def _require_sdk() -> None:
+    """Refuse early, and say what to install, when the MCP SDK (2.x) is missing."""
+    try:
+        from mcp import Client  # noqa: F401
+    except ImportError as exc:
+        raise McpSessionError(
+            f"MCP tools need the official MCP SDK, version 2 or later ({exc}): "
+            "pip install 'agentlog[mcp]'"
+        ) from exc
 
 
 @contextlib.asynccontextmanager

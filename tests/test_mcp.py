@@ -299,3 +299,32 @@ async def test_hooks_run_around_mcp_calls_as_around_local_ones() -> None:
     finished = [r.event async for r in store.read("t") if isinstance(r.event, ToolCallFinished)]
     assert finished[0].status == "completed"
     assert finished[0].error is not None and "(recovered by recover)" in finished[0].error
+
+
+def test_a_missing_sdk_is_named_with_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "mcp", None)  # as if it were not installed
+    with pytest.raises(McpSessionError, match=r"pip install 'agentlog\[mcp\]'"):
+        McpSession(stdio_server())
+
+
+async def test_the_blocking_invoke_is_refused_with_what_to_do_instead(
+    stdio_tools: list[McpTool],
+) -> None:
+    import threading
+
+    add = next(t for t in stdio_tools if t.name == "add")
+    failures: list[BaseException] = []
+
+    def elsewhere() -> None:  # another thread, another event loop: as `invoke` runs
+        import asyncio
+
+        try:
+            asyncio.run(add.session.call("add", {"a": 1, "b": 1}))
+        except BaseException as exc:
+            failures.append(exc)
+
+    worker = threading.Thread(target=elsewhere)
+    worker.start()
+    worker.join(30)
+    assert len(failures) == 1 and isinstance(failures[0], McpSessionError)
+    assert "another event loop" in str(failures[0])
