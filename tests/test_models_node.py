@@ -13,6 +13,7 @@ import pytest
 from actors import GraphError, NodeError
 from actors.models import (
     LoggedAnswers,
+    ModelEmptyRequestError,
     ModelNode,
     ModelRefusedError,
     ModelRetry,
@@ -296,3 +297,30 @@ def test_a_spec_is_read_leniently_and_a_bad_one_says_what_works(
         with pytest.raises(ModelSpecError, match="OPENAI_BASE_URL") as caught:
             ModelNode.from_spec(spec)
         assert repr(spec) in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("provider", "system_prompt", "sent"),
+    [
+        ("anthropic", "Be brief.", False),  # Anthropic takes no request of a system prompt alone
+        ("chat", None, False),
+        ("chat", "Be brief.", True),  # a chat request of the system message alone is valid
+        ("responses", None, False),
+    ],
+)
+async def test_an_empty_context_is_not_sent_when_the_provider_would_refuse_it(
+    server: FakeProvider, provider: str, system_prompt: str | None, sent: bool
+) -> None:
+    client = anthropic_client(server) if provider == "anthropic" else openai_client(server)
+    api = "responses" if provider == "responses" else "chat"
+    graph = app(node(client, api=api, system_prompt=system_prompt))
+    if sent:
+        out = await graph.ainvoke({"messages": []}, CFG)
+        assert out["messages"][-1].role == "assistant" and len(server.requests) == 1
+        return
+    with pytest.raises(NodeError) as caught:
+        await graph.ainvoke({"messages": []}, CFG)
+    empty = caught.value.__cause__
+    assert isinstance(empty, ModelEmptyRequestError)
+    assert "'agent'" in str(empty) and "start the run with a user message" in str(empty)
+    assert server.requests == [] and await model_calls(graph) == []

@@ -21,6 +21,7 @@ from .anthropic_messages import (
     to_anthropic_messages,
 )
 from .errors import (
+    ModelEmptyRequestError,
     ModelError,
     ModelRefusedError,
     ModelResponseError,
@@ -39,6 +40,7 @@ __all__ = [
     "ChatStream",
     "LoggedAnswers",
     "ModelAnswer",
+    "ModelEmptyRequestError",
     "ModelError",
     "ModelNode",
     "ModelRefusedError",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from events.errors import AgentlogError
 
 __all__ = [
+    "ModelEmptyRequestError",
     "ModelError",
     "ModelRefusedError",
     "ModelResponseError",
@@ -35,6 +36,20 @@ class ModelRefusedError(ModelError):
         }.get(status or 0, "fix the request")
         super().__init__(
             f"{provider} refused the call to model {model!r} (HTTP {status}): {cause}; {hint}"
+        )
+
+
+class ModelEmptyRequestError(ModelError, ValueError):
+    """The node has no message to send (an empty context, and for Anthropic a system prompt
+    alone is not a message): the provider would refuse it, so it is not sent."""
+
+    def __init__(self, provider: str, model: str, node: str) -> None:
+        self.provider = provider
+        self.model = model
+        super().__init__(
+            f"node {node!r} has no message to send to {provider} model {model!r}: the "
+            "context is empty; start the run with a user message (Anthropic takes no "
+            "request of a system prompt alone)"
         )
 
 

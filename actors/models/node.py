@@ -21,7 +21,12 @@ from .anthropic_messages import (
     from_anthropic_message,
     to_anthropic_messages,
 )
-from .errors import ModelRefusedError, ModelSpecError, ModelUnavailableError
+from .errors import (
+    ModelEmptyRequestError,
+    ModelRefusedError,
+    ModelSpecError,
+    ModelUnavailableError,
+)
 from .openai_chat import ChatStream, chat_tools, from_chat_completion, to_chat_messages
 from .openai_responses import ResponsesStream, from_response, responses_tools, to_responses_input
 from .replay import LoggedAnswers
@@ -41,7 +46,8 @@ class ModelNode:
 
     Each attempt is recorded as a `model_called` fact in the step's commit (request hash,
     usage, latency, finish reason; failed attempts too). Rate limits, timeouts, 5xx and
-    broken answers are retried per `retry`; a refused request raises `ModelRefusedError`.
+    broken answers are retried per `retry`; a refused request raises `ModelRefusedError`,
+    and a context with nothing to send `ModelEmptyRequestError` (no call is made).
     `stream` (default: when someone consumes `astream`) publishes deltas as they arrive;
     the log still gets one message. `replay_from` answers a request seen before from the
     log. Other keyword arguments (`temperature=`, `max_tokens=` ...) go to the provider.
@@ -139,6 +145,8 @@ class ModelNode:
         """Call the model (retrying what is transient); return its message."""
         context = current_context()
         request = self.request(state)
+        if not (request.get("messages") or request.get("input") or request.get("instructions")):
+            raise ModelEmptyRequestError(self.provider, self.model, context.node)
         digest = request_hash(self.provider, request)
         if self.replay_from is not None:
             found = await self.replay_from.find(digest)
