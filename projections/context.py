@@ -81,11 +81,13 @@ class MessageContextManager(BaseContextManager[S]):
         """The messages to keep, in their order, or None when nothing needs to change."""
         if not messages:
             return None
+        users = [i for i, m in enumerate(messages) if m.role == "user"]
+        if len(users) <= self.max_messages and not self.remove_tool_msgs:
+            return None  # the common case, checked on every commit: one pass, nothing built
         keep = set(range(len(messages)))
-        if self.remove_tool_msgs:
+        if self.remove_tool_msgs:  # it never drops a user message
             survivors = {id(m) for m in remove_tool_messages(messages)}
             keep = {i for i in keep if id(messages[i]) in survivors}
-        users = [i for i in sorted(keep) if messages[i].role == "user"]
         if len(users) > self.max_messages:
             start = users[-self.max_messages]
             keep = {i for i in keep if i >= start or messages[i].role == "system"}
