@@ -1,7 +1,7 @@
 """`open_store`: the one place an address (a path or a URL) becomes a store.
 
 The CLI and applications name a store by a string; which backend serves it is decided here
-alone, so a new backend (Postgres, next) is one more branch, not a change at every caller.
+alone, so a new backend (as Postgres was) is one more branch, not a change at every caller.
 
 Accepted addresses:
 
