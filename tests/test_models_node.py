@@ -9,6 +9,7 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from pydantic import BaseModel
 
 from actors import GraphError, NodeError
 from actors.models import (
@@ -19,6 +20,7 @@ from actors.models import (
     ModelRetry,
     ModelSpecError,
     ModelUnavailableError,
+    request_hash,
 )
 from events import MemoryEventStore, ModelCalled
 from projections import AgentState, Message
@@ -324,3 +326,46 @@ async def test_an_empty_context_is_not_sent_when_the_provider_would_refuse_it(
     assert isinstance(empty, ModelEmptyRequestError)
     assert "'agent'" in str(empty) and "start the run with a user message" in str(empty)
     assert server.requests == [] and await model_calls(graph) == []
+
+
+async def test_extra_headers_are_sent_but_the_log_keeps_only_their_names(
+    server: FakeProvider,
+) -> None:
+    secret = "Bearer do-not-log-me"
+    plain, headed = (
+        node(openai_client(server)),
+        node(openai_client(server), extra_headers={"X-Gateway-Key": secret}),
+    )
+    graph = app(headed)
+    await graph.ainvoke({"messages": [QUESTION]}, CFG)
+    assert server.requests[0].headers["x-gateway-key"] == secret
+    assert "extra_headers" not in server.requests[0].body
+    [call] = await model_calls(graph)
+    assert call.params == {"extra_headers": ["X-Gateway-Key"]}
+    assert secret not in str([r async for r in graph.store.read("t1")])
+    state = AgentState(context=[Message.text_message(QUESTION)])
+    assert request_hash("openai", plain.request(state)) == request_hash(
+        "openai", headed.request(state)
+    )
+
+
+class Answer(BaseModel):
+    refund: bool
+
+
+@pytest.mark.parametrize(
+    ("params", "says"),
+    [
+        ({"messages": []}, "sends the state's context"),
+        ({"system": "x"}, "pass system_prompt="),
+        ({"max_retries": 3}, "retry=ModelRetry(attempts=N)"),
+        ({"stream_options": {}}, "pass stream=True or False"),
+        ({"response_format": Answer}, "not a pydantic class"),
+    ],
+)
+def test_a_keyword_that_is_not_a_provider_param_is_refused_saying_what_to_pass(
+    server: FakeProvider, params: dict[str, Any], says: str
+) -> None:
+    with pytest.raises(GraphError, match="ModelNode") as caught:
+        node(openai_client(server), **params)
+    assert says in str(caught.value)

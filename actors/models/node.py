@@ -50,7 +50,8 @@ class ModelNode:
     and a context with nothing to send `ModelEmptyRequestError` (no call is made).
     `stream` (default: when someone consumes `astream`) publishes deltas as they arrive;
     the log still gets one message. `replay_from` answers a request seen before from the
-    log. Other keyword arguments (`temperature=`, `max_tokens=` ...) go to the provider.
+    log. Other keyword arguments (`temperature=`, `max_tokens=` ...) go to the provider, and
+    are recorded; `extra_headers=` are sent but recorded by name only.
     """
 
     def __init__(
@@ -75,7 +76,10 @@ class ModelNode:
         self.stream = stream
         self.retry = retry or ModelRetry()
         self.replay_from = replay_from
-        self.params: dict[str, Any] = json.loads(json.dumps(params, default=str))
+        headers = params.pop("extra_headers", None) or {}
+        self._headers: dict[str, str] = dict(headers)
+        """Sent with each request, kept out of the log and the hash (they may hold keys)."""
+        self.params: dict[str, Any] = _json_params(params)
         """The params sent with every request, as each `model_called` records them."""
         if self.api == "anthropic":  # Anthropic requires max_tokens: record the one it is sent
             self.params.setdefault("max_tokens", ANTHROPIC_MAX_TOKENS)
@@ -187,6 +191,8 @@ class ModelNode:
     ) -> ModelAnswer:
         create = self._create()
         request = _fitted(self._takes, request)
+        if self._headers:
+            request["extra_headers"] = self._headers
         if not stream:
             response = await create(**request)
             convert = {"chat": from_chat_completion, "responses": from_response}
@@ -239,7 +245,7 @@ class ModelNode:
                 request_hash=digest,
                 attempt=attempt,
                 status="failed" if failed is not None else "completed",
-                params=self.params if params is None else params,
+                params=self._recorded(params),
                 message_id=answer.message.message_id if answer else None,
                 usage=usage,
                 latency_ms=round(latency_ms, 3),
@@ -250,6 +256,13 @@ class ModelNode:
                 streamed=streamed,
             )
         )
+
+    def _recorded(self, params: dict[str, Any] | None) -> dict[str, Any]:
+        """The params a `model_called` records: extra headers by name only."""
+        recorded = self.params if params is None else params
+        if self._headers:
+            recorded = {**recorded, "extra_headers": sorted(self._headers)}
+        return recorded
 
     def _answered_from_log(self, found: Message, digest: str, context: NodeContext) -> Message:
         """A fresh copy of a logged answer, recorded as a call the log answered."""
@@ -264,6 +277,34 @@ class ModelNode:
         params = {**self.params, "answered_from_log": True}
         self._record(context, digest, 1, 0.0, False, answer=answer, params=params)
         return message
+
+
+_RESERVED = {
+    "messages": "the node sends the state's context",
+    "input": "the node sends the state's context",
+    "system": "pass system_prompt=",
+    "instructions": "pass system_prompt=",
+    "max_retries": "the node retries, recording each attempt: pass retry=ModelRetry(attempts=N)",
+    "stream_options": "the node sets them when it streams: pass stream=True or False",
+}
+"""Keyword arguments that are not provider params, and what to do instead."""
+
+
+def _json_params(params: dict[str, Any]) -> dict[str, Any]:
+    """The provider params as JSON (what is sent, hashed and recorded); a `GraphError`
+    naming a reserved name or a value that is not JSON."""
+    for name, value in params.items():
+        if name in _RESERVED:
+            raise GraphError(f"ModelNode does not take {name}=: {_RESERVED[name]}")
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError) as exc:
+            raise GraphError(
+                f"ModelNode's {name}= is not JSON ({type(value).__name__}: {exc}): pass the JSON "
+                "the provider takes (a response_format is a dict, say {'type': 'json_schema', "
+                "'json_schema': {...}}, not a pydantic class)"
+            ) from exc
+    return json.loads(json.dumps(params))  # type: ignore[no-any-return]
 
 
 def _parameters(create: Callable[..., Any]) -> frozenset[str] | None:
