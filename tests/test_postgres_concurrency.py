@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,7 @@ from events import (
     StoreUnavailableError,
     follow,
 )
+from events.testing import step_events
 
 from .workers.pg_env import DSN, fresh_schema, needs_pg
 
@@ -243,3 +245,37 @@ async def _free(conn: object, schema: str, thread_id: str) -> bool:
     except asyncpg.exceptions.LockNotAvailableError:
         return False
     return True
+
+
+async def test_a_backend_killed_before_commit_lands_nothing_and_says_so(schema: str) -> None:
+    """The writer's backend dies after the rows are sent, before COMMIT: the store asks the
+    database whether the batch landed (it did not), says so, and the next append works."""
+    import asyncpg
+
+    from events.postgres import PostgresEventStore
+
+    class Killed(PostgresEventStore):
+        kill_next = False
+
+        async def _in_transaction(self, conn: Any, batch: Any) -> Any:
+            outcome = await super()._in_transaction(conn, batch)
+            if self.kill_next:
+                self.kill_next = False
+                killer = await asyncpg.connect(DSN)
+                try:
+                    await killer.execute("SELECT pg_terminate_backend($1)", conn.get_server_pid())
+                finally:
+                    await killer.close()
+            return outcome
+
+    async with Killed(DSN, schema=schema) as store:
+        await store.append("t", step_events(1), expected_seq=0)
+        store.kill_next = True
+        with pytest.raises(StoreUnavailableError, match="did not land"):
+            await store.append("t", step_events(2), expected_seq=3)
+        assert await store.last_seq("t") == 3
+        records = await store.append("t", step_events(2), expected_seq=3)
+        assert [r.seq for r in records] == [4, 5, 6]
+        assert (await store.verify("t")).ok
+        positions = [r.position async for r in store.read_all()]
+        assert positions == list(range(1, 7))  # the lost commit left no hole
