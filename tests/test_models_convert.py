@@ -138,6 +138,7 @@ def test_an_anthropic_answer_keeps_the_thinking_signature_for_the_way_back() -> 
         (ChatStream, "chat_tool_call", "chat_tool_call", from_chat_completion),
         (ChatStream, "chat_refund_call", "chat_refund_call", from_chat_completion),
         (ResponsesStream, "responses_text", "responses_text", from_response),
+        (ResponsesStream, "responses_tool_call", "responses_tool_call", from_response),
         (AnthropicStream, "anthropic_text", "anthropic_text", from_anthropic_message),
         (AnthropicStream, "anthropic_tool_use", "anthropic_tool_use", from_anthropic_message),
     ],
@@ -155,6 +156,23 @@ def test_a_folded_stream_is_the_same_message_as_the_whole_answer(
     args = "".join(d["delta"] for d in deltas if d["kind"] == "tool_call")
     calls = streamed.message.tool_calls()
     assert (json.loads(args) if args else {}) == (calls[0].args if calls else {})
+
+
+@pytest.mark.parametrize(
+    ("folder", "stream"),
+    [
+        (ChatStream, "chat_tool_call"),
+        (ResponsesStream, "responses_tool_call"),
+        (AnthropicStream, "anthropic_tool_use"),
+    ],
+)
+def test_tool_call_deltas_name_the_call_the_message_will_hold(folder: Any, stream: str) -> None:
+    """A consumer can join a tool call's deltas to the call in the final message."""
+    fold = folder()
+    deltas = [d for event in sse_data(stream) for d in fold.feed(event)]
+    [call] = fold.result().message.tool_calls()
+    calls = [d for d in deltas if d["kind"] == "tool_call"]
+    assert calls and all((d["call_id"], d["name"]) == (call.id, call.name) for d in calls)
 
 
 @pytest.mark.parametrize(

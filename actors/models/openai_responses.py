@@ -224,14 +224,16 @@ def responses_tools(tools: Tools) -> list[dict[str, Any]]:
 class ResponsesStream:
     """Folds Responses-API stream events into the response they stream, yielding deltas.
 
-    Deltas come from the text, reasoning-summary and function-argument delta events; the
+    Deltas come from the text, reasoning-summary and function-argument delta events (a
+    tool call's with the `call_id` its `ToolCallBlock` will have, and its item id); the
     answer is the `response.completed` (or `.incomplete`) event's response. `result()`
     raises `ModelStreamError` when the stream ended without one.
     """
 
     def __init__(self) -> None:
         self.final: dict[str, Any] | None = None
-        self.names: dict[str, str] = {}
+        self.calls: dict[str, tuple[str, str]] = {}
+        """Each function-call item's (call id, name), by item id: its deltas name only the item."""
 
     def feed(self, event: Any) -> list[dict[str, Any]]:
         """Take one stream event; return its deltas."""
@@ -244,15 +246,19 @@ class ResponsesStream:
         if kind == "response.output_item.added":
             item = data.get("item") or {}
             if item.get("type") == "function_call":
-                self.names[str(item.get("id"))] = str(item.get("name"))
+                item_id = str(item.get("id"))
+                call_id = str(item.get("call_id") or item_id)
+                self.calls[item_id] = (call_id, str(item.get("name")))
         elif kind == "response.function_call_arguments.delta":
             item_id = str(data.get("item_id"))
+            call_id, name = self.calls.get(item_id, (item_id, None))
             return [
                 {
                     "kind": "tool_call",
                     "delta": data.get("delta", ""),
+                    "call_id": call_id,
+                    "name": name,
                     "item_id": item_id,
-                    "name": self.names.get(item_id),
                 }
             ]
         elif kind in ("response.completed", "response.incomplete"):
