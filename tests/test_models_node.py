@@ -369,3 +369,17 @@ def test_a_keyword_that_is_not_a_provider_param_is_refused_saying_what_to_pass(
     with pytest.raises(GraphError, match="ModelNode") as caught:
         node(openai_client(server), **params)
     assert says in str(caught.value)
+
+
+async def test_a_429_for_a_used_up_quota_is_refused_at_once(server: FakeProvider) -> None:
+    """OpenAI answers 429 both for a rate limit and for an account out of credit: only the
+    first passes with time."""
+    quota = {"message": "You exceeded your current quota.", "type": "insufficient_quota"}
+    server.script(Reply(status=429, body={"error": {**quota, "code": "insufficient_quota"}}))
+    graph = app(node(openai_client(server)))
+    with pytest.raises(NodeError) as caught:
+        await graph.ainvoke({"messages": [QUESTION]}, CFG)
+    refused = caught.value.__cause__
+    assert isinstance(refused, ModelRefusedError) and refused.status == 429
+    assert "quota is used up" in str(refused) and "exceeded your current quota" in str(refused)
+    assert len(server.requests) == 1 and len(await model_calls(graph)) == 1

@@ -32,6 +32,8 @@ class ModelRefusedError(ModelError):
             403: "check the key's permissions",
             404: "check the model name and the base URL",
             400: "check the request's params, messages and tools",
+            402: "check the account's plan and billing",
+            429: "the account's quota is used up: check its plan and billing",
             422: "check the request's params, messages and tools",
         }.get(status or 0, "fix the request")
         super().__init__(

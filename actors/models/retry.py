@@ -53,8 +53,11 @@ class ModelRetry:
 
 def verdict(exc: BaseException) -> Verdict:
     """`retry` for a rate limit, a timeout, a 5xx, a cut connection or an unreadable answer;
-    `refuse` for any other HTTP error (401, 403, 404, 400 ...); `raise` for the rest."""
+    `refuse` for any other HTTP error (401, 403, 404, 400 ..., and a 429 saying the quota is
+    used up); `raise` for the rest."""
     status = status_of(exc)
+    if status == 429 and _error_code(exc) in _QUOTA_CODES:
+        return "refuse"  # the quota is used up: waiting does not bring it back
     if status is not None:
         return "retry" if status in _RETRIED_STATUS or status >= 500 else "refuse"
     if isinstance(exc, ModelResponseError | json.JSONDecodeError | TimeoutError):
@@ -62,6 +65,24 @@ def verdict(exc: BaseException) -> Verdict:
     if any(cls.__name__ in _TRANSIENT_TYPES for cls in type(exc).__mro__):
         return "retry"
     return "raise"
+
+
+_QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached"})
+"""Error codes OpenAI sends with a 429 that is not a rate limit but an exhausted quota."""
+
+
+def _error_code(exc: BaseException) -> str | None:
+    """The provider's error code (or type) in an SDK error's body, if any."""
+    code = getattr(exc, "code", None)
+    if isinstance(code, str):
+        return code
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error")
+        found = inner if isinstance(inner, dict) else body
+        value = found.get("code") or found.get("type")
+        return value if isinstance(value, str) else None
+    return None
 
 
 def status_of(exc: BaseException) -> int | None:
