@@ -127,10 +127,12 @@ def to_responses_input(
 
     User content becomes `input_text` / `input_image` / `input_file` parts; assistant text
     an `output_text` message; tool calls `function_call` items; tool results
-    `function_call_output` items. Reasoning is sent back only when `reasoning` is true and
-    the message kept the provider's reasoning ids (`metadata["reasoning_ids"]`); without
-    them (`reasoning=True` on other messages) the item has no id, which only a stateless
-    reader of these items accepts.
+    `function_call_output` items. Reasoning is sent back only when `reasoning` is true, with
+    the provider's reasoning ids when the message kept them (`metadata["reasoning_ids"]`).
+    OpenAI itself takes a reasoning item only beside the items that followed it with their
+    own ids (and its `encrypted_content` when the response was not stored), which a
+    `Message` does not keep, so `ModelNode` leaves reasoning out (docs/models.md says why);
+    `reasoning=True` is for a stateless compatible server that reads these items as given.
     """
     items: list[dict[str, Any]] = []
     for message in context:
