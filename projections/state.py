@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, PrivateAttr
+from pydantic import BaseModel, Field, PrivateAttr, field_validator
 
 from .errors import StateMethodError
 from .messages import Message
@@ -183,6 +183,17 @@ class AgentState(BaseModel):
     context: Annotated[list[Message], add_messages] = Field(default_factory=list)
     context_summary: str | None = None
     execution_meta: ExecutionState = Field(default_factory=_new_execution_state)
+
+    @field_validator("context", mode="before")
+    @classmethod
+    def _own_shared_messages(cls, value: Any) -> Any:
+        """A context read from time travel shares its unread messages with the process's
+        cache: a new state built from it takes copies, so changing it reaches no one else."""
+        from .views import SharedContext
+
+        if isinstance(value, SharedContext):
+            return list(value)  # iterating hands out each message as a copy of its own
+        return value
 
     def set_interrupt(
         self, node: str, reason: str, status: ExecutionStatus, data: dict[str, Any] | None = None

@@ -313,9 +313,8 @@ class SharedContext(list[Message]):
     them as they are), and hands out a private copy of each the first time it is read, kept
     in its place from then on: reading costs what is read, and changing what was read
     changes this state only, never the cache or another reader's state. Copies, slices and
-    pickles of it hold copies. One way past it: validating the list itself into a new model
-    (`AgentState(context=state.context)`) takes the shared messages as they are; dump the
-    state first (`state_data`) when building another from it.
+    pickles of it hold copies, and so does a state built from it (`AgentState(context=...)`
+    copies what is still shared).
     """
 
     __slots__ = ("_shared",)
@@ -526,6 +525,10 @@ def _shares_context(state_cls: type[AgentState]) -> bool:
     if decorators.model_validators:
         return False
     return not any(
-        "context" in d.info.fields or "*" in d.info.fields
-        for d in decorators.field_validators.values()
+        ("context" in d.info.fields or "*" in d.info.fields) and name != OWN_VALIDATOR
+        for name, d in decorators.field_validators.items()
     )
+
+
+OWN_VALIDATOR = "_own_shared_messages"
+"""`AgentState`'s own context validator, which copies what a `SharedContext` still shares."""

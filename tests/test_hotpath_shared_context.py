@@ -139,6 +139,21 @@ async def test_a_caller_changing_what_it_read_reaches_no_other_read(db: SQLiteEv
     assert (await db.verify(T)).ok
 
 
+async def test_a_state_built_from_a_read_context_owns_its_messages(db: SQLiteEventStore) -> None:
+    thread = await long_thread(db)
+    seq = thread.fold.seq
+    expected = await state_at(db, T, seq, use_snapshots=False)
+    await state_at(db, T, seq)
+    warm = await state_at(db, T, seq)
+    assert isinstance(warm.context, SharedContext)
+    built = AgentState(context=warm.context)
+    for message in built.context:
+        touch_everything(message)
+    again = await state_at(db, T, seq)
+    assert again == expected
+    assert all("touched" not in m.metadata for m in again.context)
+
+
 async def test_states_equal_compare_pickle_and_dump_like_plain_lists(db: SQLiteEventStore) -> None:
     thread = await long_thread(db)
     await state_at(db, T)
