@@ -17,6 +17,7 @@ from actors.models import (
     ChatStream,
     ModelResponseError,
     ModelStreamError,
+    ModelTruncatedError,
     ResponsesStream,
     anthropic_tools,
     chat_tools,
@@ -189,6 +190,42 @@ def test_a_stream_cut_short_is_a_stream_error(folder: Any, stream: str) -> None:
         fold.feed(event)
     with pytest.raises(ModelStreamError, match="connection was cut"):
         fold.result()
+
+
+def truncated_answers() -> list[tuple[str, Any]]:
+    """A tool call cut at the token limit as each API reports it, whole or streamed."""
+    chat = fixture_json("chat_tool_call")
+    choice = chat["choices"][0]
+    choice["finish_reason"] = "length"
+    choice["message"]["tool_calls"][0]["function"]["arguments"] = '{"order_id": "A-10'
+    responses = fixture_json("responses_tool_call")
+    responses |= {"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}}
+    responses["output"][0]["arguments"] = '{"order_id": "A-10'
+    anthropic = fixture_json("anthropic_tool_use")
+    anthropic["stop_reason"] = "max_tokens"
+    anthropic["content"][-1]["input"] = '{"order_id": "A-10'
+    stream = AnthropicStream()
+    for event in sse_data("anthropic_tool_use"):
+        if event.get("type") == "content_block_delta" and "partial_json" in event["delta"]:
+            event["delta"]["partial_json"] = event["delta"]["partial_json"][:-3]
+        if event.get("type") == "message_delta":
+            event["delta"]["stop_reason"] = "max_tokens"
+        stream.feed(event)
+    return [
+        ("length", lambda: from_chat_completion(chat)),
+        ("max_output_tokens", lambda: from_response(responses)),
+        ("max_tokens", lambda: from_anthropic_message(anthropic)),
+        ("max_tokens", stream.result),
+    ]
+
+
+@pytest.mark.parametrize(("finish", "read"), truncated_answers())
+def test_a_tool_call_cut_at_the_token_limit_is_a_truncated_error(finish: str, read: Any) -> None:
+    """Not a broken answer to try again: the same limit would cut it again."""
+    with pytest.raises(ModelTruncatedError, match="raise max_tokens") as caught:
+        read()
+    assert (caught.value.tool, caught.value.finish_reason) == ("lookup_order", finish)
+    assert not isinstance(caught.value, ModelResponseError)
 
 
 def test_unreadable_answers_are_response_errors() -> None:

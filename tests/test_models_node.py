@@ -19,13 +19,14 @@ from actors.models import (
     ModelRefusedError,
     ModelRetry,
     ModelSpecError,
+    ModelTruncatedError,
     ModelUnavailableError,
     request_hash,
 )
 from events import MemoryEventStore, ModelCalled
 from projections import AgentState, Message
 from tests.helpers import agent_with_tools
-from tests.workers.fake_provider import FakeProvider, Reply
+from tests.workers.fake_provider import FakeProvider, Reply, fixture_json
 
 CFG = {"thread_id": "t1"}
 QUESTION = "My order A-1042 arrived damaged. Can I get my money back?"
@@ -383,3 +384,19 @@ async def test_a_429_for_a_used_up_quota_is_refused_at_once(server: FakeProvider
     assert isinstance(refused, ModelRefusedError) and refused.status == 429
     assert "quota is used up" in str(refused) and "exceeded your current quota" in str(refused)
     assert len(server.requests) == 1 and len(await model_calls(graph)) == 1
+
+
+async def test_a_tool_call_cut_at_the_token_limit_fails_at_once_saying_so(
+    server: FakeProvider,
+) -> None:
+    cut = fixture_json("chat_tool_call")
+    cut["choices"][0]["finish_reason"] = "length"
+    cut["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = '{"order_id": "A'
+    server.script(Reply(body=cut))
+    graph = app(node(openai_client(server), max_tokens=8))
+    with pytest.raises(NodeError) as caught:
+        await graph.ainvoke({"messages": [QUESTION]}, CFG)
+    assert isinstance(caught.value.__cause__, ModelTruncatedError)
+    assert "raise max_tokens" in str(caught.value.__cause__)
+    [call] = await model_calls(graph)  # one attempt: the same limit would cut it again
+    assert (call.status, call.error_type) == ("failed", "ModelTruncatedError")

@@ -27,6 +27,7 @@ from .errors import (
     ModelResponseError,
     ModelSpecError,
     ModelStreamError,
+    ModelTruncatedError,
     ModelUnavailableError,
 )
 from .node import ModelNode
@@ -48,6 +49,7 @@ __all__ = [
     "ModelRetry",
     "ModelSpecError",
     "ModelStreamError",
+    "ModelTruncatedError",
     "ModelUnavailableError",
     "ResponsesStream",
     "Tools",

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from projections import MediaRef, Message, TokenUsages, ToolResultBlock
 
 from ..tools import Tool, ToolLike, ToolNode
-from .errors import ModelResponseError
+from .errors import ModelResponseError, ModelTruncatedError
 
 Tools = ToolNode | Sequence[Callable[..., Any] | ToolLike] | None
 """What a model node is told it may call: a `ToolNode`, or functions and ready tools."""
@@ -48,14 +48,21 @@ def as_dict(value: Any, what: str) -> dict[str, Any]:
     return data
 
 
-def parse_arguments(raw: Any, name: str) -> dict[str, Any]:
-    """A tool call's arguments (a JSON string or a dict) as a dict."""
+CUT_AT_LIMIT = frozenset({"length", "max_tokens", "max_output_tokens"})
+"""Finish reasons that say the answer stopped at the token limit (chat, Anthropic, Responses)."""
+
+
+def parse_arguments(raw: Any, name: str, finish: str | None = None) -> dict[str, Any]:
+    """A tool call's arguments (a JSON string or a dict) as a dict; arguments that are not
+    JSON in an answer cut at the token limit (`finish`) raise `ModelTruncatedError`."""
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}
     if isinstance(raw, str):
         try:
             raw = json.loads(raw)
         except json.JSONDecodeError as exc:
+            if finish in CUT_AT_LIMIT:
+                raise ModelTruncatedError(name, str(finish)) from exc
             raise ModelResponseError(
                 f"the model's arguments for tool {name!r} are not JSON ({exc}): {raw[:80]!r}"
             ) from exc

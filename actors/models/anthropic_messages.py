@@ -58,7 +58,8 @@ def from_anthropic_message(response: Any) -> ModelAnswer:
     blocks = data.get("content")
     if not isinstance(blocks, list):
         raise ModelResponseError(f"the Anthropic message has no content list: {dumps(data)[:120]}")
-    content, meta = _read_blocks(blocks)
+    finish = data.get("stop_reason")
+    content, meta = _read_blocks(blocks, finish)
     calls = [(b.id, b.name, b.args) for b in content if isinstance(b, ToolCallBlock)]
     usages = None
     usage = data.get("usage")
@@ -71,7 +72,6 @@ def from_anthropic_message(response: Any) -> ModelAnswer:
             cache_read=read,
             cache_write=write,
         )
-    finish = data.get("stop_reason")
     meta |= {"provider": PROVIDER}
     meta |= {k2: data[k1] for k1, k2 in (("model", "model"), ("id", "response_id")) if data.get(k1)}
     if finish:
@@ -88,8 +88,11 @@ def from_anthropic_message(response: Any) -> ModelAnswer:
     return ModelAnswer(message, finish, data.get("id"), data.get("model"), usages)
 
 
-def _read_blocks(blocks: Sequence[Any]) -> tuple[list[ContentBlock], dict[str, Any]]:
-    """Anthropic content blocks as ours, and what only metadata can keep."""
+def _read_blocks(
+    blocks: Sequence[Any], finish: str | None = None
+) -> tuple[list[ContentBlock], dict[str, Any]]:
+    """Anthropic content blocks as ours, and what only metadata can keep; `finish` (the
+    stop reason) tells a tool use cut at the token limit from a broken one."""
     content: list[ContentBlock] = []
     signatures: list[str | None] = []
     redacted: list[str] = []
@@ -110,7 +113,7 @@ def _read_blocks(blocks: Sequence[Any]) -> tuple[list[ContentBlock], dict[str, A
         elif kind in ("tool_use", "server_tool_use"):
             name = str(block.get("name") or "")
             call_id = str(block.get("id") or generate_id())
-            args = parse_arguments(block.get("input"), name)
+            args = parse_arguments(block.get("input"), name, finish)
             cls = ToolCallBlock if kind == "tool_use" else RemoteToolCallBlock
             content.append(cls(id=call_id, name=name, args=args))
         elif kind in ("image", "document"):
@@ -312,8 +315,8 @@ class AnthropicStream:
         elif kind == "content_block_stop":
             index = int(data.get("index", 0))
             if index in self.json and index in self.blocks:
-                name = str(self.blocks[index].get("name"))
-                self.blocks[index]["input"] = parse_arguments("".join(self.json.pop(index)), name)
+                # kept as the JSON text: read with the stop reason, which comes after
+                self.blocks[index]["input"] = "".join(self.json.pop(index))
         elif kind == "message_delta" and self.message is not None:
             self.message.update(data.get("delta") or {})
             usage = {**(self.message.get("usage") or {}), **(data.get("usage") or {})}

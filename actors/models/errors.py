@@ -11,6 +11,7 @@ __all__ = [
     "ModelResponseError",
     "ModelSpecError",
     "ModelStreamError",
+    "ModelTruncatedError",
     "ModelUnavailableError",
 ]
 
@@ -72,6 +73,20 @@ class ModelUnavailableError(ModelError):
 class ModelResponseError(ModelError, ValueError):
     """A provider's answer cannot be read as a message (missing parts, arguments that are
     not a JSON object); treated as transient: the call is tried again."""
+
+
+class ModelTruncatedError(ModelError, ValueError):
+    """The answer stopped at the token limit in the middle of a tool call, so the call
+    cannot be read; asking again with the same limit would stop there again, so it is
+    not retried."""
+
+    def __init__(self, tool: str, finish_reason: str) -> None:
+        self.tool = tool
+        self.finish_reason = finish_reason
+        super().__init__(
+            f"the model's call of tool {tool!r} was cut at the token limit (finish reason "
+            f"{finish_reason!r}): raise max_tokens (max_output_tokens for the Responses API)"
+        )
 
 
 class ModelStreamError(ModelResponseError):

@@ -87,6 +87,7 @@ def from_chat_completion(response: Any) -> ModelAnswer:
         url = (image.get("image_url") or {}).get("url") if isinstance(image, dict) else None
         if isinstance(url, str):
             content.append(ImageBlock(media=media_from_url(url)))
+    finish = choice.get("finish_reason")
     calls: list[tuple[str, str, dict[str, Any]]] = []
     for call in msg.get("tool_calls") or []:
         fn = call.get("function") or {}
@@ -94,7 +95,11 @@ def from_chat_completion(response: Any) -> ModelAnswer:
         if not name:
             raise ModelResponseError(f"a tool call without a function name: {dumps(call)[:120]}")
         calls.append(
-            (str(call.get("id") or generate_id()), name, parse_arguments(fn.get("arguments"), name))
+            (
+                str(call.get("id") or generate_id()),
+                name,
+                parse_arguments(fn.get("arguments"), name, finish),
+            )
         )
     content.extend(ToolCallBlock(id=cid, name=name, args=args) for cid, name, args in calls)
     usage = data.get("usage")
@@ -110,7 +115,6 @@ def from_chat_completion(response: Any) -> ModelAnswer:
             cache_read=asked.get("cached_tokens"),
             audio=done.get("audio_tokens"),
         )
-    finish = choice.get("finish_reason")
     meta = {"provider": PROVIDER, "model": data.get("model"), "finish_reason": finish}
     meta["response_id"] = data.get("id")
     message = Message(

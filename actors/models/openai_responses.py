@@ -55,6 +55,7 @@ def from_response(response: Any) -> ModelAnswer:
     content: list[ContentBlock] = []
     calls: list[tuple[str, str, dict[str, Any]]] = []
     reasoning_ids: list[str] = []
+    cut = (data.get("incomplete_details") or {}).get("reason")
     for item in output:
         kind = item.get("type") if isinstance(item, dict) else None
         if kind == "message":
@@ -80,7 +81,7 @@ def from_response(response: Any) -> ModelAnswer:
         elif kind == "function_call":
             name = str(item.get("name") or "")
             call_id = str(item.get("call_id") or item.get("id") or generate_id())
-            calls.append((call_id, name, parse_arguments(item.get("arguments"), name)))
+            calls.append((call_id, name, parse_arguments(item.get("arguments"), name, cut)))
             content.append(ToolCallBlock(id=call_id, name=name, args=calls[-1][2]))
         elif kind == "image_generation_call" and item.get("result"):
             media = MediaRef(kind="data", data_base64=item["result"], mime_type="image/png")
