@@ -3,6 +3,7 @@ speaks the providers' wire formats (JSON, SSE, errors) from recorded responses."
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -400,3 +401,22 @@ async def test_a_tool_call_cut_at_the_token_limit_fails_at_once_saying_so(
     assert "raise max_tokens" in str(caught.value.__cause__)
     [call] = await model_calls(graph)  # one attempt: the same limit would cut it again
     assert (call.status, call.error_type) == ("failed", "ModelTruncatedError")
+
+
+async def test_an_answer_from_the_log_reaches_astream_consumers_as_deltas(
+    server: FakeProvider,
+) -> None:
+    store = MemoryEventStore()
+    server.script(Reply(fixture="anthropic_tool_use"))
+    first = app(node(anthropic_client(server)), store)
+    await first.ainvoke({"messages": [Message.text_message(QUESTION, message_id="q")]}, CFG)
+    replaying = app(node(anthropic_client(server), replay_from=LoggedAnswers(store)), store)
+    start = {"messages": [Message.text_message(QUESTION, message_id="q")]}
+    chunks = [c async for c in replaying.astream(start, {"thread_id": "t2"})]
+    deltas = [c.data for c in chunks if c.data and c.data.get("answered_from_log")]
+    assert [d["kind"] for d in deltas] == ["reasoning", "text", "tool_call", "text"]
+    assert deltas[1]["delta"] == "Let me look up order A-1042."
+    call = (deltas[2]["name"], json.loads(deltas[2]["delta"]))
+    assert call == ("lookup_order", {"order_id": "A-1042"})
+    assert deltas[3]["delta"] == "Your order A-1042 is eligible for a refund of 89.90."
+    assert len(server.requests) == 2  # both answers of the second run came from the log

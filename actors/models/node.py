@@ -9,12 +9,21 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from events import ModelCalled
-from projections import AgentState, Message, StreamChunk, StreamEvent, generate_id
+from projections import (
+    AgentState,
+    Message,
+    ReasoningBlock,
+    StreamChunk,
+    StreamEvent,
+    TextBlock,
+    ToolCallBlock,
+    generate_id,
+)
 from projections.messages import monotonic
 
 from ..context import NodeContext, current_context
 from ..errors import GraphError
-from ._common import ModelAnswer, Tools, plain, request_hash
+from ._common import ModelAnswer, Tools, dumps, plain, request_hash
 from .anthropic_messages import (
     AnthropicStream,
     anthropic_tools,
@@ -152,11 +161,14 @@ class ModelNode:
         if not (request.get("messages") or request.get("input") or request.get("instructions")):
             raise ModelEmptyRequestError(self.provider, self.model, context.node)
         digest = request_hash(self.provider, request)
+        stream = context.stream is not None if self.stream is None else self.stream
         if self.replay_from is not None:
             found = await self.replay_from.find(digest)
             if found is not None:
-                return [self._answered_from_log(found, digest, context)]
-        stream = context.stream is not None if self.stream is None else self.stream
+                message = self._answered_from_log(found, digest, context)
+                if stream:  # a consumer rendering deltas sees the logged answer too
+                    await self._publish_whole(message, context)
+                return [message]
         for attempt in range(1, self.retry.attempts + 1):
             started = monotonic()
             try:
@@ -263,6 +275,20 @@ class ModelNode:
         if self._headers:
             recorded = {**recorded, "extra_headers": sorted(self._headers)}
         return recorded
+
+    async def _publish_whole(self, message: Message, context: NodeContext) -> None:
+        """A logged answer's reasoning, text and tool calls, one delta each."""
+        for block in message.content:
+            if isinstance(block, ReasoningBlock) and block.summary:
+                delta: dict[str, Any] = {"kind": "reasoning", "delta": block.summary}
+            elif isinstance(block, TextBlock) and block.text:
+                delta = {"kind": "text", "delta": block.text}
+            elif isinstance(block, ToolCallBlock):
+                delta = {"kind": "tool_call", "delta": dumps(block.args), "call_id": block.id}
+                delta["name"] = block.name
+            else:
+                continue
+            await context.publish(self._chunk(context, 1, **delta, answered_from_log=True))
 
     def _answered_from_log(self, found: Message, digest: str, context: NodeContext) -> Message:
         """A fresh copy of a logged answer, recorded as a call the log answered."""
