@@ -49,7 +49,8 @@ class CommitSignal:
     calls it once per group commit); it takes a lock, compares one int and, only when someone
     waits, hands each waiting loop `event.set` (directly on the calling loop's own thread,
     else with `call_soon_threadsafe`). Commits by another store object or another process
-    are not signalled here: followers find them by polling.
+    are not signalled here (a PostgreSQL store signals them through LISTEN/NOTIFY); else
+    followers find them by polling.
     """
 
     __slots__ = ("_closed", "_lock", "_position", "_waiting")
@@ -186,8 +187,9 @@ def follow(
     neither gap nor repeat.
 
     Waking: a commit through the same store object wakes its followers at once (a
-    `CommitSignal`, across event loops and threads). A commit by another process or another
-    store object on the same file is found by polling every `poll_s` seconds; the poll is
+    `CommitSignal`, across event loops and threads); so is a commit anywhere to a PostgreSQL
+    store (LISTEN/NOTIFY). A commit by another process or another
+    store object on the same SQLite file is found by polling every `poll_s` seconds; the poll is
     the read itself, one primary-key seek past the last position, as cheap as any "has it
     changed" check. A store without a signal is polled the same way.
 

@@ -136,6 +136,7 @@ def test_json_tail_sees_records_committed_after_it_started_and_stops_on_sigterm(
     assert last["kind"] == "state_updated" and last["actor"] == "user"
     assert last["event"] == {
         "kind": "state_updated", "values": {"k": "v"}, "source": "node", "reason": None,
+        "replace": False,
     }  # fmt: skip
     assert len(last["hash"]) == 64
 

@@ -198,3 +198,14 @@ async def check_everything_once(
 @pytest.mark.slow
 async def test_three_sqlite_worker_processes_and_a_sigkill(tmp_path: Path) -> None:
     await shared_workers_survive_a_kill(str(tmp_path / "shared.db"), tmp_path / "effects", 120)
+
+
+@pytest.mark.slow
+async def test_three_postgres_worker_processes_and_a_sigkill(tmp_path: Path) -> None:
+    from tests.workers.pg_env import DSN, SKIP_REASON, fresh_schema
+
+    if not DSN:
+        pytest.skip(SKIP_REASON)
+    async with fresh_schema() as schema:
+        sep = "&" if "?" in DSN else "?"
+        await shared_workers_survive_a_kill(f"{DSN}{sep}schema={schema}", tmp_path / "fx", 300)

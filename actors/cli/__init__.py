@@ -413,14 +413,31 @@ def history_command(
             help="Only the N slowest node steps and tool calls, slowest first.",
         ),
     ] = None,
+    tokens: Annotated[
+        bool,
+        typer.Option(
+            "--tokens", help="Only the model calls' tokens and latency, per step and per run."
+        ),
+    ] = False,
     as_json: AsJson = False,
 ) -> None:
     """The thread's timeline: one row per event (seq, time, kind, actor, node, duration,
-    summary); with --slowest N, where its time went."""
+    summary), then its model calls' tokens and latency per step and per run; with
+    --slowest N, where its time went; with --tokens, the tokens alone."""
     from projections import event_history
     from projections.timetravel import slowest as slowest_of
 
-    rows = _run(lambda store: event_history(store, thread, kind or None), db, thread)
+    async def job(store: EventStore) -> tuple[list[EventRow], render.UsageReport]:
+        rows = await event_history(store, thread, kind or None)
+        return rows, render.usage_report([r async for r in store.read(thread)])
+
+    rows, usage = _run(job, db, thread)
+    if tokens:
+        if as_json:
+            _echo_json(render.usage_json(usage))
+        else:
+            _print(render.usage_view(usage))
+        return
     if slowest is not None:
         ranked = slowest_of(rows, slowest)
         if as_json:
@@ -429,12 +446,15 @@ def history_command(
             _print(render.slowest_table(thread, ranked))
         return
     if as_json:
-        _echo_json(render.history_json(rows))
-    elif len(rows) > render.TABLE_ROWS:
-        for lines in render.history_lines(thread, rows):
+        _echo_json(render.history_json(rows, usage))
+        return
+    if len(rows) > render.TABLE_ROWS:
+        for lines in render.history_lines(thread, rows, usage=usage):
             typer.echo(lines)
     else:
-        _print(render.history_table(thread, rows))
+        _print(render.history_table(thread, rows, usage))
+    if usage.calls:
+        _print(render.usage_view(usage))
 
 
 @app.command("tail")
@@ -521,6 +541,36 @@ def runtime_command(
     run_runtime(db, app_ref, as_json)
 
 
+@app.command("worker")
+def worker_command(
+    app_ref: Annotated[
+        str,
+        typer.Option(
+            "--app",
+            metavar="MODULE:ATTRIBUTE",
+            help="What builds the runtime, as for `agentlog runtime`: an AgentRuntime, or a "
+            "function build(store) -> AgentRuntime called with the opened store of --db.",
+        ),
+    ],
+    db: Db = "agentlog.db",
+    worker_id: Annotated[
+        str | None,
+        typer.Option("--id", help="This worker's name among the workers (default host-pid)."),
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Run the runtime your code builds as one of many workers sharing the store (SQLite on
+    one host, PostgreSQL on many): each triggered run is leased by one worker, and a dead
+    worker's runs are taken over once its lease expires.
+
+    SIGTERM or SIGINT drains it: running steps commit, its runs are left to the other
+    workers. A second signal cancels what still runs here (those runs resume elsewhere too).
+    """
+    from .runtime import default_worker_id, run_runtime
+
+    run_runtime(db, app_ref, as_json, worker_id or default_worker_id())
+
+
 @app.command("serve")
 def serve_command(
     app_ref: Annotated[
@@ -584,27 +634,31 @@ def show_command(
 
     _one_point(step, seq)
 
-    async def job(store: EventStore) -> tuple[OpenState, int | None, list[EventRow]]:
+    async def job(
+        store: EventStore,
+    ) -> tuple[OpenState, int | None, list[EventRow], render.UsageReport]:
         if step is None:
             (point,) = await open_states(store, thread, [await _point(store, thread, None, seq)])
-            return point, None, []
-        number = await _from_end(store, thread, step, "step")
-        first, end = await step_span(store, thread, number)
-        (point,) = await open_states(store, thread, [end])
-        rows = await event_history(store, thread, first=first, last=end) if first <= end else []
-        return point, number, rows
+            number, rows = None, []
+        else:
+            number = await _from_end(store, thread, step, "step")
+            first, end = await step_span(store, thread, number)
+            (point,) = await open_states(store, thread, [end])
+            rows = await event_history(store, thread, first=first, last=end) if first <= end else []
+        usage = render.usage_report([r async for r in store.read(thread, 1, point.seq)])
+        return point, number, rows, usage
 
-    point, number, rows = _run(job, db, thread)
+    point, number, rows, usage = _run(job, db, thread)
     if as_json:
-        data = render.state_json(thread, point.seq, point.state, point)
+        data = render.state_json(thread, point.seq, point.state, point, usage)
         if number is not None:
-            data["step_records"] = render.history_json(rows)
+            data["step_records"] = render.history_json(rows, usage)
         _echo_json(data)
         return
     bounds = _bounds(full, last)
-    _print(render.state_view(thread, point.seq, point.state, bounds, point))
+    _print(render.state_view(thread, point.seq, point.state, bounds, point, usage))
     if number is not None:
-        _print(render.step_records_view(number, rows, bounds))
+        _print(render.step_records_view(number, rows, bounds, usage))
 
 
 @app.command("diff", context_settings={"ignore_unknown_options": True})
@@ -858,8 +912,18 @@ def demo(
         ),
     ] = "agentlog.db",
     as_json: AsJson = False,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            metavar="PROVIDER:MODEL",
+            help="A real model to play the agent: openai:MODEL or anthropic:MODEL (base URL "
+            "and key from OPENAI_* / ANTHROPIC_*); the scripted one when omitted.",
+        ),
+    ] = None,
 ) -> None:
-    """Run the scripted support agent: a lookup, a refund a human approves, an answer."""
+    """Run the support agent: a lookup, a refund a human approves, an answer (a scripted
+    model, or a real one with --model)."""
     from .demo import run_demo
 
     def show(chunk: StreamChunk) -> None:
@@ -888,7 +952,7 @@ def demo(
 
     async def main() -> tuple[list[EventRecord], AgentState, VerifyReport]:
         async with open_store(db) as store:
-            return await run_demo(store, show, approve)
+            return await run_demo(store, show, approve, model=model)
 
     try:
         timeline, state, report = asyncio.run(main())

@@ -140,12 +140,26 @@ def check_target(target: object, ref: AppRef) -> bool:
     return False
 
 
+def _address(store: object) -> tuple[str | None, ...]:
+    """What names a store's database: a file's real path, or a server's DSN and schema."""
+    path = getattr(store, "path", None)
+    if path is not None:
+        return (os.path.realpath(path),)
+    dsn = getattr(store, "dsn", None)
+    return (dsn, getattr(store, "schema", None)) if dsn is not None else (None,)
+
+
 def same_store(runtime: AgentRuntime, db: str, ref: AppRef) -> None:
     """Refuse a runtime built on another store than the one --db names."""
-    theirs = getattr(runtime.store, "path", None)
-    ours = getattr(open_store(db), "path", None)  # the store is not opened: nothing touched
-    if theirs is None or ours is None or os.path.realpath(theirs) != os.path.realpath(ours):
-        where = f"the database {theirs!r}" if theirs is not None else "a store with no file"
+    theirs = _address(runtime.store)
+    ours = _address(open_store(db))  # the store is not opened: nothing touched
+    if theirs[0] is None or theirs != ours:
+        named = theirs[0]
+        if named is not None and len(theirs) > 1:
+            from events.postgres import shown_dsn  # never print a password
+
+            named = f"{shown_dsn(named)} (schema {theirs[1]!r})"
+        where = f"the database {named!r}" if named is not None else "a store with no file"
         raise usage(
             f"{str(ref)!r} is a runtime built on {where}, not on --db {db!r}: run it with "
             "--db naming that database, or build it on the store --db names (a function "

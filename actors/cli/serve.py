@@ -74,9 +74,7 @@ async def main(
             if isinstance(target, AgentRuntime)
             else check_built(await built(target, store, ref), store, ref)  # type: ignore[arg-type]
         )
-        unsigned = [
-            e.id for e in runtime.entries.values() if e.trigger == "webhook" and e.unsigned
-        ]
+        unsigned = [e.id for e in runtime.entries.values() if e.trigger == "webhook" and e.unsigned]
         if unsigned and not loopback(host):
             raise usage(
                 f"refusing to serve the unsigned webhook route(s) {', '.join(unsigned)} on "
