@@ -39,11 +39,13 @@ RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 class Runtime:
     """A running `agentlog runtime`; its stdout read line by line, never blocking for ever."""
 
-    def __init__(self, db: Path, app: str, *args: str, **env: str) -> None:
+    def __init__(
+        self, db: Path, app: str, *args: str, command: str = "runtime", **env: str
+    ) -> None:
         self.proc = subprocess.Popen(
             [
                 sys.executable, "-c", "from actors.cli import main; main()",
-                "runtime", "--db", str(db), "--app", app, *args,
+                command, "--db", str(db), "--app", app, *args,
             ],
             cwd=ROOT,
             stdout=subprocess.PIPE,
@@ -336,3 +338,38 @@ def test_an_app_whose_build_raises_fails_with_exit_1(tmp_path: Path) -> None:
         f"error: {APP}:broken(store) raised RuntimeError: the configuration is missing"
     )
     assert not db.exists()
+
+
+def test_two_workers_share_a_file_fire_each_slot_once_and_drain_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "app.db"
+    app = f"{APP}:build"
+    first = Runtime(db, app, "--json", "--id", "w1", command="worker")
+    second = Runtime(db, app, "--json", "--id", "w2", command="worker")
+    try:
+        for worker in (first, second):
+            worker.until(lambda d: d["state"] == "running")
+        first.until(lambda d: ticker(d)["completed"] >= 3)
+        for worker in (first, second):
+            assert worker.stop(signal.SIGTERM) == (0, "")
+            check_lines(worker.seen, "SIGTERM")
+    finally:
+        for worker in (first, second):
+            if worker.proc.poll() is None:
+                worker.proc.kill()
+                worker.proc.communicate()
+    verified(db)
+    ledger, _ = read_log(db)
+    ticks = [t for t in ledger.triggers.values() if t.accepted.entry_point == "tick"]
+    slots = [t.accepted.slot for t in ticks if t.outcome != "rejected"]
+    assert len(slots) == len(set(slots)) >= 3  # each slot fired once across the two
+    assert sum(t.outcome == "completed" for t in ticks) >= 3
+
+
+def test_a_worker_without_an_app_or_with_an_empty_id_is_refused(tmp_path: Path) -> None:
+    done = agentlog("worker", "--db", tmp_path / "x.db", "--app", f"{APP}:build", "--id", " ")
+    assert done.returncode == 2 and "worker id" in done.stderr
+    done = agentlog("worker", "--db", tmp_path / "x.db")
+    assert done.returncode == 2 and "--app" in done.stderr
+    assert not (tmp_path / "x.db").exists()
