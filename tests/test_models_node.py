@@ -420,3 +420,23 @@ async def test_an_answer_from_the_log_reaches_astream_consumers_as_deltas(
     assert call == ("lookup_order", {"order_id": "A-1042"})
     assert deltas[3]["delta"] == "Your order A-1042 is eligible for a refund of 89.90."
     assert len(server.requests) == 2  # both answers of the second run came from the log
+
+
+async def test_a_large_anthropic_max_tokens_streams_even_without_a_consumer(
+    server: FakeProvider,
+) -> None:
+    """The Anthropic SDK refuses an unstreamed call it expects to last over ten minutes."""
+    graph = app(node(anthropic_client(server), max_tokens=32_000))
+    out = await graph.ainvoke({"messages": [QUESTION]}, CFG)
+    assert out["messages"][-1].text().endswith("89.90.")
+    assert server.requests[0].body["stream"] is True
+    [call] = await model_calls(graph)
+    assert call.streamed and call.status == "completed"
+    await app(node(anthropic_client(server), max_tokens=4096)).ainvoke(
+        {"messages": [QUESTION]}, CFG
+    )
+    assert "stream" not in server.requests[1].body  # a usual limit is a plain call
+    opus = ModelNode(anthropic_client(server), model="claude-opus-4-0", max_tokens=10_000)
+    graph = app(opus)
+    await graph.ainvoke({"messages": [QUESTION]}, {"thread_id": "opus"})
+    assert server.requests[2].body["stream"] is True  # over the SDK's limit for that model

@@ -46,6 +46,9 @@ __all__ = ["ModelNode"]
 Api = Literal["chat", "responses", "anthropic"]
 ANTHROPIC_MAX_TOKENS = 1024
 """`max_tokens` sent to Anthropic (which requires it) unless the node's params set one."""
+LONG_ANTHROPIC = 600 * 128_000 // 3600
+"""The `max_tokens` above which the Anthropic SDK refuses an unstreamed call (it expects
+it to take over ten minutes): the node streams it instead."""
 
 
 class ModelNode:
@@ -57,7 +60,8 @@ class ModelNode:
     usage, latency, finish reason; failed attempts too). Rate limits, timeouts, 5xx and
     broken answers are retried per `retry`; a refused request raises `ModelRefusedError`,
     and a context with nothing to send `ModelEmptyRequestError` (no call is made).
-    `stream` (default: when someone consumes `astream`) publishes deltas as they arrive;
+    `stream` (default: when someone consumes `astream`, or Anthropic's `max_tokens` is
+    too large for an unstreamed call) publishes deltas as they arrive;
     the log still gets one message. `replay_from` answers a request seen before from the
     log. Other keyword arguments (`temperature=`, `max_tokens=` ...) go to the provider, and
     are recorded; `extra_headers=` are sent but recorded by name only.
@@ -161,7 +165,7 @@ class ModelNode:
         if not (request.get("messages") or request.get("input") or request.get("instructions")):
             raise ModelEmptyRequestError(self.provider, self.model, context.node)
         digest = request_hash(self.provider, request)
-        stream = context.stream is not None if self.stream is None else self.stream
+        stream = self._streams(context)
         if self.replay_from is not None:
             found = await self.replay_from.find(digest)
             if found is not None:
@@ -275,6 +279,25 @@ class ModelNode:
         if self._headers:
             recorded = {**recorded, "extra_headers": sorted(self._headers)}
         return recorded
+
+    def _streams(self, context: NodeContext) -> bool:
+        """Whether this call streams: as told, else when someone consumes `astream`, or
+        when the Anthropic SDK would refuse the call unstreamed (a `max_tokens` it expects
+        to take over ten minutes, about 21,000 and up, or over its limit for the model)."""
+        if self.stream is not None:
+            return self.stream
+        if context.stream is not None:
+            return True
+        tokens = self.params.get("max_tokens")
+        if self.api != "anthropic" or not isinstance(tokens, int):
+            return False
+        try:  # the SDK's own lower limits for some models
+            from anthropic._constants import MODEL_NONSTREAMING_TOKENS
+        except ImportError:
+            return tokens > LONG_ANTHROPIC
+        return tokens > min(
+            LONG_ANTHROPIC, MODEL_NONSTREAMING_TOKENS.get(self.model, LONG_ANTHROPIC)
+        )
 
     async def _publish_whole(self, message: Message, context: NodeContext) -> None:
         """A logged answer's reasoning, text and tool calls, one delta each."""
