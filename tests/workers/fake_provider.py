@@ -4,8 +4,10 @@ It answers `POST /v1/chat/completions`, `/v1/responses` (OpenAI) and `/v1/messag
 (Anthropic) from recorded responses under tests/fixtures/models/: JSON, or SSE when the
 request asks for a stream. A test scripts what comes next with `script(Reply(...))`: an
 HTTP error with its headers (429 with retry-after, 500, 401 ...), a malformed body, a slow
-answer, a stream cut mid-way or held open. The real `openai` and `anthropic` clients talk
-to it through `base_url`; every request's JSON body is kept in `requests`.
+answer, a stream cut mid-way or held open. A request the real API would refuse (no
+messages, tool results and calls that do not pair up, no max_tokens for Anthropic) gets
+its 400 instead. The real `openai` and `anthropic` clients talk to it through `base_url`;
+every request's JSON body is kept in `requests`.
 
 Run as a module (`python -m tests.workers.fake_provider`) it serves until killed, printing
 its port first.
@@ -118,6 +120,8 @@ class FakeProvider:
             body = json.loads(data) if data else None
             self.requests.append(Seen(path, headers, body))
             reply = self.queue.pop(0) if self.queue else Reply()
+            if (problem := invalid(path, body)) is not None and reply.status == 200:
+                reply = Reply(status=400, body=_error_body(problem))
             await self._answer(reply, path, body, writer)
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass
@@ -169,6 +173,59 @@ async def reader_gone(writer: asyncio.StreamWriter) -> None:
             await writer.drain()
         except ConnectionError:
             return
+
+
+def invalid(path: str, body: Any) -> str | None:
+    """Why the provider would refuse this request (HTTP 400), or None: the checks the real
+    APIs make that a converter could get wrong (no messages, a tool result answering no
+    call, a call left unanswered, Anthropic's required max_tokens)."""
+    if not isinstance(body, dict) or not body.get("model"):
+        return "model: field required"
+    if path == "/v1/messages":
+        if not isinstance(body.get("max_tokens"), int):
+            return "max_tokens: field required"
+        if not body.get("messages"):
+            return "messages: at least one message is required"
+        return _unpaired_anthropic(body["messages"])
+    if path == "/v1/chat/completions":
+        if not body.get("messages"):
+            return "'messages' must contain at least one message"
+        return _unpaired_chat(body["messages"])
+    if path == "/v1/responses" and not (body.get("input") or body.get("instructions")):
+        return "'input' is required"
+    return None
+
+
+def _unpaired_chat(messages: list[dict[str, Any]]) -> str | None:
+    waiting: set[str] = set()
+    for message in messages:
+        if message.get("role") == "tool":
+            if message.get("tool_call_id") not in waiting:
+                return "messages with role 'tool' must be a response to a preceding 'tool_calls'"
+            waiting.discard(message["tool_call_id"])
+        elif waiting:
+            return "an assistant message with 'tool_calls' must be followed by tool messages"
+        if message.get("role") == "assistant":
+            waiting = {c["id"] for c in message.get("tool_calls") or []}
+    return None
+
+
+def _unpaired_anthropic(messages: list[dict[str, Any]]) -> str | None:
+    asked: set[str] = set()
+    for message in messages:
+        blocks = message["content"] if isinstance(message["content"], list) else []
+        answered = {b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"}
+        if answered - asked:
+            return "unexpected tool_use_id found in tool_result blocks"
+        if asked and not asked <= answered:
+            return "tool_use ids were found without tool_result blocks immediately after"
+        asked = {b["id"] for b in blocks if b.get("type") == "tool_use"}
+    return None
+
+
+def _error_body(message: str) -> dict[str, Any]:
+    code = "invalid_request_error"
+    return {"error": {"message": message, "type": code, "code": code}, "type": "error"}
 
 
 def _error(status: int) -> dict[str, Any]:
