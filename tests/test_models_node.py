@@ -440,3 +440,20 @@ async def test_a_large_anthropic_max_tokens_streams_even_without_a_consumer(
     graph = app(opus)
     await graph.ainvoke({"messages": [QUESTION]}, {"thread_id": "opus"})
     assert server.requests[2].body["stream"] is True  # over the SDK's limit for that model
+
+
+async def test_from_spec_takes_the_servers_url_and_key_and_the_node_refuses_them(
+    server: FakeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a user of a local OpenAI-compatible server writes first; the key never reaches
+    the log or the request body."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    made = ModelNode.from_spec("openai:llama3", base_url=server.openai_url, api_key="sk-local")
+    graph = app(made)
+    await graph.ainvoke({"messages": [QUESTION]}, CFG)
+    seen = server.requests[0]
+    assert seen.headers["authorization"] == "Bearer sk-local" and seen.body["model"] == "llama3"
+    assert "sk-local" not in str([r async for r in graph.store.read("t1")]) + str(seen.body)
+    for name in ("api_key", "base_url"):
+        with pytest.raises(GraphError, match="give it to the client"):
+            node(openai_client(server), **{name: "x"})

@@ -105,9 +105,19 @@ class ModelNode:
         self._takes = _parameters(self._create())
 
     @classmethod
-    def from_spec(cls, spec: str, **kwargs: Any) -> ModelNode:
-        """`openai:MODEL` or `anthropic:MODEL`, with a client configured from the usual
-        environment variables (OPENAI_BASE_URL / OPENAI_API_KEY, ANTHROPIC_*)."""
+    def from_spec(
+        cls,
+        spec: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        **kwargs: Any,
+    ) -> ModelNode:
+        """`openai:MODEL` or `anthropic:MODEL`, with a client configured from `base_url` and
+        `api_key` when given, else the usual environment variables (OPENAI_BASE_URL /
+        OPENAI_API_KEY, ANTHROPIC_*); the other keywords are `ModelNode`'s."""
+        options: dict[str, Any] = {"base_url": base_url, "api_key": api_key}
+        options = {k: v for k, v in options.items() if v}
         provider, _, model = spec.strip().partition(":")
         provider, model = provider.strip().lower(), model.strip()
         if provider not in ("openai", "anthropic") or not model:
@@ -119,11 +129,11 @@ class ModelNode:
             if provider == "openai":
                 import openai
 
-                client: Any = openai.AsyncOpenAI()
+                client: Any = openai.AsyncOpenAI(**options)
             else:
                 import anthropic
 
-                client = anthropic.AsyncAnthropic()
+                client = anthropic.AsyncAnthropic(**options)
         except ImportError as exc:
             raise ModelSpecError(
                 f"the {provider} SDK is not installed: pip install 'agentlog[{provider}]'"
@@ -335,6 +345,8 @@ _RESERVED = {
     "instructions": "pass system_prompt=",
     "max_retries": "the node retries, recording each attempt: pass retry=ModelRetry(attempts=N)",
     "stream_options": "the node sets them when it streams: pass stream=True or False",
+    "api_key": "give it to the client (or ModelNode.from_spec), never to the log",
+    "base_url": "give it to the client (or ModelNode.from_spec)",
 }
 """Keyword arguments that are not provider params, and what to do instead."""
 
