@@ -388,12 +388,35 @@ def test_an_assistant_turn_round_trips_through_chat_completions(message: Message
 
 @given(assistant_messages())
 def test_an_assistant_turn_round_trips_through_anthropic(message: Message) -> None:
+    thoughts = sum(isinstance(b, ReasoningBlock) for b in message.content)
+    message.metadata["thinking_signatures"] = [f"sig-{i}" for i in range(thoughts)]
     _, sent = to_anthropic_messages([message])
     content = sent[0]["content"] if sent else []
     back = from_anthropic_message({"content": content, "stop_reason": "end_turn"})
     assert essence(back.message.content) == essence(message.content)
     [again] = from_anthropic_messages(sent) or [Message(role="assistant", content=[])]
     assert essence(again.content) == essence(message.content)
+
+
+def test_thinking_anthropic_did_not_sign_is_left_out() -> None:
+    """Reasoning of another model (no signature) would make Anthropic refuse the request."""
+    turn = Message(
+        role="assistant",
+        content=[
+            ReasoningBlock(summary="signed"),
+            ReasoningBlock(summary="from another model"),
+            TextBlock(text="hi"),
+        ],
+        metadata={"thinking_signatures": ["EqQB", None]},
+    )
+    _, [sent] = to_anthropic_messages([turn])
+    assert sent["content"] == [
+        {"type": "thinking", "thinking": "signed", "signature": "EqQB"},
+        {"type": "text", "text": "hi"},
+    ]
+    unsigned = Message(role="assistant", content=[ReasoningBlock(summary="x")])
+    _, sent_all = to_anthropic_messages([Message.text_message("q"), unsigned])
+    assert [m["role"] for m in sent_all] == ["user"]  # a turn left with nothing is not sent
 
 
 @given(assistant_messages())

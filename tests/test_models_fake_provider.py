@@ -59,6 +59,18 @@ RESULT = {"type": "tool_result", "tool_use_id": "c1", "content": "ok"}
             "without tool_result blocks",
         ),
         ("/v1/responses", {"model": "m", "input": []}, "'input' is required"),
+        (
+            "/v1/messages",
+            {
+                "model": "m",
+                "max_tokens": 5,
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm"}]},
+                ],
+            },
+            "thinking.signature",
+        ),
     ],
 )
 def test_what_the_real_api_refuses_is_refused(path: str, body: Any, refused: str) -> None:

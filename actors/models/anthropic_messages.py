@@ -180,7 +180,8 @@ def to_anthropic_messages(context: Sequence[Message]) -> tuple[str, list[dict[st
     and the user/assistant messages, each turn's blocks in order.
 
     Tool messages become user turns of `tool_result` blocks (consecutive ones merged, as
-    the API requires); thinking goes back with its signature when the message kept one.
+    the API requires); thinking goes back with its signature when the message kept one,
+    and is left out when it did not (reasoning of another model, which Anthropic refuses).
     Blocks Anthropic cannot carry (audio, video, data, annotations) are left out; an error
     block is sent as text.
     """
@@ -212,11 +213,11 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
         elif isinstance(block, ErrorBlock):
             blocks.append({"type": "text", "text": block.message})
         elif isinstance(block, ReasoningBlock):
-            thinking: dict[str, Any] = {"type": "thinking", "thinking": block.summary}
             signature = signatures.pop(0) if signatures else None
-            if signature:
-                thinking["signature"] = signature
-            blocks.append(thinking)
+            if signature:  # Anthropic refuses thinking it did not sign (another model's)
+                blocks.append(
+                    {"type": "thinking", "thinking": block.summary, "signature": signature}
+                )
         elif isinstance(block, ToolCallBlock | RemoteToolCallBlock):
             blocks.append(
                 {"type": "tool_use", "id": block.id, "name": block.name, "input": block.args}

@@ -5,7 +5,8 @@ It answers `POST /v1/chat/completions`, `/v1/responses` (OpenAI) and `/v1/messag
 request asks for a stream. A test scripts what comes next with `script(Reply(...))`: an
 HTTP error with its headers (429 with retry-after, 500, 401 ...), a malformed body, a slow
 answer, a stream cut mid-way or held open. A request the real API would refuse (no
-messages, tool results and calls that do not pair up, no max_tokens for Anthropic) gets
+messages, tool results and calls that do not pair up, no max_tokens or unsigned thinking
+for Anthropic) gets
 its 400 instead. The real `openai` and `anthropic` clients talk to it through `base_url`;
 every request's JSON body is kept in `requests`.
 
@@ -178,7 +179,7 @@ async def reader_gone(writer: asyncio.StreamWriter) -> None:
 def invalid(path: str, body: Any) -> str | None:
     """Why the provider would refuse this request (HTTP 400), or None: the checks the real
     APIs make that a converter could get wrong (no messages, a tool result answering no
-    call, a call left unanswered, Anthropic's required max_tokens)."""
+    call, a call left unanswered, Anthropic's required max_tokens and thinking signatures)."""
     if not isinstance(body, dict) or not body.get("model"):
         return "model: field required"
     if path == "/v1/messages":
@@ -214,6 +215,8 @@ def _unpaired_anthropic(messages: list[dict[str, Any]]) -> str | None:
     asked: set[str] = set()
     for message in messages:
         blocks = message["content"] if isinstance(message["content"], list) else []
+        if any(b.get("type") == "thinking" and not b.get("signature") for b in blocks):
+            return "thinking.signature: Field required"
         answered = {b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"}
         if answered - asked:
             return "unexpected tool_use_id found in tool_result blocks"
