@@ -227,6 +227,7 @@ async def test_attempts_run_out_with_a_typed_error_and_a_retry_succeeds(
         await graph.ainvoke({"messages": [QUESTION]}, CFG)
     assert isinstance(caught.value.__cause__, ModelUnavailableError)
     assert "failed 3 attempt(s)" in str(caught.value.__cause__)
+    assert "give the node more attempts" in str(caught.value.__cause__)
     out = await graph.ainvoke(None, CFG)  # invoking again retries the node
     assert out["messages"][-1].text().startswith("Your order")
     statuses = [c.status for c in await model_calls(graph)]

@@ -66,7 +66,7 @@ class ModelUnavailableError(ModelError):
         super().__init__(
             f"{provider} model {model!r} failed {attempts} attempt(s), the last with: {cause}; "
             "each attempt is in the log (model_called); invoke the thread again to retry, or "
-            "raise ModelNode(retry=ModelRetry(attempts=...))"
+            "give the node more attempts: ModelNode(..., retry=ModelRetry(attempts=N))"
         )
 
 
