@@ -31,7 +31,7 @@ demo: $(STAMP)
 # `make bench QUICK=1`: the smaller versions, one round of the side-by-side (< 5 minutes).
 bench: $(STAMP)
 	mkdir -p bench/results
-	set -o pipefail; for b in append replay steps timetravel show snapshots callbacks floor runtime serve testing workers models; do \
+	set -o pipefail; for b in append replay steps timetravel show snapshots callbacks floor runtime serve testing workers models postgres; do \
 		$(BIN)/python bench/$$b.py $(if $(QUICK),--quick,) | tee bench/results/$$b.json || exit 1; \
 	done
 	$(BIN)/python bench/compare.py $(if $(QUICK),--quick,)
