@@ -438,6 +438,8 @@ def summarize(record: EventRecord) -> str:
 def _model_called(event: ModelCalled) -> str:
     """A model call: which model, how it ended, tokens and latency."""
     said = f"{event.provider}:{event.model} attempt {event.attempt} {event.status}"
+    if event.params.get("answered_from_log"):
+        return said + ", answered from the log"
     usage = event.usage or {}
     tokens = usage.get("total_tokens")
     if tokens is None and usage:

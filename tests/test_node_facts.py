@@ -140,3 +140,18 @@ def test_history_says_what_each_fact_was() -> None:
     assert said(RunSuperseded(run_id="run-1", by="api", started_seq=5)) == (
         "run run-1 rolled back by api to seq 4"
     )
+
+
+def test_a_call_answered_from_the_log_spent_no_tokens() -> None:
+    from actors.cli.render import usage_report
+    from projections.fold import uncommitted_record
+    from projections.timetravel import summarize
+
+    replayed = ModelCalled(
+        node="agent", provider="openai", model="m", request_hash="h",
+        params={"answered_from_log": True}, usage={"total_tokens": 900},
+    )  # fmt: skip
+    record = uncommitted_record(replayed, 1, "t")
+    assert summarize(record) == "openai:m attempt 1 completed, answered from the log"
+    report = usage_report([record])
+    assert report.total.total_tokens == 0 and report.total.calls == 1

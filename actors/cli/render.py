@@ -508,6 +508,8 @@ def usage_report(records: Sequence[EventRecord]) -> UsageReport:
             done = step if isinstance(step, int) else 0
         elif isinstance(event, ModelCalled):
             took_in, took_out, total, reasoning = token_usage(event.usage)
+            if event.params.get("answered_from_log"):  # no tokens were spent on it
+                took_in = took_out = total = reasoning = 0
             failed = event.status != "completed"
             usage = Usage(1, took_in, took_out, total, reasoning, event.latency_ms, int(failed))
             calls.append(
