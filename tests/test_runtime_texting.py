@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from actors.runtime import AgentRuntime, EntryPoint, ThreadBusyRunError
-from events import SQLiteEventStore
+from events import MemoryEventStore, SQLiteEventStore
 from events.kinds import TriggerFinished
 from projections import AgentState, Message, ToolCallBlock, replay
 from tests.helpers import agent_with_tools
@@ -52,7 +52,7 @@ class SideEffects:
             assert a[2] <= b[1], f"{a[0]} and {b[0]} overlapped"
 
 
-def graph_for(effects: SideEffects, sync: bool, store: SQLiteEventStore) -> Any:
+def graph_for(effects: SideEffects, sync: bool, store: Any) -> Any:
     numbers = itertools.count(1)
 
     def agent(state: AgentState) -> list[Message]:
@@ -236,3 +236,28 @@ async def test_a_rollback_cut_short_by_a_crash_is_finished_by_the_next_runtime(
     assert [m.text() for m in state.context if m.role == "user"] == ["second"]
     assert [r.kind async for r in store.read("t")].count("run_superseded") == 1
     check_transcript(state.context)
+
+
+async def test_a_rollback_landing_before_the_run_wrote_anything_runs_the_new_input() -> None:
+    """Input sent with "rollback" right behind a thread's first trigger finds a run that has
+    recorded nothing yet: there is nothing to set back, and the caller hears no store error."""
+    effects = SideEffects()
+    effects.async_release.set()
+    store = MemoryEventStore()
+    runtime = runtime_for(store, effects, False)
+    async with runtime:
+        thread = await runtime.trigger("chat", "first")
+        await runtime.trigger("chat", "second", thread_id=thread, multitask_strategy="rollback")
+        result = await runtime.wait(thread, timeout=WAIT)
+    state = result["state"]
+    assert [m.text() for m in state.context if m.role == "user"][-1] == "second"
+    check_transcript(state.context)
+
+
+async def test_rolling_back_a_thread_with_nothing_recorded_writes_nothing(store: Any) -> None:
+    from actors.runtime.rollback import roll_back, rolled_back
+
+    app = graph_for(SideEffects(), False, store)
+    assert await roll_back(app, "never-written", 0, by="alice", reason=None) is False
+    assert await rolled_back(store, "never-written", 0) is True  # nothing left to finish
+    assert await store.last_seq("never-written") == 0

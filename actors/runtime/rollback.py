@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from events import EventStore, ThreadBusyError
+from events import EventStore, ThreadBusyError, ThreadNotFoundError
 from events.kinds import (
     Event,
     MessagesReplaced,
@@ -88,7 +88,10 @@ async def roll_back(
 
 async def rolled_back(store: EventStore, thread_id: str, to_seq: int) -> bool:
     """Whether the thread records the rollback of the run after `to_seq` (a restart that
-    finds it missing finishes the rollback)."""
+    finds it missing finishes the rollback); a thread with nothing after `to_seq` has
+    nothing left to roll back, which counts as done."""
+    if await store.last_seq(thread_id) <= to_seq:
+        return True
     async for record in store.read(thread_id, to_seq + 1):
         if isinstance(record.event, RunSuperseded) and record.event.started_seq == to_seq + 1:
             return True
@@ -96,7 +99,11 @@ async def rolled_back(store: EventStore, thread_id: str, to_seq: int) -> bool:
 
 
 async def _run_after(store: EventStore, thread_id: str, seq: int) -> str | None:
-    """The run id of the first record after `seq` (None: nothing was recorded after it)."""
-    async for record in store.read(thread_id, seq + 1, seq + 1):
-        return record.run_id
+    """The run id of the first record after `seq` (None: nothing was recorded after it,
+    or nothing at all yet: a run cut short before it wrote its first record)."""
+    try:
+        async for record in store.read(thread_id, seq + 1, seq + 1):
+            return record.run_id
+    except ThreadNotFoundError:
+        return None
     return None
