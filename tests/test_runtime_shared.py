@@ -382,3 +382,26 @@ async def test_record_outcome_works_in_a_plain_graph_too() -> None:
     ]
     with pytest.raises(RegistrationError, match="a number or a bool"):
         record_outcome("x", "high")  # type: ignore[arg-type]
+
+
+async def test_a_shared_increment_of_a_key_holding_text_is_refused_not_dropped(
+    store: Any,
+) -> None:
+    """Under `shared` a write rides in the step's commit; one the key's value cannot take
+    (a string incremented) fails the node with a typed error instead of being recorded and
+    silently left out of the values."""
+    values = iter([("set", "bob"), ("increment", 1)])
+
+    def work(state: AgentState) -> list[Message]:
+        op, value = next(values)
+        getattr(shared_state(), op)("name", value)
+        return said("ok")
+
+    runtime = runtime_of(store, work)
+    async with runtime:
+        await runtime.trigger_and_wait("api", "set it", timeout=WAIT)
+        with pytest.raises(NodeError, match="'name' holds 'bob': it cannot be incremented"):
+            await runtime.trigger_and_wait("api", "increment it", timeout=WAIT)
+        assert await runtime.shared_values("g") == {"name": "bob"}
+    ops = [r.event.op async for r in store.read_all() if isinstance(r.event, SharedWritten)]
+    assert ops == ["set"]

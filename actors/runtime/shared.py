@@ -143,10 +143,15 @@ class SharedState:
     def _event(self, key: str, op: Op, value: Any) -> SharedWritten:
         self._check_readable(key)
         recorded = _check_value(key, op, value)
-        self._writes += 1
+        full = self.scope.runtime.shared_key(self.scope.entry.graph_id, key)
         synchronized = self.isolation == "synchronized"
+        if not synchronized:
+            # refused now when the value as last read cannot take it (a string incremented),
+            # rather than recorded and left inert by the fold with nobody told
+            apply_op(self.scope.runtime.facts.values.get(full), op, recorded, key)
+        self._writes += 1
         return SharedWritten(
-            key=self.scope.runtime.shared_key(self.scope.entry.graph_id, key),
+            key=full,
             op=op,
             value=recorded,
             node=self.node,
