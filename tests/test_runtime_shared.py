@@ -296,7 +296,17 @@ def test_malformed_goals_are_refused() -> None:
             Goal(id="g", success_criteria=[SuccessCriterion(id="c", metric="m", target=0)]),
             "non-zero",
         ),
-        (Goal(id="g", constraints=[Constraint(id="c", metric="m")]), "max, min"),
+        (
+            Goal(
+                id="g",
+                success_criteria=[SuccessCriterion(id="s", metric="m")],
+                constraints=[Constraint(id="c", metric="m")],
+            ),
+            "max, min",
+        ),
+        (Goal(id="g", description="no criteria"), "has no success_criteria"),
+        (Goal(id="g", constraints=[Constraint(id="c", metric="m", max=1)]), "SuccessCriterion"),
+        (Goal(id="g", success_criteria=SuccessCriterion(id="s", metric="m")), "are lists"),  # type: ignore[arg-type]
         (
             Goal(id="g", success_criteria=[SuccessCriterion(id="c", metric="m", aggregate="avg")]),  # type: ignore[arg-type]
             "aggregate",
@@ -307,6 +317,12 @@ def test_malformed_goals_are_refused() -> None:
             runtime.add_goal(goal)
     with pytest.raises(RegistrationError, match="no goal is added"):
         asyncio.run(runtime.goal_progress())
+    runtime.add_goal(Goal(id="g", success_criteria=[SuccessCriterion(id="s", metric="m")]))
+    for wrong in ("5", -1, 2.0, True):
+        with pytest.raises(RegistrationError, match="at_position is a log position"):
+            asyncio.run(runtime.goal_progress(at_position=wrong))  # type: ignore[arg-type]
+        with pytest.raises(RegistrationError, match="at_position is a log position"):
+            asyncio.run(runtime.shared_values(at_position=wrong))  # type: ignore[arg-type]
 
 
 async def test_the_rest_of_the_seed_runtime_api(
@@ -405,3 +421,53 @@ async def test_a_shared_increment_of_a_key_holding_text_is_refused_not_dropped(
         assert await runtime.shared_values("g") == {"name": "bob"}
     ops = [r.event.op async for r in store.read_all() if isinstance(r.event, SharedWritten)]
     assert ops == ["set"]
+
+
+async def test_handler_subscriptions_before_start_and_their_bad_filters(store: Any) -> None:
+    """hive's order (subscribe, then start) works: the handler hears records from the start.
+    A filter that can never match (an unknown kind, a kind given as one string, an unknown
+    graph) is refused when subscribing, not left to fail unseen in the background."""
+    graph = line(("work", lambda state: said("ok"))).compile(store)
+    runtime = create_agent_runtime(store, {"g": graph}, [EntryPoint(id="api", graph_id="g")])
+    early: list[str] = []
+    dropped: list[str] = []
+    runtime.subscribe_to_events(["run_completed"], lambda record: early.append(record.kind))
+    gone = runtime.subscribe_to_events(["run_completed"], lambda r: dropped.append(r.kind))
+    assert runtime.unsubscribe_from_events(gone) is True
+    for kinds, why in [
+        (["run_complete"], "run_complete"),
+        ("run_completed", r"pass \['run_completed'\]"),
+        ([], "kinds is empty"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            runtime.subscribe_to_events(kinds, print)
+    with pytest.raises(RegistrationError, match="no graph 'gg' is registered"):
+        runtime.subscribe_to_events(None, print, graph_id="gg")
+    with pytest.raises(RegistrationError, match="handler function"):
+        runtime.subscribe_to_events(None, "print")  # type: ignore[arg-type]
+    async with runtime:
+        await runtime.trigger_and_wait("api", "hi", timeout=WAIT)
+        for _ in range(100):
+            if early:
+                break
+            await asyncio.sleep(0.02)
+        with pytest.raises(ValueError, match="run_complete"):
+            runtime.subscribe(kinds=["run_complete"])  # checked at the call, not at first read
+    assert early == ["run_completed"] and dropped == []
+
+
+async def test_two_feeds_at_one_position_each_leave_the_statistics_once(store: Any) -> None:
+    """Feeds are told apart by identity: a feed ending while another stands at the same
+    position removes itself, not the other (which then failed with a ValueError when it
+    ended in turn, at a shutdown)."""
+    runtime = runtime_of(store, lambda state: said("ok"))
+    async with runtime:
+        await runtime.trigger_and_wait("api", "hi", timeout=WAIT)
+        first, second = runtime.subscribe(after=0), runtime.subscribe(after=0)
+        await anext(first)
+        await anext(second)  # both stand at position 1
+        assert len(runtime.subscribers) == 2
+        await second.aclose()  # type: ignore[attr-defined]
+        await anext(first)  # it moves on
+        await first.aclose()  # type: ignore[attr-defined]
+        assert runtime.subscribers == []

@@ -57,6 +57,18 @@ class Goal:
         """Refuse a goal that cannot be measured."""
         if not isinstance(self.id, str) or not self.id:
             raise RegistrationError(f"a goal needs a non-empty id, got {self.id!r}")
+        if isinstance(self.success_criteria, str | SuccessCriterion) or isinstance(
+            self.constraints, str | Constraint
+        ):
+            raise RegistrationError(
+                f"goal {self.id!r}: success_criteria and constraints are lists "
+                "(success_criteria=[SuccessCriterion(...)])"
+            )
+        if not self.success_criteria:
+            raise RegistrationError(
+                f"goal {self.id!r} has no success_criteria, so its progress would stay 0: give "
+                "at least one SuccessCriterion(id, metric, target)"
+            )
         seen: set[str] = set()
         for item in [*self.success_criteria, *self.constraints]:
             if not isinstance(item, SuccessCriterion | Constraint):

@@ -55,11 +55,14 @@ if TYPE_CHECKING:
     from ..compiled import CompiledGraph
 
 _log = logging.getLogger(__name__)
+Handler = Callable[[EventRecord], Awaitable[None] | None]
+"""What `subscribe_to_events` calls with each record (a def or an async def)."""
 
 
-@dataclass
+@dataclass(eq=False)
 class Subscriber:
-    """One live feed, for the statistics: how far behind the log it is."""
+    """One live feed, for the statistics: how far behind the log it is (compared by
+    identity: two feeds at one position are still two)."""
 
     position: int = 0
 
@@ -107,6 +110,12 @@ class AgentRuntime:
         run a person started (an API call, a webhook, an answer), unless set by hand."""
         self._last_user_input: float | None = None
         self._handlers: dict[str, asyncio.Task[None]] = {}
+        self._pending_handlers: dict[
+            str, tuple[Callable[[int], AsyncIterator[EventRecord]], Handler]
+        ] = {}
+        """Handler subscriptions made before `start`: each feed begins at the log's head
+        as `start` finds it, before anything is resumed, so none of the runtime's own
+        records is missed."""
         self.ledger = Ledger()
         self.journal = RuntimeJournal(store, self.config.runtime_thread, self.ledger)
         self.graphs: dict[str, _Graph] = {}
@@ -292,6 +301,10 @@ class AgentRuntime:
         await self.journal.catch_up()
         self._head_at_start = await _head(self.store)
         self.started, self.stopping = True, False
+        for subscription, (feed, handler) in self._pending_handlers.items():
+            deliver = _deliver(feed(self._head_at_start), handler)
+            self._handlers[subscription] = asyncio.ensure_future(deliver)
+        self._pending_handlers.clear()
         await self.listeners.start()
         await self.dispatcher.recover()
         self.dispatcher.start()
@@ -710,7 +723,7 @@ class AgentRuntime:
 
     # ---- watching ----------------------------------------------------------------------
 
-    async def subscribe(
+    def subscribe(
         self,
         kinds: Collection[str] | None = None,
         graph_id: str | None = None,
@@ -722,10 +735,27 @@ class AgentRuntime:
 
         A slow subscriber reads behind from the log: it never makes memory grow or slows
         the writers. `graph_id` keeps the threads of that graph (and the runtime's own
-        records about it).
+        records about it). The filters are checked here, at once: an unknown kind or graph
+        raises now, not at the first record.
         """
         if graph_id is not None and graph_id not in self.graphs:
-            raise RegistrationError(f"no graph {graph_id!r} is registered")
+            raise RegistrationError(
+                f"no graph {graph_id!r} is registered (graphs: {', '.join(self.graphs) or 'none'})"
+            )
+        # follow checks kinds, thread, node and after when called; its generator is dropped
+        # unstarted (the feed follows from the head it reads when first iterated)
+        follow(self.store, after=0 if after is None else after, kinds=kinds, thread_id=thread_id,
+               node=node)  # fmt: skip
+        return self._feed(kinds, graph_id, thread_id, node, after)
+
+    async def _feed(
+        self,
+        kinds: Collection[str] | None,
+        graph_id: str | None,
+        thread_id: str | None,
+        node: str | None,
+        after: int | None,
+    ) -> AsyncIterator[EventRecord]:
         start = await _head(self.store) if after is None else after
         me = Subscriber(start)
         self.subscribers.append(me)
@@ -748,30 +778,42 @@ class AgentRuntime:
     def subscribe_to_events(
         self,
         kinds: Collection[str] | None,
-        handler: Callable[[EventRecord], Awaitable[None] | None],
+        handler: Handler,
         *,
         graph_id: str | None = None,
         thread_id: str | None = None,
         node: str | None = None,
     ) -> str:
-        """Call `handler` with each committed record that matches, from now on, until
-        `unsubscribe_from_events(id)` or `stop()`; returns the id (hive's handler form).
+        """Call `handler` with each committed record that matches, from now on (made before
+        `start`: from the runtime's start), until `unsubscribe_from_events(id)` or `stop()`;
+        returns the id (hive's handler form).
 
         A handler that raises is logged and keeps its subscription; a slow one lags behind
         the log without holding anything up.
         """
-        self._check_started()
+        if self.stopping:
+            self._check_started()
         if not callable(handler):
             raise RegistrationError(
                 f"subscribe_to_events takes a handler function, got {handler!r}"
             )
-        feed = self.subscribe(kinds, graph_id=graph_id, thread_id=thread_id, node=node)
+
+        def feed(after: int | None = None) -> AsyncIterator[EventRecord]:
+            return self.subscribe(kinds, graph_id=graph_id, thread_id=thread_id, node=node,
+                                  after=after)  # fmt: skip
+
+        feed()  # the filters are checked now, whether the runtime runs yet or not
         subscription = uuid.uuid4().hex
-        self._handlers[subscription] = asyncio.ensure_future(_deliver(feed, handler))
+        if not self.started:
+            self._pending_handlers[subscription] = (feed, handler)
+        else:
+            self._handlers[subscription] = asyncio.ensure_future(_deliver(feed(), handler))
         return subscription
 
     def unsubscribe_from_events(self, subscription_id: str) -> bool:
         """End a handler subscription; False when there is none by that id."""
+        if self._pending_handlers.pop(subscription_id, None) is not None:
+            return True
         task = self._handlers.pop(subscription_id, None)
         if task is None:
             return False
@@ -795,6 +837,7 @@ class AgentRuntime:
         a past position of the log."""
         if graph_id is not None:
             self._graph(graph_id)
+        _check_position(at_position)
         if at_position is None:
             await self.catch_up()
             values = dict(self.facts.values)
@@ -815,6 +858,7 @@ class AgentRuntime:
 
         if not self.goals:
             raise RegistrationError("no goal is added: AgentRuntime(..., goal=Goal(...))")
+        _check_position(at_position)
         if goal_id is None:
             if len(self.goals) > 1:
                 raise RegistrationError(
@@ -899,9 +943,7 @@ class AgentRuntime:
     get_stats = stats
 
 
-async def _deliver(
-    feed: AsyncIterator[EventRecord], handler: Callable[[EventRecord], Awaitable[None] | None]
-) -> None:
+async def _deliver(feed: AsyncIterator[EventRecord], handler: Handler) -> None:
     """Hand each record of `feed` to `handler`, logging what it raises."""
     async for record in feed:
         try:
@@ -945,6 +987,15 @@ def _recordable(input: Any, resume: bool) -> Any:
             f"a trigger's input is recorded in the log: {type(input).__name__} cannot be "
             f"({exc}); send text, messages or a dict of plain values"
         ) from exc
+
+
+def _check_position(at_position: int | None) -> None:
+    """An `at_position=` is a log position: an int >= 0 (0: before anything), or None."""
+    if at_position is not None and (type(at_position) is not int or at_position < 0):
+        raise RegistrationError(
+            f"at_position is a log position, an int >= 0 (a record's .position), got "
+            f"{at_position!r}"
+        )
 
 
 def _count(counts: Counts, state: TriggerState, running: set[str]) -> None:
