@@ -32,6 +32,7 @@ from events import (
 from events.kinds import Event, RunCancelled
 from projections import (
     END,
+    AgentState,
     BaseContextManager,
     ExecutionStatus,
     Fold,
@@ -239,7 +240,7 @@ class Committing(Engine[S]):
             summary = await manager.summary(dropped(before, kept), state.context_summary)
         else:  # the seed's protocol: hand it a copy of the state, take the context it leaves
             after = await manager.atrim_context(state.model_copy(deep=True))
-            kept, summary = list(after.context), after.context_summary
+            kept, summary = _trimmed_state(manager, after)
             if kept == before and summary == state.context_summary:
                 return []
         who = (
@@ -475,7 +476,33 @@ _GROWS_OR_STARTS = (MessageAppended, RunStarted, Resumed, NodeEntered)
 
 
 class ContextTrimError(GraphError):
-    """A context manager's trim would break a tool call from its result."""
+    """A context manager's trim would break a tool call from its result, or a custom
+    manager returned something other than the state it was handed."""
+
+
+def _trimmed_state(manager: BaseContextManager[Any], after: object) -> tuple[list[Message], Any]:
+    """The context and summary a custom manager's `atrim_context` left, or a
+    `ContextTrimError` naming the manager when it returned anything but such a state."""
+    who = f"{type(manager).__name__}.atrim_context"
+    context = getattr(after, "context", None)
+    if not isinstance(after, AgentState) or not isinstance(context, list):
+        raise ContextTrimError(
+            f"{who} returned {type(after).__name__} {after!r:.60}, not the state it was "
+            "given: set state.context to the messages to keep, and return the state"
+        )
+    odd = next((m for m in context if not isinstance(m, Message)), None)
+    if odd is not None:
+        raise ContextTrimError(
+            f"{who} left {type(odd).__name__} {odd!r:.60} in state.context: the context "
+            "holds Message objects only (keep some of those it was given)"
+        )
+    summary = after.context_summary
+    if summary is not None and not isinstance(summary, str):
+        raise ContextTrimError(
+            f"{who} set state.context_summary to {type(summary).__name__} {summary!r:.60}: "
+            "a summary is text (or None)"
+        )
+    return list(context), summary
 
 
 def _subsequence(part: list[Message], whole: list[Message]) -> bool:

@@ -201,6 +201,44 @@ async def test_a_manager_that_rewrites_the_context_replaces_it_in_the_log() -> N
     assert replay(records).model_dump() == state.model_dump()
 
 
+class Odd(BaseContextManager[AgentState]):
+    """A custom manager whose trim hands back `result(state)`, whatever that is."""
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+
+    def trim_context(self, state: AgentState) -> AgentState:
+        return self.result(state)  # type: ignore[no-any-return]
+
+    async def atrim_context(self, state: AgentState) -> AgentState:
+        return self.trim_context(state)
+
+
+def _with_summary(state: AgentState, summary: Any) -> AgentState:
+    object.__setattr__(state, "context_summary", summary)
+    return state
+
+
+@pytest.mark.parametrize(
+    ("result", "said"),
+    [
+        (lambda s: None, "returned NoneType None, not the state"),
+        (lambda s: s.context[-1:], "returned list"),
+        (lambda s: {"context": s.context}, "returned dict"),
+        (lambda s: AgentState(context=[]).model_copy(update={"context": ["hi"]}), "left str"),
+        (lambda s: _with_summary(s, 42), "context_summary to int 42"),
+    ],
+)
+async def test_a_custom_manager_returning_no_state_fails_the_step_naming_it(
+    result: Any, said: str
+) -> None:
+    store = MemoryEventStore()
+    app = agent_with_tools(Agent(), [lookup]).compile(store=store, context_manager=Odd(result))
+    with pytest.raises(ContextTrimError, match=rf"Odd\.atrim_context .*{said}"):
+        await app.ainvoke({"messages": [Message.text_message("q")]}, {"thread_id": "t"})
+    assert await store.last_seq("t") == 0  # the run's first commit was refused whole
+
+
 def test_a_sync_trim_refuses_an_async_summariser() -> None:
     async def summarise(gone: list[Message], previous: str | None) -> str:
         return "never"
