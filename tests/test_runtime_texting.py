@@ -261,3 +261,29 @@ async def test_rolling_back_a_thread_with_nothing_recorded_writes_nothing(store:
     assert await roll_back(app, "never-written", 0, by="alice", reason=None) is False
     assert await rolled_back(store, "never-written", 0) is True  # nothing left to finish
     assert await store.last_seq("never-written") == 0
+
+
+async def test_a_stale_rollback_never_sets_back_a_later_run(store: Any) -> None:
+    """A rollback recorded for a run that completed before it landed (the race a restart
+    finds unfinished) must not supersede the runs that came after it: here a later run
+    paused at a breakpoint keeps its state, and nothing is written."""
+    from actors import END, StateGraph
+    from actors.runtime.rollback import roll_back
+
+    graph = StateGraph()
+    graph.add_node("a", lambda state: [Message.text_message("a", role="assistant")])
+    graph.add_node("b", lambda state: [Message.text_message("b", role="assistant")])
+    graph.set_entry_point("a")
+    graph.add_edge("a", "b")
+    graph.add_edge("b", END)
+    app = graph.compile(store)
+    config = {"thread_id": "t"}
+    await app.ainvoke("first", config)  # the first run completes
+    first_run_end = await store.last_seq("t")
+    paused_app = graph.compile(store, interrupt_before=["b"])
+    await paused_app.ainvoke("second", config)  # a later run, paused before b
+    head = await store.last_seq("t")
+    assert await roll_back(paused_app, "t", 0, by="runtime", reason="stale") is False
+    assert await store.last_seq("t") == head > first_run_end
+    state = await paused_app.aget_state(config)
+    assert [m.text() for m in state.context if m.role == "user"] == ["first", "second"]

@@ -37,7 +37,9 @@ async def roll_back(
     """Supersede the run after `to_seq` on `thread_id`, setting the state back to `to_seq`.
 
     Waits while a `def` node cut short still holds the thread. False, writing nothing, when
-    the run completed before the rollback landed or was rolled back already.
+    the run completed before the rollback landed, was rolled back already, or is no longer
+    the thread's current run (a restart finishing a rollback whose run had completed, with
+    later runs on the thread since: those are never set back).
     """
     store = app.store
     run_id = await _run_after(store, thread_id, to_seq)
@@ -56,6 +58,8 @@ async def roll_back(
             return []
         if meta.status == ExecutionStatus.COMPLETED:
             return []  # it ended before the rollback reached it: its outcome stands
+        if meta.internal_data.get("run_id", run_id) != run_id:
+            return []  # a later run is the thread's now: that run ended before the rollback
         events: list[Event] = []
         if meta.status != ExecutionStatus.CANCELLED:
             from ..steps import _not_run
