@@ -25,6 +25,7 @@ import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
+from urllib.parse import urlsplit
 
 from events.errors import AgentlogError
 from projections import AgentState
@@ -47,6 +48,9 @@ __all__ = [
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _NAME_LIMIT = 64
 """What model providers accept as a tool name: letters, digits, _ and -, at most 64."""
+
+CONNECT_TIMEOUT = 30.0
+"""Seconds a server has, by default, to start and complete the MCP handshake."""
 
 CLOSE_TIMEOUT = 10.0
 """Seconds a session's close may take (the SDK bounds a stdio server's own shutdown)."""
@@ -83,6 +87,20 @@ class StdioServer:
     prefix: str = ""
     call_timeout: float | None = None
     errlog: TextIO | None = None
+    connect_timeout: float = CONNECT_TIMEOUT
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.command, str) or not self.command.strip():
+            raise GraphError(
+                f"StdioServer needs the command that starts the server, got {self.command!r:.60}"
+                ": StdioServer('python', ['server.py'])"
+            )
+        if isinstance(self.args, str | bytes) or not all(isinstance(a, str) for a in self.args):
+            raise GraphError(
+                f"StdioServer args are a list of strings, got {self.args!r:.60}: "
+                f"StdioServer({self.command!r}, [{self.args!r:.40}]) passes one argument"
+            )
+        _check_timeouts(self.label, self.call_timeout, self.connect_timeout)
 
     @property
     def label(self) -> str:
@@ -103,6 +121,17 @@ class HttpServer:
     name: str | None = None
     prefix: str = ""
     call_timeout: float | None = None
+    connect_timeout: float = CONNECT_TIMEOUT
+
+    def __post_init__(self) -> None:
+        url = self.url if isinstance(self.url, str) else ""
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise GraphError(
+                f"HttpServer needs the server's http:// or https:// URL, got {self.url!r:.80}"
+                ": HttpServer('http://127.0.0.1:8000/mcp')"
+            )
+        _check_timeouts(self.label, self.call_timeout, self.connect_timeout)
 
     @property
     def label(self) -> str:
@@ -112,6 +141,17 @@ class HttpServer:
 
 Server = StdioServer | HttpServer
 """An MCP server's address, by transport."""
+
+
+def _check_timeouts(label: str, call: float | None, connect: float) -> None:
+    """Refuse a timeout that is not a positive number of seconds (None: no call limit)."""
+    for what, value in (("call_timeout", call), ("connect_timeout", connect)):
+        if value is None and what == "call_timeout":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise GraphError(
+                f"MCP server {label!r}: {what} is seconds, a number > 0, got {value!r:.40}"
+            )
 
 
 class McpSession:
@@ -175,7 +215,7 @@ class McpSession:
         except Exception as exc:
             if _closed(exc) and self._client is client:
                 self._client = None  # the next call connects again
-            raise self._connection_error(what, exc) from exc
+            raise self._connection_error(what, exc, call=True) from exc
         if result.is_error:
             text = _text_of(result) or "the server gave no message"
             raise McpToolError(f"MCP server {self.server.label!r}, tool {name!r}: {text}")
@@ -207,13 +247,24 @@ class McpSession:
         self._closing = asyncio.Event()
         self._lost = None
         self._owner = asyncio.create_task(self._own(ready, self._closing))
+        limit = self.server.connect_timeout
         try:
-            await asyncio.shield(ready)
+            await asyncio.wait_for(asyncio.shield(ready), limit)
         except asyncio.CancelledError:
-            await self._disconnect()
+            await self._disconnect(handshake=True)
+            raise
+        except TimeoutError as exc:
+            await self._disconnect(handshake=True)
+            raise McpConnectionError(
+                f"MCP server {self.server.label!r} did not complete the MCP handshake within "
+                f"{limit:g} s: check that the command or URL is an MCP server's, or give it "
+                "longer (connect_timeout=)"
+            ) from exc
+        except McpConnectionError:
+            await self._disconnect(handshake=True)
             raise
         except Exception as exc:
-            await self._disconnect()
+            await self._disconnect(handshake=True)
             raise self._connection_error("connecting", exc) from exc
 
     async def _own(self, ready: asyncio.Future[None], closing: asyncio.Event) -> None:
@@ -222,8 +273,14 @@ class McpSession:
         caller of a tool."""
         from mcp import Client
 
+        async def on_message(message: Any) -> None:
+            """A line that is not MCP before the handshake ends fails the connect at once
+            (the SDK would log it and wait for an answer that never comes)."""
+            if isinstance(message, Exception) and not ready.done():
+                ready.set_exception(self._not_mcp(message))
+
         try:
-            async with Client(self._transport()) as client:
+            async with Client(self._transport(), message_handler=on_message) as client:
                 self._client = client
                 if not ready.done():
                     ready.set_result(None)
@@ -231,7 +288,10 @@ class McpSession:
         except BaseException as exc:  # the transport broke, or the server could not start
             self._lost = exc
             if not ready.done():
-                ready.set_exception(exc if isinstance(exc, Exception) else _stopped(exc))
+                if isinstance(exc, Exception):
+                    ready.set_exception(exc)
+                else:  # cancelled while connecting: the caller has gone, nothing to tell it
+                    ready.cancel()
             if not isinstance(exc, Exception):
                 raise
         finally:
@@ -261,15 +321,16 @@ class McpSession:
         )
         return _closing_http(server.url, http)
 
-    async def _disconnect(self) -> None:
-        """Ask the owner task to leave its client, and wait for it (bounded)."""
+    async def _disconnect(self, *, handshake: bool = False) -> None:
+        """Ask the owner task to leave its client, and wait for it (bounded); one still in
+        the `handshake` is cancelled at once (it would never see the request)."""
         owner, closing = self._owner, self._closing
         self._owner = None
         if owner is None:
             return
         if closing is not None:
             closing.set()
-        done, _ = await asyncio.wait({owner}, timeout=CLOSE_TIMEOUT)
+        done, _ = await asyncio.wait({owner}, timeout=0 if handshake else CLOSE_TIMEOUT)
         if not done:
             owner.cancel()
             with contextlib.suppress(BaseException):
@@ -277,12 +338,28 @@ class McpSession:
         elif not owner.cancelled():
             owner.exception()  # retrieved: its failure was recorded in `_lost`
 
-    def _connection_error(self, what: str, exc: BaseException) -> McpConnectionError:
+    def _connection_error(
+        self, what: str, exc: BaseException, *, call: bool = False
+    ) -> McpConnectionError:
         cause = self._lost if self._lost is not None else exc
+        unknown = ", and note that a call cut short may or may not have taken effect there"
         return McpConnectionError(
             f"MCP server {self.server.label!r} failed while {what}: {_describe(cause)}; "
-            "check that it runs (its command, or its URL), and note that a call cut short "
-            "may or may not have taken effect there"
+            f"check that it runs (its command, or its URL){unknown if call else ''}"
+        )
+
+    def _not_mcp(self, exc: Exception) -> McpConnectionError:
+        """The error of a server whose first output is not an MCP message."""
+        seen = getattr(exc, "errors", None)
+        said = ""
+        if callable(seen):
+            with contextlib.suppress(Exception):
+                said = f" ({str(seen()[0].get('input', ''))!r:.80})"
+        where = " on its stdout" if isinstance(self.server, StdioServer) else ""
+        return McpConnectionError(
+            f"MCP server {self.server.label!r} sent something that is not an MCP message"
+            f"{where}{said}: check that the command starts an MCP server, and that the server "
+            "writes its logs to stderr, never to stdout"
         )
 
 
@@ -312,10 +389,6 @@ def _closed(exc: BaseException) -> bool:
     from mcp_types import CONNECTION_CLOSED
 
     return isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED
-
-
-def _stopped(exc: BaseException) -> Exception:
-    return McpConnectionError(f"the connection task stopped ({type(exc).__name__})")
 
 
 def _describe(exc: BaseException) -> str:

@@ -8,15 +8,19 @@ not fit, a server that dies in the middle of a call).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from actors import ToolNode
+from actors.errors import GraphError
 from actors.mcp import (
     HttpServer,
     McpConnectionError,
@@ -209,12 +213,57 @@ async def test_tools_refuse_to_run_after_their_session_closed() -> None:
 
 async def test_a_server_that_cannot_start_or_be_reached_is_named() -> None:
     missing = StdioServer("/nonexistent/mcp-server", name="ghost")
-    with pytest.raises(McpConnectionError, match="'ghost'"):
+    with pytest.raises(McpConnectionError, match="'ghost'") as caught:
         async with McpSession(missing):
             pass
+    assert "cut short" not in str(caught.value)  # no call was made: nothing to be unsure of
     with pytest.raises(McpConnectionError, match=r"127\.0\.0\.1:9/"):
         async with mcp_tools(HttpServer("http://127.0.0.1:9/mcp")):
             pass
+
+
+async def test_a_server_printing_other_things_on_stdout_fails_at_once_saying_so() -> None:
+    noisy = StdioServer(
+        sys.executable,
+        ["-m", "tests.workers.mcp_server", "noisy"],
+        cwd=str(ROOT),
+        env={"PYTHONPATH": str(ROOT)},
+        name="noisy",
+        errlog=open(os.devnull, "w"),  # noqa: SIM115 - the SDK logs the bad line there too
+        connect_timeout=60,
+    )
+    with pytest.raises(McpConnectionError) as caught:
+        async with asyncio.timeout(30):  # well before connect_timeout: it did not wait for it
+            async with mcp_tools(noisy):
+                pass
+    said = str(caught.value)
+    assert "'noisy' sent something that is not an MCP message on its stdout" in said
+    assert "'starting agentlog-test-tools...'" in said and "logs to stderr" in said
+
+
+async def test_a_server_that_never_answers_the_handshake_times_out_naming_the_limit() -> None:
+    silent = StdioServer(sys.executable, ["-c", "import time; time.sleep(60)"], name="mute")
+    with pytest.raises(McpConnectionError, match=r"'mute' did not complete .* within 0\.5 s"):
+        async with mcp_tools(replace(silent, connect_timeout=0.5)):
+            pass
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda: StdioServer("python", "server.py"), "args are a list of strings"),  # type: ignore[arg-type]
+        (lambda: StdioServer("python", ["s.py", 3]), "args are a list of strings"),  # type: ignore[list-item]
+        (lambda: StdioServer(""), "needs the command"),
+        (lambda: HttpServer("127.0.0.1:8000/mcp"), "http:// or https:// URL"),
+        (lambda: HttpServer("ftp://host/mcp"), "http:// or https:// URL"),
+        (lambda: HttpServer("http://h/mcp", call_timeout=0), "call_timeout is seconds"),
+        (lambda: StdioServer("x", connect_timeout=-1), "connect_timeout is seconds"),
+        (lambda: StdioServer("x", call_timeout="5"), "call_timeout is seconds"),  # type: ignore[arg-type]
+    ],
+)
+def test_a_server_address_that_cannot_work_is_refused_when_made(make: Any, said: str) -> None:
+    with pytest.raises(GraphError, match=said):
+        make()
 
 
 async def test_calls_run_concurrently_on_one_session(stdio_tools: list[McpTool]) -> None:
