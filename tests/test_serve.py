@@ -387,3 +387,27 @@ async def test_double_texting_over_http_reject_is_409_and_rollback_supersedes(
             assert texts == ["second", "answered second"]
             kinds = [r.kind async for r in store.read(thread)]
             assert "run_superseded" in kinds and "x" not in str(texts)
+
+
+async def test_a_run_body_carries_a_correlation_id_into_the_log(served: Any) -> None:
+    """hive's `trigger(..., correlation_id=...)` over HTTP: the run body's correlation_id
+    is recorded with the trigger and shown with the run; an empty one is refused."""
+    client, store = served
+    thread = (await client.post("/threads", json={}, headers=ALICE)).json()["thread_id"]
+    made = await client.post(
+        f"/threads/{thread}/runs",
+        json={"assistant_id": "chat", "input": "hi", "correlation_id": "order-17"},
+        headers=ALICE,
+    )
+    assert made.status_code == 202, made.text
+    assert made.json()["correlation_id"] == "order-17"
+    runs = (await client.get(f"/threads/{thread}/runs", headers=ALICE)).json()
+    assert [r["correlation_id"] for r in runs] == ["order-17"]
+    accepted = [r.event async for r in store.read("__runtime__") if r.kind == "trigger_accepted"]
+    assert accepted[-1].correlation_id == "order-17"
+    empty = await client.post(
+        f"/threads/{thread}/runs",
+        json={"assistant_id": "chat", "input": "hi", "correlation_id": ""},
+        headers=ALICE,
+    )
+    assert empty.status_code == 422 and "correlation_id" in empty.json()["error"]["message"]

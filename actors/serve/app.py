@@ -205,6 +205,12 @@ class RunCreate(_Body):
     multitask_strategy: Literal["reject", "enqueue", "interrupt", "rollback"] | None = Field(
         default=None, description="new input for a busy thread (default: the entry point's)"
     )
+    correlation_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="ties related runs together (hive's correlation_id); recorded with the run",
+    )
 
 
 class RunCancel(_Body):
@@ -430,6 +436,7 @@ def create_app(
             idempotency_key=body.idempotency_key,
             actor=who.name,
             multitask_strategy=body.multitask_strategy,
+            correlation_id=body.correlation_id,
         )
         return runtime.ledger.triggers[accepted.trigger_id]
 
@@ -638,6 +645,7 @@ def _run(trigger: TriggerState, runtime: AgentRuntime) -> dict[str, Any]:
         "cause": accepted.cause,
         "created_by": accepted.by,
         "idempotency_key": accepted.idempotency_key,
+        "correlation_id": accepted.correlation_id,
         "error": (
             {"type": trigger.error_type, "message": trigger.message}
             if trigger.outcome == "failed"
