@@ -227,7 +227,17 @@ class ToolNode:
         for fn in tools:
             tool: ToolLike = fn if isinstance(fn, ToolLike) else Tool.from_function(fn)
             if tool.name in self.tools:
-                raise GraphError(f"two tools are named {tool.name!r}: tool names must be unique")
+                first, second = _origin(self.tools[tool.name]), _origin(tool)
+                mcp = any(hasattr(t, "remote_name") for t in (tool, self.tools[tool.name]))
+                fix = "rename one" + (
+                    ", or give the MCP server a prefix= (StdioServer(..., prefix='docs_'))"
+                    if mcp
+                    else ""
+                )
+                raise GraphError(
+                    f"two tools are named {tool.name!r} ({first} and {second}): tool names "
+                    f"must be unique, since the model calls a tool by name; {fix}"
+                )
             self.tools[tool.name] = tool
 
     def schemas(self) -> list[dict[str, Any]]:
@@ -333,6 +343,19 @@ class ToolNode:
         else:  # the hook's change is recorded as the hook's
             await context.commit([result], actor=changed_by)
         return result
+
+
+def _origin(tool: ToolLike) -> str:
+    """Where a tool comes from, for an error naming two of them: a function, or the tool of
+    an MCP server."""
+    session = getattr(tool, "session", None)
+    server = getattr(session, "server", None)
+    if server is not None and hasattr(tool, "remote_name"):
+        return f"tool {tool.remote_name!r} of MCP server {server.label!r}"
+    fn = getattr(tool, "fn", None)
+    if fn is not None:
+        return f"function {getattr(fn, '__qualname__', fn)!r}"
+    return f"{type(tool).__name__} {tool.name!r}"
 
 
 def _parameter_hints(fn: Callable[..., Any]) -> dict[str, Any]:

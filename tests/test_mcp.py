@@ -266,6 +266,23 @@ def test_a_server_address_that_cannot_work_is_refused_when_made(make: Any, said:
         make()
 
 
+def add(a: int, b: int) -> int:
+    """A local tool named like one of the server's."""
+    return a + b
+
+
+async def test_a_local_tool_named_like_an_mcp_tool_is_refused_naming_both(
+    stdio_tools: list[McpTool],
+) -> None:
+    with pytest.raises(GraphError) as caught:
+        ToolNode([add, *stdio_tools])
+    said = str(caught.value)
+    assert "two tools are named 'add' (function 'add' and tool 'add' of MCP server" in said
+    assert "'test-tools'" in said and "prefix=" in said
+    with pytest.raises(GraphError, match=r"function 'add' and function 'add'\): .*rename one$"):
+        ToolNode([add, add])
+
+
 async def test_calls_run_concurrently_on_one_session(stdio_tools: list[McpTool]) -> None:
     calls = [("add", {"a": i, "b": i}) for i in range(8)]
     _, finished, _ = await run_with(stdio_tools, calls)
