@@ -471,3 +471,43 @@ async def test_two_feeds_at_one_position_each_leave_the_statistics_once(store: A
         await anext(first)  # it moves on
         await first.aclose()  # type: ignore[attr-defined]
         assert runtime.subscribers == []
+
+
+async def test_hive_names_for_handler_filters_and_unregistering(store: Any) -> None:
+    """hive's `filter_graph` and `filter_stream` work as `graph_id` and `entry_point`, and
+    `unregister_entry_point` returns True as hive's does, so `if runtime.unregister_...`
+    holds when it removed one."""
+    graph = line(("work", lambda state: said("ok"))).compile(store)
+    runtime = create_agent_runtime(
+        store,
+        {"g": graph},
+        [EntryPoint(id="api", graph_id="g"), EntryPoint(id="other", graph_id="g")],
+    )
+    by_stream: list[str] = []
+    by_graph: list[str] = []
+    runtime.subscribe_to_events(
+        ["run_completed", "trigger_finished"],
+        lambda record: by_stream.append(record.thread_id),
+        filter_stream="api",
+    )
+    runtime.subscribe_to_events(
+        ["run_completed"], lambda r: by_graph.append(r.thread_id), filter_graph="g"
+    )
+    with pytest.raises(UnknownEntryPointError, match="registered: api, other"):
+        runtime.subscribe_to_events(None, print, filter_stream="ap")
+    with pytest.raises(RegistrationError, match="not both"):
+        runtime.subscribe_to_events(None, print, graph_id="g", filter_graph="h")
+    async with runtime:
+        mine = await runtime.trigger("api", "hi")
+        theirs = await runtime.trigger("other", "hi")
+        await runtime.wait(mine, timeout=WAIT)
+        await runtime.wait(theirs, timeout=WAIT)
+        for _ in range(100):
+            if len(by_stream) >= 2 and len(by_graph) >= 2:
+                break
+            await asyncio.sleep(0.02)
+    assert sorted(by_stream) == ["__runtime__", mine]
+    assert sorted(by_graph) == sorted([mine, theirs])
+    assert runtime.unregister_entry_point("other") is True
+    with pytest.raises(UnknownEntryPointError, match="no entry point 'other'"):
+        runtime.unregister_entry_point("other")

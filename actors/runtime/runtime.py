@@ -224,8 +224,10 @@ class AgentRuntime:
         if schedule is not None:
             self.schedules[entry.id] = schedule
 
-    def unregister_entry_point(self, entry_id: str) -> None:
-        """Remove an entry point; refused while its runs execute."""
+    def unregister_entry_point(self, entry_id: str) -> bool:
+        """Remove an entry point and return True (hive's `if runtime.unregister_entry_point(...)`
+        holds); refused while its runs execute, and an unknown id raises
+        `UnknownEntryPointError` naming the registered ones (hive returned False)."""
         entry = self._entry(entry_id)
         if any(e.entry_point == entry_id for e in self.dispatcher.executing.values()):
             raise RegistrationError(
@@ -234,6 +236,7 @@ class AgentRuntime:
         self.graphs[entry.graph_id].entry_points.discard(entry_id)
         del self.entries[entry_id]
         self.schedules.pop(entry_id, None)
+        return True
 
     def entry_points(self) -> list[EntryPoint]:
         """The registered entry points, in registration order (hive: `get_entry_points`)."""
@@ -783,10 +786,15 @@ class AgentRuntime:
         graph_id: str | None = None,
         thread_id: str | None = None,
         node: str | None = None,
+        entry_point: str | None = None,
+        filter_graph: str | None = None,
+        filter_stream: str | None = None,
     ) -> str:
         """Call `handler` with each committed record that matches, from now on (made before
         `start`: from the runtime's start), until `unsubscribe_from_events(id)` or `stop()`;
-        returns the id (hive's handler form).
+        returns the id (hive's handler form). `entry_point` keeps the records of threads
+        that entry point started runs on (and the runtime's own records about them);
+        hive's `filter_graph` and `filter_stream` are `graph_id` and `entry_point`.
 
         A handler that raises is logged and keeps its subscription; a slow one lags behind
         the log without holding anything up.
@@ -797,6 +805,11 @@ class AgentRuntime:
             raise RegistrationError(
                 f"subscribe_to_events takes a handler function, got {handler!r}"
             )
+        graph_id = _alias("graph_id", graph_id, "filter_graph", filter_graph)
+        entry_point = _alias("entry_point", entry_point, "filter_stream", filter_stream)
+        if entry_point is not None:
+            self._entry(entry_point)
+            handler = self._only_entry_point(entry_point, handler)
 
         def feed(after: int | None = None) -> AsyncIterator[EventRecord]:
             return self.subscribe(kinds, graph_id=graph_id, thread_id=thread_id, node=node,
@@ -809,6 +822,24 @@ class AgentRuntime:
         else:
             self._handlers[subscription] = asyncio.ensure_future(_deliver(feed(), handler))
         return subscription
+
+    def _only_entry_point(self, entry_id: str, handler: Handler) -> Handler:
+        """`handler`, called only for records of threads `entry_id` started runs on."""
+        ledger = self.ledger
+
+        def started_by(record: EventRecord) -> bool:
+            event = record.event
+            if record.thread_id == self.config.runtime_thread:
+                trigger = ledger.triggers.get(getattr(event, "trigger_id", ""))
+                named = trigger.accepted.entry_point if trigger else None
+                return (getattr(event, "entry_point", None) or named) == entry_id
+            ids = ledger.by_thread.get(record.thread_id, ())
+            return any(ledger.triggers[i].accepted.entry_point == entry_id for i in ids)
+
+        def filtered(record: EventRecord) -> Awaitable[None] | None:
+            return handler(record) if started_by(record) else None
+
+        return filtered
 
     def unsubscribe_from_events(self, subscription_id: str) -> bool:
         """End a handler subscription; False when there is none by that id."""
@@ -987,6 +1018,13 @@ def _recordable(input: Any, resume: bool) -> Any:
             f"a trigger's input is recorded in the log: {type(input).__name__} cannot be "
             f"({exc}); send text, messages or a dict of plain values"
         ) from exc
+
+
+def _alias(name: str, value: str | None, hive: str, hive_value: str | None) -> str | None:
+    """One value from an argument and its hive alias; refused when both are given."""
+    if value is not None and hive_value is not None and value != hive_value:
+        raise RegistrationError(f"give {name} or hive's {hive}, not both")
+    return value if value is not None else hive_value
 
 
 def _check_position(at_position: int | None) -> None:
