@@ -19,6 +19,7 @@ import platform
 import re
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -375,3 +376,22 @@ class ThreadProfiler:
             "top_cumulative": [entry(k) for k in by_cumulative[:top]],
             "top_own": [entry(k) for k in by_own[:top]],
         }
+
+
+def spawn_ready(args: list[str], *, stdin: bool = False) -> subprocess.Popen[str]:
+    """Start `python ARGS` (with the project and bench/ importable) and wait for it to
+    print "ready"; a process that prints anything else is killed and reported."""
+    here = Path(__file__).resolve().parent
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        stdin=subprocess.PIPE if stdin else None,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": f"{here.parent}:{here}"},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if line != "ready":
+        proc.kill()
+        raise RuntimeError(f"{args} did not start: {line!r}")
+    return proc

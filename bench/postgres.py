@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -100,27 +98,15 @@ async def child(address: str, name: str, tasks: int, appends: int, ordering: str
     print(f"done {commits}", flush=True)
 
 
-def spawn(args: list[str]) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": f"{HERE.parent}:{HERE}"},
-    )  # fmt: skip
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    if line != "ready":
-        proc.kill()
-        raise RuntimeError(f"{args} did not start: {line!r}")
-    return proc
-
-
 def through_processes(
     address: str, processes: int, tasks: int, appends: int, ordering: str = "-"
 ) -> tuple[float, float]:
     """Appends per second from `processes` writer processes started ahead of the clock, and
     appends per transaction (0 when the store does not count its transactions)."""
     procs = [
-        spawn(
-            [str(Path(__file__)), "--child", address, f"p{i}", str(tasks), str(appends), ordering]
+        common.spawn_ready(
+            [str(Path(__file__)), "--child", address, f"p{i}", str(tasks), str(appends), ordering],
+            stdin=True,
         )
         for i in range(processes)
     ]
@@ -170,36 +156,9 @@ async def group(address: str, writers: int, appends: int) -> tuple[float, float]
 
 def runs_through(address: str, workers: int, runs: int) -> float:
     """Completed runs per second through `workers` worker processes and this client."""
-    from workers_app import build
+    from workers import through_workers
 
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(HERE / "workers_app.py"), address, f"w{i}"],
-            stdout=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONPATH": f"{HERE.parent}:{HERE}"},
-        )
-        for i in range(workers)
-    ]
-    try:
-        for proc in procs:
-            assert proc.stdout is not None
-            if proc.stdout.readline().strip() != "ready":
-                raise RuntimeError("a worker did not start")
-
-        async def client() -> float:
-            async with open_store(address) as store, build(store, "client", max_runs=1) as rt:
-                began = time.perf_counter()
-                threads = await asyncio.gather(*(rt.trigger("api", f"q {i}") for i in range(runs)))
-                await asyncio.gather(*(rt.wait(t, timeout=300) for t in threads))
-                return runs / (time.perf_counter() - began)
-
-        return asyncio.run(client())
-    finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            proc.wait(60)
+    return runs / asyncio.run(through_workers(address, workers, runs))
 
 
 def on(kind: str, directory: Path, job: Callable[[str], Any]) -> Any:

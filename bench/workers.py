@@ -16,47 +16,31 @@ Usage: .venv/bin/python bench/workers.py [--quick] [--rounds N]
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import _common as common
 from workers_app import build
 
-from events import SQLiteEventStore
+from events import SQLiteEventStore, open_store
 
 HERE = Path(__file__).resolve().parent
 
 
-def spawn(address: str, name: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "workers_app.py"), address, name],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(HERE.parent)},
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    if line != "ready":
-        proc.kill()
-        raise RuntimeError(f"worker {name} did not start: {line!r}")
-    return proc
-
-
-async def through_workers(path: Path, count: int, runs: int) -> float:
-    """Seconds for `runs` runs through `count` worker processes (and this one)."""
-    procs = [spawn(str(path), f"w{i}") for i in range(count)]
+async def through_workers(address: str, count: int, runs: int) -> float:
+    """Seconds for `runs` runs through `count` worker processes (and this one) on the store
+    `address` names (a SQLite path or a postgresql:// URL)."""
+    procs = [
+        common.spawn_ready([str(HERE / "workers_app.py"), address, f"w{i}"]) for i in range(count)
+    ]
     try:
-        async with SQLiteEventStore(path) as store:
+        async with open_store(address) as store:
             here = build(store, "client", max_runs=1)
             async with here:
                 began = time.perf_counter()
-                threads = await asyncio.gather(
-                    *(here.trigger("api", f"q {i}") for i in range(runs))
-                )
+                triggers = (here.trigger("api", f"q {i}") for i in range(runs))
+                threads = await asyncio.gather(*triggers)
                 await asyncio.gather(*(here.wait(t, timeout=300) for t in threads))
                 return time.perf_counter() - began
     finally:
@@ -87,7 +71,9 @@ def main() -> None:
             samples["lone"].append(runs / asyncio.run(lone(path, runs)))
             for n in counts:
                 path = common.fresh_path(directory)
-                samples[f"workers_{n}"].append(runs / asyncio.run(through_workers(path, n, runs)))
+                samples[f"workers_{n}"].append(
+                    runs / asyncio.run(through_workers(str(path), n, runs))
+                )
                 common.log(f"  {n} worker(s): {samples[f'workers_{n}'][-1]:.0f} runs/s")
     got = common.medians(samples)
     common.emit(
