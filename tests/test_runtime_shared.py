@@ -260,6 +260,10 @@ async def test_goal_progress_from_outcomes_survives_a_restart_and_reads_the_past
         record_outcome("cost", 0.4)
         if state.context[0].text() == "go 1":
             record_outcome("politeness", True)
+        if state.context[0].text() == "typo":
+            record_outcome("resovled", 1)
+        if state.context[0].text() == "other goal":
+            record_outcome("resolved", 1, goal_id="sales")
         return said("ok")
 
     runtime = runtime_of(store, work)
@@ -269,6 +273,10 @@ async def test_goal_progress_from_outcomes_survives_a_restart_and_reads_the_past
         middle = await store.last_seq("__runtime__")
         await runtime.trigger_and_wait("api", "go 1", timeout=WAIT)
         await runtime.trigger_and_wait("api", "go 2", timeout=WAIT)
+        with pytest.raises(NodeError, match=r"'resovled' names no criterion.*tickets_resolved"):
+            await runtime.trigger_and_wait("api", "typo", timeout=WAIT)
+        with pytest.raises(NodeError, match=r"no goal 'sales' \(goals: support\)"):
+            await runtime.trigger_and_wait("api", "other goal", timeout=WAIT)
         now = await runtime.goal_progress()
     resolved = now["criteria"]["resolved"]
     assert (resolved["value"], resolved["progress"], resolved["status"]) == (3, 0.75, "in_progress")

@@ -116,7 +116,9 @@ def record_outcome(
 ) -> None:
     """Record, in the running node's step, that a metric reached `value`.
 
-    A criterion's id is turned into its metric when the run's runtime has a goal naming it.
+    A criterion's id is turned into its metric when the run's runtime has a goal naming it;
+    under a runtime with goals, a name none of them measures is refused (a typo would be
+    recorded and never counted). Outside a runtime any metric name is recorded.
     """
     if not isinstance(criterion_or_metric, str) or not criterion_or_metric:
         raise RegistrationError(
@@ -129,14 +131,27 @@ def record_outcome(
     context = current_context()
     metric, goal = criterion_or_metric, goal_id
     scope = _scope.get()
-    if scope is not None:
-        for known in scope.runtime.goals.values():
-            if goal_id not in (None, known.id):
-                continue
-            found = known.metric_of(criterion_or_metric)
-            if found is not None:
-                metric, goal = found, known.id
-                break
+    goals = scope.runtime.goals if scope is not None else {}
+    if goal_id is not None and goals and goal_id not in goals:
+        raise RegistrationError(f"record_outcome: no goal {goal_id!r} (goals: {', '.join(goals)})")
+    for known in goals.values():
+        if goal_id not in (None, known.id):
+            continue
+        found = known.metric_of(criterion_or_metric)
+        if found is not None:
+            metric, goal = found, known.id
+            break
+    else:
+        if goals:  # a typo would be recorded and never counted: say so now
+            names = sorted(
+                {n for g in goals.values() for c in [*g.success_criteria, *g.constraints]
+                 for n in (c.id, c.metric)}
+            )  # fmt: skip
+            raise RegistrationError(
+                f"record_outcome: {criterion_or_metric!r} names no criterion, constraint or "
+                f"metric of the runtime's goals ({', '.join(names)}): check the name, or add "
+                "a SuccessCriterion or Constraint that measures it"
+            )
     context.record(OutcomeRecorded(metric=metric, value=value, node=context.node, goal_id=goal))
 
 
