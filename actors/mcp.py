@@ -32,7 +32,7 @@ from projections import AgentState
 
 from .context import NodeContext
 from .errors import GraphError
-from .tools import ToolArgumentsError
+from .tools import ToolArgumentsError, ToolUnusableError
 
 __all__ = [
     "HttpServer",
@@ -65,9 +65,10 @@ class McpConnectionError(AgentlogError, ConnectionError):
     that call took effect on the server is unknown."""
 
 
-class McpSessionError(AgentlogError, RuntimeError):
+class McpSessionError(ToolUnusableError):
     """An MCP tool was used outside the session that lists it (closed, or on another event
-    loop)."""
+    loop), or the MCP SDK is missing: the program's mistake, so a run fails with it rather
+    than handing it to the model as a tool's result."""
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ __all__ = [
     "ToolLike",
     "ToolNode",
     "ToolReturnError",
+    "ToolUnusableError",
     "UnknownToolError",
     "node_output",
     "pending_calls",
@@ -78,6 +79,12 @@ class ToolArgumentsError(AgentlogError, ValueError):
 class ToolReturnError(AgentlogError, ValueError):
     """A tool returned a `Message` or `Command` that cannot be its call's result; the call
     is recorded as failed and nothing it returned is applied."""
+
+
+class ToolUnusableError(AgentlogError, RuntimeError):
+    """A tool cannot run as the program set it up (an MCP tool whose session has closed, or
+    was opened on another event loop). A mistake in the program, not an answer for the
+    model: the step fails with it, and the call, never sent, runs again on resume."""
 
 
 _UPDATE_MESSAGE_KEYS = ("messages", "context")
@@ -316,8 +323,8 @@ class ToolNode:
                 if replaced is not None:
                     value, changed_by = replaced, hooks.name
             returned = _returned(call, value, state)
-        except (GraphInterrupt, HookError):
-            raise  # a pause, or a hook at fault: the step fails, naming it
+        except (GraphInterrupt, HookError, ToolUnusableError):
+            raise  # a pause, a hook at fault, a tool set up wrong: the step fails, naming it
         except Exception as exc:
             status, error = "failed", f"{type(exc).__name__}: {exc}"
             if hooks is not None and invocation is not None:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from actors import ToolNode
-from actors.errors import GraphError
+from actors.errors import GraphError, NodeError
 from actors.mcp import (
     HttpServer,
     McpConnectionError,
@@ -209,6 +209,26 @@ async def test_tools_refuse_to_run_after_their_session_closed() -> None:
         add = next(t for t in tools if t.name == "add")
     with pytest.raises(McpSessionError, match="is closed"):
         await add.session.call("add", {"a": 1, "b": 2})
+
+
+async def test_a_run_using_tools_after_their_block_fails_and_resumes_inside_a_new_one() -> None:
+    """Using a closed session is the program's mistake: the run fails naming it (the model
+    is not told), and no result is recorded, so the call runs on resume."""
+    store = MemoryEventStore()
+    config = {"thread_id": "t"}
+    async with mcp_tools(stdio_server()) as tools:
+        pass
+    app = agent_with_tools(scripted_agent([("add", {"a": 2, "b": 3})]), tools).compile(store)
+    with pytest.raises(NodeError, match=r"McpSessionError: .*'test-tools' is closed"):
+        await app.ainvoke({"messages": [Message.text_message("go")]}, config=config)
+    records = [r async for r in store.read("t")]
+    assert not any(isinstance(r.event, ToolCallFinished) for r in records)
+    async with mcp_tools(stdio_server()) as tools:
+        again = agent_with_tools(scripted_agent([("add", {"a": 2, "b": 3})]), tools)
+        await again.compile(store).ainvoke(None, config=config)
+    records = [r async for r in store.read("t")]
+    finished = [r.event for r in records if isinstance(r.event, ToolCallFinished)]
+    assert [(f.status, f.output) for f in finished] == [("completed", {"result": 5})]
 
 
 async def test_a_server_that_cannot_start_or_be_reached_is_named() -> None:
