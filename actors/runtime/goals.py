@@ -102,6 +102,11 @@ class Goal:
                     f"goal {self.id!r}, constraint {constraint.id!r}: give max, min or both"
                 )
 
+    def names(self) -> set[str]:
+        """Every criterion's and constraint's id and metric: what an outcome may name."""
+        items: list[SuccessCriterion | Constraint] = [*self.success_criteria, *self.constraints]
+        return {name for item in items for name in (item.id, item.metric)}
+
     def metric_of(self, name: str) -> str | None:
         """The metric a criterion or constraint id names, or `name` if it is a metric."""
         items: list[SuccessCriterion | Constraint] = [*self.success_criteria, *self.constraints]
@@ -143,10 +148,7 @@ def record_outcome(
             break
     else:
         if goals:  # a typo would be recorded and never counted: say so now
-            names = sorted(
-                {n for g in goals.values() for c in [*g.success_criteria, *g.constraints]
-                 for n in (c.id, c.metric)}
-            )  # fmt: skip
+            names = sorted({n for g in goals.values() for n in g.names()})
             raise RegistrationError(
                 f"record_outcome: {criterion_or_metric!r} names no criterion, constraint or "
                 f"metric of the runtime's goals ({', '.join(names)}): check the name, or add "
