@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
 from typing import Any, Literal, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg  # type: ignore[import-untyped]
 
@@ -66,7 +67,13 @@ from .store import (
     StoredSnapshot,
 )
 
-__all__ = ["Ordering", "PostgresEventStore", "shown_dsn"]
+__all__ = [
+    "Ordering",
+    "PostgresEventStore",
+    "connect_failure",
+    "shown_dsn",
+    "split_connect_timeout",
+]
 
 MAX_BATCH = 512
 Ordering = Literal["commit_counter", "table_lock"]
@@ -98,6 +105,43 @@ def shown_dsn(dsn: str) -> str:
     return _PASSWORD.sub(r"\1:***@", dsn, count=1)
 
 
+def split_connect_timeout(dsn: str, default: float) -> tuple[str, float]:
+    """The DSN without libpq's `?connect_timeout=N` and the seconds it names (else
+    `default`): asyncpg would send it to the server as a setting, which refuses it."""
+    parts = urlsplit(dsn)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    given = [value for key, value in query if key == "connect_timeout"]
+    if not given:
+        return dsn, default
+    try:
+        seconds = float(given[-1])
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:  # libpq reads 0 as "wait for ever": refused, a hang is never wanted
+        raise InvalidArgumentError(
+            f"{shown_dsn(dsn)}: connect_timeout is a number of seconds > 0, got {given[-1]!r}"
+        )
+    kept = urlencode([(key, value) for key, value in query if key != "connect_timeout"])
+    return urlunsplit(parts._replace(query=kept)), seconds
+
+
+def connect_failure(dsn: str, exc: BaseException, timeout: float) -> str:
+    """Why connecting failed, in words naming what to check (the DSN without its password)."""
+    if isinstance(exc, TimeoutError):
+        cause = (
+            f"no answer within {timeout:g} s: is the host and port a PostgreSQL server's? "
+            "(a slow network: raise ?connect_timeout=SECONDS in the DSN)"
+        )
+    elif "unrecognized configuration parameter" in str(exc):
+        cause = (
+            f"{exc}: the DSN's ?name=value options are PostgreSQL settings, apart from "
+            "?schema= and ?connect_timeout=; check the spelling"
+        )
+    else:
+        cause = f"{type(exc).__name__}: {exc}"
+    return f"cannot connect to PostgreSQL at {shown_dsn(dsn)} ({cause})"
+
+
 class PostgresEventStore(BaseEventStore):
     """An event store in a PostgreSQL schema, shared by any number of processes and hosts.
 
@@ -125,13 +169,22 @@ class PostgresEventStore(BaseEventStore):
                 f"ordering must be 'commit_counter' (the store's) or 'table_lock' (kept for "
                 f"the benchmark's comparison), not {ordering!r}"
             )
-        self.dsn = dsn
+        if (
+            isinstance(connect_timeout, bool)
+            or not isinstance(connect_timeout, int | float)
+            or not connect_timeout > 0
+        ):
+            raise InvalidArgumentError(
+                f"connect_timeout is a number of seconds > 0, got {connect_timeout!r}"
+            )
+        self.dsn, self.connect_timeout = split_connect_timeout(dsn, connect_timeout)
+        """The DSN asyncpg is given, and the seconds a connection attempt may take (the
+        argument, or the DSN's `?connect_timeout=`)."""
         self.schema = check_schema_name(schema)
         self.readonly = readonly
         self.ordering = ordering
         self._pool_size = max(1, pool_size)
-        self._timeout = connect_timeout
-        self._where = f"{shown_dsn(dsn)} (schema {schema!r})"
+        self._where = f"{shown_dsn(self.dsn)} (schema {schema!r})"
         self._channel = f"agentlog_{schema}"
         self._settings = {"application_name": f"agentlog:{schema}"[:63]}
         """Every connection names the log it serves (`pg_stat_activity.application_name`)."""
@@ -182,14 +235,13 @@ class PostgresEventStore(BaseEventStore):
             settings["default_transaction_read_only"] = "on"
         try:
             pool = await asyncpg.create_pool(
-                self.dsn, min_size=1, max_size=self._pool_size, timeout=self._timeout,
+                self.dsn, min_size=1, max_size=self._pool_size, timeout=self.connect_timeout,
                 server_settings=settings,
             )  # fmt: skip
         except (asyncpg.PostgresError, *_LOST) as exc:
             raise StoreUnavailableError(
-                f"cannot connect to PostgreSQL at {shown_dsn(self.dsn)} ({type(exc).__name__}: "
-                f"{exc}); nothing was read or written: check the DSN, that the server runs and "
-                "that the database exists"
+                f"{connect_failure(self.dsn, exc, self.connect_timeout)}; nothing was read or "
+                "written: check the DSN, that the server runs and that the database exists"
             ) from None
         try:
             async with pool.acquire() as conn:
@@ -349,7 +401,7 @@ class PostgresEventStore(BaseEventStore):
             try:
                 self._writer = await asyncpg.connect(
                     self.dsn,
-                    timeout=self._timeout,
+                    timeout=self.connect_timeout,
                     server_settings=self._settings,
                 )
             except (asyncpg.PostgresError, *_LOST) as exc:
@@ -592,7 +644,7 @@ class PostgresEventStore(BaseEventStore):
 
         async def drop() -> None:
             conn = await asyncpg.connect(
-                self.dsn, timeout=self._timeout, server_settings=self._settings
+                self.dsn, timeout=self.connect_timeout, server_settings=self._settings
             )
             try:
                 await conn.execute(
@@ -643,7 +695,7 @@ class PostgresEventStore(BaseEventStore):
             conn = None
             try:
                 conn = await asyncpg.connect(
-                    self.dsn, timeout=self._timeout, server_settings=self._settings
+                    self.dsn, timeout=self.connect_timeout, server_settings=self._settings
                 )
                 conn.add_termination_listener(partial(_set, lost))
                 await conn.add_listener(self._channel, self._notified)

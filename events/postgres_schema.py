@@ -42,7 +42,7 @@ def check_schema_name(schema: object) -> str:
     if not isinstance(schema, str) or not _NAME.fullmatch(schema):
         raise InvalidArgumentError(
             f"schema must be a lower-case identifier (letters, digits, '_', at most 63, not "
-            f"starting with a digit), got {schema!r}"
+            f"starting with a digit), got {schema!r}: name it like 'agentlog' or 'support_v2'"
         )
     return schema
 

@@ -14,33 +14,42 @@ from typing import Any
 import typer
 
 
-def _target(dsn: str, schema: str | None) -> tuple[str, str]:
-    """The DSN asyncpg takes and the schema, read the way `open_store` reads a URL."""
-    from events import open_store
+def _target(dsn: str, schema: str | None) -> tuple[str, str, float]:
+    """The DSN asyncpg takes, the schema and the connect timeout, read the way `open_store`
+    reads a URL."""
+    from events import AgentlogError, open_store
     from events.postgres_schema import check_schema_name
 
-    store: Any = open_store(dsn)  # not opened: nothing is touched
+    try:
+        store: Any = open_store(dsn)  # not opened: nothing is touched
+    except AgentlogError as exc:  # a malformed URL or ?schema=: a usage error, no traceback
+        raise typer.BadParameter(str(exc), param_hint="--dsn") from None
     if type(store).__name__ != "PostgresEventStore":
         raise typer.BadParameter(
             f"{dsn!r} is not a PostgreSQL URL: `agentlog db` manages a PostgreSQL store's "
             "schema (a SQLite file sets itself up on first write)",
             param_hint="--dsn",
         )
-    return store.dsn, check_schema_name(schema) if schema is not None else store.schema
+    if schema is None:
+        return store.dsn, store.schema, store.connect_timeout
+    try:
+        return store.dsn, check_schema_name(schema), store.connect_timeout
+    except AgentlogError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--schema") from None
 
 
-async def _with_connection(dsn: str, job: Any) -> Any:
+async def _with_connection(dsn: str, timeout: float, job: Any) -> Any:
     import asyncpg  # type: ignore[import-untyped]
 
     from events import StoreUnavailableError
-    from events.postgres import shown_dsn
+    from events.postgres import connect_failure
 
     try:
-        conn = await asyncpg.connect(dsn, timeout=10)
+        conn = await asyncpg.connect(dsn, timeout=timeout)
     except (asyncpg.PostgresError, OSError, TimeoutError) as exc:
         raise StoreUnavailableError(
-            f"cannot connect to PostgreSQL at {shown_dsn(dsn)} ({type(exc).__name__}: {exc}): "
-            "check the DSN, that the server runs and that the database exists"
+            f"{connect_failure(dsn, exc, timeout)}: check the DSN, that the server runs and "
+            "that the database exists"
         ) from None
     try:
         return await job(conn)
@@ -56,9 +65,11 @@ def upgrade(dsn: str, schema: str | None, as_json: bool) -> None:
 
     from . import _echo_json, _fail
 
-    target, name = _target(dsn, schema)
+    target, name, timeout = _target(dsn, schema)
     try:
-        before, after = asyncio.run(_with_connection(target, lambda c: upgrade_schema(c, name)))
+        before, after = asyncio.run(
+            _with_connection(target, timeout, lambda c: upgrade_schema(c, name))
+        )
     except AgentlogError as exc:
         _fail(str(exc))
     if as_json:
@@ -78,9 +89,9 @@ def status(dsn: str, schema: str | None, as_json: bool) -> None:
 
     from . import _echo_json, _fail
 
-    target, name = _target(dsn, schema)
+    target, name, timeout = _target(dsn, schema)
     try:
-        version = asyncio.run(_with_connection(target, lambda c: schema_version(c, name)))
+        version = asyncio.run(_with_connection(target, timeout, lambda c: schema_version(c, name)))
     except AgentlogError as exc:
         _fail(str(exc))
     ready = version == SCHEMA_VERSION

@@ -1,0 +1,93 @@
+"""Connecting to PostgreSQL the way a hurried user gets it wrong: a server that never answers,
+a libpq `?connect_timeout=`, a misspelt option, a schema name PostgreSQL would not keep.
+Each one is a one-line error naming what to fix, never a traceback or a silent hang."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+pytest.importorskip("asyncpg")
+
+from events import InvalidArgumentError, StoreUnavailableError
+from events.postgres import PostgresEventStore, split_connect_timeout
+
+from .helpers import agentlog
+from .workers.pg_env import DSN, needs_pg
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port that accepts TCP connections and never says a word (a firewall, a wrong
+    service): a connection attempt can only end by its timeout."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()
+
+
+async def test_a_server_that_never_answers_fails_after_the_timeout_saying_so(
+    silent_port: int,
+) -> None:
+    store = PostgresEventStore(
+        f"postgresql://app:pw@127.0.0.1:{silent_port}/log?connect_timeout=0.3"
+    )
+    assert store.connect_timeout == 0.3 and "connect_timeout" not in store.dsn
+    with pytest.raises(StoreUnavailableError) as info:
+        await asyncio.wait_for(store.open(), timeout=20)
+    message = str(info.value)
+    assert "no answer within 0.3 s" in message and "connect_timeout" in message
+    assert "pw@" not in message
+    await store.close()
+
+
+def test_the_db_command_names_the_timeout_too(silent_port: int) -> None:
+    dsn = f"postgresql://app@127.0.0.1:{silent_port}/log?connect_timeout=0.3"
+    result = agentlog("db", "status", "--dsn", dsn, timeout=30)
+    assert result.returncode == 1, result.stderr
+    assert "no answer within 0.3 s" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "soon"])
+def test_a_connect_timeout_that_is_not_positive_seconds_is_refused(bad: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="connect_timeout"):
+        split_connect_timeout(f"postgresql://h/db?connect_timeout={bad}", 10.0)
+    with pytest.raises(InvalidArgumentError, match="connect_timeout"):
+        PostgresEventStore("postgresql://h/db", connect_timeout=float(bad) if bad != "soon" else 0)
+
+
+def test_the_other_options_of_a_dsn_are_kept() -> None:
+    dsn, seconds = split_connect_timeout(
+        "postgresql://h/db?sslmode=disable&connect_timeout=4&application_name=x", 10.0
+    )
+    assert seconds == 4.0 and dsn == "postgresql://h/db?sslmode=disable&application_name=x"
+    assert split_connect_timeout("postgresql://h/db", 7.5) == ("postgresql://h/db", 7.5)
+
+
+@pytest.mark.parametrize("where", ["?schema=Bad-Name", "?schema=a;drop"])
+@pytest.mark.parametrize("command", ["status", "upgrade"])
+def test_a_bad_schema_name_in_the_dsn_is_a_usage_error(where: str, command: str) -> None:
+    result = agentlog("db", command, "--dsn", f"postgresql://app@127.0.0.1:1/log{where}")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "lower-case identifier" in result.stderr
+    assert "--dsn" in result.stderr
+
+
+def test_a_bad_schema_option_is_a_usage_error() -> None:
+    result = agentlog("db", "status", "--dsn", "postgresql://app@127.0.0.1:1/log",
+                      "--schema", "Support")  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "--schema" in result.stderr and "'Support'" in result.stderr
+
+
+@needs_pg
+def test_a_misspelt_option_in_the_dsn_is_named_as_such() -> None:
+    result = agentlog("db", "status", "--dsn", f"{DSN}?schem=x")
+    assert result.returncode == 1, result.stderr
+    assert '"schem"' in result.stderr and "?schema=" in result.stderr
