@@ -519,3 +519,29 @@ async def test_hive_names_for_handler_filters_and_unregistering(store: Any) -> N
     assert runtime.unregister_entry_point("other") is True
     with pytest.raises(UnknownEntryPointError, match="no entry point 'other'"):
         runtime.unregister_entry_point("other")
+
+
+async def test_a_blocking_def_handler_holds_no_run_up(store: Any) -> None:
+    """A plain `def` handler that blocks (a sleep, a synchronous HTTP call) runs on a worker
+    thread: runs go on meanwhile, and its records still come to it in order once it returns."""
+    import threading
+
+    release = threading.Event()
+    heard: list[str] = []
+
+    def blocking(record: Any) -> None:
+        release.wait(5)
+        heard.append(record.kind)
+
+    runtime = runtime_of(store, lambda state: said("ok"))
+    async with runtime:
+        runtime.subscribe_to_events(["run_started", "run_completed"], blocking)
+        for _ in range(3):
+            await runtime.trigger_and_wait("api", "go", timeout=WAIT)
+        assert not release.is_set() and heard == []  # the runs ended; it still blocks
+        release.set()
+        for _ in range(200):
+            if len(heard) == 6:
+                break
+            await asyncio.sleep(0.01)
+    assert heard == ["run_started", "run_completed"] * 3

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import time
 import uuid
@@ -836,6 +837,14 @@ class AgentRuntime:
             ids = ledger.by_thread.get(record.thread_id, ())
             return any(ledger.triggers[i].accepted.entry_point == entry_id for i in ids)
 
+        if _is_async(handler):
+
+            async def filtered_async(record: EventRecord) -> None:
+                if started_by(record):
+                    await handler(record)  # type: ignore[misc]
+
+            return filtered_async
+
         def filtered(record: EventRecord) -> Awaitable[None] | None:
             return handler(record) if started_by(record) else None
 
@@ -975,10 +984,16 @@ class AgentRuntime:
 
 
 async def _deliver(feed: AsyncIterator[EventRecord], handler: Handler) -> None:
-    """Hand each record of `feed` to `handler`, logging what it raises."""
+    """Hand each record of `feed` to `handler`, in order, logging what it raises. A plain
+    `def` handler runs on a worker thread, so a slow or blocking one (a `time.sleep`, a
+    synchronous HTTP call) lags behind the log instead of freezing every run's event loop."""
+    blocking = not _is_async(handler)
     async for record in feed:
         try:
-            outcome = handler(record)
+            if blocking:
+                outcome = await asyncio.to_thread(handler, record)
+            else:
+                outcome = handler(record)
             if asyncio.iscoroutine(outcome) or isinstance(outcome, asyncio.Future):
                 await outcome
         except asyncio.CancelledError:
@@ -1018,6 +1033,14 @@ def _recordable(input: Any, resume: bool) -> Any:
             f"a trigger's input is recorded in the log: {type(input).__name__} cannot be "
             f"({exc}); send text, messages or a dict of plain values"
         ) from exc
+
+
+def _is_async(handler: Handler) -> bool:
+    """Whether calling `handler` returns an awaitable at once (an async def, or a callable
+    object whose __call__ is one): those run on the event loop, the rest on a thread."""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None)  # noqa: B004
+    )
 
 
 def _alias(name: str, value: str | None, hive: str, hive_value: str | None) -> str | None:
