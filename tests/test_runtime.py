@@ -321,6 +321,8 @@ async def test_inject_input_answers_a_paused_run_and_is_refused_otherwise(store:
         assert done["status"] == "completed"
         with pytest.raises(RunNotWaitingError, match="not paused at an interrupt"):
             await runtime.inject_input(thread, "again", actor="alice")
+        with pytest.raises(UnknownRunError, match="'send' is a node; inject_input takes the"):
+            await runtime.inject_input("send", "hive's way: a node id")
     resumed = [r for r in await records_of(store, thread) if r.kind == "resumed"]
     assert resumed[0].event.value == "yes, send it" and resumed[0].event.by == "alice"
 

@@ -673,7 +673,15 @@ class AgentRuntime:
     async def _inject(self, thread_id: str, value: Any, actor: str) -> None:
         state = self.ledger.latest_on(thread_id)
         if state is None:
-            raise UnknownRunError(f"no run of this runtime is on thread {thread_id!r}")
+            nodes = {n for g in self.graphs.values() for n in g.app.graph.nodes}
+            hint = (
+                f": {thread_id!r} is a node; inject_input takes the thread id trigger() "
+                "returned (unlike hive's inject_input(node_id, ...), the paused run knows "
+                "its node)"
+                if thread_id in nodes
+                else ""
+            )
+            raise UnknownRunError(f"no run of this runtime is on thread {thread_id!r}{hint}")
         if not state.done or self.dispatcher.queued_on(thread_id):
             where = "queued" if not state.dispatched else "running"
             raise RunNotWaitingError(
