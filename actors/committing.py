@@ -239,7 +239,14 @@ class Committing(Engine[S]):
                 return []
             summary = await manager.summary(dropped(before, kept), state.context_summary)
         else:  # the seed's protocol: hand it a copy of the state, take the context it leaves
-            after = await manager.atrim_context(state.model_copy(deep=True))
+            try:
+                after = await manager.atrim_context(state.model_copy(deep=True))
+            except Exception as exc:
+                raise ContextTrimError(
+                    f"{type(manager).__name__}.atrim_context raised {type(exc).__name__}: "
+                    f"{exc}; the commit it was trimming was not made, so running the "
+                    "thread again trims again"
+                ) from exc
             kept, summary = _trimmed_state(manager, after)
             if kept == before and summary == state.context_summary:
                 return []

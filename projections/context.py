@@ -28,8 +28,8 @@ new summary: a function or an async function (it may call a model)."""
 
 
 class ContextSummaryError(InvalidArgumentError):
-    """A summariser was async where only a sync one can run, or returned something other
-    than text."""
+    """A summariser was async where only a sync one can run, returned something other
+    than text, or raised (the error names it; the original is its `__cause__`)."""
 
 
 class BaseContextManager(ABC, Generic[S]):
@@ -100,8 +100,10 @@ class MessageContextManager(BaseContextManager[S]):
         """Trim `state.context` in place and return the state (a summariser must be sync)."""
         trimmed = self.trimmed(state.context)
         if trimmed is not None:
-            if self.summarizer is not None:
-                said = self.summarizer(dropped(state.context, trimmed), state.context_summary)
+            summarizer = self.summarizer
+            if summarizer is not None:
+                gone, previous = dropped(state.context, trimmed), state.context_summary
+                said = self._call(lambda: summarizer(gone, previous))
                 if inspect.isawaitable(said):
                     close = getattr(said, "close", None)
                     if close is not None:
@@ -125,12 +127,31 @@ class MessageContextManager(BaseContextManager[S]):
 
     async def summary(self, gone: list[Message], previous: str | None) -> str | None:
         """The summary after dropping `gone`: the summariser's, else `previous` unchanged."""
-        if self.summarizer is None:
+        summarizer = self.summarizer
+        if summarizer is None:
             return previous
-        said = self.summarizer(gone, previous)
+        said = self._call(lambda: summarizer(gone, previous))
         if inspect.isawaitable(said):
-            said = await said
+            try:
+                said = await said
+            except Exception as exc:
+                raise self._failed(exc) from exc
         return _text(said)
+
+    def _call(self, call: Callable[[], object]) -> object:
+        """Call the summariser; its failure becomes a `ContextSummaryError` naming it."""
+        try:
+            return call()
+        except Exception as exc:
+            raise self._failed(exc) from exc
+
+    def _failed(self, exc: Exception) -> ContextSummaryError:
+        name = getattr(self.summarizer, "__qualname__", None) or repr(self.summarizer)
+        return ContextSummaryError(
+            f"the summarizer {name} raised {type(exc).__name__}: {exc}; the commit it was "
+            "trimming was not made, so running the thread again calls it again (make it "
+            "return text, or catch what it can recover from)"
+        )
 
 
 def _text(said: object) -> str:

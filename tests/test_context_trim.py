@@ -239,6 +239,53 @@ async def test_a_custom_manager_returning_no_state_fails_the_step_naming_it(
     assert await store.last_seq("t") == 0  # the run's first commit was refused whole
 
 
+async def test_a_failing_summariser_or_manager_is_named_and_records_no_partial_trim() -> None:
+    """A summariser that raises fails the step naming itself (not as if the node had
+    raised), the step's messages are not recorded, and the run, invoked again, goes on."""
+    down = {"now": True}
+
+    async def summarise(gone: list[Message], previous: str | None) -> str:
+        if down["now"]:
+            raise RuntimeError("summary model down")
+        return "earlier questions"
+
+    store = MemoryEventStore()
+    manager = MessageContextManager(max_messages=1, summarizer=summarise)
+    app = agent_with_tools(Agent(), [lookup]).compile(store=store, context_manager=manager)
+    config = {"thread_id": "t"}
+    await app.ainvoke({"messages": [Message.text_message("q0")]}, config)
+    with pytest.raises(ContextSummaryError) as caught:
+        await app.ainvoke({"messages": [Message.text_message("q1")]}, config)
+    said = str(caught.value)
+    assert "the summarizer " in said and "summarise raised RuntimeError: summary model down" in said
+    assert isinstance(caught.value.__cause__, RuntimeError)
+    state = await app.aget_state({"thread_id": "t"})
+    assert [m.text() for m in state.context if m.role == "user"] == ["q0"]  # q1 not recorded
+    down["now"] = False
+    await app.ainvoke({"messages": [Message.text_message("q1")]}, config)
+    state = await app.aget_state({"thread_id": "t"})
+    assert state.context_summary == "earlier questions"
+
+    def boom(state: AgentState) -> AgentState:
+        raise ValueError("boom")
+
+    store = MemoryEventStore()
+    app = agent_with_tools(Agent(), [lookup]).compile(store=store, context_manager=Odd(boom))
+    with pytest.raises(ContextTrimError, match=r"Odd\.atrim_context raised ValueError: boom"):
+        await app.ainvoke({"messages": [Message.text_message("q")]}, config)
+
+
+def test_a_sync_trim_names_a_failing_summariser() -> None:
+    def summarise(gone: list[Message], previous: str | None) -> str:
+        raise KeyError("k")
+
+    state = AgentState(context=[Message.text_message(f"q{i}") for i in range(3)])
+    manager = MessageContextManager(max_messages=1, summarizer=summarise)
+    with pytest.raises(ContextSummaryError, match="summarise raised KeyError"):
+        manager.trim_context(state)
+    assert len(state.context) == 3  # left as it was
+
+
 def test_a_sync_trim_refuses_an_async_summariser() -> None:
     async def summarise(gone: list[Message], previous: str | None) -> str:
         return "never"
