@@ -545,3 +545,19 @@ async def test_a_blocking_def_handler_holds_no_run_up(store: Any) -> None:
                 break
             await asyncio.sleep(0.01)
     assert heard == ["run_started", "run_completed"] * 3
+
+
+def test_global_keys_given_as_one_string_or_with_bad_names_are_refused() -> None:
+    """`global_keys="counter"` read as characters would make "count" (and "c") global."""
+    for wrong, why in [
+        ("counter", r"write \['counter'\]"),
+        (["a/b"], "without '/'"),
+        ([""], "non-empty"),
+        ([3], "list of shared key names"),
+    ]:
+        with pytest.raises(RegistrationError, match=why):
+            RuntimeConfig(global_keys=wrong)  # type: ignore[arg-type]
+    assert RuntimeConfig(global_keys=["counter"]).global_keys == ("counter",)
+    runtime = AgentRuntime(SQLiteEventStore(":memory:"), RuntimeConfig(global_keys=["counter"]))
+    assert runtime.shared_key("g", "count") == "g/count"
+    assert runtime.shared_key("g", "counter") == "*/counter"

@@ -287,6 +287,15 @@ class RuntimeConfig:
     """How often a worker reads what the other workers recorded (when no commit wakes it)."""
 
     def __post_init__(self) -> None:
+        keys = self.global_keys
+        if isinstance(keys, str | bytes) or not all(
+            isinstance(k, str) and k and "/" not in k for k in keys
+        ):
+            raise RegistrationError(
+                "global_keys is a list of shared key names (non-empty, without '/'), got "
+                f"{keys!r}" + (f": write [{keys!r}]" if isinstance(keys, str) else "")
+            )
+        object.__setattr__(self, "global_keys", tuple(keys))
         if self.worker_id is not None and (
             not isinstance(self.worker_id, str) or not self.worker_id.strip()
         ):
