@@ -199,11 +199,13 @@ class McpSession:
                 found.extend(McpTool.of(self, tool) for tool in page.tools)
                 cursor = page.next_cursor
                 if cursor is None:
-                    return found
+                    break
         except (GraphError, McpSessionError):
             raise
         except Exception as exc:
             raise self._connection_error("listing its tools", exc) from exc
+        _distinct(self.server, found)
+        return found
 
     async def call(self, name: str, arguments: dict[str, Any], call_id: str = "") -> Any:
         """Call tool `name` (the server's own name for it) and return the result's output."""
@@ -479,6 +481,20 @@ class McpTool:
     ) -> Any:
         """Call the tool on its server; an error result or a lost server raises."""
         return await self.session.call(self.remote_name, kw, call_id)
+
+
+def _distinct(server: Server, tools: list[McpTool]) -> None:
+    """Refuse a server two of whose tools a model would call by one name (their names differ
+    only in characters providers refuse, or the server lists one twice)."""
+    seen: dict[str, McpTool] = {}
+    for tool in tools:
+        other = seen.setdefault(tool.name, tool)
+        if other is not tool:
+            raise GraphError(
+                f"MCP server {server.label!r} has tools {other.remote_name!r} and "
+                f"{tool.remote_name!r}, both called {tool.name!r} once made acceptable to "
+                "model providers (letters, digits, _ and -): rename one of them on the server"
+            )
 
 
 def _validator(schema: dict[str, Any]) -> Any:

@@ -303,6 +303,16 @@ async def test_a_local_tool_named_like_an_mcp_tool_is_refused_naming_both(
         ToolNode([add, add])
 
 
+async def test_a_server_whose_tool_names_collide_once_made_safe_is_refused() -> None:
+    clashing = replace(stdio_server(), args=["-m", "tests.workers.mcp_server", "clashing"])
+    with pytest.raises(GraphError) as caught:
+        async with mcp_tools(clashing):
+            pass
+    said = str(caught.value)
+    assert "has tools 'count_calls' and 'count.calls', both called 'count_calls'" in said
+    assert "rename one of them on the server" in said
+
+
 async def test_calls_run_concurrently_on_one_session(stdio_tools: list[McpTool]) -> None:
     calls = [("add", {"a": i, "b": i}) for i in range(8)]
     _, finished, _ = await run_with(stdio_tools, calls)

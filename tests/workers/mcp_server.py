@@ -3,6 +3,7 @@
 usage: python -m tests.workers.mcp_server stdio
        python -m tests.workers.mcp_server http
        python -m tests.workers.mcp_server noisy   (stdio, after a log line on stdout)
+       python -m tests.workers.mcp_server clashing   (stdio, with a tool named count.calls)
 
 Over HTTP it listens on a free port of 127.0.0.1 and prints "port N" once connections to it
 are queued.
@@ -100,6 +101,9 @@ def main(argv: list[str]) -> None:
     if argv == ["http"]:
         serve_http()
     elif argv == ["stdio"] or not argv:
+        server.run("stdio")
+    elif argv == ["clashing"]:  # "count.calls" is "count_calls" to a model provider
+        server.tool(name="count.calls")(count_calls)
         server.run("stdio")
     elif argv == ["noisy"]:  # a server that logs to stdout, breaking the protocol
         print("starting agentlog-test-tools...", flush=True)
