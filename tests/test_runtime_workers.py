@@ -9,19 +9,28 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig
+from actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig, dispatch
 from actors.runtime.ledger import Ledger
-from events import SQLiteEventStore, ThreadBusyError, open_store
+from events import (
+    MemoryEventStore,
+    SQLiteEventStore,
+    StoreUnavailableError,
+    ThreadBusyError,
+    open_store,
+)
+from events.kinds import TriggerDispatched
 from projections import replay
 from tests.helpers import line
 from tests.workers.worker_app import build
@@ -209,3 +218,74 @@ async def test_three_postgres_worker_processes_and_a_sigkill(tmp_path: Path) -> 
     async with fresh_schema() as schema:
         sep = "&" if "?" in DSN else "?"
         await shared_workers_survive_a_kill(f"{DSN}{sep}schema={schema}", tmp_path / "fx", 300)
+
+
+# ---- store failures while dispatching ------------------------------------------------------
+
+
+class FlakyStore(MemoryEventStore):
+    """Fails the first `failures` appends recording a dispatch, as a lost server would."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    async def append(self, thread_id: str, events: Sequence[Any], **kwargs: Any) -> Any:
+        if self.failures and any(isinstance(e, TriggerDispatched) for e in events):
+            self.failures -= 1
+            raise StoreUnavailableError("the connection to PostgreSQL was lost (test)")
+        return await super().append(thread_id, events, **kwargs)
+
+
+class FlakyClaims(MemoryEventStore):
+    """Fails the first claim of a worker's lease, as a lost server would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    async def claim(self, thread_id: str, **kwargs: Any) -> Any:
+        if "/lease/" in thread_id and not self.failed:
+            self.failed = True
+            raise StoreUnavailableError("the connection to PostgreSQL was lost (test)")
+        return await super().claim(thread_id, **kwargs)
+
+
+@pytest.fixture
+def quick_retry(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dispatch, "STORE_RETRY_S", 0.05)
+
+
+def runtime_on(store: Any, worker_id: str | None) -> AgentRuntime:
+    runtime = AgentRuntime(store, RuntimeConfig(worker_id=worker_id, poll_s=0.05))
+    runtime.add_graph("g", line(("work", said)).compile(store))
+    runtime.register_entry_point(EntryPoint(id="api", graph_id="g"))
+    return runtime
+
+
+@pytest.mark.parametrize("worker_id", [None, "w1"])
+async def test_a_dispatch_the_store_failed_is_tried_again(
+    worker_id: str | None, caplog: pytest.LogCaptureFixture, quick_retry: None
+) -> None:
+    """A store failure while a trigger is dispatched (the server restarting, the runtime
+    thread held by a lone runtime) leaves it accepted and tries it again, logged."""
+    store = FlakyStore(failures=2)
+    async with store, runtime_on(store, worker_id) as runtime:
+        with caplog.at_level(logging.WARNING, logger="actors.runtime.dispatch"):
+            thread = await runtime.trigger("api", "go")
+            result = await runtime.wait(thread, timeout=10)
+    assert result["status"] == "completed" and store.failures == 0
+    warned = [r.getMessage() for r in caplog.records if "could not be run" in r.getMessage()]
+    assert len(warned) == 2 and "'api'" in warned[0] and "lost (test)" in warned[0]
+
+
+async def test_a_lease_the_store_failed_to_take_does_not_block_the_thread(
+    quick_retry: None,
+) -> None:
+    store = FlakyClaims()
+    async with store, runtime_on(store, "w1") as runtime:
+        thread = await runtime.trigger("api", "go")
+        result = await runtime.wait(thread, timeout=10)
+        again = await runtime.trigger("api", "again", thread_id=thread)
+        assert (await runtime.wait(again, timeout=10))["status"] == "completed"
+    assert result["status"] == "completed" and store.failed

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,9 +33,13 @@ if TYPE_CHECKING:
     from .runtime import AgentRuntime
     from .spec import EntryPoint
 
+_log = logging.getLogger(__name__)
+
 KEEP_RESULTS = 10_000
 """Results and errors of finished runs kept in memory for `wait` (older ones: from the log)."""
 CLAIM_RETRY_S = 0.02
+STORE_RETRY_S = 1.0
+"""How long a trigger whose dispatch the store failed waits before it is tried again."""
 """How often a cancel looks again for a thread still held by a worker finishing its call."""
 
 
@@ -209,6 +214,28 @@ class Dispatcher:
         self.executing[thread_id] = Execution(state, task)
 
     async def _execute(self, state: TriggerState, resume: bool) -> None:
+        """Run one trigger; a store failure before its end is recorded (the server restarting,
+        a lone runtime holding the runtime thread) leaves it accepted: it is queued again
+        after `STORE_RETRY_S`, and the failure is logged, never lost in a dead task."""
+        try:
+            await self._execute_once(state, resume)
+        except StoreError as exc:
+            self._forget(state)  # a failure before `_run_trigger` left it marked as running
+            _log.warning(
+                "trigger %s (entry point %r, thread %r) could not be run: %s; trying again "
+                "in %g s", state.id, state.accepted.entry_point, state.accepted.thread_id,
+                exc, STORE_RETRY_S,
+            )  # fmt: skip
+            if not self.runtime.stopping:
+                loop = asyncio.get_running_loop()
+                loop.call_later(STORE_RETRY_S, self._retry_after_store_error, state)
+
+    def _retry_after_store_error(self, state: TriggerState) -> None:
+        if self.runtime.stopping or state.done or state.id in self.running_ids():
+            return
+        self.enqueue(state, resume=state.in_flight)
+
+    async def _execute_once(self, state: TriggerState, resume: bool) -> None:
         if self.runtime.config.worker_id is None:
             await self._run_trigger(state, resume)
             return
