@@ -561,3 +561,22 @@ def test_global_keys_given_as_one_string_or_with_bad_names_are_refused() -> None
     runtime = AgentRuntime(SQLiteEventStore(":memory:"), RuntimeConfig(global_keys=["counter"]))
     assert runtime.shared_key("g", "count") == "g/count"
     assert runtime.shared_key("g", "counter") == "*/counter"
+
+
+def test_create_agent_runtime_refuses_hive_shaped_arguments_in_one_line() -> None:
+    """A hive caller passes one graph, one entry point, a config dict or a path: each is a
+    RegistrationError saying what to pass, not an AttributeError from deep inside."""
+    store = SQLiteEventStore(":memory:")
+    app = line(("work", lambda state: said("ok"))).compile(store)
+    entry = EntryPoint(id="api", graph_id="g")
+    loose: Any = app, entry, {"max_concurrent_runs": 3}, "app.db"
+    cases: list[tuple[Any, str]] = [
+        (lambda: create_agent_runtime(store, loose[0], [entry]), "dict of graph id"),
+        (lambda: create_agent_runtime(store, {"g": app}, loose[1]), "list of EntryPoint"),
+        (lambda: AgentRuntime(store, loose[2]), r"RuntimeConfig\(\*\*your_dict\)"),
+        (lambda: AgentRuntime(loose[3]), "opened event store"),
+    ]
+    for make, why in cases:
+        with pytest.raises(RegistrationError, match=why):
+            make()
+    assert create_agent_runtime(store, {"g": app}, [entry]).entry_points() == [entry]

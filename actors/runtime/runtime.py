@@ -98,6 +98,16 @@ class AgentRuntime:
         clock: Callable[[], float] = time.time,
         goal: Goal | None = None,
     ) -> None:
+        if not isinstance(store, EventStore):
+            raise RegistrationError(
+                f"AgentRuntime takes an opened event store (SQLiteEventStore('app.db'), "
+                f"open_store(url)), got {type(store).__name__}"
+            )
+        if config is not None and not isinstance(config, RuntimeConfig):
+            raise RegistrationError(
+                f"config is a RuntimeConfig(...), got {type(config).__name__}: write "
+                "RuntimeConfig(**your_dict)"
+            )
         self.store = store
         self.config = config or RuntimeConfig()
         self.clock = clock
@@ -1018,7 +1028,20 @@ def create_agent_runtime(
     *,
     goal: Goal | None = None,
 ) -> AgentRuntime:
-    """A runtime with `graphs` added and `entry_points` registered, not yet started."""
+    """A runtime with `graphs` added and `entry_points` registered, not yet started.
+
+    Unlike hive's (one graph and its goal), `graphs` maps graph ids to compiled graphs.
+    """
+    if not isinstance(graphs, Mapping):
+        raise RegistrationError(
+            f"create_agent_runtime takes graphs as a dict of graph id to compiled graph "
+            f"({{'support': app}}), got {type(graphs).__name__}"
+        )
+    if isinstance(entry_points, EntryPoint) or not isinstance(entry_points, Sequence):
+        raise RegistrationError(
+            f"create_agent_runtime takes entry_points as a list of EntryPoint, got "
+            f"{type(entry_points).__name__}"
+        )
     runtime = AgentRuntime(store, config, goal=goal)
     for graph_id, app in graphs.items():
         runtime.add_graph(graph_id, app)
