@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from actors import ToolNode
-from actors.errors import GraphError, NodeError
+from actors.errors import BlockingCallError, GraphError, NodeError
 from actors.mcp import (
     HttpServer,
     McpConnectionError,
@@ -229,6 +229,21 @@ async def test_a_run_using_tools_after_their_block_fails_and_resumes_inside_a_ne
     records = [r async for r in store.read("t")]
     finished = [r.event for r in records if isinstance(r.event, ToolCallFinished)]
     assert [(f.status, f.output) for f in finished] == [("completed", {"result": 5})]
+
+
+async def test_the_blocking_invoke_fails_the_run_saying_to_use_ainvoke(
+    stdio_tools: list[McpTool],
+) -> None:
+    app = agent_with_tools(scripted_agent([("add", {"a": 1, "b": 1})]), stdio_tools)
+    app = app.compile(MemoryEventStore())
+    go = {"messages": [Message.text_message("go")]}
+    with pytest.raises(BlockingCallError):  # inside the loop: refused before it starts
+        app.invoke(go, config={"thread_id": "t"})
+    with pytest.raises(NodeError, match=r"McpSessionError: .*with ainvoke/astream"):
+        await asyncio.to_thread(app.invoke, go, {"thread_id": "t"})  # from a thread: runs
+    state = await app.aget_state({"thread_id": "t"})
+    assert state.execution_meta.status.value == "error"
+    assert [m.role for m in state.context] == ["user", "assistant"]  # no result to the model
 
 
 async def test_a_server_that_cannot_start_or_be_reached_is_named() -> None:
