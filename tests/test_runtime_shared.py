@@ -580,3 +580,33 @@ def test_create_agent_runtime_refuses_hive_shaped_arguments_in_one_line() -> Non
         with pytest.raises(RegistrationError, match=why):
             make()
     assert create_agent_runtime(store, {"g": app}, [entry]).entry_points() == [entry]
+
+
+async def test_get_execution_result_tells_a_failed_run_and_survives_a_restart(
+    store: Any,
+) -> None:
+    """hive's get_execution_result gave a failed run's result too (success False): here a
+    failed or cancelled run, or one finished before a restart, is its end as the log has
+    it, never None as if it were still running."""
+
+    def work(state: AgentState) -> list[Message]:
+        if state.context[-1].text() == "boom":
+            raise ValueError("bad ticket")
+        return said("ok")
+
+    runtime = runtime_of(store, work)
+    async with runtime:
+        good = await runtime.trigger("api", "fine")
+        await runtime.wait(good, timeout=WAIT)
+        bad = await runtime.trigger("api", "boom")
+        with pytest.raises(NodeError):
+            await runtime.wait(bad, timeout=WAIT)
+        failed = runtime.get_execution_result("api", bad)
+        assert failed is not None and (failed["status"], failed["success"]) == ("failed", False)
+        assert "bad ticket" in failed["error"]["message"]
+        assert runtime.get_execution_result("api", good)["success"] is True  # type: ignore[index]
+    again = runtime_of(store, work)
+    async with again:
+        after = again.get_execution_result("api", good)
+        assert after is not None and (after["status"], after["success"]) == ("completed", True)
+        assert again.get_execution_result("api", "no-such-thread") is None

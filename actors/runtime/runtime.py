@@ -946,12 +946,31 @@ class AgentRuntime:
         return True
 
     def get_execution_result(self, entry_point_id: str, execution_id: str) -> dict[str, Any] | None:
-        """hive's `get_execution_result`: the kept result of a finished run, else None."""
+        """hive's `get_execution_result`: how the run on thread `execution_id` ended, None
+        while it has not (or no run is there). A run this process finished gives what `wait`
+        returned (with its state); any other ended run, a failed or cancelled one, or one
+        finished before a restart, gives its end as the log records it:
+        `{"thread_id", "status", "success", "attempt", "error"}` (read the state with
+        `await runtime.wait(thread)` or the graph's `aget_state`)."""
         self._entry(entry_point_id)
         state = self.ledger.latest_on(execution_id)
         if state is None or not state.done:
             return None
-        return self.dispatcher.results.get(state.id)
+        kept = self.dispatcher.results.get(state.id)
+        if kept is not None:
+            return {**kept, "success": True}
+        error = None
+        if state.outcome == "failed":
+            error = {"type": state.error_type, "message": state.message}
+        elif state.outcome == "cancelled":
+            error = {"type": "cancelled", "message": state.message, "by": state.by}
+        return {
+            "thread_id": execution_id,
+            "status": state.outcome,
+            "success": state.outcome in ("completed", "interrupted"),
+            "attempt": state.attempt,
+            "error": error,
+        }
 
     def pause_timers(self) -> None:
         """Timers stop firing (slots due meanwhile fire once on `resume_timers`)."""
