@@ -308,7 +308,10 @@ class PostgresEventStore(BaseEventStore):
                     try:
                         return await getattr(conn, method)(sql, *args)
                     except _LOST:
-                        conn.terminate()  # the pool replaces it: the next call reconnects
+                        # the pool replaces it: the next call reconnects (a connection the
+                        # pool already took back refuses terminate(): the loss is what counts)
+                        with contextlib.suppress(asyncpg.InterfaceError):
+                            conn.terminate()
                         raise
             except (asyncpg.PostgresError, *_LOST) as exc:
                 raise self._error(exc, "nothing was written") from exc

@@ -91,3 +91,32 @@ def test_a_misspelt_option_in_the_dsn_is_named_as_such() -> None:
     result = agentlog("db", "status", "--dsn", f"{DSN}?schem=x")
     assert result.returncode == 1, result.stderr
     assert '"schem"' in result.stderr and "?schema=" in result.stderr
+
+
+@needs_pg
+async def test_a_backend_killed_mid_statement_is_named_and_the_next_call_reconnects() -> None:
+    import asyncpg
+
+    from .workers.pg_env import fresh_schema
+
+    async with fresh_schema() as schema, PostgresEventStore(DSN, schema=schema) as store:
+        slow = asyncio.ensure_future(store._query("fetchval", "SELECT pg_sleep(30)"))
+        killer = await asyncpg.connect(DSN)
+        try:
+            for _ in range(200):  # until the sleep runs, then kill its backend
+                killed = await killer.fetch(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = $1 AND query LIKE 'SELECT pg_sleep%'",
+                    f"agentlog:{schema}",
+                )
+                if killed:
+                    break
+                await asyncio.sleep(0.02)
+        finally:
+            await killer.close()
+        assert killed
+        with pytest.raises(StoreUnavailableError) as info:
+            await asyncio.wait_for(slow, timeout=20)
+        assert "administrator command" in str(info.value), info.value
+        assert "terminate()" not in str(info.value)
+        assert await store.threads() == []  # the next call reconnects
