@@ -218,7 +218,13 @@ class McpSession:
         except Exception as exc:
             if _closed(exc) and self._client is client:
                 self._client = None  # the next call connects again
-            raise self._connection_error(what, exc, call=True) from exc
+            if _timed_out(exc):
+                raise McpConnectionError(
+                    f"MCP server {self.server.label!r} did not answer {what} within "
+                    f"{self.server.call_timeout:g} s (its call_timeout): whether the call "
+                    "took effect there is unknown; give it longer if the tool is slow"
+                ) from exc
+            raise self._connection_error(f"running {what}", exc, call=True) from exc
         if result.is_error:
             text = _text_of(result) or "the server gave no message"
             raise McpToolError(f"MCP server {self.server.label!r}, tool {name!r}: {text}")
@@ -392,6 +398,14 @@ def _closed(exc: BaseException) -> bool:
     from mcp_types import CONNECTION_CLOSED
 
     return isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """True when `exc` is the SDK's timeout of a request (the server did not answer)."""
+    from mcp import MCPError
+    from mcp_types import REQUEST_TIMEOUT
+
+    return isinstance(exc, MCPError) and exc.code == REQUEST_TIMEOUT
 
 
 def _describe(exc: BaseException) -> str:

@@ -118,7 +118,16 @@ def weather(city: str) -> str:
 async def test_schemas_reach_the_tool_nodes_listing(stdio_tools: list[McpTool]) -> None:
     node = ToolNode([weather, *stdio_tools])
     schemas = {s["function"]["name"]: s["function"] for s in node.schemas()}
-    assert set(schemas) == {"weather", "add", "greet", "forecast", "explode", "die", "count_calls"}
+    assert set(schemas) == {
+        "weather",
+        "add",
+        "greet",
+        "forecast",
+        "explode",
+        "die",
+        "nap",
+        "count_calls",
+    }
     add = schemas["add"]
     assert add["description"] == "Add two integers."
     assert add["parameters"]["properties"]["a"]["type"] == "integer"
@@ -326,6 +335,17 @@ async def test_a_server_whose_tool_names_collide_once_made_safe_is_refused() -> 
     said = str(caught.value)
     assert "has tools 'count_calls' and 'count.calls', both called 'count_calls'" in said
     assert "rename one of them on the server" in said
+
+
+async def test_a_call_past_its_timeout_fails_naming_the_limit_and_the_session_goes_on() -> None:
+    async with mcp_tools(stdio_server(call_timeout=0.3)) as tools:
+        nap = next(t for t in tools if t.name == "nap")
+        with pytest.raises(McpConnectionError) as caught:
+            await nap.session.call("nap", {"seconds": 5}, "c1")
+        said = str(caught.value)
+        assert "did not answer call 'c1' of tool 'nap' within 0.3 s (its call_timeout)" in said
+        assert "unknown" in said
+        assert await nap.session.call("nap", {"seconds": 0}) == {"result": "slept 0.0"}
 
 
 async def test_calls_run_concurrently_on_one_session(stdio_tools: list[McpTool]) -> None:

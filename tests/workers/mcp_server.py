@@ -10,8 +10,8 @@ are queued.
 
 Its tools: `add` (typed arguments, a number back), `greet` (a default argument, text
 back), `forecast` (structured output), `explode` (raises), `die` (the process exits in the
-middle of the call, as a crashed server does) and `count_calls` (how many calls this process
-has served, so a test can tell whether a call ran again).
+middle of the call, as a crashed server does), `nap` (answers late) and `count_calls` (how
+many calls this process has served, so a test can tell whether a call ran again).
 """
 
 from __future__ import annotations
@@ -74,6 +74,16 @@ def die(code: int = 3) -> str:
     """The server process exits while answering (a crash mid-call)."""
     sys.stdout.flush()
     os._exit(code)
+
+
+@server.tool()
+async def nap(seconds: float) -> str:
+    """Answers after `seconds` (a slow tool)."""
+    import anyio
+
+    await anyio.sleep(seconds)
+    _served()
+    return f"slept {seconds}"
 
 
 @server.tool()
