@@ -5,6 +5,7 @@ Each one is a one-line error naming what to fix, never a traceback or a silent h
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from collections.abc import Iterator
 
@@ -120,3 +121,15 @@ async def test_a_backend_killed_mid_statement_is_named_and_the_next_call_reconne
         assert "administrator command" in str(info.value), info.value
         assert "terminate()" not in str(info.value)
         assert await store.threads() == []  # the next call reconnects
+
+
+@needs_pg
+async def test_db_status_exits_3_until_the_schema_is_ready() -> None:
+    from .workers.pg_env import fresh_schema, new_schema_name
+
+    missing = agentlog("db", "status", "--dsn", f"{DSN}?schema={new_schema_name()}", "--json")
+    assert missing.returncode == 3, missing.stderr
+    assert json.loads(missing.stdout)["ready"] is False
+    async with fresh_schema() as schema:
+        ready = agentlog("db", "status", "--dsn", f"{DSN}?schema={schema}")
+        assert ready.returncode == 0 and ready.stdout.strip().endswith("ready"), ready.stderr

@@ -3,7 +3,8 @@
 A PostgreSQL store never creates or alters its tables when it opens (a SQLite file, owned by
 one application, still sets itself up): the schema changes only when someone runs
 `agentlog db upgrade --dsn ...`, which is safe to run again and never downgrades.
-`agentlog db status --dsn ...` says which version the database holds, changing nothing.
+`agentlog db status --dsn ...` says which version the database holds, changing nothing, and
+exits with `NOT_READY` (3) unless this agentlog can open it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ import asyncio
 from typing import Any
 
 import typer
+
+NOT_READY = 3
+"""`agentlog db status`'s exit status when the schema is missing, older or newer than this
+agentlog's (0: ready; 1: the database could not be reached; 2: a usage error)."""
 
 
 def _target(dsn: str, schema: str | None) -> tuple[str, str, float]:
@@ -98,8 +103,7 @@ def status(dsn: str, schema: str | None, as_json: bool) -> None:
     if as_json:
         _echo_json({"schema": name, "version": version, "expected": SCHEMA_VERSION,
                     "ready": ready})  # fmt: skip
-        return
-    if version is None:
+    elif version is None:
         typer.echo(f"no agentlog schema {name!r}: create it with `{upgrade_command(name)}`")
     elif ready:
         typer.echo(f"schema {name!r} is at version {version}: ready")
@@ -109,3 +113,5 @@ def status(dsn: str, schema: str | None, as_json: bool) -> None:
     else:
         typer.echo(f"schema {name!r} is at version {version}, newer than this agentlog "
                    f"({SCHEMA_VERSION}): upgrade agentlog")  # fmt: skip
+    if not ready:  # a deploy script can wait on it: `agentlog db status || ...`
+        raise typer.Exit(NOT_READY)
