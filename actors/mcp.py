@@ -529,6 +529,12 @@ async def mcp_tools(*servers: Server) -> AsyncIterator[list[McpTool]]:
     """Connect to every server and yield all their tools, for a `ToolNode`; the sessions
     close when the block ends. A server that cannot be reached raises
     `McpConnectionError` before the block runs."""
+    for server in servers:
+        if isinstance(server, list | tuple):
+            raise GraphError(
+                f"mcp_tools takes each server as an argument, got a {type(server).__name__}: "
+                "mcp_tools(first, second), or mcp_tools(*servers)"
+            )
     async with contextlib.AsyncExitStack() as stack:
         found: list[McpTool] = []
         for server in servers:

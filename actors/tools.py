@@ -13,11 +13,12 @@ those records, so a step run again answers exactly as it did the first time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -231,7 +232,18 @@ class ToolNode:
 
     def __init__(self, tools: Sequence[Callable[..., Any] | ToolLike]) -> None:
         self.tools: dict[str, ToolLike] = {}
+        if (
+            isinstance(tools, str | bytes | Mapping)
+            or not isinstance(tools, Iterable)
+            or _is_mcp_setup(tools)
+        ):
+            raise GraphError(
+                f"ToolNode takes a list of tools, got {type(tools).__name__} {tools!r:.60}"
+                f"{_MCP_HINT if _is_mcp_setup(tools) else ': ToolNode([get_weather])'}"
+            )
         for fn in tools:
+            if _is_mcp_setup(fn):
+                raise GraphError(f"ToolNode got {type(fn).__name__}, not a tool{_MCP_HINT}")
             tool: ToolLike = fn if isinstance(fn, ToolLike) else Tool.from_function(fn)
             if tool.name in self.tools:
                 first, second = _origin(self.tools[tool.name]), _origin(tool)
@@ -350,6 +362,22 @@ class ToolNode:
         else:  # the hook's change is recorded as the hook's
             await context.commit([result], actor=changed_by)
         return result
+
+
+_MCP_HINT = (
+    ": MCP servers give their tools inside a block, `async with mcp_tools(server) as "
+    "tools:`, then ToolNode([*tools]) (run the graph within that block)"
+)
+
+
+def _is_mcp_setup(value: object) -> bool:
+    """True for an MCP server's address, or an `mcp_tools(...)` block not yet entered: what
+    a hurried user hands a `ToolNode` instead of the tools the block yields."""
+    from .mcp import HttpServer, StdioServer
+
+    if isinstance(value, StdioServer | HttpServer):
+        return True
+    return isinstance(value, contextlib.AbstractAsyncContextManager)
 
 
 def _origin(tool: ToolLike) -> str:

@@ -310,6 +310,20 @@ def test_a_server_address_that_cannot_work_is_refused_when_made(make: Any, said:
         make()
 
 
+async def test_an_mcp_setup_handed_where_tools_belong_says_how_to_open_it() -> None:
+    server = stdio_server()
+    hint = r"async with mcp_tools\(server\) as tools:`, then ToolNode\(\[\*tools\]\)"
+    with pytest.raises(GraphError, match=rf"got StdioServer, not a tool: .*{hint}"):
+        ToolNode([weather, server])  # type: ignore[list-item]
+    with pytest.raises(GraphError, match=rf"takes a list of tools, .*{hint}"):
+        ToolNode(mcp_tools(server))  # type: ignore[arg-type]
+    with pytest.raises(GraphError, match=r"takes a list of tools, got function .*ToolNode\(\["):
+        ToolNode(weather)  # type: ignore[arg-type]
+    with pytest.raises(GraphError, match=r"mcp_tools\(\*servers\)"):
+        async with mcp_tools([server]):  # type: ignore[arg-type]
+            pass
+
+
 def add(a: int, b: int) -> int:
     """A local tool named like one of the server's."""
     return a + b
