@@ -289,3 +289,22 @@ async def test_a_lease_the_store_failed_to_take_does_not_block_the_thread(
         again = await runtime.trigger("api", "again", thread_id=thread)
         assert (await runtime.wait(again, timeout=10))["status"] == "completed"
     assert result["status"] == "completed" and store.failed
+
+
+async def test_two_live_workers_never_share_an_id(tmp_path: Path) -> None:
+    db = tmp_path / "shared.db"
+    first_store, second_store = SQLiteEventStore(db), SQLiteEventStore(db)
+    async with first_store, second_store:
+        first = worker(first_store, "w1")
+        await first.start()
+        second = worker(second_store, "w1")
+        with pytest.raises(ThreadBusyError, match="worker id 'w1' is in use.*--id"):
+            await second.start()
+        assert not second.started  # refused whole: nothing of it keeps running
+        other = worker(second_store, "w2")
+        async with other:  # another id on the same store is welcome
+            thread = await other.trigger("api", "go")
+            assert (await other.wait(thread, timeout=WAIT))["status"] == "completed"
+        await first.stop()
+        async with worker(second_store, "w1") as again:  # the id is free once w1 stopped
+            assert again.started

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from events import Claim
 from events.errors import AgentlogError, StoreError, ThreadBusyError
 from events.kinds import TriggerDispatched, TriggerFinished
 from projections import ExecutionStatus, StopRequestStatus
@@ -26,7 +27,7 @@ from ..command import Command
 from .ledger import TriggerState
 from .rollback import roll_back, rolled_back
 from .shared import RunScope, _scope
-from .workers import give_lease, take_lease
+from .workers import give_lease, take_lease, take_worker_id
 
 if TYPE_CHECKING:
     from ..compiled import CompiledGraph
@@ -80,6 +81,8 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._worker_id: Claim | None = None
+        """A worker's claim on its id, held from `recover` to `stop`."""
 
     # ---- the queue ----------------------------------------------------------------------
 
@@ -411,7 +414,15 @@ class Dispatcher:
         """Queue what the log says is unfinished: accepted triggers not yet run, retries,
         and runs a crash or a stop cut short (resumed from their log); finish rollbacks.
 
-        A worker sharing the store queues them all: each one's lease says who takes it."""
+        A worker sharing the store queues them all: each one's lease says who takes it; it
+        first takes its id, and a live worker already holding it stops this runtime
+        (`ThreadBusyError`)."""
+        if self.runtime.config.worker_id is not None and self._worker_id is None:
+            try:
+                self._worker_id = await take_worker_id(self.runtime)
+            except ThreadBusyError:
+                await self.runtime.stop(cancel=True)
+                raise
         await self.finish_rollbacks()
         for state in self.runtime.ledger.pending():
             if self.runtime.config.worker_id is not None or not state.in_flight:
@@ -606,5 +617,8 @@ class Dispatcher:
         self.queue.clear()
         self.resume.clear()
         self.executing.clear()
+        held, self._worker_id = self._worker_id, None
+        if held is not None:
+            await give_lease(self.runtime, held)
         for trigger_id in list(self._waiting):
             self._notify(trigger_id)

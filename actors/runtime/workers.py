@@ -10,6 +10,8 @@ runs twice:
   while held and are judged dead when their process is gone (same host) or their heartbeat
   is older than the lease (another host); whoever holds the lease runs it, and takes
   over from the log a run whose worker died;
+- a worker holds a claim on its own id (`<runtime thread>/worker/<id>`) while it runs, so
+  two live workers never share an id;
 - a timer slot and an answered record are accepted under a key (`agentlog:timer:<slot>`,
   `agentlog:event:<position>`): when two workers accept the same one, the one first in
   the log is the trigger and the other is recorded as a rejected duplicate, never run.
@@ -48,6 +50,31 @@ async def take_lease(runtime: AgentRuntime, trigger_id: str) -> Claim | None:
         )
     except ThreadBusyError:
         return None
+
+
+def worker_thread(runtime_thread: str, worker_id: str) -> str:
+    """The thread whose claim says a worker of this id is alive on the store."""
+    return f"{runtime_thread}/worker/{worker_id}"
+
+
+async def take_worker_id(runtime: AgentRuntime) -> Claim:
+    """Hold this worker's id while it runs: a second live worker with the same id is refused
+    (`ThreadBusyError`), since leases, logs and `agentlog worker --id` name workers by it."""
+    config = runtime.config
+    assert config.worker_id is not None
+    try:
+        return await runtime.store.claim(
+            worker_thread(config.runtime_thread, config.worker_id),
+            purpose=f"worker {config.worker_id}",
+            lease=config.lease_s,
+        )
+    except ThreadBusyError as exc:
+        raise ThreadBusyError(
+            f"worker id {config.worker_id!r} is in use by a live worker on this store ({exc}): "
+            "give each worker its own id (`agentlog worker --id NAME`, RuntimeConfig("
+            "worker_id=...)); a dead worker's id is free at once on its own host, from another "
+            f"host once its lease ({config.lease_s:g} s) has passed"
+        ) from exc
 
 
 async def give_lease(runtime: AgentRuntime, claim: Claim) -> None:
