@@ -298,7 +298,10 @@ async def test_two_live_workers_never_share_an_id(tmp_path: Path) -> None:
         first = worker(first_store, "w1")
         await first.start()
         second = worker(second_store, "w1")
-        with pytest.raises(ThreadBusyError, match="worker id 'w1' is in use.*--id"):
+        with pytest.raises(
+            ThreadBusyError,
+            match=r"worker id .w1. is in use by a live worker on this store \(process \d+ .*--id",
+        ):
             await second.start()
         assert not second.started  # refused whole: nothing of it keeps running
         other = worker(second_store, "w2")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from events import Claim, EventRecord, ThreadBusyError
@@ -62,15 +63,21 @@ async def take_worker_id(runtime: AgentRuntime) -> Claim:
     (`ThreadBusyError`), since leases, logs and `agentlog worker --id` name workers by it."""
     config = runtime.config
     assert config.worker_id is not None
+    thread = worker_thread(config.runtime_thread, config.worker_id)
     try:
         return await runtime.store.claim(
-            worker_thread(config.runtime_thread, config.worker_id),
-            purpose=f"worker {config.worker_id}",
-            lease=config.lease_s,
+            thread, purpose=f"worker {config.worker_id}", lease=config.lease_s
         )
     except ThreadBusyError as exc:
+        holder = await runtime.store.holder(thread)
+        who = (
+            f"process {holder.pid} on {holder.host}, heartbeat "
+            f"{max(time.time() - holder.heartbeat_at, 0):.0f} s ago"
+            if holder is not None
+            else "it has just let go: try again"
+        )
         raise ThreadBusyError(
-            f"worker id {config.worker_id!r} is in use by a live worker on this store ({exc}): "
+            f"worker id {config.worker_id!r} is in use by a live worker on this store ({who}): "
             "give each worker its own id (`agentlog worker --id NAME`, RuntimeConfig("
             "worker_id=...)); a dead worker's id is free at once on its own host, from another "
             f"host once its lease ({config.lease_s:g} s) has passed"
