@@ -299,8 +299,10 @@ class McpSession:
             if not ready.done():
                 if isinstance(exc, Exception):
                     ready.set_exception(exc)
-                else:  # cancelled while connecting: the caller has gone, nothing to tell it
-                    ready.cancel()
+                else:  # stopped while connecting: a caller still waiting hears so, and
+                    # one that has gone (it gave up first) leaves no unretrieved error behind
+                    ready.set_exception(McpConnectionError(_stopped(self.server, exc)))
+                    ready.exception()
             if not isinstance(exc, Exception):
                 raise
         finally:
@@ -406,6 +408,10 @@ def _timed_out(exc: BaseException) -> bool:
     from mcp_types import REQUEST_TIMEOUT
 
     return isinstance(exc, MCPError) and exc.code == REQUEST_TIMEOUT
+
+
+def _stopped(server: Server, exc: BaseException) -> str:
+    return f"MCP server {server.label!r}: the connection's task stopped ({type(exc).__name__})"
 
 
 def _describe(exc: BaseException) -> str:

@@ -292,6 +292,39 @@ async def test_a_server_that_never_answers_the_handshake_times_out_naming_the_li
             pass
 
 
+GIVE_UP = """
+import asyncio, sys
+from actors.mcp import StdioServer, mcp_tools
+
+async def main():
+    silent = StdioServer(sys.executable, ["-c", "import time; time.sleep(60)"])
+    try:
+        async with asyncio.timeout(0.5):  # the caller gives up during the handshake
+            async with mcp_tools(silent):
+                pass
+    except TimeoutError:
+        print("gave up")
+
+asyncio.run(main())
+"""
+
+
+async def test_giving_up_on_a_connect_leaves_no_unretrieved_error_behind() -> None:
+    """Run in a process of its own: asyncio reports an unretrieved error when it exits."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        GIVE_UP,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert out.decode().strip() == "gave up"
+    assert "never retrieved" not in err.decode(), err.decode()
+
+
 @pytest.mark.parametrize(
     ("make", "said"),
     [
