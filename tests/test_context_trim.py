@@ -4,6 +4,7 @@ recorded in the commit that made the context too long, and the log keeps every m
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 import pytest
@@ -403,3 +404,57 @@ def test_the_graph_machine_holds_with_trimming_on() -> None:
         ),
     )
     assert SEEN, "the agent never ran"
+
+
+# ---- with a model node: what the provider is sent stays bounded -----------------------------
+
+
+def lookup_order(order_id: str) -> str:
+    """The tool the recorded answers call."""
+    return f"order {order_id}: shipped"
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_model_node_sends_only_the_bounded_context_and_the_summary(provider: str) -> None:
+    """Three turns, each a loop of three tool calls, under max_messages=1 and a summariser:
+    each request holds the current turn alone (its tool calls paired with their results, or
+    the fake provider would refuse it with a 400) and the summary of what was dropped."""
+    import anthropic
+    import openai
+
+    from actors.models import ModelNode
+    from tests.workers.fake_provider import FakeProvider, Reply
+
+    async def summarise(gone: list[Message], previous: str | None) -> str:
+        return f"{previous or ''}[{sum(1 for m in gone if m.role == 'user')} turn]"
+
+    manager = MessageContextManager(max_messages=1, summarizer=summarise)
+    async with FakeProvider() as server:
+        client: Any
+        if provider == "openai":
+            client = openai.AsyncOpenAI(base_url=server.openai_url, api_key="k", max_retries=0)
+            call, answer = "chat_tool_call", "chat_text"
+        else:
+            client = anthropic.AsyncAnthropic(
+                base_url=server.anthropic_url, api_key="k", max_retries=0
+            )
+            call, answer = "anthropic_tool_use", "anthropic_text"
+        model = ModelNode(client, model="m", tools=[lookup_order], system_prompt="be brief")
+        store = MemoryEventStore()
+        app = agent_with_tools(model, [lookup_order]).compile(store, context_manager=manager)
+        for turn in range(3):
+            server.script(*[Reply(fixture=call)] * 3, Reply(fixture=answer))
+            said = {"messages": [Message.text_message(f"turn {turn}")]}
+            await app.ainvoke(said, {"thread_id": "t"})
+        sent = [r.body for r in server.requests]
+    assert len(sent) == 12
+    for body in sent[-4:]:  # the last turn's requests: that turn alone, and the summary
+        users = [m for m in body["messages"] if m["role"] == "user"]
+        texts = [json.dumps(m["content"]) for m in users]
+        assert sum("turn " in t for t in texts) == 1 and "turn 2" in texts[0]
+        system = body["system"] if provider == "anthropic" else body["messages"][0]["content"]
+        assert "be brief" in json.dumps(system) and "[1 turn][1 turn]" in json.dumps(system)
+    assert len(sent[-1]["messages"]) < len(sent[3]["messages"]) + 3  # bounded, not growing
+    state = await app.aget_state({"thread_id": "t"})
+    assert state.context_summary == "[1 turn][1 turn]"
+    assert replay(await records_of(store)).model_dump() == state.model_dump()
