@@ -178,6 +178,14 @@ async def test_a_tool_over_http(http_url: str) -> None:
     assert state.execution_meta.status.value == "completed"
 
 
+async def test_a_server_over_http_with_headers(http_url: str) -> None:
+    """Headers (an API key) take the transport over our own HTTP client, closed with it."""
+    server = http_server(http_url, headers={"Authorization": "Bearer k"}, call_timeout=30)
+    async with mcp_tools(server) as tools:
+        add = next(t for t in tools if t.name == "add")
+        assert await add.session.call("add", {"a": 2, "b": 2}) == {"result": 4}
+
+
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_a_server_dying_mid_call_fails_that_call_only(transport: str, http_url: str) -> None:
     if transport == "stdio":
