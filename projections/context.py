@@ -62,6 +62,10 @@ class MessageContextManager(BaseContextManager[S]):
     ) -> None:
         if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
             raise InvalidArgumentError(f"max_messages must be an int >= 1, got {max_messages!r}")
+        if not isinstance(remove_tool_msgs, bool):
+            raise InvalidArgumentError(
+                f"remove_tool_msgs must be True or False, got {remove_tool_msgs!r:.40}"
+            )
         if summarizer is not None and not callable(summarizer):
             raise InvalidArgumentError(
                 f"summarizer must be a function (dropped messages, summary so far) -> str, got "

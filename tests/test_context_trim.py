@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from actors.committing import TRIMMER, ContextTrimError
 from events import (
     ContextSummarized,
+    InvalidArgumentError,
     MemoryEventStore,
     MessageAppended,
     MessagesRemoved,
@@ -285,6 +286,24 @@ def test_a_sync_trim_names_a_failing_summariser() -> None:
     with pytest.raises(ContextSummaryError, match="summarise raised KeyError"):
         manager.trim_context(state)
     assert len(state.context) == 3  # left as it was
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"max_messages": 0}, "max_messages must be an int >= 1, got 0"),
+        ({"max_messages": -3}, "max_messages must be an int >= 1, got -3"),
+        ({"max_messages": "20"}, "max_messages must be an int >= 1, got '20'"),
+        ({"max_messages": True}, "max_messages must be an int >= 1, got True"),
+        ({"max_messages": 2, "remove_tool_msgs": "yes"}, "remove_tool_msgs must be True or"),
+        ({"max_messages": 2, "summarizer": "short"}, "summarizer must be a function"),
+    ],
+)
+def test_a_manager_that_cannot_work_is_refused_when_made(
+    options: dict[str, Any], said: str
+) -> None:
+    with pytest.raises(InvalidArgumentError, match=said):
+        MessageContextManager(**options)
 
 
 def test_a_sync_trim_refuses_an_async_summariser() -> None:
