@@ -22,7 +22,7 @@ import contextlib
 import os
 import re
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 from urllib.parse import urlsplit
@@ -96,10 +96,19 @@ class StdioServer:
                 f"StdioServer needs the command that starts the server, got {self.command!r:.60}"
                 ": StdioServer('python', ['server.py'])"
             )
-        if isinstance(self.args, str | bytes) or not all(isinstance(a, str) for a in self.args):
+        if not isinstance(self.args, str | bytes) and isinstance(self.args, Iterable):
+            object.__setattr__(self, "args", tuple(self.args))  # a generator is read once
+        if not isinstance(self.args, tuple) or not all(isinstance(a, str) for a in self.args):
             raise GraphError(
                 f"StdioServer args are a list of strings, got {self.args!r:.60}: "
                 f"StdioServer({self.command!r}, [{self.args!r:.40}]) passes one argument"
+            )
+        env = dict(self.env) if self.env is not None else {}
+        odd = {k: v for k, v in env.items() if not (isinstance(k, str) and isinstance(v, str))}
+        if odd:
+            raise GraphError(
+                f"StdioServer env holds names and values that are strings, got {odd!r:.60}: "
+                "write numbers as text (env={'PORT': '8000'})"
             )
         _check_timeouts(self.label, self.call_timeout, self.connect_timeout)
 

@@ -333,12 +333,18 @@ async def test_giving_up_on_a_connect_leaves_no_unretrieved_error_behind() -> No
     assert "never retrieved" not in err.decode(), err.decode()
 
 
+def test_stdio_args_from_a_generator_are_kept() -> None:
+    server = StdioServer("python", (a for a in ["-m", "srv"]))
+    assert server.args == ("-m", "srv") and server.args == ("-m", "srv")  # read twice
+
+
 @pytest.mark.parametrize(
     ("make", "said"),
     [
         (lambda: StdioServer("python", "server.py"), "args are a list of strings"),  # type: ignore[arg-type]
         (lambda: StdioServer("python", ["s.py", 3]), "args are a list of strings"),  # type: ignore[list-item]
         (lambda: StdioServer(""), "needs the command"),
+        (lambda: StdioServer("x", env={"PORT": 8000}), r"env=\{'PORT': '8000'\}"),  # type: ignore[dict-item]
         (lambda: HttpServer("127.0.0.1:8000/mcp"), "http:// or https:// URL"),
         (lambda: HttpServer("ftp://host/mcp"), "http:// or https:// URL"),
         (lambda: HttpServer("http://h/mcp", call_timeout=0), "call_timeout is seconds"),
