@@ -458,3 +458,19 @@ async def test_from_spec_takes_the_servers_url_and_key_and_the_node_refuses_them
     for name in ("api_key", "base_url"):
         with pytest.raises(GraphError, match="give it to the client"):
             node(openai_client(server), **{name: "x"})
+
+
+def test_two_tools_with_one_name_are_refused_before_any_request() -> None:
+    from actors.models._common import function_schemas
+
+    def lookup(order_id: str) -> str:
+        """Look an order up."""
+        return order_id
+
+    def other(order_id: str) -> str:
+        """Another."""
+        return order_id
+
+    other.__name__ = "lookup"
+    with pytest.raises(Exception, match="lookup"):
+        function_schemas([lookup, other])

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from projections import MediaRef, Message, TokenUsages, ToolResultBlock
 
-from ..tools import Tool, ToolLike, ToolNode
+from ..tools import ToolLike, ToolNode
 from .errors import ModelResponseError, ModelTruncatedError
 
 Tools = ToolNode | Sequence[Callable[..., Any] | ToolLike] | None
@@ -137,7 +137,7 @@ def function_schemas(tools: Tools) -> list[dict[str, Any]]:
         return []
     if isinstance(tools, ToolNode):
         return tools.schemas()
-    return [(t if isinstance(t, ToolLike) else Tool.from_function(t)).schema() for t in tools]
+    return ToolNode(list(tools)).schemas()  # its checks: one name per tool, clear refusals
 
 
 def request_hash(provider: str, request: Mapping[str, Any]) -> str:
