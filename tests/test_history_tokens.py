@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -226,3 +227,11 @@ async def test_the_commands_print_tokens(tmp_path: Any) -> None:
     assert "2 model calls (1 failed): 100 in + 20 out = 120 tokens" in shown.stdout
     step = json.loads(agentlog("show", "t", "--step", "1", "--db", db, "--json").stdout)
     assert step["tokens"]["steps"][0]["latency_ms"] == 450.0
+
+
+def test_tokens_with_slowest_or_kind_is_refused_in_one_line(tmp_path: Path) -> None:
+    from tests.helpers import agentlog
+
+    for extra in (["--slowest", "3"], ["--kind", "step_advanced"]):
+        done = agentlog("history", "--db", tmp_path / "x.db", "t", "--tokens", *extra)
+        assert done.returncode == 2 and "--tokens shows the model calls alone" in done.stderr

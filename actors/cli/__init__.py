@@ -431,6 +431,11 @@ def history_command(
         rows = await event_history(store, thread, kind or None)
         return rows, render.usage_report([r async for r in store.read(thread)])
 
+    if tokens and (slowest is not None or kind):
+        raise typer.BadParameter(
+            "--tokens shows the model calls alone: drop --slowest/--kind, or run them separately",
+            param_hint="--tokens",
+        )
     rows, usage = _run(job, db, thread)
     if tokens:
         if as_json:
