@@ -55,7 +55,7 @@ if TYPE_CHECKING:
         record_outcome,
         shared_state,
     )
-    from .tools import ToolNode
+    from .tools import ToolNode, ToolUnusableError
 
 _HOMES: dict[str, str] = {
     "END": "projections",
@@ -101,6 +101,7 @@ _HOMES: dict[str, str] = {
     "record_outcome": "actors.runtime",
     "shared_state": "actors.runtime",
     "ToolNode": "actors.tools",
+    "ToolUnusableError": "actors.tools",
 }
 """Each public name and the module it is imported from on first use."""
 
@@ -143,6 +144,7 @@ __all__ = [
     "ThreadBusyError",
     "ToolCommandConflictError",
     "ToolNode",
+    "ToolUnusableError",
     "create_agent_runtime",
     "current_context",
     "interrupt",
