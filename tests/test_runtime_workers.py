@@ -311,3 +311,35 @@ async def test_two_live_workers_never_share_an_id(tmp_path: Path) -> None:
         await first.stop()
         async with worker(second_store, "w1") as again:  # the id is free once w1 stopped
             assert again.started
+
+
+async def test_a_lone_runtime_is_refused_while_a_worker_runs_a_run(tmp_path: Path) -> None:
+    from projections import Message
+
+    db = tmp_path / "shared.db"
+    release = asyncio.Event()
+
+    async def slow(state: Any) -> list[Any]:
+        await release.wait()
+        return [Message.text_message("ok", role="assistant")]
+
+    worker_store, lone_store = SQLiteEventStore(db), SQLiteEventStore(db)
+    async with worker_store, lone_store:
+        busy = AgentRuntime(worker_store, RuntimeConfig(worker_id="w1"))
+        busy.add_graph("g", line(("work", slow)).compile(worker_store))
+        busy.register_entry_point(EntryPoint(id="api", graph_id="g"))
+        async with busy:
+            thread = await busy.trigger("api", "go")
+            while not busy.dispatcher.executing:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.1)  # its dispatch is recorded
+            lone = AgentRuntime(lone_store)
+            lone.add_graph("g", line(("work", said)).compile(lone_store))
+            lone.register_entry_point(EntryPoint(id="api", graph_id="g"))
+            with pytest.raises(ThreadBusyError, match=r"workers run on this store.*as a worker"):
+                await lone.start()
+            assert not lone.started and await lone_store.holder("__runtime__") is None
+            release.set()
+            assert (await busy.wait(thread, timeout=WAIT))["status"] == "completed"
+        async with lone:  # the workers gone, a lone runtime is welcome
+            assert lone.started

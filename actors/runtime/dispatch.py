@@ -27,7 +27,7 @@ from ..command import Command
 from .ledger import TriggerState
 from .rollback import roll_back, rolled_back
 from .shared import RunScope, _scope
-from .workers import give_lease, take_lease, take_worker_id
+from .workers import check_no_workers_running, give_lease, take_lease, take_worker_id
 
 if TYPE_CHECKING:
     from ..compiled import CompiledGraph
@@ -416,13 +416,15 @@ class Dispatcher:
 
         A worker sharing the store queues them all: each one's lease says who takes it; it
         first takes its id, and a live worker already holding it stops this runtime
-        (`ThreadBusyError`)."""
-        if self.runtime.config.worker_id is not None and self._worker_id is None:
-            try:
+        (`ThreadBusyError`); so does, for a lone runtime, a live worker running a run."""
+        try:
+            if self.runtime.config.worker_id is None:
+                await check_no_workers_running(self.runtime)
+            elif self._worker_id is None:
                 self._worker_id = await take_worker_id(self.runtime)
-            except ThreadBusyError:
-                await self.runtime.stop(cancel=True)
-                raise
+        except ThreadBusyError:
+            await self.runtime.stop(cancel=True)
+            raise
         await self.finish_rollbacks()
         for state in self.runtime.ledger.pending():
             if self.runtime.config.worker_id is not None or not state.in_flight:

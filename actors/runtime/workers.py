@@ -84,6 +84,23 @@ async def take_worker_id(runtime: AgentRuntime) -> Claim:
         ) from exc
 
 
+async def check_no_workers_running(runtime: AgentRuntime) -> None:
+    """For a lone runtime starting: refuse (`ThreadBusyError`) when a live worker holds the
+    lease of a run in flight, which the lone runtime would otherwise resume a second time."""
+    store, thread = runtime.store, runtime.config.runtime_thread
+    for state in runtime.ledger.pending():
+        if not state.in_flight:
+            continue
+        holder = await store.holder(lease_thread(thread, state.id))
+        if holder is not None and holder.alive(time.time()):
+            raise ThreadBusyError(
+                f"workers run on this store ({holder.purpose}, process {holder.pid} on "
+                f"{holder.host}): a lone runtime cannot join them; start this one as a worker "
+                "(`agentlog worker --id NAME`, RuntimeConfig(worker_id=...)) or stop the "
+                "workers first"
+            )
+
+
 async def give_lease(runtime: AgentRuntime, claim: Claim) -> None:
     """Let the lease go (after the run's end is recorded, or when it was not needed)."""
     with contextlib.suppress(StoreError):
