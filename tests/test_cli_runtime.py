@@ -373,3 +373,14 @@ def test_a_worker_without_an_app_or_with_an_empty_id_is_refused(tmp_path: Path) 
     done = agentlog("worker", "--db", tmp_path / "x.db")
     assert done.returncode == 2 and "--app" in done.stderr
     assert not (tmp_path / "x.db").exists()
+
+
+def test_a_runtime_object_on_another_store_is_refused_without_echoing_a_password(
+    tmp_path: Path,
+) -> None:
+    dsn = "postgresql://agent:s3cret@127.0.0.1:1/log"
+    env = {"RUNTIME_CLI_DB": str(tmp_path / "other.db")}
+    done = agentlog("runtime", "--dsn", dsn, "--app", f"{APP}:runtime", timeout=PATIENCE, **env)
+    assert done.returncode == 2, done.stderr
+    assert "is a runtime built on the database" in done.stderr and "--db/--dsn" in done.stderr
+    assert "s3cret" not in done.stderr

@@ -1000,7 +1000,10 @@ def db_upgrade_command(dsn: Dsn, schema: SchemaOpt = None, as_json: AsJson = Fal
 
 @db_app.command("status")
 def db_status_command(dsn: Dsn, schema: SchemaOpt = None, as_json: AsJson = False) -> None:
-    """Say which schema version the database holds and whether this agentlog can open it."""
+    """Say which schema version the database holds and whether this agentlog can open it.
+
+    Exit status 0 when it is ready, 3 when it is missing, older or newer (run `agentlog db
+    upgrade`, or upgrade agentlog), so a deploy script can test it."""
     from .db import status
 
     status(dsn, schema, as_json)

@@ -160,10 +160,15 @@ def same_store(runtime: AgentRuntime, db: str, ref: AppRef) -> None:
 
             named = f"{shown_dsn(named)} (schema {theirs[1]!r})"
         where = f"the database {named!r}" if named is not None else "a store with no file"
+        given = db
+        if db.lower().startswith("postgres"):
+            from events.postgres import shown_dsn
+
+            given = shown_dsn(db)
         raise usage(
-            f"{str(ref)!r} is a runtime built on {where}, not on --db {db!r}: run it with "
-            "--db naming that database, or build it on the store --db names (a function "
-            "build(store) gets it)"
+            f"{str(ref)!r} is a runtime built on {where}, not on --db/--dsn {given!r}: run it "
+            "with --db/--dsn naming that database, or build it on the store --db/--dsn names "
+            "(a function build(store) gets it)"
         )
 
 
