@@ -287,3 +287,45 @@ async def test_a_stale_rollback_never_sets_back_a_later_run(store: Any) -> None:
     assert await store.last_seq("t") == head > first_run_end
     state = await paused_app.aget_state(config)
     assert [m.text() for m in state.context if m.role == "user"] == ["first", "second"]
+
+
+async def test_a_rollback_landing_just_after_the_run_completed_leaves_it_completed(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run commits `run_completed`, and the rollback arrives before the runtime records
+    the run's end: the thread is not set back (its outcome stands), and the trigger's end
+    says completed, not cancelled, in this process and after a restart."""
+    from actors.runtime.dispatch import Dispatcher
+
+    ended = Dispatcher._ended
+    gate = asyncio.Event()
+
+    async def held(self: Dispatcher, *args: Any) -> None:
+        await gate.wait()  # the run has completed on its thread; its end is not recorded
+        await ended(self, *args)
+
+    monkeypatch.setattr(Dispatcher, "_ended", held)
+    monkeypatch.setattr(Dispatcher, "_mark_ending", lambda self, thread, state: None)
+    effects = SideEffects()
+    effects.release.set()
+    runtime = runtime_for(store, effects, True)
+    async with runtime:
+        await runtime.trigger("chat", "first", thread_id="t")
+        try:
+            for _ in range(500):
+                if await store.last_seq("t") and "run_completed" in [
+                    r.kind async for r in store.read("t")
+                ]:
+                    break
+                await asyncio.sleep(0.01)
+            await runtime.trigger("chat", "second", thread_id="t", multitask_strategy="rollback")
+        finally:
+            gate.set()  # never leave the held run's task waiting (stop would wait for it)
+        await finished(runtime, store)
+    first_id = runtime.ledger.by_thread["t"][0]
+    assert runtime.ledger.triggers[first_id].outcome == "completed"
+    assert "run_superseded" not in [r.kind async for r in store.read("t")]
+    again = runtime_for(store, effects, True)
+    async with again:
+        assert again.ledger.triggers[first_id].outcome == "completed"
+        assert again.ledger.triggers[first_id].rolled_back_to is None

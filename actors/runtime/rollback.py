@@ -102,6 +102,21 @@ async def rolled_back(store: EventStore, thread_id: str, to_seq: int) -> bool:
     return False
 
 
+async def outran(store: EventStore, thread_id: str, to_seq: int) -> bool:
+    """Whether the run after `to_seq` completed before its rollback could land: its
+    `run_completed` is in the log and no `run_superseded` names it (the rollback wrote
+    nothing, so the run's completion is its true end)."""
+    if await store.last_seq(thread_id) <= to_seq:
+        return False
+    run_id, completed = None, False
+    async for record in store.read(thread_id, to_seq + 1):
+        if isinstance(record.event, RunSuperseded) and record.event.started_seq == to_seq + 1:
+            return False
+        run_id = run_id or record.run_id
+        completed = completed or (record.kind == "run_completed" and record.run_id == run_id)
+    return completed
+
+
 async def _run_after(store: EventStore, thread_id: str, seq: int) -> str | None:
     """The run id of the first record after `seq` (None: nothing was recorded after it,
     or nothing at all yet: a run cut short before it wrote its first record)."""

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 from events import EventRecord, EventStore
 from events.errors import StoreError, ThreadBusyError
 from events.follow import follow, last_position
-from events.kinds import TriggerAccepted, TriggerListening
+from events.kinds import TriggerAccepted, TriggerFinished, TriggerListening
 from projections import ExecutionStatus, StopRequestStatus
 from projections.edge import to_builtins
 
@@ -473,8 +473,34 @@ class AgentRuntime:
             await self._interrupt(thread_id, entry, actor)
         elif busy and strategy == "rollback" and thread_id is not None:
             why = f"rolled back: superseded by run {accepted.trigger_id}"
+            running = self.dispatcher.executing.get(thread_id)
             await self.dispatcher.supersede(thread_id, actor, why)
+            if running is not None:
+                await self._settle_rollback(running.state)
         return accepted
+
+    async def _settle_rollback(self, state: TriggerState) -> None:
+        """A run that completed just before its rollback landed keeps its completion: the
+        rollback wrote nothing on the thread, so the trigger's recorded end is set right
+        (completed, not cancelled), and a restart has no rollback left to finish."""
+        from .rollback import outran
+
+        to_seq = state.rolled_back_to
+        if state.outcome != "cancelled" or to_seq is None:
+            return
+        if await outran(self.store, state.accepted.thread_id, to_seq):
+            await self.journal.record(
+                [
+                    TriggerFinished(
+                        trigger_id=state.id,
+                        outcome="completed",
+                        attempt=state.attempt,
+                        message="it completed before the rollback reached it",
+                        by=state.by,
+                    )
+                ],
+                by=state.by,
+            )
 
     async def _interrupt(self, thread_id: str, entry: EntryPoint, actor: str) -> None:
         """Stop the thread's running run (a stop: the running node finishes and commits)
