@@ -173,7 +173,14 @@ async def check_everything_once(
             if r.kind == "trigger_finished"
         ]
     )
-    assert all(count == 1 for (_, outcome), count in finishes.items() if outcome == "completed")
+    twice = [t for (t, outcome), n in finishes.items() if outcome == "completed" and n > 1]
+    if twice:  # say who recorded what about it, so a failure can be read
+        told = [
+            (r.position, r.kind, r.actor, getattr(r.event, "attempt", None))
+            async for r in store.read("__runtime__")
+            if getattr(r.event, "trigger_id", None) == twice[0]
+        ]
+        pytest.fail(f"trigger {twice[0]} finished twice: {told}")
     for thread in threads:
         report = await store.verify(thread)
         assert report.ok, report

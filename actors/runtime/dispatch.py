@@ -355,6 +355,8 @@ class Dispatcher:
             return  # paused by the runtime's own stop: the next runtime resumes it
         outcome = "completed" if meta.status == ExecutionStatus.COMPLETED else "interrupted"
         self._keep(self.results, state.id, {"thread_id": state.accepted.thread_id, **result})
+        if self.runtime.config.worker_id is not None:
+            await self.runtime.journal.catch_up()  # another worker's word on it comes first
         if state.done:
             return  # a cancel recorded its end first
         await self.runtime.journal.record(

@@ -33,13 +33,15 @@ class RuntimeJournal:
         self.appended = 0
         self._pending: list[tuple[list[Event], list[str], asyncio.Future[list[EventRecord]]]] = []
         self._flushing: asyncio.Task[None] | None = None
+        self.writer = "runtime"
+        """Who the records are by when no one else is named: a worker records its own id."""
         self.on_applied: Callable[[list[EventRecord]], None] | None = None
         """Told of the records other writers (other workers) wrote, once folded in."""
 
     async def record(self, events: Sequence[Event], by: str | None = None) -> list[EventRecord]:
-        """Append `events` (written by `by`, else "runtime") and return their records."""
+        """Append `events` (written by `by`, else `writer`) and return their records."""
         future: asyncio.Future[list[EventRecord]] = asyncio.get_running_loop().create_future()
-        self._pending.append((list(events), [by or "runtime"] * len(events), future))
+        self._pending.append((list(events), [by or self.writer] * len(events), future))
         if self._flushing is None or self._flushing.done():
             self._flushing = asyncio.ensure_future(self._flush())
         return await asyncio.shield(future)

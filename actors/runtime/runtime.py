@@ -312,6 +312,7 @@ class AgentRuntime:
                     "only with other workers"
                 )
             self.journal.on_applied = self.follower.seen
+            self.journal.writer = f"worker:{self.config.worker_id}"
         await self.journal.catch_up()
         self._head_at_start = await _head(self.store)
         self.started, self.stopping = True, False
