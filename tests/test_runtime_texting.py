@@ -329,3 +329,15 @@ async def test_a_rollback_landing_just_after_the_run_completed_leaves_it_complet
     async with again:
         assert again.ledger.triggers[first_id].outcome == "completed"
         assert again.ledger.triggers[first_id].rolled_back_to is None
+
+
+async def test_rollback_also_cancels_the_input_queued_behind_the_run(store: Any) -> None:
+    runtime, effects = await first_in_flight(store, False)
+    queued = await runtime.submit("chat", "queued", thread_id="t")  # enqueue: waits its turn
+    asyncio.get_running_loop().call_later(0.1, effects.async_release.set)
+    await runtime.trigger("chat", "latest", thread_id="t", multitask_strategy="rollback")
+    state = await finished(runtime, store)
+    assert [m.text() for m in state.context if m.role == "user"] == ["latest"]
+    ended = runtime.ledger.triggers[queued.trigger_id]
+    assert ended.outcome == "cancelled" and "superseded" in (ended.message or "")
+    assert not ended.dispatched  # it never ran

@@ -529,30 +529,46 @@ class Dispatcher:
             self._notify(trigger_id)
         self._wake.set()
 
-    async def supersede(self, thread_id: str, actor: str, reason: str | None) -> bool:
-        """Double-texting's rollback: cancel the thread's running run (its queued ones stay)
-        and set the thread back to the state before it. False when no run is executing.
+    async def supersede(
+        self, thread_id: str, actor: str, reason: str | None, keep: str | None = None
+    ) -> bool:
+        """Double-texting's rollback: cancel the thread's running run and the input queued
+        behind it (all but `keep`, the input that supersedes them), and set the thread back
+        to the state before the running run. False when no run was executing.
 
-        The trigger's end, naming the seq to return to, is recorded first: a crash midway
-        leaves it to `recover` to finish the rollback.
+        The ends are recorded first, the running one naming the seq to return to: a crash
+        midway leaves it to `recover` to finish the rollback.
         """
+        queued = [state for state in self.queued_on(thread_id) if state.id != keep]
+        for state in queued:
+            self.queue.remove(state)
+            self.resume.discard(state.id)
+        ends = [
+            TriggerFinished(
+                trigger_id=state.id, outcome="cancelled", attempt=state.attempt,
+                message=reason, by=actor,
+            )
+            for state in queued
+        ]  # fmt: skip
         execution = self.executing.get(thread_id)
         if execution is None or execution.ending or execution.task.done():
+            if ends:
+                await self.runtime.journal.record(ends, by=actor)
+                for state in queued:
+                    self._notify(state.id)
             return False
         state = execution.state
         to_seq = state.thread_seq or 0
         execution.cancelled_by = (actor, reason)
         self.holding.add(thread_id)
         try:
-            await self.runtime.journal.record(
-                [
-                    TriggerFinished(
-                        trigger_id=state.id, outcome="cancelled", attempt=state.attempt,
-                        message=reason, by=actor, rolled_back_to=to_seq,
-                    )
-                ],
-                by=actor,
+            ends.append(
+                TriggerFinished(
+                    trigger_id=state.id, outcome="cancelled", attempt=state.attempt,
+                    message=reason, by=actor, rolled_back_to=to_seq,
+                )
             )  # fmt: skip
+            await self.runtime.journal.record(ends, by=actor)
             execution.task.cancel(f"rolled back by {actor}" + (f": {reason}" if reason else ""))
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await execution.task
@@ -560,7 +576,8 @@ class Dispatcher:
             await roll_back(app, thread_id, to_seq, by=actor, reason=reason)
         finally:
             self.holding.discard(thread_id)
-            self._notify(state.id)
+            for ended in (*queued, state):
+                self._notify(ended.id)
             self._wake.set()
         return True
 

@@ -475,7 +475,7 @@ class AgentRuntime:
         elif busy and strategy == "rollback" and thread_id is not None:
             why = f"rolled back: superseded by run {accepted.trigger_id}"
             running = self.dispatcher.executing.get(thread_id)
-            await self.dispatcher.supersede(thread_id, actor, why)
+            await self.dispatcher.supersede(thread_id, actor, why, keep=accepted.trigger_id)
             if running is not None:
                 await self._settle_rollback(running.state)
         return accepted
