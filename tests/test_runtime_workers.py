@@ -145,9 +145,16 @@ async def shared_workers_survive_a_kill(address: str, effects: Path, runs: int) 
                 await asyncio.sleep(0.2)
             ledger = await ledger_of(store)
             api = [t for t in ledger.triggers.values() if t.accepted.entry_point == "api"]
-            assert killed and all(t.outcome == "completed" for t in api), collections.Counter(
-                t.outcome for t in api
-            )
+            odd = [t for t in api if t.outcome != "completed"]
+            if odd:  # say who recorded what about it and where its thread stands
+                told = [
+                    (r.position, r.kind, r.actor, getattr(r.event, "outcome", None))
+                    async for r in store.read("__runtime__")
+                    if getattr(r.event, "trigger_id", None) == odd[0].id
+                ]
+                tail = [(r.kind, r.actor) async for r in store.read(odd[0].accepted.thread_id)]
+                pytest.fail(f"{len(odd)} run(s) did not complete; {odd[0].id}: {told}; {tail}")
+            assert killed
             await asyncio.sleep(1.0)  # the audit runs of the last completions
             for name in ("w2", "w3"):
                 procs[name].send_signal(signal.SIGTERM)

@@ -53,6 +53,9 @@ class Execution:
     cancelled_by: tuple[str, str | None] | None = None
     ending: bool = False
     """The run has returned: its outcome is being recorded, a cancel comes too late."""
+    running: bool = False
+    """Its graph run has begun here (a stop request now reaches a run this process owns;
+    before, the trigger may still be another worker's)."""
 
     @property
     def graph_id(self) -> str:
@@ -295,6 +298,9 @@ class Dispatcher:
                 _scope.set(RunScope(self.runtime, entry, asyncio.get_running_loop()))
                 if entry.isolation != "isolated":
                     await self.runtime.catch_up()  # the run reads shared keys as of its start
+            execution = self.executing.get(thread_id)
+            if execution is not None and execution.state is state:
+                execution.running = True
             while True:
                 try:
                     result = await app.ainvoke(run_input, config, include_state=True)
@@ -625,7 +631,9 @@ class Dispatcher:
             self._timer.cancel()
         executions = list(self.executing.values())
         for execution in executions:
-            if abandon:
+            if abandon or not execution.running:
+                # not begun here yet: nothing of it to pause, and (for a worker) no stop
+                # request may reach a run another worker owns
                 execution.task.cancel("the runtime stopped")
             else:
                 app = self.runtime.graphs[execution.graph_id].app
