@@ -155,10 +155,7 @@ class Listeners:
             self._head = max(self._head, record.position)
             if record.thread_id == runtime.config.runtime_thread:
                 continue
-            entries = self._entries("event")
-            if entries and runtime.config.worker_id is not None:
-                await runtime.journal.catch_up()  # a record another worker answered is done
-            for entry in entries:
+            for entry in self._entries("event"):
                 if record.position <= runtime.ledger.answered.get(entry.id, 0):
                     continue
                 try:
@@ -231,8 +228,6 @@ class Listeners:
         async with self._firing:  # the timer loop and a caller never fire one slot twice
             if self.timers_paused:
                 return 0
-            if self.runtime.config.worker_id is not None:
-                await self.runtime.journal.catch_up()  # a slot another worker fired is done
             fired = 0
             now = self.runtime.clock()
             for entry in self._entries("timer"):
