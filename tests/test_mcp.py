@@ -420,21 +420,11 @@ async def test_calls_run_concurrently_on_one_session(stdio_tools: list[McpTool])
 async def test_a_step_run_again_answers_a_finished_mcp_call_from_the_log() -> None:
     """After a crash, a call whose result was committed is not sent to the server again."""
     from actors.context import NodeContext
-    from events import EventRecord, kind_of
+    from events import EventRecord
+    from projections.fold import uncommitted_record
 
     def record(event: Any, seq: int) -> EventRecord:
-        return EventRecord(
-            thread_id="t",
-            seq=seq,
-            position=seq,
-            run_id="r",
-            actor="tools",
-            at=0.0,
-            kind=kind_of(event),
-            version=1,
-            event=event,
-            hash="0" * 64,
-        )
+        return uncommitted_record(event, seq, "t", "r")
 
     before = [
         ToolCallStarted(call_id="a", name="add", args={"a": 1, "b": 2}, node="tools"),
