@@ -4,6 +4,11 @@ Every job is a function of the connection and runs on that thread, in order, in 
 from the event loop. The thread is a daemon: a program that never closes its store still
 exits (SQLite itself makes an unfinished transaction harmless), and a job can be handed in
 from any thread, so a worker thread can release a claim after the event loop has gone.
+
+`try_inline` lets the caller's own thread use the connection when the thread is idle, which
+saves the two thread hops of a job where they cost more than the work (a small commit);
+a lock keeps the connection to one user at a time, and the caller's attempt never waits
+on SQLite's busy handler (it is told to go through the queue instead).
 """
 
 from __future__ import annotations
@@ -25,8 +30,17 @@ Job = Callable[[sqlite3.Connection], None]
 class ConnectionThread:
     """A connection and the daemon thread that alone touches it."""
 
-    def __init__(self, name: str, connect: Callable[[], sqlite3.Connection]) -> None:
+    def __init__(
+        self,
+        name: str,
+        connect: Callable[[], sqlite3.Connection],
+        *,
+        busy_ms: int | None = None,
+    ) -> None:
         self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._busy_ms = busy_ms
+        self._in_use = threading.Lock()  # held by whoever runs SQL on the connection
+        self._impatient = False  # the busy handler is off (set by the last inline user)
         self._connect = connect
         self._conn: sqlite3.Connection | None = None
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
@@ -54,9 +68,35 @@ class ConnectionThread:
             job = self._jobs.get()
             if job is None:
                 break
-            with contextlib.suppress(BaseException):  # a job reports its own outcome
-                job(self._conn)
-        self._conn.close()
+            with self._in_use:
+                if self._impatient:  # queued work waits for other processes' locks again
+                    self._conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+                    self._impatient = False
+                with contextlib.suppress(BaseException):  # a job reports its own outcome
+                    job(self._conn)
+        with self._in_use:
+            self._conn.close()
+
+    def try_inline(self, fn: Callable[[sqlite3.Connection], T]) -> tuple[bool, T | None]:
+        """Run `fn(conn)` in the calling thread if the connection is idle and nothing is
+        queued; `(False, None)` otherwise, and the caller queues a job instead.
+
+        While `fn` runs, SQLite's busy handler is off: `fn` must expect `SQLITE_BUSY` where
+        another process holds the write lock, and report it so the caller can queue.
+        """
+        if self._closed or self._busy_ms is None or self._conn is None or not self._jobs.empty():
+            return False, None
+        if not self._in_use.acquire(blocking=False):
+            return False, None
+        try:
+            if self._closed:  # closed while we took the lock: the thread may have closed it
+                return False, None
+            if not self._impatient:
+                self._conn.execute("PRAGMA busy_timeout = 0")
+                self._impatient = True
+            return True, fn(self._conn)
+        finally:
+            self._in_use.release()
 
     def submit(self, job: Job) -> None:
         """Queue `job`; it reports its outcome itself. Safe from any thread."""

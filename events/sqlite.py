@@ -53,6 +53,9 @@ APPLICATION_ID = 0x41474C47  # "AGLG" in the SQLite header marks an agentlog dat
 SCHEMA_VERSION = 1
 SQLITE_MAGIC = b"SQLite format 3\x00"
 MAX_BATCH = 512
+CHECKPOINT_ROWS = 2000
+"""Rows committed between two checkpoints of the WAL (SQLite's own default is ~1000 pages)."""
+_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 _CLAIMS = """
 CREATE TABLE IF NOT EXISTS claims (
@@ -249,8 +252,9 @@ def _connect(
             target, isolation_level=None, check_same_thread=False, uri=uri, timeout=busy_ms / 1000
         )
         conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
-        if synchronous is not None:
+        if synchronous is not None:  # the writer: the store checkpoints (`_checkpoint_after`)
             conn.execute(f"PRAGMA synchronous = {synchronous}")
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
         return conn
 
     return connect
@@ -326,6 +330,7 @@ class SQLiteEventStore(BaseEventStore):
         self._open_lock = threading.Lock()  # opened from whichever loop comes first
         self._pending: list[tuple[AppendRequest, asyncio.Future[list[EventRecord]]]] = []
         self._in_flight = False
+        self._uncheckpointed = 0
         self._queue_lock = threading.Lock()  # appends come from any event loop's thread
         self._drained = threading.Event()
         self._drained.set()
@@ -380,7 +385,9 @@ class SQLiteEventStore(BaseEventStore):
             self._reader = reader
             return
         try:
-            writer = self._thread("writer", _connect(self.path, False, busy_ms, self._synchronous))
+            writer = self._thread(
+                "writer", _connect(self.path, False, busy_ms, self._synchronous), busy_ms
+            )
         except NotAnAgentlogDatabaseError as exc:
             raise self._read_only_place() or exc from None
         try:
@@ -404,9 +411,11 @@ class SQLiteEventStore(BaseEventStore):
             "written): open it with SQLiteEventStore(path, readonly=True) to read it"
         )
 
-    def _thread(self, role: str, connect: Callable[[], sqlite3.Connection]) -> ConnectionThread:
+    def _thread(
+        self, role: str, connect: Callable[[], sqlite3.Connection], busy_ms: int | None = None
+    ) -> ConnectionThread:
         try:
-            return ConnectionThread(f"agentlog-sqlite-{role}", connect).start()
+            return ConnectionThread(f"agentlog-sqlite-{role}", connect, busy_ms=busy_ms).start()
         except sqlite3.Error as exc:
             raise NotAnAgentlogDatabaseError(self.path, f"SQLite cannot open it: {exc}") from exc
 
@@ -509,18 +518,49 @@ class SQLiteEventStore(BaseEventStore):
             self._in_flight = True
             self._drained.clear()
         requests = [request for request, _ in batch]
-        writer.submit(partial(_run_batch, self._batch_done, batch, requests, self.path))
+        if not self._commit_inline(writer, batch, requests):
+            writer.submit(partial(_run_batch, self._batch_done, batch, requests, self.path))
+
+    def _commit_inline(
+        self,
+        writer: ConnectionThread,
+        batch: list[tuple[AppendRequest, asyncio.Future[list[EventRecord]]]],
+        requests: list[AppendRequest],
+    ) -> bool:
+        """Commit `batch` on this event loop's thread when the writer is idle: a small
+        commit costs less than the two thread hops of handing it over. Not with
+        `synchronous="FULL"` (its fsync stays off the loop), not for callers on other
+        loops, and not while another process holds the write lock (no waiting here)."""
+        if self._synchronous != "NORMAL":
+            return False
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # on the writer thread, after a batch: it queues the next
+            return False
+        if any(future.get_loop() is not loop for _, future in batch):
+            return False
+        ran, outcome = writer.try_inline(partial(_inline_batch, requests, self.path))
+        if not ran or outcome is _BUSY:
+            return False
+        self._batch_done(batch, outcome, here=True)  # type: ignore[arg-type]
+        return True
 
     def _batch_done(
         self,
         batch: list[tuple[AppendRequest, asyncio.Future[list[EventRecord]]]],
         outcome: list[Any] | BaseException,
+        *,
+        here: bool = False,
     ) -> None:
         """On the writer thread: start the next batch, then wake each caller on its own loop
-        (one store may serve several event loops, each blocking API having its own)."""
+        (one store may serve several event loops, each blocking API having its own).
+        `here`: the batch committed on its callers' loop, which settles them directly."""
         with self._queue_lock:
             self._in_flight = False
-        self._submit_next()
+        if here:
+            asyncio.get_running_loop().call_soon(self._submit_next)
+        else:
+            self._submit_next()
         if isinstance(outcome, BaseException):
             if isinstance(outcome, sqlite3.Error):
                 outcome = storage_error(self.path, outcome)
@@ -529,12 +569,30 @@ class SQLiteEventStore(BaseEventStore):
             top = next((rows[-1].position for rows in reversed(outcome) if type(rows) is list), 0)
             if top:
                 self.commit_signal.advance(top)
+                self._checkpoint_after(sum(len(r) for r in outcome if type(r) is list))
+        if here:
+            self._settle([(req, fut, res) for (req, fut), res in zip(batch, outcome, strict=True)])
+            return
         by_loop: dict[asyncio.AbstractEventLoop, list[Any]] = {}
         for (request, future), result in zip(batch, outcome, strict=True):
             by_loop.setdefault(future.get_loop(), []).append((request, future, result))
         for loop, settled in by_loop.items():
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
                 loop.call_soon_threadsafe(self._settle, settled)
+
+    def _checkpoint_after(self, rows: int) -> None:
+        """Count committed rows; past `CHECKPOINT_ROWS`, checkpoint the WAL on the writer
+        thread. The writer connection's own autocheckpoint is off, so a commit made on the
+        event loop never does a checkpoint's copying and fsyncs there."""
+        with self._queue_lock:
+            self._uncheckpointed += rows
+            due = self._uncheckpointed >= CHECKPOINT_ROWS
+            if due:
+                self._uncheckpointed = 0
+        writer = self._writer
+        if due and writer is not None and not self._closing:
+            with contextlib.suppress(RuntimeError):  # closed meanwhile: its close checkpoints
+                writer.submit(_checkpoint)
 
     def _settle(self, settled: list[Any]) -> None:
         """On a caller's loop: hand each append its records or its error."""
@@ -666,7 +724,38 @@ def _run_batch(
     report(batch, outcome)
 
 
-def _write_batch(conn: sqlite3.Connection, batch: list[AppendRequest], path: str) -> list[Any]:
+class _Busy:
+    """Another process held the write lock when an inline commit began: queue it instead."""
+
+
+_BUSY = _Busy()
+
+
+def _inline_batch(
+    requests: list[AppendRequest], path: str, conn: sqlite3.Connection
+) -> list[Any] | BaseException | _Busy:
+    """`_write_batch` on the caller's thread; `_BUSY` when the write lock is taken."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode in _BUSY_CODES:
+            return _BUSY
+        return exc
+    try:
+        return _write_batch(conn, requests, path, begun=True)
+    except BaseException as exc:
+        return exc
+
+
+def _checkpoint(conn: sqlite3.Connection) -> None:
+    """Copy the WAL's committed pages into the database, waiting for nobody."""
+    with contextlib.suppress(sqlite3.Error):  # a reader holding old pages: next time
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+
+def _write_batch(
+    conn: sqlite3.Connection, batch: list[AppendRequest], path: str, *, begun: bool = False
+) -> list[Any]:
     """One transaction for the whole batch; a request that fails writes none of its rows.
 
     Heads and claims are read with one query each and rows written with one `executemany`,
@@ -675,7 +764,8 @@ def _write_batch(conn: sqlite3.Connection, batch: list[AppendRequest], path: str
     outsider may only ask the owner to stop).
     """
     results: list[Any] = []
-    conn.execute("BEGIN IMMEDIATE")
+    if not begun:
+        conn.execute("BEGIN IMMEDIATE")
     try:
         position, damaged = _positions(conn)
         thread_ids = {req.thread_id for req in batch}

@@ -137,3 +137,86 @@ def test_one_store_serves_two_event_loops_at_once(tmp_path: Path) -> None:
     assert done.count("completed") == 30
     for app in apps:
         app.close()
+
+
+async def test_an_idle_writer_lets_the_loop_commit_itself(tmp_path: Path) -> None:
+    """A lone append commits on the caller's thread: no hop to the writer thread and back."""
+    import threading
+
+    async with SQLiteEventStore(tmp_path / "inline.db") as store:
+        await store.open()
+        writer = store._writer
+        assert writer is not None
+        committed_on: list[int] = []
+
+        def trace(statement: str) -> None:
+            if statement.strip().upper() == "COMMIT":
+                committed_on.append(threading.get_ident())
+
+        await writer.call(lambda conn: conn.set_trace_callback(trace))
+        for seq in range(0, 9, 3):
+            await store.append("t", step_events(1), expected_seq=seq)
+        assert committed_on == [threading.get_ident()] * 3
+        assert (await store.verify("t")).ok
+
+
+async def test_a_full_sync_store_keeps_its_commits_off_the_loop(tmp_path: Path) -> None:
+    import threading
+
+    async with SQLiteEventStore(tmp_path / "full.db", synchronous="FULL") as store:
+        await store.open()
+        writer = store._writer
+        assert writer is not None
+        committed_on: list[int] = []
+
+        def trace(statement: str) -> None:
+            if statement.strip().upper() == "COMMIT":
+                committed_on.append(threading.get_ident())
+
+        await writer.call(lambda conn: conn.set_trace_callback(trace))
+        await store.append("t", step_events(1), expected_seq=0)
+        assert committed_on and threading.get_ident() not in committed_on
+
+
+async def test_a_write_lock_held_elsewhere_never_blocks_the_loop(tmp_path: Path) -> None:
+    """While another connection holds the write lock, the append waits on the writer thread
+    (SQLite's busy timeout) and the event loop keeps running; it commits once the lock goes."""
+    import sqlite3
+
+    path = tmp_path / "busy.db"
+    async with SQLiteEventStore(path) as store:
+        await store.append("t", step_events(1), expected_seq=0)
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            append = asyncio.ensure_future(store.append("t", step_events(1), expected_seq=3))
+            ticks = 0
+            for _ in range(20):
+                await asyncio.sleep(0.01)
+                ticks += 1
+            assert ticks == 20 and not append.done()
+        finally:
+            other.execute("COMMIT")
+            other.close()
+        records = await asyncio.wait_for(append, 10)
+        assert [r.seq for r in records] == [4, 5, 6]
+        assert (await store.verify("t")).ok
+
+
+@pytest.mark.parametrize("every", [5, 10**9])
+async def test_the_store_checkpoints_its_wal_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, every: int
+) -> None:
+    """SQLite's autocheckpoint is off on the writer (it would run inside a commit on the
+    loop); the store checkpoints on its writer thread every `CHECKPOINT_ROWS` rows."""
+    import events.sqlite
+
+    monkeypatch.setattr(events.sqlite, "CHECKPOINT_ROWS", every)
+    path = tmp_path / "wal.db"
+    async with SQLiteEventStore(path) as store:
+        await store.append("t", step_events(1), expected_seq=0)
+        size_before = path.stat().st_size
+        for seq in range(3, 3 * 400, 3):  # ~1,600 WAL frames: past SQLite's own threshold
+            await store.append("t", step_events(1), expected_seq=seq)
+        grown = path.stat().st_size > size_before
+    assert grown is (every == 5)
