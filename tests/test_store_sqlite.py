@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -139,21 +140,25 @@ def test_one_store_serves_two_event_loops_at_once(tmp_path: Path) -> None:
         app.close()
 
 
+async def _threads_committing(store: SQLiteEventStore) -> list[int]:
+    """A list that gains the id of the thread running each COMMIT on the writer connection."""
+    await store.open()
+    writer = store._writer
+    assert writer is not None
+    committed_on: list[int] = []
+
+    def trace(statement: str) -> None:
+        if statement.strip().upper() == "COMMIT":
+            committed_on.append(threading.get_ident())
+
+    await writer.call(lambda conn: conn.set_trace_callback(trace))
+    return committed_on
+
+
 async def test_an_idle_writer_lets_the_loop_commit_itself(tmp_path: Path) -> None:
     """A lone append commits on the caller's thread: no hop to the writer thread and back."""
-    import threading
-
     async with SQLiteEventStore(tmp_path / "inline.db") as store:
-        await store.open()
-        writer = store._writer
-        assert writer is not None
-        committed_on: list[int] = []
-
-        def trace(statement: str) -> None:
-            if statement.strip().upper() == "COMMIT":
-                committed_on.append(threading.get_ident())
-
-        await writer.call(lambda conn: conn.set_trace_callback(trace))
+        committed_on = await _threads_committing(store)
         for seq in range(0, 9, 3):
             await store.append("t", step_events(1), expected_seq=seq)
         assert committed_on == [threading.get_ident()] * 3
@@ -161,19 +166,8 @@ async def test_an_idle_writer_lets_the_loop_commit_itself(tmp_path: Path) -> Non
 
 
 async def test_a_full_sync_store_keeps_its_commits_off_the_loop(tmp_path: Path) -> None:
-    import threading
-
     async with SQLiteEventStore(tmp_path / "full.db", synchronous="FULL") as store:
-        await store.open()
-        writer = store._writer
-        assert writer is not None
-        committed_on: list[int] = []
-
-        def trace(statement: str) -> None:
-            if statement.strip().upper() == "COMMIT":
-                committed_on.append(threading.get_ident())
-
-        await writer.call(lambda conn: conn.set_trace_callback(trace))
+        committed_on = await _threads_committing(store)
         await store.append("t", step_events(1), expected_seq=0)
         assert committed_on and threading.get_ident() not in committed_on
 
