@@ -5,6 +5,8 @@ statistics, and a restart that carries on where the last runtime stopped."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -698,3 +700,239 @@ async def test_double_texting_reject_writes_nothing_and_interrupt_continues_the_
 def test_a_bad_multitask_strategy_is_refused() -> None:
     with pytest.raises(RegistrationError, match="multitask_strategy is one of"):
         EntryPoint(id="x", graph_id="g", multitask_strategy="bogus").check()  # type: ignore[arg-type]
+
+
+# ---- the contract's other calls, and what a hurried caller gets wrong ---------------------------
+
+
+@contextlib.asynccontextmanager
+async def gated(runtime: AgentRuntime, gate: Gate) -> AsyncIterator[None]:
+    """`async with runtime`, letting the gate go on the way out: a check that fails inside
+    does not leave the runtime's stop waiting for a step held for ever."""
+    async with runtime:
+        try:
+            yield
+        finally:
+            gate.go.set()
+
+
+async def test_list_graphs_and_remove_graph_refused_while_its_runs_execute_or_queue(
+    store: Any,
+) -> None:
+    gate = Gate()
+    runtime = AgentRuntime(store, RuntimeConfig(max_concurrent_runs=1))
+    runtime.add_graph("g", line(("agent", gate)).compile(store))
+    runtime.add_graph("h", line(("agent", reply)).compile(store))
+    assert runtime.list_graphs() == ["g", "h"]
+    runtime.register_entry_point(EntryPoint(id="api", graph_id="g"))
+    runtime.register_entry_point(EntryPoint(id="other", graph_id="h"))
+    async with gated(runtime, gate):
+        running = await runtime.trigger("api", "one")
+        await gate.entered.wait()
+        queued = await runtime.trigger("other", "two")  # behind the limit of one
+        with pytest.raises(RegistrationError, match=r"'g' has 1 run\(s\) executing and 0 queued"):
+            runtime.remove_graph("g")
+        with pytest.raises(RegistrationError, match=r"'h' has 0 run\(s\) executing and 1 queued"):
+            runtime.remove_graph("h")  # its queued run would wait for it for ever
+        with pytest.raises(RegistrationError, match="'other' has runs executing or queued"):
+            runtime.unregister_entry_point("other")
+        assert runtime.list_graphs() == ["g", "h"]
+        gate.go.set()
+        await runtime.wait(running, timeout=30)
+        await runtime.wait(queued, timeout=30)
+        runtime.remove_graph("h")
+        assert runtime.list_graphs() == ["g"]
+        assert [e.id for e in runtime.entry_points()] == ["api"]  # its entry points went too
+        with pytest.raises(UnknownEntryPointError, match="no entry point 'other'"):
+            await runtime.trigger("other", "three")
+        with pytest.raises(RegistrationError, match="no graph 'h' is registered"):
+            runtime.remove_graph("h")
+
+
+async def test_wait_gives_up_after_its_timeout_naming_the_run_and_the_run_goes_on(
+    store: Any,
+) -> None:
+    gate = Gate()
+    runtime = AgentRuntime(store)
+    runtime.add_graph("g", line(("agent", gate)).compile(store))
+    runtime.register_entry_point(EntryPoint(id="api", graph_id="g"))
+    async with gated(runtime, gate):
+        thread = await runtime.trigger("api", "go", thread_id="t")
+        await gate.entered.wait()
+        with pytest.raises(TimeoutError, match=r"'t' is still running after 0\.05 s: it goes on"):
+            await runtime.wait(thread, timeout=0.05)
+        for bad in (-1, "30", float("nan"), True):
+            with pytest.raises(RegistrationError, match="timeout is a number of seconds >= 0"):
+                await runtime.wait(thread, timeout=bad)
+        gate.go.set()
+        result = await runtime.wait(thread, timeout=30)
+    assert result["status"] == "completed"
+
+
+async def test_cancel_a_run_still_queued_on_a_new_thread(store: Any) -> None:
+    gate = Gate()
+    runtime = AgentRuntime(store, RuntimeConfig(max_concurrent_runs=1))
+    runtime.add_graph("g", line(("agent", gate)).compile(store))
+    runtime.register_entry_point(EntryPoint(id="api", graph_id="g"))
+    async with gated(runtime, gate):
+        first = await runtime.trigger("api", "one")
+        await gate.entered.wait()
+        queued = await runtime.trigger("api", "two")  # its thread has no record yet
+        await runtime.cancel(queued, actor="alice", reason="sent twice")
+        with pytest.raises(RunCancelledError, match="cancelled by alice: sent twice"):
+            await runtime.wait(queued, timeout=30)
+        with pytest.raises(UnknownRunError, match=r"has ended \(cancelled\): nothing to cancel"):
+            await runtime.cancel(queued, actor="alice")
+        gate.go.set()
+        await runtime.wait(first, timeout=30)
+        assert runtime.stats()["entry_points"]["api"]["cancelled"] == 1
+    assert await store.last_seq(queued) == 0  # it never started
+    trigger_id = runtime.ledger.latest_on(queued).id  # type: ignore[union-attr]
+    mine = [
+        r.kind
+        for r in await records_of(store, "__runtime__")
+        if getattr(r.event, "trigger_id", None) == trigger_id
+    ]
+    assert mine == ["trigger_accepted", "trigger_finished"]
+
+
+async def test_a_subscription_sees_what_commits_after_the_call_even_read_later(
+    store: Any,
+) -> None:
+    async with runtime_with(store) as runtime:
+        feed = runtime.subscribe(kinds=["run_completed"], graph_id="support")
+        result = await runtime.trigger_and_wait("chat", "hi", timeout=30)
+        record = await asyncio.wait_for(anext(feed), 10)  # read only now: nothing missed
+        await feed.aclose()
+    assert record.thread_id == result["thread_id"]
+
+
+async def test_stop_with_cancel_abandons_running_steps_at_once_and_the_next_runtime_resumes(
+    store: Any,
+) -> None:
+    stuck = Gate()  # never let go: only a cancel ends this step
+    graph = line(("agent", stuck))
+    runtime = AgentRuntime(store)
+    runtime.add_graph("g", graph.compile(store))
+    runtime.register_entry_point(EntryPoint(id="api", graph_id="g"))
+    await runtime.start()
+    thread = await runtime.trigger("api", "go")
+    await stuck.entered.wait()
+    await asyncio.wait_for(runtime.stop(cancel=True), 10)
+    assert stuck.running == 0  # the async node was cancelled for real
+    unfinished = [t.id for t in runtime.ledger.pending()]
+    assert unfinished == [runtime.ledger.latest_on(thread).id]  # type: ignore[union-attr]
+    later_gate = Gate()
+    later_gate.go.set()
+    later = AgentRuntime(store)
+    later.add_graph("g", line(("agent", later_gate)).compile(store))
+    later.register_entry_point(EntryPoint(id="api", graph_id="g"))
+    async with later:
+        result = await later.wait(thread, timeout=30)
+    assert result["status"] == "completed"
+    assert [m.text() for m in result["state"].context] == ["go", "done"]
+    assert (await store.verify(thread)).ok
+
+
+async def test_stats_say_every_figure_the_contract_names(store: Any) -> None:
+    gate = Gate()
+    runtime = AgentRuntime(store, RuntimeConfig(max_concurrent_runs=1))
+    runtime.add_graph("g", line(("agent", gate)).compile(store))
+    runtime.register_entry_point(EntryPoint(id="api", graph_id="g"))
+    async with gated(runtime, gate):
+        feed = runtime.subscribe()
+        reading = asyncio.ensure_future(anext(feed))
+        running = await runtime.trigger("api", "one")
+        await gate.entered.wait()
+        await runtime.trigger("api", "two")
+        await reading  # one record read; it lags from there
+        stats = runtime.stats()
+        gate.go.set()
+        await runtime.wait(running, timeout=30)
+        await feed.aclose()
+    counts = {"active": 1, "queued": 1, "completed": 0, "failed": 0, "interrupted": 0,
+              "cancelled": 0}  # fmt: skip
+    assert stats["graphs"] == {"g": counts}
+    assert stats["entry_points"] == {"api": counts}
+    assert (stats["executing"], stats["queued"], stats["queue_depth"]) == (1, 1, {"api": 1})
+    assert stats["events_appended"] > 0 and stats["runtime_records"] >= 3
+    assert set(stats["commit_latency_ms"]) == {"p50", "p99"}
+    assert stats["commit_latency_ms"]["p50"] <= stats["commit_latency_ms"]["p99"]
+    assert len(stats["subscriber_lag"]) == 1 and stats["subscriber_lag"][0] > 0
+
+
+async def test_hurried_registrations_are_refused_naming_the_mistake(store: Any) -> None:
+    runtime = AgentRuntime(store)
+    runtime.add_graph("support", support_app(store))
+    runtime.add_graph("reviewer", line(("review", reply)).compile(store))
+    timer = {"graph_id": "support", "trigger": "timer"}
+    bad = [
+        ({**timer, "cron": "0 0 2 * * *"}, r"\(6 fields\): five fields"),  # Quartz, seconds first
+        ({**timer, "cron": "0 2 30 2 *"}, "it has no next time"),  # February 30th
+        ({**timer, "cron": "H 2 * * *"}, "hashed .H. fields give other slots after a restart"),
+        ({**timer, "cron": "R 2 * * *"}, "random .R."),
+        ({**timer, "cron": "61 * * * *"}, "croniter cannot read it"),
+        (
+            {"graph_id": "reviewer", "trigger": "event", "kinds": "run_failed"},
+            r"write kinds=\['run_failed'\]",
+        ),
+        ({"graph_id": "reviewer", "trigger": "event", "kinds": []}, "kinds is empty"),
+        ({"graph_id": "support", "retry": 3}, "retry is a RetryPolicy"),
+        ({"graph_id": "support", "thread_id": "t"}, "belong to trigger='event'"),
+        ({"graph_id": "support", "input_from": str}, "belong to trigger='event'"),
+    ]
+    for fields, words in bad:
+        with pytest.raises(RegistrationError, match=words):
+            runtime.register_entry_point(EntryPoint(id="x", **fields))
+    with pytest.raises(RegistrationError, match="fatal is a tuple of exception classes"):
+        RetryPolicy(fatal=[1])  # type: ignore[list-item]
+    assert RetryPolicy(fatal=KeyError).is_fatal("KeyError")  # type: ignore[arg-type]
+    assert runtime.entry_points() == []
+    runtime.register_entry_point(EntryPoint(id="daily", trigger="timer", graph_id="support",
+                                            cron="@daily"))  # fmt: skip
+    runtime.register_entry_point(EntryPoint(id="chat", graph_id="support"))
+    async with runtime:
+        at_start = await store.last_seq("__runtime__")  # the timer's first listening record
+        for trigger in ("event", "timer"):
+            late = EntryPoint(id="late", graph_id="reviewer", trigger=trigger, interval_s=1)
+            if trigger == "event":
+                late = EntryPoint(id="late", graph_id="reviewer", trigger="event")
+            with pytest.raises(RegistrationError, match="registered before the runtime starts"):
+                runtime.register_entry_point(late)
+        with pytest.raises(RegistrationError, match="priority must be an int"):
+            await runtime.trigger("chat", "hi", priority="high")  # type: ignore[arg-type]
+        assert await store.last_seq("__runtime__") == at_start
+        paused = line(("draft", reply), ("send", reply)).compile(store, interrupt_before=["send"])
+        runtime.add_graph("paused", paused)
+        runtime.register_entry_point(EntryPoint(id="draft", graph_id="paused"))
+        thread = await runtime.trigger("draft", "write")
+        await runtime.wait(thread, timeout=30)
+        before = await store.last_seq("__runtime__")
+        paused_at = await store.last_seq(thread)
+        with pytest.raises(RegistrationError, match="reason is text"):
+            await runtime.cancel(thread, reason=5)  # type: ignore[arg-type]
+        with pytest.raises(RegistrationError, match="actor names who cancels"):
+            await runtime.cancel(thread, actor="")
+        assert await store.last_seq("__runtime__") == before
+        assert await store.last_seq(thread) == paused_at  # still paused, as it was
+    assert [e.id for e in runtime.entry_points()] == ["daily", "chat", "draft"]
+
+
+async def test_inject_input_answers_a_nodes_own_interrupt_call(store: Any) -> None:
+    from actors import interrupt
+
+    def ask(state: AgentState) -> list[Message]:
+        answer = interrupt("refund the order?")
+        return [Message.text_message(f"answer: {answer}", role="assistant")]
+
+    runtime = AgentRuntime(store)
+    runtime.add_graph("g", line(("ask", ask)).compile(store))
+    runtime.register_entry_point(EntryPoint(id="chat", graph_id="g"))
+    async with runtime:
+        thread = await runtime.trigger("chat", {"messages": [Message.text_message("refund?")]})
+        assert (await runtime.wait(thread, timeout=30))["status"] == "interrupted_before"
+        await runtime.inject_input(thread, "yes, refund it", actor="alice")
+        done = await runtime.wait(thread, timeout=30)
+    assert [m.text() for m in done["state"].context] == ["refund?", "answer: yes, refund it"]
+    resumed = [r.event for r in await records_of(store, thread) if r.kind == "resumed"]
+    assert [(r.value, r.by) for r in resumed] == [("yes, refund it", "alice")]

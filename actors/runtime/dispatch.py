@@ -489,22 +489,27 @@ class Dispatcher:
         latest = self.runtime.ledger.latest_on(thread_id)
         assert latest is not None
         app = self.runtime.graphs[latest.accepted.graph_id].app
+        status = None  # a thread whose first run has not started has no state yet
+        if await self.runtime.store.last_seq(thread_id) > 0:
+            status = (await app.aget_state({"thread_id": thread_id})).execution_meta.status
+        # from here to the ends' record, no await: the queue and the runs are as read
+        latest = self.runtime.ledger.latest_on(thread_id) or latest
         queued = self.queued_on(thread_id)
         execution = self.executing.get(thread_id)
         if execution is not None and (execution.ending or execution.task.done()):
             execution = None  # it has returned: its own outcome stands
         ending = [s.id for s in queued] + ([execution.state.id] if execution else [])
-        current = await app.aget_state({"thread_id": thread_id})
-        at_rest = current.execution_meta.status in (
-            ExecutionStatus.COMPLETED,
-            ExecutionStatus.CANCELLED,
-        )
-        if not ending and at_rest:
+        ended = latest.outcome if latest.done else None
+        if not ending and (
+            status in (ExecutionStatus.COMPLETED, ExecutionStatus.CANCELLED)
+            or ended in ("completed", "cancelled", "rejected")
+            or status is None
+        ):
             from .spec import UnknownRunError
 
             raise UnknownRunError(
                 f"the run on thread {thread_id!r} has ended "
-                f"({current.execution_meta.status.value}): nothing to cancel"
+                f"({status.value if status is not None else ended}): nothing to cancel"
             )
         if not ending:
             ending.append(latest.id)  # the paused or failed run

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 
 from events import EventRecord, EventStore
 from events.errors import StoreError, ThreadBusyError
-from events.follow import follow, last_position
+from events.follow import commit_signal, follow, last_position
 from events.kinds import TriggerAccepted, TriggerFinished, TriggerListening
 from projections import ExecutionStatus, StopRequestStatus
 from projections.edge import to_builtins
@@ -169,13 +169,15 @@ class AgentRuntime:
             self.dispatcher.poke()  # triggers recovered for this graph may run now
 
     def remove_graph(self, graph_id: str) -> None:
-        """Unregister a graph and its entry points; refused while its runs execute."""
+        """Unregister a graph and its entry points; refused while its runs execute or wait
+        in the queue (they would wait for the graph to come back)."""
         graph = self._graph(graph_id)
         busy = [e for e in self.dispatcher.executing.values() if e.graph_id == graph_id]
-        if busy:
+        queued = [t for t in self.dispatcher.queue if t.accepted.graph_id == graph_id]
+        if busy or queued:
             raise RegistrationError(
-                f"graph {graph_id!r} has {len(busy)} run(s) executing: cancel or wait for "
-                "them before removing it"
+                f"graph {graph_id!r} has {len(busy)} run(s) executing and {len(queued)} "
+                "queued: cancel or wait for them before removing it"
             )
         for entry_id in list(graph.entry_points):
             self.entries.pop(entry_id, None)
@@ -224,7 +226,7 @@ class AgentRuntime:
                 f"entry point {entry.id!r}: input_keys {unknown} are not fields of graph "
                 f"{entry.graph_id!r}'s state ({', '.join(sorted(fields))})"
             )
-        schedule = Schedule.of(entry) if entry.trigger == "timer" else None
+        schedule = Schedule.of(entry, self.clock()) if entry.trigger == "timer" else None
         if self.started and entry.trigger != "api":
             raise RegistrationError(
                 f"entry point {entry.id!r}: event and timer entry points are registered "
@@ -237,12 +239,15 @@ class AgentRuntime:
 
     def unregister_entry_point(self, entry_id: str) -> bool:
         """Remove an entry point and return True (hive's `if runtime.unregister_entry_point(...)`
-        holds); refused while its runs execute, and an unknown id raises
+        holds); refused while its runs execute or are queued, and an unknown id raises
         `UnknownEntryPointError` naming the registered ones (hive returned False)."""
         entry = self._entry(entry_id)
-        if any(e.entry_point == entry_id for e in self.dispatcher.executing.values()):
+        if any(e.entry_point == entry_id for e in self.dispatcher.executing.values()) or any(
+            t.accepted.entry_point == entry_id for t in self.dispatcher.queue
+        ):
             raise RegistrationError(
-                f"entry point {entry_id!r} has runs executing: cancel or wait for them first"
+                f"entry point {entry_id!r} has runs executing or queued: cancel or wait for "
+                "them first"
             )
         self.graphs[entry.graph_id].entry_points.discard(entry_id)
         del self.entries[entry_id]
@@ -431,6 +436,10 @@ class AgentRuntime:
             )
         if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
             raise RegistrationError(f"thread_id must be a non-empty string, got {thread_id!r}")
+        if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+            raise RegistrationError(
+                f"priority must be an int (higher runs first), got {priority!r}"
+            )
         if thread_id == self.config.runtime_thread:
             raise RegistrationError(f"{thread_id!r} is the runtime's own thread")
         if thread_id is not None:
@@ -642,6 +651,7 @@ class AgentRuntime:
         A failed run raises its error (after its retries); a cancelled one
         `RunCancelledError`; `TimeoutError` after `timeout` seconds (the run goes on).
         """
+        _check_timeout(timeout)
         state = self.ledger.latest_on(thread_id)
         if state is None and self.config.worker_id is not None:
             await self.journal.catch_up()  # another worker may have accepted it just now
@@ -652,20 +662,31 @@ class AgentRuntime:
 
     async def wait_for(self, trigger_id: str, timeout: float | None = None) -> dict[str, Any]:
         """`wait` for one triggered run, by its trigger id."""
+        _check_timeout(timeout)
         state = self.ledger.triggers.get(trigger_id)
         if state is None and self.config.worker_id is not None:
             await self.journal.catch_up()
             state = self.ledger.triggers.get(trigger_id)
         if state is None:
             raise UnknownRunError(f"no run {trigger_id!r} in this runtime")
-        async with asyncio.timeout(timeout):
-            while not state.done:
-                if not self.started or self.stopping:
-                    raise RuntimeNotStartedError(
-                        f"the runtime stopped before run {trigger_id!r} ended; the next runtime "
-                        "on this store carries it on"
-                    )
-                await self.dispatcher.changed(state.id)
+        deadline = asyncio.timeout(timeout)
+        try:
+            async with deadline:
+                while not state.done:
+                    if not self.started or self.stopping:
+                        raise RuntimeNotStartedError(
+                            f"the runtime stopped before run {trigger_id!r} ended; the next "
+                            "runtime on this store carries it on"
+                        )
+                    await self.dispatcher.changed(state.id)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            where = "queued" if not state.dispatched else "running"
+            raise TimeoutError(
+                f"the run on thread {state.accepted.thread_id!r} is still {where} after "
+                f"{timeout:g} s: it goes on; wait again, or cancel it"
+            ) from None
         return await self.result_of(state)
 
     async def result_of(self, state: TriggerState) -> dict[str, Any]:
@@ -765,6 +786,10 @@ class AgentRuntime:
         finishes on its worker thread, its result discarded); a paused or failed one ends.
         """
         self._check_started()
+        if not isinstance(actor, str) or not actor:
+            raise RegistrationError(f"actor names who cancels, a non-empty string; got {actor!r}")
+        if reason is not None and not isinstance(reason, str):
+            raise RegistrationError(f"reason is text (or None), got {reason!r}")
         state = self.ledger.latest_on(thread_id)
         if state is None:
             raise UnknownRunError(f"no run of this runtime is on thread {thread_id!r}")
@@ -780,7 +805,9 @@ class AgentRuntime:
         node: str | None = None,
         after: int | None = None,
     ) -> AsyncIterator[EventRecord]:
-        """Committed records in log order, live, from after position `after` (default: now).
+        """Committed records in log order, live, from after position `after` (default: what
+        is committed from this call on, even when the feed is first read later; before
+        `start`, from its first read).
 
         A slow subscriber reads behind from the log: it never makes memory grow or slows
         the writers. `graph_id` keeps the threads of that graph (and the runtime's own
@@ -795,6 +822,8 @@ class AgentRuntime:
         # unstarted (the feed follows from the head it reads when first iterated)
         follow(self.store, after=0 if after is None else after, kinds=kinds, thread_id=thread_id,
                node=node)  # fmt: skip
+        if after is None and self.started and commit_signal(self.store) is not None:
+            after = self.listeners.head  # the head as this process knows it, now
         return self._feed(kinds, graph_id, thread_id, node, after)
 
     async def _feed(
@@ -1125,6 +1154,17 @@ def _alias(name: str, value: str | None, hive: str, hive_value: str | None) -> s
     if value is not None and hive_value is not None and value != hive_value:
         raise RegistrationError(f"give {name} or hive's {hive}, not both")
     return value if value is not None else hive_value
+
+
+def _check_timeout(timeout: float | None) -> None:
+    """A `timeout=` is seconds, a number >= 0, or None (no limit)."""
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0
+    ):
+        raise RegistrationError(
+            f"timeout is a number of seconds >= 0, or None to wait for as long as the run "
+            f"takes; got {timeout!r}"
+        )
 
 
 def _check_position(at_position: int | None) -> None:

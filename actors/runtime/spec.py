@@ -75,6 +75,10 @@ class RuntimeRunFailedError(AgentRuntimeError):
         self.error_type = error_type
 
 
+def _is_error_class(value: object) -> bool:
+    return isinstance(value, type) and issubclass(value, BaseException)
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """A failed run is retried from the log (not from scratch) up to `max_attempts` in all,
@@ -86,6 +90,17 @@ class RetryPolicy:
     fatal: tuple[str | type[BaseException], ...] = ()
 
     def __post_init__(self) -> None:
+        fatal: object = self.fatal
+        if isinstance(fatal, str) or _is_error_class(fatal):
+            fatal = (fatal,)  # RetryPolicy(fatal=KeyError): one class, as a tuple
+        if not isinstance(fatal, Sequence | set | frozenset) or not all(
+            (isinstance(f, str) and f) or _is_error_class(f) for f in fatal
+        ):
+            raise RegistrationError(
+                "fatal is a tuple of exception classes or their names (fatal=(KeyError, "
+                f"'PaymentDeclined')), got {self.fatal!r}"
+            )
+        object.__setattr__(self, "fatal", tuple(fatal))
         if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
             raise RegistrationError(f"max_attempts must be an int, got {self.max_attempts!r}")
         if self.max_attempts < 1:
@@ -166,17 +181,40 @@ class EntryPoint:
             )
         if isinstance(self.priority, bool) or not isinstance(self.priority, int):
             raise RegistrationError(f"entry point {self.id!r}: priority must be an int")
+        if self.retry is not None and not isinstance(self.retry, RetryPolicy):
+            raise RegistrationError(
+                f"entry point {self.id!r}: retry is a RetryPolicy(max_attempts, backoff_s) or "
+                f"None, got {self.retry!r}"
+            )
         if self.trigger == "event":
+            if isinstance(self.kinds, str | bytes):
+                raise RegistrationError(
+                    f"entry point {self.id!r}: kinds is a list of event kinds, got "
+                    f"{self.kinds!r}: write kinds=[{self.kinds!r}]"
+                )
+            if self.kinds is not None and not list(self.kinds):
+                raise RegistrationError(
+                    f"entry point {self.id!r}: kinds is empty, so no event would match: name "
+                    "the kinds, or leave kinds out to answer every kind"
+                )
             for kind in self.kinds or ():
                 if kind not in KINDS:
                     raise RegistrationError(
                         f"entry point {self.id!r}: {kind!r} is not an event kind (known: "
                         f"{', '.join(sorted(KINDS))})"
                     )
-        elif self.kinds or self.from_graph or self.node or self.include_own:
+        elif (
+            self.kinds
+            or self.from_graph
+            or self.node
+            or self.thread_id is not None
+            or self.include_own
+            or self.input_from is not None
+        ):
             raise RegistrationError(
-                f"entry point {self.id!r}: kinds, from_graph, node and include_own filter "
-                "events: they belong to trigger='event'"
+                f"entry point {self.id!r}: kinds, from_graph, thread_id, node, include_own and "
+                "input_from say which events start runs and with what input: they belong to "
+                "trigger='event' (an api run names its thread in trigger(..., thread_id=...))"
             )
         if self.multitask_strategy not in MULTITASK_STRATEGIES:
             raise RegistrationError(

@@ -11,10 +11,12 @@ skipped in that firing's record).
 from __future__ import annotations
 
 import math
+import re
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 
 from .spec import EntryPoint, RegistrationError
 
@@ -30,13 +32,16 @@ class Schedule:
     cron: str | None = None
 
     @classmethod
-    def of(cls, entry: EntryPoint) -> Schedule:
+    def of(cls, entry: EntryPoint, now: float | None = None) -> Schedule:
         """The entry point's schedule; a bad cron expression is refused, naming it."""
         if entry.cron is not None:
-            if not isinstance(entry.cron, str) or not croniter.is_valid(entry.cron):
+            why = _cron_problem(entry.cron, time.time() if now is None else now)
+            if why is not None:
                 raise RegistrationError(
-                    f"entry point {entry.id!r}: {entry.cron!r} is not a cron expression "
-                    "(five fields: minute hour day-of-month month day-of-week, e.g. '0 2 * * *')"
+                    f"entry point {entry.id!r}: {entry.cron!r} is not a cron expression a "
+                    f"timer can keep ({why}): five fields, minute hour day-of-month month "
+                    "day-of-week in UTC, e.g. '0 2 * * *' (or @hourly, @daily, @weekly, "
+                    "@monthly, @yearly)"
                 )
             return cls(cron=entry.cron)
         return cls(interval_s=float(entry.interval_s or 0))
@@ -88,3 +93,36 @@ class Schedule:
         ratio = when / self.interval_s
         nearest = round(ratio)
         return nearest if abs(ratio - nearest) < 1e-6 else math.floor(ratio)
+
+
+_RANDOM = re.compile(r"[HR](\(|/|$)", re.IGNORECASE)
+"""A croniter random (R) or hashed (H) field: H, H/5, H(0-29), R."""
+ALIASES = frozenset(
+    {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
+)
+"""The named schedules a cron entry point may use instead of five fields."""
+
+
+def _cron_problem(cron: object, now: float) -> str | None:
+    """What keeps `cron` from being a timer's schedule (None: nothing).
+
+    Five fields only: croniter reads a sixth as seconds (so '0 0 2 * * *', seconds first as
+    in Quartz, would fire every second of a minute on the 2nd), and its random (R) and
+    hashed (H) fields are not the same slots across restarts, so a slot could fire twice.
+    """
+    if not isinstance(cron, str):
+        return f"it is not text but {type(cron).__name__}"
+    fields = cron.split()
+    if len(fields) == 1 and fields[0].lower() in ALIASES:
+        pass
+    elif len(fields) != 5:
+        return f"{len(fields)} fields"
+    elif any(_RANDOM.match(token) for field in fields for token in field.split(",")):
+        return "random (R) and hashed (H) fields give other slots after a restart"
+    if not croniter.is_valid(cron):
+        return "croniter cannot read it"
+    try:
+        croniter(cron, datetime.fromtimestamp(now, UTC)).get_next(float)
+    except (CroniterError, ValueError, KeyError) as exc:
+        return f"it has no next time: {exc}"
+    return None
