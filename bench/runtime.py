@@ -103,7 +103,7 @@ async def through_runtime(path: Path, runs: int, subscribed: bool = False) -> di
 
 
 def main() -> None:
-    args = common.parse_args(__doc__.splitlines()[0])
+    args = common.parse_args(__doc__.split("\n\n")[0])  # the first paragraph, whole
     runs = 200 if args.quick else 1000
     samples: dict[str, list[dict[str, float]]] = {"gather": [], "runtime": [], "subscribed": []}
     with tempfile.TemporaryDirectory() as tmp:
