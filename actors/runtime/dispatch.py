@@ -72,6 +72,9 @@ class Dispatcher:
     def __init__(self, runtime: AgentRuntime) -> None:
         self.runtime = runtime
         self.queue: list[TriggerState] = []
+        self._queued: set[str] = set()
+        """The ids in `queue`: a trigger is queued once, found without a scan (1,000 triggers
+        accepted at once would otherwise cost a million comparisons)."""
         self.resume: set[str] = set()
         """Triggers to run from the log (input None): retries and runs cut short."""
         self.holding: set[str] = set()
@@ -91,7 +94,7 @@ class Dispatcher:
 
     def enqueue(self, state: TriggerState, *, resume: bool = False) -> None:
         """Queue a trigger (in priority, then arrival order) and wake the dispatcher."""
-        if any(queued.id == state.id for queued in self.queue):
+        if state.id in self._queued:
             return
         key = (-state.accepted.priority, state.position)
         index = len(self.queue)
@@ -101,6 +104,7 @@ class Dispatcher:
         ):
             index -= 1
         self.queue.insert(index, state)
+        self._queued.add(state.id)
         if resume:
             self.resume.add(state.id)
         self._wake.set()
@@ -185,6 +189,8 @@ class Dispatcher:
             else:
                 per_entry[accepted.entry_point] = per_entry.get(accepted.entry_point, 0) + 1
                 self._begin(state)
+        if len(kept) != len(self.queue):
+            self._queued = {state.id for state in kept}
         self.queue = kept
         if earliest is not None:
             self._wake_at(earliest)
@@ -515,6 +521,7 @@ class Dispatcher:
             ending.append(latest.id)  # the paused or failed run
         for state in queued:
             self.queue.remove(state)
+            self._queued.discard(state.id)
             self.resume.discard(state.id)
         if execution is not None:
             execution.cancelled_by = (actor, reason)
@@ -553,6 +560,7 @@ class Dispatcher:
         queued = [state for state in self.queued_on(thread_id) if state.id != keep]
         for state in queued:
             self.queue.remove(state)
+            self._queued.discard(state.id)
             self.resume.discard(state.id)
         ends = [
             TriggerFinished(
@@ -649,6 +657,7 @@ class Dispatcher:
                     )
         await asyncio.gather(*(e.task for e in executions), return_exceptions=True)
         self.queue.clear()
+        self._queued.clear()
         self.resume.clear()
         self.executing.clear()
         held, self._worker_id = self._worker_id, None
