@@ -964,3 +964,54 @@ def test_queueing_many_triggers_at_once_costs_no_scan_per_trigger() -> None:
     took = time.perf_counter() - began
     assert [s.id for s in dispatcher.queue] == [s.id for s in states]
     assert took < 2.0, f"{took:.2f} s to queue 10,000 triggers"
+
+
+async def test_event_entry_points_filter_by_thread_and_node_and_answer_their_own_graph_if_asked(
+    store: Any,
+) -> None:
+    support = line(("agent", reply), ("tidy", reply))
+    support.name = "support"
+    audit = line(("note", reply))
+    audit.name = "audit"
+    runtime = AgentRuntime(store)
+    runtime.add_graph("support", support.compile(store))
+    runtime.add_graph("audit", audit.compile(store))
+    runtime.register_entry_point(EntryPoint(id="chat", graph_id="support"))
+    runtime.register_entry_point(EntryPoint(id="audit", graph_id="audit"))
+    event = {"graph_id": "audit", "trigger": "event"}
+    runtime.register_entry_point(
+        EntryPoint(id="on_tidy", kinds=["message_appended"], node="tidy", **event)
+    )
+    runtime.register_entry_point(
+        EntryPoint(
+            id="on_t1",
+            kinds=["run_completed"],
+            thread_id="t1",
+            input_from=lambda record: f"{record.kind} on {record.thread_id}",
+            **event,
+        )
+    )
+    own = {"kinds": ["run_completed"], "thread_id": "a1"}
+    runtime.register_entry_point(EntryPoint(id="own", include_own=True, **own, **event))
+    runtime.register_entry_point(EntryPoint(id="not_own", **own, **event))
+    expected = {"on_tidy": 2, "on_t1": 1, "own": 1, "not_own": 0}  # tidy: one message a run
+    async with runtime:
+        for thread in ("t1", "t2"):
+            await runtime.trigger_and_wait("chat", "hi", thread_id=thread, timeout=30)
+        await runtime.trigger_and_wait("audit", "note this", thread_id="a1", timeout=30)
+        for _ in range(250):
+            counts = runtime.stats()["entry_points"]
+            if all(counts[e]["completed"] >= n for e, n in expected.items()):
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)  # nothing more comes
+    accepted = [
+        r.event for r in await records_of(store, "__runtime__") if r.kind == "trigger_accepted"
+    ]
+    fired = {e: [a for a in accepted if a.entry_point == e] for e in expected}
+    assert {e: len(a) for e, a in fired.items()} == expected
+    assert {a.cause for e in expected for a in fired[e]} == {"event"}
+    t1_done = [r.position for r in await records_of(store, "t1") if r.kind == "run_completed"]
+    assert fired["on_t1"][0].source_position == t1_done[0]
+    answer = replay(await records_of(store, fired["on_t1"][0].thread_id))
+    assert answer.context[0].text() == "run_completed on t1"  # what input_from made of it
