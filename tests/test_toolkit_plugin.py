@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
 
 USER_TESTS = """
 import pytest
@@ -72,3 +77,69 @@ def test_a_missing_graph_fixture_says_what_to_define(tmp_path: Path) -> None:
     result = run_pytest(tmp_path, NO_GRAPH)
     assert result.returncode != 0
     assert "define a fixture named agentlog_graph" in result.stdout + result.stderr
+
+
+def test_the_plugin_is_an_entry_point_that_imports_nothing_of_agentlog() -> None:
+    """pytest loads the plugin in every session of an environment with agentlog installed:
+    it must not load the engine, the state models or pydantic until a fixture is used."""
+    from importlib.metadata import entry_points
+
+    assert [e.value for e in entry_points(group="pytest11") if e.name == "agentlog"] == [
+        "actors.testing.plugin"
+    ]
+    code = (
+        "import sys\n"
+        "import actors.testing.plugin\n"
+        "ours = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('actors', 'events', 'projections', 'pydantic', 'hypothesis'))\n"
+        "assert ours == ['actors', 'actors.testing', 'actors.testing.plugin'], ours\n"
+        "import actors.testing\n"
+        "assert actors.testing.ScriptedModel.__name__ == 'ScriptedModel'\n"
+        "assert 'hypothesis' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.slow
+def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
+    """docs/testing.md, followed literally in a fresh directory: the demo agent passes, the
+    broken variant fails with its invariant, the plugin's tests pass, and the test the
+    failure prints, pasted into a file, fails the same way."""
+    doc = (ROOT / "docs" / "testing.md").read_text()
+    written = []
+    for block in re.findall(r"```python\n(.*?)```", doc, re.S):
+        first = block.splitlines()[0]
+        if first.startswith("# tests/"):
+            path = tmp_path / first[2:].strip()
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(block)
+            written.append(path.name)
+    assert written == [
+        "test_support_properties.py",
+        "test_refund_properties.py",
+        "test_support_flow.py",
+    ]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+               "--hypothesis-seed=0"]  # fmt: skip
+    ran = subprocess.run(
+        [*command, "tests"], capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
+    out = ran.stdout
+    assert ran.returncode == 1, out + ran.stderr
+    assert "1 failed, 3 passed" in out, out
+    assert "broken: the user's invariant refund_within_total" in out
+    printed = out.split("As a test that fails the same way (paste it into a test file):\n")[1]
+    lines = []
+    for line in printed.splitlines()[1:]:
+        text = line.removeprefix("E").strip("\n")[7:]
+        if text.startswith("Failing test case"):
+            break
+        lines.append(text.removeprefix("    "))
+    (tmp_path / "tests" / "test_pasted.py").write_text("\n".join(lines) + "\n")
+    pasted = subprocess.run(
+        [*command, "tests/test_pasted.py"], capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert pasted.returncode == 1, "\n".join(lines) + pasted.stdout + pasted.stderr
+    assert "assert refund_within_total(state) is not False" in pasted.stdout

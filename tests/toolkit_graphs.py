@@ -98,3 +98,31 @@ def refund_creep(store: EventStore) -> CompiledGraph[Any]:
 def refund_within_total(state: AgentState) -> bool:
     """The domain's rule: a refund is never above the order's total."""
     return getattr(state, "refund", 0.0) <= TOTAL
+
+
+def closure_counter(store: EventStore) -> CompiledGraph[Any]:
+    """Buggy: the agent numbers its replies from a counter in the factory's closure. Each app
+    counts alone, so only an app rebuilt after a crash disagrees with one never crashed."""
+    count = [0]
+
+    def agent(state: AgentState) -> list[Message]:
+        count[0] += 1
+        return [reply(f"reply number {count[0]}")]
+
+    graph: StateGraph[AgentState] = StateGraph()
+    graph.add_node("agent", agent)
+    graph.set_entry_point("agent")
+    graph.add_edge("agent", END)
+    return graph.compile(store)
+
+
+def _count_in_a_global(state: AgentState) -> list[Message]:
+    COUNT[0] += 1
+    return [reply(f"reply number {COUNT[0]}")]
+
+
+counting_graph: StateGraph[AgentState] = StateGraph(name="counting")
+"""Buggy, and handed to the machine as a `StateGraph`: it counts in the module global."""
+counting_graph.add_node("agent", _count_in_a_global)
+counting_graph.set_entry_point("agent")
+counting_graph.add_edge("agent", END)

@@ -1,28 +1,61 @@
 """Testing toolkit for a user's own agent: doubles, faults, and a graph state machine.
 
-`doubles` (scripted model, recording tools, fake clock, seeded ids) and `faults` (a store that
-crashes or pauses at a chosen commit) need nothing beyond agentlog; `graph_machine` needs
-hypothesis (`pip install 'agentlog[testing]'`) and is imported only when asked for.
+`doubles` (scripted model, recording tools, fake clock, seeded ids), `faults` (a store that
+crashes or pauses at a chosen commit) and `checks` (`assert_replays`, and the steps a
+counterexample script takes) need nothing beyond agentlog; `graph_machine` needs hypothesis
+(`pip install 'agentlog[testing]'`). Every name loads on first use (PEP 562), so the pytest
+plugin (`actors.testing.plugin`), which pytest loads in every session, costs nothing until a
+test asks for one of its fixtures.
 """
 
-from typing import Any
+from __future__ import annotations
 
-from .doubles import (
-    FakeClock,
-    MemoryEventStore,
-    RecordedCall,
-    RecordingTool,
-    ScriptedModel,
-    ScriptExhaustedError,
-    Seen,
-    ask_tool,
-    ask_tools,
-    recording_tools,
-    reply,
-    seeded_ids,
-    tool_call,
-)
-from .faults import FaultyStore, SimulatedCrashError, When
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .checks import assert_replays, paused_at, restart
+    from .doubles import (
+        FakeClock,
+        MemoryEventStore,
+        RecordedCall,
+        RecordingTool,
+        ScriptedModel,
+        ScriptExhaustedError,
+        Seen,
+        ask_tool,
+        ask_tools,
+        recording_tools,
+        reply,
+        seeded_ids,
+        tool_call,
+    )
+    from .faults import FaultyStore, SimulatedCrashError, When
+    from .machine import GraphMachine, graph_machine
+    from .report import MachineFailure, comparable
+
+_HOMES = {
+    ".checks": ["assert_replays", "paused_at", "restart"],
+    ".doubles": [
+        "FakeClock",
+        "MemoryEventStore",
+        "RecordedCall",
+        "RecordingTool",
+        "ScriptExhaustedError",
+        "ScriptedModel",
+        "Seen",
+        "ask_tool",
+        "ask_tools",
+        "recording_tools",
+        "reply",
+        "seeded_ids",
+        "tool_call",
+    ],
+    ".faults": ["FaultyStore", "SimulatedCrashError", "When"],
+    ".machine": ["GraphMachine", "graph_machine"],
+    ".report": ["MachineFailure", "comparable"],
+}
+_LAZY = {name: home for home, names in _HOMES.items() for name in names}
 
 __all__ = [
     "FakeClock",
@@ -39,26 +72,27 @@ __all__ = [
     "When",
     "ask_tool",
     "ask_tools",
+    "assert_replays",
     "comparable",
     "graph_machine",
+    "paused_at",
     "recording_tools",
     "reply",
+    "restart",
     "seeded_ids",
     "tool_call",
 ]
 
-_LAZY = {
-    "GraphMachine": ".machine",
-    "graph_machine": ".machine",
-    "MachineFailure": ".report",
-    "comparable": ".report",
-}
-
 
 def __getattr__(name: str) -> Any:
-    """Import the state machine (and hypothesis) only when it is asked for."""
-    if name in _LAZY:
-        import importlib
+    """Import a name's module (and, for the state machine, hypothesis) when it is asked for."""
+    home = _LAZY.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home, __name__), name)
+    globals()[name] = value
+    return value
 
-        return getattr(importlib.import_module(_LAZY[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -19,6 +19,7 @@ from events import EventStore, MemoryEventStore, SQLiteEventStore
 from events.errors import AgentlogError
 from projections import AgentState, replay
 
+from .checks import reopen_after_crash
 from .doubles import FakeClock, RecordingTool, recording_tools
 from .faults import FaultyStore, SimulatedCrashError, When
 
@@ -70,6 +71,10 @@ class Lane:
     life: Incarnation = field(init=False)
     lives: list[Incarnation] = field(default_factory=list)
     crashes: int = 0
+    recovery: Literal["retried", "ended", "resumed"] | None = None
+    """After the last crash: what the caller did (retry the call, nothing, resume)."""
+    uncrashed: Outcome | None = None
+    """What the last call meant to crash came to when it ended before the chosen commit."""
     spawns: int = 0
     """Child processes started (each seeds its ids apart from the others')."""
 
@@ -150,10 +155,11 @@ class Lane:
         restarted process would. None when the run ended before that commit."""
         before = await self.inner.last_seq(self.thread_id)
         self.life.store.crash_at(commit, when)
-        await self.call(input)
+        outcome = await self.call(input)
         faulty = self.life.store
         if not faulty.crashed:
             faulty.disarm()
+            self.uncrashed = outcome
             return None
         await self.reopen()
         return await self._recover(input, before)
@@ -180,7 +186,7 @@ class Lane:
             self.thread_id, str(commit), when, text, repr(self.clock.now), str(2**40 + self.spawns),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
         )  # fmt: skip
-        _, err = await child.communicate()
+        out, err = await child.communicate()
         self.inner = self._open()
         if child.returncode == -signal.SIGKILL:
             self.crashes += 1
@@ -192,30 +198,31 @@ class Lane:
                 f"{err.decode(errors='replace')[-2000:]}"
             )
         await self.begin()
+        said = out.decode(errors="replace").strip().splitlines() or [""]
+        self.uncrashed = Outcome(said[-1], await self.state())  # its last line: the status
         return None
 
     async def _recover(self, input: Any, before: int) -> Outcome:
         """After a reopen: retry a call nothing of which was recorded, leave alone a run
         whose end (completion, failure, a pause) was committed, and resume any other."""
         if await self.inner.last_seq(self.thread_id) == before:
+            self.recovery = "retried"
             return await self.call(input)  # nothing of it was recorded: the caller retries
         kinds = {r.kind async for r in self.inner.read(self.thread_id, before + 1)}
         if kinds & ENDINGS:
+            self.recovery = "ended"
             state = await self.state()
             assert state is not None
             return Outcome(state.execution_meta.status.value, state)
+        self.recovery = "resumed"
         return await self.call(None)
 
     async def reopen(self) -> None:
         """What a restart after a crash does: the dead engine's claims go, the store is
         opened afresh from its files (the same memory for a memory store), the app rebuilt."""
         self.crashes += 1
-        self.life.store.bury()
-        await asyncio.sleep(0)  # let the dead engine's tasks see their refusals
-        if self.kind == "sqlite":
-            with contextlib.suppress(AgentlogError):
-                await self.inner.close()
-            self.inner = self._open()
+        reopen = self._open if self.kind == "sqlite" else None
+        self.inner = await reopen_after_crash(self.life.store, reopen)
         await self.begin()
 
     async def close(self) -> None:

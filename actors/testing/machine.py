@@ -18,39 +18,47 @@ that return False or raise `AssertionError` when a rule of the domain is broken.
 Alongside the thread under test runs a shadow: the same graph, the same inputs, never a crash.
 The two must end in the same state (ids and times aside): that is what catches state kept
 outside the log (a module global, a counter in a closure, the wall clock). A failure names
-the broken invariant, shows the difference, and prints the shrunk steps as a script.
+the broken invariant, shows the difference, and prints the shrunk steps, in agentlog's API and
+as a pytest test that fails the same way when pasted into a test file (`MachineFailure.test`,
+written by `actors.testing.script`).
 
 hypothesis is needed (`pip install 'agentlog[testing]'`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import inspect
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from events.errors import ThreadBusyError
+from events.errors import AgentlogError, ThreadBusyError
 from projections import AgentState, Message, replay, step_seq, verify_snapshots
 from projections.invariants import thread_findings
 from projections.messages import message_defaults
 
 from ..command import Command
 from ..portal import Portal
+from .checks import paused_at
 from .doubles import FakeClock, _SeededIds
 from .lanes import Factory, Lane, Outcome, StoreKind
 from .report import MachineFailure, comparable, difference
+from .script import Broken, Script, Step
+
+if TYPE_CHECKING:
+    from ..graph import StateGraph
 
 T = TypeVar("T")
 
 Invariant = Callable[[AgentState], object]
 """A user's rule of the domain: False or an `AssertionError` means it is broken."""
+Code = Callable[[Lane, Outcome | None], tuple[str, ...]]
+"""The code that does a step again on a lane, given what it came to there."""
 
 DEFAULT_INPUTS: st.SearchStrategy[Any] = st.sampled_from(
     ["hello", "where is my order?", "I want a refund", ""]
@@ -61,6 +69,9 @@ DEFAULT_EDITS: st.SearchStrategy[dict[str, Any]] = st.sampled_from(
 ).map(lambda text: {"messages": [Message.text_message(text, role="user")]})
 MAX_COMMIT = 12
 """The commits a crash, stop or pause is placed among (a later one may never come)."""
+COMMITS: st.SearchStrategy[int] = st.one_of(st.integers(1, 3), st.integers(1, MAX_COMMIT))
+"""Which commit of a call: the first few half the time, since a short call (one node, two or
+three commits) would leave most of a uniform draw past its end, and the fault unplaced."""
 
 
 class GraphMachine(RuleBasedStateMachine):
@@ -80,6 +91,10 @@ class GraphMachine(RuleBasedStateMachine):
         self.ids = _SeededIds(self.seed)
         self.shadow_ids = _SeededIds(self.seed)
         self.script: list[str] = []
+        self.steps: list[Step] = []
+        self.pending: Step | None = None
+        """The step under way, for a failure found in the middle of it."""
+        self.code = Script(type(self))
         self.notes: list[str] = []
         self.forks = 0
         self.main = Lane(type(self).factory, self.store_kind, self.clock)
@@ -108,7 +123,10 @@ class GraphMachine(RuleBasedStateMachine):
         return result
 
     def both(
-        self, step: str, act: Callable[[Lane], Coroutine[Any, Any, Outcome | None]]
+        self,
+        step: str,
+        act: Callable[[Lane], Coroutine[Any, Any, Outcome | None]],
+        code: Code,
     ) -> tuple[Outcome | None, Outcome | None]:
         """Do the same thing to the thread and its shadow, and note it in the script."""
         self.script.append(step)
@@ -116,13 +134,20 @@ class GraphMachine(RuleBasedStateMachine):
         shadow = self._run(act(self.shadow), self.shadow_ids)
         self.clock.advance(1.0)
         self.shadow.clock.advance(1.0)
+        self.record(step, code(self.main, main), code(self.shadow, shadow))
         if main is not None and shadow is not None and main.result != shadow.result:
             self.fail(
                 "the same call ended differently with and without the history behind it",
                 f"{step}: {main.result} here, {shadow.result} without crashes",
+                "shadow",
             )
         self._settle(main, shadow)
         return main, shadow
+
+    def record(self, said: str, main: tuple[str, ...], shadow: tuple[str, ...]) -> None:
+        """Keep the code of a step done, for the test a failure prints."""
+        self.pending = None
+        self.steps.append(Step(said, main, None if shadow == main else shadow))
 
     def _settle(self, main: Outcome | None, shadow: Outcome | None) -> None:
         if main is not None:
@@ -130,22 +155,48 @@ class GraphMachine(RuleBasedStateMachine):
         if shadow is not None:
             self.shadow_live = shadow.state
 
-    def fail(self, invariant: str, detail: str) -> None:
-        raise MachineFailure(invariant, detail, self.script, type(self))
+    def fail(
+        self,
+        invariant: str,
+        detail: str,
+        broken: Broken = "log",
+        check: Invariant | None = None,
+    ) -> None:
+        """Raise the failure: what broke, where the states differ, the steps as a test."""
+        steps = [*self.steps, *([self.pending] if self.pending is not None else [])]
+        try:
+            test = self.code.render(steps, broken, check)
+        except Exception as exc:  # a failure must be reported even if its script cannot be
+            test = f"# the steps could not be written as a test: {type(exc).__name__}: {exc}"
+        raise MachineFailure(invariant, detail, self.script, type(self), test=test)
+
+    def _call(self, expr: str, outcome: Outcome | None) -> tuple[str, ...]:
+        """`await expr` as the code of a step that came to `outcome`."""
+        failed = outcome.result.removeprefix("error:") if outcome and outcome.failed else None
+        return self.code.call(expr, failed)
 
     # ---- what a rule does ---------------------------------------------------------------
 
     def send(self, input: Any, shown: str) -> None:
-        self.both(f"await app.ainvoke({shown}, config)", lambda lane: lane.call(input))
+        expr = f"app.ainvoke({self.code.value(input)}, config)"
+        self.both(
+            f"await app.ainvoke({shown}, config)",
+            lambda lane: lane.call(input),
+            lambda lane, outcome: self._call(expr, outcome),
+        )
 
     def edit(self, values: dict[str, Any], as_node: str | None) -> None:
+        expr = f"app.aupdate_state(config, {self.code.value(values)}, as_node={as_node!r})"
         self.both(
-            f"await app.aupdate_state(config, {values!r}, as_node={as_node!r})",
+            f"await app.aupdate_state(config, {_shown(values)}, as_node={as_node!r})",
             lambda lane: lane.edit(values, as_node),
+            lambda lane, outcome: self._call(expr, outcome),
         )
 
     def crash(self, input: Any, shown: str, commit: int, when: str) -> None:
-        self.script.append(f"# crash {when} commit {commit} of:  await app.ainvoke({shown})")
+        self.script.append(
+            f"# crash {when} commit {commit} of:  await app.ainvoke({shown}, config)"
+        )
         if self.kill_spec is not None:
             crashing = self.main.kill_during(self.kill_spec, input, commit, when)  # type: ignore[arg-type]
         else:
@@ -153,19 +204,60 @@ class GraphMachine(RuleBasedStateMachine):
         crashes = self.main.crashes
         main = self._run(crashing, self.ids)
         _event(f"crash {when} a commit: {'done' if self.main.crashes > crashes else 'too late'}")
+        where = " in a child process" if self.kill_spec is not None else ""
         if main is None:
-            self.script[-1] = f"await app.ainvoke({shown}, config)  # ended before commit {commit}"
+            self.script[-1] = (
+                f"await app.ainvoke({shown}, config)  # ended{where} before commit {commit}"
+            )
         else:
-            self.script.append("# ... reopened the store, rebuilt the app, resumed the thread")
+            after = {
+                "resumed": "resumed the thread",
+                "retried": "called again (nothing of the call was recorded)",
+                "ended": "left it (the run's end was recorded)",
+            }
+            self.script.append(
+                "# ... reopened the store, rebuilt the app, "
+                + after.get(self.main.recovery or "", "resumed the thread")
+            )
         shadow = self._run(self.shadow.call(input), self.shadow_ids)
         self.clock.advance(1.0)
         self.shadow.clock.advance(1.0)
+        expr = f"app.ainvoke({self.code.value(input)}, config)"
+        calm = self._call(expr, shadow)
+        again = f"app, store = await restart(build, store{self.code.reopen()})"
+        spawned: tuple[str, ...] = ()
+        if self.kill_spec is not None:  # the call ran in a child process, with an app of its own
+            spawned = (f"{again}  # the call runs in a new process",)
+        if main is None:
+            ended = self._call(expr, self.main.uncrashed)
+            exited = (f"{again}  # ... which exits",) if spawned else ()
+            self.record(self.script[-1], (*spawned, *ended, *exited), calm)
+        else:
+            recovered: tuple[str, ...] = ()
+            if self.main.recovery == "resumed":
+                recovered = self._call("app.ainvoke(None, config)", main)
+            elif self.main.recovery == "retried":
+                recovered = self._call(expr, main)
+            self.record(
+                self.script[-2],
+                (
+                    *spawned,
+                    f"store.crash_at({commit}, {when!r})  # the process dies there",
+                    *self.code.call(expr, "the crash"),
+                    again,
+                    *recovered,
+                ),
+                calm,
+            )
         self._settle(main or Outcome("", self._run(self.main.state(), self.ids)), shadow)
 
     def stop(self, input: Any, shown: str, commit: int) -> None:
+        held: dict[bool, bool] = {}
+
         async def act(lane: Lane) -> Outcome:
             faulty = lane.life.store
-            run = await _paused_at(lane, input, commit)
+            run = await paused_at(faulty, lane.call(input), commit)
+            held[lane is self.main] = faulty.paused.is_set()
             if faulty.paused.is_set():
                 stopped = await lane.app.astop(lane.config)
                 if lane is self.main:
@@ -173,12 +265,42 @@ class GraphMachine(RuleBasedStateMachine):
             faulty.disarm()
             return await run
 
-        self.both(f"# astop() after commit {commit} of:  await app.ainvoke({shown})", act)
+        expr = f"app.ainvoke({self.code.value(input)}, config)"
+
+        def code(lane: Lane, outcome: Outcome | None) -> tuple[str, ...]:
+            if not held.get(lane is self.main):
+                return self._call(expr, outcome)
+            return (
+                f"run = await paused_at(store, {expr}, {commit})",
+                "await app.astop(config)",
+                "store.disarm()",
+                *self._call("run", outcome),
+            )
+
+        said = f"# astop() after commit {commit} of:  await app.ainvoke({shown}, config)"
+        self.both(said, act, code)
 
     def second_invocation(self, input: Any, shown: str, commit: int) -> None:
+        expr = f"app.ainvoke({self.code.value(input)}, config)"
+        second = (
+            f"run = await paused_at(store, {expr}, {commit})",
+            'seq = await store.last_seq(config["thread_id"])',
+            "with pytest.raises(ThreadBusyError):  # a second invocation while the first is paused",
+            f"    await {expr}",
+            'assert await store.last_seq(config["thread_id"]) == seq  # it wrote nothing',
+            "store.disarm()",
+        )
+        said = (
+            f"# a second ainvoke while paused at commit {commit} of:  "
+            f"await app.ainvoke({shown}, config)"
+        )
+        self.pending = Step(said, (*second, "await run"))
+        held: dict[bool, bool] = {}
+
         async def act(lane: Lane) -> Outcome:
             faulty = lane.life.store
-            run = await _paused_at(lane, input, commit if lane is self.main else None)
+            run = await paused_at(faulty, lane.call(input), commit if lane is self.main else None)
+            held[lane is self.main] = faulty.paused.is_set()
             if faulty.paused.is_set():
                 seq = await lane.inner.last_seq(lane.thread_id)
                 try:
@@ -195,11 +317,12 @@ class GraphMachine(RuleBasedStateMachine):
             faulty.disarm()
             return await run
 
-        self.both(
-            f"# a second ainvoke while paused at commit {commit} of:  "
-            f"await app.ainvoke({shown}, config)",
-            act,
-        )
+        def code(lane: Lane, outcome: Outcome | None) -> tuple[str, ...]:
+            if not held.get(lane is self.main):
+                return self._call(expr, outcome)
+            return (*second, *self._call("run", outcome))
+
+        self.both(said, act, code)
 
     def fork(self, pick: int, switch: bool) -> None:
         steps = self._run(self._steps(), self.ids)
@@ -208,6 +331,11 @@ class GraphMachine(RuleBasedStateMachine):
         step = steps[pick % len(steps)]
         self.forks += 1
         new_id = f"{self.main.thread_id}~fork{self.forks}"
+        said = f"await app.afork(config, at_step={step}, new_thread_id={new_id!r})"
+        lines: tuple[str, ...] = (f"await {said.removeprefix('await ')}",)
+        if switch:
+            lines += (f"config = {{'thread_id': {new_id!r}}}", f"store.thread_id = {new_id!r}")
+        self.pending = Step(said, lines)
 
         async def act(lane: Lane) -> Outcome:
             await lane.app.afork(lane.config, at_step=step, new_thread_id=new_id)
@@ -221,7 +349,7 @@ class GraphMachine(RuleBasedStateMachine):
                 lane.life.store.thread_id = new_id
             return Outcome(forked.execution_meta.status.value, await lane.state())
 
-        self.both(f"await app.afork(config, at_step={step}, new_thread_id={new_id!r})", act)
+        self.both(said, act, lambda lane, outcome: lines)
         if switch:
             self.script.append(f"config = {{'thread_id': {new_id!r}}}")
 
@@ -270,14 +398,23 @@ class GraphMachine(RuleBasedStateMachine):
             return
         state_cls = lane.app.graph.state_cls
         reopened = lane._open() if lane.kind == "sqlite" else lane.inner
+        records: list[Any] = []
+        unread: AgentlogError | None = None
         try:
-            records = [r async for r in reopened.read(lane.thread_id)]
             report = await reopened.verify(lane.thread_id)
+            if report.ok:
+                try:
+                    records = [r async for r in reopened.read(lane.thread_id)]
+                except AgentlogError as exc:  # a typed refusal to read is a finding too
+                    unread = exc
         finally:
             if reopened is not lane.inner:
                 await reopened.close()
         if not report.ok:
             self.fail("the hash chain verifies", str(report))
+        if unread is not None:
+            said = f"{type(unread).__name__}: {unread}"
+            self.fail("the log reads back from a reopened store", said)
         folded = replay(records, state_cls)
         if self.live is not None and comparable(self.live, exact=True) != comparable(
             folded, exact=True
@@ -343,6 +480,7 @@ class GraphMachine(RuleBasedStateMachine):
                 "the same inputs without a crash end in the same state (state kept outside "
                 "the log: a module global, a counter in a closure, the wall clock?)",
                 difference(theirs, mine),
+                "shadow",
             )
 
     def _check_user(self) -> None:
@@ -353,10 +491,23 @@ class GraphMachine(RuleBasedStateMachine):
             try:
                 held = check(self.live)
             except AssertionError as exc:
-                self.fail(f"the user's invariant {name}", str(exc) or "assertion failed")
+                said = str(exc) or "assertion failed"
+                self.fail(f"the user's invariant {name}", said, "user", check)
+            except Exception as exc:
+                try:
+                    self.fail(
+                        f"the user's invariant {name}",
+                        f"it raised {type(exc).__name__}: {exc} (an invariant returns False or "
+                        "raises AssertionError when the rule is broken; anything else is a bug "
+                        "in the invariant, or a state it did not expect)",
+                        "user",
+                        check,
+                    )
+                except MachineFailure as failure:
+                    raise failure from exc
             else:
                 if held is False:
-                    self.fail(f"the user's invariant {name}", "it returned False")
+                    self.fail(f"the user's invariant {name}", "it returned False", "user", check)
 
     def teardown(self) -> None:
         try:
@@ -366,19 +517,6 @@ class GraphMachine(RuleBasedStateMachine):
             self.portal.close()
 
 
-async def _paused_at(lane: Lane, input: Any, commit: int | None) -> asyncio.Future[Outcome]:
-    """Start `ainvoke(input)` on the lane, held after its `commit`-th commit (None: not
-    held); return once it is held there or has ended (the run itself, to await)."""
-    faulty = lane.life.store
-    if commit is not None:
-        faulty.pause_at(commit, "after")
-    run = asyncio.ensure_future(lane.call(input))
-    paused = asyncio.ensure_future(faulty.paused.wait())
-    await asyncio.wait({run, paused}, return_when=asyncio.FIRST_COMPLETED)
-    paused.cancel()
-    return run
-
-
 def _event(note: str) -> None:
     """Count `note` in hypothesis's statistics (nothing when run outside a test)."""
     with contextlib.suppress(InvalidArgument):
@@ -386,13 +524,20 @@ def _event(note: str) -> None:
 
 
 def _shown(value: Any) -> str:
+    """`value` as the steps show it: short, a message by its role and text."""
     if isinstance(value, Command):
-        return f"Command(resume={value.resume!r})"
+        return f"Command(resume={_shown(value.resume)})"
+    if isinstance(value, Message):
+        return f"Message.text_message({value.text()[:60]!r}, role={value.role!r})"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_shown(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {_shown(v)}" for k, v in value.items()) + "}"
     return repr(value)
 
 
 def graph_machine(
-    factory: Factory,
+    factory: Factory | StateGraph[Any],
     *,
     inputs: st.SearchStrategy[Any] = DEFAULT_INPUTS,
     answers: st.SearchStrategy[Any] = DEFAULT_ANSWERS,
@@ -431,6 +576,11 @@ def graph_machine(
         )
     if store not in ("memory", "sqlite"):
         raise ValueError(f"store must be 'memory' or 'sqlite', got {store!r}")
+    if callable(invariants) or not isinstance(invariants, Sequence | set | frozenset):
+        raise TypeError(
+            f"invariants is a list of functions of the state, got {invariants!r:.80}: write "
+            "invariants=[your_rule]"
+        )
     for check in invariants:
         if not callable(check):
             raise TypeError(f"an invariant is a function of the state, got {check!r}")
@@ -446,7 +596,7 @@ def graph_machine(
         kill_spec = _importable(factory)
     elif crashes != "in-process":
         raise ValueError(f"crashes must be 'in-process' or 'sigkill', got {crashes!r}")
-    commits = st.integers(1, MAX_COMMIT)
+    commits = COMMITS
     whens = st.sampled_from(["before", "after"])
     node_names = _node_names(factory)
 
@@ -518,6 +668,7 @@ def _compiler(graph: Any) -> Factory:
         return graph.compile(store)
 
     build.__qualname__ = build.__name__ = f"{graph.name or 'graph'}.compile"
+    build.graph = graph  # type: ignore[attr-defined]  # what a printed test compiles
     return build
 
 
@@ -527,11 +678,19 @@ def _node_names(factory: Factory) -> list[str]:
 
     from ..compiled import CompiledGraph
 
-    app = factory(MemoryEventStore())
+    store = MemoryEventStore()
+    app = factory(store)
     if not isinstance(app, CompiledGraph):
         raise TypeError(
             f"the factory {getattr(factory, '__qualname__', factory)!r} must return the "
             f"compiled graph (graph.compile(store)), got {type(app).__name__}"
+        )
+    if app.store is not store:
+        app.close()
+        raise TypeError(
+            f"the factory {getattr(factory, '__qualname__', factory)!r} must compile the "
+            "graph on the store it is given (graph.compile(store)), so the machine can crash "
+            "and reopen it"
         )
     try:
         return sorted(app.graph.nodes)

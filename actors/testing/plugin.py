@@ -127,26 +127,9 @@ class ReplayCheck:
     async def async_(
         self, app: Any, thread_id: str, state_cls: type[AgentState] | None = None
     ) -> AgentState:
-        from projections import replay, state_at, verify_snapshots
-        from projections.invariants import thread_findings
+        from .checks import assert_replays
 
-        store = getattr(app, "store", app)
-        if state_cls is None:
-            graph = getattr(app, "graph", None)
-            state_cls = graph.state_cls if graph is not None else None
-        report = await store.verify(thread_id)
-        assert report.ok, f"thread {thread_id!r}: the log does not verify: {report}"
-        records = [r async for r in store.read(thread_id)]
-        folded = replay(records, state_cls) if state_cls else replay(records)
-        recorded = await state_at(store, thread_id, state_cls=type(folded))
-        assert recorded.model_dump(mode="json") == folded.model_dump(mode="json"), (
-            f"thread {thread_id!r}: the state read through snapshots differs from the replay"
-        )
-        bad = [f for f in await verify_snapshots(store, thread_id, state_cls) if f.problem]
-        assert not bad, f"thread {thread_id!r}: a snapshot disagrees with the log: {bad[0]}"
-        findings = await thread_findings(store, thread_id, state_cls)
-        assert findings.ok, f"thread {thread_id!r}: {findings.findings[0]}"
-        return folded
+        return await assert_replays(app, thread_id, state_cls)
 
 
 @pytest.fixture

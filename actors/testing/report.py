@@ -77,23 +77,35 @@ def _short(value: Any, limit: int) -> str:
 
 class MachineFailure(AgentlogError, AssertionError):
     """An invariant the graph state machine checks was broken; the message names it, says
-    where the states differ, and lists the steps that led there as a script."""
+    where the states differ, lists the steps that led there, and gives them as a pytest test
+    (`test`) that fails the same way when pasted into a test file."""
 
     def __init__(
-        self, invariant: str, detail: str, script: Sequence[str], machine: type[Any]
+        self,
+        invariant: str,
+        detail: str,
+        script: Sequence[str],
+        machine: type[Any],
+        *,
+        test: str = "",
     ) -> None:
         self.invariant = invariant
         self.detail = detail
         self.script = list(script)
+        self.test = test
         lines = "\n".join(f"    {line}" for line in script) or "    (no steps)"
         factory = getattr(machine, "factory", None)
         name = getattr(factory, "__qualname__", "build")
         module = getattr(factory, "__module__", "your_module")
-        super().__init__(
+        text = (
             f"broken: {invariant}\n  {detail}\n"
             f"The steps that led here (shrunk by hypothesis when it could), against "
             f"app = {module}.{name}(store), config = {{'thread_id': 't'}}:\n{lines}"
         )
+        if test:
+            pasted = "\n".join(f"    {line}" if line else "" for line in test.splitlines())
+            text += f"\nAs a test that fails the same way (paste it into a test file):\n\n{pasted}"
+        super().__init__(text)
 
 
 __all__ = ["IDS", "TIMES", "MachineFailure", "comparable", "difference"]
