@@ -46,8 +46,8 @@ class Meter:
             init(machine)
             meter.inside += time.perf_counter() - start
 
-        GraphMachine._run = timed  # type: ignore[method-assign]
-        GraphMachine.__init__ = counted  # type: ignore[method-assign]
+        GraphMachine._run = timed  # type: ignore[method-assign,assignment]
+        GraphMachine.__init__ = counted  # type: ignore[method-assign,assignment]
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -73,9 +73,14 @@ def one_round(store: str, examples: int, steps: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=" ".join(__doc__.split("\n\n")[0].split()),
+        epilog="Prints one JSON line: examples_per_s and agentlog_share for each store.",
+    )
     parser.add_argument("--quick", action="store_true", help="20 examples, 3 rounds")
-    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="rounds of each store (default 5; 3 quick)"
+    )
     args = parser.parse_args()
     examples = 20 if args.quick else 60
     rounds = args.rounds or (3 if args.quick else 5)

@@ -178,6 +178,78 @@ def test_the_rule_check_catches_a_broken_transcript() -> None:
     check()
 
 
+def anthropic_problems(messages: list[dict[str, Any]]) -> list[str]:
+    """What the Messages API refuses: a first turn not the user's, two turns of one role in a
+    row, an empty turn, blank text, a tool_use not answered by tool_result blocks first in
+    the very next turn."""
+    problems = []
+    if messages and messages[0]["role"] != "user":
+        problems.append("the first turn is not the user's")
+    for i, message in enumerate(messages):
+        content = message["content"]
+        if i and messages[i - 1]["role"] == message["role"]:
+            problems.append(f"turn {i}: two {message['role']} turns in a row")
+        if not content:
+            problems.append(f"turn {i}: empty")
+        if any(b["type"] == "text" and not b["text"].strip() for b in content):
+            problems.append(f"turn {i}: blank text")
+        uses = [b["id"] for b in content if b["type"] == "tool_use"]
+        if uses:
+            after = messages[i + 1]["content"] if i + 1 < len(messages) else []
+            answers = [b["tool_use_id"] for b in after if b["type"] == "tool_result"]
+            if sorted(answers) != sorted(uses):
+                problems.append(f"turn {i}: tool_use {uses} answered by {answers}")
+            if any(b["type"] != "tool_result" for b in after[: len(answers)]):
+                problems.append(f"turn {i + 1}: tool results are not first")
+    return problems
+
+
+def chat_problems(messages: list[dict[str, Any]]) -> list[str]:
+    """What chat completions refuse: a tool message not answering the assistant message just
+    before, a call left unanswered, an assistant message with neither text nor calls."""
+    problems: list[str] = []
+    pending: list[str] = []
+    for i, message in enumerate(messages):
+        if message["role"] == "tool":
+            if message["tool_call_id"] in pending:
+                pending.remove(message["tool_call_id"])
+            else:
+                problems.append(f"message {i}: a tool result answering no pending call")
+            continue
+        if pending:
+            problems.append(f"message {i}: calls {pending} unanswered before it")
+        pending = [call["id"] for call in message.get("tool_calls") or []]
+        if message["role"] == "assistant" and not (message.get("content") or pending):
+            problems.append(f"message {i}: an empty assistant message")
+    if pending:
+        problems.append(f"calls {pending} unanswered at the end")
+    return problems
+
+
+@fast
+@given(ps.transcripts(max_turns=4))
+def test_transcripts_pass_both_providers_converters_and_rules(transcript: list[Message]) -> None:
+    from actors.models.anthropic_messages import to_anthropic_messages
+    from actors.models.openai_chat import to_chat_messages
+
+    _, anthropic = to_anthropic_messages(transcript)
+    assert anthropic_problems(anthropic) == [], anthropic
+    chat = to_chat_messages(transcript)
+    assert chat_problems(chat) == [], chat
+
+
+def test_the_provider_rules_catch_what_providers_refuse() -> None:
+    use = {"type": "tool_use", "id": "c1", "name": "f", "input": {}}
+    assert anthropic_problems([{"role": "assistant", "content": [use]}])
+    assert anthropic_problems([{"role": "user", "content": [{"type": "text", "text": " "}]}]) == [
+        "turn 0: blank text"
+    ]
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    assert chat_problems(
+        [{"role": "assistant", "content": None, "tool_calls": [call]}, {"role": "user"}]
+    ) == ["message 1: calls ['c1'] unanswered before it"]
+
+
 # ---- states ------------------------------------------------------------------------------
 
 
@@ -343,3 +415,12 @@ def test_import_projections_needs_no_hypothesis() -> None:
         text=True,
     )
     assert hidden.returncode != 0 and "hypothesis" in hidden.stderr
+
+
+@fast
+@given(st.data())
+def test_refused_events_round_trip_through_sqlite(data: st.DataObject) -> None:
+    """The store keeps what it is given (the gate is above it): a refused event too."""
+    event = data.draw(ps.refused_events(data.draw(ps.states(ShopState))))
+    records = store_round_trip([event])
+    assert ps.same(to_builtins(records[0].event), to_builtins(event))
