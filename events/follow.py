@@ -176,9 +176,11 @@ def follow(
 
     Filters, all of which must hold (None: any): `kinds` names event kinds (an unknown one
     raises `UnknownKindFilterError`, an `UnknownEventKindError`); `thread_id` is the record's
-    thread; `node` matches a record whose actor is that node (what a node's own step
-    writes) or whose payload's `node` field names it (node_entered, interrupt_raised,
-    stopped, tool_call_started, run_failed), never a `next_node` or `entry_node`.
+    thread; `node` matches a record whose payload's `node` field names it (node_entered,
+    interrupt_raised, stopped, tool_call_started, run_failed), and a record naming no node
+    whose actor is that node (what a node's own step writes). A step's commit also enters
+    the next node, so `node_entered` of "tools" is written by "agent" and matches "tools"
+    only. A `next_node` or `entry_node` never matches.
 
     Arguments are checked at once, here; the records come from the async generator returned
     (close it, or leave the `async for`, to stop: `contextlib.aclosing` closes it at once).
@@ -236,7 +238,10 @@ def _matcher(kinds: frozenset[str] | None, thread_id: str | None, node: str | No
             return False
         if thread_id is not None and record.thread_id != thread_id:
             return False
-        return node is None or record.actor == node or _node_of(record) == node
+        if node is None:
+            return True
+        named = _node_of(record)  # a record that names a node is that node's, whoever wrote it
+        return named == node if named is not None else record.actor == node
 
     return match
 

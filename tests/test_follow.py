@@ -190,6 +190,8 @@ async def mixed_log(store: EventStore) -> list[EventRecord]:
         ("b", [StateUpdated(values={"x": 1})], "user"),
         ("a", [InterruptRaised(node="tools", reason="approve")], "runtime"),
         ("b", [StepAdvanced(step=1, next_node="tools")], "agent"),
+        # a step's commit enters the next node: "tools" is named, "agent" wrote it
+        ("a", [StepAdvanced(step=2, next_node="tools"), NodeEntered(node="tools")], "agent"),
     ]
     for thread_id, events, actor in batches:
         seq = await store.last_seq(thread_id)
@@ -204,7 +206,15 @@ FILTERS: list[tuple[dict[str, Any], Callable[[EventRecord], bool]]] = [
         lambda r: r.kind in ("node_entered", "state_updated"),
     ),
     ({"thread_id": "b"}, lambda r: r.thread_id == "b"),
-    ({"node": "agent"}, lambda r: r.actor == "agent" or getattr(r.event, "node", None) == "agent"),
+    # a record naming a node is that node's, whoever wrote it; else its actor decides
+    (
+        {"node": "agent"},
+        lambda r: (
+            getattr(r.event, "node", None) == "agent"
+            if getattr(r.event, "node", None) is not None
+            else r.actor == "agent"
+        ),
+    ),
     # "tools" is named by node_entered, tool_call_started and interrupt_raised payloads and by
     # one actor, never by a next_node
     (
