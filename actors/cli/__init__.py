@@ -478,8 +478,9 @@ def tail_command(
         str | None,
         typer.Option(
             "--node",
-            help="Only records this node wrote, or whose event names it (node_entered, "
-            "interrupt_raised, stopped, tool_call_started, run_failed).",
+            help="Only records whose event names this node (node_entered, interrupt_raised, "
+            "stopped, tool_call_started, run_failed), and records naming no node that it "
+            "wrote.",
         ),
     ] = None,
     graph: Annotated[
