@@ -411,3 +411,211 @@ async def test_a_run_body_carries_a_correlation_id_into_the_log(served: Any) -> 
         headers=ALICE,
     )
     assert empty.status_code == 422 and "correlation_id" in empty.json()["error"]["message"]
+
+
+async def test_unknown_paths_and_methods_answer_json_errors(served: Any) -> None:
+    client, store = served
+    nowhere = await client.get("/nowhere", headers=ALICE)
+    assert nowhere.status_code == 404
+    assert nowhere.json()["error"]["code"] == "not_found"
+    assert "/openapi.json" in nowhere.json()["error"]["message"]
+    wrong = await client.delete("/ok", headers=ALICE)
+    assert wrong.status_code == 405
+    assert wrong.json()["error"]["code"] == "method_not_allowed"
+    assert "takes GET" in wrong.json()["error"]["message"] and wrong.headers["allow"] == "GET"
+    assert await store.threads() == []
+
+
+async def test_a_body_that_is_not_a_json_object_says_so(served: Any) -> None:
+    client, _ = served
+    as_json = {**ALICE, "content-type": "application/json"}
+    broken = await client.post("/threads/t/runs", content=b'{"assistant_id": ', headers=as_json)
+    assert broken.status_code == 422
+    assert broken.json()["error"]["message"].startswith("the body is not valid JSON")
+    for content, headers in (
+        (b"[1, 2]", as_json),
+        (b"{}", {**ALICE, "content-type": "text/plain"}),
+    ):
+        response = await client.post("/threads/search", content=content, headers=headers)
+        assert response.status_code == 422
+        assert "must be a JSON object" in response.json()["error"]["message"]
+
+
+async def test_a_missing_token_is_told_the_scheme(served: Any) -> None:
+    client, _ = served
+    response = await client.get("/threads/t/state")
+    assert response.status_code == 401 and response.headers["www-authenticate"] == "Bearer"
+
+
+async def test_a_step_that_does_not_exist_is_404(served: Any) -> None:
+    client, store = served
+    await client.post(
+        "/threads/p/runs/wait", json={"assistant_id": "chat", "input": "x"}, headers=ALICE
+    )
+    before = await store.last_seq("p")
+    for call in (
+        client.get("/threads/p/state/99", headers=ALICE),
+        client.get("/threads/p/state?step=99", headers=ALICE),
+        client.post("/threads/p/copy", json={"step": 99}, headers=OPS),
+    ):
+        response = await call
+        assert response.status_code == 404, response.text
+        assert response.json()["error"]["code"] == "not_found"
+        assert "step 99 does not exist" in response.json()["error"]["message"]
+    assert await store.last_seq("p") == before
+    assert [t for t in await store.threads() if t != "__runtime__"] == ["p"]
+
+
+async def test_a_fork_is_recorded_as_its_tokens_and_copies_the_thread_as_it_is(
+    served: Any,
+) -> None:
+    client, store = served
+    await client.post(
+        "/threads/f/runs/wait", json={"assistant_id": "chat", "input": "x"}, headers=ALICE
+    )
+    copied = await client.post("/threads/f/copy", headers=OPS)  # LangGraph's copy: no body
+    assert copied.status_code == 200, copied.text
+    new = copied.json()["thread_id"]
+    assert copied.json()["forked_from"] == {"thread_id": "f", "step": 1}
+    forked = [r async for r in store.read(new)]
+    assert [(r.kind, r.actor) for r in forked] == [("forked", "ops")]
+    source = (await client.get("/threads/f/state", headers=OPS)).json()["values"]["context"]
+    copy = (await client.get(f"/threads/{new}/state", headers=OPS)).json()["values"]["context"]
+    assert copy == source
+
+
+async def test_a_deleted_thread_reads_404_and_takes_no_new_run(served: Any) -> None:
+    client, store = served
+    await client.post(
+        "/threads/d/runs/wait", json={"assistant_id": "chat", "input": "x"}, headers=ALICE
+    )
+    run_id = (await client.get("/threads/d/runs", headers=ALICE)).json()[0]["run_id"]
+    assert (await client.delete("/threads/d", headers=OPS)).status_code == 200
+    written = await store.last_seq("d")
+    for call in (
+        client.get("/threads/d", headers=OPS),
+        client.get("/threads/d/state", headers=OPS),
+        client.get("/threads/d/state/1", headers=OPS),
+        client.get("/threads/d/history", headers=OPS),
+        client.get("/threads/d/runs", headers=OPS),
+        client.get(f"/threads/d/runs/{run_id}", headers=OPS),
+        client.post("/threads/d/copy", json={}, headers=OPS),
+        client.post("/threads/d/runs", json={"assistant_id": "chat", "input": "y"}, headers=OPS),
+        client.post(
+            "/threads/d/runs/wait",
+            json={"assistant_id": "chat", "command": {"resume": 1}},
+            headers=OPS,
+        ),
+    ):
+        response = await call
+        assert response.status_code == 404, response.text
+        message = response.json()["error"]["message"]
+        assert "deleted by 'ops'" in message and "still verifies" in message
+    for stream in ("/threads/d/stream", f"/threads/d/runs/{run_id}/stream"):
+        async with client.stream("GET", stream, headers=OPS) as response:
+            assert response.status_code == 404  # an open stream would be a 200
+    assert await store.last_seq("d") == written
+    assert (await client.delete("/threads/d", headers=OPS)).status_code == 200  # idempotent
+    assert await store.last_seq("d") == written and (await store.verify("d")).ok
+
+
+async def test_creating_a_thread_that_exists(served: Any) -> None:
+    client, _ = served
+    await client.post(
+        "/threads/e/runs/wait", json={"assistant_id": "chat", "input": "x"}, headers=ALICE
+    )
+    again = await client.post("/threads", json={"thread_id": "e"}, headers=ALICE)
+    assert again.status_code == 409 and again.json()["error"]["code"] == "conflict"
+    kept = await client.post(
+        "/threads", json={"thread_id": "e", "if_exists": "do_nothing"}, headers=ALICE
+    )
+    assert kept.status_code == 200 and kept.json()["thread_id"] == "e"
+    assert kept.json()["status"] == "interrupted_before"
+    fresh = await client.post("/threads", headers=ALICE)  # no body: a new id
+    assert fresh.status_code == 200 and fresh.json()["thread_id"] != "e"
+    too_long = await client.post(
+        f"/threads/{'x' * 201}/runs", json={"assistant_id": "chat", "input": "x"}, headers=ALICE
+    )
+    assert too_long.status_code == 422 and "1 to 200" in too_long.json()["error"]["message"]
+
+
+async def test_threads_runs_and_history_carry_langgraph_fields_and_pages(served: Any) -> None:
+    client, _ = served
+    for text in ("one", None):
+        body: dict[str, Any] = {"assistant_id": "chat"}
+        body.update({"input": text} if text else {"command": {"resume": "go"}})
+        await client.post("/threads/h/runs/wait", json=body, headers=ALICE)
+    thread = (await client.get("/threads/h", headers=ALICE)).json()
+    assert thread["created_at"] <= thread["updated_at"]
+    assert [m["content"][0]["text"] for m in thread["values"]["context"]] == [
+        "one",
+        "seen 1",
+        "seen 2",
+    ]
+    runs = (await client.get("/threads/h/runs", headers=ALICE)).json()
+    page = (await client.get("/threads/h/runs?limit=1&offset=1", headers=ALICE)).json()
+    assert [r["run_id"] for r in page] == [runs[1]["run_id"]]
+    succeeded = (await client.get("/threads/h/runs?status=success", headers=ALICE)).json()
+    assert [r["run_id"] for r in succeeded] == [runs[1]["run_id"]]
+    posted = await client.post("/threads/h/history", json={"limit": 1}, headers=ALICE)
+    assert [h["step"] for h in posted.json()] == [2]
+    before = await client.get("/threads/h/history?before=2", headers=ALICE)
+    assert [h["step"] for h in before.json()] == [1]
+    bad = await client.post("/threads/search", json={"status": "idle"}, headers=ALICE)
+    assert bad.status_code == 422 and "interrupted_before" in bad.json()["error"]["message"]
+
+
+async def test_cancelling_an_ended_or_a_queued_run_is_a_409_that_ends_nothing(
+    tmp_path: Path,
+) -> None:
+    gate = asyncio.Event()
+
+    async def held(state: AgentState) -> list[Message]:
+        await gate.wait()
+        return [Message.text_message("done", role="assistant")]
+
+    def boom(state: AgentState) -> list[Message]:
+        raise ValueError("the tool said no")
+
+    async with SQLiteEventStore(tmp_path / "cancel.db") as store:
+        runtime = AgentRuntime(store)
+        runtime.add_graph("g", line(("work", held)).compile(store))
+        runtime.add_graph("b", line(("boom", boom)).compile(store))
+        runtime.register_entry_point(EntryPoint(id="chat", graph_id="g"))
+        runtime.register_entry_point(EntryPoint(id="boom", graph_id="b"))
+        async with (
+            Server(create_app(runtime)) as url,
+            httpx.AsyncClient(base_url=url, timeout=30) as client,
+        ):
+            try:
+                first = (
+                    await client.post(
+                        "/threads/q/runs", json={"assistant_id": "chat", "input": "1"}
+                    )
+                ).json()
+                second = (
+                    await client.post(
+                        "/threads/q/runs", json={"assistant_id": "chat", "input": "2"}
+                    )
+                ).json()
+                for _ in range(200):
+                    if first["run_id"] in runtime.dispatcher.running_ids():
+                        break
+                    await asyncio.sleep(0.01)
+                queued = await client.post(f"/threads/q/runs/{second['run_id']}/cancel")
+                assert queued.status_code == 409, queued.text
+                assert queued.json()["error"]["code"] == "run_queued"
+                assert first["run_id"] in queued.json()["error"]["message"]
+                assert first["run_id"] in runtime.dispatcher.running_ids()  # nothing was ended
+                gate.set()
+                await client.get(f"/threads/q/runs/{second['run_id']}/join?timeout=20")
+                ended = await client.post(f"/threads/q/runs/{second['run_id']}/cancel")
+                assert ended.status_code == 409 and ended.json()["error"]["code"] == "conflict"
+                assert "has ended (completed)" in ended.json()["error"]["message"]
+            finally:
+                gate.set()  # a refusal that failed to refuse must not hang the server
+            failed = await client.post(
+                "/threads/b/runs/wait", json={"assistant_id": "boom", "input": "x"}
+            )
+            assert failed.status_code == 409 and failed.json()["error"]["code"] == "run_failed"
+            assert "the tool said no" in failed.json()["error"]["message"]

@@ -20,6 +20,7 @@ from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from events import EventRecord
 from events.errors import (
@@ -33,10 +34,20 @@ from events.follow import follow
 from events.kinds import ThreadHidden
 from projections import AgentState, ExecutionStatus, IllegalTransitionError, InvalidStateUpdateError
 from projections.edge import to_builtins
-from projections.timetravel import interrupt_summary
+from projections.timetravel import fork, interrupt_summary
+from projections.views import PointOutOfRangeError
 
 from ..command import Command
-from ..errors import GraphError, NothingToResumeError
+from ..errors import (
+    BlockingCallError,
+    GraphError,
+    NodeError,
+    NodeReportedError,
+    NodeReturnError,
+    NothingToResumeError,
+    RecursionLimitError,
+)
+from ..journal import journal_for
 from ..runtime import AgentRuntime
 from ..runtime.ledger import TriggerState
 from ..runtime.spec import (
@@ -50,14 +61,20 @@ from ..runtime.spec import (
     UnknownEntryPointError,
     UnknownRunError,
 )
-from .tokens import LOCAL, Forbidden, Principal, TokenBook, Unauthorized
+from .tokens import LOCAL, Forbidden, Principal, Right, TokenBook, Unauthorized
 
 MAX_BODY = 1_048_576
 """The default limit of a request body, in bytes."""
+MAX_THREAD_ID = 200
+"""The longest thread id a request may name."""
 SEARCH_LIMIT = 100
 """The most threads one search returns."""
 WaitTimeout = Annotated[float, Query(gt=0, le=3600, description="seconds to wait")]
 """How long a request waits for a run (the run goes on after it)."""
+RunStatus = Literal[
+    "pending", "running", "success", "interrupted", "failed", "cancelled", "rejected"
+]
+"""A run's status as the API shows it."""
 KEEPALIVE_S = 15.0
 """How often an idle event stream sends a comment, so proxies keep it open."""
 
@@ -75,6 +92,7 @@ _STATUS: list[tuple[type[BaseException], int, str]] = [
     (Forbidden, 403, "forbidden"),
     (ThreadNotFoundError, 404, "not_found"),
     (UnknownRunError, 404, "not_found"),
+    (PointOutOfRangeError, 404, "not_found"),
     (UnknownEntryPointError, 404, "unknown_assistant"),
     (ThreadBusyError, 409, "thread_busy"),
     (ThreadBusyRunError, 409, "thread_busy"),
@@ -84,12 +102,20 @@ _STATUS: list[tuple[type[BaseException], int, str]] = [
     (IllegalTransitionError, 409, "illegal_transition"),
     (RunCancelledError, 409, "run_cancelled"),
     (RuntimeRunFailedError, 409, "run_failed"),
+    (NodeError, 409, "run_failed"),
+    (NodeReturnError, 409, "run_failed"),
+    (NodeReportedError, 409, "run_failed"),
+    (RecursionLimitError, 409, "run_failed"),
+    (BlockingCallError, 409, "run_failed"),
     (InvalidStateUpdateError, 422, "invalid_state_update"),
     (InvalidTriggerInputError, 422, "invalid_input"),
     (RegistrationError, 422, "invalid_request"),
     (GraphError, 422, "invalid_request"),
     (RuntimeNotStartedError, 503, "not_ready"),
 ]
+
+_ROUTING = {404: "not_found", 405: "method_not_allowed"}
+"""Codes of the answers routing gives itself (no such path, a method the path does not take)."""
 
 
 def error_body(code: str, message: str) -> dict[str, Any]:
@@ -101,14 +127,51 @@ def _classify(exc: BaseException) -> tuple[int, str, str]:
         return exc.status, exc.code, exc.message
     if isinstance(exc, ThreadBusyError):  # its message names the owner's host and process
         return 409, "thread_busy", "a run holds the thread: try again once it has ended"
+    if isinstance(exc, ThreadNotFoundError):  # its message names a Python call, not a path
+        return (
+            404,
+            "not_found",
+            (
+                f"no thread {exc.thread_id!r} in the log: a thread enters the log with its first "
+                "run (POST /threads/{thread_id}/runs); POST /threads/search lists those there are"
+            ),
+        )
     for kind, status, code in _STATUS:
         if isinstance(exc, kind):
             return status, code, str(exc)
-    if isinstance(exc, StoreError):
+    if isinstance(exc, StoreError) and not isinstance(exc, ValueError):
         return 503, "store_unavailable", "the log cannot serve this request now; it is logged"
     if isinstance(exc, AgentlogError):
-        return 409, "run_failed", f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, ValueError):
+            return 422, "invalid_request", str(exc)
+        if isinstance(exc, LookupError):
+            return 404, "not_found", str(exc)
+        return 409, "conflict", f"{type(exc).__name__}: {exc}"
     return 500, "internal", "the server failed to handle the request; it is logged"
+
+
+def _invalid(exc: RequestValidationError) -> JSONResponse:
+    """A request its endpoint cannot take: 422 `invalid_request`, saying that the body is not
+    JSON, or naming each field that is wrong."""
+    errors = exc.errors()
+    for e in errors:
+        if e.get("type") == "json_invalid":
+            why = (e.get("ctx") or {}).get("error") or e.get("msg")
+            return JSONResponse(
+                error_body("invalid_request", f"the body is not valid JSON: {why}"),
+                status_code=422,
+            )
+    problems = []
+    for e in errors:
+        where = ".".join(str(p) for p in e.get("loc", ()))
+        if tuple(e.get("loc", ())) == ("body",) and e.get("type") in (
+            "model_attributes_type",
+            "dict_type",
+        ):
+            problems.append("the body must be a JSON object, sent as application/json")
+        else:
+            problems.append(f"{where}: {e.get('msg')}")
+    return JSONResponse(error_body("invalid_request", "; ".join(problems)[:2000]), status_code=422)
 
 
 class BodyLimit:
@@ -182,15 +245,26 @@ class _Body(BaseModel):
 
 
 class ThreadCreate(_Body):
-    thread_id: str | None = Field(default=None, min_length=1, max_length=200)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    thread_id: str | None = Field(default=None, min_length=1, max_length=MAX_THREAD_ID)
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description="answered back; not recorded (threads hold none yet)"
+    )
+    if_exists: Literal["raise", "do_nothing"] = Field(
+        default="raise",
+        description="a thread_id already in the log: 409 (raise), or that thread (do_nothing)",
+    )
 
 
 class ThreadSearch(_Body):
     limit: int = Field(default=10, ge=1, le=SEARCH_LIMIT)
     offset: int = Field(default=0, ge=0)
-    status: str | None = None
+    status: ExecutionStatus | None = None
     graph_id: str | None = None
+
+
+class HistoryQuery(_Body):
+    limit: int = Field(default=20, ge=1, le=1000)
+    before: int | None = Field(default=None, ge=0, description="only steps before this one")
 
 
 class ResumeCommand(_Body):
@@ -218,12 +292,8 @@ class RunCancel(_Body):
 
 
 class ThreadFork(_Body):
-    step: int = Field(ge=0)
-    thread_id: str | None = Field(default=None, min_length=1, max_length=200)
-
-
-class ThreadDelete(_Body):
-    reason: str | None = Field(default=None, max_length=2000)
+    step: int | None = Field(default=None, ge=0, description="the step to fork at (default: now)")
+    thread_id: str | None = Field(default=None, min_length=1, max_length=MAX_THREAD_ID)
 
 
 # ---- the app ------------------------------------------------------------------------------
@@ -262,7 +332,8 @@ def create_app(
 
     async def on_error(request: Request, exc: Exception) -> JSONResponse:
         status, code, message = _classify(exc)
-        return JSONResponse(error_body(code, message), status_code=status)
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        return JSONResponse(error_body(code, message), status_code=status, headers=headers)
 
     app.add_exception_handler(ApiError, on_error)  # answered, not logged as a failure
     app.add_exception_handler(AgentlogError, on_error)
@@ -270,10 +341,23 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors()
+        return _invalid(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_routing(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _ROUTING.get(exc.status_code, "http_error")
+        if exc.status_code == 404:
+            message = f"no endpoint {request.url.path!r}: /openapi.json lists them"
+        elif exc.status_code == 405:
+            allowed = next(
+                (v for k, v in (exc.headers or {}).items() if k.lower() == "allow"), "other methods"
+            )
+            message = f"{request.url.path!r} does not take {request.method}; it takes {allowed}"
+        else:
+            message = str(exc.detail)
+        return JSONResponse(
+            error_body(code, message), status_code=exc.status_code, headers=exc.headers
         )
-        return JSONResponse(error_body("invalid_request", problems[:2000]), status_code=422)
 
     app.add_middleware(BodyLimit, max_body=max_body)
 
@@ -293,12 +377,28 @@ def create_app(
             raise ApiError(404, "not_found", f"thread {thread_id!r} runs no graph this server has")
         return graph
 
-    async def state_of(thread_id: str, who: Principal, step: int | None = None) -> AgentState:
-        graph = await graph_of(thread_id)
-        who.require("read", graph)
-        app_ = runtime.graphs[graph].app
-        state: AgentState = await app_.aget_state({"thread_id": thread_id}, at_step=step)
+    async def current(thread_id: str, graph: str) -> AgentState:
+        """The thread's state now; a deleted (hidden) thread answers 404, saying so."""
+        state: AgentState = await runtime.graphs[graph].app.aget_state({"thread_id": thread_id})
+        hidden = state.execution_meta.internal_data.get("hidden")
+        if hidden:
+            by = hidden.get("by") if isinstance(hidden, dict) else None
+            raise ApiError(404, "not_found", _deleted(thread_id, by))
         return state
+
+    async def visible(thread_id: str, who: Principal, right: Right) -> tuple[str, AgentState]:
+        """The thread's graph and state, for a principal with `right` on that graph."""
+        graph = await graph_of(thread_id)
+        who.require(right, graph)
+        return graph, await current(thread_id, graph)
+
+    async def thread_of(thread_id: str, graph: str, state: AgentState) -> dict[str, Any]:
+        last = await runtime.store.last_seq(thread_id)
+        first = [r.at async for r in runtime.store.read(thread_id, 1, 1)]
+        latest = [r.at async for r in runtime.store.read(thread_id, last, last)] if last else []
+        return _thread(
+            thread_id, graph, state, first[0] if first else None, latest[0] if latest else None
+        )
 
     # ---- health --------------------------------------------------------------------------
 
@@ -315,19 +415,35 @@ def create_app(
     # ---- threads --------------------------------------------------------------------------
 
     @app.post("/threads", summary="A new thread id (the thread enters the log with its run)")
-    async def create_thread(body: ThreadCreate, who: Principal = Who) -> dict[str, Any]:
+    async def create_thread(
+        body: ThreadCreate | None = None, who: Principal = Who
+    ) -> dict[str, Any]:
+        body = body or ThreadCreate()
         who.require("run")
         thread_id = body.thread_id or str(uuid.uuid4())
-        _check_thread_id(runtime, thread_id)
+        _check_new_thread_id(runtime, thread_id)
+        if body.thread_id is not None and await runtime.store.last_seq(thread_id) > 0:
+            if body.if_exists == "raise":
+                raise ApiError(
+                    409,
+                    "conflict",
+                    f"thread {thread_id!r} exists; send if_exists='do_nothing' to get it, or "
+                    "pick another id",
+                )
+            graph, state = await visible(thread_id, who, "read")
+            return await thread_of(thread_id, graph, state)
         return {"thread_id": thread_id, "created_at": time.time(), "metadata": body.metadata}
 
-    @app.get("/threads/{thread_id}", summary="A thread: status, step, graph")
+    @app.get("/threads/{thread_id}", summary="A thread: status, step, graph, values")
     async def get_thread(thread_id: str, who: Principal = Who) -> dict[str, Any]:
-        state = await state_of(thread_id, who)
-        return _thread(thread_id, await graph_of(thread_id), state)
+        graph, state = await visible(thread_id, who, "read")
+        return await thread_of(thread_id, graph, state)
 
     @app.post("/threads/search", summary="Threads, newest first, paginated")
-    async def search_threads(body: ThreadSearch, who: Principal = Who) -> list[dict[str, Any]]:
+    async def search_threads(
+        body: ThreadSearch | None = None, who: Principal = Who
+    ) -> list[dict[str, Any]]:
+        body = body or ThreadSearch()
         who.require("read")
         found: list[dict[str, Any]] = []
         threads = [
@@ -345,17 +461,25 @@ def create_app(
             state = await runtime.graphs[graph].app.aget_state({"thread_id": thread_id})
             if state.execution_meta.internal_data.get("hidden"):
                 continue
-            if body.status is not None and state.execution_meta.status.value != body.status:
+            if body.status is not None and state.execution_meta.status != body.status:
                 continue
             if skipped < body.offset:
                 skipped += 1
                 continue
-            found.append(_thread(thread_id, graph, state))
+            found.append(await thread_of(thread_id, graph, state))
             if len(found) >= body.limit:
                 break
         return found
 
-    @app.delete("/threads/{thread_id}", summary="Hide a thread (its log stays and verifies)")
+    @app.delete(
+        "/threads/{thread_id}",
+        summary="Hide a thread (its log stays and verifies)",
+        description=(
+            "Deleting hides the thread: a `thread_hidden` record says who and why, the thread "
+            "leaves listings, and its reads and new runs answer 404. Its log stays and still "
+            "verifies. Erasure is not offered yet (`erased` is false)."
+        ),
+    )
     async def delete_thread(
         thread_id: str,
         who: Principal = Who,
@@ -379,21 +503,27 @@ def create_app(
     async def get_state(
         thread_id: str, who: Principal = Who, step: int | None = Query(default=None, ge=0)
     ) -> dict[str, Any]:
-        return _state(thread_id, await state_of(thread_id, who, step))
+        return await state_at(thread_id, who, step)
 
     @app.get("/threads/{thread_id}/state/{step}", summary="The thread's state right after a step")
     async def get_state_at(thread_id: str, step: int, who: Principal = Who) -> dict[str, Any]:
         if step < 0:
             raise ApiError(422, "invalid_request", "step counts from 0")
-        return _state(thread_id, await state_of(thread_id, who, step))
+        return await state_at(thread_id, who, step)
 
-    @app.get("/threads/{thread_id}/history", summary="One entry per step, newest first")
-    async def get_history(
-        thread_id: str, who: Principal = Who, limit: int = Query(default=20, ge=1, le=1000)
-    ) -> list[dict[str, Any]]:
-        graph = await graph_of(thread_id)
-        who.require("read", graph)
+    async def state_at(thread_id: str, who: Principal, step: int | None) -> dict[str, Any]:
+        graph, state = await visible(thread_id, who, "read")
+        if step is not None:
+            app_ = runtime.graphs[graph].app
+            state = await app_.aget_state({"thread_id": thread_id}, at_step=step)
+        return _state(thread_id, state)
+
+    async def history(thread_id: str, who: Principal, query: HistoryQuery) -> list[dict[str, Any]]:
+        graph, _ = await visible(thread_id, who, "read")
         entries = await runtime.graphs[graph].app.aget_state_history({"thread_id": thread_id})
+        newest_first = [
+            e for e in reversed(entries) if query.before is None or e.step < query.before
+        ]
         return [
             {
                 "step": e.step,
@@ -404,19 +534,44 @@ def create_app(
                 "at": e.at,
                 "messages": [to_builtins(m) for m in e.messages],
             }
-            for e in list(reversed(entries))[:limit]
+            for e in newest_first[: query.limit]
         ]
 
-    @app.post("/threads/{thread_id}/copy", summary="Fork the thread at a step")
-    async def fork_thread(thread_id: str, body: ThreadFork, who: Principal = Who) -> dict[str, Any]:
-        graph = await graph_of(thread_id)
-        who.require("edit", graph)
+    @app.get("/threads/{thread_id}/history", summary="One entry per step, newest first")
+    async def get_history(
+        thread_id: str,
+        who: Principal = Who,
+        limit: int = Query(default=20, ge=1, le=1000),
+        before: int | None = Query(default=None, ge=0, description="only steps before this"),
+    ) -> list[dict[str, Any]]:
+        return await history(thread_id, who, HistoryQuery(limit=limit, before=before))
+
+    @app.post("/threads/{thread_id}/history", summary="One entry per step, newest first")
+    async def post_history(
+        thread_id: str, body: HistoryQuery | None = None, who: Principal = Who
+    ) -> list[dict[str, Any]]:
+        return await history(thread_id, who, body or HistoryQuery())
+
+    @app.post("/threads/{thread_id}/copy", summary="Fork the thread at a step (default: now)")
+    async def fork_thread(
+        thread_id: str, body: ThreadFork | None = None, who: Principal = Who
+    ) -> dict[str, Any]:
+        body = body or ThreadFork()
+        graph, state = await visible(thread_id, who, "edit")
         if body.thread_id is not None:
-            _check_thread_id(runtime, body.thread_id)
-        new = await runtime.graphs[graph].app.afork(
-            {"thread_id": thread_id}, at_step=body.step, new_thread_id=body.thread_id
+            _check_new_thread_id(runtime, body.thread_id)
+        app_ = runtime.graphs[graph].app
+        new = await fork(
+            runtime.store,
+            thread_id,
+            at_step=body.step,
+            new_thread_id=body.thread_id,
+            state_cls=app_.graph.state_cls,
+            actor=who.name,
+            append=journal_for(runtime.store).append,
         )
-        return {"thread_id": new, "forked_from": {"thread_id": thread_id, "step": body.step}}
+        step = state.execution_meta.step if body.step is None else body.step
+        return {"thread_id": new, "forked_from": {"thread_id": thread_id, "step": step}}
 
     # ---- runs ------------------------------------------------------------------------------
 
@@ -428,6 +583,14 @@ def create_app(
         _check_thread_id(runtime, thread_id)
         if body.command is not None and body.input is not None:
             raise ApiError(422, "invalid_request", "send input or command, not both")
+        if await runtime.store.last_seq(thread_id) > 0:
+            graph = runtime.ledger.graph_of.get(
+                thread_id
+            ) or await runtime.listeners.graph_of_thread(thread_id)
+            if graph in runtime.graphs:
+                await current(thread_id, graph)  # a deleted thread takes no new run
+        elif thread_id not in runtime.ledger.graph_of:
+            _check_new_thread_id(runtime, thread_id)
         payload = Command(resume=body.command.resume) if body.command is not None else body.input
         accepted = await runtime.submit(
             entry.id,
@@ -461,19 +624,30 @@ def create_app(
         trigger = await start_run(str(uuid.uuid4()), body, who)
         return await _wait(runtime, trigger, timeout)
 
-    @app.get("/threads/{thread_id}/runs", summary="The thread's runs, oldest first")
-    async def list_runs(thread_id: str, who: Principal = Who) -> list[dict[str, Any]]:
+    @app.get("/threads/{thread_id}/runs", summary="The thread's runs, oldest first, paginated")
+    async def list_runs(
+        thread_id: str,
+        who: Principal = Who,
+        limit: int = Query(default=100, ge=1, le=1000),
+        offset: int = Query(default=0, ge=0),
+        status: RunStatus | None = None,
+    ) -> list[dict[str, Any]]:
         graph = await graph_of(thread_id)
         who.require("read", graph)
-        return [
+        if await runtime.store.last_seq(thread_id) > 0:  # else its first run has not begun
+            await current(thread_id, graph)
+        runs = [
             _run(runtime.ledger.triggers[t], runtime)
             for t in runtime.ledger.by_thread.get(thread_id, [])
         ]
+        return [r for r in runs if status is None or r["status"] == status][offset:][:limit]
 
     @app.get("/threads/{thread_id}/runs/{run_id}", summary="One run")
     async def get_run(thread_id: str, run_id: str, who: Principal = Who) -> dict[str, Any]:
         trigger = _trigger(runtime, thread_id, run_id)
         who.require("read", trigger.accepted.graph_id)
+        if await runtime.store.last_seq(thread_id) > 0:
+            await current(thread_id, trigger.accepted.graph_id)
         return _run(trigger, runtime)
 
     @app.get("/threads/{thread_id}/runs/{run_id}/join", summary="Wait for a run's result")
@@ -493,9 +667,28 @@ def create_app(
     ) -> dict[str, Any]:
         trigger = _trigger(runtime, thread_id, run_id)
         who.require("run", trigger.accepted.graph_id)
+        ended = ApiError(
+            409, "conflict", f"run {run_id!r} has ended ({trigger.outcome}): nothing to cancel"
+        )
         if trigger.done and trigger.id != (runtime.ledger.latest_on(thread_id) or trigger).id:
-            raise ApiError(409, "conflict", f"run {run_id!r} has ended ({trigger.outcome})")
-        await runtime.cancel(thread_id, actor=who.name, reason=body.reason if body else None)
+            raise ended
+        running = runtime.dispatcher.executing.get(thread_id)
+        others = {s.id for s in runtime.dispatcher.queued_on(thread_id)}
+        if running is not None:
+            others.add(running.state.id)
+        others.discard(trigger.id)
+        if not trigger.done and trigger.id not in runtime.dispatcher.running_ids() and others:
+            raise ApiError(
+                409,
+                "run_queued",
+                f"run {run_id!r} waits behind {', '.join(map(repr, sorted(others)))} on this "
+                "thread, and a cancel ends every run of the thread: cancel the running one "
+                "(all end), or wait",
+            )
+        try:
+            await runtime.cancel(thread_id, actor=who.name, reason=body.reason if body else None)
+        except UnknownRunError:
+            raise ended from None
         return _run(runtime.ledger.triggers[trigger.id], runtime)
 
     # ---- live streams ------------------------------------------------------------------
@@ -508,8 +701,7 @@ def create_app(
         after: int | None = Query(default=None, ge=0),
         last_event_id: str | None = Header(default=None),
     ) -> StreamingResponse:
-        graph = await graph_of(thread_id)
-        who.require("read", graph)
+        await visible(thread_id, who, "read")
         start = _resume_point(after, last_event_id)
         records = follow(runtime.store, after=start, thread_id=thread_id)
         return _sse(request, records)
@@ -524,6 +716,8 @@ def create_app(
     ) -> StreamingResponse:
         trigger = _trigger(runtime, thread_id, run_id)
         who.require("read", trigger.accepted.graph_id)
+        if await runtime.store.last_seq(thread_id) > 0:
+            await current(thread_id, trigger.accepted.graph_id)
         start = _resume_point(None, last_event_id)
         if start == 0:
             start = trigger.position
@@ -591,16 +785,42 @@ def _check_thread_id(runtime: AgentRuntime, thread_id: str) -> None:
         raise ApiError(404, "not_found", "that thread is the runtime's own")
 
 
-def _thread(thread_id: str, graph: str, state: AgentState) -> dict[str, Any]:
+def _check_new_thread_id(runtime: AgentRuntime, thread_id: str) -> None:
+    """A thread id a request brings into the log: not the runtime's, and not too long."""
+    _check_thread_id(runtime, thread_id)
+    if not 1 <= len(thread_id) <= MAX_THREAD_ID:
+        raise ApiError(
+            422, "invalid_request", f"a new thread's id is 1 to {MAX_THREAD_ID} characters long"
+        )
+
+
+def _deleted(thread_id: str, by: Any) -> str:
+    return (
+        f"thread {thread_id!r} was deleted by {by!r}: it is hidden, its log stays and still "
+        "verifies (agentlog verify); erasure is not offered yet"
+    )
+
+
+def _thread(
+    thread_id: str,
+    graph: str,
+    state: AgentState,
+    created_at: float | None = None,
+    updated_at: float | None = None,
+) -> dict[str, Any]:
     meta = state.execution_meta
     return {
         "thread_id": thread_id,
         "graph_id": graph,
+        "created_at": created_at,
+        "updated_at": updated_at,
+        "metadata": {},
         "status": meta.status.value,
         "step": meta.step,
         "hidden": bool(meta.internal_data.get("hidden")),
         "interrupts": [p] if (p := interrupt_summary(meta)) else [],
         "messages": len(state.context),
+        "values": state.model_dump(mode="json"),
     }
 
 
@@ -660,6 +880,18 @@ async def _wait(runtime: AgentRuntime, trigger: TriggerState, timeout: float) ->
     except TimeoutError as exc:
         raise ApiError(
             408, "timeout", f"run {trigger.id!r} did not end within {timeout}s; it goes on"
+        ) from exc
+    except (ApiError, RunCancelledError, RuntimeNotStartedError, UnknownRunError):
+        raise
+    except Exception as exc:
+        ended = runtime.ledger.triggers.get(trigger.id)
+        if ended is None or ended.outcome != "failed":
+            raise
+        raise ApiError(
+            409,
+            "run_failed",
+            f"run {trigger.id!r} failed after {ended.attempt} attempt(s): "
+            f"{ended.error_type or type(exc).__name__}: {ended.message or exc}",
         ) from exc
     state: AgentState = result["state"]
     return {
