@@ -180,3 +180,68 @@ def test_a_killed_server_runs_every_accepted_delivery_exactly_once(tmp_path: Pat
                 assert kinds.count("run_completed") == 1
 
     asyncio.run(check())
+
+
+UNSIGNED_APP = """
+from actors.runtime import AgentRuntime, EntryPoint
+from tests.helpers import line
+
+
+def reply(state):
+    return {}
+
+
+def build(store):
+    runtime = AgentRuntime(store)
+    runtime.add_graph("g", line(("reply", reply)).compile(store))
+    runtime.register_entry_point(
+        EntryPoint(id="local", graph_id="g", trigger="webhook", path="/hooks/local", unsigned=True)
+    )
+    return runtime
+"""
+
+
+def test_serve_refuses_an_unsigned_webhook_route_on_a_public_address(tmp_path: Path) -> None:
+    (tmp_path / "unsigned_app.py").write_text(UNSIGNED_APP)
+    tokens = tmp_path / "tokens.json"
+    entry = {"name": "ops", "sha256": "0" * 64, "graphs": ["*"], "rights": ["admin"]}
+    tokens.write_text(json.dumps({"tokens": [entry]}))
+    db = tmp_path / "public.db"
+    result = agentlog(
+        "serve", "--db", db, "--app", "unsigned_app:build", "--host", "0.0.0.0", "--port", "0",
+        "--tokens", tokens, PYTHONPATH=f"{ROOT}:{tmp_path}",
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "unsigned webhook route(s) local" in result.stderr
+    assert "--host" in result.stderr and "Traceback" not in result.stderr
+
+    async def nothing_written() -> None:
+        async with SQLiteEventStore(db) as store:
+            assert await store.threads() == []
+
+    asyncio.run(nothing_written())
+
+
+def test_serve_refuses_bad_options_and_a_taken_port_in_one_line(tmp_path: Path) -> None:
+    db = tmp_path / "opts.db"
+    for option, value in (("--port", "70000"), ("--max-body", "0")):
+        result = agentlog("serve", "--db", db, "--app", APP, option, value)
+        assert result.returncode == 2, result.stderr
+        assert option in result.stderr and "Traceback" not in result.stderr
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = agentlog("serve", "--db", db, "--app", APP, "--port", str(port))
+    assert result.returncode == 1, result.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not db.exists()
+
+
+def test_serve_help_names_the_token_environment_variable() -> None:
+    result = agentlog("serve", "--help", columns=200)
+    assert result.returncode == 0
+    assert "AGENTLOG_TOKENS_FILE" in result.stdout and "--tokens" in result.stdout

@@ -15,14 +15,20 @@ import contextlib
 import ipaddress
 import json
 import signal
+import socket
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import typer
 
 from events import AgentlogError, EventStore, open_store
 
 from . import CliError, _fail
 from .runtime import AppRef, built, check_built, check_target, load, same_store, usage
+
+if TYPE_CHECKING:
+    from ..serve.tokens import TokenBook
 
 DRAIN_S = 10.0
 """How long a draining server lets requests under way (and open streams) finish."""
@@ -38,6 +44,30 @@ def loopback(host: str) -> bool:
         return False
 
 
+def refused(option: str, message: str) -> typer.BadParameter:
+    """A usage error about `option`: one line, exit status 2."""
+    return typer.BadParameter(message, param_hint=option)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to `host`:`port` for the server, or `CliError` saying why it cannot be
+    (the port taken, an address this machine does not have), before anything is opened."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family=family)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        why = exc.strerror or str(exc)
+        raise CliError(
+            f"cannot listen on {host}:{port}: {why} (pick another --port, 0 for any free one, "
+            "or an address of this machine for --host)"
+        ) from None
+    sock.set_inheritable(True)
+    return sock
+
+
 def hash_from_stdin() -> None:
     """Print the SHA-256 a token file stores for the token read from standard input."""
     from ..serve.tokens import hash_token
@@ -51,18 +81,37 @@ def hash_from_stdin() -> None:
 async def main(
     db: str, ref: AppRef, target: object, host: str, port: int, tokens: str | None, max_body: int
 ) -> None:
-    import uvicorn
-
-    from ..runtime import AgentRuntime
-    from ..serve import TokenBook, create_app
+    from ..serve import TokenBook
 
     book = TokenBook.load(tokens) if tokens else TokenBook.from_environment()
     if book is None and not loopback(host):
-        raise usage(
+        raise refused(
+            "--host",
             f"refusing to serve on {host!r} without tokens: anyone reaching it could run and "
             "read every graph. Give --tokens FILE (or AGENTLOG_TOKENS_FILE), or serve on "
-            "127.0.0.1"
+            "127.0.0.1",
         )
+    sock = listen(host, port)
+    try:
+        await _serve(db, ref, target, host, sock, book, max_body)
+    finally:
+        sock.close()
+
+
+async def _serve(
+    db: str,
+    ref: AppRef,
+    target: object,
+    host: str,
+    sock: socket.socket,
+    book: TokenBook | None,
+    max_body: int,
+) -> None:
+    import uvicorn
+
+    from ..runtime import AgentRuntime
+    from ..serve import create_app
+
     if isinstance(target, AgentRuntime):
         same_store(target, db, ref)
         store: EventStore = target.store
@@ -76,16 +125,15 @@ async def main(
         )
         unsigned = [e.id for e in runtime.entries.values() if e.trigger == "webhook" and e.unsigned]
         if unsigned and not loopback(host):
-            raise usage(
+            raise refused(
+                "--host",
                 f"refusing to serve the unsigned webhook route(s) {', '.join(unsigned)} on "
-                f"{host!r}: give them secrets, or serve on 127.0.0.1"
+                f"{host!r}: give them secrets, or serve on 127.0.0.1",
             )
         app = create_app(runtime, tokens=book, max_body=max_body)
         server = _server_class()(
             uvicorn.Config(
                 app,
-                host=host,
-                port=port,
                 log_level="warning",
                 lifespan="on",
                 timeout_graceful_shutdown=int(DRAIN_S),
@@ -93,7 +141,7 @@ async def main(
         )
         announce = asyncio.ensure_future(_announce(server, db, book is not None))
         try:
-            await server.serve()
+            await server.serve(sockets=[sock])
         finally:
             announce.cancel()
 
@@ -124,8 +172,9 @@ async def _announce(server: Any, db: str, tokens: bool) -> None:
     while not server.started:
         await asyncio.sleep(0.02)
     host, port = server.servers[0].sockets[0].getsockname()[:2]
+    where = f"[{host}]" if ":" in host else host  # an IPv6 address is bracketed in a URL
     print(
-        json.dumps({"serving": f"http://{host}:{port}", "db": db, "tokens": tokens}),
+        json.dumps({"serving": f"http://{where}:{port}", "db": db, "tokens": tokens}),
         flush=True,
     )
 
@@ -145,6 +194,10 @@ def run_serve(
         return
     if app_ref is None:
         raise usage("--app MODULE:ATTRIBUTE names the runtime to serve")
+    if not 0 <= port <= 65535:
+        raise refused("--port", f"a port is 0 to 65535 (0: any free one), got {port}")
+    if max_body < 1:
+        raise refused("--max-body", f"the largest request body is 1 byte or more, got {max_body}")
     try:
         import uvicorn  # noqa: F401
     except ImportError:
