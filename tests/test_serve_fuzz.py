@@ -106,3 +106,65 @@ async def fuzz(tmp_path: Path) -> None:
                     if response.status_code >= 400:
                         assert response.json()["error"]["code"], where
                         assert await last_position(store) == before, f"a refusal wrote: {where}"
+
+
+def test_the_streams_refuse_in_json_and_write_nothing(tmp_path: Path) -> None:
+    """The two event streams, on a real server (a stream is only read by a real client):
+    arbitrary thread and run ids, `after` and `Last-Event-ID` values either open a stream
+    (200, text/event-stream) or are refused with a JSON error, never a 5xx, writing nothing."""
+    asyncio.run(fuzz_streams(tmp_path))
+
+
+async def fuzz_streams(tmp_path: Path) -> None:
+    from tests.test_serve import Server
+
+    async with SQLiteEventStore(tmp_path / "streams.db") as store:
+        runtime = build(store)
+        async with (
+            Server(create_app(runtime)) as url,
+            httpx.AsyncClient(base_url=url, timeout=10) as client,
+        ):
+            done = await client.post(
+                "/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"}
+            )
+            run_id = done.json()["run"]["run_id"]
+            calls: list[tuple[str, dict[str, str], dict[str, str]]] = []
+
+            @settings(
+                max_examples=60,
+                deadline=None,
+                derandomize=True,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            )
+            @given(
+                segments | st.just("t"),
+                segments | st.just(run_id),
+                st.booleans(),
+                st.dictionaries(st.just("after"), st.text(max_size=6), max_size=1),
+                st.one_of(st.none(), st.text(max_size=8), st.integers(-5, 10**20).map(str)),
+            )
+            def draw(
+                thread: str, run: str, of_run: bool, query: dict[str, str], last: str | None
+            ) -> None:
+                path = (
+                    f"/threads/{thread}/runs/{run}/stream"
+                    if of_run
+                    else f"/threads/{thread}/stream"
+                )
+                usable = last is not None and last.isascii() and last.isprintable()
+                headers = {"Last-Event-ID": last} if usable and last is not None else {}
+                calls.append((path, query, headers))
+
+            draw()
+            for path, query, headers in calls:
+                before = await last_position(store)
+                async with client.stream("GET", path, params=query, headers=headers) as response:
+                    where = f"{path} {query} {headers} -> {response.status_code}"
+                    assert response.status_code < 500, where
+                    if response.status_code == 200:
+                        assert response.headers["content-type"].startswith("text/event-stream")
+                        continue  # it is open: leaving closes it
+                    body = json.loads(await response.aread())
+                    assert body["error"]["code"] and "Traceback" not in json.dumps(body), where
+                assert await last_position(store) == before, f"a refusal wrote: {where}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -85,3 +86,28 @@ def test_the_environment_names_the_token_file(
     monkeypatch.setenv("AGENTLOG_TOKENS_FILE", str(write(tmp_path, {"tokens": [entry()]})))
     book = TokenBook.from_environment()
     assert book is not None and len(book) == 1
+
+
+def test_a_token_is_compared_with_every_known_hash_in_constant_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No early exit: the time a check takes does not tell which token (if any) matched."""
+    import hmac
+
+    from actors.serve import tokens
+
+    others = [entry(name=f"t{i}", sha256=hash_token(f"s{i}")) for i in range(4)]
+    book = TokenBook.load(write(tmp_path, {"tokens": [entry(), *others]}))
+    compared: list[tuple[str, str]] = []
+    original = hmac.compare_digest
+
+    def counting(a: str, b: str) -> bool:
+        compared.append((a, b))
+        return original(a, b)
+
+    monkeypatch.setattr(tokens.hmac, "compare_digest", counting)
+    for header in ("Bearer s", "Bearer s3", "Bearer unknown"):
+        compared.clear()
+        with contextlib.suppress(Unauthorized):
+            book.check(header)
+        assert len(compared) == 5, header

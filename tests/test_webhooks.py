@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
@@ -132,6 +133,37 @@ def test_standard_refusals_name_what_is_wrong() -> None:
         assert (exc.status, exc.code) == (status, code)
         for secret in ROTATING:
             assert secret not in str(exc) and secret[6:] not in str(exc)
+
+
+def test_signatures_are_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every (expected, given) pair goes through `hmac.compare_digest`, with no early exit,
+    whichever secret or signature matches (or none does)."""
+    import hmac
+
+    from actors.serve import webhooks
+
+    compared: list[tuple[bytes, bytes]] = []
+    original = hmac.compare_digest
+
+    def counting(a: bytes, b: bytes) -> bool:
+        compared.append((a, b))
+        return original(a, b)
+
+    monkeypatch.setattr(webhooks.hmac, "compare_digest", counting)
+    body = b"{}"
+    first = standard_headers(ROTATING[0], "msg_1", body)
+    both = f"{first['webhook-signature']} {sign_standard(ROTATING[1], 'msg_1', NOW, body)}"
+    for signature in (first["webhook-signature"], both, "v1,AAAA v1,BBBB"):
+        compared.clear()
+        with contextlib.suppress(WebhookRejected):
+            verify_standard({**first, "webhook-signature": signature}, body, ROTATING, now=NOW)
+        assert len(compared) == 2 * len(signature.split(" ")), signature
+    for secret in (GITHUB[0], "wrong"):
+        compared.clear()
+        headers = {"X-Hub-Signature-256": sign_github(secret, body), "X-GitHub-Delivery": "d"}
+        with contextlib.suppress(WebhookRejected):
+            verify_github(headers, body, GITHUB)
+        assert len(compared) == len(GITHUB)
 
 
 def test_github_refusals() -> None:
