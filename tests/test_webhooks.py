@@ -217,6 +217,18 @@ def test_unsigned_delivery_id() -> None:
     assert verify_delivery(entry, {}, b"same", now=NOW) == by_body
 
 
+def test_a_route_without_secrets_must_say_it_is_unsigned() -> None:
+    from actors.runtime import RegistrationError
+
+    with pytest.raises(RegistrationError, match="must say unsigned=True"):
+        EntryPoint(id="w", graph_id="g", trigger="webhook", path="/w").check()
+    with pytest.raises(RegistrationError, match="unsigned=True with secrets"):
+        EntryPoint(
+            id="w", graph_id="g", trigger="webhook", path="/w", secrets=("s",), unsigned=True
+        ).check()
+    EntryPoint(id="w", graph_id="g", trigger="webhook", path="/w", unsigned=True).check()
+
+
 def test_parse_body() -> None:
     assert parse_body(b'{"a": [1, 2.5]}', "application/json; charset=utf-8") == (
         '{"a": [1, 2.5]}',
