@@ -796,6 +796,30 @@ async def test_cancel_a_run_still_queued_on_a_new_thread(store: Any) -> None:
     assert mine == ["trigger_accepted", "trigger_finished"]
 
 
+async def test_a_cancel_right_after_a_trigger_wins_over_its_dispatch(store: Any) -> None:
+    """The dispatcher may begin the run while the cancel is being recorded: its dispatch
+    record then lands after the end, starts nothing, and the run ends cancelled for good."""
+    gate = Gate()
+    runtime = AgentRuntime(store)
+    runtime.add_graph("g", line(("agent", gate)).compile(store))
+    runtime.register_entry_point(EntryPoint(id="api", graph_id="g"))
+    async with gated(runtime, gate):
+        thread = await runtime.trigger("api", "go", thread_id="t")
+        await runtime.cancel(thread, actor="alice")
+        with pytest.raises(RunCancelledError, match="cancelled by alice"):
+            await runtime.wait(thread, timeout=30)
+        await asyncio.sleep(0.2)  # a dispatch still in flight has landed by now
+        state = runtime.ledger.latest_on(thread)
+        assert state is not None and state.outcome == "cancelled" and not state.in_flight
+    assert not gate.entered.is_set()  # the node never ran
+    restarted = AgentRuntime(store)
+    restarted.add_graph("g", line(("agent", gate)).compile(store))
+    restarted.register_entry_point(EntryPoint(id="api", graph_id="g"))
+    async with gated(restarted, gate):
+        await asyncio.sleep(0.2)
+        assert not gate.entered.is_set()  # nor after a restart: it is not in flight
+
+
 async def test_a_subscription_sees_what_commits_after_the_call_even_read_later(
     store: Any,
 ) -> None:

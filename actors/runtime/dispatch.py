@@ -291,6 +291,8 @@ class Dispatcher:
                 ]
             )
             self._notify(state.id)
+            if state.done:  # cancelled while its dispatch was being recorded: it never runs
+                return
             entry = self.runtime.entries.get(accepted.entry_point)
             if resume:
                 run_input: Any = None

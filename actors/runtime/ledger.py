@@ -95,6 +95,8 @@ class Ledger:
                 self.fired[event.entry_point] = max(last_slot, event.slot)
         elif isinstance(event, TriggerDispatched):
             state = self.triggers[event.trigger_id]
+            if state.done:  # a dispatch a cancel overtook: the end stands, nothing runs
+                return
             state.attempt, state.thread_seq = event.attempt, event.thread_seq
             state.dispatched, state.resumed = True, event.resumed
             if state.first_seq is None:
