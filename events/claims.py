@@ -81,12 +81,25 @@ def _boot_id() -> str:
         return ""
 
 
+_own_marker: tuple[int, str] | None = None
+
+
 def process_marker(pid: int) -> str:
     """A string that changes when `pid` is reused; "" when no such process runs.
 
     On Linux it is the process's start time from /proc; elsewhere a live pid gives "pid"
-    (a reused pid then looks alive until its lease runs out).
+    (a reused pid then looks alive until its lease runs out). This process's own marker is
+    read once (per pid: a forked child reads its own), as every claim it takes names it.
     """
+    global _own_marker
+    if pid == os.getpid():
+        if _own_marker is None or _own_marker[0] != pid:
+            _own_marker = (pid, _read_marker(pid))
+        return _own_marker[1]
+    return _read_marker(pid)
+
+
+def _read_marker(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()

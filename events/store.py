@@ -7,6 +7,7 @@ decoding and hash-chain verification live here, once, so every store behaves ali
 from __future__ import annotations
 
 import math
+import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -200,6 +201,9 @@ class EventStore(Protocol):
     ) -> None: ...
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
 def check_thread_id(thread_id: object) -> str:
     """A thread id is a non-empty string; anything else is a caller's mistake."""
     if not isinstance(thread_id, str) or not thread_id.strip():
@@ -213,7 +217,7 @@ def check_thread_id(thread_id: object) -> str:
             f"thread id {thread_id!r} begins with '-', which a command line reads as an "
             "option: choose an id that starts with a letter or digit"
         )
-    if any(ord(c) < 32 or ord(c) == 127 for c in thread_id):
+    if _CONTROL.search(thread_id):
         raise InvalidAppendError(
             f"thread id {thread_id!r} holds control characters: use printable text"
         )
