@@ -49,6 +49,7 @@ from projections.fold import (
     ENTERED_KEY,
     RESUME_KEY,
     TOOL_CALLS_KEY,
+    before_first_run,
 )
 from projections.generic import state_fields
 from projections.messages import monotonic, new_run_id, normalize_input
@@ -280,7 +281,7 @@ class StepLoop(Committing[S]):
             paused = (
                 meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED
             )
-            if fold.seq == 0 or paused or meta.status in _AT_REST:
+            if fold.seq == 0 or paused or meta.status in _AT_REST or before_first_run(meta):
                 return []  # nothing was written, or the run had already come to rest
             never_ran = run.never_ran() if run is not None else set()
             events: list[Event] = list(_abandoned_calls(meta, why, never_ran))
@@ -402,7 +403,7 @@ class StepLoop(Committing[S]):
             )
         answers = await self._answer_pending(fold) if resume is None and inputs else []
         events: list[Event] = []
-        if fold.seq == 0 or meta.status in _OVER or answers:
+        if fold.seq == 0 or meta.status in _OVER or answers or before_first_run(meta):
             run.run_id = new_run_id()
             events.extend(answers)
             events.append(

@@ -356,6 +356,16 @@ class ThreadHidden(BaseEvent, tag="thread_hidden", frozen=True):
     reason: str | None = None
 
 
+class ThreadCreated(BaseEvent, tag="thread_created", frozen=True):
+    """The thread was created before its first run (`POST /threads`), by `by`, for graph
+    `graph_id`, with the caller's `metadata`. Always the thread's first record; the state
+    stays a fresh thread's."""
+
+    by: str
+    graph_id: str | None = None
+    metadata: dict[str, JSON] = {}
+
+
 class ModelCalled(BaseEvent, tag="model_called", frozen=True):
     """A node called a model once (one attempt), recorded in the node's step commit beside
     the message it produced, so a step's tokens and latency are in the log.

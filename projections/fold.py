@@ -48,6 +48,7 @@ from events.kinds import (
     StepAdvanced,
     Stopped,
     StopRequested,
+    ThreadCreated,
     ThreadHidden,
     ToolCallFinished,
     ToolCallStarted,
@@ -82,6 +83,9 @@ AWAITING_KEY = "awaiting_resume"
 
 STOP_KEY = "stop_request"
 """`internal_data` key of who asked for a stop not yet honoured, and why."""
+
+CREATED_KEY = "created"
+"""`internal_data` key of who created the thread before its first run, and its metadata."""
 
 ENTERED_KEY = "entered"
 """`internal_data` key of the node whose step has begun and not yet advanced: node and seq."""
@@ -448,6 +452,11 @@ def _run_cancelled(fold: Fold[Any], e: RunCancelled, r: EventRecord) -> None:
     meta.internal_data["cancelled"] = {"by": e.by, "reason": e.reason, "node": e.node}
 
 
+@_handles(ThreadCreated)
+def _thread_created(fold: Fold[Any], e: ThreadCreated, r: EventRecord) -> None:
+    fold.state.execution_meta.internal_data[CREATED_KEY] = {"by": e.by, "metadata": e.metadata}
+
+
 @_handles(ThreadHidden)
 def _thread_hidden(fold: Fold[Any], e: ThreadHidden, r: EventRecord) -> None:
     fold.state.execution_meta.internal_data["hidden"] = {"by": e.by, "reason": e.reason}
@@ -512,7 +521,12 @@ def _check(meta: ExecutionState, event: Event, seq: int, state_cls: type[AgentSt
 
     match event:
         case RunStarted():
-            if status == ExecutionStatus.RUNNING and seq > 0 and not paused:
+            if (
+                status == ExecutionStatus.RUNNING
+                and seq > 0
+                and not paused
+                and not before_first_run(meta)
+            ):
                 refuse("a run is already in progress on this thread; resume or finish it first")
         case NodeEntered() | StepAdvanced() | InterruptRaised() | ToolCallStarted():
             if finished:
@@ -555,6 +569,9 @@ def _check(meta: ExecutionState, event: Event, seq: int, state_cls: type[AgentSt
         case Forked():
             if seq != 0:
                 refuse("a fork can only be the first event of a new thread")
+        case ThreadCreated():
+            if seq != 0:
+                refuse("a thread is created once, as its first event")
         case StateUpdated():
             plan = field_plan(state_cls)
             for name in event.values:
@@ -576,6 +593,12 @@ def _check_replaced(fold: Fold[Any], event: MessageReplaced) -> None:
         f"no message with id {message_id!r} is in the context to replace: send it without "
         "that id to append it instead"
     )
+
+
+def before_first_run(meta: ExecutionState) -> bool:
+    """Whether the thread was created before its first run (`thread_created`) and no run
+    has begun on it yet: new input starts its first run."""
+    return CREATED_KEY in meta.internal_data and "run_id" not in meta.internal_data
 
 
 def _pause_of(meta: ExecutionState) -> str:
