@@ -25,6 +25,7 @@ from tests.toolkit_graphs import (
     global_counter,
     refund_creep,
     refund_within_total,
+    reused_call_id,
     scripted_support,
     wall_clock,
 )
@@ -93,6 +94,14 @@ def test_a_counter_in_a_closure_is_found_through_a_crash(tmp_path: Path) -> None
     pasted = run_printed_test(tmp_path, failure.value)
     assert pasted.returncode == 1, pasted.stdout + pasted.stderr
     assert "reply number" in pasted.stdout
+
+
+def test_a_reused_tool_call_id_is_named_as_the_cause() -> None:
+    with pytest.raises(MachineFailure) as failure:
+        run_state_machine_as_test(graph_machine(reused_call_id, name="Reused"), settings=HUNT)
+    assert failure.value.invariant == "no committed tool result runs again"
+    assert "asked for a call with the id 'call-1' again" in failure.value.detail
+    assert "each tool call needs an id of its own" in failure.value.detail
 
 
 def test_a_user_invariant_broken_after_a_sequence_shrinks_to_a_test_that_fails(

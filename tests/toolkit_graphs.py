@@ -10,7 +10,7 @@ from actors import END, StateGraph, ToolNode
 from actors.compiled import CompiledGraph
 from actors.testing import RecordingTool, ScriptedModel, ask_tool, reply
 from events import EventStore
-from projections import AgentState, Message
+from projections import AgentState, Message, ToolCallBlock
 
 
 def lookup_order(order_id: str) -> dict[str, Any]:
@@ -126,3 +126,17 @@ counting_graph: StateGraph[AgentState] = StateGraph(name="counting")
 counting_graph.add_node("agent", _count_in_a_global)
 counting_graph.set_entry_point("agent")
 counting_graph.add_edge("agent", END)
+
+
+def reused_call_id(store: EventStore) -> CompiledGraph[Any]:
+    """Buggy: a hand-written agent that gives every tool call the same id."""
+
+    def agent(state: AgentState) -> Message:
+        if state.context[-1].role == "tool":
+            return reply("found it")
+        return Message(
+            role="assistant",
+            content=[ToolCallBlock(id="call-1", name="lookup_order", args={"order_id": "A-1"})],
+        )
+
+    return _agent_tools_graph(agent, store)

@@ -449,18 +449,28 @@ class GraphMachine(RuleBasedStateMachine):
     def _check_reruns(self, records: list[Any]) -> None:
         started: dict[str, int] = {}
         finished: set[str] = set()
+        asked_again: dict[str, int] = {}
         for record in records:
             call = str(getattr(record.event, "call_id", ""))
             if record.kind == "tool_call_finished":
                 finished.add(call)
             elif record.kind == "tool_call_started" and call in finished:
                 started[call] = record.seq
+            elif record.kind == "message_appended":
+                for block in record.event.message.get("content") or []:
+                    called = isinstance(block, dict) and block.get("type") == "tool_call"
+                    if called and str(block.get("id")) in finished:
+                        asked_again.setdefault(str(block.get("id")), record.seq)
         if started:
             call, seq = next(iter(started.items()))
-            self.fail(
-                "no committed tool result runs again",
-                f"call {call!r} started again at seq {seq} after its result was committed",
-            )
+            why = f"call {call!r} started again at seq {seq} after its result was committed"
+            if call in asked_again:
+                why += (
+                    f": the assistant message at seq {asked_again[call]} asked for a call "
+                    f"with the id {call!r} again, and each tool call needs an id of its own "
+                    "(a model gives fresh ones; a scripted or hand-written node must too)"
+                )
+            self.fail("no committed tool result runs again", why)
         for life in self.main.lives:
             for tool in life.tools:
                 again = [c for c in tool.calls if c.call_id in life.finished_before]
