@@ -37,12 +37,13 @@ from events.kinds import (
     StepAdvanced,
     Stopped,
     StopRequested,
+    ThreadCreated,
     ToolCallFinished,
     ToolCallStarted,
 )
 
 from .edge import message_appended, state_updated
-from .fold import CONTEXT_FIELDS, TOOL_CALLS_KEY, field_plan
+from .fold import CONTEXT_FIELDS, TOOL_CALLS_KEY, before_first_run, field_plan
 from .messages import (
     AnnotationBlock,
     AnnotationRef,
@@ -733,7 +734,8 @@ def refused_events(
 
     Among them: step_advanced with a wrong step, resumed when nothing is paused or failed,
     tool_call_finished of a call never started, run_completed with a call open, a result of
-    an unknown call, an update of a field the class lacks, a fork after the first event.
+    an unknown call, an update of a field the class lacks, a fork or a thread's creation
+    after the first event.
     """
     run = _Run(state)
     fresh_call = run.ids("call")
@@ -748,6 +750,9 @@ def refused_events(
         ),
         "tool_call_finished": lambda: ToolCallFinished(call_id=fresh_call, name=draw(_names)),
         "forked": lambda: Forked(source_thread=draw(text), source_seq=0, state={}),
+        "thread_created": lambda: ThreadCreated(
+            by=draw(_names), graph_id=draw(st.none() | _names), metadata=draw(_objects(4))
+        ),
         "messages_removed": lambda: MessagesRemoved(message_ids=[unknown_id]),
         "message_replaced": lambda: MessageReplaced(
             message=message_appended(Message.text_message("x", message_id=unknown_id)).message
@@ -776,7 +781,7 @@ def refused_events(
         )
     if run.finished or run.paused or run.open:
         choices["run_completed"] = lambda: RunCompleted()
-    if not (run.finished or run.paused):
+    if not (run.finished or run.paused or before_first_run(state.execution_meta)):
         choices["run_started"] = lambda: RunStarted(entry_node=START)
     names = list(choices) if kinds is None else [k for k in kinds if k in choices]
     if not names:

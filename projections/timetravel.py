@@ -38,6 +38,7 @@ from events.kinds import (
     StateUpdated,
     StepAdvanced,
     Stopped,
+    ThreadCreated,
     ToolCallFinished,
 )
 
@@ -426,6 +427,11 @@ def summarize(record: EventRecord) -> str:
     if isinstance(event, OutcomeRecorded):
         goal = f" (goal {event.goal_id})" if event.goal_id else ""
         return f"outcome {event.metric} = {event.value!r}{goal}"
+    if isinstance(event, ThreadCreated):
+        said = f"created by {event.by}" + (f" for graph {event.graph_id}" if event.graph_id else "")
+        if event.metadata:
+            said += f"; metadata {_json(event.metadata)[:SUMMARY_CHARS]}"
+        return said
     if isinstance(event, RunSuperseded):
         return f"run {event.run_id} rolled back by {event.by} to seq {event.started_seq - 1}"
     fields = event.__struct_fields__

@@ -96,7 +96,9 @@ async def test_a_run_through_the_api_pauses_is_answered_and_reads_back(served: A
     client, store = served
     assert (await client.get("/ok")).json() == {"ok": True}
     assert (await client.get("/ready")).status_code == 200
-    thread = (await client.post("/threads", json={}, headers=ALICE)).json()["thread_id"]
+    thread = (await client.post("/threads", json={"graph_id": "support"}, headers=ALICE)).json()[
+        "thread_id"
+    ]
     paused = await client.post(
         f"/threads/{thread}/runs/wait", json={"assistant_id": "chat", "input": "hi"}, headers=ALICE
     )
@@ -393,7 +395,9 @@ async def test_a_run_body_carries_a_correlation_id_into_the_log(served: Any) -> 
     """hive's `trigger(..., correlation_id=...)` over HTTP: the run body's correlation_id
     is recorded with the trigger and shown with the run; an empty one is refused."""
     client, store = served
-    thread = (await client.post("/threads", json={}, headers=ALICE)).json()["thread_id"]
+    thread = (await client.post("/threads", json={"graph_id": "support"}, headers=ALICE)).json()[
+        "thread_id"
+    ]
     made = await client.post(
         f"/threads/{thread}/runs",
         json={"assistant_id": "chat", "input": "hi", "correlation_id": "order-17"},
@@ -531,7 +535,7 @@ async def test_creating_a_thread_that_exists(served: Any) -> None:
     )
     assert kept.status_code == 200 and kept.json()["thread_id"] == "e"
     assert kept.json()["status"] == "interrupted_before"
-    fresh = await client.post("/threads", headers=ALICE)  # no body: a new id
+    fresh = await client.post("/threads", json={"graph_id": "support"}, headers=ALICE)
     assert fresh.status_code == 200 and fresh.json()["thread_id"] != "e"
     too_long = await client.post(
         f"/threads/{'x' * 201}/runs", json={"assistant_id": "chat", "input": "x"}, headers=ALICE

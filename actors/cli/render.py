@@ -729,6 +729,14 @@ def state_view(
     if meta.stop_current_execution != StopRequestStatus.NONE:
         head.append(f" stop={meta.stop_current_execution.value}")
     parts: list[RenderableType] = [head]
+    created = meta.internal_data.get("created")
+    if isinstance(created, dict):  # a thread_created record: who, and the caller's metadata
+        line = Text("created by ", style="bold")
+        line.append(inert(str(created.get("by"))))
+        if created.get("metadata"):
+            line.append(" metadata=")
+            line.append_text(bounded(_value(created["metadata"]), bounds.text, body=False))
+        parts.append(line)
     stopped = stop_summary(meta)
     if stopped is not None:
         parts.append(Text(inert(stopped), style="yellow"))

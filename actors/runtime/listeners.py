@@ -20,7 +20,7 @@ import msgspec
 
 from events import EventRecord, EventStore
 from events.follow import commit_signal, follow
-from events.kinds import Forked, RunStarted
+from events.kinds import Forked, RunStarted, ThreadCreated
 from projections import Message
 from projections.edge import to_builtins
 
@@ -72,20 +72,27 @@ async def graph_of_thread(
     by_name: Callable[[str], str | None] = _own_name,
 ) -> str | None:
     """The graph a thread runs: the runtime's record of it (`known`, thread -> graph id),
-    else the graph its first record names (run_started's graph name, through `by_name`; a
-    fork runs its source's graph); None when neither says. Answers read are kept in `cache`.
+    else the graph its first record names (thread_created's graph id; run_started's graph
+    name, through `by_name`; a fork runs its source's graph); None when neither says.
+    Answers read are kept in `cache` (not that of a thread with no record yet).
     """
     found = known.get(thread_id)
     if found is not None:
         return found
     if thread_id in cache:
         return cache[thread_id]
+    read = False
     async for record in store.read(thread_id, 1, 1):
+        read = True
         event = record.event
-        if isinstance(event, RunStarted) and event.graph:
+        if isinstance(event, ThreadCreated):
+            found = event.graph_id
+        elif isinstance(event, RunStarted) and event.graph:
             found = by_name(event.graph)
         elif isinstance(event, Forked):
             found = await graph_of_thread(store, event.source_thread, known, cache, by_name)
+    if not read:
+        return None
     if len(cache) > GRAPHS_KEPT:
         cache.clear()
     cache[thread_id] = found
@@ -195,7 +202,8 @@ class Listeners:
 
     async def graph_of_thread(self, thread_id: str) -> str | None:
         """The registered graph a thread runs: the runtime's own record of it, else the
-        graph named by its first run (by the graph's name)."""
+        graph its creation names, else the graph named by its first run (by the graph's
+        name)."""
         graphs = self.runtime.graphs
 
         def by_name(name: str) -> str | None:  # called only when the cache has no answer

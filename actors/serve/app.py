@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
@@ -31,9 +30,10 @@ from events.errors import (
     ThreadNotFoundError,
 )
 from events.follow import follow
-from events.kinds import ThreadHidden
+from events.kinds import Event, ThreadCreated, ThreadHidden
 from projections import AgentState, ExecutionStatus, IllegalTransitionError, InvalidStateUpdateError
 from projections.edge import to_builtins
+from projections.fold import Fold
 from projections.timetravel import fork, interrupt_summary
 from projections.views import PointOutOfRangeError
 
@@ -132,8 +132,9 @@ def _classify(exc: BaseException) -> tuple[int, str, str]:
             404,
             "not_found",
             (
-                f"no thread {exc.thread_id!r} in the log: a thread enters the log with its first "
-                "run (POST /threads/{thread_id}/runs); POST /threads/search lists those there are"
+                f"no thread {exc.thread_id!r} in the log: a thread enters the log when it is "
+                "created (POST /threads) or with its first run (POST /threads/{thread_id}/runs); "
+                "POST /threads/search lists those there are"
             ),
         )
     for kind, status, code in _STATUS:
@@ -246,8 +247,15 @@ class _Body(BaseModel):
 
 class ThreadCreate(_Body):
     thread_id: str | None = Field(default=None, min_length=1, max_length=MAX_THREAD_ID)
+    graph_id: str | None = Field(
+        default=None,
+        min_length=1,
+        description=(
+            "the graph the thread runs (default: metadata's graph_id, else the server's only graph)"
+        ),
+    )
     metadata: dict[str, Any] = Field(
-        default_factory=dict, description="answered back; not recorded (threads hold none yet)"
+        default_factory=dict, description="recorded with the thread (its thread_created record)"
     )
     if_exists: Literal["raise", "do_nothing"] = Field(
         default="raise",
@@ -260,6 +268,10 @@ class ThreadSearch(_Body):
     offset: int = Field(default=0, ge=0)
     status: ExecutionStatus | None = None
     graph_id: str | None = None
+    metadata: dict[str, Any] | None = Field(
+        default=None,
+        description="threads whose creation metadata holds each of these keys, equal",
+    )
 
 
 class HistoryQuery(_Body):
@@ -414,7 +426,22 @@ def create_app(
 
     # ---- threads --------------------------------------------------------------------------
 
-    @app.post("/threads", summary="A new thread id (the thread enters the log with its run)")
+    async def existing(thread_id: str, body: ThreadCreate, who: Principal) -> dict[str, Any]:
+        """A thread a creation names that is in the log already, as `if_exists` says."""
+        if body.if_exists == "raise":
+            raise ApiError(
+                409,
+                "conflict",
+                f"thread {thread_id!r} exists; send if_exists='do_nothing' to get it, or "
+                "pick another id",
+            )
+        graph, state = await visible(thread_id, who, "read")
+        return await thread_of(thread_id, graph, state)
+
+    @app.post(
+        "/threads",
+        summary="Create a thread (recorded: thread_created, with its graph and metadata)",
+    )
     async def create_thread(
         body: ThreadCreate | None = None, who: Principal = Who
     ) -> dict[str, Any]:
@@ -423,16 +450,24 @@ def create_app(
         thread_id = body.thread_id or str(uuid.uuid4())
         _check_new_thread_id(runtime, thread_id)
         if body.thread_id is not None and await runtime.store.last_seq(thread_id) > 0:
-            if body.if_exists == "raise":
-                raise ApiError(
-                    409,
-                    "conflict",
-                    f"thread {thread_id!r} exists; send if_exists='do_nothing' to get it, or "
-                    "pick another id",
-                )
-            graph, state = await visible(thread_id, who, "read")
-            return await thread_of(thread_id, graph, state)
-        return {"thread_id": thread_id, "created_at": time.time(), "metadata": body.metadata}
+            return await existing(thread_id, body, who)
+        graph = _graph_for(runtime, body, who)
+        who.require("run", graph)
+        existed = False
+
+        def create(fold: Fold[AgentState]) -> list[Event]:
+            nonlocal existed
+            existed = fold.seq > 0  # created (or run) since it was looked at
+            if existed:
+                return []
+            return [ThreadCreated(by=who.name, graph_id=graph, metadata=body.metadata)]
+
+        await runtime.graphs[graph].app.awrite_claimed(
+            thread_id, create, actor=who.name, what="a thread's creation"
+        )
+        if existed:
+            return await existing(thread_id, body, who)
+        return await thread_of(thread_id, graph, await current(thread_id, graph))
 
     @app.get("/threads/{thread_id}", summary="A thread: status, step, graph, values")
     async def get_thread(thread_id: str, who: Principal = Who) -> dict[str, Any]:
@@ -462,6 +497,8 @@ def create_app(
             if state.execution_meta.internal_data.get("hidden"):
                 continue
             if body.status is not None and state.execution_meta.status != body.status:
+                continue
+            if body.metadata and not _has_metadata(state, body.metadata):
                 continue
             if skipped < body.offset:
                 skipped += 1
@@ -794,6 +831,51 @@ def _check_new_thread_id(runtime: AgentRuntime, thread_id: str) -> None:
         )
 
 
+def _graph_for(runtime: AgentRuntime, body: ThreadCreate, who: Principal) -> str:
+    """The graph a new thread runs: the body's graph_id, else its metadata's, else the
+    server's only graph."""
+    named = body.graph_id
+    if named is None and isinstance(body.metadata.get("graph_id"), str):
+        named = body.metadata["graph_id"]
+    mine = sorted(g for g in runtime.graphs if who.may("run", g))
+    if named is None:
+        if len(runtime.graphs) == 1:
+            return next(iter(runtime.graphs))
+        raise ApiError(
+            422,
+            "invalid_request",
+            "send graph_id, the graph the thread runs: this server has "
+            f"{len(runtime.graphs)} graphs (those you may run: "
+            f"{', '.join(map(repr, mine)) or 'none'})",
+        )
+    if named not in runtime.graphs:
+        raise ApiError(
+            404,
+            "not_found",
+            f"no graph {named!r} on this server (those you may run: "
+            f"{', '.join(map(repr, mine)) or 'none'})",
+        )
+    return named
+
+
+def _created(state: AgentState) -> dict[str, Any]:
+    """The metadata the thread was created with (its thread_created record), or {}."""
+    created = state.execution_meta.internal_data.get("created")
+    metadata = created.get("metadata") if isinstance(created, dict) else None
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def _has_metadata(state: AgentState, wanted: dict[str, Any]) -> bool:
+    """Whether the thread's creation metadata holds every key of `wanted`, equal."""
+    metadata = _created(state)
+    return all(key in metadata and _same(metadata[key], value) for key, value in wanted.items())
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON values (so true is not 1, nor 1 true)."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
 def _deleted(thread_id: str, by: Any) -> str:
     return (
         f"thread {thread_id!r} was deleted by {by!r}: it is hidden, its log stays and still "
@@ -814,7 +896,7 @@ def _thread(
         "graph_id": graph,
         "created_at": created_at,
         "updated_at": updated_at,
-        "metadata": {},
+        "metadata": _created(state),
         "status": meta.status.value,
         "step": meta.step,
         "hidden": bool(meta.internal_data.get("hidden")),
