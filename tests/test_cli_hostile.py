@@ -29,7 +29,7 @@ from events import (
     StepAdvanced,
 )
 from events.codec import GENESIS_HASH, chain_hash
-from events.kinds import Event
+from events.kinds import Event, ThreadCreated
 from projections import Message, message_appended
 
 from .helpers import agentlog
@@ -195,6 +195,54 @@ def test_bodies_keep_newlines_and_tabs_and_escape_the_rest(text: str) -> None:
     shown = inert(text, body=True)
     assert RAW.search(shown.replace("\n", "").replace("\t", "")) is None
     assert shown.count("\n") == text.count("\n")
+
+
+# ---- a thread's creation: who, its graph and metadata are stored text too ----------------
+
+
+@pytest.fixture(scope="module")
+def created(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    db = tmp_path_factory.mktemp("created") / "log.db"
+    metadata = {f"k{RED}": TEXT, MARKUP: BIDI, "huge": "B" * 900_000 + "TAIL"}
+    made = ThreadCreated(by=f"mallory{CLEAR}", graph_id=f"g{OSC}", metadata=metadata)
+    append(db, "made", [[made], *steps(1)], actor=f"mallory{CLEAR}")
+    return db
+
+
+@pytest.mark.parametrize(
+    "command", [["threads"], ["history", "made"], ["show", "made"], ["show", "made", "--full"]]
+)
+def test_a_created_threads_metadata_is_shown_inert(created: Path, command: list[str]) -> None:
+    done = agentlog(*command, "--db", created)
+    assert done.returncode == 0, done.stderr
+    assert_inert(done)
+    if command[0] == "threads":
+        assert "made" in done.stdout and "running" in done.stdout
+        return
+    assert "mallory\\x1b[2J\\x1b[H" in done.stdout
+    if command[0] == "history":
+        assert "created by mallory\\x1b[2J\\x1b[H for graph g\\x1b]0;owned\\x07; metadata {" in (
+            done.stdout
+        )
+        assert len(done.stdout) < 20_000 and "TAIL" not in done.stdout
+        return
+    assert "created by mallory\\x1b[2J\\x1b[H metadata=" in done.stdout
+    assert MARKUP in done.stdout and "\\u202a\\u202b" in done.stdout
+    if "--full" in command:
+        assert "B" * 900_000 + "TAIL" in done.stdout
+    else:
+        assert len(done.stdout) < 20_000 and "TAIL" not in done.stdout
+        assert "more characters; --full shows all]" in done.stdout
+
+
+def test_a_created_threads_metadata_stays_exact_in_json(created: Path) -> None:
+    state = json.loads(agentlog("show", "made", "--db", created, "--json").stdout)
+    made = state["state"]["execution_meta"]["internal_data"]["created"]
+    assert made["by"] == f"mallory{CLEAR}" and made["metadata"][f"k{RED}"] == TEXT
+    assert made["metadata"]["huge"].endswith("BTAIL")
+    rows = json.loads(agentlog("history", "made", "--db", created, "--json").stdout)
+    assert (rows[0]["kind"], rows[0]["actor"]) == ("thread_created", f"mallory{CLEAR}")
+    assert rows[0]["summary"].startswith(f"created by mallory{CLEAR} for graph g{OSC}")
 
 
 # ---- big data: bounded by default, complete on request ----------------------------------

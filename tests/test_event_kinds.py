@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from events import EVENT_TYPES, KINDS
 from events.kinds import BaseEvent, kind_of
 from projections.fold import _HANDLERS
@@ -20,3 +22,22 @@ def test_kind_strings_are_the_tags() -> None:
     from events import RunCompleted
 
     assert kind_of(RunCompleted()) == "run_completed"
+
+
+async def test_thread_created_is_a_kind_stored_and_read_back_whole(tmp_path: Path) -> None:
+    import msgspec
+
+    from events import SQLiteEventStore
+    from events.codec import encode_json
+    from events.kinds import ThreadCreated
+
+    assert KINDS["thread_created"] is ThreadCreated
+    event = ThreadCreated(
+        by="alice", graph_id="support", metadata={"k": [1, {"n": None}], "\x1b": "\u202e"}
+    )
+    async with SQLiteEventStore(tmp_path / "log.db") as store:
+        await store.append("t", [event], expected_seq=0, actor="alice")
+        (record,) = [r async for r in store.read("t")]
+    assert (record.kind, record.actor, record.event) == ("thread_created", "alice", event)
+    assert msgspec.json.decode(encode_json(record.event), type=ThreadCreated) == event
+    assert ThreadCreated(by="x").metadata == {} and ThreadCreated(by="x").graph_id is None

@@ -27,7 +27,7 @@ from events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from events.kinds import EVENT_TYPES, Event
+from events.kinds import EVENT_TYPES, Event, ThreadCreated
 from events.record import EventRecord
 from projections import (
     END,
@@ -49,7 +49,7 @@ from projections import (
 )
 from projections.fold import _HANDLERS
 
-from .helpers import step_events, text_event
+from .helpers import line, step_events, text_event
 
 
 def records(events: list[Event], thread_id: str = "t") -> list[EventRecord]:
@@ -187,6 +187,8 @@ def interrupted() -> AgentState:
         (AgentState, [ToolCallFinished(call_id="c", name="f")], "never started"),
         (AgentState, [Forked(source_thread="s", source_seq=1, state={})], "first event"),
         (AgentState, [RunStarted(), NodeEntered(node="a"), RunStarted()], "already in progress"),
+        (AgentState, [ThreadCreated(by="ops")], "created once"),
+        (completed, [ThreadCreated(by="ops")], "created once"),
     ],
 )
 def test_illegal_transitions_are_refused(state, events, match) -> None:  # type: ignore[no-untyped-def]
@@ -287,3 +289,48 @@ def test_resuming_a_failed_run_clears_the_failure() -> None:
     )
     assert "failed_node" not in state.execution_meta.internal_data
     assert "error" not in state.execution_meta.internal_data
+
+
+def test_a_created_thread_holds_who_and_its_metadata_and_is_otherwise_fresh() -> None:
+    created = ThreadCreated(by="alice", graph_id="support", metadata={"k": [1, "v"]})
+    decide(AgentState(), [created], seq=0)
+    state = replay(records([created]))
+    meta = state.execution_meta
+    assert meta.internal_data == {"created": {"by": "alice", "metadata": {"k": [1, "v"]}}}
+    fresh = AgentState().execution_meta
+    assert meta.model_copy(update={"internal_data": {}}) == fresh
+    assert state.context == [] and meta.status is ExecutionStatus.RUNNING
+
+
+def test_a_created_thread_takes_its_first_run_and_then_none_beside_it() -> None:
+    created = ThreadCreated(by="alice")
+    state = replay(records([created]))
+    decide(state, [RunStarted(entry_node="agent"), NodeEntered(node="agent")], seq=1)
+    running = replay(records([created, RunStarted(entry_node="agent"), NodeEntered(node="a")]))
+    assert running.execution_meta.internal_data["created"] == {"by": "alice", "metadata": {}}
+    with pytest.raises(IllegalTransitionError, match="already in progress"):
+        decide(running, [RunStarted()], seq=3)
+    with pytest.raises(IllegalTransitionError, match="created once"):
+        decide(state, [created], seq=1)
+
+
+async def test_a_run_on_a_created_thread_replays_to_its_live_state() -> None:
+    def reply(state: AgentState) -> list[Message]:
+        return [Message.text_message(f"seen {len(state.context)}", role="assistant")]
+
+    async with MemoryEventStore() as store:
+        app = line(("draft", reply), ("send", reply)).compile(store)
+        created = ThreadCreated(by="alice", graph_id="g", metadata={"k": "v"})
+        await app.awrite_claimed("t", lambda fold: [created], actor="alice", what="a creation")
+        result = await app.ainvoke("hi", {"thread_id": "t"}, include_state=True)
+        live = result["state"]
+        assert live == await state_at(store, "t", use_snapshots=False)
+        assert [m.text() for m in live.context] == ["hi", "seen 1", "seen 2"]
+        meta = live.execution_meta
+        assert meta.status is ExecutionStatus.COMPLETED and meta.step == 2
+        assert meta.internal_data["created"] == {"by": "alice", "metadata": {"k": "v"}}
+        kinds = [(r.kind, r.actor) async for r in store.read("t")]
+        assert kinds[:2] == [("thread_created", "alice"), ("run_started", "user")]
+        again = await app.ainvoke("more", {"thread_id": "t"}, include_state=True)
+        assert again["state"] == await state_at(store, "t", use_snapshots=False)
+        assert [r.kind async for r in store.read("t")].count("run_started") == 2

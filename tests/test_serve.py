@@ -623,3 +623,177 @@ async def test_cancelling_an_ended_or_a_queued_run_is_a_409_that_ends_nothing(
             )
             assert failed.status_code == 409 and failed.json()["error"]["code"] == "run_failed"
             assert "the tool said no" in failed.json()["error"]["message"]
+
+
+# ---- creating a thread: a thread_created record -----------------------------------------
+
+
+async def test_a_created_thread_reads_back_is_searched_by_metadata_and_takes_runs(
+    served: Any,
+) -> None:
+    client, store = served
+    metadata = {"customer": "acme", "tier": 2, "tags": ["a", "b"]}
+    made = await client.post(
+        "/threads", json={"graph_id": "support", "metadata": metadata}, headers=ALICE
+    )
+    assert made.status_code == 200, made.text
+    created = made.json()
+    thread = created["thread_id"]
+    assert created["metadata"] == metadata and created["graph_id"] == "support"
+    assert created["status"] == "running" and created["step"] == 0
+    (record,) = [r async for r in store.read(thread)]
+    assert (record.kind, record.actor, record.event.by) == ("thread_created", "alice", "alice")
+    assert record.event.graph_id == "support" and record.event.metadata == metadata
+
+    read = await client.get(f"/threads/{thread}", headers=ALICE)
+    assert read.status_code == 200, read.text
+    assert read.json()["metadata"] == metadata
+    assert read.json()["created_at"] == created["created_at"] == record.at
+    assert (await client.get(f"/threads/{thread}/state", headers=ALICE)).status_code == 200
+    assert (await client.get(f"/threads/{thread}/history", headers=ALICE)).json() == []
+    assert (await client.get(f"/threads/{thread}/runs", headers=ALICE)).json() == []
+
+    other = await client.post(
+        "/threads", json={"graph_id": "support", "metadata": {"customer": "zeta"}}, headers=ALICE
+    )
+    second = other.json()["thread_id"]
+
+    async def search(**body: Any) -> list[str]:
+        found = await client.post("/threads/search", json=body, headers=ALICE)
+        assert found.status_code == 200, found.text
+        return [t["thread_id"] for t in found.json()]
+
+    assert await search() == [second, thread]
+    assert await search(metadata={"customer": "acme"}) == [thread]
+    assert await search(metadata={"customer": "acme", "tier": 2}) == [thread]
+    assert await search(metadata={"tags": ["a", "b"]}) == [thread]
+    assert await search(metadata={"customer": "acme", "tier": "2"}) == []
+    assert await search(metadata={"tier": True}) == []
+    assert await search(metadata={"nope": None}) == []
+    assert await search(metadata={"customer": "zeta"}, graph_id="support") == [second]
+
+    paused = await client.post(
+        f"/threads/{thread}/runs/wait", json={"assistant_id": "chat", "input": "hi"}, headers=ALICE
+    )
+    assert paused.status_code == 200, paused.text
+    assert paused.json()["status"] == "interrupted_before"
+    done = await client.post(
+        f"/threads/{thread}/runs/wait",
+        json={"assistant_id": "chat", "command": {"resume": "go"}},
+        headers=ALICE,
+    )
+    assert done.json()["status"] == "completed", done.text
+    records = [r async for r in store.read(thread)]
+    assert [r.kind for r in records[:3]] == ["thread_created", "run_started", "message_appended"]
+    assert records[0].actor == "alice"
+    texts = [m["content"][0]["text"] for m in done.json()["values"]["context"]]
+    assert texts == ["hi", "seen 1", "seen 2"]
+    after = (await client.get(f"/threads/{thread}", headers=ALICE)).json()
+    assert after["metadata"] == metadata and after["status"] == "completed"
+    assert after["created_at"] == record.at < after["updated_at"]
+    history = (await client.get(f"/threads/{thread}/history", headers=ALICE)).json()
+    assert [h["step"] for h in history] == [2, 1]
+    assert await search(metadata={"customer": "acme"}, status="completed") == [thread]
+
+
+async def test_a_thread_takes_its_graph_from_metadata_or_the_only_graph(tmp_path: Path) -> None:
+    async with SQLiteEventStore(tmp_path / "one.db") as store:
+        runtime = AgentRuntime(store)
+        runtime.add_graph("g", line(("work", reply)).compile(store))
+        runtime.register_entry_point(EntryPoint(id="chat", graph_id="g"))
+        async with (
+            Server(create_app(runtime)) as url,
+            httpx.AsyncClient(base_url=url, timeout=30) as client,
+        ):
+            made = await client.post("/threads")  # no body: the server's only graph
+            assert made.status_code == 200, made.text
+            thread = made.json()["thread_id"]
+            assert made.json()["graph_id"] == "g"
+            (record,) = [r async for r in store.read(thread)]
+            assert (record.kind, record.actor, record.event.graph_id) == (
+                "thread_created",
+                "local",
+                "g",
+            )
+            assert await runtime.trigger("chat", "hello", thread_id=thread) == thread
+            result = await runtime.wait(thread, timeout=30)
+            assert [m.text() for m in result["state"].context] == ["hello", "seen 1"]
+            kinds = [r.kind async for r in store.read(thread)]
+            assert kinds[:2] == ["thread_created", "run_started"] and kinds[-1] == "run_completed"
+    tokens = TokenBook.load(token_file(tmp_path))
+    async with (
+        SQLiteEventStore(tmp_path / "two.db") as two,
+        Server(create_app(build(two), tokens=tokens)) as url,
+        httpx.AsyncClient(base_url=url, timeout=30) as client,
+    ):
+        made = await client.post(
+            "/threads", json={"metadata": {"graph_id": "other", "x": 1}}, headers=OPS
+        )
+        assert made.status_code == 200, made.text
+        assert made.json()["graph_id"] == "other"
+        wrong = await client.post(
+            f"/threads/{made.json()['thread_id']}/runs",
+            json={"assistant_id": "chat", "input": "x"},
+            headers=OPS,
+        )
+        assert wrong.status_code == 422 and "runs graph 'other'" in wrong.text
+
+
+async def test_creating_a_thread_needs_a_graph_and_the_run_right_on_it(served: Any) -> None:
+    client, store = served
+    unnamed = await client.post("/threads", json={"metadata": {"a": 1}}, headers=OPS)
+    assert unnamed.status_code == 422, unnamed.text
+    message = unnamed.json()["error"]["message"]
+    assert "graph_id" in message and "'other', 'support'" in message
+    mine = (await client.post("/threads", headers=ALICE)).json()["error"]["message"]
+    assert "graph_id" in mine and "'support'" in mine and "'other'" not in mine
+    refused = await client.post(
+        "/threads", json={"thread_id": "x", "graph_id": "other"}, headers=ALICE
+    )
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "forbidden"
+    by_metadata = await client.post(
+        "/threads", json={"thread_id": "x", "metadata": {"graph_id": "other"}}, headers=ALICE
+    )
+    assert by_metadata.status_code == 403
+    unknown = await client.post("/threads", json={"graph_id": "nope"}, headers=ALICE)
+    assert unknown.status_code == 404 and "'support'" in unknown.json()["error"]["message"]
+    assert await store.last_seq("x") == 0 and await store.threads() == []
+
+    made = await client.post(
+        "/threads", json={"thread_id": "c", "graph_id": "support", "metadata": {"v": 1}},
+        headers=ALICE,
+    )  # fmt: skip
+    assert made.status_code == 200
+    again = await client.post(
+        "/threads", json={"thread_id": "c", "graph_id": "support"}, headers=ALICE
+    )
+    assert again.status_code == 409 and again.json()["error"]["code"] == "conflict"
+    kept = await client.post(
+        "/threads", json={"thread_id": "c", "if_exists": "do_nothing"}, headers=ALICE
+    )
+    assert kept.status_code == 200 and kept.json()["metadata"] == {"v": 1}
+    assert await store.last_seq("c") == 1
+
+
+async def test_a_created_thread_is_known_from_the_log_after_a_restart(tmp_path: Path) -> None:
+    db, tokens = tmp_path / "restart.db", TokenBook.load(token_file(tmp_path))
+    async with (
+        SQLiteEventStore(db) as store,
+        Server(create_app(build(store), tokens=tokens)) as url,
+        httpx.AsyncClient(base_url=url, timeout=30) as client,
+    ):
+        body = {"thread_id": "kept", "graph_id": "support", "metadata": {"k": "v"}}
+        assert (await client.post("/threads", json=body, headers=ALICE)).status_code == 200
+    async with (
+        SQLiteEventStore(db) as store,
+        Server(create_app(build(store), tokens=tokens)) as url,
+        httpx.AsyncClient(base_url=url, timeout=30) as client,
+    ):
+        read = await client.get("/threads/kept", headers=ALICE)
+        assert read.status_code == 200 and read.json()["metadata"] == {"k": "v"}
+        found = await client.post("/threads/search", json={"metadata": {"k": "v"}}, headers=ALICE)
+        assert [t["thread_id"] for t in found.json()] == ["kept"]
+        denied = await client.post(
+            "/threads/kept/runs", json={"assistant_id": "notes", "input": "x"}, headers=OPS
+        )
+        assert denied.status_code == 422  # it runs support, not other
