@@ -565,7 +565,7 @@ async def test_threads_runs_and_history_carry_langgraph_fields_and_pages(served:
     assert [h["step"] for h in posted.json()] == [2]
     before = await client.get("/threads/h/history?before=2", headers=ALICE)
     assert [h["step"] for h in before.json()] == [1]
-    bad = await client.post("/threads/search", json={"status": "idle"}, headers=ALICE)
+    bad = await client.post("/threads/search", json={"status": "busy"}, headers=ALICE)
     assert bad.status_code == 422 and "interrupted_before" in bad.json()["error"]["message"]
 
 
@@ -640,7 +640,7 @@ async def test_a_created_thread_reads_back_is_searched_by_metadata_and_takes_run
     created = made.json()
     thread = created["thread_id"]
     assert created["metadata"] == metadata and created["graph_id"] == "support"
-    assert created["status"] == "running" and created["step"] == 0
+    assert created["status"] == "idle" and created["step"] == 0  # created, never run
     (record,) = [r async for r in store.read(thread)]
     assert (record.kind, record.actor, record.event.by) == ("thread_created", "alice", "alice")
     assert record.event.graph_id == "support" and record.event.metadata == metadata
@@ -671,6 +671,7 @@ async def test_a_created_thread_reads_back_is_searched_by_metadata_and_takes_run
     assert await search(metadata={"tier": True}) == []
     assert await search(metadata={"nope": None}) == []
     assert await search(metadata={"customer": "zeta"}, graph_id="support") == [second]
+    assert await search(status="idle") == [second, thread]
 
     paused = await client.post(
         f"/threads/{thread}/runs/wait", json={"assistant_id": "chat", "input": "hi"}, headers=ALICE

@@ -33,7 +33,7 @@ from events.follow import follow
 from events.kinds import Event, ThreadCreated, ThreadHidden
 from projections import AgentState, ExecutionStatus, IllegalTransitionError, InvalidStateUpdateError
 from projections.edge import to_builtins
-from projections.fold import Fold
+from projections.fold import Fold, before_first_run
 from projections.timetravel import fork, interrupt_summary
 from projections.views import PointOutOfRangeError
 
@@ -266,7 +266,10 @@ class ThreadCreate(_Body):
 class ThreadSearch(_Body):
     limit: int = Field(default=10, ge=1, le=SEARCH_LIMIT)
     offset: int = Field(default=0, ge=0)
-    status: ExecutionStatus | None = None
+    status: ExecutionStatus | Literal["idle"] | None = Field(
+        default=None,
+        description="A thread status, or 'idle': created (POST /threads) and never run yet",
+    )
     graph_id: str | None = None
     metadata: dict[str, Any] | None = Field(
         default=None,
@@ -496,7 +499,7 @@ def create_app(
             state = await runtime.graphs[graph].app.aget_state({"thread_id": thread_id})
             if state.execution_meta.internal_data.get("hidden"):
                 continue
-            if body.status is not None and state.execution_meta.status != body.status:
+            if body.status is not None and _status(state) != _status_name(body.status):
                 continue
             if body.metadata and not _has_metadata(state, body.metadata):
                 continue
@@ -883,6 +886,17 @@ def _deleted(thread_id: str, by: Any) -> str:
     )
 
 
+def _status(state: AgentState) -> str:
+    """A thread's status as the API shows it: "idle" for a thread created and never run (its
+    fold's status is the fresh thread's), else the fold's."""
+    meta = state.execution_meta
+    return "idle" if before_first_run(meta) else meta.status.value
+
+
+def _status_name(status: ExecutionStatus | str) -> str:
+    return status.value if isinstance(status, ExecutionStatus) else status
+
+
 def _thread(
     thread_id: str,
     graph: str,
@@ -897,7 +911,7 @@ def _thread(
         "created_at": created_at,
         "updated_at": updated_at,
         "metadata": _created(state),
-        "status": meta.status.value,
+        "status": _status(state),
         "step": meta.step,
         "hidden": bool(meta.internal_data.get("hidden")),
         "interrupts": [p] if (p := interrupt_summary(meta)) else [],
