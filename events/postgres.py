@@ -246,6 +246,13 @@ class PostgresEventStore(BaseEventStore):
         try:
             async with pool.acquire() as conn:
                 await check_schema(conn, self.schema, shown_dsn(self.dsn))
+        except _LOST as exc:
+            pool.terminate()
+            raise StoreUnavailableError(
+                f"{self._where}: the connection was lost while checking the schema "
+                f"({type(exc).__name__}: {exc}); nothing was read or written: open the store "
+                "again"
+            ) from None
         except BaseException:
             await pool.close()
             raise

@@ -124,6 +124,34 @@ async def test_a_backend_killed_mid_statement_is_named_and_the_next_call_reconne
 
 
 @needs_pg
+async def test_a_connection_lost_while_opening_is_a_typed_error_and_a_new_open_works(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A backend killed while the store checks its schema (seen when a test kills backends
+    as writers start) fails the open with StoreUnavailableError, not asyncpg's own error."""
+    import asyncpg
+
+    import events.postgres
+
+    from .workers.pg_env import fresh_schema
+
+    real = events.postgres.check_schema
+
+    async def lost(*args: object) -> None:
+        raise asyncpg.exceptions.InternalClientError("cannot switch to state 12")
+
+    async with fresh_schema() as schema:
+        monkeypatch.setattr(events.postgres, "check_schema", lost)
+        store = PostgresEventStore(DSN, schema=schema)
+        with pytest.raises(StoreUnavailableError, match="lost while checking the schema"):
+            await store.open()
+        await store.close()
+        monkeypatch.setattr(events.postgres, "check_schema", real)
+        async with PostgresEventStore(DSN, schema=schema) as again:
+            assert await again.threads() == []
+
+
+@needs_pg
 async def test_db_status_exits_3_until_the_schema_is_ready() -> None:
     from .workers.pg_env import fresh_schema, new_schema_name
 

@@ -34,7 +34,17 @@ async def writer(store: PostgresEventStore, thread: str, appends: int) -> None:
 
 
 async def main(dsn: str, schema: str, name: str, threads: int, appends: int) -> None:
-    async with PostgresEventStore(dsn, schema=schema, pool_size=2) as store:
+    for _ in range(50):  # a backend killed while the store opens fails the open, typed
+        store = PostgresEventStore(dsn, schema=schema, pool_size=2)
+        try:
+            await store.open()
+        except StoreUnavailableError as exc:
+            print(f"unavailable {exc}", flush=True)
+            await store.close()
+            await asyncio.sleep(0.05)
+            continue
+        break
+    async with store:
         print("ready", flush=True)
         await asyncio.gather(*(writer(store, f"{name}-{i}", appends) for i in range(threads)))
         print("done", flush=True)
