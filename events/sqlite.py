@@ -539,7 +539,10 @@ class SQLiteEventStore(BaseEventStore):
             return False
         if any(future.get_loop() is not loop for _, future in batch):
             return False
-        ran, outcome = writer.try_inline(partial(_inline_batch, requests, self.path))
+        try:
+            ran, outcome = writer.try_inline(partial(_inline_batch, requests, self.path))
+        except sqlite3.Error:  # setting the busy handler failed: the writer thread reports it
+            return False
         if not ran or outcome is _BUSY:
             return False
         self._batch_done(batch, outcome, here=True)  # type: ignore[arg-type]

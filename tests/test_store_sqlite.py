@@ -6,6 +6,7 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -214,3 +215,35 @@ async def test_the_store_checkpoints_its_wal_itself(
             await store.append("t", step_events(1), expected_seq=seq)
         grown = path.stat().st_size > size_before
     assert grown is (every == 5)
+
+
+async def test_a_failure_before_an_inline_commit_hands_it_to_the_writer_thread(
+    tmp_path: Path,
+) -> None:
+    """If the connection refuses to turn its busy handler off, the commit goes to the
+    writer thread as before; it never leaves the append waiting."""
+    import sqlite3
+
+    class RefusingPragma:
+        def __init__(self, conn: sqlite3.Connection) -> None:
+            self.conn = conn
+
+        def execute(self, sql: str, *args: Any) -> Any:
+            if sql == "PRAGMA busy_timeout = 0":
+                raise sqlite3.OperationalError("disk I/O error")
+            return self.conn.execute(sql, *args)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.conn, name)
+
+    store = await SQLiteEventStore(tmp_path / "refusing.db").open()
+    try:
+        writer = store._writer
+        assert writer is not None
+        writer._conn = RefusingPragma(writer._conn)  # type: ignore[assignment]
+        records = await asyncio.wait_for(store.append("t", step_events(1), expected_seq=0), 10)
+        assert [r.seq for r in records] == [1, 2, 3]
+        assert (await store.verify("t")).ok
+    finally:
+        if not store._in_flight:  # one left in flight would hold close() for ever
+            await store.close()
