@@ -141,3 +141,19 @@ def normalized(event: Any) -> str:
     if isinstance(data.get("message"), dict):
         data["message"].pop("timestamp", None)
     return json.dumps(data, sort_keys=True)
+
+
+def counted_digest_compares(monkeypatch: Any) -> list[tuple[Any, Any]]:
+    """Record the two arguments of every `hmac.compare_digest` call from now on (the
+    comparison still runs): a constant-time check shows no early exit in this list."""
+    import hmac
+
+    compared: list[tuple[Any, Any]] = []
+    original = hmac.compare_digest
+
+    def counting(a: Any, b: Any) -> bool:
+        compared.append((a, b))
+        return original(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", counting)
+    return compared

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from actors.serve.tokens import Forbidden, TokenBook, TokenFileError, Unauthorized, hash_token
+from tests.helpers import counted_digest_compares
 
 
 def write(tmp_path: Path, data: Any) -> Path:
@@ -92,20 +93,9 @@ def test_a_token_is_compared_with_every_known_hash_in_constant_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No early exit: the time a check takes does not tell which token (if any) matched."""
-    import hmac
-
-    from actors.serve import tokens
-
     others = [entry(name=f"t{i}", sha256=hash_token(f"s{i}")) for i in range(4)]
     book = TokenBook.load(write(tmp_path, {"tokens": [entry(), *others]}))
-    compared: list[tuple[str, str]] = []
-    original = hmac.compare_digest
-
-    def counting(a: str, b: str) -> bool:
-        compared.append((a, b))
-        return original(a, b)
-
-    monkeypatch.setattr(tokens.hmac, "compare_digest", counting)
+    compared = counted_digest_compares(monkeypatch)
     for header in ("Bearer s", "Bearer s3", "Bearer unknown"):
         compared.clear()
         with contextlib.suppress(Unauthorized):

@@ -43,7 +43,7 @@ from events.errors import InvalidArgumentError
 from events.follow import last_position
 from events.kinds import RunStarted, TriggerAccepted
 from projections import AgentState, Message
-from tests.helpers import line
+from tests.helpers import counted_digest_compares, line
 
 NOW = 1_700_000_000
 ROTATING = ("whsec_" + base64.b64encode(b"the old key, still valid").decode(), "new plain secret")
@@ -138,18 +138,7 @@ def test_standard_refusals_name_what_is_wrong() -> None:
 def test_signatures_are_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every (expected, given) pair goes through `hmac.compare_digest`, with no early exit,
     whichever secret or signature matches (or none does)."""
-    import hmac
-
-    from actors.serve import webhooks
-
-    compared: list[tuple[bytes, bytes]] = []
-    original = hmac.compare_digest
-
-    def counting(a: bytes, b: bytes) -> bool:
-        compared.append((a, b))
-        return original(a, b)
-
-    monkeypatch.setattr(webhooks.hmac, "compare_digest", counting)
+    compared = counted_digest_compares(monkeypatch)
     body = b"{}"
     first = standard_headers(ROTATING[0], "msg_1", body)
     both = f"{first['webhook-signature']} {sign_standard(ROTATING[1], 'msg_1', NOW, body)}"
