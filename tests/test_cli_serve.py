@@ -228,6 +228,7 @@ def test_serve_refuses_bad_options_and_a_taken_port_in_one_line(tmp_path: Path) 
         result = agentlog("serve", "--db", db, "--app", APP, option, value)
         assert result.returncode == 2, result.stderr
         assert option in result.stderr and "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     import socket
 
     with socket.socket() as taken:
@@ -238,6 +239,7 @@ def test_serve_refuses_bad_options_and_a_taken_port_in_one_line(tmp_path: Path) 
     assert result.returncode == 1, result.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
     assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not db.exists()
 
 

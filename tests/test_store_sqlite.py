@@ -181,20 +181,20 @@ async def test_a_write_lock_held_elsewhere_never_blocks_the_loop(tmp_path: Path)
     path = tmp_path / "busy.db"
     async with SQLiteEventStore(path) as store:
         await store.append("t", step_events(1), expected_seq=0)
+        committed_on = await _threads_committing(store)
         other = sqlite3.connect(path, isolation_level=None)
         other.execute("BEGIN IMMEDIATE")
         try:
             append = asyncio.ensure_future(store.append("t", step_events(1), expected_seq=3))
-            ticks = 0
-            for _ in range(20):
+            for _ in range(20):  # the loop turns while the append waits for the lock
                 await asyncio.sleep(0.01)
-                ticks += 1
-            assert ticks == 20 and not append.done()
+            assert not append.done()
         finally:
             other.execute("COMMIT")
             other.close()
         records = await asyncio.wait_for(append, 10)
         assert [r.seq for r in records] == [4, 5, 6]
+        assert committed_on and threading.get_ident() not in committed_on  # the writer's
         assert (await store.verify("t")).ok
 
 
@@ -224,12 +224,15 @@ async def test_a_failure_before_an_inline_commit_hands_it_to_the_writer_thread(
     writer thread as before; it never leaves the append waiting."""
     import sqlite3
 
+    refused: list[str] = []
+
     class RefusingPragma:
         def __init__(self, conn: sqlite3.Connection) -> None:
             self.conn = conn
 
         def execute(self, sql: str, *args: Any) -> Any:
-            if sql == "PRAGMA busy_timeout = 0":
+            if sql.startswith("PRAGMA busy_timeout"):
+                refused.append(sql)
                 raise sqlite3.OperationalError("disk I/O error")
             return self.conn.execute(sql, *args)
 
@@ -238,11 +241,14 @@ async def test_a_failure_before_an_inline_commit_hands_it_to_the_writer_thread(
 
     store = await SQLiteEventStore(tmp_path / "refusing.db").open()
     try:
+        committed_on = await _threads_committing(store)
         writer = store._writer
         assert writer is not None
         writer._conn = RefusingPragma(writer._conn)  # type: ignore[assignment]
         records = await asyncio.wait_for(store.append("t", step_events(1), expected_seq=0), 10)
         assert [r.seq for r in records] == [1, 2, 3]
+        assert refused == ["PRAGMA busy_timeout = 0"]  # the inline attempt was refused
+        assert committed_on and threading.get_ident() not in committed_on  # the writer's
         assert (await store.verify("t")).ok
     finally:
         if not store._in_flight:  # one left in flight would hold close() for ever

@@ -19,6 +19,7 @@ from actors.cli.demo import support_graph
 from actors.testing import MachineFailure, RecordedCall, graph_machine
 from events import MemoryEventStore
 from projections import Message
+from tests.helpers import ROOT
 from tests.toolkit_graphs import (
     closure_counter,
     counting_graph,
@@ -29,8 +30,6 @@ from tests.toolkit_graphs import (
     scripted_support,
     wall_clock,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
 
 QUICK = settings(
     max_examples=15,
