@@ -160,7 +160,13 @@ async def test_an_idle_writer_lets_the_loop_commit_itself(tmp_path: Path) -> Non
     """A lone append commits on the caller's thread: no hop to the writer thread and back."""
     async with SQLiteEventStore(tmp_path / "inline.db") as store:
         committed_on = await _threads_committing(store)
+        writer = store._writer
+        assert writer is not None
         for seq in range(0, 9, 3):
+            # idle: the writer thread may still hold the connection for a moment after the
+            # job above reported (an append then takes the thread, which is only slower)
+            while writer._in_use.locked():
+                await asyncio.sleep(0.001)
             await store.append("t", step_events(1), expected_seq=seq)
         assert committed_on == [threading.get_ident()] * 3
         assert (await store.verify("t")).ok
