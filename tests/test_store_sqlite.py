@@ -251,6 +251,8 @@ async def test_a_failure_before_an_inline_commit_hands_it_to_the_writer_thread(
         writer = store._writer
         assert writer is not None
         writer._conn = RefusingPragma(writer._conn)  # type: ignore[assignment]
+        while writer._in_use.locked():  # idle, so the append tries to commit inline
+            await asyncio.sleep(0.001)
         records = await asyncio.wait_for(store.append("t", step_events(1), expected_seq=0), 10)
         assert [r.seq for r in records] == [1, 2, 3]
         assert refused == ["PRAGMA busy_timeout = 0"]  # the inline attempt was refused
