@@ -326,11 +326,13 @@ class SQLiteEventStore(BaseEventStore):
         self._synchronous = synchronous
         self._busy_timeout = busy_timeout
         self._writer: ConnectionThread | None = None
+        self._checkpointer: ConnectionThread | None = None
         self._reader: ConnectionThread | None = None
         self._open_lock = threading.Lock()  # opened from whichever loop comes first
         self._pending: list[tuple[AppendRequest, asyncio.Future[list[EventRecord]]]] = []
         self._in_flight = False
         self._uncheckpointed = 0
+        self._checkpointing = False  # a checkpoint is queued or running on its connection
         self._queue_lock = threading.Lock()  # appends come from any event loop's thread
         self._drained = threading.Event()
         self._drained.set()
@@ -390,16 +392,21 @@ class SQLiteEventStore(BaseEventStore):
             )
         except NotAnAgentlogDatabaseError as exc:
             raise self._read_only_place() or exc from None
+        opened = [writer]
         try:
             self._blocking(writer, _prepare, self.path)
             reader = self._thread("reader", _connect(self.path, False, busy_ms, None))
+            opened.append(reader)
+            checkpointer = self._thread("checkpointer", _connect(self.path, False, busy_ms, None))
         except (NotAnAgentlogDatabaseError, StoreUnavailableError) as exc:
-            writer.close_blocking()
+            for conn in opened:
+                conn.close_blocking()
             raise self._read_only_place() or exc from None
         except BaseException:
-            writer.close_blocking()
+            for conn in opened:
+                conn.close_blocking()
             raise
-        self._writer, self._reader = writer, reader
+        self._writer, self._reader, self._checkpointer = writer, reader, checkpointer
 
     def _read_only_place(self) -> ReadOnlyStoreError | None:
         """The error for a database that cannot be written where it lies, if that is why."""
@@ -453,10 +460,10 @@ class SQLiteEventStore(BaseEventStore):
         await asyncio.to_thread(self._wait_for_open)  # an open under way finishes first
         await asyncio.to_thread(self._drained.wait)
         self._heartbeat.stop()
-        for conn in (self._writer, self._reader):
+        for conn in (self._writer, self._checkpointer, self._reader):
             if conn is not None:
                 await conn.close()
-        self._writer = self._reader = None
+        self._writer = self._reader = self._checkpointer = None
         if self._tidy_on_close:
             await asyncio.to_thread(_last_close, self.path)
         await super().close()
@@ -584,18 +591,30 @@ class SQLiteEventStore(BaseEventStore):
                 loop.call_soon_threadsafe(self._settle, settled)
 
     def _checkpoint_after(self, rows: int) -> None:
-        """Count committed rows; past `CHECKPOINT_ROWS`, checkpoint the WAL on the writer
-        thread. The writer connection's own autocheckpoint is off, so a commit made on the
-        event loop never does a checkpoint's copying and fsyncs there."""
+        """Count committed rows; past `CHECKPOINT_ROWS`, checkpoint the WAL on a connection
+        of its own. The writer's autocheckpoint is off, so no commit (on the event loop or
+        the writer thread) does a checkpoint's copying and fsyncs, and a passive checkpoint
+        elsewhere lets commits go on while it copies."""
         with self._queue_lock:
             self._uncheckpointed += rows
-            due = self._uncheckpointed >= CHECKPOINT_ROWS
-            if due:
-                self._uncheckpointed = 0
-        writer = self._writer
-        if due and writer is not None and not self._closing:
+            if self._uncheckpointed < CHECKPOINT_ROWS or self._checkpointing:
+                return  # not due, or the one under way (else the next) takes these rows
+            self._uncheckpointed = 0
+            self._checkpointing = True
+        checkpointer = self._checkpointer
+        if checkpointer is not None and not self._closing:
             with contextlib.suppress(RuntimeError):  # closed meanwhile: its close checkpoints
-                writer.submit(_checkpoint)
+                checkpointer.submit(self._checkpoint)
+                return
+        with self._queue_lock:
+            self._checkpointing = False
+
+    def _checkpoint(self, conn: sqlite3.Connection) -> None:
+        try:
+            _checkpoint(conn)
+        finally:
+            with self._queue_lock:
+                self._checkpointing = False
 
     def _settle(self, settled: list[Any]) -> None:
         """On a caller's loop: hand each append its records or its error."""

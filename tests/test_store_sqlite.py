@@ -209,7 +209,7 @@ async def test_the_store_checkpoints_its_wal_itself(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, every: int
 ) -> None:
     """SQLite's autocheckpoint is off on the writer (it would run inside a commit on the
-    loop); the store checkpoints on its writer thread every `CHECKPOINT_ROWS` rows."""
+    loop); the store checkpoints on a connection of its own every `CHECKPOINT_ROWS` rows."""
     import events.sqlite
 
     monkeypatch.setattr(events.sqlite, "CHECKPOINT_ROWS", every)
@@ -221,6 +221,31 @@ async def test_the_store_checkpoints_its_wal_itself(
             await store.append("t", step_events(1), expected_seq=seq)
         grown = path.stat().st_size > size_before
     assert grown is (every == 5)
+
+
+async def test_appends_go_on_while_a_checkpoint_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint copies on its own connection: appends keep committing while it runs,
+    and rows committed meanwhile queue no second checkpoint behind it."""
+    import events.sqlite
+
+    monkeypatch.setattr(events.sqlite, "CHECKPOINT_ROWS", 5)
+    store = await SQLiteEventStore(tmp_path / "busy.db").open()
+    release = threading.Event()
+    checkpointer = store._checkpointer
+    assert checkpointer is not None
+    checkpointer.submit(lambda conn: release.wait(30))  # the checkpointer is busy from here
+    try:
+        for seq in range(0, 3 * 20, 3):
+            await asyncio.wait_for(store.append("t", step_events(1), expected_seq=seq), 10)
+        assert checkpointer._jobs.qsize() == 1  # the one checkpoint due, not one per commit
+    finally:
+        release.set()
+    await store.close()
+    async with SQLiteEventStore(tmp_path / "busy.db") as reopened:
+        assert (await reopened.verify("t")).ok
+        assert await reopened.last_seq("t") == 60
 
 
 async def test_a_failure_before_an_inline_commit_hands_it_to_the_writer_thread(
