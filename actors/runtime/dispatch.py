@@ -126,7 +126,8 @@ class Dispatcher:
         return {e.state.id for e in self.executing.values()}
 
     async def changed(self, trigger_id: str) -> None:
-        """Wait until something happens to the trigger (it starts, ends or is retried)."""
+        """Wait until something happens to the trigger (it ends, is retried or cancelled, or
+        the runtime stops)."""
         event = self._waiting.setdefault(trigger_id, asyncio.Event())
         await event.wait()
 
@@ -290,7 +291,6 @@ class Dispatcher:
                     )
                 ]
             )
-            self._notify(state.id)
             if state.done:  # cancelled while its dispatch was being recorded: it never runs
                 return
             entry = self.runtime.entries.get(accepted.entry_point)

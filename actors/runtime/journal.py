@@ -44,7 +44,8 @@ class RuntimeJournal:
         self._pending.append((list(events), [by or self.writer] * len(events), future))
         if self._flushing is None or self._flushing.done():
             self._flushing = asyncio.ensure_future(self._flush())
-        return await asyncio.shield(future)
+        # a caller cancelled meanwhile cancels only its own future: the batch commits anyway
+        return await future
 
     async def _flush(self) -> None:
         while self._pending:
