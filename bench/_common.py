@@ -67,6 +67,17 @@ def median(samples: list[float]) -> float:
     return statistics.median(samples)
 
 
+def paired_ratio(a: list[float], b: list[float]) -> float:
+    """The median of the per-round ratios a[i] / b[i] of two contenders that alternated.
+
+    Rounds run side by side see the same machine, so pairing them cancels the drift of a
+    shared machine that a ratio of the two medians keeps.
+    """
+    if len(a) != len(b) or not a:
+        raise ValueError(f"paired samples must be equally many and some: {len(a)} vs {len(b)}")
+    return median([x / y for x, y in zip(a, b, strict=True)])
+
+
 def per_second(work: float, seconds: float) -> float:
     """`work` units per second, rounded for the report."""
     return round(work / seconds, 1) if seconds > 0 else float("inf")

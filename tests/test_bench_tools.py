@@ -86,3 +86,16 @@ def test_thread_profiler_sees_work_on_a_thread_started_inside() -> None:
     assert any("test_bench_tools.py" in name and "genexpr" in name for name in names), names
     assert report["threads"] == 2
     assert threading.Thread.run is profiler._real_run  # restored
+
+
+def test_paired_ratio_is_the_median_of_round_by_round_ratios() -> None:
+    # the machine slowed down in round 2 for both: pairing sees a steady 0.9
+    ours, peer = [90.0, 45.0, 88.0], [100.0, 50.0, 100.0]
+    assert common.paired_ratio(ours, peer) == 0.9
+    assert common.median(ours) / common.median(peer) != 0.9  # what the medians would say
+    try:
+        common.paired_ratio([1.0], [1.0, 2.0])
+    except ValueError as exc:
+        assert "equally many" in str(exc)
+    else:
+        raise AssertionError("unequal rounds were accepted")
