@@ -1,0 +1,58 @@
+"""The PostgreSQL store's private loop thread winds down cleanly: work handed in as it stops
+is refused or cancelled with a typed error, never left unstarted (a "coroutine was never
+awaited" warning) or pending for ever (a caller waiting out its timeout)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import gc
+import warnings
+
+import pytest
+
+from events import StoreClosedError
+from events.postgres_loop import LoopThread
+
+
+async def _forever() -> None:
+    await asyncio.Event().wait()
+
+
+async def _answer() -> int:
+    return 42
+
+
+def test_work_handed_in_after_the_stop_is_refused_and_closed_unstarted() -> None:
+    thread = LoopThread("test-loop")
+    assert thread.submit(_answer()).result(10) == 42
+    thread.stop()
+    assert not thread.running
+    coro = _answer()
+    with pytest.raises(StoreClosedError, match="open a new store"):
+        thread.submit(coro)
+    assert coro.cr_frame is None  # closed: nothing will warn that it was never awaited
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        del coro
+        gc.collect()
+
+
+def test_work_running_when_the_loop_stops_is_cancelled_not_left_pending() -> None:
+    thread = LoopThread("test-loop")
+    running = thread.submit(_forever())
+    queued = [thread.submit(_forever()) for _ in range(5)]
+    thread.stop()
+    for future in [running, *queued]:
+        with pytest.raises(concurrent.futures.CancelledError):
+            future.result(10)  # settled at the stop: no wait for a timeout
+
+
+async def test_a_caller_on_another_loop_gets_a_typed_error_not_a_cancel() -> None:
+    thread = LoopThread("test-loop")
+    call = asyncio.ensure_future(thread.call(_forever()))
+    await asyncio.sleep(0.05)  # the coroutine is running on the store's loop
+    await asyncio.to_thread(thread.stop)
+    with pytest.raises(StoreClosedError, match="closed before this call could run"):
+        await asyncio.wait_for(call, 10)
+    assert not call.cancelled()
