@@ -557,6 +557,10 @@ async def test_threads_runs_and_history_carry_langgraph_fields_and_pages(served:
         "seen 2",
     ]
     runs = (await client.get("/threads/h/runs", headers=ALICE)).json()
+    first, second = runs
+    assert first["created_at"] < first["updated_at"] <= second["created_at"]
+    assert second["created_at"] < second["updated_at"]  # ended after it was accepted
+    assert second["updated_at"] >= thread["updated_at"]  # its end is recorded after its run
     page = (await client.get("/threads/h/runs?limit=1&offset=1", headers=ALICE)).json()
     assert [r["run_id"] for r in page] == [runs[1]["run_id"]]
     succeeded = (await client.get("/threads/h/runs?status=success", headers=ALICE)).json()

@@ -36,6 +36,10 @@ class TriggerState:
     """The position of its last `trigger_finished` (where a run's stream ends)."""
     rolled_back_to: int | None = None
     """Cancelled by a rollback: the thread seq its state goes back to."""
+    accepted_at: float = 0.0
+    """When its acceptance was recorded (epoch seconds)."""
+    updated_at: float = 0.0
+    """When its last record (accepted, dispatched or finished) was made."""
 
     @property
     def id(self) -> str:
@@ -77,7 +81,8 @@ class Ledger:
         event = record.event
         self.seq = record.seq
         if isinstance(event, TriggerAccepted):
-            state = TriggerState(event, record.position)
+            state = TriggerState(event, record.position, accepted_at=record.at)
+            state.updated_at = record.at
             self.triggers[event.trigger_id] = state
             if event.idempotency_key is not None:
                 key = (event.entry_point, event.idempotency_key)
@@ -98,6 +103,7 @@ class Ledger:
             if state.done:  # a dispatch a cancel overtook: the end stands, nothing runs
                 return
             state.attempt, state.thread_seq = event.attempt, event.thread_seq
+            state.updated_at = record.at
             state.dispatched, state.resumed = True, event.resumed
             if state.first_seq is None:
                 state.first_seq = event.thread_seq
@@ -110,6 +116,7 @@ class Ledger:
             state.rolled_back_to = event.rolled_back_to
             state.dispatched = state.dispatched and event.retry_at is None
             state.finished_position = record.position
+            state.updated_at = record.at
         elif isinstance(event, TriggerListening):
             if event.position is not None:
                 self.answered.setdefault(event.entry_point, event.position)

@@ -957,6 +957,8 @@ def _run(trigger: TriggerState, runtime: AgentRuntime) -> dict[str, Any]:
         "assistant_id": accepted.entry_point,
         "graph_id": accepted.graph_id,
         "status": status,
+        "created_at": trigger.accepted_at,
+        "updated_at": trigger.updated_at,
         "attempt": trigger.attempt,
         "cause": accepted.cause,
         "created_by": accepted.by,
