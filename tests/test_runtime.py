@@ -306,6 +306,38 @@ async def test_a_fatal_error_is_not_retried_and_wait_raises_it(store: Any) -> No
     assert [(f.outcome, f.attempt) for f in finished] == [("failed", 1)]
 
 
+async def test_wait_after_a_restart_gives_the_same_keys_and_messages_as_live(store: Any) -> None:
+    """A run an earlier process ran reads back from the log in the shape `wait` gave live:
+    the same keys, this run's own messages (not the next run's), its pause."""
+    graph = line(("draft", reply), ("send", reply))
+
+    def runtime_on() -> AgentRuntime:
+        runtime = AgentRuntime(store)
+        runtime.add_graph("g", graph.compile(store, interrupt_before=["send"]))
+        runtime.register_entry_point(EntryPoint(id="api", graph_id="g"))
+        return runtime
+
+    async with runtime_on() as runtime:
+        thread = await runtime.trigger("api", "write to Bo")
+        paused = await runtime.wait(thread, timeout=30)
+        first_id = runtime.ledger.latest_on(thread).id  # type: ignore[union-attr]
+        await runtime.inject_input(thread, "yes, send it", actor="alice")
+        done = await runtime.wait(thread, timeout=30)
+    async with runtime_on() as later:
+        again = await later.wait(thread, timeout=30)
+        first_again = await later.wait_for(first_id, timeout=30)
+    for live, read in ((done, again), (paused, first_again)):
+        assert set(read) == set(live)
+        assert [m.text() for m in read["messages"]] == [m.text() for m in live["messages"]]
+        assert read["token_usage"] == live["token_usage"]
+    assert [m.text() for m in first_again["messages"]] == ["write to Bo", "seen 1"]
+    assert first_again["__interrupt__"] == paused["__interrupt__"]
+    assert first_again["status"] == paused["status"] == "interrupted_before"  # as it left it
+    assert first_again["state"].model_dump() == paused["state"].model_dump()
+    assert again["status"] == done["status"] == "completed"
+    assert again["state"].model_dump() == done["state"].model_dump()
+
+
 # ---- input and cancellation ------------------------------------------------------------------
 
 

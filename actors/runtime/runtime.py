@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 
 from events import EventRecord, EventStore
 from events.errors import StoreError, ThreadBusyError
-from events.kinds import TriggerAccepted, TriggerFinished, TriggerListening
+from events.kinds import MessageAppended, TriggerAccepted, TriggerFinished, TriggerListening
 from projections import ExecutionStatus, StopRequestStatus
 from projections.edge import to_builtins
 
 from ..command import Command
+from ..results import ResponseGranularity, run_result
 from .dispatch import Dispatcher
 from .facts import Facts
 from .goals import Goal
@@ -635,7 +636,8 @@ class AgentRuntime(Watching):
         return await self.wait(thread, timeout=timeout)
 
     async def wait(self, thread_id: str, timeout: float | None = None) -> dict[str, Any]:
-        """Wait for the thread's latest triggered run to end, and return its result.
+        """Wait for the thread's latest triggered run to end, and return its result: the
+        keys of `ainvoke(..., include_state=True)` and `thread_id`.
 
         A failed run raises its error (after its retries); a cancelled one
         `RunCancelledError`; `TimeoutError` after `timeout` seconds (the run goes on).
@@ -698,13 +700,31 @@ class AgentRuntime(Watching):
         kept = self.dispatcher.results.get(state.id)
         if kept is not None:
             return kept
+        # Not kept (an earlier process ran it, or it is older than the results kept): the
+        # same result, rebuilt from the log as the run left the thread.
         app = self.graphs[state.accepted.graph_id].app
-        current = await app.aget_state({"thread_id": thread})
-        return {
-            "thread_id": thread,
-            "status": current.execution_meta.status.value,
-            "state": current,
-        }
+        own, end = await self._run_span(state)
+        ended = await app.aget_state({"thread_id": thread}, at_seq=end)
+        return {"thread_id": thread, **run_result(ended, own, ResponseGranularity.LOW,
+                                                 include_state=True)}  # fmt: skip
+
+    async def _run_span(self, state: TriggerState) -> tuple[set[str | int], int | None]:
+        """The ids of the messages a trigger's run appended, and the thread seq it ended at
+        (None: the thread's head). Its records are those after its first dispatch, up to
+        the first dispatch of the thread's next trigger."""
+        later = self.ledger.by_thread.get(state.accepted.thread_id, [])
+        after = later[later.index(state.id) + 1 :] if state.id in later else []
+        ends = [t.first_seq for i in after if (t := self.ledger.triggers[i]).first_seq is not None]
+        end = min(ends, default=None)
+        own: set[str | int] = set()
+        if state.first_seq is None:
+            return own, end
+        async for record in self.store.read(state.accepted.thread_id, state.first_seq + 1):
+            if end is not None and record.seq > end:
+                break
+            if isinstance(record.event, MessageAppended):
+                own.add(record.event.message.get("message_id"))  # type: ignore[arg-type]
+        return own, end
 
     # ---- steering ---------------------------------------------------------------------
 
