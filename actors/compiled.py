@@ -145,6 +145,15 @@ class CompiledGraph(StepLoop[S]):
         run = await self._run(input, config, stream=None)
         return run_result(run.fold.state, run.own, shape, include_state=include_state)
 
+    async def _ainvoke_to(
+        self, input: Any, config: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], int]:
+        """`ainvoke(input, config, include_state=True)`, and the thread's seq where this
+        call left it (the runtime records where each of its runs ends)."""
+        run = await self._run(input, config, stream=None)
+        result = run_result(run.fold.state, run.own, ResponseGranularity.LOW, include_state=True)
+        return result, run.fold.seq
+
     async def astream(
         self, input: Any = None, config: Mapping[str, Any] | None = None
     ) -> AsyncGenerator[StreamChunk, None]:

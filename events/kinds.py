@@ -337,6 +337,9 @@ class TriggerFinished(BaseEvent, tag="trigger_finished", frozen=True):
     rolled_back_to: int | None = None
     """A run cancelled by a rollback: the thread seq its state is set back to (the thread
     records `run_superseded` once done; a restart finishes one cut short)."""
+    thread_seq: int | None = None
+    """A completed or interrupted attempt: the thread's seq where its run left it, so the
+    run's records are those after its dispatch's `thread_seq` up to this one."""
 
 
 class TriggerListening(BaseEvent, tag="trigger_listening", frozen=True):

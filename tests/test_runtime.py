@@ -338,6 +338,46 @@ async def test_wait_after_a_restart_gives_the_same_keys_and_messages_as_live(sto
     assert again["state"].model_dump() == done["state"].model_dump()
 
 
+async def test_results_read_back_keep_each_run_to_its_own_records(store: Any) -> None:
+    """Runs of one thread that ran out of arrival order (a higher priority first), and an
+    edit after them: each run read back after a restart is what `wait` gave live."""
+    hold = asyncio.Event()
+
+    async def agent(state: AgentState) -> list[Message]:
+        if state.context[-1].text() == "hold":
+            await hold.wait()
+        return [Message.text_message(f"seen {len(state.context)}", role="assistant")]
+
+    app = line(("agent", agent)).compile(store)
+
+    def runtime_on() -> AgentRuntime:
+        runtime = AgentRuntime(store)
+        runtime.add_graph("g", app)
+        runtime.register_entry_point(EntryPoint(id="api", graph_id="g"))
+        return runtime
+
+    def shown(result: dict[str, Any]) -> tuple[Any, ...]:
+        state = result["state"]
+        return result["status"], [m.text() for m in result["messages"]], state.model_dump()
+
+    async with runtime_on() as runtime:
+        first = await runtime.submit("api", "hold")
+        thread = first.thread_id
+        while thread not in runtime.dispatcher.executing:
+            await asyncio.sleep(0.005)
+        low = await runtime.submit("api", "low", thread_id=thread, priority=0)
+        high = await runtime.submit("api", "high", thread_id=thread, priority=5)
+        hold.set()
+        live = {t.trigger_id: await runtime.wait_for(t.trigger_id, timeout=30)
+                for t in (first, low, high)}  # fmt: skip
+        edit = {"messages": [Message.text_message("edited later", role="user")]}
+        await app.aupdate_state({"thread_id": thread}, edit, actor="bo")
+    assert [m.text() for m in live[low.trigger_id]["messages"]] == ["low", "seen 5"]
+    async with runtime_on() as later:
+        for trigger_id, result in live.items():
+            assert shown(await later.wait_for(trigger_id, timeout=30)) == shown(result)
+
+
 # ---- input and cancellation ------------------------------------------------------------------
 
 

@@ -311,7 +311,7 @@ class Dispatcher:
                 execution.running = True
             while True:
                 try:
-                    result = await app.ainvoke(run_input, config, include_state=True)
+                    result, end_seq = await app._ainvoke_to(run_input, config)
                 except ThreadBusyError:
                     # a def node cut short still holds the thread, or an edit does: nothing
                     # was written; try again once it is free
@@ -323,7 +323,7 @@ class Dispatcher:
                     return
                 break
             self._mark_ending(thread_id, state)
-            await self._ended(state, attempt, result)
+            await self._ended(state, attempt, result, end_seq)
         except asyncio.CancelledError:
             raise  # a cancel (recorded by `cancel`) or the runtime stopping (resumed later)
         finally:
@@ -362,7 +362,9 @@ class Dispatcher:
         if execution is not None and execution.state is state:
             execution.ending = True
 
-    async def _ended(self, state: TriggerState, attempt: int, result: dict[str, Any]) -> None:
+    async def _ended(
+        self, state: TriggerState, attempt: int, result: dict[str, Any], end_seq: int
+    ) -> None:
         meta = result["state"].execution_meta
         stopped = meta.stop_current_execution == StopRequestStatus.STOPPED
         if stopped and self.runtime.stopping:
@@ -374,7 +376,11 @@ class Dispatcher:
         if state.done:
             return  # a cancel recorded its end first
         await self.runtime.journal.record(
-            [TriggerFinished(trigger_id=state.id, outcome=outcome, attempt=attempt)]
+            [
+                TriggerFinished(
+                    trigger_id=state.id, outcome=outcome, attempt=attempt, thread_seq=end_seq
+                )
+            ]
         )
 
     async def _failed(self, state: TriggerState, attempt: int, error: AgentlogError) -> None:
@@ -453,7 +459,8 @@ class Dispatcher:
         thread's log: record its end when the run ended (True), else leave it to be run on
         from its log (False)."""
         thread_id = state.accepted.thread_id
-        if await self.runtime.store.last_seq(thread_id) == state.thread_seq:
+        head = await self.runtime.store.last_seq(thread_id)
+        if head == state.thread_seq:
             return False  # nothing of the run was recorded: it runs (again) from its input
         graph = self.runtime.graphs.get(state.accepted.graph_id)
         if graph is None:
@@ -477,9 +484,10 @@ class Dispatcher:
             await self._record_failure(state, state.attempt, error_type, error_type, message, None)
         elif meta.status == ExecutionStatus.COMPLETED or (meta.is_interrupted() and not stopped):
             outcome = "completed" if meta.status == ExecutionStatus.COMPLETED else "interrupted"
-            await self.runtime.journal.record(
-                [TriggerFinished(trigger_id=state.id, outcome=outcome, attempt=state.attempt)]
+            finished = TriggerFinished(
+                trigger_id=state.id, outcome=outcome, attempt=state.attempt, thread_seq=head
             )
+            await self.runtime.journal.record([finished])
         else:
             return False
         self._notify(state.id)

@@ -36,6 +36,9 @@ class TriggerState:
     """The position of its last `trigger_finished` (where a run's stream ends)."""
     rolled_back_to: int | None = None
     """Cancelled by a rollback: the thread seq its state goes back to."""
+    end_seq: int | None = None
+    """The thread seq where its last completed or interrupted attempt left the thread
+    (None: not recorded, as in logs written before it was)."""
     accepted_at: float = 0.0
     """When its acceptance was recorded (epoch seconds)."""
     updated_at: float = 0.0
@@ -116,6 +119,7 @@ class Ledger:
             state.rolled_back_to = event.rolled_back_to
             state.dispatched = state.dispatched and event.retry_at is None
             state.finished_position = record.position
+            state.end_seq = event.thread_seq
             state.updated_at = record.at
         elif isinstance(event, TriggerListening):
             if event.position is not None:

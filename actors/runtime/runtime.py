@@ -709,20 +709,30 @@ class AgentRuntime(Watching):
                                                  include_state=True)}  # fmt: skip
 
     async def _run_span(self, state: TriggerState) -> tuple[set[str | int], int | None]:
-        """The ids of the messages a trigger's run appended, and the thread seq it ended at
-        (None: the thread's head). Its records are those after its first dispatch, up to
-        the first dispatch of the thread's next trigger."""
-        later = self.ledger.by_thread.get(state.accepted.thread_id, [])
-        after = later[later.index(state.id) + 1 :] if state.id in later else []
-        ends = [t.first_seq for i in after if (t := self.ledger.triggers[i]).first_seq is not None]
-        end = min(ends, default=None)
+        """The ids of the messages a trigger's last attempt appended, and the thread seq it
+        left the thread at (None: the head).
+
+        The attempt's records lie after its dispatch's `thread_seq` up to the `thread_seq`
+        its end recorded. A log written before ends were recorded bounds it by the next
+        dispatch of another trigger of the thread, and counts only what runs wrote there.
+        """
+        thread_id = state.accepted.thread_id
+        start = state.thread_seq
         own: set[str | int] = set()
-        if state.first_seq is None:
-            return own, end
-        async for record in self.store.read(state.accepted.thread_id, state.first_seq + 1):
-            if end is not None and record.seq > end:
-                break
-            if isinstance(record.event, MessageAppended):
+        if start is None:
+            return own, state.end_seq
+        end = state.end_seq
+        if end is None:
+            later = [
+                seq
+                for i in self.ledger.by_thread.get(thread_id, [])
+                if i != state.id
+                for seq in (self.ledger.triggers[i].first_seq, self.ledger.triggers[i].thread_seq)
+                if seq is not None and seq > start
+            ]
+            end = min(later, default=None)
+        async for record in self.store.read(thread_id, start + 1, end):
+            if isinstance(record.event, MessageAppended) and record.run_id is not None:
                 own.add(record.event.message.get("message_id"))  # type: ignore[arg-type]
         return own, end
 
