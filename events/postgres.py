@@ -637,13 +637,16 @@ class PostgresEventStore(BaseEventStore):
         self._heartbeat.discard(claim)
         let_go(claim)
         loop = self._loop
-        if loop is None or not loop.running or self._closing or self.readonly:
-            if not self.readonly:
-                threading.Thread(
-                    target=self._drop_on_own_connection, args=(claim,), daemon=True
-                ).start()
-            return
-        loop.submit(self._drop_quietly(claim))
+        if loop is not None and loop.running and not self._closing and not self.readonly:
+            try:
+                loop.submit(self._drop_quietly(claim))
+                return
+            except StoreClosedError:
+                pass  # the store closed just now: drop it on a connection of its own
+        if not self.readonly:
+            threading.Thread(
+                target=self._drop_on_own_connection, args=(claim,), daemon=True
+            ).start()
 
     async def _drop_quietly(self, claim: Claim) -> None:
         with contextlib.suppress(Exception):  # else it stays until seen dead

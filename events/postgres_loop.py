@@ -26,6 +26,7 @@ class LoopThread:
         self.loop = asyncio.new_event_loop()
         self._lock = threading.Lock()
         self._ended = False  # past this, `submit` refuses: the loop is winding down
+        self._stopping = False  # a stop was asked for: later ones only wait for it
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -88,9 +89,11 @@ class LoopThread:
 
     def stop(self) -> None:
         """Stop the loop and wait for its thread (from any thread but the loop's own)."""
-        if self.loop.is_closed():
-            return
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        with self._lock:
+            first, self._stopping = not self._stopping, True
+            if first and not self.loop.is_closed():
+                # once only: a second loop.stop would cut the wind-down's own run short
+                self.loop.call_soon_threadsafe(self.loop.stop)
         if threading.current_thread() is not self._thread:
             self._thread.join()
 

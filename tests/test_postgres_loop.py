@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import gc
+import threading
+import time
 import warnings
 
 import pytest
@@ -56,3 +58,27 @@ async def test_a_caller_on_another_loop_gets_a_typed_error_not_a_cancel() -> Non
     with pytest.raises(StoreClosedError, match="closed before this call could run"):
         await asyncio.wait_for(call, 10)
     assert not call.cancelled()
+
+
+def test_stopping_twice_while_it_winds_down_still_finishes_the_work() -> None:
+    """Two closes at once: the second stop must not cut short the first one's wind-down
+    (a task slow to finish after its cancel is still seen to the end)."""
+
+    async def slow_to_cancel() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.sleep(0.3)  # a connection's teardown on cancel
+
+    thread = LoopThread("test-loop")
+    future = thread.submit(slow_to_cancel())
+    first = threading.Thread(target=thread.stop)
+    first.start()
+    while not thread._ended:  # the first stop is winding down
+        time.sleep(0.005)
+    second = threading.Thread(target=thread.stop)
+    second.start()
+    first.join(10)
+    second.join(10)
+    assert future.cancelled()  # settled: nothing was left pending when the loop closed
+    assert thread.loop.is_closed()
