@@ -248,6 +248,31 @@ async def test_appends_go_on_while_a_checkpoint_runs(
         assert await reopened.last_seq("t") == 60
 
 
+async def test_checkpoints_go_on_after_the_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each checkpoint, once done, lets the next one be queued: the WAL keeps being copied
+    back for as long as the store writes."""
+    import events.sqlite
+
+    ran: list[str] = []
+    real = events.sqlite._checkpoint
+
+    def counted(conn: Any) -> None:
+        ran.append(threading.current_thread().name)
+        real(conn)
+
+    monkeypatch.setattr(events.sqlite, "CHECKPOINT_ROWS", 5)
+    monkeypatch.setattr(events.sqlite, "_checkpoint", counted)
+    async with SQLiteEventStore(tmp_path / "again.db") as store:
+        for seq in range(0, 3 * 20, 3):
+            await store.append("t", step_events(1), expected_seq=seq)
+            while store._checkpointing:  # the one due runs before the next append
+                await asyncio.sleep(0.001)
+    assert len(ran) >= 9  # one per two appends (6 rows >= 5)
+    assert set(ran) == {"agentlog-sqlite-checkpointer"}
+
+
 async def test_a_failure_before_an_inline_commit_hands_it_to_the_writer_thread(
     tmp_path: Path,
 ) -> None:
