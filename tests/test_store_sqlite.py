@@ -273,6 +273,100 @@ async def test_checkpoints_go_on_after_the_first(
     assert set(ran) == {"agentlog-sqlite-checkpointer"}
 
 
+async def _threads_reading(store: SQLiteEventStore, rows: bool = False) -> list[int]:
+    """A list that gains the id of the thread running each SELECT on the reader connection
+    (with `rows`, only the reads of a thread's records)."""
+    await store.open()
+    reader = store._reader
+    assert reader is not None
+    read_on: list[int] = []
+
+    def trace(statement: str) -> None:
+        if not statement.lstrip().upper().startswith("SELECT"):
+            return
+        if not rows or "seq BETWEEN" in statement:
+            read_on.append(threading.get_ident())
+
+    await reader.call(lambda conn: conn.set_trace_callback(trace))
+    while reader._in_use.locked():  # the reader thread lets go of the connection
+        await asyncio.sleep(0.001)
+    return read_on
+
+
+async def test_point_reads_run_on_the_caller_thread_when_the_reader_is_idle(
+    tmp_path: Path,
+) -> None:
+    """A head, a snapshot's row or a short tail is read without the hop to the reader
+    thread and back; a long read still goes there."""
+    import events.sqlite
+
+    async with SQLiteEventStore(tmp_path / "point.db") as store:
+        for seq in range(0, 3 * 100, 3):
+            await store.append("t", step_events(1), expected_seq=seq)
+        read_on = await _threads_reading(store)
+        assert await store.last_seq("t") == 300
+        short = [r.seq async for r in store.read("t", 290)]
+        assert short == list(range(290, 301))
+        assert set(read_on) == {threading.get_ident()}
+        rows_read_on = await _threads_reading(store, rows=True)
+        long = [r.seq async for r in store.read("t", 1)]
+        assert long == list(range(1, 301))
+        assert events.sqlite.POINT_ROWS < 300
+        assert rows_read_on and threading.get_ident() not in rows_read_on
+
+
+async def test_a_point_read_goes_to_the_reader_thread_when_it_is_busy_or_locked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reader connection in use by its thread, or SQLite answering "busy" on the
+    caller's thread: the read is handed to the reader thread and gives the same answer;
+    any other SQLite error is a typed store error, as on the thread."""
+    import sqlite3
+
+    import events.sqlite
+    from events import StoreError
+
+    async with SQLiteEventStore(tmp_path / "busy-read.db") as store:
+        await store.append("t", step_events(1), expected_seq=0)
+        read_on = await _threads_reading(store)
+        reader = store._reader
+        assert reader is not None
+        release = threading.Event()
+        reader.submit(lambda conn: release.wait(30))  # the reader thread holds it
+        read = asyncio.ensure_future(store.last_seq("t"))
+        await asyncio.sleep(0.05)
+        assert not read.done()  # it waits for the reader thread, not on the loop
+        release.set()
+        assert await asyncio.wait_for(read, 10) == 3
+        assert threading.get_ident() not in read_on
+
+        real = events.sqlite._fetch_head
+        refusals: list[int] = []
+
+        def busy_on_the_loop(conn: Any, thread_id: str) -> Any:
+            if threading.get_ident() == loop_thread:
+                refusals.append(1)
+                exc = sqlite3.OperationalError("database is locked")
+                exc.sqlite_errorcode = sqlite3.SQLITE_BUSY  # type: ignore[attr-defined]
+                raise exc
+            return real(conn, thread_id)
+
+        loop_thread = threading.get_ident()
+        monkeypatch.setattr(events.sqlite, "_fetch_head", busy_on_the_loop)
+        while reader._in_use.locked():
+            await asyncio.sleep(0.001)
+        assert await store.last_seq("t") == 3 and refusals == [1]
+
+        def broken(conn: Any, thread_id: str) -> Any:
+            raise sqlite3.DatabaseError("database disk image is malformed")
+
+        monkeypatch.setattr(events.sqlite, "_fetch_head", broken)
+        while reader._in_use.locked():
+            await asyncio.sleep(0.001)
+        with pytest.raises(StoreError):
+            await store.last_seq("t")
+
+
 async def test_a_failure_before_an_inline_commit_hands_it_to_the_writer_thread(
     tmp_path: Path,
 ) -> None:
