@@ -70,8 +70,9 @@ class ConnectionThread:
                 break
             with self._in_use:
                 if self._impatient:  # queued work waits for other processes' locks again
-                    self._conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
-                    self._impatient = False
+                    with contextlib.suppress(sqlite3.Error):  # else the next job tries again
+                        self._conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+                        self._impatient = False
                 with contextlib.suppress(BaseException):  # a job reports its own outcome
                     job(self._conn)
         with self._in_use:

@@ -60,6 +60,15 @@ POINT_ROWS = 256
 idle (a snapshot's tail, a head): cheaper there than two thread hops, and short enough never
 to hold an event loop up."""
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+"""Primary codes: compare `_primary(exc)`, since Python reports SQLite's extended codes
+(SQLITE_BUSY_RECOVERY while another connection recovers the WAL is 261, not 5)."""
+
+
+def _primary(exc: sqlite3.Error) -> int | None:
+    """SQLite's primary result code of `exc` (its extended code's low byte)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF
+
 
 _CLAIMS = """
 CREATE TABLE IF NOT EXISTS claims (
@@ -131,7 +140,7 @@ T = TypeVar("T")
 
 def storage_error(path: str, exc: sqlite3.Error) -> Exception:
     """The typed error for a failure SQLite reported: damage, or a passing condition."""
-    code = getattr(exc, "sqlite_errorcode", None)
+    code = _primary(exc)
     if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or (
         code is None and type(exc) is sqlite3.DatabaseError
     ):
@@ -181,7 +190,7 @@ def _identify(conn: sqlite3.Connection, path: str) -> tuple[int, int, list[str]]
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
     except sqlite3.DatabaseError as exc:
-        if getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_CANTOPEN,):
+        if _primary(exc) == sqlite3.SQLITE_CANTOPEN:
             raise
         raise NotAnAgentlogDatabaseError(path, f"SQLite cannot read it: {exc}") from exc
     return app_id, version, tables
@@ -747,9 +756,9 @@ class SQLiteEventStore(BaseEventStore):
         return await self._read_point(_fetch_snapshot_seqs, thread_id)
 
     async def _fetch_payloads(self, thread_id: str, seqs: Sequence[int]) -> list[Payload]:
-        # a snapshot's messages: fetching them costs a fraction of what decoding and
-        # validating them costs the loop right after, so they need no hop either
-        return await self._read_point(_fetch_payloads, thread_id, list(seqs))
+        if len(seqs) <= POINT_ROWS:  # a snapshot's few messages: read them here
+            return await self._read_point(_fetch_payloads, thread_id, list(seqs))
+        return await self._read(_fetch_payloads, thread_id, list(seqs))
 
 
 # ---- functions that run on a connection's own thread ---------------------------------------
@@ -785,7 +794,7 @@ def _inline_batch(
     try:
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.OperationalError as exc:
-        if exc.sqlite_errorcode in _BUSY_CODES:
+        if _primary(exc) in _BUSY_CODES:
             return _BUSY
         return exc
     try:
@@ -808,7 +817,7 @@ def _inline_read(fn: Callable[..., Any], args: tuple[Any, ...], conn: sqlite3.Co
     try:
         return fn(conn, *args)
     except sqlite3.OperationalError as exc:
-        if exc.sqlite_errorcode in _BUSY_CODES:
+        if _primary(exc) in _BUSY_CODES:
             return _BUSY
         return _ReadFailed(exc)
     except sqlite3.Error as exc:

@@ -347,7 +347,9 @@ async def test_a_point_read_goes_to_the_reader_thread_when_it_is_busy_or_locked(
             if threading.get_ident() == loop_thread:
                 refusals.append(1)
                 exc = sqlite3.OperationalError("database is locked")
-                exc.sqlite_errorcode = sqlite3.SQLITE_BUSY  # type: ignore[attr-defined]
+                # SQLITE_BUSY_RECOVERY (5 | 1 << 8): another connection recovers the WAL;
+                # Python reports extended codes, and any busy one means "wait on the thread"
+                exc.sqlite_errorcode = 261  # type: ignore[attr-defined]
                 raise exc
             return real(conn, thread_id)
 
@@ -365,6 +367,23 @@ async def test_a_point_read_goes_to_the_reader_thread_when_it_is_busy_or_locked(
             await asyncio.sleep(0.001)
         with pytest.raises(StoreError):
             await store.last_seq("t")
+
+
+def test_extended_sqlite_codes_map_to_the_error_of_their_primary_code() -> None:
+    """SQLITE_CORRUPT_INDEX (779) is damage like SQLITE_CORRUPT (11); a busy code with
+    extended bits is still busy."""
+    import sqlite3
+
+    from events import CorruptDatabaseError, StoreUnavailableError
+    from events.sqlite import _BUSY_CODES, _primary, storage_error
+
+    corrupt = sqlite3.DatabaseError("database disk image is malformed")
+    corrupt.sqlite_errorcode = 779  # type: ignore[attr-defined]
+    assert isinstance(storage_error("x.db", corrupt), CorruptDatabaseError)
+    locked = sqlite3.OperationalError("database is locked")
+    locked.sqlite_errorcode = 261  # type: ignore[attr-defined]
+    assert _primary(locked) in _BUSY_CODES
+    assert isinstance(storage_error("x.db", locked), StoreUnavailableError)
 
 
 async def test_a_failure_before_an_inline_commit_hands_it_to_the_writer_thread(
