@@ -142,17 +142,21 @@ class CompiledGraph(StepLoop[S]):
         when the run paused, `__interrupt__`.
         """
         shape = granularity(response_granularity)
-        run = await self._run(input, config, stream=None)
-        return run_result(run.fold.state, run.own, shape, include_state=include_state)
+        result, _ = await self._ainvoke_to(input, config, shape, include_state=include_state)
+        return result
 
     async def _ainvoke_to(
-        self, input: Any, config: Mapping[str, Any]
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None,
+        shape: ResponseGranularity = ResponseGranularity.LOW,
+        *,
+        include_state: bool = True,
     ) -> tuple[dict[str, Any], int]:
-        """`ainvoke(input, config, include_state=True)`, and the thread's seq where this
-        call left it (the runtime records where each of its runs ends)."""
+        """`ainvoke`'s result, and the thread's seq where this call left it (the runtime
+        records where each of its runs ends)."""
         run = await self._run(input, config, stream=None)
-        result = run_result(run.fold.state, run.own, ResponseGranularity.LOW, include_state=True)
-        return result, run.fold.seq
+        return run_result(run.fold.state, run.own, shape, include_state=include_state), run.fold.seq
 
     async def astream(
         self, input: Any = None, config: Mapping[str, Any] | None = None

@@ -500,8 +500,8 @@ class SQLiteEventStore(BaseEventStore):
             except sqlite3.Error:  # the busy handler could not be set: the thread reads
                 ran, outcome = False, None
             if ran and outcome is not _BUSY:
-                if isinstance(outcome, _ReadFailed):
-                    raise storage_error(self.path, outcome.error) from outcome.error
+                if isinstance(outcome, sqlite3.Error):
+                    raise storage_error(self.path, outcome) from outcome
                 return outcome  # type: ignore[return-value]
         return await self._read(fn, *args)
 
@@ -634,12 +634,12 @@ class SQLiteEventStore(BaseEventStore):
         checkpointer = self._checkpointer
         if checkpointer is not None and not self._closing:
             with contextlib.suppress(RuntimeError):  # closed meanwhile: its close checkpoints
-                checkpointer.submit(self._checkpoint)
+                checkpointer.submit(self._checkpoint_job)
                 return
         with self._queue_lock:
             self._checkpointing = False
 
-    def _checkpoint(self, conn: sqlite3.Connection) -> None:
+    def _checkpoint_job(self, conn: sqlite3.Connection) -> None:
         try:
             _checkpoint(conn)
         finally:
@@ -803,25 +803,13 @@ def _inline_batch(
         return exc
 
 
-class _ReadFailed:
-    """SQLite refused an inline read for another reason than a lock: raised by the caller."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: sqlite3.Error) -> None:
-        self.error = error
-
-
 def _inline_read(fn: Callable[..., Any], args: tuple[Any, ...], conn: sqlite3.Connection) -> Any:
-    """`fn(conn, *args)` on the caller's thread; `_BUSY` when SQLite would have to wait."""
+    """`fn(conn, *args)` on the caller's thread; `_BUSY` when SQLite would have to wait, the
+    error itself (for the caller to raise, typed) when it failed otherwise."""
     try:
         return fn(conn, *args)
-    except sqlite3.OperationalError as exc:
-        if _primary(exc) in _BUSY_CODES:
-            return _BUSY
-        return _ReadFailed(exc)
     except sqlite3.Error as exc:
-        return _ReadFailed(exc)
+        return _BUSY if _primary(exc) in _BUSY_CODES else exc
 
 
 def _checkpoint(conn: sqlite3.Connection) -> None:

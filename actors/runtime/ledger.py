@@ -84,8 +84,9 @@ class Ledger:
         event = record.event
         self.seq = record.seq
         if isinstance(event, TriggerAccepted):
-            state = TriggerState(event, record.position, accepted_at=record.at)
-            state.updated_at = record.at
+            state = TriggerState(
+                event, record.position, accepted_at=record.at, updated_at=record.at
+            )
             self.triggers[event.trigger_id] = state
             if event.idempotency_key is not None:
                 key = (event.entry_point, event.idempotency_key)

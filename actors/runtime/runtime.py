@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 
 from events import EventRecord, EventStore
 from events.errors import StoreError, ThreadBusyError
+from events.follow import last_position
 from events.kinds import MessageAppended, TriggerAccepted, TriggerFinished, TriggerListening
 from projections import ExecutionStatus, StopRequestStatus
 from projections.edge import to_builtins
@@ -49,7 +50,7 @@ from .spec import (
     UnknownRunError,
 )
 from .timers import Schedule
-from .watching import Handler, Subscriber, Watching, _deliver, _head
+from .watching import Handler, Subscriber, Watching, _deliver
 from .workers import Follower
 
 if TYPE_CHECKING:
@@ -309,7 +310,7 @@ class AgentRuntime(Watching):
             self.journal.on_applied = self.follower.seen
             self.journal.writer = f"worker:{self.config.worker_id}"
         await self.journal.catch_up()
-        self._head_at_start = await _head(self.store)
+        self._head_at_start = await last_position(self.store)
         self.started, self.stopping = True, False
         for subscription, (feed, handler) in self._pending_handlers.items():
             deliver = _deliver(feed(self._head_at_start), handler)

@@ -90,7 +90,7 @@ class Watching:
         node: str | None,
         after: int | None,
     ) -> AsyncIterator[EventRecord]:
-        start = await _head(self.store) if after is None else after
+        start = await last_position(self.store) if after is None else after
         me = Subscriber(start)
         self.subscribers.append(me)
         try:
@@ -223,8 +223,3 @@ def _alias(name: str, value: str | None, hive: str, hive_value: str | None) -> s
     if value is not None and hive_value is not None and value != hive_value:
         raise RegistrationError(f"give {name} or hive's {hive}, not both")
     return value if value is not None else hive_value
-
-
-async def _head(store: EventStore) -> int:
-    """The position of the last committed record (0 for an empty store)."""
-    return await last_position(store)
