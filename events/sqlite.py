@@ -55,10 +55,6 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 MAX_BATCH = 512
 CHECKPOINT_ROWS = 2000
 """Rows committed between two checkpoints of the WAL (SQLite's own default is ~1000 pages)."""
-POINT_ROWS = 256
-"""A thread read of at most this many rows runs on the caller's thread when the reader is
-idle (a snapshot's tail, a head): cheaper there than two thread hops, and short enough never
-to hold an event loop up."""
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 """Primary codes: compare `_primary(exc)`, since Python reports SQLite's extended codes
 (SQLITE_BUSY_RECOVERY while another connection recovers the WAL is 261, not 5)."""
@@ -408,7 +404,7 @@ class SQLiteEventStore(BaseEventStore):
         opened = [writer]
         try:
             self._blocking(writer, _prepare, self.path)
-            reader = self._thread("reader", _connect(self.path, False, busy_ms, None), busy_ms)
+            reader = self._thread("reader", _connect(self.path, False, busy_ms, None))
             opened.append(reader)
             checkpointer = self._thread("checkpointer", _connect(self.path, False, busy_ms, None))
         except (NotAnAgentlogDatabaseError, StoreUnavailableError) as exc:
@@ -487,23 +483,6 @@ class SQLiteEventStore(BaseEventStore):
         await self.open()
         assert self._reader is not None
         return await self._on(self._reader, fn, *args)
-
-    async def _read_point(self, fn: Callable[..., T], *args: Any) -> T:
-        """A read of a row or a few by key: on this thread when the reader is idle (the read
-        costs less than the two thread hops of handing it over), else as `_read`."""
-        if self._closing:
-            raise StoreClosedError(f"{self.path} is closing: open a new store to read it")
-        reader = self._reader
-        if reader is not None:
-            try:
-                ran, outcome = reader.try_inline(partial(_inline_read, fn, args))
-            except sqlite3.Error:  # the busy handler could not be set: the thread reads
-                ran, outcome = False, None
-            if ran and outcome is not _BUSY:
-                if isinstance(outcome, sqlite3.Error):
-                    raise storage_error(self.path, outcome) from outcome
-                return outcome  # type: ignore[return-value]
-        return await self._read(fn, *args)
 
     async def _ready_to_write(self, what: str) -> ConnectionThread:
         """The writer connection, opened; refused for a read-only or closing store."""
@@ -720,15 +699,13 @@ class SQLiteEventStore(BaseEventStore):
     # ---- reads ---------------------------------------------------------------------------
 
     async def _fetch(self, thread_id: str, from_seq: int, to_seq: int, limit: int) -> list[Row]:
-        if min(to_seq - from_seq + 1, limit) <= POINT_ROWS:  # a short tail: read it here
-            return await self._read_point(_fetch_thread, thread_id, from_seq, to_seq, limit)
         return await self._read(_fetch_thread, thread_id, from_seq, to_seq, limit)
 
     async def _fetch_all(self, from_position: int, limit: int) -> list[Row]:
         return await self._read(_fetch_positions, from_position, limit)
 
     async def _head(self, thread_id: str) -> tuple[int, bytes] | None:
-        return await self._read_point(_fetch_head, thread_id)
+        return await self._read(_fetch_head, thread_id)
 
     async def last_position(self) -> int:
         """The position of the newest record; 0 when the store holds none."""
@@ -750,14 +727,12 @@ class SQLiteEventStore(BaseEventStore):
         await self._write(_write_snapshot, (thread_id, *stored))
 
     async def _get_snapshot(self, thread_id: str, max_seq: int) -> StoredSnapshot | None:
-        return await self._read_point(_fetch_snapshot, thread_id, max_seq)
+        return await self._read(_fetch_snapshot, thread_id, max_seq)
 
     async def _snapshot_seqs(self, thread_id: str) -> list[int]:
-        return await self._read_point(_fetch_snapshot_seqs, thread_id)
+        return await self._read(_fetch_snapshot_seqs, thread_id)
 
     async def _fetch_payloads(self, thread_id: str, seqs: Sequence[int]) -> list[Payload]:
-        if len(seqs) <= POINT_ROWS:  # a snapshot's few messages: read them here
-            return await self._read_point(_fetch_payloads, thread_id, list(seqs))
         return await self._read(_fetch_payloads, thread_id, list(seqs))
 
 
@@ -801,15 +776,6 @@ def _inline_batch(
         return _write_batch(conn, requests, path, begun=True)
     except BaseException as exc:
         return exc
-
-
-def _inline_read(fn: Callable[..., Any], args: tuple[Any, ...], conn: sqlite3.Connection) -> Any:
-    """`fn(conn, *args)` on the caller's thread; `_BUSY` when SQLite would have to wait, the
-    error itself (for the caller to raise, typed) when it failed otherwise."""
-    try:
-        return fn(conn, *args)
-    except sqlite3.Error as exc:
-        return _BUSY if _primary(exc) in _BUSY_CODES else exc
 
 
 def _checkpoint(conn: sqlite3.Connection) -> None:
