@@ -869,8 +869,9 @@ async def test_cancel_a_run_still_queued_on_a_new_thread(store: Any) -> None:
 
 
 async def test_a_cancel_right_after_a_trigger_wins_over_its_dispatch(store: Any) -> None:
-    """The dispatcher may begin the run while the cancel is being recorded: its dispatch
-    record then lands after the end, starts nothing, and the run ends cancelled for good."""
+    """A trigger that can start at once is dispatched as it is accepted, so the run may
+    begin while the cancel is being recorded: either way its node never runs, the run ends
+    cancelled for good, and its thread (if the run began) says so."""
     gate = Gate()
     runtime = AgentRuntime(store)
     runtime.add_graph("g", line(("agent", gate)).compile(store))
@@ -886,7 +887,9 @@ async def test_a_cancel_right_after_a_trigger_wins_over_its_dispatch(store: Any)
     state = runtime.ledger.latest_on(thread)
     assert state is not None and state.outcome == "cancelled" and not state.in_flight
     assert not gate.entered.is_set()  # the node never ran
-    assert await store.last_seq(thread) == 0
+    if await store.last_seq(thread):  # the run began before the cancel reached it
+        kinds = [r.kind for r in await records_of(store, thread)]
+        assert kinds[-1] == "run_cancelled"
     restarted = AgentRuntime(store)
     restarted.add_graph("g", line(("agent", gate)).compile(store))
     restarted.register_entry_point(EntryPoint(id="api", graph_id="g"))
@@ -1143,3 +1146,75 @@ async def test_event_entry_points_filter_by_thread_and_node_and_answer_their_own
     assert fired["on_t1"][0].source_position == t1_done[0]
     answer = replay(await records_of(store, fired["on_t1"][0].thread_id))
     assert answer.context[0].text() == "run_completed on t1"  # what input_from made of it
+
+
+class AppendLog(SQLiteEventStore):
+    """A SQLite store noting the kinds of each append on the runtime thread, which can be
+    held back (`hold`) to catch a caller mid-commit."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.appends: list[list[str]] = []
+        self.hold = asyncio.Event()
+        self.hold.set()
+
+    async def append(self, thread_id: str, events: Any, **kwargs: Any) -> Any:
+        if thread_id == "__runtime__":
+            self.appends.append([type(e).__name__ for e in events])
+            await self.hold.wait()
+        return await super().append(thread_id, events, **kwargs)
+
+
+async def test_a_trigger_that_can_start_at_once_is_accepted_and_dispatched_in_one_commit(
+    tmp_path: Path,
+) -> None:
+    """An idle runtime records a trigger's acceptance and dispatch together (one commit
+    before the run starts); a trigger that must queue has its dispatch recorded on its own
+    when its turn comes. The log says the same either way, and a restart finds nothing."""
+    gate = Gate()
+    async with AppendLog(tmp_path / "one.db") as store:
+        runtime = AgentRuntime(store, RuntimeConfig(max_concurrent_runs=1))
+        runtime.add_graph("g", line(("agent", gate)).compile(store))
+        runtime.register_entry_point(EntryPoint(id="api", graph_id="g"))
+        async with gated(runtime, gate):
+            first = await runtime.trigger("api", "one")
+            await asyncio.wait_for(gate.entered.wait(), 10)
+            second = await runtime.trigger("api", "two")  # the one slot is taken: it queues
+            assert runtime.dispatcher.depth() == 1
+            gate.go.set()
+            for thread in (first, second):
+                assert (await runtime.wait(thread, timeout=30))["status"] == "completed"
+        together = ["TriggerAccepted", "TriggerDispatched"]
+        assert store.appends[0] == together
+        assert ["TriggerAccepted"] in store.appends and ["TriggerDispatched"] in store.appends
+        kinds = [r.kind for r in await records_of(store, "__runtime__")]
+        assert kinds.count("trigger_dispatched") == 2 and kinds.count("trigger_finished") == 2
+        restarted = AgentRuntime(store)
+        restarted.add_graph("g", line(("agent", gate)).compile(store))
+        restarted.register_entry_point(EntryPoint(id="api", graph_id="g"))
+        async with restarted:
+            assert restarted.ledger.pending() == []
+
+
+async def test_a_trigger_whose_caller_leaves_mid_commit_still_runs(tmp_path: Path) -> None:
+    """Cancelling `trigger` while its acceptance commits does not lose the run: once the
+    acceptance is in the log the run starts, whoever is still waiting."""
+    async with AppendLog(tmp_path / "left.db") as store:
+        runtime = AgentRuntime(store)
+        runtime.add_graph("g", support_app(store))
+        runtime.register_entry_point(EntryPoint(id="api", graph_id="g"))
+        async with runtime:
+            store.hold.clear()
+            caller = asyncio.ensure_future(runtime.trigger("api", "hello", thread_id="t"))
+            while not store.appends:
+                await asyncio.sleep(0.001)
+            caller.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await caller
+            store.hold.set()
+            async with asyncio.timeout(30):
+                while runtime.ledger.latest_on("t") is None:
+                    await asyncio.sleep(0.005)
+            result = await runtime.wait("t", timeout=30)
+        assert result["status"] == "completed"
+        assert [m.text() for m in result["messages"]] == ["hello", "seen 1"]

@@ -30,7 +30,7 @@ from events import (
     ThreadBusyError,
     open_store,
 )
-from events.kinds import TriggerDispatched
+from events.kinds import TriggerAccepted, TriggerDispatched
 from projections import replay
 from tests.helpers import line
 from tests.workers.worker_app import build
@@ -238,14 +238,19 @@ async def test_three_postgres_worker_processes_and_a_sigkill(tmp_path: Path) -> 
 
 
 class FlakyStore(MemoryEventStore):
-    """Fails the first `failures` appends recording a dispatch, as a lost server would."""
+    """Fails the first `failures` appends recording a dispatch on its own (not with the
+    trigger's acceptance), as a lost server would."""
 
     def __init__(self, failures: int) -> None:
         super().__init__()
         self.failures = failures
 
     async def append(self, thread_id: str, events: Sequence[Any], **kwargs: Any) -> Any:
-        if self.failures and any(isinstance(e, TriggerDispatched) for e in events):
+        if (
+            self.failures
+            and any(isinstance(e, TriggerDispatched) for e in events)
+            and not any(isinstance(e, TriggerAccepted) for e in events)
+        ):
             self.failures -= 1
             raise StoreUnavailableError("the connection to PostgreSQL was lost (test)")
         return await super().append(thread_id, events, **kwargs)
@@ -270,8 +275,9 @@ def quick_retry(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dispatch, "STORE_RETRY_S", 0.05)
 
 
-def runtime_on(store: Any, worker_id: str | None) -> AgentRuntime:
-    runtime = AgentRuntime(store, RuntimeConfig(worker_id=worker_id, poll_s=0.05))
+def runtime_on(store: Any, worker_id: str | None, max_runs: int = 100) -> AgentRuntime:
+    config = RuntimeConfig(worker_id=worker_id, poll_s=0.05, max_concurrent_runs=max_runs)
+    runtime = AgentRuntime(store, config)
     runtime.add_graph("g", line(("work", said)).compile(store))
     runtime.register_entry_point(EntryPoint(id="api", graph_id="g"))
     return runtime
@@ -281,14 +287,17 @@ def runtime_on(store: Any, worker_id: str | None) -> AgentRuntime:
 async def test_a_dispatch_the_store_failed_is_tried_again(
     worker_id: str | None, caplog: pytest.LogCaptureFixture, quick_retry: None
 ) -> None:
-    """A store failure while a trigger is dispatched (the server restarting, the runtime
-    thread held by a lone runtime) leaves it accepted and tries it again, logged."""
+    """A store failure while a queued trigger is dispatched (the server restarting, the
+    runtime thread held by a lone runtime) leaves it accepted and tries it again, logged.
+    (One run at a time: the second trigger queues, so its dispatch is a commit of its own.)"""
     store = FlakyStore(failures=2)
-    async with store, runtime_on(store, worker_id) as runtime:
+    async with store, runtime_on(store, worker_id, max_runs=1) as runtime:
         with caplog.at_level(logging.WARNING, logger="actors.runtime.dispatch"):
-            thread = await runtime.trigger("api", "go")
-            result = await runtime.wait(thread, timeout=10)
-    assert result["status"] == "completed" and store.failures == 0
+            threads = await asyncio.gather(
+                runtime.trigger("api", "go"), runtime.trigger("api", "on")
+            )
+            results = [await runtime.wait(thread, timeout=10) for thread in threads]
+    assert [r["status"] for r in results] == ["completed"] * 2 and store.failures == 0
     warned = [r.getMessage() for r in caplog.records if "could not be run" in r.getMessage()]
     assert len(warned) == 2 and "'api'" in warned[0] and "lost (test)" in warned[0]
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from events import Claim
+from events import Claim, EventRecord
 from events.errors import AgentlogError, StoreError, ThreadBusyError
 from events.kinds import TriggerDispatched, TriggerFinished
 from projections import ExecutionStatus, StopRequestStatus
@@ -81,6 +81,9 @@ class Dispatcher:
         """Threads a rollback is setting back: nothing starts on them until it is done."""
         self.executing: dict[str, Execution] = {}
         """Thread id -> its run executing now."""
+        self._starting: dict[str, str] = {}
+        """Thread id -> entry point id, for triggers whose acceptance and dispatch are being
+        recorded together: their slots are taken, as if they were executing."""
         self.results: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.errors: OrderedDict[str, BaseException] = OrderedDict()
         self._waiting: dict[str, asyncio.Event] = {}
@@ -108,6 +111,54 @@ class Dispatcher:
         if resume:
             self.resume.add(state.id)
         self._wake.set()
+
+    def reserve(self, entry: EntryPoint, thread_id: str) -> bool:
+        """Whether a trigger being accepted may start the moment its acceptance commits:
+        nothing is queued ahead of it, both limits leave room, its graph is here and its
+        thread is idle. If so its slot is held, and its dispatch is recorded in the same
+        commit as its acceptance (one commit fewer before the run starts).
+
+        Not for workers, whose runs first take a lease."""
+        runtime = self.runtime
+        if (
+            runtime.config.worker_id is not None
+            or self._task is None
+            or runtime.stopping
+            or self.queue
+            or entry.graph_id not in runtime.graphs
+            or thread_id in self.executing
+            or thread_id in self.holding
+            or thread_id in self._starting
+            or len(self.executing) + len(self._starting) >= runtime.config.max_concurrent_runs
+        ):
+            return False
+        if entry.max_concurrent is not None:
+            running = sum(1 for e in self.executing.values() if e.entry_point == entry.id)
+            starting = sum(1 for entry_id in self._starting.values() if entry_id == entry.id)
+            if running + starting >= entry.max_concurrent:
+                return False
+        self._starting[thread_id] = entry.id
+        return True
+
+    def unreserve(self, thread_id: str) -> None:
+        """Give back a slot `reserve` held for a trigger that was not recorded."""
+        if self._starting.pop(thread_id, None) is not None:
+            self._wake.set()
+
+    def accepted(
+        self, trigger_id: str, reserved: str | None, records: list[EventRecord] | None
+    ) -> None:
+        """After a trigger's acceptance is recorded (`records`; None: it was not): start it
+        when its dispatch was recorded with it (its thread `reserved`), else queue it."""
+        if reserved is not None:
+            self.unreserve(reserved)
+        state = self.runtime.ledger.triggers.get(trigger_id)
+        if records is None or state is None or state.done:
+            return  # not recorded, or a duplicate of its key's first trigger
+        if reserved is None or not state.dispatched:
+            self.enqueue(state)
+        elif not self.runtime.stopping:  # else it is in flight: the next runtime resumes it
+            self._begin(state, dispatched=True)
 
     def queued_on(self, thread_id: str) -> list[TriggerState]:
         return [t for t in self.queue if t.accepted.thread_id == thread_id]
@@ -167,10 +218,12 @@ class Dispatcher:
         per_entry: dict[str, int] = {}
         for execution in self.executing.values():
             per_entry[execution.entry_point] = per_entry.get(execution.entry_point, 0) + 1
+        for entry_id in self._starting.values():
+            per_entry[entry_id] = per_entry.get(entry_id, 0) + 1
         earliest: float | None = None
         kept: list[TriggerState] = []
         for index, state in enumerate(self.queue):
-            if len(self.executing) >= limit:
+            if len(self.executing) + len(self._starting) >= limit:
                 kept.extend(self.queue[index:])
                 break
             accepted = state.accepted
@@ -182,6 +235,7 @@ class Dispatcher:
             elif self._waits_for_earlier(state) or (
                 accepted.thread_id in self.executing
                 or accepted.thread_id in self.holding
+                or accepted.thread_id in self._starting
                 or (cap is not None and per_entry.get(accepted.entry_point, 0) >= cap)
             ):
                 kept.append(state)
@@ -219,19 +273,23 @@ class Dispatcher:
         """Look at the queue again (the clock moved, a graph was added)."""
         self._wake.set()
 
-    def _begin(self, state: TriggerState) -> None:
+    def _begin(self, state: TriggerState, *, dispatched: bool = False) -> None:
+        """Run a trigger; `dispatched`: its dispatch is recorded already."""
         thread_id = state.accepted.thread_id
         resume = state.id in self.resume
         self.resume.discard(state.id)
-        task = asyncio.ensure_future(self._execute(state, resume))
+        task = asyncio.ensure_future(self._execute(state, resume, dispatched))
         self.executing[thread_id] = Execution(state, task)
 
-    async def _execute(self, state: TriggerState, resume: bool) -> None:
+    async def _execute(self, state: TriggerState, resume: bool, dispatched: bool = False) -> None:
         """Run one trigger; a store failure before its end is recorded (the server restarting,
         a lone runtime holding the runtime thread) leaves it accepted: it is queued again
         after `STORE_RETRY_S`, and the failure is logged, never lost in a dead task."""
         try:
-            await self._execute_once(state, resume)
+            if self.runtime.config.worker_id is None:
+                await self._run_trigger(state, resume, dispatched)
+            else:
+                await self._run_leased(state, resume)
         except StoreError as exc:
             self._forget(state)  # a failure before `_run_trigger` left it marked as running
             _log.warning(
@@ -248,10 +306,8 @@ class Dispatcher:
             return
         self.enqueue(state, resume=state.in_flight)
 
-    async def _execute_once(self, state: TriggerState, resume: bool) -> None:
-        if self.runtime.config.worker_id is None:
-            await self._run_trigger(state, resume)
-            return
+    async def _run_leased(self, state: TriggerState, resume: bool) -> None:
+        """A worker's run of a trigger: under its lease, unless another worker holds it."""
         lease = await take_lease(self.runtime, state.id)
         if lease is None:  # another worker runs it; if it dies, a later sweep takes it over
             self._forget(state)
@@ -272,25 +328,32 @@ class Dispatcher:
             del self.executing[thread_id]
         self._wake.set()
 
-    async def _run_trigger(self, state: TriggerState, resume: bool) -> None:
+    async def _run_trigger(
+        self, state: TriggerState, resume: bool, dispatched: bool = False
+    ) -> None:
+        """Record the trigger's dispatch (unless `dispatched`: its acceptance recorded it),
+        run it, and record how it ended."""
         accepted = state.accepted
         thread_id = accepted.thread_id
         app = self.runtime.graphs[accepted.graph_id].app
         attempt = state.attempt + (0 if state.in_flight else 1)
         config: dict[str, Any] = {"thread_id": thread_id, "user": accepted.by or "runtime"}
         try:
-            first = accepted.new_thread and attempt == 1 and not state.in_flight
-            seq = 0 if first else await self.runtime.store.last_seq(thread_id)
-            # resume from the log when something of this trigger's run was recorded since
-            # its first dispatch; else its input was never recorded: send it
-            resume = state.first_seq is not None and seq > state.first_seq
-            await self.runtime.journal.record(
-                [
-                    TriggerDispatched(
-                        trigger_id=state.id, attempt=attempt, thread_seq=seq, resumed=resume
-                    )
-                ]
-            )
+            if dispatched:
+                resume = False  # dispatched as it was accepted: nothing of it ran yet
+            else:
+                first = accepted.new_thread and attempt == 1 and not state.in_flight
+                seq = 0 if first else await self.runtime.store.last_seq(thread_id)
+                # resume from the log when something of this trigger's run was recorded
+                # since its first dispatch; else its input was never recorded: send it
+                resume = state.first_seq is not None and seq > state.first_seq
+                await self.runtime.journal.record(
+                    [
+                        TriggerDispatched(
+                            trigger_id=state.id, attempt=attempt, thread_seq=seq, resumed=resume
+                        )
+                    ]
+                )
             if state.done:  # cancelled while its dispatch was being recorded: it never runs
                 return
             entry = self.runtime.entries.get(accepted.entry_point)

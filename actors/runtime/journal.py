@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -12,6 +13,12 @@ from events.errors import ConcurrencyError
 from events.kinds import Event
 
 from .ledger import Ledger
+
+Then = Callable[[list[EventRecord] | None], None]
+"""What follows a record's commit: told its records, or None when the append failed."""
+_Request = tuple[list[Event], list[str], asyncio.Future[list[EventRecord]], Then | None]
+
+_log = logging.getLogger(__name__)
 
 LATENCY_WINDOW = 4096
 """Commit latencies kept for the statistics (the most recent ones)."""
@@ -31,17 +38,24 @@ class RuntimeJournal:
         self.claim: Claim | None = None
         self.latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
         self.appended = 0
-        self._pending: list[tuple[list[Event], list[str], asyncio.Future[list[EventRecord]]]] = []
+        self._pending: list[_Request] = []
         self._flushing: asyncio.Task[None] | None = None
         self.writer = "runtime"
         """Who the records are by when no one else is named: a worker records its own id."""
         self.on_applied: Callable[[list[EventRecord]], None] | None = None
         """Told of the records other writers (other workers) wrote, once folded in."""
 
-    async def record(self, events: Sequence[Event], by: str | None = None) -> list[EventRecord]:
-        """Append `events` (written by `by`, else `writer`) and return their records."""
+    async def record(
+        self, events: Sequence[Event], by: str | None = None, then: Then | None = None
+    ) -> list[EventRecord]:
+        """Append `events` (written by `by`, else `writer`) and return their records.
+
+        `then` is called with the records once they are folded into the ledger (or with None
+        when the append failed), before any caller is woken and even when this caller was
+        cancelled meanwhile: what must follow a commit follows it.
+        """
         future: asyncio.Future[list[EventRecord]] = asyncio.get_running_loop().create_future()
-        self._pending.append((list(events), [by or self.writer] * len(events), future))
+        self._pending.append((list(events), [by or self.writer] * len(events), future, then))
         if self._flushing is None or self._flushing.done():
             self._flushing = asyncio.ensure_future(self._flush())
         # a caller cancelled meanwhile cancels only its own future: the batch commits anyway
@@ -50,19 +64,22 @@ class RuntimeJournal:
     async def _flush(self) -> None:
         while self._pending:
             batch, self._pending = self._pending, []
-            events = [e for events, _, _ in batch for e in events]
-            actors: list[str | None] = [a for _, by, _ in batch for a in by]
+            events = [e for events, _, _, _ in batch for e in events]
+            actors: list[str | None] = [a for _, by, _, _ in batch for a in by]
             try:
                 records = await self._append(events, actors)
             except Exception as exc:
-                for _, _, future in batch:
+                for _, _, future, then in batch:
+                    _call(then, None)
                     if not future.done():
                         future.set_exception(exc)
                 continue
             start = 0
-            for chunk, _, future in batch:
+            for chunk, _, future, then in batch:
+                mine = records[start : start + len(chunk)]
+                _call(then, mine)
                 if not future.done():
-                    future.set_result(records[start : start + len(chunk)])
+                    future.set_result(mine)
                 start += len(chunk)
 
     async def _append(self, events: list[Event], actors: list[str | None]) -> list[EventRecord]:
@@ -99,3 +116,12 @@ class RuntimeJournal:
         """Wait until every record asked for has been written."""
         while self._flushing is not None and not self._flushing.done():
             await asyncio.shield(self._flushing)
+
+
+def _call(then: Then | None, records: list[EventRecord] | None) -> None:
+    if then is None:
+        return
+    try:
+        then(records)
+    except Exception:  # the batch's other callers must still be answered
+        _log.exception("the runtime failed to act on its own records")

@@ -16,12 +16,20 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from events import EventRecord, EventStore
 from events.errors import StoreError, ThreadBusyError
 from events.follow import last_position
-from events.kinds import MessageAppended, TriggerAccepted, TriggerFinished, TriggerListening
+from events.kinds import (
+    Event,
+    MessageAppended,
+    TriggerAccepted,
+    TriggerDispatched,
+    TriggerFinished,
+    TriggerListening,
+)
 from projections import ExecutionStatus, StopRequestStatus
 from projections.edge import to_builtins
 
@@ -601,11 +609,13 @@ class AgentRuntime(Watching):
         missed: int,
         correlation_id: str | None = None,
     ) -> TriggerAccepted:
+        trigger_id = uuid.uuid4().hex
+        thread = thread_id or f"{entry.graph_id}-{trigger_id}"
         event = TriggerAccepted(
-            trigger_id=uuid.uuid4().hex,
+            trigger_id=trigger_id,
             entry_point=entry.id,
             graph_id=entry.graph_id,
-            thread_id=thread_id or f"{entry.graph_id}-{uuid.uuid4().hex}",
+            thread_id=thread,
             new_thread=thread_id is None,
             cause=cause,  # type: ignore[arg-type]
             input=input,
@@ -618,10 +628,19 @@ class AgentRuntime(Watching):
             by=by,
             correlation_id=correlation_id,
         )
-        await self.journal.record([event], by=by)
+        events: list[Event] = [event]
+        start_now = self.dispatcher.reserve(entry, thread)
+        if start_now:
+            try:
+                seq = 0 if thread_id is None else await self.store.last_seq(thread)
+            except BaseException:
+                self.dispatcher.unreserve(thread)
+                raise
+            events.append(TriggerDispatched(trigger_id=trigger_id, attempt=1, thread_seq=seq))
+        then = partial(self.dispatcher.accepted, trigger_id, thread if start_now else None)
+        await self.journal.record(events, by=by, then=then)
         if key is not None and self.ledger.keys.get((entry.id, key)) != event.trigger_id:
             return self.ledger.triggers[self.ledger.keys[(entry.id, key)]].accepted
-        self.dispatcher.enqueue(self.ledger.triggers[event.trigger_id])
         return event
 
     async def listen_from(self, entry_id: str, position: int | None, slot: float | None) -> None:
