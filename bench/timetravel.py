@@ -2,8 +2,8 @@
 
 A thread of N steps (10,000; 2,000 with --quick) is built on a `SQLiteEventStore` by one
 `ainvoke` of bench/workload.py's async-scripted agent/tools graph (every step commits; the context
-grows by one message a step), twice: with compile's default `snapshot_every` (5,000 events)
-and with `snapshot_every=1000`. A separate 1,000-step thread (default snapshots) is built in
+grows by one message a step), twice: with compile's default `snapshot_every` (1,000 events)
+and with `snapshot_every=5000`. A separate 1,000-step thread (default snapshots) is built in
 a database of its own. Building is timed and bounded (BUILD_LIMIT_S per thread).
 
 Every sample then runs in a fresh event loop on a freshly opened store (opening it and
@@ -52,12 +52,12 @@ from actors import StateGraph
 from actors.compiled import CompiledGraph
 from events import SQLiteEventStore
 from projections import AgentState, state_at, step_seq
+from projections.snapshots import DEFAULT_SNAPSHOT_EVERY
 
 STEPS = 10_000
 QUICK_STEPS = 2_000
 HISTORY_STEPS = 1_000
-DEFAULT_SNAPSHOT_EVERY = 5000
-SNAPSHOT_SETTINGS = (DEFAULT_SNAPSHOT_EVERY, 1000)
+SNAPSHOT_SETTINGS = (DEFAULT_SNAPSHOT_EVERY, 5000)
 SEED = 20240611
 LOAD_POINTS_PER_ROUND = 10
 DIFF_POINTS_PER_ROUND = 6
