@@ -1187,8 +1187,11 @@ async def test_a_trigger_that_can_start_at_once_is_accepted_and_dispatched_in_on
         together = ["TriggerAccepted", "TriggerDispatched"]
         assert store.appends[0] == together
         assert ["TriggerAccepted"] in store.appends and ["TriggerDispatched"] in store.appends
-        kinds = [r.kind for r in await records_of(store, "__runtime__")]
+        records = await records_of(store, "__runtime__")
+        kinds = [r.kind for r in records]
         assert kinds.count("trigger_dispatched") == 2 and kinds.count("trigger_finished") == 2
+        assert {r.actor for r in records if r.kind == "trigger_accepted"} == {"api"}
+        assert {r.actor for r in records if r.kind == "trigger_dispatched"} == {"runtime"}
         restarted = AgentRuntime(store)
         restarted.add_graph("g", line(("agent", gate)).compile(store))
         restarted.register_entry_point(EntryPoint(id="api", graph_id="g"))

@@ -46,16 +46,26 @@ class RuntimeJournal:
         """Told of the records other writers (other workers) wrote, once folded in."""
 
     async def record(
-        self, events: Sequence[Event], by: str | None = None, then: Then | None = None
+        self,
+        events: Sequence[Event],
+        by: str | Sequence[str | None] | None = None,
+        then: Then | None = None,
     ) -> list[EventRecord]:
-        """Append `events` (written by `by`, else `writer`) and return their records.
+        """Append `events` (written by `by`, else `writer`; a list names each event's
+        writer) and return their records.
 
         `then` is called with the records once they are folded into the ledger (or with None
         when the append failed), before any caller is woken and even when this caller was
         cancelled meanwhile: what must follow a commit follows it.
         """
         future: asyncio.Future[list[EventRecord]] = asyncio.get_running_loop().create_future()
-        self._pending.append((list(events), [by or self.writer] * len(events), future, then))
+        if by is None or isinstance(by, str):
+            actors = [by or self.writer] * len(events)
+        else:
+            actors = [who or self.writer for who in by]
+            if len(actors) != len(events):
+                raise ValueError(f"{len(events)} events, but {len(actors)} writers named")
+        self._pending.append((list(events), actors, future, then))
         if self._flushing is None or self._flushing.done():
             self._flushing = asyncio.ensure_future(self._flush())
         # a caller cancelled meanwhile cancels only its own future: the batch commits anyway

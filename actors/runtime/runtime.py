@@ -638,7 +638,8 @@ class AgentRuntime(Watching):
                 raise
             events.append(TriggerDispatched(trigger_id=trigger_id, attempt=1, thread_seq=seq))
         then = partial(self.dispatcher.accepted, trigger_id, thread if start_now else None)
-        await self.journal.record(events, by=by, then=then)
+        writers = [by] + [None] * (len(events) - 1)  # a dispatch is the runtime's own act
+        await self.journal.record(events, by=writers, then=then)
         if key is not None and self.ledger.keys.get((entry.id, key)) != event.trigger_id:
             return self.ledger.triggers[self.ledger.keys[(entry.id, key)]].accepted
         return event
