@@ -10,7 +10,11 @@ assistant text message) and StepAdvanced.
   encoding and hashing add on top of SQLite itself (target: ours >= 0.6 x raw).
 * group: 100 concurrent tasks each append M steps to their own thread through one store,
   so appends that arrive during a commit are group-committed. The baseline inserts the same
-  rows in one transaction per "round" of the 100 writers (target: >= 150,000 events/s).
+  rows in one transaction per "round" of the 100 writers (target: >= 0.8 x raw). A third
+  contender, alternated with both, only encodes the same events, decodes them back (the
+  type check every append makes) and chains their hashes: `floor_ratio` = raw / (raw +
+  that) is the best ratio a store doing those three things on the event loop's thread could
+  reach, whatever else it did not do.
 
 Usage: .venv/bin/python bench/append.py [--quick] [--rounds N]
 """
@@ -28,13 +32,14 @@ import _common as common
 import msgspec
 
 from events import Event, NodeEntered, SQLiteEventStore, StepAdvanced, kind_of
+from events.codec import GENESIS_HASH, chain_rows, encode_payloads
 from events.sqlite import _INSERT, _UPSERT_HEAD
 from projections import Message, message_appended
 
 EVENTS_PER_STEP = 3
 WRITERS = 100
 TARGET_RATIO = 0.6
-TARGET_GROUP_EVENTS_PER_S = 150_000
+TARGET_GROUP_RATIO = 0.8
 
 Step = list[Event]
 RawRow = tuple[Any, ...]
@@ -86,6 +91,19 @@ async def _ours(
         if counter is not None:
             counter.run_commits = counter.commits - before
         return seconds
+
+
+def _encode_and_chain(threads: dict[str, Sequence[Step]]) -> float:
+    """Seconds to encode, check and chain every writer's events, as appends do (and no more)."""
+    start = time.perf_counter()
+    for thread_id, steps in threads.items():
+        seq, prev = 1, GENESIS_HASH
+        for step in steps:
+            rows = chain_rows(
+                thread_id, seq, prev, encode_payloads(thread_id, step), None, None, time.time(), seq
+            )
+            seq, prev = seq + len(rows), rows[-1].hash
+    return time.perf_counter() - start
 
 
 # ---- raw sqlite3 ----------------------------------------------------------------------------
@@ -147,9 +165,13 @@ def group_transactions(threads: dict[str, Sequence[Step]], per_thread: int) -> l
 
 
 def run_pair(
-    directory: Path, rounds: int, ours: Callable[[Path], float], raw: Callable[[Path], float]
+    directory: Path,
+    rounds: int,
+    ours: Callable[[Path], float],
+    raw: Callable[[Path], float],
+    **more: Callable[[], float],
 ) -> dict[str, list[float]]:
-    """Alternate ours and raw, each on a fresh database file deleted afterwards."""
+    """Alternate ours and raw (and `more`), each on a fresh database file deleted afterwards."""
 
     def fresh(fn: Callable[[Path], float]) -> Callable[[], float]:
         def run() -> float:
@@ -158,7 +180,7 @@ def run_pair(
 
         return run
 
-    return common.alternate(rounds, {"ours": fresh(ours), "raw": fresh(raw)})
+    return common.alternate(rounds, {"ours": fresh(ours), "raw": fresh(raw), **more})
 
 
 def main() -> None:
@@ -191,6 +213,7 @@ def main() -> None:
                 rounds,
                 lambda p: asyncio.run(_ours(p, threads)),
                 lambda p: _raw(p, group_raw),
+                encode_and_chain=lambda: _encode_and_chain(threads),
             )
         )
         common.log("group: one more run, untimed, counting its commits")
@@ -224,8 +247,11 @@ def main() -> None:
                 "raw_events_per_s": raw_group,
                 "raw_commits": per_writer,
                 "ratio_to_raw": common.ratio(ours_group, raw_group),
-                "target_events_per_s": TARGET_GROUP_EVENTS_PER_S,
-                "ok": ours_group >= TARGET_GROUP_EVENTS_PER_S,
+                "target_ratio": TARGET_GROUP_RATIO,
+                "ok": ours_group >= TARGET_GROUP_RATIO * raw_group,
+                "encode_and_chain_ms": round(group["encode_and_chain"] * 1000, 1),
+                "raw_ms": round(group["raw"] * 1000, 1),
+                "floor_ratio": round(group["raw"] / (group["raw"] + group["encode_and_chain"]), 3),
             },
             "rounds": rounds,
             "median_of": "seconds per round, alternating ours/raw",
