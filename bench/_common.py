@@ -39,7 +39,9 @@ _names = itertools.count(1)
 def argument_parser(description: str) -> argparse.ArgumentParser:
     """A parser with `--quick` (smaller sizes) and `--rounds N` (default 5)."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--quick", action="store_true", help="smaller sizes (seconds to about two minutes)")
+    parser.add_argument(
+        "--quick", action="store_true", help="smaller sizes (seconds to about two minutes)"
+    )
     parser.add_argument("--rounds", type=int, default=5, help="measured rounds (default 5)")
     return parser
 
