@@ -28,7 +28,8 @@ test: lint typecheck $(STAMP)
 demo: $(STAMP)
 	$(BIN)/agentlog demo --db agentlog.db
 
-# `make bench QUICK=1`: the smaller versions, one round of the side-by-side (about 7 minutes on a 2-core VM, the peers' first install included).
+# `make bench QUICK=1`: the smaller versions, one round of the side-by-side (about 7 minutes
+# on a 2-core VM, the peers' first install included).
 bench: $(STAMP)
 	mkdir -p bench/results
 	set -o pipefail; for b in append replay steps timetravel show snapshots callbacks floor runtime serve testing workers models postgres; do \

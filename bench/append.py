@@ -254,7 +254,7 @@ def main() -> None:
                 "floor_ratio": round(group["raw"] / (group["raw"] + group["encode_and_chain"]), 3),
             },
             "rounds": rounds,
-            "median_of": "seconds per round, alternating ours/raw",
+            "median_of": "seconds per round, alternating ours/raw (group: and encode_and_chain)",
             **common.environment(),
         }
     )
