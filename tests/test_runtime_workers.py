@@ -366,3 +366,31 @@ async def test_a_lone_runtime_is_refused_while_a_worker_runs_a_run(tmp_path: Pat
             assert (await busy.wait(thread, timeout=WAIT))["status"] == "completed"
         async with lone:  # the workers gone, a lone runtime is welcome
             assert lone.started
+
+
+class FailsOneAcceptance(MemoryEventStore):
+    """Fails the first append that records a trigger's acceptance."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    async def append(self, thread_id: str, events: Sequence[Any], **kwargs: Any) -> Any:
+        if not self.failed and any(isinstance(e, TriggerAccepted) for e in events):
+            self.failed = True
+            raise StoreUnavailableError("the connection to PostgreSQL was lost (test)")
+        return await super().append(thread_id, events, **kwargs)
+
+
+async def test_an_acceptance_the_store_failed_leaves_nothing_and_frees_its_thread() -> None:
+    """A trigger whose acceptance (and dispatch with it) fails to commit raises the store's
+    error, records nothing, and gives its slot back: the same thread takes the next trigger."""
+    store = FailsOneAcceptance()
+    async with store, runtime_on(store, None, max_runs=1) as runtime:
+        with pytest.raises(StoreUnavailableError, match="lost"):
+            await runtime.trigger("api", "go", thread_id="t")
+        assert runtime.ledger.latest_on("t") is None
+        thread = await runtime.trigger("api", "again", thread_id="t")
+        result = await runtime.wait(thread, timeout=10)
+    assert result["status"] == "completed"
+    assert [m.text() for m in result["messages"]] == ["again", "ok"]
