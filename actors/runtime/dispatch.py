@@ -84,6 +84,9 @@ class Dispatcher:
         self._starting: dict[str, str] = {}
         """Thread id -> entry point id, for triggers whose acceptance and dispatch are being
         recorded together: their slots are taken, as if they were executing."""
+        self._to_queue = 0
+        """Acceptances being recorded that will then be queued: nothing may start ahead of
+        them (a thread's triggers, and equal priorities, run in arrival order)."""
         self.results: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.errors: OrderedDict[str, BaseException] = OrderedDict()
         self._waiting: dict[str, asyncio.Event] = {}
@@ -125,20 +128,25 @@ class Dispatcher:
             or self._task is None
             or runtime.stopping
             or self.queue
+            or self._to_queue
             or entry.graph_id not in runtime.graphs
             or thread_id in self.executing
             or thread_id in self.holding
             or thread_id in self._starting
             or len(self.executing) + len(self._starting) >= runtime.config.max_concurrent_runs
+            or self._entry_full(entry)
         ):
+            self._to_queue += 1  # `accepted` (called whatever the commit's outcome) counts it off
             return False
-        if entry.max_concurrent is not None:
-            running = sum(1 for e in self.executing.values() if e.entry_point == entry.id)
-            starting = sum(1 for entry_id in self._starting.values() if entry_id == entry.id)
-            if running + starting >= entry.max_concurrent:
-                return False
         self._starting[thread_id] = entry.id
         return True
+
+    def _entry_full(self, entry: EntryPoint) -> bool:
+        if entry.max_concurrent is None:
+            return False
+        running = sum(1 for e in self.executing.values() if e.entry_point == entry.id)
+        starting = sum(1 for entry_id in self._starting.values() if entry_id == entry.id)
+        return running + starting >= entry.max_concurrent
 
     def unreserve(self, thread_id: str) -> None:
         """Give back a slot `reserve` held for a trigger that was not recorded."""
@@ -152,10 +160,16 @@ class Dispatcher:
         when its dispatch was recorded with it (its thread `reserved`), else queue it."""
         if reserved is not None:
             self.unreserve(reserved)
+        else:
+            self._to_queue -= 1
         state = self.runtime.ledger.triggers.get(trigger_id)
         if records is None or state is None or state.done:
             return  # not recorded, or a duplicate of its key's first trigger
-        if reserved is None or not state.dispatched:
+        if (
+            reserved is None
+            or not state.dispatched
+            or state.accepted.graph_id not in self.runtime.graphs  # removed meanwhile: it waits
+        ):
             self.enqueue(state)
         elif not self.runtime.stopping:  # else it is in flight: the next runtime resumes it
             self._begin(state, dispatched=True)
