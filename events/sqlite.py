@@ -235,7 +235,7 @@ def _prepare(conn: sqlite3.Connection, path: str) -> None:
             raise
         conn.execute("COMMIT")
     _check_identity(path, app_id, version, tables)
-    conn.execute("PRAGMA journal_mode=WAL")
+    _switch_to_wal(conn)
     conn.execute(_CLAIMS)  # files written before claims existed gain the table
     columns = {row[1] for row in conn.execute("PRAGMA table_info(snapshots)")}
     if "hash" not in columns:  # nor did snapshots name the hash they fold up to
@@ -243,6 +243,21 @@ def _prepare(conn: sqlite3.Connection, path: str) -> None:
     for column in ("anchor", "refs"):  # nor point into the log for their context
         if column not in columns:
             conn.execute(f"ALTER TABLE snapshots ADD COLUMN {column} BLOB")
+
+
+def _switch_to_wal(conn: sqlite3.Connection) -> None:
+    """Put the file in WAL mode. While another process reads a new file still in rollback
+    mode (two processes creating it at once), SQLite refuses the switch at once, without
+    waiting on its busy handler: try again for as long as the busy timeout allows."""
+    deadline = time.monotonic() + conn.execute("PRAGMA busy_timeout").fetchone()[0] / 1000
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if _primary(exc) not in _BUSY_CODES or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.005)
 
 
 def _prepare_readonly(conn: sqlite3.Connection, path: str) -> None:
