@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig
-from events import MemoryEventStore
+from events import MemoryEventStore, SQLiteEventStore
 from events.errors import StoreUnavailableError
 from events.kinds import TriggerAccepted, TriggerFinished
 from projections import Message
@@ -69,7 +70,7 @@ async def test_a_graph_removed_while_an_acceptance_commits_leaves_the_run_waitin
     store = HeldStore()
     async with store, runtime_on(store, max_concurrent_runs=1) as runtime:
         store.hold(acceptance)
-        first = asyncio.ensure_future(runtime.submit("api", "one", thread_id="t1"))
+        first = asyncio.ensure_future(runtime.submit("api", "one"))  # a new thread
         await store.held.wait()
         runtime.remove_graph("g")  # nothing executes or queues yet: allowed
         store.go.set()
@@ -80,7 +81,7 @@ async def test_a_graph_removed_while_an_acceptance_commits_leaves_the_run_waitin
         second = await runtime.trigger("api", "two", thread_id="t2")
         assert (await runtime.wait(second, timeout=10))["status"] == "completed"
         assert (await runtime.wait_for(accepted.trigger_id, timeout=10))["status"] == "completed"
-        assert await texts_of(runtime, "t1") == ["one", "ok one"]
+        assert await texts_of(runtime, accepted.thread_id) == ["one", "ok one"]
 
 
 async def test_a_thread_s_inputs_run_in_the_order_they_were_accepted() -> None:
@@ -128,7 +129,7 @@ async def test_a_stop_while_an_acceptance_commits_leaves_the_run_to_the_next_run
         runtime = runtime_on(store)
         await runtime.start()
         store.hold(acceptance)
-        submitted = asyncio.ensure_future(runtime.submit("api", "go", thread_id="t"))
+        submitted = asyncio.ensure_future(runtime.submit("api", "go"))  # a new thread
         await store.held.wait()
         stopping = asyncio.ensure_future(runtime.stop(cancel=cancel))
         await asyncio.sleep(0.05)
@@ -138,7 +139,7 @@ async def test_a_stop_while_an_acceptance_commits_leaves_the_run_to_the_next_run
         assert not runtime.dispatcher.executing
         async with runtime_on(store) as restarted:
             await restarted.wait_for(accepted.trigger_id, timeout=10)
-            assert await texts_of(restarted, "t") == ["go", "ok go"]
+            assert await texts_of(restarted, accepted.thread_id) == ["go", "ok go"]
 
 
 class NoRunCommits(MemoryEventStore):
@@ -163,7 +164,7 @@ async def test_a_crash_right_after_the_combined_commit_runs_the_trigger_once_fro
     async with dying:
         runtime = runtime_on(dying)
         await runtime.start()
-        accepted = await runtime.submit("api", "go", thread_id="t")
+        accepted = await runtime.submit("api", "go")  # a new thread
         await asyncio.sleep(0.1)
         records = [r async for r in dying.read("__runtime__")]
         assert [r.kind for r in records][-2:] == ["trigger_accepted", "trigger_dispatched"]
@@ -177,4 +178,23 @@ async def test_a_crash_right_after_the_combined_commit_runs_the_trigger_once_fro
         async with runtime_on(after) as restarted:
             result = await restarted.wait_for(accepted.trigger_id, timeout=10)
             assert result["status"] == "completed"
-            assert await texts_of(restarted, "t") == ["go", "ok go"]
+            assert await texts_of(restarted, accepted.thread_id) == ["go", "ok go"]
+
+
+async def test_inputs_sent_at_once_to_a_named_thread_are_logged_and_run_in_call_order(
+    tmp_path: Path,
+) -> None:
+    """Eight inputs gathered on one named thread (on SQLite, whose reads yield to the loop):
+    the log accepts them in the order they were sent, they run in that order, and `wait`
+    on the thread returns after the last."""
+    store = SQLiteEventStore(tmp_path / "order.db")
+    async with store, runtime_on(store) as runtime:
+        texts = [f"m{i}" for i in range(8)]
+        await asyncio.gather(*(runtime.trigger("api", t, thread_id="same") for t in texts))
+        result = await runtime.wait("same", timeout=10)
+        thread = await texts_of(runtime, "same")
+        records = [r async for r in store.read("__runtime__")]
+    accepted = [r.event.input for r in records if r.kind == "trigger_accepted"]
+    assert accepted == texts
+    assert [m.text() for m in result["messages"]] == ["m7", "ok m7"]  # the last run's own
+    assert thread == [x for t in texts for x in (t, f"ok {t}")]

@@ -115,24 +115,24 @@ class Dispatcher:
             self.resume.add(state.id)
         self._wake.set()
 
-    def reserve(self, entry: EntryPoint, thread_id: str) -> bool:
+    def reserve(self, entry: EntryPoint, thread_id: str, *, new_thread: bool) -> bool:
         """Whether a trigger being accepted may start the moment its acceptance commits:
-        nothing is queued ahead of it, both limits leave room, its graph is here and its
-        thread is idle. If so its slot is held, and its dispatch is recorded in the same
+        it starts a new thread, nothing is queued ahead of it, both limits leave room and its
+        graph is here. If so its slot is held, and its dispatch is recorded in the same
         commit as its acceptance (one commit fewer before the run starts).
 
-        Not for workers, whose runs first take a lease."""
+        Not for a named thread (its dispatch needs the thread's head, and a trigger waiting
+        on that read would be overtaken in the log by the ones sent after it), nor for
+        workers, whose runs first take a lease."""
         runtime = self.runtime
         if (
-            runtime.config.worker_id is not None
+            not new_thread
+            or runtime.config.worker_id is not None
             or self._task is None
             or runtime.stopping
             or self.queue
             or self._to_queue
             or entry.graph_id not in runtime.graphs
-            or thread_id in self.executing
-            or thread_id in self.holding
-            or thread_id in self._starting
             or len(self.executing) + len(self._starting) >= runtime.config.max_concurrent_runs
             or self._entry_full(entry)
         ):
@@ -148,18 +148,14 @@ class Dispatcher:
         starting = sum(1 for entry_id in self._starting.values() if entry_id == entry.id)
         return running + starting >= entry.max_concurrent
 
-    def unreserve(self, thread_id: str) -> None:
-        """Give back a slot `reserve` held for a trigger that was not recorded."""
-        if self._starting.pop(thread_id, None) is not None:
-            self._wake.set()
-
     def accepted(
         self, trigger_id: str, reserved: str | None, records: list[EventRecord] | None
     ) -> None:
         """After a trigger's acceptance is recorded (`records`; None: it was not): start it
         when its dispatch was recorded with it (its thread `reserved`), else queue it."""
         if reserved is not None:
-            self.unreserve(reserved)
+            del self._starting[reserved]
+            self._wake.set()
         else:
             self._to_queue -= 1
         state = self.runtime.ledger.triggers.get(trigger_id)

@@ -629,14 +629,9 @@ class AgentRuntime(Watching):
             correlation_id=correlation_id,
         )
         events: list[Event] = [event]
-        start_now = self.dispatcher.reserve(entry, thread)
-        if start_now:
-            try:
-                seq = 0 if thread_id is None else await self.store.last_seq(thread)
-            except BaseException:
-                self.dispatcher.unreserve(thread)
-                raise
-            events.append(TriggerDispatched(trigger_id=trigger_id, attempt=1, thread_seq=seq))
+        start_now = self.dispatcher.reserve(entry, thread, new_thread=thread_id is None)
+        if start_now:  # nothing awaited from here to the record: the log keeps arrival order
+            events.append(TriggerDispatched(trigger_id=trigger_id, attempt=1, thread_seq=0))
         then = partial(self.dispatcher.accepted, trigger_id, thread if start_now else None)
         writers = [by] + [None] * (len(events) - 1)  # a dispatch is the runtime's own act
         await self.journal.record(events, by=writers, then=then)
