@@ -209,6 +209,35 @@ async def test_reject_with_a_tool_in_flight_writes_nothing(store: Any) -> None:
     effects.check()
 
 
+async def test_reject_sees_a_run_whose_acceptance_is_still_being_recorded(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two inputs sent at once to an idle thread: the first is accepted, and the second,
+    arriving while the first's acceptance commits (a slow disk), is refused as
+    double-texting."""
+    effects = SideEffects()
+    effects.async_release.set()
+    runtime = runtime_for(store, effects, False, multitask_strategy="reject")
+    record = runtime.journal.record
+
+    async def slow_record(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.2)
+        return await record(*args, **kwargs)
+
+    monkeypatch.setattr(runtime.journal, "record", slow_record)
+    async with runtime:
+        outcomes = await asyncio.gather(
+            runtime.trigger("chat", "first", thread_id="t"),
+            runtime.trigger("chat", "second", thread_id="t"),
+            return_exceptions=True,
+        )
+        refused = [o for o in outcomes if isinstance(o, ThreadBusyRunError)]
+        assert len(refused) == 1, outcomes
+        assert isinstance(outcomes[0], str)  # the first sent is the one accepted
+        await runtime.wait("t", timeout=WAIT)
+    assert len(runtime.ledger.by_thread["t"]) == 1
+
+
 async def test_a_rollback_cut_short_by_a_crash_is_finished_by_the_next_runtime(
     store: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -10,6 +10,7 @@ triggers run, runs cut short resume from their log, no event or timer slot fires
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -139,6 +140,7 @@ class AgentRuntime(Watching):
         self.stopping = False
         self._head_at_start = 0
         self._accepting: dict[tuple[str, str], asyncio.Future[None]] = {}
+        self._recording_on: collections.Counter[str] = collections.Counter()
         self._locks: dict[str, asyncio.Lock] = {}
 
     # ---- graphs and entry points ---------------------------------------------------------
@@ -457,9 +459,7 @@ class AgentRuntime(Watching):
             raise RegistrationError(
                 f"multitask_strategy is one of {', '.join(MULTITASK_STRATEGIES)}, got {strategy!r}"
             )
-        busy = thread_id is not None and (
-            thread_id in self.dispatcher.executing or bool(self.dispatcher.queued_on(thread_id))
-        )
+        busy = thread_id is not None and self._busy(thread_id)
         if busy and strategy == "reject":
             raise ThreadBusyRunError(
                 f"thread {thread_id!r} has a run still going: its input is refused "
@@ -520,11 +520,20 @@ class AgentRuntime(Watching):
         with contextlib.suppress(StoreError):
             await app.astop({"thread_id": thread_id, "user": actor}, between_nodes=True)
 
+    def _busy(self, thread_id: str) -> bool:
+        """Whether a run of the thread is going, queued, or having its acceptance recorded
+        (that one runs first: new input arriving meanwhile is double-texting too)."""
+        return (
+            thread_id in self.dispatcher.executing
+            or bool(self.dispatcher.queued_on(thread_id))
+            or self._recording_on[thread_id] > 0
+        )
+
     async def _check_waiting(self, thread_id: str | None, entry: EntryPoint) -> None:
         """A resume goes to a paused or failed run (or queues behind the thread's run)."""
         if thread_id is None:
             raise RegistrationError("Command(resume=...) answers a paused run: name its thread_id")
-        if thread_id in self.dispatcher.executing or self.dispatcher.queued_on(thread_id):
+        if self._busy(thread_id):
             return
         app = self.graphs[entry.graph_id].app
         meta = (await app.aget_state({"thread_id": thread_id})).execution_meta
@@ -634,7 +643,13 @@ class AgentRuntime(Watching):
             events.append(TriggerDispatched(trigger_id=trigger_id, attempt=1, thread_seq=0))
         then = partial(self.dispatcher.accepted, trigger_id, thread if start_now else None)
         writers = [by] + [None] * (len(events) - 1)  # a dispatch is the runtime's own act
-        await self.journal.record(events, by=writers, then=then)
+        self._recording_on[thread] += 1
+        try:
+            await self.journal.record(events, by=writers, then=then)
+        finally:
+            self._recording_on[thread] -= 1
+            if not self._recording_on[thread]:
+                del self._recording_on[thread]
         if key is not None and self.ledger.keys.get((entry.id, key)) != event.trigger_id:
             return self.ledger.triggers[self.ledger.keys[(entry.id, key)]].accepted
         return event
