@@ -261,17 +261,41 @@ class Dispatcher:
             self._wake_at(earliest)
 
     def _waits_for_earlier(self, state: TriggerState) -> bool:
-        """Another worker still runs or holds an earlier trigger of the same thread: the
-        thread's triggers run in arrival order, one at a time, whoever runs them."""
-        if self.runtime.config.worker_id is None:
-            return False
+        """Another unfinished trigger of the same thread goes first.
+
+        With workers, any earlier one: a thread's triggers run in arrival order, one at a
+        time, whoever runs them. In a lone runtime a higher priority may overtake input that
+        has not begun, but a run that has begun (one waiting to be retried, or cut short)
+        goes first, before anything that has not, and so does an earlier input of equal or
+        higher priority. Each rule only ever waits for an earlier trigger or a begun one
+        for one not begun, so no two triggers wait for each other.
+        """
         ledger = self.runtime.ledger
+        lone = self.runtime.config.worker_id is None
+        begun = state.first_seq is not None
         for trigger_id in ledger.by_thread.get(state.accepted.thread_id, ()):
-            if trigger_id == state.id:
-                return False
-            if not ledger.triggers[trigger_id].done:
+            other = ledger.triggers[trigger_id]
+            if trigger_id == state.id or other.done:
+                if trigger_id == state.id and not lone:
+                    return False
+                continue
+            if not lone:
+                return True
+            other_begun = other.first_seq is not None
+            if other_begun and not begun:
+                return True
+            if begun and not other_begun:
+                continue
+            earlier = other.position < state.position
+            if earlier and (begun or other.accepted.priority >= state.accepted.priority):
                 return True
         return False
+
+    def unfinished_on(self, thread_id: str) -> bool:
+        """Whether an accepted trigger of the thread has not ended (a retry waiting for its
+        time, one put back after a store error, or one queued or running)."""
+        ledger = self.runtime.ledger
+        return any(not ledger.triggers[t].done for t in ledger.by_thread.get(thread_id, ()))
 
     def _wake_at(self, when: float) -> None:
         if self._timer is not None:
@@ -354,6 +378,8 @@ class Dispatcher:
             else:
                 first = accepted.new_thread and attempt == 1 and not state.in_flight
                 seq = 0 if first else await self.runtime.store.last_seq(thread_id)
+                if state.done:  # cancelled during that read: no dispatch after its end
+                    return
                 # resume from the log when something of this trigger's run was recorded
                 # since its first dispatch; else its input was never recorded: send it
                 resume = state.first_seq is not None and seq > state.first_seq
@@ -575,16 +601,27 @@ class Dispatcher:
         finishes cutting the thread's run short); then the running run is cut short and the
         thread's run recorded as cancelled.
         """
-        latest = self.runtime.ledger.latest_on(thread_id)
-        assert latest is not None
-        app = self.runtime.graphs[latest.accepted.graph_id].app
-        status = None  # a thread whose first run has not started has no state yet
-        if await self.runtime.store.last_seq(thread_id) > 0:
-            status = (await app.aget_state({"thread_id": thread_id})).execution_meta.status
-        # from here to the ends' record, no await: the queue and the runs are as read
-        latest = self.runtime.ledger.latest_on(thread_id) or latest
-        queued = self.queued_on(thread_id)
-        execution = self.executing.get(thread_id)
+        execution: Execution | None = None
+        while True:
+            latest = self.runtime.ledger.latest_on(thread_id)
+            assert latest is not None
+            app = self.runtime.graphs[latest.accepted.graph_id].app
+            status = None  # a thread whose first run has not started has no state yet
+            if await self.runtime.store.last_seq(thread_id) > 0:
+                status = (await app.aget_state({"thread_id": thread_id})).execution_meta.status
+            # from here to the ends' record, no await: the queue and the runs are as read
+            latest = self.runtime.ledger.latest_on(thread_id) or latest
+            queued = self.queued_on(thread_id)
+            execution = self.executing.get(thread_id)
+            returning = execution is not None and (
+                execution.ending or status == ExecutionStatus.COMPLETED
+            )
+            if execution is not None and returning and not queued and not execution.task.done():
+                # it has returned (or its completion is in the log) and its end is being
+                # recorded: that end decides what is left to cancel (a pause still is)
+                await asyncio.wait([execution.task])
+                continue
+            break
         if execution is not None and (execution.ending or execution.task.done()):
             execution = None  # it has returned: its own outcome stands
         ending = [s.id for s in queued] + ([execution.state.id] if execution else [])
@@ -625,10 +662,31 @@ class Dispatcher:
             execution.task.cancel(f"cancelled by {actor}" + (f": {reason}" if reason else ""))
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await execution.task
-        await self._end_thread_run(app, thread_id, actor, reason)
+        if not await self._end_thread_run(app, thread_id, actor, reason) and execution:
+            await self._completed_first(execution.state, thread_id)
         for trigger_id in ending:
             self._notify(trigger_id)
         self._wake.set()
+
+    async def _completed_first(self, state: TriggerState, thread_id: str) -> None:
+        """A run whose completion committed just before the cancel reached it keeps it: its
+        `run_completed` is in the thread, so the trigger's recorded end is set right (as for
+        a rollback that came too late)."""
+        from .rollback import outran
+
+        if not await outran(self.runtime.store, thread_id, state.thread_seq or 0):
+            return
+        await self.runtime.journal.record(
+            [
+                TriggerFinished(
+                    trigger_id=state.id,
+                    outcome="completed",
+                    attempt=state.attempt,
+                    message="it completed before the cancel reached it",
+                    thread_seq=await self.runtime.store.last_seq(thread_id),
+                )
+            ]
+        )
 
     async def supersede(
         self, thread_id: str, actor: str, reason: str | None, keep: str | None = None
@@ -723,6 +781,7 @@ class Dispatcher:
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+            self._task = None  # no run starts with its acceptance until `start`, after recovery
         if self._timer is not None:
             self._timer.cancel()
         executions = list(self.executing.values())

@@ -459,6 +459,7 @@ class AgentRuntime(Watching):
             raise RegistrationError(
                 f"multitask_strategy is one of {', '.join(MULTITASK_STRATEGIES)}, got {strategy!r}"
             )
+        self._check_started()  # again: the runtime may have stopped during the reads above
         busy = thread_id is not None and self._busy(thread_id)
         if busy and strategy == "reject":
             raise ThreadBusyRunError(
@@ -521,12 +522,14 @@ class AgentRuntime(Watching):
             await app.astop({"thread_id": thread_id, "user": actor}, between_nodes=True)
 
     def _busy(self, thread_id: str) -> bool:
-        """Whether a run of the thread is going, queued, or having its acceptance recorded
-        (that one runs first: new input arriving meanwhile is double-texting too)."""
+        """Whether a run of the thread is going, queued, waiting to be retried, or having its
+        acceptance recorded (it runs first: new input arriving meanwhile is double-texting
+        too)."""
         return (
             thread_id in self.dispatcher.executing
             or bool(self.dispatcher.queued_on(thread_id))
             or self._recording_on[thread_id] > 0
+            or self.dispatcher.unfinished_on(thread_id)
         )
 
     async def _check_waiting(self, thread_id: str | None, entry: EntryPoint) -> None:
@@ -580,6 +583,7 @@ class AgentRuntime(Watching):
 
         A key being accepted by a concurrent call is waited for: both get its first trigger.
         """
+        release: Callable[[], None] | None = None
         if key is not None:
             pair = (entry.id, key)
             while pair in self._accepting:
@@ -587,19 +591,17 @@ class AgentRuntime(Watching):
             seen = self.ledger.keys.get(pair)
             if seen is not None:
                 return self.ledger.triggers[seen].accepted
-            self._accepting[pair] = asyncio.get_running_loop().create_future()
-            try:
-                return await self._accept(
-                    entry, input, cause=cause, thread_id=thread_id, key=key, priority=priority,
-                    resume=resume, by=by, source_position=source_position, slot=slot,
-                    missed=missed, correlation_id=correlation_id,
-                )  # fmt: skip
-            finally:
-                self._accepting.pop(pair).set_result(None)
+            settled = self._accepting[pair] = asyncio.get_running_loop().create_future()
+
+            def release() -> None:
+                if self._accepting.get(pair) is settled:
+                    del self._accepting[pair]
+                    settled.set_result(None)
+
         return await self._accept(
             entry, input, cause=cause, thread_id=thread_id, key=key, priority=priority,
             resume=resume, by=by, source_position=source_position, slot=slot, missed=missed,
-            correlation_id=correlation_id,
+            correlation_id=correlation_id, settled=release,
         )  # fmt: skip
 
     async def _accept(
@@ -617,39 +619,56 @@ class AgentRuntime(Watching):
         slot: float | None,
         missed: int,
         correlation_id: str | None = None,
+        settled: Callable[[], None] | None = None,
     ) -> TriggerAccepted:
+        """Record the acceptance; `settled` is called once it has committed or failed.
+
+        What marks the acceptance as in flight (the thread's count, the key's slot) ends
+        with the commit, not with this call: a caller cancelled meanwhile (a client that
+        hung up) must not let a second input or a second use of its key slip in.
+        """
         trigger_id = uuid.uuid4().hex
         thread = thread_id or f"{entry.graph_id}-{trigger_id}"
-        event = TriggerAccepted(
-            trigger_id=trigger_id,
-            entry_point=entry.id,
-            graph_id=entry.graph_id,
-            thread_id=thread,
-            new_thread=thread_id is None,
-            cause=cause,  # type: ignore[arg-type]
-            input=input,
-            resume=resume,
-            idempotency_key=key,
-            priority=entry.priority if priority is None else priority,
-            source_position=source_position,
-            slot=slot,
-            missed=missed,
-            by=by,
-            correlation_id=correlation_id,
-        )
+        try:
+            event = TriggerAccepted(
+                trigger_id=trigger_id,
+                entry_point=entry.id,
+                graph_id=entry.graph_id,
+                thread_id=thread,
+                new_thread=thread_id is None,
+                cause=cause,  # type: ignore[arg-type]
+                input=input,
+                resume=resume,
+                idempotency_key=key,
+                priority=entry.priority if priority is None else priority,
+                source_position=source_position,
+                slot=slot,
+                missed=missed,
+                by=by,
+                correlation_id=correlation_id,
+            )
+        except BaseException:
+            if settled is not None:
+                settled()
+            raise
         events: list[Event] = [event]
         start_now = self.dispatcher.reserve(entry, thread, new_thread=thread_id is None)
         if start_now:  # nothing awaited from here to the record: the log keeps arrival order
             events.append(TriggerDispatched(trigger_id=trigger_id, attempt=1, thread_seq=0))
-        then = partial(self.dispatcher.accepted, trigger_id, thread if start_now else None)
-        writers = [by] + [None] * (len(events) - 1)  # a dispatch is the runtime's own act
-        self._recording_on[thread] += 1
-        try:
-            await self.journal.record(events, by=writers, then=then)
-        finally:
+        accepted = partial(self.dispatcher.accepted, trigger_id, thread if start_now else None)
+
+        def then(records: list[EventRecord] | None) -> None:
             self._recording_on[thread] -= 1
             if not self._recording_on[thread]:
                 del self._recording_on[thread]
+            if settled is not None:
+                settled()
+            accepted(records)
+
+        writers = [by] + [None] * (len(events) - 1)  # a dispatch is the runtime's own act
+        self._recording_on[thread] += 1
+        # the journal calls `then` once the records commit or fail, whoever still waits
+        await self.journal.record(events, by=writers, then=then)
         if key is not None and self.ledger.keys.get((entry.id, key)) != event.trigger_id:
             return self.ledger.triggers[self.ledger.keys[(entry.id, key)]].accepted
         return event

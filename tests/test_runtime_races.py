@@ -1,0 +1,178 @@
+"""Races between a caller, the runtime's bookkeeping and a run's end: a caller that leaves
+while its acceptance commits, a cancel that arrives as the run completes, an input sent
+while an earlier one waits to be retried, a restart on the same object, a stop during a
+submit. Each test fails on the code before its fix."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.runtime import (
+    AgentRuntime,
+    EntryPoint,
+    RetryPolicy,
+    RuntimeNotStartedError,
+    ThreadBusyRunError,
+    UnknownRunError,
+)
+from events import MemoryEventStore, SQLiteEventStore
+from tests.helpers import line
+from tests.test_runtime_dispatch import HeldStore, acceptance, runtime_on, said
+
+WAIT = 10.0
+
+
+async def _runtime_records(store: Any) -> list[Any]:
+    if not await store.last_seq("__runtime__"):
+        return []
+    return [r async for r in store.read("__runtime__")]
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["named-thread", "new-thread"])
+async def test_a_caller_leaving_mid_acceptance_keeps_its_key_taken(named: bool) -> None:
+    store = HeldStore()
+    async with store, runtime_on(store) as runtime:
+        where = {"thread_id": "t"} if named else {}
+        store.hold(acceptance)
+        first = asyncio.ensure_future(runtime.submit("api", "one", idempotency_key="k", **where))
+        await store.held.wait()  # its acceptance is being appended
+        second = asyncio.ensure_future(runtime.submit("api", "two", idempotency_key="k", **where))
+        await asyncio.sleep(0.01)
+        first.cancel()  # the client hung up; its acceptance still commits
+        await asyncio.sleep(0.01)
+        store.go.set()
+        got = await second
+        await runtime.wait(got.thread_id, timeout=WAIT)
+        accepted = [r for r in await _runtime_records(store) if r.kind == "trigger_accepted"]
+        assert [r.event.trigger_id for r in accepted] == [got.trigger_id]  # one, the first's
+        assert got.input == "one"
+
+
+async def test_a_caller_leaving_mid_acceptance_still_makes_its_thread_busy() -> None:
+    store = HeldStore()
+    async with store, runtime_on(store) as runtime:
+        store.hold(acceptance)
+        first = asyncio.ensure_future(runtime.submit("api", "one", thread_id="t"))
+        await store.held.wait()
+        first.cancel()
+        await asyncio.sleep(0.01)
+        try:
+            with pytest.raises(ThreadBusyRunError):
+                second = runtime.submit("api", "two", thread_id="t", multitask_strategy="reject")
+                await asyncio.wait_for(second, timeout=5)  # accepted, it waits on the first
+        finally:
+            store.go.set()
+        while "t" not in runtime.ledger.by_thread:  # the acceptance commits on its own
+            await asyncio.sleep(0.005)
+        await runtime.wait("t", timeout=WAIT)
+        state = await runtime.graphs["g"].app.aget_state({"thread_id": "t"})
+        assert [m.text() for m in state.context] == ["one", "ok one"]
+
+
+async def test_a_cancel_arriving_as_the_run_completes_leaves_it_completed() -> None:
+    store = MemoryEventStore()
+    async with store, runtime_on(store) as runtime:
+        app = runtime.graphs["g"].app
+        original, returned, gate = app._ainvoke_to, asyncio.Event(), asyncio.Event()
+
+        async def held(*args: Any, **kwargs: Any) -> Any:
+            result = await original(*args, **kwargs)
+            returned.set()  # the thread holds run_completed; the runtime has not seen it yet
+            await gate.wait()
+            return result
+
+        app._ainvoke_to = held  # type: ignore[method-assign]
+        thread = await runtime.trigger("api", "hi")
+        await returned.wait()
+        asyncio.get_running_loop().call_later(0.2, gate.set)
+        with pytest.raises(UnknownRunError, match="completed"):
+            await runtime.cancel(thread, reason="too late")
+        assert (await runtime.wait(thread, timeout=WAIT))["status"] == "completed"
+        ends = [
+            r.event.outcome for r in await _runtime_records(store) if r.kind == "trigger_finished"
+        ]
+        assert ends == ["completed"]
+
+
+async def test_an_input_waits_for_an_earlier_one_to_be_retried_on_its_thread() -> None:
+    failed: set[str] = set()
+
+    def flaky(state: Any) -> list[Any]:
+        text = state.context[-1].text()
+        if text == "A" and text not in failed:
+            failed.add(text)
+            raise RuntimeError("a passing failure")
+        return said(state)
+
+    store = MemoryEventStore()
+    runtime = AgentRuntime(store)
+    runtime.add_graph("g", line(("work", flaky)).compile(store))
+    retry = RetryPolicy(max_attempts=3, backoff_s=0.3)
+    runtime.register_entry_point(EntryPoint(id="api", graph_id="g", retry=retry))
+    async with store, runtime:
+        a = await runtime.submit("api", "A", thread_id="t")
+        while runtime.ledger.triggers[a.trigger_id].retry_at is None:
+            await asyncio.sleep(0.005)
+        with pytest.raises(ThreadBusyRunError):  # A is not over: the thread is busy
+            await runtime.submit("api", "C", thread_id="t", multitask_strategy="reject")
+        b = await runtime.submit("api", "B", thread_id="t", multitask_strategy="enqueue")
+        first = await runtime.wait_for(a.trigger_id, timeout=WAIT)
+        await runtime.wait_for(b.trigger_id, timeout=WAIT)
+        assert [m.text() for m in first["messages"]] == ["ok A"]
+        state = await runtime.graphs["g"].app.aget_state({"thread_id": "t"})
+        assert [m.text() for m in state.context] == ["A", "ok A", "B", "ok B"]
+
+
+async def test_a_restarted_runtime_dispatches_nothing_before_its_recovery(
+    tmp_path: Path,
+) -> None:
+    async def node(state: Any) -> list[Any]:
+        await asyncio.sleep(0.05)
+        return said(state)
+
+    for attempt in range(8):  # the race is won some of the time on the code before
+        async with SQLiteEventStore(tmp_path / f"log{attempt}.db") as store:
+            runtime = runtime_on(store, node)
+            await runtime.start()
+            warm = await runtime.trigger("api", "warm")
+            await asyncio.sleep(0.01)
+            await runtime.stop(cancel=True)  # the warm run is cut short: in flight in the log
+            starting = asyncio.ensure_future(runtime.start())
+            while not runtime.started:
+                await asyncio.sleep(0)
+            threads = await asyncio.gather(*(runtime.trigger("api", f"m{k}") for k in range(5)))
+            await starting
+            for thread in [*threads, warm]:
+                await runtime.wait(thread, timeout=WAIT)
+            await runtime.stop()
+            kinds: dict[str, list[str]] = {}
+            for record in await _runtime_records(store):
+                kinds.setdefault(record.event.trigger_id, []).append(record.kind)
+            for trigger_id, seen in kinds.items():  # nothing dispatched after its end
+                assert seen[-1] == "trigger_finished", (attempt, trigger_id, seen)
+
+
+async def test_a_submit_caught_by_a_stop_records_nothing(tmp_path: Path) -> None:
+    async with SQLiteEventStore(tmp_path / "log.db") as store:
+        runtime = runtime_on(store)
+        await runtime.start()
+        original, gate = store.last_seq, asyncio.Event()
+
+        async def slow_last_seq(thread_id: str, *args: Any, **kwargs: Any) -> int:
+            if thread_id == "late":
+                await gate.wait()
+            return await original(thread_id, *args, **kwargs)
+
+        store.last_seq = slow_last_seq  # type: ignore[method-assign]
+        submit = asyncio.ensure_future(runtime.submit("api", "hi", thread_id="late"))
+        await asyncio.sleep(0.05)
+        await runtime.stop()
+        gate.set()
+        with pytest.raises(RuntimeNotStartedError):
+            await submit
+        records = await _runtime_records(store)
+        assert not [r for r in records if r.kind == "trigger_accepted"]
