@@ -176,3 +176,98 @@ async def test_a_submit_caught_by_a_stop_records_nothing(tmp_path: Path) -> None
             await submit
         records = await _runtime_records(store)
         assert not [r for r in records if r.kind == "trigger_accepted"]
+
+
+async def test_a_cancel_right_after_new_input_on_a_finished_thread_cancels_it(
+    tmp_path: Path,
+) -> None:
+    """The thread's last run completed: that completion is not the new run's, so the cancel
+    ends the new input at once instead of waiting for it to finish."""
+
+    async def node(state: Any) -> list[Any]:
+        if state.context[-1].text().startswith("b"):
+            await asyncio.sleep(5)
+        return said(state)
+
+    async with (
+        SQLiteEventStore(tmp_path / "log.db") as store,
+        runtime_on(store, node) as runtime,
+    ):
+        for k in range(4):
+            thread = f"t{k}"
+            await runtime.trigger_and_wait("api", "a", thread_id=thread, timeout=WAIT)
+            b = await runtime.submit("api", f"b{k}", thread_id=thread)
+            await asyncio.wait_for(runtime.cancel(thread, reason="stop"), timeout=3)
+            assert runtime.ledger.triggers[b.trigger_id].outcome == "cancelled"
+
+
+async def test_a_cancel_before_a_dispatch_is_recorded_never_calls_the_trigger_completed() -> None:
+    """An earlier run completed and a later one was cancelled; a new input is cancelled
+    while its dispatch reads the thread's head: the earlier completion is not its own."""
+
+    async def node(state: Any) -> list[Any]:
+        if state.context[-1].text() == "x":
+            await asyncio.sleep(5)
+        return said(state)
+
+    store = MemoryEventStore()
+    async with store, runtime_on(store, node) as runtime:
+        await runtime.trigger_and_wait("api", "a", thread_id="t", timeout=WAIT)
+        await runtime.submit("api", "x", thread_id="t")
+        await asyncio.sleep(0.2)
+        await runtime.cancel("t")
+        original, gate, hit = store.last_seq, asyncio.Event(), asyncio.Event()
+        armed = [True]
+
+        async def last_seq(thread_id: str, *args: Any, **kwargs: Any) -> int:
+            if thread_id == "t" and armed[0]:  # the dispatcher reading the head for b
+                armed[0] = False
+                hit.set()
+                await gate.wait()
+            return await original(thread_id, *args, **kwargs)
+
+        store.last_seq = last_seq  # type: ignore[method-assign]
+        b = await runtime.submit("api", "b", thread_id="t")
+        await hit.wait()
+        cancelling = asyncio.ensure_future(runtime.cancel("t", reason="never mind"))
+        await asyncio.sleep(0.05)
+        gate.set()
+        await cancelling
+        ends = [
+            r.event.outcome
+            for r in await _runtime_records(store)
+            if r.kind == "trigger_finished" and r.event.trigger_id == b.trigger_id
+        ]
+        assert ends == ["cancelled"]
+
+
+async def test_a_cancel_the_store_failed_to_record_puts_the_queued_input_back() -> None:
+    from events.errors import StoreError
+    from events.kinds import TriggerFinished
+
+    class FailsOneCancel(MemoryEventStore):
+        armed = False
+
+        async def append(self, thread_id: str, events: Any, **kw: Any) -> Any:
+            cancels = [e for e in events if isinstance(e, TriggerFinished)]
+            if self.armed and thread_id == "__runtime__" and cancels[:1]:
+                self.armed = cancels[0].outcome != "cancelled"
+                if not self.armed:
+                    raise StoreError("the connection was lost (once)")
+            return await super().append(thread_id, events, **kw)
+
+    async def node(state: Any) -> list[Any]:
+        await asyncio.sleep(0.3)
+        return said(state)
+
+    store = FailsOneCancel()
+    async with store, runtime_on(store, node) as runtime:
+        await runtime.submit("api", "a", thread_id="t")
+        b = await runtime.submit("api", "b", thread_id="t", multitask_strategy="enqueue")
+        await asyncio.sleep(0.05)
+        store.armed = True
+        with pytest.raises(StoreError):
+            await runtime.cancel("t")
+        c = await runtime.submit("api", "c", thread_id="t", multitask_strategy="enqueue")
+        assert (await runtime.wait_for(b.trigger_id, timeout=WAIT))["status"] == "completed"
+        assert (await runtime.wait_for(c.trigger_id, timeout=WAIT))["status"] == "completed"

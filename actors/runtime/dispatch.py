@@ -115,6 +115,22 @@ class Dispatcher:
             self.resume.add(state.id)
         self._wake.set()
 
+    def _unqueue(self, states: list[TriggerState]) -> list[tuple[TriggerState, bool]]:
+        """Take `states` off the queue; what `_requeue` needs to put them back."""
+        taken = [(state, state.id in self.resume) for state in states]
+        for state in states:
+            self.queue.remove(state)
+            self._queued.discard(state.id)
+            self.resume.discard(state.id)
+        return taken
+
+    def _requeue(self, taken: list[tuple[TriggerState, bool]]) -> None:
+        """Put back what `_unqueue` took when its ends could not be recorded: a trigger
+        neither queued, running nor ended would hold its thread until a restart."""
+        for state, resume in taken:
+            if not state.done:
+                self.enqueue(state, resume=resume)
+
     def reserve(self, entry: EntryPoint, thread_id: str, *, new_thread: bool) -> bool:
         """Whether a trigger being accepted may start the moment its acceptance commits:
         it starts a new thread, nothing is queued ahead of it, both limits leave room and its
@@ -242,11 +258,12 @@ class Dispatcher:
             if state.retry_at is not None and state.retry_at > now:
                 earliest = state.retry_at if earliest is None else min(earliest, state.retry_at)
                 kept.append(state)
-            elif self._waits_for_earlier(state) or (
+            elif (
                 accepted.thread_id in self.executing
                 or accepted.thread_id in self.holding
                 or accepted.thread_id in self._starting
                 or (cap is not None and per_entry.get(accepted.entry_point, 0) >= cap)
+                or self._waits_for_earlier(state)
             ):
                 kept.append(state)
             elif accepted.graph_id not in self.runtime.graphs:
@@ -273,7 +290,7 @@ class Dispatcher:
         ledger = self.runtime.ledger
         lone = self.runtime.config.worker_id is None
         begun = state.first_seq is not None
-        for trigger_id in ledger.by_thread.get(state.accepted.thread_id, ()):
+        for trigger_id in ledger.unfinished.get(state.accepted.thread_id, ()):
             other = ledger.triggers[trigger_id]
             if trigger_id == state.id or other.done:
                 if trigger_id == state.id and not lone:
@@ -294,8 +311,7 @@ class Dispatcher:
     def unfinished_on(self, thread_id: str) -> bool:
         """Whether an accepted trigger of the thread has not ended (a retry waiting for its
         time, one put back after a store error, or one queued or running)."""
-        ledger = self.runtime.ledger
-        return any(not ledger.triggers[t].done for t in ledger.by_thread.get(thread_id, ()))
+        return bool(self.runtime.ledger.unfinished.get(thread_id))
 
     def _wake_at(self, when: float) -> None:
         if self._timer is not None:
@@ -607,14 +623,16 @@ class Dispatcher:
             assert latest is not None
             app = self.runtime.graphs[latest.accepted.graph_id].app
             status = None  # a thread whose first run has not started has no state yet
-            if await self.runtime.store.last_seq(thread_id) > 0:
+            head = await self.runtime.store.last_seq(thread_id)
+            if head > 0:
                 status = (await app.aget_state({"thread_id": thread_id})).execution_meta.status
             # from here to the ends' record, no await: the queue and the runs are as read
             latest = self.runtime.ledger.latest_on(thread_id) or latest
             queued = self.queued_on(thread_id)
             execution = self.executing.get(thread_id)
             returning = execution is not None and (
-                execution.ending or status == ExecutionStatus.COMPLETED
+                execution.ending
+                or (status == ExecutionStatus.COMPLETED and self._wrote(execution, head))
             )
             if execution is not None and returning and not queued and not execution.task.done():
                 # it has returned (or its completion is in the log) and its end is being
@@ -639,25 +657,28 @@ class Dispatcher:
             )
         if not ending:
             ending.append(latest.id)  # the paused or failed run
-        for state in queued:
-            self.queue.remove(state)
-            self._queued.discard(state.id)
-            self.resume.discard(state.id)
+        taken = self._unqueue(queued)
         if execution is not None:
             execution.cancelled_by = (actor, reason)
-        await self.runtime.journal.record(
-            [
-                TriggerFinished(
-                    trigger_id=trigger_id,
-                    outcome="cancelled",
-                    attempt=self.runtime.ledger.triggers[trigger_id].attempt,
-                    message=reason,
-                    by=actor,
-                )
-                for trigger_id in dict.fromkeys(ending)
-            ],
-            by=actor,
-        )
+        try:
+            await self.runtime.journal.record(
+                [
+                    TriggerFinished(
+                        trigger_id=trigger_id,
+                        outcome="cancelled",
+                        attempt=self.runtime.ledger.triggers[trigger_id].attempt,
+                        message=reason,
+                        by=actor,
+                    )
+                    for trigger_id in dict.fromkeys(ending)
+                ],
+                by=actor,
+            )
+        except BaseException:
+            self._requeue(taken)
+            if execution is not None:
+                execution.cancelled_by = None
+            raise
         if execution is not None:
             execution.task.cancel(f"cancelled by {actor}" + (f": {reason}" if reason else ""))
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -668,13 +689,22 @@ class Dispatcher:
             self._notify(trigger_id)
         self._wake.set()
 
+    @staticmethod
+    def _wrote(execution: Execution, head: int) -> bool:
+        """Whether the thread holds records of `execution`'s own run (its head is past
+        where the thread stood when the trigger was dispatched)."""
+        since = execution.state.thread_seq
+        return since is not None and execution.state.dispatched and head > since
+
     async def _completed_first(self, state: TriggerState, thread_id: str) -> None:
         """A run whose completion committed just before the cancel reached it keeps it: its
         `run_completed` is in the thread, so the trigger's recorded end is set right (as for
         a rollback that came too late)."""
         from .rollback import outran
 
-        if not await outran(self.runtime.store, thread_id, state.thread_seq or 0):
+        if state.thread_seq is None or state.first_seq is None:
+            return  # never dispatched: nothing of it ran
+        if not await outran(self.runtime.store, thread_id, state.thread_seq):
             return
         await self.runtime.journal.record(
             [
@@ -699,10 +729,7 @@ class Dispatcher:
         midway leaves it to `recover` to finish the rollback.
         """
         queued = [state for state in self.queued_on(thread_id) if state.id != keep]
-        for state in queued:
-            self.queue.remove(state)
-            self._queued.discard(state.id)
-            self.resume.discard(state.id)
+        taken = self._unqueue(queued)
         ends = [
             TriggerFinished(
                 trigger_id=state.id, outcome="cancelled", attempt=state.attempt,
@@ -713,7 +740,11 @@ class Dispatcher:
         execution = self.executing.get(thread_id)
         if execution is None or execution.ending or execution.task.done():
             if ends:
-                await self.runtime.journal.record(ends, by=actor)
+                try:
+                    await self.runtime.journal.record(ends, by=actor)
+                except BaseException:
+                    self._requeue(taken)
+                    raise
                 for state in queued:
                     self._notify(state.id)
             return False
@@ -728,7 +759,12 @@ class Dispatcher:
                     message=reason, by=actor, rolled_back_to=to_seq,
                 )
             )  # fmt: skip
-            await self.runtime.journal.record(ends, by=actor)
+            try:
+                await self.runtime.journal.record(ends, by=actor)
+            except BaseException:
+                self._requeue(taken)
+                execution.cancelled_by = None
+                raise
             execution.task.cancel(f"rolled back by {actor}" + (f": {reason}" if reason else ""))
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await execution.task

@@ -68,6 +68,8 @@ class Ledger:
     """(entry point, idempotency key) -> trigger id."""
     by_thread: dict[str, list[str]] = field(default_factory=dict)
     """Thread -> its trigger ids, oldest first."""
+    unfinished: dict[str, dict[str, None]] = field(default_factory=dict)
+    """Thread -> the ids of its triggers not done yet, oldest first (a set kept in order)."""
     graph_of: dict[str, str] = field(default_factory=dict)
     """Thread -> graph id, for every thread a trigger named."""
     answered: dict[str, int] = field(default_factory=dict)
@@ -81,6 +83,19 @@ class Ledger:
             self.apply(record)
 
     def apply(self, record: EventRecord) -> None:
+        self._apply(record)
+        trigger_id = getattr(record.event, "trigger_id", None)
+        state = self.triggers.get(trigger_id) if trigger_id is not None else None
+        if state is not None:
+            thread = self.unfinished.setdefault(state.accepted.thread_id, {})
+            if state.done:
+                thread.pop(state.id, None)
+                if not thread:
+                    del self.unfinished[state.accepted.thread_id]
+            else:
+                thread.setdefault(state.id, None)
+
+    def _apply(self, record: EventRecord) -> None:
         event = record.event
         self.seq = record.seq
         if isinstance(event, TriggerAccepted):
