@@ -271,3 +271,91 @@ async def test_a_cancel_the_store_failed_to_record_puts_the_queued_input_back() 
         c = await runtime.submit("api", "c", thread_id="t", multitask_strategy="enqueue")
         assert (await runtime.wait_for(b.trigger_id, timeout=WAIT))["status"] == "completed"
         assert (await runtime.wait_for(c.trigger_id, timeout=WAIT))["status"] == "completed"
+
+
+async def test_a_run_returning_while_its_cancel_commits_is_not_called_completed_twice() -> None:
+    from events.kinds import TriggerFinished
+
+    for _ in range(5):
+        gate = asyncio.Event()
+
+        async def node(state: Any, gate: asyncio.Event = gate) -> list[Any]:
+            await gate.wait()
+            return said(state)
+
+        store = HeldStore()
+        async with store, runtime_on(store, node) as runtime:
+            a = await runtime.submit("api", "one", thread_id="t")
+            while not (
+                runtime.dispatcher.executing.get("t") and runtime.dispatcher.executing["t"].running
+            ):
+                await asyncio.sleep(0.002)
+            await asyncio.sleep(0.01)
+            store.hold(
+                lambda events: any(
+                    isinstance(e, TriggerFinished) and e.outcome == "cancelled" for e in events
+                )
+            )
+            cancelling = asyncio.ensure_future(runtime.cancel("t"))
+            await asyncio.wait_for(store.held.wait(), 5)
+            gate.set()  # the run returns while the cancel's end commits
+            await asyncio.sleep(0.05)
+            store.go.set()
+            await cancelling
+            ends = [
+                r.event.outcome
+                for r in await _runtime_records(store)
+                if r.kind == "trigger_finished" and r.event.trigger_id == a.trigger_id
+            ]
+            assert ends.count("completed") <= 1, ends
+
+
+class _HeadReadHeld(MemoryEventStore):
+    """Holds the dispatcher's next read of thread "t"'s head (a dispatch about to be made)."""
+
+    armed = False
+
+    def arm(self) -> None:
+        self.armed, self.go, self.held = True, asyncio.Event(), asyncio.Event()
+
+    async def last_seq(self, thread_id: str, *args: Any, **kwargs: Any) -> int:
+        import sys
+
+        if self.armed and thread_id == "t" and sys._getframe(1).f_code.co_name == "_run_trigger":
+            self.armed = False
+            self.held.set()
+            await self.go.wait()
+        return await super().last_seq(thread_id, *args, **kwargs)
+
+
+@pytest.mark.parametrize("paused", [False, True], ids=["after-a-completed-run", "on-a-paused-run"])
+async def test_a_rollback_of_a_run_not_yet_dispatched_sets_nothing_back(paused: bool) -> None:
+    from actors import Command, interrupt
+    from projections import Message
+
+    def node(state: Any) -> list[Any]:
+        text = state.context[-1].text()
+        if text == "ask":
+            return [Message.text_message(f"answer {interrupt('q?')}", role="assistant")]
+        return said(state)
+
+    store = _HeadReadHeld()
+    async with store, runtime_on(store, node) as runtime:
+        first, second = ("ask", Command(resume="yes")) if paused else ("hello", "second")
+        a = await runtime.submit("api", first, thread_id="t")
+        await runtime.wait_for(a.trigger_id, timeout=WAIT)
+        app = runtime.graphs["g"].app
+        before = [m.text() for m in (await app.aget_state({"thread_id": "t"})).context]
+        store.arm()
+        b = await runtime.submit("api", second, thread_id="t", multitask_strategy="enqueue")
+        await asyncio.wait_for(store.held.wait(), 5)  # b runs: reading the head to dispatch
+        newer = asyncio.ensure_future(
+            runtime.submit("api", "new", thread_id="t", multitask_strategy="rollback")
+        )
+        await asyncio.sleep(0.05)
+        store.go.set()
+        c = await newer
+        await runtime.wait_for(c.trigger_id, timeout=WAIT)
+        after = [m.text() for m in (await app.aget_state({"thread_id": "t"})).context]
+        assert after == [*before, "new", "ok new"]  # b wrote nothing; nothing was set back
+        assert runtime.ledger.triggers[b.trigger_id].outcome == "cancelled"

@@ -249,6 +249,8 @@ class Dispatcher:
         earliest: float | None = None
         kept: list[TriggerState] = []
         for index, state in enumerate(self.queue):
+            if state.done:
+                continue  # ended while queued (another worker's cancel): it never runs
             if len(self.executing) + len(self._starting) >= limit:
                 kept.extend(self.queue[index:])
                 break
@@ -394,7 +396,9 @@ class Dispatcher:
             else:
                 first = accepted.new_thread and attempt == 1 and not state.in_flight
                 seq = 0 if first else await self.runtime.store.last_seq(thread_id)
-                if state.done:  # cancelled during that read: no dispatch after its end
+                execution = self.executing.get(thread_id)
+                cancelling = execution is not None and execution.cancelled_by is not None
+                if state.done or cancelling:  # cancelled during that read: no dispatch after
                     return
                 # resume from the log when something of this trigger's run was recorded
                 # since its first dispatch; else its input was never recorded: send it
@@ -702,8 +706,8 @@ class Dispatcher:
         a rollback that came too late)."""
         from .rollback import outran
 
-        if state.thread_seq is None or state.first_seq is None:
-            return  # never dispatched: nothing of it ran
+        if state.outcome != "cancelled" or state.thread_seq is None or state.first_seq is None:
+            return  # its own end was recorded meanwhile, or it was never dispatched
         if not await outran(self.runtime.store, thread_id, state.thread_seq):
             return
         await self.runtime.journal.record(
@@ -749,7 +753,8 @@ class Dispatcher:
                     self._notify(state.id)
             return False
         state = execution.state
-        to_seq = state.thread_seq or 0
+        # a run whose dispatch is not recorded yet wrote nothing: there is nothing to set back
+        to_seq = state.thread_seq if state.dispatched else None
         execution.cancelled_by = (actor, reason)
         self.holding.add(thread_id)
         try:
@@ -768,8 +773,9 @@ class Dispatcher:
             execution.task.cancel(f"rolled back by {actor}" + (f": {reason}" if reason else ""))
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await execution.task
-            app = self.runtime.graphs[state.accepted.graph_id].app
-            await roll_back(app, thread_id, to_seq, by=actor, reason=reason)
+            if to_seq is not None:
+                app = self.runtime.graphs[state.accepted.graph_id].app
+                await roll_back(app, thread_id, to_seq, by=actor, reason=reason)
         finally:
             self.holding.discard(thread_id)
             for ended in (*queued, state):
