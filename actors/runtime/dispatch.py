@@ -293,13 +293,13 @@ class Dispatcher:
         lone = self.runtime.config.worker_id is None
         begun = state.first_seq is not None
         for trigger_id in ledger.unfinished.get(state.accepted.thread_id, ()):
-            other = ledger.triggers[trigger_id]
-            if trigger_id == state.id or other.done:
-                if trigger_id == state.id and not lone:
-                    return False
-                continue
+            if trigger_id == state.id:
+                if lone:
+                    continue
+                return False
             if not lone:
                 return True
+            other = ledger.triggers[trigger_id]
             other_begun = other.first_seq is not None
             if other_begun and not begun:
                 return True

@@ -526,10 +526,9 @@ class AgentRuntime(Watching):
         acceptance recorded (it runs first: new input arriving meanwhile is double-texting
         too)."""
         return (
-            thread_id in self.dispatcher.executing
-            or bool(self.dispatcher.queued_on(thread_id))
-            or self._recording_on[thread_id] > 0
-            or self.dispatcher.unfinished_on(thread_id)
+            self._recording_on[thread_id] > 0
+            or self.dispatcher.unfinished_on(thread_id)  # queued, running, retrying
+            or thread_id in self.dispatcher.executing  # a cancelled run winding down
         )
 
     async def _check_waiting(self, thread_id: str | None, entry: EntryPoint) -> None:
