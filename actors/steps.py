@@ -46,6 +46,7 @@ from projections import (
     to_builtins,
 )
 from projections.fold import (
+    AWAITING_KEY,
     ENTERED_KEY,
     RESUME_KEY,
     TOOL_CALLS_KEY,
@@ -402,8 +403,17 @@ class StepLoop(Committing[S]):
                 "starts a new run"
             )
         answers = await self._answer_pending(fold) if resume is None and inputs else []
+        # plain input on a run whose node asked a person (`interrupt()`) is a new request,
+        # never the answer: resuming with it would let the node go on as if approved (its
+        # `interrupt()` returning None). A breakpoint's pause takes new input and goes on.
+        superseded = (
+            command is None
+            and bool(inputs)
+            and meta.is_interrupted()
+            and bool(meta.internal_data.get(AWAITING_KEY))
+        )
         events: list[Event] = []
-        if fold.seq == 0 or meta.status in _OVER or answers or before_first_run(meta):
+        if fold.seq == 0 or meta.status in _OVER or answers or superseded or before_first_run(meta):
             run.run_id = new_run_id()
             events.extend(answers)
             events.append(

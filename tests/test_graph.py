@@ -1435,3 +1435,25 @@ async def test_the_blocking_forms_refuse_to_run_inside_an_event_loop() -> None:
     with pytest.raises(RuntimeError, match="astop"):
         app.stop(CFG)
     assert await app.store.threads() == []
+
+
+async def test_new_input_on_a_run_asking_a_person_starts_a_new_run_never_answers_it() -> None:
+    """A node paused in `interrupt()` waits for `Command(resume=...)`: plain input is a new
+    request (a new run from the entry, which asks again), never an approval with None."""
+    answers: list[Any] = []
+
+    def ask(state: AgentState) -> list[Message]:
+        answers.append(interrupt("approve?"))
+        return [said(f"approved={answers[-1]}")]
+
+    store = MemoryEventStore()
+    app = line(("ask", ask)).compile(store)
+    out = await app.ainvoke(inputs("pay 100"), CFG)
+    assert out["status"] == "interrupted_before"
+    out = await app.ainvoke(inputs("something else"), CFG)
+    assert out["status"] == "interrupted_before" and answers == []  # asked again, not run on
+    kinds = [r.kind async for r in store.read("t1")]
+    assert kinds.count("run_started") == 2 and "resumed" not in kinds
+    out = await app.ainvoke(Command(resume="yes"), CFG)
+    assert out["status"] == "completed" and answers == ["yes"]
+    assert texts(out["messages"])[-1] == "approved=yes"
