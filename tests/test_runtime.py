@@ -1221,3 +1221,16 @@ async def test_a_trigger_whose_caller_leaves_mid_commit_still_runs(tmp_path: Pat
             result = await runtime.wait("t", timeout=30)
         assert result["status"] == "completed"
         assert [m.text() for m in result["messages"]] == ["hello", "seen 1"]
+
+
+async def test_a_trigger_without_input_for_a_new_thread_is_refused_writing_nothing(
+    store: Any,
+) -> None:
+    async with runtime_with(store) as runtime:
+        for where in ({}, {"thread_id": "never-seen"}):
+            with pytest.raises(RegistrationError, match="needs input"):
+                await runtime.trigger("chat", **where)
+        assert runtime.ledger.triggers == {}
+        thread = await runtime.trigger("chat", {"messages": [Message.text_message("hi")]})
+        await runtime.wait(thread, timeout=30)
+        await runtime.trigger("chat", thread_id=thread)  # an existing thread may go on

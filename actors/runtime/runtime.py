@@ -454,6 +454,11 @@ class AgentRuntime(Watching):
                 )
             await self._check_waiting(thread_id, entry)
             input = input.resume
+        elif input is None and (thread_id is None or await self.store.last_seq(thread_id) == 0):
+            raise RegistrationError(
+                f"a run of entry point {entry.id!r} on a new thread needs input to start from "
+                "(a message, or a dict of fields); None only goes on with an existing thread"
+            )
         strategy = multitask_strategy or entry.multitask_strategy
         if strategy not in MULTITASK_STRATEGIES:
             raise RegistrationError(
