@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         RecursionLimitError,
         ThreadBusyError,
         ToolCommandConflictError,
+        UnreadResumeValueError,
     )
     from .graph import StateGraph
     from .nodes import interrupt
@@ -87,6 +88,7 @@ _HOMES: dict[str, str] = {
     "RecursionLimitError": "actors.errors",
     "ThreadBusyError": "actors.errors",
     "ToolCommandConflictError": "actors.errors",
+    "UnreadResumeValueError": "actors.errors",
     "StateGraph": "actors.graph",
     "interrupt": "actors.nodes",
     "ResponseGranularity": "actors.results",
@@ -145,6 +147,7 @@ __all__ = [
     "ToolCommandConflictError",
     "ToolNode",
     "ToolUnusableError",
+    "UnreadResumeValueError",
     "create_agent_runtime",
     "current_context",
     "interrupt",

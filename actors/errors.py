@@ -21,6 +21,7 @@ __all__ = [
     "RecursionLimitError",
     "ThreadBusyError",
     "ToolCommandConflictError",
+    "UnreadResumeValueError",
 ]
 
 
@@ -30,6 +31,12 @@ class GraphError(AgentlogError, ValueError):
 
 class NothingToResumeError(GraphError):
     """`ainvoke(None)` on a thread whose run was cancelled: it is over; send new input."""
+
+
+class UnreadResumeValueError(GraphError):
+    """A resume value sent where no node asked for one (a breakpoint, a stop, a failure):
+    nothing would read it and the run would go on as if approved, so it is refused and
+    nothing is written. Approve with None, reject with new input, or ask with `interrupt()`."""
 
 
 class MissingThreadIdError(GraphError):

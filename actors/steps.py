@@ -68,6 +68,7 @@ from .errors import (
     NothingToResumeError,
     RecursionLimitError,
     ThreadBusyError,
+    UnreadResumeValueError,
 )
 from .tools import is_tool_node
 
@@ -379,6 +380,7 @@ class StepLoop(Committing[S]):
                 "resumed",
                 f"thread {thread_id!r} is not paused or failed: there is nothing to resume",
             )
+        self.check_resume_value(thread_id, fold.state, resume)
         inputs = (
             output_events("user", values, fold.state, known=fold.message_ids)[0]
             if values is not None
@@ -434,6 +436,44 @@ class StepLoop(Committing[S]):
         if not run.run_id:
             run.run_id = new_run_id()
         return run, events
+
+    def check_resume_value(self, thread_id: str, state: AgentState, value: Any) -> None:
+        """Refuse a resume value that nothing would read: only a node paused in `interrupt()`
+        receives one. At a breakpoint, a stop or a failure the run would go on as if
+        approved, so `UnreadResumeValueError` says what works instead (nothing is written)."""
+        meta = state.execution_meta
+        if value is None or meta.internal_data.get(AWAITING_KEY):
+            return
+        before = meta.status == ExecutionStatus.INTERRUPTED_BEFORE
+        if meta.status == ExecutionStatus.ERROR:
+            where, node = f"failed at node {meta.internal_data.get('failed_node')!r}", None
+        elif meta.stop_current_execution == StopRequestStatus.STOPPED:
+            side = "before" if before else "after"
+            where = f"stopped {side} node {meta.interrupted_node!r}"
+            node = meta.interrupted_node if before else meta.current_node
+        else:
+            side = "before" if before else "after"
+            why = f" ({meta.interrupt_reason})" if meta.interrupt_reason else ""
+            where = f"paused {side} node {meta.interrupted_node!r}{why}"
+            node = meta.interrupted_node if before else meta.current_node
+        waiting = (
+            node in self.graph.nodes and is_tool_node(self.graph.nodes[node])
+        ) and pending_calls(state)
+        reject = (
+            "send new input instead: the pending tool calls are answered as not run and a "
+            "new run starts with it"
+            if waiting
+            else "cancel the run (acancel, or the runtime's cancel); new input instead goes "
+            "on with the run"
+        )
+        raise UnreadResumeValueError(
+            f"thread {thread_id!r} is {where}, where no node asked for a value: the resume "
+            f"value {value!r:.80} would be read by nothing and the run would go on as if "
+            "approved, so nothing was written. To approve, resume with None (ainvoke(None, "
+            'config), Command(resume=None), a run with command {"resume": null}); to reject, '
+            f"{reject}; for a node to receive a value, call interrupt() inside it and answer "
+            "that with Command(resume=value)"
+        )
 
     def _entry_node(self, config: Mapping[str, Any]) -> str:
         """Where a new run starts: the graph's entry, or the node the config names

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple, TypeVar
 import pytest
 from pydantic import Field
 
-from actors import END, Command, StateGraph, ToolNode
+from actors import END, StateGraph, ToolNode
 from actors.cli.render import iso
 from events import Event, NodeEntered, RunStarted, SQLiteEventStore, StepAdvanced
 from projections import (
@@ -128,7 +128,7 @@ async def build(db: Path) -> None:
         t1 = {"thread_id": "t1"}
         await app.ainvoke({"messages": [Message.text_message("weather in Oslo?")]}, t1)
         await app.aupdate_state(t1, {"context_summary": "asks about Oslo"}, actor="alice")
-        await app.ainvoke(Command(resume={"approved_by": "alice"}), t1)
+        await app.ainvoke(None, t1)  # approved
         await app.ainvoke(
             {"messages": [Message.text_message("and tomorrow?")]}, {"thread_id": "t2"}
         )

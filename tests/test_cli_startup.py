@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors import END, Command, StateGraph
+from actors import END, StateGraph
 from actors.cli import Lifecycle
 from events import (
     Event,
@@ -115,7 +115,7 @@ async def _small_log(db: Path) -> None:
     async with SQLiteEventStore(db) as store:
         app = _agent().compile(store=store, interrupt_before=["tools"])
         await app.ainvoke({"messages": [Message.text_message("weather?")]}, {"thread_id": "a"})
-        await app.ainvoke(Command(resume=True), {"thread_id": "a"})
+        await app.ainvoke(None, {"thread_id": "a"})
         await app.ainvoke({"messages": [Message.text_message("again?")]}, {"thread_id": "b"})
 
 
@@ -302,7 +302,7 @@ async def _real_threads(db: Path) -> list[str]:
     async with SQLiteEventStore(db) as store:
         app = _agent().compile(store=store, interrupt_before=["tools"])
         await app.ainvoke({"messages": [Message.text_message("weather?")]}, {"thread_id": "done"})
-        await app.ainvoke(Command(resume=True), {"thread_id": "done"})
+        await app.ainvoke(None, {"thread_id": "done"})
         await app.ainvoke({"messages": [Message.text_message("weather?")]}, {"thread_id": "paused"})
         failing: StateGraph[AgentState] = StateGraph(AgentState)
         failing.add_node("boom", boom)

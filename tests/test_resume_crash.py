@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 
-from actors import Command
 from actors.cli.demo import support_graph
 from actors.testing import FaultyStore, SimulatedCrashError
 from events import MemoryEventStore
@@ -22,7 +21,7 @@ async def test_a_crash_just_after_the_resume_is_recorded_does_not_ask_again() ->
     assert paused["state"].execution_meta.status == ExecutionStatus.INTERRUPTED_BEFORE
     first.crash_at(1, "after")  # the resume's first commit lands; the process dies
     with contextlib.suppress(SimulatedCrashError):
-        await app.ainvoke(Command(resume="approved"), config)
+        await app.ainvoke(None, config)  # approved
     assert first.crashed
     first.bury()
     kinds = [r.kind async for r in store.read("t")]

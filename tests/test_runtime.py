@@ -321,7 +321,7 @@ async def test_wait_after_a_restart_gives_the_same_keys_and_messages_as_live(sto
         thread = await runtime.trigger("api", "write to Bo")
         paused = await runtime.wait(thread, timeout=30)
         first_id = runtime.ledger.latest_on(thread).id  # type: ignore[union-attr]
-        await runtime.inject_input(thread, "yes, send it", actor="alice")
+        await runtime.inject_input(thread, None, actor="alice")
         done = await runtime.wait(thread, timeout=30)
     async with runtime_on() as later:
         again = await later.wait(thread, timeout=30)
@@ -390,7 +390,7 @@ async def test_inject_input_answers_a_paused_run_and_is_refused_otherwise(store:
         thread = await runtime.trigger("api", "write to Bo")
         paused = await runtime.wait(thread, timeout=30)
         assert paused["status"] == "interrupted_before"
-        await runtime.inject_input(thread, "yes, send it", actor="alice")
+        await runtime.inject_input(thread, None, actor="alice")
         done = await runtime.wait(thread, timeout=30)
         assert done["status"] == "completed"
         with pytest.raises(RunNotWaitingError, match="not paused at an interrupt"):
@@ -398,7 +398,7 @@ async def test_inject_input_answers_a_paused_run_and_is_refused_otherwise(store:
         with pytest.raises(UnknownRunError, match="'send' is a node; inject_input takes the"):
             await runtime.inject_input("send", "hive's way: a node id")
     resumed = [r for r in await records_of(store, thread) if r.kind == "resumed"]
-    assert resumed[0].event.value == "yes, send it" and resumed[0].event.by == "alice"
+    assert resumed[0].event.value is None and resumed[0].event.by == "alice"  # approved
 
 
 async def test_cancel_ends_a_running_run_records_who_and_why_and_never_retries(
@@ -645,7 +645,7 @@ async def test_commands_resume_through_the_runtime_input(store: Any) -> None:
     async with runtime:
         thread = await runtime.trigger("api", "x")
         await runtime.wait(thread, timeout=30)
-        await runtime.trigger("api", Command(resume="ok"), thread_id=thread)
+        await runtime.trigger("api", Command(resume=None), thread_id=thread)
         assert (await runtime.wait(thread, timeout=30))["status"] == "completed"
 
 

@@ -108,7 +108,7 @@ async def test_a_run_through_the_api_pauses_is_answered_and_reads_back(served: A
     assert body["run"]["status"] == "interrupted" and body["run"]["created_by"] == "alice"
     done = await client.post(
         f"/threads/{thread}/runs/wait",
-        json={"assistant_id": "chat", "command": {"resume": "send it"}},
+        json={"assistant_id": "chat", "command": {"resume": None}},
         headers=ALICE,
     )
     assert done.json()["status"] == "completed"
@@ -200,7 +200,7 @@ async def test_a_stream_resumes_with_last_event_id_without_gap_or_duplicate(serv
                 break  # the client drops the connection mid-stream
     await client.post(
         "/threads/t/runs/wait",
-        json={"assistant_id": "chat", "command": {"resume": 1}},
+        json={"assistant_id": "chat", "command": {"resume": None}},
         headers=ALICE,
     )
     headers = {**ALICE, "Last-Event-ID": str(seen[-1])}
@@ -547,7 +547,7 @@ async def test_threads_runs_and_history_carry_langgraph_fields_and_pages(served:
     client, _ = served
     for text in ("one", None):
         body: dict[str, Any] = {"assistant_id": "chat"}
-        body.update({"input": text} if text else {"command": {"resume": "go"}})
+        body.update({"input": text} if text else {"command": {"resume": None}})
         await client.post("/threads/h/runs/wait", json=body, headers=ALICE)
     thread = (await client.get("/threads/h", headers=ALICE)).json()
     assert thread["created_at"] <= thread["updated_at"]
@@ -684,7 +684,7 @@ async def test_a_created_thread_reads_back_is_searched_by_metadata_and_takes_run
     assert paused.json()["status"] == "interrupted_before"
     done = await client.post(
         f"/threads/{thread}/runs/wait",
-        json={"assistant_id": "chat", "command": {"resume": "go"}},
+        json={"assistant_id": "chat", "command": {"resume": None}},
         headers=ALICE,
     )
     assert done.json()["status"] == "completed", done.text

@@ -14,7 +14,6 @@ from tests.helpers import ROOT
 USER_TESTS = """
 import pytest
 from actors.cli.demo import support_graph
-from actors import Command
 
 
 @pytest.fixture
@@ -24,7 +23,7 @@ def agentlog_graph():
 
 def test_sync_run_replays(agentlog_app, agentlog_assert_replays):
     agentlog_app.invoke("refund please", {"thread_id": "t"})
-    agentlog_app.invoke(Command(resume="ok"), {"thread_id": "t"})
+    agentlog_app.invoke(None, {"thread_id": "t"})  # approved
     state = agentlog_assert_replays(agentlog_app, "t")
     assert state.execution_meta.status.value == "completed"
 

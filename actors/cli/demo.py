@@ -27,7 +27,6 @@ from projections import (
     state_at,
 )
 
-from ..command import Command
 from ..compiled import CompiledGraph
 from ..graph import StateGraph
 from ..tools import ToolNode
@@ -158,7 +157,7 @@ async def run_demo(
         if not approve(paused):
             return [r async for r in store.read(thread_id)], paused, await store.verify(thread_id)
         approver = {**config, "user": "supervisor"}  # recorded as who resumed the run
-        await _drain(app.astream(Command(resume={"approved_by": "supervisor"}), approver), show)
+        await _drain(app.astream(None, approver), show)  # None approves a breakpoint
     timeline = [r async for r in store.read(thread_id)]
     replayed: AgentState = await state_at(store, thread_id)
     return timeline, replayed, await store.verify(thread_id)

@@ -452,7 +452,7 @@ class AgentRuntime(Watching):
                     "trigger takes Command(resume=...) to answer an interrupt; update and goto "
                     "are for nodes to return"
                 )
-            await self._check_waiting(thread_id, entry)
+            await self._check_waiting(thread_id, entry, input.resume)
             input = input.resume
         elif input is None and (thread_id is None or await self.store.last_seq(thread_id) == 0):
             raise RegistrationError(
@@ -536,20 +536,23 @@ class AgentRuntime(Watching):
             or thread_id in self.dispatcher.executing  # a cancelled run winding down
         )
 
-    async def _check_waiting(self, thread_id: str | None, entry: EntryPoint) -> None:
-        """A resume goes to a paused or failed run (or queues behind the thread's run)."""
+    async def _check_waiting(self, thread_id: str | None, entry: EntryPoint, value: Any) -> None:
+        """A resume goes to a paused or failed run (or queues behind the thread's run), and
+        a value only to a node that asked for one (`UnreadResumeValueError` otherwise)."""
         if thread_id is None:
             raise RegistrationError("Command(resume=...) answers a paused run: name its thread_id")
         if self._busy(thread_id):
-            return
+            return  # where the run will stand is not known yet: the run itself checks
         app = self.graphs[entry.graph_id].app
-        meta = (await app.aget_state({"thread_id": thread_id})).execution_meta
+        state = await app.aget_state({"thread_id": thread_id})
+        meta = state.execution_meta
         stopped = meta.stop_current_execution == StopRequestStatus.STOPPED
         if not (meta.is_interrupted() or stopped or meta.status == ExecutionStatus.ERROR):
             raise RunNotWaitingError(
                 f"the run on thread {thread_id!r} is {meta.status.value}: a resume answers a "
                 "paused or failed run; send new input instead"
             )
+        app.check_resume_value(thread_id, state, value)
 
     async def _check_thread_graph(self, thread_id: str, entry: EntryPoint) -> None:
         """An existing thread takes runs of its own graph only."""
@@ -795,7 +798,9 @@ class AgentRuntime(Watching):
     async def inject_input(self, thread_id: str, value: Any, *, actor: str = "user") -> None:
         """Answer the interrupt a run on `thread_id` is paused at with `value`, and resume it.
 
-        Refused (`RunNotWaitingError`, nothing written) unless the run waits for input.
+        A node paused in `interrupt()` receives `value`; at a breakpoint or a stop, where no
+        node asked, only None (approve) is taken. Refused (`RunNotWaitingError`, or
+        `UnreadResumeValueError` for a value nothing would read; nothing written) otherwise.
         """
         self._check_started()
         async with self._thread_lock(thread_id):  # two answers never both pass the check
@@ -826,6 +831,7 @@ class AgentRuntime(Watching):
                 f"the run on thread {thread_id!r} is {current.execution_meta.status.value}, not "
                 "paused at an interrupt: send new input with trigger() instead"
             )
+        app.check_resume_value(thread_id, current, value)
         entry = self.entries.get(state.accepted.entry_point) or self._any_entry(
             state.accepted.graph_id
         )

@@ -46,6 +46,7 @@ from ..errors import (
     NodeReturnError,
     NothingToResumeError,
     RecursionLimitError,
+    UnreadResumeValueError,
 )
 from ..journal import journal_for
 from ..runtime import AgentRuntime
@@ -99,6 +100,7 @@ _STATUS: list[tuple[type[BaseException], int, str]] = [
     (ConcurrencyError, 409, "conflict"),
     (RunNotWaitingError, 409, "run_not_waiting"),
     (NothingToResumeError, 409, "nothing_to_resume"),
+    (UnreadResumeValueError, 409, "resume_value_unread"),
     (IllegalTransitionError, 409, "illegal_transition"),
     (RunCancelledError, 409, "run_cancelled"),
     (RuntimeRunFailedError, 409, "run_failed"),
