@@ -13,6 +13,7 @@ from events import (
     AgentlogError,
     Claim,
     EventRecord,
+    Forked,
     InterruptRaised,
     MessageAppended,
     ModelCalled,
@@ -497,6 +498,11 @@ class StepLoop(Committing[S]):
         match last:
             case [InterruptRaised(when="before", by_node=False, node=node), Resumed()]:
                 return node
+            case [
+                Forked(state={"execution_meta": {"status": "interrupted_before"} as at}),
+                Resumed(),
+            ]:
+                return str(at.get("interrupted_node"))  # a fork's pause, answered
         return None
 
     async def _answer_pending(self, fold: Fold[S]) -> list[Event]:

@@ -44,7 +44,7 @@ from events.kinds import (
 
 from .edge import state_data, state_updated
 from .errors import IllegalTransitionError, InvalidStateUpdateError
-from .fold import ENTERED_KEY, RESUME_KEY, TOOL_CALLS_KEY, Fold
+from .fold import ENTERED_KEY, RESUME_KEY, STOP_KEY, TOOL_CALLS_KEY, Fold, before_first_run
 from .generic import state_fields
 from .messages import (
     ErrorBlock,
@@ -53,8 +53,9 @@ from .messages import (
     TextBlock,
     ToolResultBlock,
     context_items,
+    new_run_id,
 )
-from .state import AgentState, ExecutionState
+from .state import AgentState, ExecutionState, ExecutionStatus, StopRequestStatus
 from .transcript import calls_of, context_events
 from .views import PointOutOfRangeError, fold_at, state_at
 from .writer import Append, write
@@ -564,6 +565,32 @@ def compare_states(a_seq: int, b_seq: int, old: AgentState, new: AgentState) -> 
     )
 
 
+def fork_state(state: S, thread_id: str, seq: int) -> S:
+    """The state a fork of `thread_id` at `seq` starts from: the source's there, with a run
+    that was going paused before the node it was at (so the fork reads as what it is, takes
+    an edit `as_node=`, and `ainvoke(None)` goes on from there), under a run id of its own.
+
+    A step in flight starts over on the fork; a thread created and not yet run stays so.
+    """
+    state = state.model_copy(deep=True)
+    meta = state.execution_meta
+    internal = meta.internal_data
+    had_run = not before_first_run(meta)
+    for key in (ENTERED_KEY, RESUME_KEY, TOOL_CALLS_KEY, "run_id"):
+        internal.pop(key, None)
+    if not had_run:
+        return state
+    internal["run_id"] = new_run_id()  # the run the fork goes on with: never the source's
+    if meta.status == ExecutionStatus.RUNNING:
+        internal.pop(STOP_KEY, None)  # a stop asked of the source's run is not the fork's
+        meta.stop_current_execution = StopRequestStatus.NONE
+        meta.status = ExecutionStatus.INTERRUPTED_BEFORE
+        meta.interrupted_node = meta.current_node
+        meta.interrupt_reason = "forked"
+        meta.interrupt_data = {"source": "fork", "thread_id": thread_id, "seq": seq}
+    return state
+
+
 async def fork(
     store: EventStore,
     thread_id: str,
@@ -586,10 +613,7 @@ async def fork(
             "or a step): before it there is no state to continue from"
         )
     fold = await fold_at(store, thread_id, seq, state_cls)
-    state = fold.state.model_copy(deep=True)
-    internal = state.execution_meta.internal_data
-    for key in (ENTERED_KEY, RESUME_KEY, TOOL_CALLS_KEY, "run_id"):
-        internal.pop(key, None)  # a step in flight starts over on the fork
+    state = fork_state(fold.state, thread_id, fold.seq)
     new_id = new_thread_id or f"{thread_id}-fork-{uuid.uuid4().hex[:8]}"
     event = Forked(
         source_thread=thread_id,

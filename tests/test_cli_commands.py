@@ -27,6 +27,7 @@ from actors.cli.render import iso
 from events import Event, NodeEntered, RunStarted, SQLiteEventStore, StepAdvanced
 from projections import (
     AgentState,
+    ExecutionStatus,
     Message,
     ToolCallBlock,
     diff,
@@ -361,9 +362,10 @@ def test_fork_branches_a_thread_at_a_step(copy: Path, t1: Marks) -> None:
         assert forked.context == source.context
         assert forked.context_summary == source.context_summary
         meta, src = forked.execution_meta, source.execution_meta
-        assert (meta.step, meta.status, meta.current_node) == (
-            src.step,
-            src.status,
+        assert (meta.step, meta.current_node) == (src.step, src.current_node)
+        assert src.status == ExecutionStatus.RUNNING  # the source's run went on from there
+        assert (meta.status, meta.interrupted_node) == (  # the fork waits at that point
+            ExecutionStatus.INTERRUPTED_BEFORE,
             src.current_node,
         )
         assert meta.thread_id == thread_id

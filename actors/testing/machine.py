@@ -41,6 +41,7 @@ from events.errors import AgentlogError, ThreadBusyError
 from projections import AgentState, Message, replay, step_seq, verify_snapshots
 from projections.invariants import thread_findings
 from projections.messages import message_defaults
+from projections.timetravel import fork_state
 
 from ..command import Command
 from ..portal import Portal
@@ -340,8 +341,10 @@ class GraphMachine(RuleBasedStateMachine):
         async def act(lane: Lane) -> Outcome:
             await lane.app.afork(lane.config, at_step=step, new_thread_id=new_id)
             source = await lane.app.aget_state(lane.config, at_step=step)
+            at = await step_seq(lane.app.store, lane.thread_id, step)
+            expected = fork_state(source, lane.thread_id, at)  # a run going there: paused
             forked = await lane.app.aget_state({"thread_id": new_id})
-            mine, theirs = (comparable(s, exact=True, internal=False) for s in (forked, source))
+            mine, theirs = (comparable(s, exact=True, internal=False) for s in (forked, expected))
             if mine != theirs:
                 self.fail("a fork's prefix equals its source", difference(theirs, mine))
             if switch:
