@@ -464,8 +464,8 @@ class StepLoop(Committing[S]):
             "send new input instead: the pending tool calls are answered as not run and a "
             "new run starts with it"
             if waiting
-            else "cancel the run (acancel, or the runtime's cancel); new input instead goes "
-            "on with the run"
+            else "cancel the run (acancel, or the runtime's cancel: new input here would go "
+            "on into the node with it)"
         )
         raise UnreadResumeValueError(
             f"thread {thread_id!r} is {where}, where no node asked for a value: the resume "

@@ -191,3 +191,46 @@ async def test_http_refuses_a_value_at_a_breakpoint_with_a_stable_code(client: A
     )
     assert done.json()["status"] == "completed", done.text
     assert http.refunds == ["A-1"]
+
+
+async def test_before_a_plain_node_the_refusal_says_to_cancel(store: EventStore) -> None:
+    def reply(state: AgentState) -> list[Message]:
+        return [Message.text_message("sent", role="assistant")]
+
+    graph: StateGraph[AgentState] = StateGraph()
+    graph.add_node("draft", reply)
+    graph.add_node("send", reply)
+    graph.set_entry_point("draft")
+    graph.add_edge("draft", "send")
+    graph.add_edge("send", END)
+    app = graph.compile(store, interrupt_before=["send"])
+    await app.ainvoke("write to Bo", CFG)
+    before = await log_of(store)
+    with pytest.raises(UnreadResumeValueError, match="cancel the run") as caught:
+        await app.ainvoke(Command(resume="no"), CFG)
+    says_what_works(caught.value)
+    assert await log_of(store) == before
+
+
+async def test_a_value_for_a_failed_run_is_refused_too(store: EventStore) -> None:
+    """A retry re-runs the node from the start: no `interrupt()` waits for the value."""
+    broken = [True]
+
+    def flaky(state: AgentState) -> list[Message]:
+        if broken[0]:
+            raise RuntimeError("down")
+        return [Message.text_message("ok", role="assistant")]
+
+    graph: StateGraph[AgentState] = StateGraph()
+    graph.add_node("flaky", flaky)
+    graph.set_entry_point("flaky")
+    graph.add_edge("flaky", END)
+    app = graph.compile(store)
+    with pytest.raises(Exception, match="down"):
+        await app.ainvoke("go", CFG)
+    before = await log_of(store)
+    with pytest.raises(UnreadResumeValueError, match="failed at node 'flaky'"):
+        await app.ainvoke(Command(resume="try harder"), CFG)
+    assert await log_of(store) == before
+    broken[0] = False
+    assert (await app.ainvoke(None, CFG))["status"] == "completed"
