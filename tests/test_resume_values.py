@@ -234,3 +234,38 @@ async def test_a_value_for_a_failed_run_is_refused_too(store: EventStore) -> Non
     assert await log_of(store) == before
     broken[0] = False
     assert (await app.ainvoke(None, CFG))["status"] == "completed"
+
+
+async def test_a_value_queued_behind_a_running_run_is_refused_when_it_runs(
+    store: EventStore,
+) -> None:
+    """Behind a run still going, where it will pause is not known yet: the runtime takes the
+    resume in turn, and the engine refuses it then, writing nothing on the thread."""
+    import asyncio
+
+    refunds: list[str] = []
+    go = asyncio.Event()
+    graph = support_graph(refunds)
+    agent = graph.nodes["agent"]
+
+    async def held(state: AgentState) -> list[Message]:
+        await go.wait()
+        result: list[Message] = agent(state)
+        return result
+
+    graph.nodes["agent"] = held
+    runtime = AgentRuntime(store)
+    runtime.add_graph("support", graph.compile(store, interrupt_before=["refund"]))
+    runtime.register_entry_point(EntryPoint(id="chat", graph_id="support"))
+    async with runtime:
+        first = await runtime.submit("chat", "refund my order")
+        thread = first.thread_id
+        queued = await runtime.submit("chat", Command(resume=NO), thread_id=thread)
+        go.set()
+        assert (await runtime.wait_for(first.trigger_id, timeout=60))["status"] == (
+            "interrupted_before"
+        )
+        paused_at = await store.last_seq(thread)
+        with pytest.raises(UnreadResumeValueError):
+            await runtime.wait_for(queued.trigger_id, timeout=60)
+        assert await store.last_seq(thread) == paused_at and refunds == []
