@@ -17,7 +17,8 @@ import json
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -32,6 +33,14 @@ if TYPE_CHECKING:
 
 DRAIN_S = 10.0
 """How long a draining server lets requests under way (and open streams) finish."""
+
+
+@dataclass(frozen=True)
+class Guarding:
+    """What `agentlog serve` lets through besides loopback clients (see `actors.serve.guard`)."""
+
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
 
 
 def loopback(host: str) -> bool:
@@ -79,7 +88,14 @@ def hash_from_stdin() -> None:
 
 
 async def main(
-    db: str, ref: AppRef, target: object, host: str, port: int, tokens: str | None, max_body: int
+    db: str,
+    ref: AppRef,
+    target: object,
+    host: str,
+    port: int,
+    tokens: str | None,
+    max_body: int,
+    guard: Guarding | None = None,
 ) -> None:
     from ..serve import TokenBook
 
@@ -93,7 +109,7 @@ async def main(
         )
     sock = listen(host, port)
     try:
-        await _serve(db, ref, target, host, sock, book, max_body)
+        await _serve(db, ref, target, host, sock, book, max_body, guard or Guarding())
     finally:
         sock.close()
 
@@ -106,6 +122,7 @@ async def _serve(
     sock: socket.socket,
     book: TokenBook | None,
     max_body: int,
+    guard: Guarding,
 ) -> None:
     import uvicorn
 
@@ -130,7 +147,16 @@ async def _serve(
                 f"refusing to serve the unsigned webhook route(s) {', '.join(unsigned)} on "
                 f"{host!r}: give them secrets, or serve on 127.0.0.1",
             )
-        app = create_app(runtime, tokens=book, max_body=max_body)
+        hosts = [*guard.allowed_hosts]
+        if host not in ("0.0.0.0", "::", ""):
+            hosts.append(host)  # a client reaching it by its address names that address
+        app = create_app(
+            runtime,
+            tokens=book,
+            max_body=max_body,
+            allowed_hosts=hosts,
+            allowed_origins=guard.allowed_origins,
+        )
         server = _server_class()(
             uvicorn.Config(
                 app,
@@ -187,6 +213,9 @@ def run_serve(
     tokens: str | None,
     max_body: int,
     hash_token: bool,
+    *,
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
 ) -> None:
     """`agentlog serve` (its options are declared in `actors.cli`)."""
     if hash_token:
@@ -206,6 +235,7 @@ def run_serve(
     try:
         target = load(ref)
         check_target(target, ref)
-        asyncio.run(main(db, ref, target, host, port, tokens, max_body))
+        guard = Guarding(tuple(allowed_hosts), tuple(allowed_origins))
+        asyncio.run(main(db, ref, target, host, port, tokens, max_body, guard))
     except (CliError, AgentlogError) as exc:
         _fail(str(exc))

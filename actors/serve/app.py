@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, Query, Request
@@ -61,6 +61,8 @@ from ..runtime.spec import (
     UnknownEntryPointError,
     UnknownRunError,
 )
+from .guard import BODY_TIMEOUT_S, RequestGuard
+from .limits import MAX_DEPTH, nesting_within, shown
 from .tokens import LOCAL, Forbidden, Principal, Right, TokenBook, Unauthorized
 
 MAX_BODY = 1_048_576
@@ -320,11 +322,19 @@ def create_app(
     tokens: TokenBook | None = None,
     max_body: int = MAX_BODY,
     webhooks: bool = True,
+    allowed_hosts: Iterable[str] | None = None,
+    allowed_origins: Iterable[str] = (),
+    body_timeout: float = BODY_TIMEOUT_S,
 ) -> FastAPI:
     """The HTTP app of `runtime`; it starts the runtime with the server if it is not running.
 
     Without `tokens`, every request acts as "local" with every right: only for a loopback
     address (`agentlog serve` refuses anything else).
+
+    Requests pass `guard.RequestGuard` first: a `Host` of `allowed_hosts` (loopback names
+    always; "*" for any), no change from a page of another origin than the server's own or
+    `allowed_origins`, a JSON body nesting at most 64 deep that arrives within
+    `body_timeout` seconds.
     """
 
     @contextlib.asynccontextmanager
@@ -374,7 +384,15 @@ def create_app(
             error_body(code, message), status_code=exc.status_code, headers=exc.headers
         )
 
-    app.add_middleware(BodyLimit, max_body=max_body)
+    hooks = [e.path for e in runtime.entries.values() if e.trigger == "webhook" and e.path]
+    app.add_middleware(
+        RequestGuard,
+        allowed_hosts=allowed_hosts,
+        allowed_origins=allowed_origins,
+        exempt_paths=frozenset(hooks if webhooks else ()),
+        body_timeout=body_timeout,
+    )
+    app.add_middleware(BodyLimit, max_body=max_body)  # outermost: the guard reads within it
 
     async def principal(authorization: str | None = Header(default=None)) -> Principal:
         return LOCAL if tokens is None else tokens.check(authorization)
@@ -496,7 +514,18 @@ def create_app(
                 continue
             if body.graph_id is not None and graph != body.graph_id:
                 continue
-            state = await runtime.graphs[graph].app.aget_state({"thread_id": thread_id})
+            try:
+                state = await runtime.graphs[graph].app.aget_state({"thread_id": thread_id})
+            except (ApiError, Forbidden):
+                raise
+            except Exception as exc:  # one unreadable thread never fails the search
+                if body.status is None and not body.metadata and skipped >= body.offset:
+                    found.append(_unreadable(thread_id, graph, exc))
+                elif body.status is None and not body.metadata:
+                    skipped += 1
+                if len(found) >= body.limit:
+                    break
+                continue
             if state.execution_meta.internal_data.get("hidden"):
                 continue
             if body.status is not None and _status(state) != _status_name(body.status):
@@ -905,28 +934,45 @@ def _thread(
     updated_at: float | None = None,
 ) -> dict[str, Any]:
     meta = state.execution_meta
+    values, unshown = shown(state)
     return {
         "thread_id": thread_id,
         "graph_id": graph,
         "created_at": created_at,
         "updated_at": updated_at,
-        "metadata": _created(state),
+        "metadata": _created(state) if unshown is None else _shown_metadata(state),
         "status": _status(state),
         "step": meta.step,
         "hidden": bool(meta.internal_data.get("hidden")),
         "interrupts": [p] if (p := interrupt_summary(meta)) else [],
         "messages": len(state.context),
-        "values": state.model_dump(mode="json"),
+        "values": values,
+        **({"values_error": unshown} if unshown else {}),
     }
+
+
+def _unreadable(thread_id: str, graph: str, exc: Exception) -> dict[str, Any]:
+    """A search's row for a thread whose state could not be read: its id, and why."""
+    _, code, message = _classify(exc)
+    return {"thread_id": thread_id, "graph_id": graph, "error": {"code": code, "message": message}}
+
+
+def _shown_metadata(state: AgentState) -> dict[str, Any]:
+    """The creation metadata, or {} when it nests too deep to show (written before the
+    limit): one thread's value never fails a listing."""
+    metadata = _created(state)
+    return metadata if nesting_within(metadata, 2 * MAX_DEPTH) else {}
 
 
 def _state(thread_id: str, state: AgentState) -> dict[str, Any]:
     meta = state.execution_meta
     pause = interrupt_summary(meta)
     done = meta.status in (ExecutionStatus.COMPLETED, ExecutionStatus.CANCELLED)
+    values, unshown = shown(state)
     return {
         "thread_id": thread_id,
-        "values": state.model_dump(mode="json"),
+        "values": values,
+        **({"values_error": unshown} if unshown else {}),
         "next": [] if done else [meta.current_node],
         "step": meta.step,
         "status": meta.status.value,
