@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, Query, Request
@@ -63,6 +63,7 @@ from ..runtime.spec import (
 )
 from .guard import BODY_TIMEOUT_S, RequestGuard
 from .limits import MAX_DEPTH, nesting_within, shown
+from .streams import BadResumePoint, resume_point, run_at, run_records
 from .tokens import LOCAL, Forbidden, Principal, Right, TokenBook, Unauthorized
 
 MAX_BODY = 1_048_576
@@ -767,13 +768,13 @@ def create_app(
         thread_id: str,
         request: Request,
         who: Principal = Who,
-        after: int | None = Query(default=None, ge=0),
+        after: str | None = Query(default=None, description="a position: continue after it"),
         last_event_id: str | None = Header(default=None),
     ) -> StreamingResponse:
         await visible(thread_id, who, "read")
         start = _resume_point(after, last_event_id)
         records = follow(runtime.store, after=start, thread_id=thread_id)
-        return _sse(request, records)
+        return _sse(request, records, lambda r: run_at(runtime.ledger, thread_id, r.seq))
 
     @app.get("/threads/{thread_id}/runs/{run_id}/stream", summary="A run's records (SSE)")
     async def stream_run(
@@ -788,27 +789,10 @@ def create_app(
         if await runtime.store.last_seq(thread_id) > 0:
             await current(thread_id, trigger.accepted.graph_id)
         start = _resume_point(None, last_event_id)
-        if start == 0:
-            start = trigger.position
-        runtime_thread = runtime.config.runtime_thread
         finished = trigger.finished_position
         if trigger.done and finished is not None and start >= finished:
-            return _sse(request, _nothing())  # reconnected after its end: it is over
-
-        async def records() -> AsyncIterator[EventRecord]:
-            async for record in follow(runtime.store, after=start):
-                if record.thread_id == thread_id:
-                    yield record
-                elif record.thread_id == runtime_thread:
-                    event = record.event
-                    if (
-                        getattr(event, "trigger_id", None) == trigger.id
-                        and record.kind == "trigger_finished"
-                    ) and getattr(event, "retry_at", None) is None:
-                        yield record
-                        return
-
-        return _sse(request, records())
+            return _sse(request, _nothing(), lambda _: trigger.id)  # reconnected after its end
+        return _sse(request, run_records(runtime, trigger, start), lambda _: trigger.id)
 
     if webhooks:
         _mount_webhooks(app, runtime, max_body)
@@ -1044,16 +1028,20 @@ async def _wait(runtime: AgentRuntime, trigger: TriggerState, timeout: float) ->
     }
 
 
-def _resume_point(after: int | None, last_event_id: str | None) -> int:
-    if last_event_id is not None:
-        if not last_event_id.isdigit():
-            raise ApiError(422, "invalid_request", "Last-Event-ID is a position (digits)")
-        return int(last_event_id)
-    return after or 0
+def _resume_point(after: str | None, last_event_id: str | None) -> int:
+    try:
+        return resume_point(after, last_event_id)
+    except BadResumePoint as exc:
+        raise ApiError(400, "invalid_position", str(exc)) from None
 
 
-def _sse(request: Request, records: AsyncIterator[EventRecord]) -> StreamingResponse:
-    """Server-Sent Events of `records`: each one's position is its id, so a client that
+def _sse(
+    request: Request,
+    records: AsyncIterator[EventRecord],
+    run_of: Callable[[EventRecord], str | None],
+) -> StreamingResponse:
+    """Server-Sent Events of `records`, each naming its run (`run_of`: the API's run id):
+    each one's position is its id, so a client that
     reconnects with Last-Event-ID continues with no gap and no duplicate. The records come
     from the log as the client reads: a slow client lags, the server holds nothing for it."""
 
@@ -1073,7 +1061,7 @@ def _sse(request: Request, records: AsyncIterator[EventRecord]) -> StreamingResp
                 except StopAsyncIteration:
                     return
                 pending = None
-                yield _sse_record(record)
+                yield _sse_record(record, run_of(record))
         finally:
             if pending is not None:
                 pending.cancel()
@@ -1091,12 +1079,13 @@ def _sse(request: Request, records: AsyncIterator[EventRecord]) -> StreamingResp
     )
 
 
-def _sse_record(record: EventRecord) -> str:
+def _sse_record(record: EventRecord, run_id: str | None) -> str:
     import msgspec
 
     data = {
         "position": record.position,
         "thread_id": record.thread_id,
+        "run_id": run_id,
         "seq": record.seq,
         "kind": record.kind,
         "actor": record.actor,
