@@ -64,8 +64,8 @@ class Ledger:
     """The fold of the runtime thread."""
 
     triggers: dict[str, TriggerState] = field(default_factory=dict)
-    keys: dict[tuple[str, str], str] = field(default_factory=dict)
-    """(entry point, idempotency key) -> trigger id."""
+    keys: dict[tuple[str, str | None, str], str] = field(default_factory=dict)
+    """(entry point, caller, idempotency key) -> trigger id: a key is its caller's own."""
     by_thread: dict[str, list[str]] = field(default_factory=dict)
     """Thread -> its trigger ids, oldest first."""
     unfinished: dict[str, dict[str, None]] = field(default_factory=dict)
@@ -104,7 +104,7 @@ class Ledger:
             )
             self.triggers[event.trigger_id] = state
             if event.idempotency_key is not None:
-                key = (event.entry_point, event.idempotency_key)
+                key = (event.entry_point, event.by, event.idempotency_key)
                 if key in self.keys:  # the key's first trigger is the one: this never runs
                     state.outcome, state.message = "rejected", "a duplicate of its key's first"
                 else:
@@ -142,6 +142,11 @@ class Ledger:
                 self.answered.setdefault(event.entry_point, event.position)
             if event.slot is not None:
                 self.fired.setdefault(event.entry_point, event.slot)
+
+    def keyed(self, entry_point: str, by: str | None, key: str) -> TriggerState | None:
+        """The trigger `by` accepted first with idempotency key `key`, or None."""
+        trigger_id = self.keys.get((entry_point, by, key))
+        return None if trigger_id is None else self.triggers[trigger_id]
 
     def pending(self) -> list[TriggerState]:
         """Triggers not done, in arrival order."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import json
 import logging
 import time
 import uuid
@@ -45,6 +46,7 @@ from .listeners import Listeners
 from .spec import (
     MULTITASK_STRATEGIES,
     EntryPoint,
+    IdempotencyKeyMismatchError,
     InvalidTriggerInputError,
     MultitaskStrategy,
     RegistrationError,
@@ -139,7 +141,7 @@ class AgentRuntime(Watching):
         self.started = False
         self.stopping = False
         self._head_at_start = 0
-        self._accepting: dict[tuple[str, str], asyncio.Future[None]] = {}
+        self._accepting: dict[tuple[str, str | None, str], asyncio.Future[None]] = {}
         self._recording_on: collections.Counter[str] = collections.Counter()
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -421,14 +423,15 @@ class AgentRuntime(Watching):
         """
         self._check_started()
         entry = self._entry(entry_point_id)
+        asked = input
         if idempotency_key is not None:
             if not isinstance(idempotency_key, str) or not idempotency_key:
                 raise RegistrationError(
                     f"idempotency_key must be a non-empty string, got {idempotency_key!r}"
                 )
-            seen = self.ledger.keys.get((entry.id, idempotency_key))
+            seen = self.ledger.keyed(entry.id, actor, idempotency_key)
             if seen is not None:
-                return self.ledger.triggers[seen].accepted
+                return _same_request(seen.accepted, thread_id, asked, cause)
         if correlation_id is not None and (
             not isinstance(correlation_id, str) or not correlation_id
         ):
@@ -471,9 +474,10 @@ class AgentRuntime(Watching):
                 f"thread {thread_id!r} has a run still going: its input is refused "
                 "(multitask_strategy='reject'); wait for it, or send with 'enqueue'"
             )
+        recorded = _recordable(input, resume)
         accepted = await self.accept(
             entry,
-            _recordable(input, resume),
+            recorded,
             cause=cause if cause in ("api", "webhook") else "api",
             resume=resume,
             thread_id=thread_id,
@@ -482,6 +486,8 @@ class AgentRuntime(Watching):
             by=actor,
             correlation_id=correlation_id,
         )
+        if idempotency_key is not None:  # a concurrent call with the key may have come first
+            accepted = _same_request(accepted, thread_id, asked, cause)
         self._last_user_input = self.clock()
         self.active_thread = accepted.thread_id
         if busy and strategy == "interrupt" and thread_id is not None:
@@ -589,7 +595,7 @@ class AgentRuntime(Watching):
         """
         release: Callable[[], None] | None = None
         if key is not None:
-            pair = (entry.id, key)
+            pair = (entry.id, by, key)
             while pair in self._accepting:
                 await asyncio.shield(self._accepting[pair])
             seen = self.ledger.keys.get(pair)
@@ -673,8 +679,9 @@ class AgentRuntime(Watching):
         self._recording_on[thread] += 1
         # the journal calls `then` once the records commit or fail, whoever still waits
         await self.journal.record(events, by=writers, then=then)
-        if key is not None and self.ledger.keys.get((entry.id, key)) != event.trigger_id:
-            return self.ledger.triggers[self.ledger.keys[(entry.id, key)]].accepted
+        first = self.ledger.keyed(entry.id, by, key) if key is not None else None
+        if first is not None and first.id != event.trigger_id:
+            return first.accepted
         return event
 
     async def listen_from(self, entry_id: str, position: int | None, slot: float | None) -> None:
@@ -1038,6 +1045,55 @@ def create_agent_runtime(
     for entry in entry_points:
         runtime.register_entry_point(entry)
     return runtime
+
+
+_MADE = ("message_id", "timestamp")
+"""What a message gets when it is built, not from what its sender says."""
+
+
+def _same_request(
+    first: TriggerAccepted, thread_id: str | None, input: Any, cause: str
+) -> TriggerAccepted:
+    """`first`, the trigger its caller's idempotency key names, when this request is the same
+    one again (its thread, its input: a retry); else `IdempotencyKeyMismatchError`, so a key
+    never hands a caller another request's run. A webhook's delivery id is the key and its
+    body signed by the sender, so only its thread is compared."""
+    key = first.idempotency_key
+    same_thread = first.new_thread if thread_id is None else first.thread_id == thread_id
+    if not same_thread:
+        raise IdempotencyKeyMismatchError(
+            f"idempotency key {key!r} was used for a run on another thread: a key names one "
+            "request; send a new key for a new one"
+        )
+    if cause == "webhook":
+        return first
+    resume = isinstance(input, Command)
+    value = input.resume if resume else input
+    if resume != first.resume or _fingerprint(value) != _fingerprint(first.input):
+        raise IdempotencyKeyMismatchError(
+            f"idempotency key {key!r} was used for a run with other input: a key names one "
+            "request; send a new key for a new one"
+        )
+    return first
+
+
+def _fingerprint(value: Any) -> str | None:
+    """A value as JSON with sorted keys, messages' ids and timestamps left out (a message
+    built anew for a retry gets new ones), to tell a retry from another request; None: not
+    comparable."""
+
+    def plain(item: Any) -> Any:
+        if isinstance(item, dict):
+            made = _MADE if "role" in item and "content" in item else ()
+            return {k: plain(v) for k, v in item.items() if k not in made}
+        if isinstance(item, list):
+            return [plain(v) for v in item]
+        return item
+
+    try:
+        return json.dumps(plain(to_builtins(value)), sort_keys=True, default=repr)
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 def _recordable(input: Any, resume: bool) -> Any:

@@ -51,6 +51,7 @@ from ..journal import journal_for
 from ..runtime import AgentRuntime
 from ..runtime.ledger import TriggerState
 from ..runtime.spec import (
+    IdempotencyKeyMismatchError,
     InvalidTriggerInputError,
     RegistrationError,
     RunCancelledError,
@@ -100,6 +101,7 @@ _STATUS: list[tuple[type[BaseException], int, str]] = [
     (ThreadBusyError, 409, "thread_busy"),
     (ThreadBusyRunError, 409, "thread_busy"),
     (ConcurrencyError, 409, "conflict"),
+    (IdempotencyKeyMismatchError, 409, "idempotency_key_mismatch"),
     (RunNotWaitingError, 409, "run_not_waiting"),
     (NothingToResumeError, 409, "nothing_to_resume"),
     (IllegalTransitionError, 409, "illegal_transition"),
@@ -685,14 +687,14 @@ def create_app(
         timeout: WaitTimeout = 300,
     ) -> dict[str, Any]:
         trigger = await start_run(thread_id, body, who)
-        return await _wait(runtime, trigger, timeout)
+        return await _wait(runtime, trigger, timeout, who)
 
     @app.post("/runs/wait", summary="A run on a new thread, waited for")
     async def stateless_wait(
         body: RunCreate, who: Principal = Who, timeout: WaitTimeout = 300
     ) -> dict[str, Any]:
-        trigger = await start_run(str(uuid.uuid4()), body, who)
-        return await _wait(runtime, trigger, timeout)
+        trigger = await start_run(_new_thread_id(who, body), body, who)
+        return await _wait(runtime, trigger, timeout, who)
 
     @app.get("/threads/{thread_id}/runs", summary="The thread's runs, oldest first, paginated")
     async def list_runs(
@@ -729,7 +731,7 @@ def create_app(
     ) -> dict[str, Any]:
         trigger = _trigger(runtime, thread_id, run_id)
         who.require("read", trigger.accepted.graph_id)
-        return await _wait(runtime, trigger, timeout)
+        return await _wait(runtime, trigger, timeout, who)
 
     @app.post("/threads/{thread_id}/runs/{run_id}/cancel", summary="Cancel a run")
     async def cancel_run(
@@ -1002,7 +1004,20 @@ def _run(trigger: TriggerState, runtime: AgentRuntime) -> dict[str, Any]:
     }
 
 
-async def _wait(runtime: AgentRuntime, trigger: TriggerState, timeout: float) -> dict[str, Any]:
+def _new_thread_id(who: Principal, body: RunCreate) -> str:
+    """The thread of a run on a new thread: its own, or, for a request with an idempotency
+    key, the same one each time that caller sends that key (so a retry is the same request)."""
+    if body.idempotency_key is None:
+        return str(uuid.uuid4())
+    named = "\n".join((who.name, body.assistant_id, body.idempotency_key))
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"agentlog:runs/wait:{named}"))
+
+
+async def _wait(
+    runtime: AgentRuntime, trigger: TriggerState, timeout: float, who: Principal
+) -> dict[str, Any]:
+    """A run's end, with the thread's state for a caller that may read it (the `run` right
+    alone gets the run, never the state)."""
     try:
         result = await runtime.wait_for(trigger.id, timeout=timeout)
     except TimeoutError as exc:
@@ -1022,10 +1037,10 @@ async def _wait(runtime: AgentRuntime, trigger: TriggerState, timeout: float) ->
             f"{ended.error_type or type(exc).__name__}: {ended.message or exc}",
         ) from exc
     state: AgentState = result["state"]
-    return {
-        "run": _run(runtime.ledger.triggers[trigger.id], runtime),
-        **_state(trigger.accepted.thread_id, state),
-    }
+    run = _run(runtime.ledger.triggers[trigger.id], runtime)
+    if not who.may("read", trigger.accepted.graph_id):
+        return {"run": run, "thread_id": trigger.accepted.thread_id}
+    return {"run": run, **_state(trigger.accepted.thread_id, state)}
 
 
 def _resume_point(after: str | None, last_event_id: str | None) -> int:

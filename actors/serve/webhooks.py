@@ -446,7 +446,7 @@ async def receive(
         message = webhook_message(entry, delivery_id, text, parsed)
         key = (entry.id, delivery_id)
         async with _LOCKS.setdefault(runtime, _KeyLocks()).hold(key):
-            duplicate = key in runtime.ledger.keys
+            duplicate = runtime.ledger.keyed(entry.id, _sender(entry), delivery_id) is not None
             thread_id = await _trigger(runtime, entry, message, delivery_id)
     except WebhookRejected as exc:
         return _error(exc)
@@ -454,6 +454,11 @@ async def receive(
         {"thread_id": thread_id, "delivery_id": delivery_id, "duplicate": duplicate},
         status_code=202,
     )
+
+
+def _sender(entry: EntryPoint) -> str:
+    """Who a delivery acts as (the actor of its records, and its keys' caller)."""
+    return f"webhook:{entry.id}"
 
 
 async def _trigger(
@@ -464,7 +469,7 @@ async def _trigger(
             entry.id,
             {"messages": [message]},
             idempotency_key=delivery_id,
-            actor=f"webhook:{entry.id}",
+            actor=_sender(entry),
             cause="webhook",
         )
     except RuntimeNotStartedError:
