@@ -623,6 +623,18 @@ def serve_command(
             "besides the server's own (repeat it). Other origins' requests get 403.",
         ),
     ] = None,
+    header_timeout: Annotated[
+        float,
+        typer.Option(help="Seconds a request's headers may take to arrive; then it is closed."),
+    ] = 10.0,
+    body_timeout: Annotated[
+        float,
+        typer.Option(help="Seconds a request's body may take to arrive; then 408 and closed."),
+    ] = 30.0,
+    max_connections_per_client: Annotated[
+        int,
+        typer.Option(help="Connections one client address may hold open; more are closed."),
+    ] = 100,
 ) -> None:
     """Serve the runtime your code builds over HTTP: threads, state, history, runs, live
     streams (Server-Sent Events), webhooks; OpenAPI at /docs and /openapi.json.
@@ -636,6 +648,8 @@ def serve_command(
     run_serve(
         db, app_ref, host, port, tokens, max_body, hash_token,
         allowed_hosts=allowed_host or [], allowed_origins=allowed_origin or [],
+        header_timeout=header_timeout, body_timeout=body_timeout,
+        max_per_client=max_connections_per_client,
     )  # fmt: skip
 
 

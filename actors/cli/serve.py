@@ -41,6 +41,9 @@ class Guarding:
 
     allowed_hosts: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    max_per_client: int = 100
 
 
 def loopback(host: str) -> bool:
@@ -128,6 +131,7 @@ async def _serve(
 
     from ..runtime import AgentRuntime
     from ..serve import create_app
+    from ..serve.connections import guarded_protocol
 
     if isinstance(target, AgentRuntime):
         same_store(target, db, ref)
@@ -156,10 +160,12 @@ async def _serve(
             max_body=max_body,
             allowed_hosts=hosts,
             allowed_origins=guard.allowed_origins,
+            body_timeout=guard.body_timeout,
         )
         server = _server_class()(
             uvicorn.Config(
                 app,
+                http=guarded_protocol(guard.header_timeout, guard.max_per_client),
                 log_level="warning",
                 lifespan="on",
                 timeout_graceful_shutdown=int(DRAIN_S),
@@ -216,6 +222,9 @@ def run_serve(
     *,
     allowed_hosts: Sequence[str] = (),
     allowed_origins: Sequence[str] = (),
+    header_timeout: float = 10.0,
+    body_timeout: float = 30.0,
+    max_per_client: int = 100,
 ) -> None:
     """`agentlog serve` (its options are declared in `actors.cli`)."""
     if hash_token:
@@ -227,6 +236,13 @@ def run_serve(
         raise refused("--port", f"a port is 0 to 65535 (0: any free one), got {port}")
     if max_body < 1:
         raise refused("--max-body", f"the largest request body is 1 byte or more, got {max_body}")
+    for option, seconds in (("--header-timeout", header_timeout), ("--body-timeout", body_timeout)):
+        if not 0 < seconds <= 3600:
+            raise refused(option, f"a number of seconds above 0, at most 3600, got {seconds:g}")
+    if max_per_client < 1:
+        raise refused(
+            "--max-connections-per-client", f"one connection or more, got {max_per_client}"
+        )
     try:
         import uvicorn  # noqa: F401
     except ImportError:
@@ -235,7 +251,10 @@ def run_serve(
     try:
         target = load(ref)
         check_target(target, ref)
-        guard = Guarding(tuple(allowed_hosts), tuple(allowed_origins))
+        guard = Guarding(
+            tuple(allowed_hosts), tuple(allowed_origins), header_timeout, body_timeout,
+            max_per_client,
+        )  # fmt: skip
         asyncio.run(main(db, ref, target, host, port, tokens, max_body, guard))
     except (CliError, AgentlogError) as exc:
         _fail(str(exc))
