@@ -100,6 +100,10 @@ async def test_a_stored_value_too_deep_to_show_degrades_its_thread_only(api: Api
         one = await api.client.get(path)
         assert one.status_code == 200, one.text
         assert one.json()["values"] is None and one.json()["values_error"]
+    steps = await api.client.get("/threads/bad/history")
+    assert steps.status_code == 200, steps.text
+    assert [s["messages"] is None for s in steps.json()] == [True]
+    assert "cannot be shown" in steps.json()[0]["messages_error"]
     assert (await api.client.get("/threads/fine")).json()["values"]["context"]
 
 

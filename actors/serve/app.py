@@ -63,7 +63,7 @@ from ..runtime.spec import (
     UnknownRunError,
 )
 from .guard import BODY_TIMEOUT_S, RequestGuard
-from .limits import MAX_DEPTH, nesting_within, shown
+from .limits import MAX_DEPTH, nesting_within, showable, shown
 from .streams import BadResumePoint, resume_point, run_at, run_records
 from .tokens import LOCAL, Forbidden, Principal, Right, TokenBook, Unauthorized
 
@@ -596,18 +596,22 @@ def create_app(
         newest_first = [
             e for e in reversed(entries) if query.before is None or e.step < query.before
         ]
-        return [
-            {
-                "step": e.step,
-                "node": e.node,
-                "status": e.status,
-                "first_seq": e.first_seq,
-                "last_seq": e.last_seq,
-                "at": e.at,
-                "messages": [to_builtins(m) for m in e.messages],
-            }
-            for e in newest_first[: query.limit]
-        ]
+        found = []
+        for e in newest_first[: query.limit]:
+            messages, unshown = showable([to_builtins(m) for m in e.messages], "the step")
+            found.append(
+                {
+                    "step": e.step,
+                    "node": e.node,
+                    "status": e.status,
+                    "first_seq": e.first_seq,
+                    "last_seq": e.last_seq,
+                    "at": e.at,
+                    "messages": messages,
+                    **({"messages_error": unshown} if unshown else {}),
+                }
+            )
+        return found
 
     @app.get("/threads/{thread_id}/history", summary="One entry per step, newest first")
     async def get_history(

@@ -29,6 +29,20 @@ def nesting_within(value: Any, limit: int = MAX_DEPTH) -> bool:
     return True
 
 
+SHOW_DEPTH = 200
+"""How deeply an answer may nest to be sent (serialisation stops somewhat past 256)."""
+
+
+def showable(value: Any, what: str) -> tuple[Any, str | None]:
+    """`value`, or (None, why) when it nests too deep for an answer to carry it."""
+    if nesting_within(value, SHOW_DEPTH):
+        return value, None
+    return None, (
+        f"{what} holds a value nested deeper than {SHOW_DEPTH} arrays or objects, which cannot "
+        "be shown; the log keeps it: read it with agentlog show"
+    )
+
+
 def too_deep_message(what: str = "the JSON body") -> str:
     return f"{what} nests deeper than {MAX_DEPTH} arrays or objects"
 
