@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 
 from actors.runtime import AgentRuntime, IdempotencyKeyMismatchError
@@ -42,6 +43,14 @@ async def test_a_key_names_one_request_of_one_caller(tmp_path: Path) -> None:
             )
             assert theirs.trigger_id != first.trigger_id and theirs.thread_id == "b"
             await runtime.wait("b", timeout=30)
+            # a ledger that keeps no input for ended runs still tells a retry from another
+            done = runtime.ledger.triggers[first.trigger_id]
+            done.accepted = msgspec.structs.replace(done.accepted, input=None)
+            retried = await runtime.submit("chat", Message.text_message("hi"), thread_id="a",
+                                           idempotency_key="k")  # fmt: skip
+            assert retried.trigger_id == first.trigger_id
+            with pytest.raises(IdempotencyKeyMismatchError, match="other input"):
+                await runtime.submit("chat", "bye", thread_id="a", idempotency_key="k")
         async with build(store) as runtime:  # the same after a restart, from the log
             after = await runtime.submit(
                 "chat", Message.text_message("hi"), thread_id="a", idempotency_key="k"

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from events import EventRecord
 from events.kinds import TriggerAccepted, TriggerDispatched, TriggerFinished, TriggerListening
@@ -66,6 +69,9 @@ class Ledger:
     triggers: dict[str, TriggerState] = field(default_factory=dict)
     keys: dict[tuple[str, str | None, str], str] = field(default_factory=dict)
     """(entry point, caller, idempotency key) -> trigger id: a key is its caller's own."""
+    requests: dict[str, bytes] = field(default_factory=dict)
+    """Keyed trigger id -> `request_digest` of its input, so a repeated key is told a retry
+    from another request without keeping the input."""
     by_thread: dict[str, list[str]] = field(default_factory=dict)
     """Thread -> its trigger ids, oldest first."""
     unfinished: dict[str, dict[str, None]] = field(default_factory=dict)
@@ -109,6 +115,7 @@ class Ledger:
                     state.outcome, state.message = "rejected", "a duplicate of its key's first"
                 else:
                     self.keys[key] = event.trigger_id
+                    self.requests[event.trigger_id] = request_digest(event.input, event.resume)
             self.by_thread.setdefault(event.thread_id, []).append(event.trigger_id)
             self.graph_of.setdefault(event.thread_id, event.graph_id)
             if event.source_position is not None:
@@ -143,11 +150,6 @@ class Ledger:
             if event.slot is not None:
                 self.fired.setdefault(event.entry_point, event.slot)
 
-    def keyed(self, entry_point: str, by: str | None, key: str) -> TriggerState | None:
-        """The trigger `by` accepted first with idempotency key `key`, or None."""
-        trigger_id = self.keys.get((entry_point, by, key))
-        return None if trigger_id is None else self.triggers[trigger_id]
-
     def pending(self) -> list[TriggerState]:
         """Triggers not done, in arrival order."""
         return sorted((t for t in self.triggers.values() if not t.done), key=lambda t: t.position)
@@ -155,3 +157,27 @@ class Ledger:
     def latest_on(self, thread_id: str) -> TriggerState | None:
         ids = self.by_thread.get(thread_id)
         return self.triggers[ids[-1]] if ids else None
+
+
+_MADE = ("message_id", "timestamp")
+"""What a message gets when it is built, not from what its sender says."""
+
+
+def request_digest(input: Any, resume: bool) -> bytes:
+    """What tells one keyed request from another: a digest of its input as JSON with sorted
+    keys, messages' ids and timestamps left out (a message built anew for a retry gets new
+    ones), and whether it answers an interrupt."""
+
+    def plain(item: Any) -> Any:
+        if isinstance(item, dict):
+            made = _MADE if "role" in item and "content" in item else ()
+            return {k: plain(v) for k, v in item.items() if k not in made}
+        if isinstance(item, list | tuple):
+            return [plain(v) for v in item]
+        return item
+
+    try:
+        text = json.dumps([resume, plain(input)], sort_keys=True, default=repr)
+    except (TypeError, ValueError, RecursionError):
+        text = repr((resume, input))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()

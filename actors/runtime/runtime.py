@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
 import logging
 import time
 import uuid
@@ -41,7 +40,7 @@ from .dispatch import Dispatcher
 from .facts import Facts
 from .goals import Goal
 from .journal import RuntimeJournal
-from .ledger import Ledger, TriggerState
+from .ledger import Ledger, TriggerState, request_digest
 from .listeners import Listeners
 from .spec import (
     MULTITASK_STRATEGIES,
@@ -429,9 +428,9 @@ class AgentRuntime(Watching):
                 raise RegistrationError(
                     f"idempotency_key must be a non-empty string, got {idempotency_key!r}"
                 )
-            seen = self.ledger.keyed(entry.id, actor, idempotency_key)
+            seen = self.ledger.keys.get((entry.id, actor, idempotency_key))
             if seen is not None:
-                return _same_request(seen.accepted, thread_id, asked, cause)
+                return self._same_request(self.ledger.triggers[seen].accepted, thread_id, asked)
         if correlation_id is not None and (
             not isinstance(correlation_id, str) or not correlation_id
         ):
@@ -487,7 +486,7 @@ class AgentRuntime(Watching):
             correlation_id=correlation_id,
         )
         if idempotency_key is not None:  # a concurrent call with the key may have come first
-            accepted = _same_request(accepted, thread_id, asked, cause)
+            accepted = self._same_request(accepted, thread_id, asked)
         self._last_user_input = self.clock()
         self.active_thread = accepted.thread_id
         if busy and strategy == "interrupt" and thread_id is not None:
@@ -499,6 +498,35 @@ class AgentRuntime(Watching):
             if running is not None:
                 await self._settle_rollback(running.state)
         return accepted
+
+    def _same_request(
+        self, first: TriggerAccepted, thread_id: str | None, input: Any
+    ) -> TriggerAccepted:
+        """`first`, the trigger its caller's idempotency key names, when this request is that
+        one again (its thread, its input: a retry); else `IdempotencyKeyMismatchError`, so a
+        key never hands a caller another request's run. A webhook delivery's body is the
+        sender's, signed with its id: only its thread is compared."""
+        key = first.idempotency_key
+        same_thread = first.new_thread if thread_id is None else first.thread_id == thread_id
+        if not same_thread:
+            raise IdempotencyKeyMismatchError(
+                f"idempotency key {key!r} was used for a run on another thread: a key names "
+                "one request; send a new key for a new one"
+            )
+        if first.cause == "webhook":
+            return first
+        resume = isinstance(input, Command)
+        try:
+            asked = to_builtins(input.resume if resume else input)
+        except (TypeError, ValueError):
+            asked = input
+        known = self.ledger.requests.get(first.trigger_id)
+        if known is not None and known != request_digest(asked, resume):
+            raise IdempotencyKeyMismatchError(
+                f"idempotency key {key!r} was used for a run with other input: a key names "
+                "one request; send a new key for a new one"
+            )
+        return first
 
     async def _settle_rollback(self, state: TriggerState) -> None:
         """A run that completed just before its rollback landed keeps its completion: the
@@ -679,9 +707,8 @@ class AgentRuntime(Watching):
         self._recording_on[thread] += 1
         # the journal calls `then` once the records commit or fail, whoever still waits
         await self.journal.record(events, by=writers, then=then)
-        first = self.ledger.keyed(entry.id, by, key) if key is not None else None
-        if first is not None and first.id != event.trigger_id:
-            return first.accepted
+        if key is not None and self.ledger.keys.get((entry.id, by, key)) != event.trigger_id:
+            return self.ledger.triggers[self.ledger.keys[(entry.id, by, key)]].accepted
         return event
 
     async def listen_from(self, entry_id: str, position: int | None, slot: float | None) -> None:
@@ -1045,55 +1072,6 @@ def create_agent_runtime(
     for entry in entry_points:
         runtime.register_entry_point(entry)
     return runtime
-
-
-_MADE = ("message_id", "timestamp")
-"""What a message gets when it is built, not from what its sender says."""
-
-
-def _same_request(
-    first: TriggerAccepted, thread_id: str | None, input: Any, cause: str
-) -> TriggerAccepted:
-    """`first`, the trigger its caller's idempotency key names, when this request is the same
-    one again (its thread, its input: a retry); else `IdempotencyKeyMismatchError`, so a key
-    never hands a caller another request's run. A webhook's delivery id is the key and its
-    body signed by the sender, so only its thread is compared."""
-    key = first.idempotency_key
-    same_thread = first.new_thread if thread_id is None else first.thread_id == thread_id
-    if not same_thread:
-        raise IdempotencyKeyMismatchError(
-            f"idempotency key {key!r} was used for a run on another thread: a key names one "
-            "request; send a new key for a new one"
-        )
-    if cause == "webhook":
-        return first
-    resume = isinstance(input, Command)
-    value = input.resume if resume else input
-    if resume != first.resume or _fingerprint(value) != _fingerprint(first.input):
-        raise IdempotencyKeyMismatchError(
-            f"idempotency key {key!r} was used for a run with other input: a key names one "
-            "request; send a new key for a new one"
-        )
-    return first
-
-
-def _fingerprint(value: Any) -> str | None:
-    """A value as JSON with sorted keys, messages' ids and timestamps left out (a message
-    built anew for a retry gets new ones), to tell a retry from another request; None: not
-    comparable."""
-
-    def plain(item: Any) -> Any:
-        if isinstance(item, dict):
-            made = _MADE if "role" in item and "content" in item else ()
-            return {k: plain(v) for k, v in item.items() if k not in made}
-        if isinstance(item, list):
-            return [plain(v) for v in item]
-        return item
-
-    try:
-        return json.dumps(plain(to_builtins(value)), sort_keys=True, default=repr)
-    except (TypeError, ValueError, RecursionError):
-        return None
 
 
 def _recordable(input: Any, resume: bool) -> Any:

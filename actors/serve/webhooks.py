@@ -446,7 +446,7 @@ async def receive(
         message = webhook_message(entry, delivery_id, text, parsed)
         key = (entry.id, delivery_id)
         async with _LOCKS.setdefault(runtime, _KeyLocks()).hold(key):
-            duplicate = runtime.ledger.keyed(entry.id, _sender(entry), delivery_id) is not None
+            duplicate = (entry.id, _sender(entry), delivery_id) in runtime.ledger.keys
             thread_id = await _trigger(runtime, entry, message, delivery_id)
     except WebhookRejected as exc:
         return _error(exc)
