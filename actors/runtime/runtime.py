@@ -473,10 +473,9 @@ class AgentRuntime(Watching):
                 f"thread {thread_id!r} has a run still going: its input is refused "
                 "(multitask_strategy='reject'); wait for it, or send with 'enqueue'"
             )
-        recorded = _recordable(input, resume)
         accepted = await self.accept(
             entry,
-            recorded,
+            _recordable(input, resume),
             cause=cause if cause in ("api", "webhook") else "api",
             resume=resume,
             thread_id=thread_id,
