@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from events import EventRecord
 from events.kinds import TriggerAccepted, TriggerDispatched, TriggerFinished, TriggerListening
+
+from .keys import request_digest
 
 ENDED = frozenset({"completed", "interrupted", "cancelled", "rejected"})
 """Outcomes after which a trigger is done (a failure is done unless it will be retried)."""
@@ -157,27 +156,3 @@ class Ledger:
     def latest_on(self, thread_id: str) -> TriggerState | None:
         ids = self.by_thread.get(thread_id)
         return self.triggers[ids[-1]] if ids else None
-
-
-_MADE = ("message_id", "timestamp")
-"""What a message gets when it is built, not from what its sender says."""
-
-
-def request_digest(input: Any, resume: bool) -> bytes:
-    """What tells one keyed request from another: a digest of its input as JSON with sorted
-    keys, messages' ids and timestamps left out (a message built anew for a retry gets new
-    ones), and whether it answers an interrupt."""
-
-    def plain(item: Any) -> Any:
-        if isinstance(item, dict):
-            made = _MADE if "role" in item and "content" in item else ()
-            return {k: plain(v) for k, v in item.items() if k not in made}
-        if isinstance(item, list | tuple):
-            return [plain(v) for v in item]
-        return item
-
-    try:
-        text = json.dumps([resume, plain(input)], sort_keys=True, default=repr)
-    except (TypeError, ValueError, RecursionError):
-        text = repr((resume, input))
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()

@@ -40,7 +40,8 @@ from .dispatch import Dispatcher
 from .facts import Facts
 from .goals import Goal
 from .journal import RuntimeJournal
-from .ledger import Ledger, TriggerState, request_digest
+from .keys import request_digest
+from .ledger import Ledger, TriggerState
 from .listeners import Listeners
 from .spec import (
     MULTITASK_STRATEGIES,
