@@ -21,11 +21,21 @@ import contextlib
 import math
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection
+from typing import TypeVar
 
-from .errors import InvalidArgumentError, StoreClosedError, StoreError, UnknownEventKindError
+from .codec import decode_row
+from .errors import (
+    CorruptRecordError,
+    InvalidArgumentError,
+    StoreClosedError,
+    StoreError,
+    UnknownEventKindError,
+)
 from .kinds import KINDS
 from .record import EventRecord
-from .store import EventStore, readable_thread_id
+from .store import MAX_POSITION, EventStore, readable_thread_id
+
+_T = TypeVar("_T")
 
 __all__ = ["CommitSignal", "UnknownKindFilterError", "follow", "last_position"]
 
@@ -148,9 +158,7 @@ async def last_position(store: EventStore) -> int:
 
 
 @contextlib.asynccontextmanager
-async def _closing(
-    records: AsyncIterator[EventRecord],
-) -> AsyncIterator[AsyncIterator[EventRecord]]:
+async def _closing(records: AsyncIterator[_T]) -> AsyncIterator[AsyncIterator[_T]]:
     """`records`, closed on the way out when it can be (a store's generator of chunks)."""
     try:
         yield records
@@ -213,7 +221,10 @@ def follow(
         readable_thread_id(thread_id)
     if node is not None and (not isinstance(node, str) or not node):
         raise InvalidArgumentError(f"node must be a node's name, got {node!r}")
-    return _follow(store, after, _matcher(_kinds(kinds), thread_id, node), float(poll_s))
+    match = _matcher(_kinds(kinds), thread_id, node)
+    if thread_id is not None:
+        return _follow_thread(store, thread_id, after, match, float(poll_s))
+    return _follow(store, after, match, float(poll_s))
 
 
 def _kinds(kinds: Collection[str] | None) -> frozenset[str] | None:
@@ -272,4 +283,52 @@ async def _follow(
             raise StoreClosedError(
                 f"the store was closed while following it (last position read: {position}): "
                 f"open it again and follow(after={position}) to go on"
+            )
+
+
+async def _first_seq_after(store: EventStore, thread_id: str, after: int) -> int:
+    """The seq of the thread's first record with `position > after` (one past its last when
+    none), by a binary search on the thread's index: O(log n) one-row reads."""
+    low, high = 1, await store.last_seq(thread_id) + 1
+    while low < high:
+        middle = (low + high) // 2
+        async with _closing(store.read_rows(thread_id, middle, middle)) as rows:
+            found = [row.position async for row in rows]
+        if found and found[0] > after:
+            high = middle
+        else:  # at or before `after` (or pruned away, which is before too)
+            low = middle + 1
+    return low
+
+
+async def _follow_thread(
+    store: EventStore, thread_id: str, after: int, match: Match, poll_s: float
+) -> AsyncGenerator[EventRecord, None]:
+    """`_follow` for one thread, read by its index (thread, seq) from the first record past
+    `after`: what it costs depends on the thread, never on the rest of the log. A thread's
+    positions grow with its seqs, so its records come in position order too."""
+    signal = commit_signal(store)
+    seq = await _first_seq_after(store, thread_id, after)
+    while True:
+        seen = signal.position if signal is not None else 0
+        async with _closing(store.read_rows(thread_id, seq)) as rows:
+            async for row in rows:
+                if row.position > MAX_POSITION:
+                    raise CorruptRecordError(
+                        row.thread_id, row.seq, f"its position {row.position} is out of range"
+                    )
+                seq = row.seq + 1
+                if row.position <= after:
+                    continue
+                record = decode_row(row)
+                if match(record):
+                    yield record
+        if signal is None:
+            await asyncio.sleep(poll_s)
+            continue
+        await signal.wait(seen, poll_s)
+        if signal.closed:
+            raise StoreClosedError(
+                f"the store was closed while following thread {thread_id!r} (next seq: "
+                f"{seq}): open it again and follow it anew"
             )

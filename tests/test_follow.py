@@ -411,3 +411,39 @@ async def test_a_second_process_appending_is_seen_by_a_follower_here(tmp_path: P
         log = await everything(store)
     assert identity(got) == identity(log)
     assert [r.seq for r in got] == list(range(1, steps * 3 + 1))
+
+
+async def test_a_threads_follower_reads_its_thread_by_index_never_the_log(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From any resume point (before, between or after the thread's records), a follower of
+    one thread yields exactly its records past that point, then its new commits, and never
+    reads the whole log: its cost is its thread's, whatever the log's length."""
+    for k in range(30):
+        await write_steps(store, f"other-{k % 5}", 1)
+        if k % 10 == 3:
+            await write_steps(store, "mine", 1)
+    log = await everything(store)
+    mine = [r for r in log if r.thread_id == "mine"]
+    last = log[-1].position
+
+    def no_scan(*_: Any) -> Any:
+        raise AssertionError("a thread's follower read the whole log")
+
+    monkeypatch.setattr(store, "read_all", no_scan)
+    points = [0, mine[0].position - 1, mine[0].position, mine[4].position, last]
+    for after in points:
+        want = [r for r in mine if r.position > after]
+        async with contextlib.aclosing(
+            follow(store, after=after, thread_id="mine", poll_s=HOUR)
+        ) as records:
+            got = await take(records, len(want))
+            assert identity(got) == identity(want)
+            later = asyncio.create_task(take(records, 3))
+            await asyncio.sleep(0)
+            await write_steps(store, "other-0", 1)
+            await write_steps(store, "mine", 1)
+            fresh = await later
+        assert {r.thread_id for r in fresh} == {"mine"} and fresh[0].position > last
+        mine += fresh
+        last = fresh[-1].position

@@ -40,7 +40,7 @@ async def test_a_caller_leaving_mid_acceptance_keeps_its_key_taken(named: bool) 
         store.hold(acceptance)
         first = asyncio.ensure_future(runtime.submit("api", "one", idempotency_key="k", **where))
         await store.held.wait()  # its acceptance is being appended
-        second = asyncio.ensure_future(runtime.submit("api", "two", idempotency_key="k", **where))
+        second = asyncio.ensure_future(runtime.submit("api", "one", idempotency_key="k", **where))
         await asyncio.sleep(0.01)
         first.cancel()  # the client hung up; its acceptance still commits
         await asyncio.sleep(0.01)

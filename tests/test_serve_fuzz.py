@@ -59,7 +59,8 @@ async def fuzz(tmp_path: Path) -> None:
         app = create_app(runtime, max_body=10_000)
         async with runtime:
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://local") as client:
+            local = "http://127.0.0.1"  # a Host the server answers for
+            async with httpx.AsyncClient(transport=transport, base_url=local) as client:
                 await client.post(
                     "/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"}
                 )

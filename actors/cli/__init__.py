@@ -605,6 +605,36 @@ def serve_command(
         bool,
         typer.Option("--hash-token", help="Print the sha256 of a token read from stdin; exit."),
     ] = False,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            metavar="NAME",
+            help="A Host name the server answers for, besides loopback names and the --host "
+            "address (repeat it; '*': any). Others get 400, so a rebinding domain reads nothing.",
+        ),
+    ] = None,
+    allowed_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-origin",
+            metavar="ORIGIN",
+            help="A web origin (https://host[:port]) whose pages may change things here, "
+            "besides the server's own (repeat it). Other origins' requests get 403.",
+        ),
+    ] = None,
+    header_timeout: Annotated[
+        float,
+        typer.Option(help="Seconds a request's headers may take to arrive; then it is closed."),
+    ] = 10.0,
+    body_timeout: Annotated[
+        float,
+        typer.Option(help="Seconds a request's body may take to arrive; then 408 and closed."),
+    ] = 30.0,
+    max_connections_per_client: Annotated[
+        int,
+        typer.Option(help="Connections one client address may hold open; more are closed."),
+    ] = 100,
 ) -> None:
     """Serve the runtime your code builds over HTTP: threads, state, history, runs, live
     streams (Server-Sent Events), webhooks; OpenAPI at /docs and /openapi.json.
@@ -615,7 +645,12 @@ def serve_command(
     """
     from .serve import run_serve
 
-    run_serve(db, app_ref, host, port, tokens, max_body, hash_token)
+    run_serve(
+        db, app_ref, host, port, tokens, max_body, hash_token,
+        allowed_hosts=allowed_host or [], allowed_origins=allowed_origin or [],
+        header_timeout=header_timeout, body_timeout=body_timeout,
+        max_per_client=max_connections_per_client,
+    )  # fmt: skip
 
 
 @app.command("show")

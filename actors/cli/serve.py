@@ -17,7 +17,8 @@ import json
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -32,6 +33,17 @@ if TYPE_CHECKING:
 
 DRAIN_S = 10.0
 """How long a draining server lets requests under way (and open streams) finish."""
+
+
+@dataclass(frozen=True)
+class Guarding:
+    """What `agentlog serve` lets through besides loopback clients (see `actors.serve.guard`)."""
+
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    max_per_client: int = 100
 
 
 def loopback(host: str) -> bool:
@@ -79,7 +91,14 @@ def hash_from_stdin() -> None:
 
 
 async def main(
-    db: str, ref: AppRef, target: object, host: str, port: int, tokens: str | None, max_body: int
+    db: str,
+    ref: AppRef,
+    target: object,
+    host: str,
+    port: int,
+    tokens: str | None,
+    max_body: int,
+    guard: Guarding | None = None,
 ) -> None:
     from ..serve import TokenBook
 
@@ -93,7 +112,7 @@ async def main(
         )
     sock = listen(host, port)
     try:
-        await _serve(db, ref, target, host, sock, book, max_body)
+        await _serve(db, ref, target, host, sock, book, max_body, guard or Guarding())
     finally:
         sock.close()
 
@@ -106,11 +125,13 @@ async def _serve(
     sock: socket.socket,
     book: TokenBook | None,
     max_body: int,
+    guard: Guarding,
 ) -> None:
     import uvicorn
 
     from ..runtime import AgentRuntime
     from ..serve import create_app
+    from ..serve.connections import guarded_protocol
 
     if isinstance(target, AgentRuntime):
         same_store(target, db, ref)
@@ -130,10 +151,21 @@ async def _serve(
                 f"refusing to serve the unsigned webhook route(s) {', '.join(unsigned)} on "
                 f"{host!r}: give them secrets, or serve on 127.0.0.1",
             )
-        app = create_app(runtime, tokens=book, max_body=max_body)
+        hosts = [*guard.allowed_hosts]
+        if host not in ("0.0.0.0", "::", ""):
+            hosts.append(host)  # a client reaching it by its address names that address
+        app = create_app(
+            runtime,
+            tokens=book,
+            max_body=max_body,
+            allowed_hosts=hosts,
+            allowed_origins=guard.allowed_origins,
+            body_timeout=guard.body_timeout,
+        )
         server = _server_class()(
             uvicorn.Config(
                 app,
+                http=guarded_protocol(guard.header_timeout, guard.max_per_client),
                 log_level="warning",
                 lifespan="on",
                 timeout_graceful_shutdown=int(DRAIN_S),
@@ -187,6 +219,12 @@ def run_serve(
     tokens: str | None,
     max_body: int,
     hash_token: bool,
+    *,
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
+    header_timeout: float = 10.0,
+    body_timeout: float = 30.0,
+    max_per_client: int = 100,
 ) -> None:
     """`agentlog serve` (its options are declared in `actors.cli`)."""
     if hash_token:
@@ -198,6 +236,13 @@ def run_serve(
         raise refused("--port", f"a port is 0 to 65535 (0: any free one), got {port}")
     if max_body < 1:
         raise refused("--max-body", f"the largest request body is 1 byte or more, got {max_body}")
+    for option, seconds in (("--header-timeout", header_timeout), ("--body-timeout", body_timeout)):
+        if not 0 < seconds <= 3600:
+            raise refused(option, f"a number of seconds above 0, at most 3600, got {seconds:g}")
+    if max_per_client < 1:
+        raise refused(
+            "--max-connections-per-client", f"one connection or more, got {max_per_client}"
+        )
     try:
         import uvicorn  # noqa: F401
     except ImportError:
@@ -206,6 +251,10 @@ def run_serve(
     try:
         target = load(ref)
         check_target(target, ref)
-        asyncio.run(main(db, ref, target, host, port, tokens, max_body))
+        guard = Guarding(
+            tuple(allowed_hosts), tuple(allowed_origins), header_timeout, body_timeout,
+            max_per_client,
+        )  # fmt: skip
+        asyncio.run(main(db, ref, target, host, port, tokens, max_body, guard))
     except (CliError, AgentlogError) as exc:
         _fail(str(exc))

@@ -10,6 +10,7 @@ from .shared import SharedState, shared_state
 from .spec import (
     AgentRuntimeError,
     EntryPoint,
+    IdempotencyKeyMismatchError,
     InvalidTriggerInputError,
     RegistrationError,
     RetryPolicy,
@@ -30,6 +31,7 @@ __all__ = [
     "Constraint",
     "EntryPoint",
     "Goal",
+    "IdempotencyKeyMismatchError",
     "InvalidTriggerInputError",
     "RegistrationError",
     "RetryPolicy",

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from events import EventRecord
 from events.kinds import TriggerAccepted, TriggerDispatched, TriggerFinished, TriggerListening
 
+from .keys import request_digest
+
 ENDED = frozenset({"completed", "interrupted", "cancelled", "rejected"})
 """Outcomes after which a trigger is done (a failure is done unless it will be retried)."""
 
@@ -64,8 +66,11 @@ class Ledger:
     """The fold of the runtime thread."""
 
     triggers: dict[str, TriggerState] = field(default_factory=dict)
-    keys: dict[tuple[str, str], str] = field(default_factory=dict)
-    """(entry point, idempotency key) -> trigger id."""
+    keys: dict[tuple[str, str | None, str], str] = field(default_factory=dict)
+    """(entry point, caller, idempotency key) -> trigger id: a key is its caller's own."""
+    requests: dict[str, bytes] = field(default_factory=dict)
+    """Keyed trigger id -> `request_digest` of its input, so a repeated key is told a retry
+    from another request without keeping the input."""
     by_thread: dict[str, list[str]] = field(default_factory=dict)
     """Thread -> its trigger ids, oldest first."""
     unfinished: dict[str, dict[str, None]] = field(default_factory=dict)
@@ -104,11 +109,12 @@ class Ledger:
             )
             self.triggers[event.trigger_id] = state
             if event.idempotency_key is not None:
-                key = (event.entry_point, event.idempotency_key)
+                key = (event.entry_point, event.by, event.idempotency_key)
                 if key in self.keys:  # the key's first trigger is the one: this never runs
                     state.outcome, state.message = "rejected", "a duplicate of its key's first"
                 else:
                     self.keys[key] = event.trigger_id
+                    self.requests[event.trigger_id] = request_digest(event.input, event.resume)
             self.by_thread.setdefault(event.thread_id, []).append(event.trigger_id)
             self.graph_of.setdefault(event.thread_id, event.graph_id)
             if event.source_position is not None:

@@ -40,11 +40,13 @@ from .dispatch import Dispatcher
 from .facts import Facts
 from .goals import Goal
 from .journal import RuntimeJournal
+from .keys import request_digest
 from .ledger import Ledger, TriggerState
 from .listeners import Listeners
 from .spec import (
     MULTITASK_STRATEGIES,
     EntryPoint,
+    IdempotencyKeyMismatchError,
     InvalidTriggerInputError,
     MultitaskStrategy,
     RegistrationError,
@@ -139,7 +141,7 @@ class AgentRuntime(Watching):
         self.started = False
         self.stopping = False
         self._head_at_start = 0
-        self._accepting: dict[tuple[str, str], asyncio.Future[None]] = {}
+        self._accepting: dict[tuple[str, str | None, str], asyncio.Future[None]] = {}
         self._recording_on: collections.Counter[str] = collections.Counter()
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -421,14 +423,15 @@ class AgentRuntime(Watching):
         """
         self._check_started()
         entry = self._entry(entry_point_id)
+        asked = input
         if idempotency_key is not None:
             if not isinstance(idempotency_key, str) or not idempotency_key:
                 raise RegistrationError(
                     f"idempotency_key must be a non-empty string, got {idempotency_key!r}"
                 )
-            seen = self.ledger.keys.get((entry.id, idempotency_key))
+            seen = self.ledger.keys.get((entry.id, actor, idempotency_key))
             if seen is not None:
-                return self.ledger.triggers[seen].accepted
+                return self._same_request(self.ledger.triggers[seen].accepted, thread_id, asked)
         if correlation_id is not None and (
             not isinstance(correlation_id, str) or not correlation_id
         ):
@@ -482,6 +485,8 @@ class AgentRuntime(Watching):
             by=actor,
             correlation_id=correlation_id,
         )
+        if idempotency_key is not None:  # a concurrent call with the key may have come first
+            accepted = self._same_request(accepted, thread_id, asked)
         self._last_user_input = self.clock()
         self.active_thread = accepted.thread_id
         if busy and strategy == "interrupt" and thread_id is not None:
@@ -493,6 +498,35 @@ class AgentRuntime(Watching):
             if running is not None:
                 await self._settle_rollback(running.state)
         return accepted
+
+    def _same_request(
+        self, first: TriggerAccepted, thread_id: str | None, input: Any
+    ) -> TriggerAccepted:
+        """`first`, the trigger its caller's idempotency key names, when this request is that
+        one again (its thread, its input: a retry); else `IdempotencyKeyMismatchError`, so a
+        key never hands a caller another request's run. A webhook delivery's body is the
+        sender's, signed with its id: only its thread is compared."""
+        key = first.idempotency_key
+        same_thread = first.new_thread if thread_id is None else first.thread_id == thread_id
+        if not same_thread:
+            raise IdempotencyKeyMismatchError(
+                f"idempotency key {key!r} was used for a run on another thread: a key names "
+                "one request; send a new key for a new one"
+            )
+        if first.cause == "webhook":
+            return first
+        resume = isinstance(input, Command)
+        try:
+            asked = to_builtins(input.resume if resume else input)
+        except (TypeError, ValueError):
+            asked = input
+        known = self.ledger.requests.get(first.trigger_id)
+        if known is not None and known != request_digest(asked, resume):
+            raise IdempotencyKeyMismatchError(
+                f"idempotency key {key!r} was used for a run with other input: a key names "
+                "one request; send a new key for a new one"
+            )
+        return first
 
     async def _settle_rollback(self, state: TriggerState) -> None:
         """A run that completed just before its rollback landed keeps its completion: the
@@ -592,7 +626,7 @@ class AgentRuntime(Watching):
         """
         release: Callable[[], None] | None = None
         if key is not None:
-            pair = (entry.id, key)
+            pair = (entry.id, by, key)
             while pair in self._accepting:
                 await asyncio.shield(self._accepting[pair])
             seen = self.ledger.keys.get(pair)
@@ -676,8 +710,8 @@ class AgentRuntime(Watching):
         self._recording_on[thread] += 1
         # the journal calls `then` once the records commit or fail, whoever still waits
         await self.journal.record(events, by=writers, then=then)
-        if key is not None and self.ledger.keys.get((entry.id, key)) != event.trigger_id:
-            return self.ledger.triggers[self.ledger.keys[(entry.id, key)]].accepted
+        if key is not None and self.ledger.keys.get((entry.id, by, key)) != event.trigger_id:
+            return self.ledger.triggers[self.ledger.keys[(entry.id, by, key)]].accepted
         return event
 
     async def listen_from(self, entry_id: str, position: int | None, slot: float | None) -> None:

@@ -59,6 +59,11 @@ class ThreadBusyRunError(AgentRuntimeError):
     "reject"): nothing was written."""
 
 
+class IdempotencyKeyMismatchError(AgentRuntimeError):
+    """An idempotency key its caller used before for another request (another thread, or
+    other input): nothing is started or written; a new request takes a new key."""
+
+
 class UnknownRunError(AgentRuntimeError, LookupError):
     """No run of this runtime is on that thread."""
 

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, Query, Request
@@ -52,6 +52,7 @@ from ..journal import journal_for
 from ..runtime import AgentRuntime
 from ..runtime.ledger import TriggerState
 from ..runtime.spec import (
+    IdempotencyKeyMismatchError,
     InvalidTriggerInputError,
     RegistrationError,
     RunCancelledError,
@@ -62,6 +63,9 @@ from ..runtime.spec import (
     UnknownEntryPointError,
     UnknownRunError,
 )
+from .guard import BODY_TIMEOUT_S, RequestGuard
+from .limits import MAX_DEPTH, nesting_within, showable, shown
+from .streams import BadResumePoint, resume_point, run_at, run_records
 from .tokens import LOCAL, Forbidden, Principal, Right, TokenBook, Unauthorized
 
 MAX_BODY = 1_048_576
@@ -98,6 +102,7 @@ _STATUS: list[tuple[type[BaseException], int, str]] = [
     (ThreadBusyError, 409, "thread_busy"),
     (ThreadBusyRunError, 409, "thread_busy"),
     (ConcurrencyError, 409, "conflict"),
+    (IdempotencyKeyMismatchError, 409, "idempotency_key_mismatch"),
     (RunNotWaitingError, 409, "run_not_waiting"),
     (NothingToResumeError, 409, "nothing_to_resume"),
     (UnreadResumeValueError, 409, "resume_value_unread"),
@@ -322,11 +327,19 @@ def create_app(
     tokens: TokenBook | None = None,
     max_body: int = MAX_BODY,
     webhooks: bool = True,
+    allowed_hosts: Iterable[str] | None = None,
+    allowed_origins: Iterable[str] = (),
+    body_timeout: float = BODY_TIMEOUT_S,
 ) -> FastAPI:
     """The HTTP app of `runtime`; it starts the runtime with the server if it is not running.
 
     Without `tokens`, every request acts as "local" with every right: only for a loopback
     address (`agentlog serve` refuses anything else).
+
+    Requests pass `guard.RequestGuard` first: a `Host` of `allowed_hosts` (loopback names
+    always; "*" for any), no change from a page of another origin than the server's own or
+    `allowed_origins`, a JSON body nesting at most 64 deep that arrives within
+    `body_timeout` seconds.
     """
 
     @contextlib.asynccontextmanager
@@ -376,7 +389,15 @@ def create_app(
             error_body(code, message), status_code=exc.status_code, headers=exc.headers
         )
 
-    app.add_middleware(BodyLimit, max_body=max_body)
+    hooks = [e.path for e in runtime.entries.values() if e.trigger == "webhook" and e.path]
+    app.add_middleware(
+        RequestGuard,
+        allowed_hosts=allowed_hosts,
+        allowed_origins=allowed_origins,
+        exempt_paths=frozenset(hooks if webhooks else ()),
+        body_timeout=body_timeout,
+    )
+    app.add_middleware(BodyLimit, max_body=max_body)  # outermost: the guard reads within it
 
     async def principal(authorization: str | None = Header(default=None)) -> Principal:
         return LOCAL if tokens is None else tokens.check(authorization)
@@ -498,7 +519,18 @@ def create_app(
                 continue
             if body.graph_id is not None and graph != body.graph_id:
                 continue
-            state = await runtime.graphs[graph].app.aget_state({"thread_id": thread_id})
+            try:
+                state = await runtime.graphs[graph].app.aget_state({"thread_id": thread_id})
+            except (ApiError, Forbidden):
+                raise
+            except Exception as exc:  # one unreadable thread never fails the search
+                if body.status is None and not body.metadata and skipped >= body.offset:
+                    found.append(_unreadable(thread_id, graph, exc))
+                elif body.status is None and not body.metadata:
+                    skipped += 1
+                if len(found) >= body.limit:
+                    break
+                continue
             if state.execution_meta.internal_data.get("hidden"):
                 continue
             if body.status is not None and _status(state) != _status_name(body.status):
@@ -566,18 +598,22 @@ def create_app(
         newest_first = [
             e for e in reversed(entries) if query.before is None or e.step < query.before
         ]
-        return [
-            {
-                "step": e.step,
-                "node": e.node,
-                "status": e.status,
-                "first_seq": e.first_seq,
-                "last_seq": e.last_seq,
-                "at": e.at,
-                "messages": [to_builtins(m) for m in e.messages],
-            }
-            for e in newest_first[: query.limit]
-        ]
+        found = []
+        for e in newest_first[: query.limit]:
+            messages, unshown = showable([to_builtins(m) for m in e.messages], "the step")
+            found.append(
+                {
+                    "step": e.step,
+                    "node": e.node,
+                    "status": e.status,
+                    "first_seq": e.first_seq,
+                    "last_seq": e.last_seq,
+                    "at": e.at,
+                    "messages": messages,
+                    **({"messages_error": unshown} if unshown else {}),
+                }
+            )
+        return found
 
     @app.get("/threads/{thread_id}/history", summary="One entry per step, newest first")
     async def get_history(
@@ -657,14 +693,14 @@ def create_app(
         timeout: WaitTimeout = 300,
     ) -> dict[str, Any]:
         trigger = await start_run(thread_id, body, who)
-        return await _wait(runtime, trigger, timeout)
+        return await _wait(runtime, trigger, timeout, who)
 
     @app.post("/runs/wait", summary="A run on a new thread, waited for")
     async def stateless_wait(
         body: RunCreate, who: Principal = Who, timeout: WaitTimeout = 300
     ) -> dict[str, Any]:
-        trigger = await start_run(str(uuid.uuid4()), body, who)
-        return await _wait(runtime, trigger, timeout)
+        trigger = await start_run(_new_thread_id(who, body), body, who)
+        return await _wait(runtime, trigger, timeout, who)
 
     @app.get("/threads/{thread_id}/runs", summary="The thread's runs, oldest first, paginated")
     async def list_runs(
@@ -701,7 +737,7 @@ def create_app(
     ) -> dict[str, Any]:
         trigger = _trigger(runtime, thread_id, run_id)
         who.require("read", trigger.accepted.graph_id)
-        return await _wait(runtime, trigger, timeout)
+        return await _wait(runtime, trigger, timeout, who)
 
     @app.post("/threads/{thread_id}/runs/{run_id}/cancel", summary="Cancel a run")
     async def cancel_run(
@@ -740,13 +776,13 @@ def create_app(
         thread_id: str,
         request: Request,
         who: Principal = Who,
-        after: int | None = Query(default=None, ge=0),
+        after: str | None = Query(default=None, description="a position: continue after it"),
         last_event_id: str | None = Header(default=None),
     ) -> StreamingResponse:
         await visible(thread_id, who, "read")
         start = _resume_point(after, last_event_id)
         records = follow(runtime.store, after=start, thread_id=thread_id)
-        return _sse(request, records)
+        return _sse(request, records, lambda r: run_at(runtime.ledger, thread_id, r.seq))
 
     @app.get("/threads/{thread_id}/runs/{run_id}/stream", summary="A run's records (SSE)")
     async def stream_run(
@@ -761,27 +797,10 @@ def create_app(
         if await runtime.store.last_seq(thread_id) > 0:
             await current(thread_id, trigger.accepted.graph_id)
         start = _resume_point(None, last_event_id)
-        if start == 0:
-            start = trigger.position
-        runtime_thread = runtime.config.runtime_thread
         finished = trigger.finished_position
         if trigger.done and finished is not None and start >= finished:
-            return _sse(request, _nothing())  # reconnected after its end: it is over
-
-        async def records() -> AsyncIterator[EventRecord]:
-            async for record in follow(runtime.store, after=start):
-                if record.thread_id == thread_id:
-                    yield record
-                elif record.thread_id == runtime_thread:
-                    event = record.event
-                    if (
-                        getattr(event, "trigger_id", None) == trigger.id
-                        and record.kind == "trigger_finished"
-                    ) and getattr(event, "retry_at", None) is None:
-                        yield record
-                        return
-
-        return _sse(request, records())
+            return _sse(request, _nothing(), lambda _: trigger.id)  # reconnected after its end
+        return _sse(request, run_records(runtime, trigger, start), lambda _: trigger.id)
 
     if webhooks:
         _mount_webhooks(app, runtime, max_body)
@@ -907,28 +926,45 @@ def _thread(
     updated_at: float | None = None,
 ) -> dict[str, Any]:
     meta = state.execution_meta
+    values, unshown = shown(state)
     return {
         "thread_id": thread_id,
         "graph_id": graph,
         "created_at": created_at,
         "updated_at": updated_at,
-        "metadata": _created(state),
+        "metadata": _created(state) if unshown is None else _shown_metadata(state),
         "status": _status(state),
         "step": meta.step,
         "hidden": bool(meta.internal_data.get("hidden")),
         "interrupts": [p] if (p := interrupt_summary(meta)) else [],
         "messages": len(state.context),
-        "values": state.model_dump(mode="json"),
+        "values": values,
+        **({"values_error": unshown} if unshown else {}),
     }
+
+
+def _unreadable(thread_id: str, graph: str, exc: Exception) -> dict[str, Any]:
+    """A search's row for a thread whose state could not be read: its id, and why."""
+    _, code, message = _classify(exc)
+    return {"thread_id": thread_id, "graph_id": graph, "error": {"code": code, "message": message}}
+
+
+def _shown_metadata(state: AgentState) -> dict[str, Any]:
+    """The creation metadata, or {} when it nests too deep to show (written before the
+    limit): one thread's value never fails a listing."""
+    metadata = _created(state)
+    return metadata if nesting_within(metadata, 2 * MAX_DEPTH) else {}
 
 
 def _state(thread_id: str, state: AgentState) -> dict[str, Any]:
     meta = state.execution_meta
     pause = interrupt_summary(meta)
     done = meta.status in (ExecutionStatus.COMPLETED, ExecutionStatus.CANCELLED)
+    values, unshown = shown(state)
     return {
         "thread_id": thread_id,
-        "values": state.model_dump(mode="json"),
+        "values": values,
+        **({"values_error": unshown} if unshown else {}),
         "next": [] if done else [meta.current_node],
         "step": meta.step,
         "status": meta.status.value,
@@ -974,7 +1010,20 @@ def _run(trigger: TriggerState, runtime: AgentRuntime) -> dict[str, Any]:
     }
 
 
-async def _wait(runtime: AgentRuntime, trigger: TriggerState, timeout: float) -> dict[str, Any]:
+def _new_thread_id(who: Principal, body: RunCreate) -> str:
+    """The thread of a run on a new thread: its own, or, for a request with an idempotency
+    key, the same one each time that caller sends that key (so a retry is the same request)."""
+    if body.idempotency_key is None:
+        return str(uuid.uuid4())
+    named = "\n".join((who.name, body.assistant_id, body.idempotency_key))
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"agentlog:runs/wait:{named}"))
+
+
+async def _wait(
+    runtime: AgentRuntime, trigger: TriggerState, timeout: float, who: Principal
+) -> dict[str, Any]:
+    """A run's end, with the thread's state for a caller that may read it (the `run` right
+    alone gets the run, never the state)."""
     try:
         result = await runtime.wait_for(trigger.id, timeout=timeout)
     except TimeoutError as exc:
@@ -994,22 +1043,26 @@ async def _wait(runtime: AgentRuntime, trigger: TriggerState, timeout: float) ->
             f"{ended.error_type or type(exc).__name__}: {ended.message or exc}",
         ) from exc
     state: AgentState = result["state"]
-    return {
-        "run": _run(runtime.ledger.triggers[trigger.id], runtime),
-        **_state(trigger.accepted.thread_id, state),
-    }
+    run = _run(runtime.ledger.triggers[trigger.id], runtime)
+    if not who.may("read", trigger.accepted.graph_id):
+        return {"run": run, "thread_id": trigger.accepted.thread_id}
+    return {"run": run, **_state(trigger.accepted.thread_id, state)}
 
 
-def _resume_point(after: int | None, last_event_id: str | None) -> int:
-    if last_event_id is not None:
-        if not last_event_id.isdigit():
-            raise ApiError(422, "invalid_request", "Last-Event-ID is a position (digits)")
-        return int(last_event_id)
-    return after or 0
+def _resume_point(after: str | None, last_event_id: str | None) -> int:
+    try:
+        return resume_point(after, last_event_id)
+    except BadResumePoint as exc:
+        raise ApiError(400, "invalid_position", str(exc)) from None
 
 
-def _sse(request: Request, records: AsyncIterator[EventRecord]) -> StreamingResponse:
-    """Server-Sent Events of `records`: each one's position is its id, so a client that
+def _sse(
+    request: Request,
+    records: AsyncIterator[EventRecord],
+    run_of: Callable[[EventRecord], str | None],
+) -> StreamingResponse:
+    """Server-Sent Events of `records`, each naming its run (`run_of`: the API's run id):
+    each one's position is its id, so a client that
     reconnects with Last-Event-ID continues with no gap and no duplicate. The records come
     from the log as the client reads: a slow client lags, the server holds nothing for it."""
 
@@ -1029,7 +1082,7 @@ def _sse(request: Request, records: AsyncIterator[EventRecord]) -> StreamingResp
                 except StopAsyncIteration:
                     return
                 pending = None
-                yield _sse_record(record)
+                yield _sse_record(record, run_of(record))
         finally:
             if pending is not None:
                 pending.cancel()
@@ -1047,12 +1100,13 @@ def _sse(request: Request, records: AsyncIterator[EventRecord]) -> StreamingResp
     )
 
 
-def _sse_record(record: EventRecord) -> str:
+def _sse_record(record: EventRecord, run_id: str | None) -> str:
     import msgspec
 
     data = {
         "position": record.position,
         "thread_id": record.thread_id,
+        "run_id": run_id,
         "seq": record.seq,
         "kind": record.kind,
         "actor": record.actor,

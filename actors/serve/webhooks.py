@@ -35,6 +35,7 @@ from ..runtime.spec import (
     RuntimeNotStartedError,
     UnknownEntryPointError,
 )
+from .limits import MAX_DEPTH, nesting_within, too_deep_message
 
 if TYPE_CHECKING:
     from ..runtime import AgentRuntime
@@ -44,10 +45,6 @@ MAX_BODY = 1 << 20
 
 SECRET_PREFIX = "whsec_"
 """Standard Webhooks' secret form: `whsec_` then the key in base64."""
-
-MAX_DEPTH = 64
-"""How deeply a JSON body may nest (arrays and objects); deeper ones get 400 before anything
-is written, as a run could not fold them."""
 
 MAX_DELIVERY_ID = 200
 """A delivery id is 1 to this many printable ASCII characters (it keys the run)."""
@@ -304,22 +301,6 @@ def _finite(text: str) -> float:
     return value
 
 
-def _nesting_within(value: Any, limit: int) -> bool:
-    """Whether arrays and objects in `value` nest at most `limit` deep (no recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = (
-            item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        )
-        if children is None:
-            continue
-        if depth > limit:
-            return False
-        stack.extend((child, depth + 1) for child in children)
-    return True
-
-
 def parse_body(body: bytes, content_type: str | None) -> tuple[str, Any]:
     """The body as text (UTF-8), and as what the entry node gets: the parsed JSON when the
     content type is JSON (`application/json` or `application/*+json`), else that text.
@@ -345,15 +326,11 @@ def parse_body(body: bytes, content_type: str | None) -> tuple[str, Any]:
     try:
         parsed = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except RecursionError:
-        raise WebhookRejected(
-            400, "too_deep", f"the JSON body nests deeper than {MAX_DEPTH} arrays or objects"
-        ) from None
+        raise WebhookRejected(400, "too_deep", too_deep_message()) from None
     except ValueError as exc:
         raise WebhookRejected(400, "malformed_json", f"the body is not valid JSON: {exc}") from None
-    if not _nesting_within(parsed, MAX_DEPTH):
-        raise WebhookRejected(
-            400, "too_deep", f"the JSON body nests deeper than {MAX_DEPTH} arrays or objects"
-        )
+    if not nesting_within(parsed, MAX_DEPTH):
+        raise WebhookRejected(400, "too_deep", too_deep_message())
     try:
         msgspec.msgpack.encode(parsed)
     except (OverflowError, UnicodeEncodeError, RecursionError, TypeError, ValueError):
@@ -469,7 +446,7 @@ async def receive(
         message = webhook_message(entry, delivery_id, text, parsed)
         key = (entry.id, delivery_id)
         async with _LOCKS.setdefault(runtime, _KeyLocks()).hold(key):
-            duplicate = key in runtime.ledger.keys
+            duplicate = (entry.id, _sender(entry), delivery_id) in runtime.ledger.keys
             thread_id = await _trigger(runtime, entry, message, delivery_id)
     except WebhookRejected as exc:
         return _error(exc)
@@ -477,6 +454,11 @@ async def receive(
         {"thread_id": thread_id, "delivery_id": delivery_id, "duplicate": duplicate},
         status_code=202,
     )
+
+
+def _sender(entry: EntryPoint) -> str:
+    """Who a delivery acts as (the actor of its records, and its keys' caller)."""
+    return f"webhook:{entry.id}"
 
 
 async def _trigger(
@@ -487,7 +469,7 @@ async def _trigger(
             entry.id,
             {"messages": [message]},
             idempotency_key=delivery_id,
-            actor=f"webhook:{entry.id}",
+            actor=_sender(entry),
             cause="webhook",
         )
     except RuntimeNotStartedError:
