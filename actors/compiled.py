@@ -43,6 +43,7 @@ from projections import (
     ExecutionStatus,
     Fold,
     IllegalTransitionError,
+    InvalidStateUpdateError,
     StateDiff,
     StepEntry,
     StopRequestStatus,
@@ -52,9 +53,11 @@ from projections import (
     event_history,
     fork,
     open_calls,
+    order_problems,
     state_at_point,
     state_history,
 )
+from projections.fold import decide
 from projections.snapshots import DEFAULT_SNAPSHOT_EVERY
 
 from .errors import (
@@ -277,6 +280,7 @@ class CompiledGraph(StepLoop[S]):
             events = edit_events(fold.state, values, source=as_node or actor, reason=reason)
             if as_node is not None:
                 events = await self._as_node(fold, as_node, events, actor)
+            self._check_order(fold, events)
             return events
 
         return await self.awrite_claimed(thread_id, edit, actor=actor, what="a state edit")
@@ -358,6 +362,21 @@ class CompiledGraph(StepLoop[S]):
             reason = f"update_state as {node!r} by {actor!r}"
             events.append(InterruptRaised(node=target, reason=reason, when="before"))
         return events
+
+    def _check_order(self, fold: Fold[S], events: list[Event]) -> None:
+        """Refuse an edit after which a model provider would refuse the transcript: a message
+        between an assistant message's tool calls and their results."""
+        decide(fold.state, events, seq=fold.seq)  # a refusal of the gate's says it first
+        thread_id = fold.state.execution_meta.thread_id
+        scratch = Fold(fold.state, seq=fold.seq)
+        scratch.apply_all(self._scratch_records(thread_id, events, fold.seq))
+        problems = order_problems(scratch.state.context)
+        if len(problems) > len(order_problems(fold.state.context)):
+            raise InvalidStateUpdateError(
+                f"the edit would break the transcript: {problems[-1]}; answer the open tool "
+                "calls first (tool messages with their tool_call_id), or edit as_node=... to "
+                "end or redirect the run (its open calls are then answered as not run)"
+            )
 
     async def astop(self, config: Mapping[str, Any], *, between_nodes: bool = False) -> bool:
         """Ask the thread's run to pause; the request is recorded at once.

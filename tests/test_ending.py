@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from actors import NodeTimeoutError
 from actors.runtime import AgentRuntime, EntryPoint
@@ -33,7 +35,9 @@ from events import (
 from projections import (
     AgentState,
     ExecutionStatus,
+    InvalidStateUpdateError,
     Message,
+    ToolCallBlock,
     ToolResultBlock,
     message_appended,
     order_problems,
@@ -301,3 +305,70 @@ async def test_an_edit_as_node_that_ends_the_run_answers_the_calls_before_its_me
     assert [m.role for m in state.context] == ["user", "assistant", "tool", "tool", "assistant"]
     assert not order_problems(state.context)
     assert all("not run" in str(r.output) for r in answers(state.context).values())
+
+
+async def test_a_plain_edit_that_would_split_calls_from_results_is_refused() -> None:
+    store = MemoryEventStore()
+    app = await paused_before_tools(store)
+    before = await store.last_seq("t")
+    with pytest.raises(InvalidStateUpdateError, match="answer the open tool calls first"):
+        await app.aupdate_state(CFG, {"messages": [Message.text_message("also this")]})
+    assert await store.last_seq("t") == before
+
+
+def _edit_message(kind: str, n: int) -> Message:
+    if kind == "user":
+        return Message.text_message(f"user {n}", message_id=f"e{n}")
+    if kind == "assistant":
+        return Message.text_message(f"assistant {n}", role="assistant", message_id=f"e{n}")
+    if kind == "calls":
+        call = ToolCallBlock(id=f"new{n}", name="lookup", args={"query": "x"})
+        return Message(message_id=f"e{n}", role="assistant", content=[call])
+    call_id = "email" if kind == "answer-email" else "lookup"
+    block = ToolResultBlock(call_id=call_id, output=f"by hand {n}")
+    return Message(message_id=f"e{n}", role="tool", content=[block])
+
+
+EDITS = st.lists(
+    st.sampled_from(["user", "assistant", "calls", "answer-email", "answer-lookup"]),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=60)
+@given(
+    first=EDITS,
+    first_as=st.sampled_from([None, "agent", "tools"]),
+    second=EDITS,
+    second_as=st.sampled_from([None, "agent", "tools"]),
+)
+def test_every_edit_leaves_a_transcript_every_provider_takes(
+    first: list[str], first_as: str | None, second: list[str], second_as: str | None
+) -> None:
+    """Two edits of any kind in a row on a run paused before its tool node: each is either
+    refused (writing nothing) or leaves the context in an order providers accept."""
+
+    async def scenario() -> None:
+        store = MemoryEventStore()
+        app = await paused_before_tools(store)
+        n = 0
+        for kinds, as_node in ((first, first_as), (second, second_as)):
+            messages = []
+            for kind in kinds:
+                n += 1
+                messages.append(_edit_message(kind, n))
+            before = await store.last_seq("t")
+            try:
+                await app.aupdate_state(CFG, {"messages": messages}, as_node=as_node)
+            except Exception as exc:  # a refusal is typed and writes nothing
+                assert type(exc).__name__ in (
+                    "InvalidStateUpdateError",
+                    "IllegalTransitionError",
+                ), exc
+                assert await store.last_seq("t") == before
+                continue
+            state = await app.aget_state(CFG)
+            assert not order_problems(state.context), order_problems(state.context)
+
+    asyncio.run(scenario())
