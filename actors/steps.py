@@ -642,6 +642,7 @@ class StepLoop(Committing[S]):
                 append=is_tool_node(self.graph.nodes[node]),
             )
             goto, pause, ending = _requested(node, requests, goto)
+            events = await self._passed_calls(run, node, events) + events
             if context.recorded:
                 events = [*context.recorded, *events]
             await self._commit_step(
@@ -666,6 +667,27 @@ class StepLoop(Committing[S]):
             if isinstance(exc, GraphError | HookError):
                 raise  # the graph's wiring or a hook is at fault, and the error says which
             raise NodeError(node, exc) from exc
+
+    async def _passed_calls(self, run: Run[S], node: str, events: list[Event]) -> list[Event]:
+        """The answers of the open tool calls a node's output goes on past: a message it adds
+        would come between them and their results, an order no model provider takes, so
+        they are answered first, as not run (the graph did not route them to a tool node)."""
+        if not any(isinstance(e, MessageAppended) and not _answered_ids([e]) for e in events):
+            return []
+        if not open_calls(run.fold.state.context):
+            return []
+        why = f"node {node!r} went on without running this call"
+        skip = _answered_ids(events)
+        closing = await closing_events(self.store, run.fold, why, over=True, skip=skip)
+        if closing:
+            _log.warning(
+                "node %r of run %s on thread %r went on past unanswered tool call(s): recorded "
+                "as not run (route assistant messages with tool calls to a ToolNode)",
+                node,
+                run.run_id,
+                run.thread_id,
+            )
+        return closing
 
     def _timeout_of(self, run: Run[S], node: str) -> float | None:
         """The node's time limit: its own, else the call's `node_timeout`, else the graph's."""

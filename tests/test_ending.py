@@ -307,6 +307,30 @@ async def test_an_edit_as_node_that_ends_the_run_answers_the_calls_before_its_me
     assert all("not run" in str(r.output) for r in answers(state.context).values())
 
 
+async def test_a_node_going_on_past_open_calls_has_them_answered_before_its_message() -> None:
+    """A graph that routes an assistant message's calls to a node that is no tool node: the
+    calls never run, and their answers come before that node's message, not at the end."""
+    from actors import END, StateGraph
+
+    def agent(state: AgentState) -> list[Message]:
+        return [ask_tools(tool_call("lookup", call_id="lookup", query="order"))]
+
+    def summarize(state: AgentState) -> list[Message]:
+        return [reply("summed up")]
+
+    graph: StateGraph[AgentState] = StateGraph()
+    graph.add_node("agent", agent)
+    graph.add_node("summarize", summarize)
+    graph.set_entry_point("agent")
+    graph.add_edge("agent", "summarize")
+    graph.add_edge("summarize", END)
+    result = await graph.compile(MemoryEventStore()).ainvoke("go", CFG, include_state=True)
+    context = result["state"].context
+    assert [m.role for m in context] == ["user", "assistant", "tool", "assistant"]
+    assert "not run: node 'summarize' went on" in str(answers(context)["lookup"].output)
+    assert not order_problems(context)
+
+
 async def test_a_plain_edit_that_would_split_calls_from_results_is_refused() -> None:
     store = MemoryEventStore()
     app = await paused_before_tools(store)
@@ -347,7 +371,8 @@ def test_every_edit_leaves_a_transcript_every_provider_takes(
     first: list[str], first_as: str | None, second: list[str], second_as: str | None
 ) -> None:
     """Two edits of any kind in a row on a run paused before its tool node: each is either
-    refused (writing nothing) or leaves the context in an order providers accept."""
+    refused (writing nothing) or leaves the context in an order providers accept, and so
+    does the run going on from there."""
 
     async def scenario() -> None:
         store = MemoryEventStore()
@@ -370,5 +395,9 @@ def test_every_edit_leaves_a_transcript_every_provider_takes(
                 continue
             state = await app.aget_state(CFG)
             assert not order_problems(state.context), order_problems(state.context)
+        if (await app.aget_state(CFG)).execution_meta.is_interrupted():
+            result = await asyncio.wait_for(app.ainvoke(None, CFG, include_state=True), 30)
+            context = result["state"].context
+            assert not order_problems(context), order_problems(context)
 
     asyncio.run(scenario())
