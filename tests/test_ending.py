@@ -9,6 +9,7 @@ demand)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -62,10 +63,13 @@ class Mail:
     """A support agent that sends an email and looks something up at once: the email
     returns at once, the lookup waits on `gate` (forever, unless a test opens it)."""
 
-    def __init__(self, store: EventStore) -> None:
+    def __init__(self, store: EventStore, *, sync: bool = False) -> None:
         self.store = store
         self.sent: list[str] = []
         self.gate = asyncio.Event()
+        self.sync = sync
+        self.thread_gate = threading.Event()
+        """What a `def` lookup (`sync`) waits on, on its worker thread."""
 
     def graph(self) -> Any:
         async def send_email(to: str) -> str:
@@ -77,6 +81,15 @@ class Mail:
             """Look something up (slowly)."""
             await self.gate.wait()
             return f"found {query}"
+
+        def lookup_sync(query: str) -> str:
+            """Look something up (slowly)."""
+            assert self.thread_gate.wait(GUARD / 100), "the test never let the lookup return"
+            return f"found {query}"
+
+        if self.sync:
+            lookup_sync.__name__ = "lookup"
+            lookup = lookup_sync  # type: ignore[assignment]
 
         def agent(state: AgentState) -> list[Message]:
             last = state.context[-1]
@@ -143,6 +156,37 @@ async def test_a_runtime_cancel_keeps_the_sent_email_and_abandons_the_running_lo
     assert state.execution_meta.status == ExecutionStatus.CANCELLED
     assert_told_the_truth(state.context)
     assert mail.sent == ["bo"]
+
+
+async def test_a_runtime_cancel_waits_for_a_def_lookup_and_still_calls_it_abandoned() -> None:
+    """A `def` tool cannot be stopped: the cancel waits for its worker thread to return
+    (the thread stays owned meanwhile), and the result it returns then is discarded."""
+    store = MemoryEventStore()
+    mail = Mail(store, sync=True)
+    runtime = await runtime_for(store, mail)
+    try:
+        await runtime.trigger("chat", "mail bo", thread_id="t")
+        await mail.email_sent_lookup_running()
+        cancelling = asyncio.ensure_future(runtime.cancel("t", actor="alice"))
+
+        async def abandoned() -> bool:
+            return any(
+                [
+                    isinstance(r.event, ToolCallFinished) and r.event.call_id == "lookup"
+                    async for r in store.read("t")
+                ]
+            )
+
+        await until(abandoned, "the lookup recorded as abandoned")
+        assert not cancelling.done()  # the worker thread still owns the thread
+        mail.thread_gate.set()
+        await cancelling
+        state = await runtime.graphs["g"].app.aget_state(CFG)
+    finally:
+        mail.thread_gate.set()
+        await runtime.stop()
+    assert state.execution_meta.status == ExecutionStatus.CANCELLED
+    assert_told_the_truth(state.context)
 
 
 async def test_an_http_cancel_keeps_the_sent_email_and_abandons_the_running_lookup() -> None:
