@@ -27,7 +27,6 @@ from events import (
     EventStore,
     InterruptRaised,
     MemoryEventStore,
-    MessageAppended,
     Resumed,
     RunCompleted,
     StepAdvanced,
@@ -70,7 +69,7 @@ if TYPE_CHECKING:
 from projections.writer import write
 
 from .callbacks import Callbacks, overridden
-from .ending import closing_events
+from .ending import closing_events, goes_past
 from .journal import journal_for
 from .portal import Portal
 from .results import ResponseGranularity, granularity, run_result
@@ -346,9 +345,7 @@ class CompiledGraph(StepLoop[S]):
         # answered when the run ends, or when a message of the edit would come after them
         still = {c.id for c in open_calls(scratch.state.context)}
         handled = {c.id for c in open_calls(fold.state.context)} - still
-        passed = ending or any(
-            isinstance(e, MessageAppended) and not _is_result(e.message) for e in edit
-        )
+        passed = ending or goes_past(edit)
         closing = await closing_events(self.store, fold, why, over=passed, skip=handled)
         events: list[Event] = [*resumed, *closing, *edit]
         events.append(StepAdvanced(step=meta.step + 1, next_node=target))
@@ -514,11 +511,3 @@ class CompiledGraph(StepLoop[S]):
 
 
 __all__ = ["CompiledGraph", "run_config"]
-
-
-def _is_result(message: Mapping[str, Any]) -> bool:
-    """Whether a recorded message is a tool result."""
-    return any(
-        isinstance(block, dict) and block.get("type") == "tool_result"
-        for block in message.get("content") or ()
-    )

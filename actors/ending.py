@@ -13,7 +13,7 @@ the same thing ("When a run ends early" in the design notes):
 
 from __future__ import annotations
 
-from collections.abc import Collection, Container, Mapping
+from collections.abc import Collection, Container, Mapping, Sequence
 from typing import Any
 
 from events import EventStore, MessageAppended, ToolCallFinished
@@ -33,7 +33,7 @@ from projections.transcript import unique_id
 
 from .tools import rejected_message, tool_message
 
-__all__ = ["abandoned_text", "closing_events", "not_run_text", "step_results"]
+__all__ = ["abandoned_text", "closing_events", "goes_past", "not_run_text", "step_results"]
 
 
 def not_run_text(why: str) -> str:
@@ -101,6 +101,19 @@ async def closing_events(
         message = tool_message(done) if done is not None else _not_run(call, why)
         events.append(_appended(message, known))
     return events
+
+
+def goes_past(events: Sequence[Event]) -> bool:
+    """Whether `events` add a message that is no tool result: it would come after the calls
+    the context waits for, so those must be answered before it."""
+    return any(
+        isinstance(e, MessageAppended)
+        and not any(
+            isinstance(block, dict) and block.get("type") == "tool_result"
+            for block in e.message.get("content") or ()
+        )
+        for e in events
+    )
 
 
 def _closing(call_id: str, name: str, why: str, *, ran: bool) -> ToolCallFinished:

@@ -82,7 +82,7 @@ from .callbacks import (
     recovered,
 )
 from .committing import Committing
-from .ending import closing_events
+from .ending import closing_events, goes_past
 from .guard import Guard
 from .journal import journal_for
 from .nodes import NodeActor, RunNode, output_events, resume_values
@@ -672,9 +672,7 @@ class StepLoop(Committing[S]):
         """The answers of the open tool calls a node's output goes on past: a message it adds
         would come between them and their results, an order no model provider takes, so
         they are answered first, as not run (the graph did not route them to a tool node)."""
-        if not any(isinstance(e, MessageAppended) and not _answered_ids([e]) for e in events):
-            return []
-        if not open_calls(run.fold.state.context):
+        if not goes_past(events) or not open_calls(run.fold.state.context):
             return []
         why = f"node {node!r} went on without running this call"
         skip = _answered_ids(events)
