@@ -195,7 +195,7 @@ async def test_an_http_cancel_keeps_the_sent_email_and_abandons_the_running_look
     runtime = await runtime_for(store, mail)
     transport = httpx.ASGITransport(app=create_app(runtime))
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://agentlog") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             started = await client.post(
                 "/threads/t/runs", json={"assistant_id": "chat", "input": "mail bo"}
             )
