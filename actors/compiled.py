@@ -11,7 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from typing import TYPE_CHECKING, Any
 
 from events import (
@@ -34,6 +42,7 @@ from projections import (
     ExecutionStatus,
     Fold,
     IllegalTransitionError,
+    InvalidStateUpdateError,
     StateDiff,
     StepEntry,
     StopRequestStatus,
@@ -43,9 +52,11 @@ from projections import (
     event_history,
     fork,
     open_calls,
+    order_problems,
     state_at_point,
     state_history,
 )
+from projections.fold import decide
 from projections.snapshots import DEFAULT_SNAPSHOT_EVERY
 
 from .errors import (
@@ -58,11 +69,12 @@ if TYPE_CHECKING:
 from projections.writer import write
 
 from .callbacks import Callbacks, overridden
+from .ending import closing_events, goes_past
 from .journal import journal_for
 from .portal import Portal
 from .results import ResponseGranularity, granularity, run_result
 from .run import DEFAULT_RECURSION_LIMIT, S, _thread_of, _timeout, run_config
-from .steps import StepLoop, _not_run
+from .steps import StepLoop
 from .stream import END_OF_STREAM, RunStream
 
 
@@ -261,12 +273,13 @@ class CompiledGraph(StepLoop[S]):
             known = ", ".join(sorted(self.graph.nodes))
             raise GraphError(f"as_node={as_node!r} is not a node of the graph (nodes: {known})")
 
-        def edit(fold: Fold[S]) -> list[Event]:
+        async def edit(fold: Fold[S]) -> list[Event]:
             if fold.seq == 0:
                 raise ThreadNotFoundError(thread_id)
             events = edit_events(fold.state, values, source=as_node or actor, reason=reason)
             if as_node is not None:
-                events = self._as_node(fold, as_node, events, actor)
+                events = await self._as_node(fold, as_node, events, actor)
+            self._check_order(fold, events)
             return events
 
         return await self.awrite_claimed(thread_id, edit, actor=actor, what="a state edit")
@@ -274,7 +287,7 @@ class CompiledGraph(StepLoop[S]):
     async def awrite_claimed(
         self,
         thread_id: str,
-        decide: Callable[[Fold[S]], list[Event]],
+        decide: Callable[[Fold[S]], list[Event] | Awaitable[list[Event]]],
         *,
         actor: str,
         what: str,
@@ -298,8 +311,15 @@ class CompiledGraph(StepLoop[S]):
             with contextlib.suppress(StoreError):
                 await self.store.release(claim)
 
-    def _as_node(self, fold: Fold[S], node: str, edit: list[Event], actor: str) -> list[Event]:
-        """The edit as `node`'s output: the step advances to where `node` routes, and pauses."""
+    async def _as_node(
+        self, fold: Fold[S], node: str, edit: list[Event], actor: str
+    ) -> list[Event]:
+        """The edit as `node`'s output: the step advances to where `node` routes, and pauses.
+
+        The calls the paused step had started are closed first, and, when the edit ends the
+        run, every call still open is answered right after the message that made it, before
+        the edit's own messages (the order every model provider demands).
+        """
         meta = fold.state.execution_meta
         if (
             meta.status
@@ -315,20 +335,45 @@ class CompiledGraph(StepLoop[S]):
                 f"as_node={node!r} applies to a paused or failed run; thread "
                 f"{meta.thread_id!r} is {meta.status.value}: send it new input instead",
             )
-        events: list[Event] = [Resumed(value=None, by=actor), *edit]
+        resumed: list[Event] = [Resumed(value=None, by=actor)]
         scratch = Fold(fold.state, seq=fold.seq)
-        scratch.apply_all(self._scratch_records(meta.thread_id, events, fold.seq))
+        scratch.apply_all(self._scratch_records(meta.thread_id, [*resumed, *edit], fold.seq))
         target = self._route(node, scratch.state)
+        ending = target == END
+        why = f"{actor!r} edited the state as {node!r} instead"
+        # the calls the edit answers or removes itself are left to it; the others are
+        # answered when the run ends, or when a message of the edit would come after them
+        still = {c.id for c in open_calls(scratch.state.context)}
+        handled = {c.id for c in open_calls(fold.state.context)} - still
+        passed = ending or goes_past(edit)
+        closing = await closing_events(self.store, fold, why, over=passed, skip=handled)
+        events: list[Event] = [*resumed, *closing, *edit]
         events.append(StepAdvanced(step=meta.step + 1, next_node=target))
-        if target == END:
-            why = f"not run: the run was ended by {actor!r} editing the state as {node!r}"
-            known = scratch.message_ids
-            events += [_not_run(c, why, known) for c in open_calls(scratch.state.context)]
+        if ending:
+            # calls the edit itself made follow its own message: they never run
+            after = Fold(fold.state, seq=fold.seq)
+            after.apply_all(self._scratch_records(meta.thread_id, events, fold.seq))
+            events += await closing_events(self.store, after, why, over=True)
             events.append(RunCompleted())
         else:
             reason = f"update_state as {node!r} by {actor!r}"
             events.append(InterruptRaised(node=target, reason=reason, when="before"))
         return events
+
+    def _check_order(self, fold: Fold[S], events: list[Event]) -> None:
+        """Refuse an edit after which a model provider would refuse the transcript: a message
+        between an assistant message's tool calls and their results."""
+        decide(fold.state, events, seq=fold.seq)  # a refusal of the gate's says it first
+        thread_id = fold.state.execution_meta.thread_id
+        scratch = Fold(fold.state, seq=fold.seq)
+        scratch.apply_all(self._scratch_records(thread_id, events, fold.seq))
+        problems = order_problems(scratch.state.context)
+        if len(problems) > len(order_problems(fold.state.context)):
+            raise InvalidStateUpdateError(
+                f"the edit would break the transcript: {problems[-1]}; answer the open tool "
+                "calls first (tool messages with their tool_call_id), or edit as_node=... to "
+                "end or redirect the run (its open calls are then answered as not run)"
+            )
 
     async def astop(self, config: Mapping[str, Any], *, between_nodes: bool = False) -> bool:
         """Ask the thread's run to pause; the request is recorded at once.
@@ -371,7 +416,8 @@ class CompiledGraph(StepLoop[S]):
     ) -> bool:
         """End the thread's run on purpose, recording who and why: it is over and not
         retried; new input starts a new run, and `ainvoke(None)` says there is nothing to
-        resume. Tool calls left without a result get one saying they did not run.
+        resume. Tool calls left without a result are answered as `actors.ending` decides: a
+        committed result is kept, a call that had started is abandoned, others did not run.
 
         The thread must be free: a run executing on it is cut short first (an agent
         runtime's `cancel` does both), else `ThreadBusyError`. Returns False, recording
@@ -379,15 +425,14 @@ class CompiledGraph(StepLoop[S]):
         """
         thread_id = _thread_of(config)
 
-        def cancel(fold: Fold[S]) -> list[Event]:
+        async def cancel(fold: Fold[S]) -> list[Event]:
             if fold.seq == 0:
                 raise ThreadNotFoundError(thread_id)
             meta = fold.state.execution_meta
             if meta.status in (ExecutionStatus.COMPLETED, ExecutionStatus.CANCELLED):
                 return []
-            why = f"not run: the run was cancelled by {by!r}" + (f" ({reason})" if reason else "")
-            known = fold.message_ids
-            events: list[Event] = [_not_run(c, why, known) for c in open_calls(fold.state.context)]
+            why = f"the run was cancelled by {by!r}" + (f" ({reason})" if reason else "")
+            events = await closing_events(self.store, fold, why, over=True)
             events.append(RunCancelled(by=by, reason=reason, node=meta.current_node))
             return events
 

@@ -26,7 +26,6 @@ from events import (
     StopRequested,
     StoreError,
     ThreadNotFoundError,
-    ToolCallFinished,
 )
 from events.kinds import Event
 from projections import (
@@ -50,7 +49,6 @@ from projections.fold import (
     AWAITING_KEY,
     ENTERED_KEY,
     RESUME_KEY,
-    TOOL_CALLS_KEY,
     before_first_run,
 )
 from projections.generic import state_fields
@@ -86,6 +84,7 @@ from .callbacks import (
     recovered,
 )
 from .committing import Committing
+from .ending import closing_events, goes_past
 from .guard import Guard
 from .journal import journal_for
 from .nodes import NodeActor, RunNode, output_events, resume_values
@@ -101,7 +100,7 @@ from .run import (
     run_config,
 )
 from .stream import END_OF_STREAM, RunStream
-from .tools import pending_calls, rejected_message, tool_message
+from .tools import pending_calls, rejected_message
 from .view import node_view
 
 SNAPSHOT_AT_REST = 64
@@ -279,7 +278,7 @@ class StepLoop(Committing[S]):
                 with contextlib.suppress(BaseException):
                     await run.committing  # a commit under way lands first: record after it
 
-        def record(fold: Fold[S]) -> list[Event]:
+        async def record(fold: Fold[S]) -> list[Event]:
             meta = fold.state.execution_meta
             paused = (
                 meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED
@@ -287,7 +286,7 @@ class StepLoop(Committing[S]):
             if fold.seq == 0 or paused or meta.status in _AT_REST or before_first_run(meta):
                 return []  # nothing was written, or the run had already come to rest
             never_ran = run.never_ran() if run is not None else set()
-            events: list[Event] = list(_abandoned_calls(meta, why, never_ran))
+            events = await closing_events(self.store, fold, why, over=False, never_ran=never_ran)
             if meta.stop_current_execution == StopRequestStatus.NONE:
                 events.append(StopRequested(by="runtime", reason=why))
             events.append(
@@ -521,31 +520,17 @@ class StepLoop(Committing[S]):
         )
         if not resting:
             return []
-        remote = _waiting_remote(fold.state) if meta.is_interrupted() else []
-        if remote:
-            why = "not run: the user replied instead of the client answering this call"
-            return [_not_run(c, why, fold.message_ids) for c in remote]
+        if meta.is_interrupted() and _waiting_remote(fold.state):
+            why = "the user replied instead of the client answering this call"
+            return await closing_events(self.store, fold, why, over=True)
         before = meta.status == ExecutionStatus.INTERRUPTED_BEFORE
         node = meta.interrupted_node if before else meta.current_node  # where it would go on
         if node not in self.graph.nodes or not is_tool_node(self.graph.nodes[node]):
             return []
-        calls = pending_calls(fold.state)
-        if not calls:
+        if not pending_calls(fold.state):
             return []
-        finished: dict[str, ToolCallFinished] = {}
-        entered = meta.internal_data.get(ENTERED_KEY)
-        if entered and entered["node"] == node:
-            async for record in self.store.read(meta.thread_id or "", entered["seq"] + 1):
-                if isinstance(record.event, ToolCallFinished):
-                    finished[record.event.call_id] = record.event
-        why = "not run: the user replied before it was approved"
-        return [
-            _result_appended(
-                tool_message(finished[c.id]) if c.id in finished else rejected_message(c, why),
-                fold.message_ids,
-            )
-            for c in calls
-        ]
+        why = "the user replied before it was approved"
+        return await closing_events(self.store, fold, why, over=True)
 
     async def _steps(self, run: Run[S]) -> None:
         while True:
@@ -601,11 +586,10 @@ class StepLoop(Committing[S]):
 
     async def _complete(self, run: Run[S]) -> None:
         """End the run; a tool call still open gets a result saying it never ran, first."""
-        waiting = open_calls(run.fold.state.context)
-        why = "not run: the graph reached its end without running this call"
-        known = run.fold.message_ids
-        events: list[Event] = [_not_run(c, why, known) for c in waiting]
-        if waiting:
+        why = "the graph reached its end without running this call"
+        events = await closing_events(self.store, run.fold, why, over=True)
+        if events:
+            waiting = open_calls(run.fold.state.context)
             _log.warning(
                 "run %s on thread %r ended with tool call(s) %s unanswered: recorded as not run "
                 "(route assistant messages with tool calls to a ToolNode)",
@@ -704,6 +688,7 @@ class StepLoop(Committing[S]):
                 append=is_tool_node(self.graph.nodes[node]),
             )
             goto, pause, ending = _requested(node, requests, goto)
+            events = await self._passed_calls(run, node, events) + events
             if context.recorded:
                 events = [*context.recorded, *events]
             await self._commit_step(
@@ -729,6 +714,25 @@ class StepLoop(Committing[S]):
                 raise  # the graph's wiring or a hook is at fault, and the error says which
             raise NodeError(node, exc) from exc
 
+    async def _passed_calls(self, run: Run[S], node: str, events: list[Event]) -> list[Event]:
+        """The answers of the open tool calls a node's output goes on past: a message it adds
+        would come between them and their results, an order no model provider takes, so
+        they are answered first, as not run (the graph did not route them to a tool node)."""
+        if not goes_past(events) or not open_calls(run.fold.state.context):
+            return []
+        why = f"node {node!r} went on without running this call"
+        skip = _answered_ids(events)
+        closing = await closing_events(self.store, run.fold, why, over=True, skip=skip)
+        if closing:
+            _log.warning(
+                "node %r of run %s on thread %r went on past unanswered tool call(s): recorded "
+                "as not run (route assistant messages with tool calls to a ToolNode)",
+                node,
+                run.run_id,
+                run.thread_id,
+            )
+        return closing
+
     def _timeout_of(self, run: Run[S], node: str) -> float | None:
         """The node's time limit: its own, else the call's `node_timeout`, else the graph's."""
         if node in self.node_timeouts:
@@ -746,11 +750,11 @@ class StepLoop(Committing[S]):
                 await run.committing
         await guard.stopped()
         run.fold = await self._load(run.thread_id)
-        meta = run.fold.state.execution_meta
         if guard.fired == "stop":
             why = "a stop request cancelled the node"
-            events: list[Event] = [
-                *_abandoned_calls(meta, why, run.never_ran()),
+            never_ran = run.never_ran()
+            events = [
+                *await closing_events(self.store, run.fold, why, over=False, never_ran=never_ran),
                 Stopped(
                     node=node,
                     when="before",
@@ -770,7 +774,9 @@ class StepLoop(Committing[S]):
             status="timed_out",
             duration_ms=run.elapsed_ms(),
         )
-        closing = _abandoned_calls(meta, why, run.never_ran())
+        closing = await closing_events(
+            self.store, run.fold, why, over=False, never_ran=run.never_ran()
+        )
         await self._commit(run, [*closing, failed], actor="runtime")
         raise error
 
@@ -815,27 +821,6 @@ def _requested(
                 node=at, reason=reason, when="after" if after else "before", data=to_builtins(data)
             )
     return goto, pause, ending
-
-
-def _abandoned_calls(meta: Any, why: str, never_ran: set[str]) -> list[ToolCallFinished]:
-    """Results closing the tool calls started and not finished: abandoned, never rerun.
-
-    A call in `never_ran` (recorded as started with the step before its tool node, and
-    never handed to its tool) is said not to have run.
-    """
-    closing = []
-    for call_id, name in meta.internal_data.get(TOOL_CALLS_KEY, {}).items():
-        if call_id in never_ran:
-            error = f"abandoned: {why}, before its tool node ran it; the call never started"
-        else:
-            error = (
-                f"abandoned: {why}; the call had started and any result it returns is "
-                "discarded, so whether it took effect is unknown"
-            )
-        closing.append(
-            ToolCallFinished(call_id=call_id, name=str(name), status="abandoned", error=error)
-        )
-    return closing
 
 
 def _not_run(

@@ -76,7 +76,13 @@ from .timetravel import (
     summarize,
     update_state,
 )
-from .transcript import check_pairs, context_events, open_calls, unpaired_results
+from .transcript import (
+    check_pairs,
+    context_events,
+    open_calls,
+    order_problems,
+    unpaired_results,
+)
 from .views import PointOutOfRangeError, fold_at, snapshot_of, state_at, take_snapshot
 
 __all__ = [
@@ -140,6 +146,7 @@ __all__ = [
     "messages_replaced",
     "normalize_input",
     "open_calls",
+    "order_problems",
     "point_seq",
     "remove_tool_messages",
     "replace_messages",

@@ -142,6 +142,33 @@ def unpaired_results(context: Iterable[Message]) -> list[str]:
     return stray
 
 
+def order_problems(context: Sequence[Message]) -> list[str]:
+    """What a model provider (OpenAI, Anthropic) would refuse in `context`'s order: the
+    results of an assistant message's calls come right after it, before any other message,
+    and answer only its calls. The last assistant message may still wait for some results
+    (a run paused at its tool node), as long as nothing but results follows it."""
+    problems: list[str] = []
+    calls: list[str] = []  # the calls of the assistant message the tool messages follow
+    for index, message in enumerate(context):
+        results = [r.call_id for r in results_of(message)]
+        if results:
+            stray = [c for c in results if c not in calls]
+            if stray:
+                problems.append(
+                    f"message {index} ({message.message_id!r}) answers {stray}, which the "
+                    "assistant message right before its run of results did not call"
+                )
+            calls = [c for c in calls if c not in results]
+            continue
+        if calls:
+            problems.append(
+                f"message {index} ({message.message_id!r}) comes before the results of "
+                f"{calls}, which must directly follow the message that called them"
+            )
+        calls = [c.id for c in calls_of(message)]
+    return problems
+
+
 def check_pairs(before: Sequence[Message], after: Sequence[Message], what: str) -> None:
     """Refuse `what` when it leaves a tool call open or a result unpaired that was not before.
 
@@ -169,6 +196,7 @@ __all__ = [
     "check_pairs",
     "context_events",
     "open_calls",
+    "order_problems",
     "results_of",
     "unique_id",
     "unpaired_results",

@@ -10,6 +10,7 @@ follows the same rule.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -44,7 +45,7 @@ class Append(Protocol):
 async def write(
     store: EventStore,
     thread_id: str,
-    build: Callable[[Fold[S]], Sequence[Event]],
+    build: Callable[[Fold[S]], Sequence[Event] | Awaitable[Sequence[Event]]],
     *,
     state_cls: type[S],
     actor: str | None,
@@ -57,8 +58,8 @@ async def write(
 
     `build` sees the thread's fold (a fresh state for a thread with no records) and returns
     the events to write, or nothing: then nothing is written and `[]` is returned. It may
-    raise to refuse. `run_id` may be read from the fold too. `append` defaults to the
-    store's own.
+    raise to refuse, and may be a coroutine (to read the log, as closing a run's tool calls
+    does). `run_id` may be read from the fold too. `append` defaults to the store's own.
     """
     put: Any = append if append is not None else store.append
     for _ in range(WRITE_ATTEMPTS):
@@ -66,7 +67,8 @@ async def write(
             fold: Fold[S] = Fold.new(state_cls)
         else:
             fold = await fold_at(store, thread_id, None, state_cls)
-        events = list(build(fold))
+        built = build(fold)
+        events = list(await built if inspect.isawaitable(built) else built)
         if not events:
             return []
         decide(fold.state, events, seq=fold.seq)

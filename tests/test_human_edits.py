@@ -26,6 +26,7 @@ from events import (
 from projections import (
     AgentState,
     ExecutionStatus,
+    InvalidStateUpdateError,
     Message,
     ToolResultBlock,
     interrupt_summary,
@@ -108,7 +109,8 @@ async def test_a_corrected_tool_call_replaces_the_message_and_is_what_runs(
 
 async def test_the_reason_of_an_edit_that_adds_a_message_is_recorded(store: EventStore) -> None:
     app = await paused_before_tools(store, Charges())
-    note = Message.text_message("customer confirmed by phone", role="user", message_id="n-1")
+    block = ToolResultBlock(call_id=CALL_ID, output="customer confirmed by phone")
+    note = Message.tool_message([block], message_id="n-1")
     await app.aupdate_state(CFG, {"messages": [note]}, actor="bob", reason="phone call")
     last = (await records(store))[-1]
     assert (last.kind, last.actor) == ("message_appended", "bob")
@@ -117,6 +119,17 @@ async def test_the_reason_of_an_edit_that_adds_a_message_is_recorded(store: Even
 
 
 # --- answering a tool call as the tools node -----------------------------------------------
+
+
+async def test_a_note_between_a_call_and_its_result_is_refused(store: EventStore) -> None:
+    """A message added while the run waits at its tool node would sit between the calls
+    and their results, an order no model provider takes: refused, nothing written."""
+    app = await paused_before_tools(store, Charges())
+    before = await store.last_seq("t1")
+    note = Message.text_message("customer confirmed by phone", role="user")
+    with pytest.raises(InvalidStateUpdateError, match="answer the open tool calls first"):
+        await app.aupdate_state(CFG, {"messages": [note]}, actor="bob")
+    assert await store.last_seq("t1") == before
 
 
 async def test_a_human_answer_as_the_tools_node_skips_the_tool_and_pauses_at_the_agent(

@@ -46,6 +46,7 @@ from projections import (
     Message,
     PointOutOfRangeError,
     ToolCallBlock,
+    ToolResultBlock,
     replay,
     state_at,
     step_seq,
@@ -574,7 +575,8 @@ async def test_a_human_edit_is_recorded_with_who_and_why_and_shows_in_history_an
     app = weather_graph(Tally).compile(interrupt_before=["tools"])
     await app.ainvoke({"messages": [Message.text_message("weather?")]}, CFG)
     before = await app.store.last_seq("t")
-    note = Message.text_message("use Celsius", role="user")
+    call = (await app.aget_state(CFG)).context[-1].tool_calls()[0]
+    note = Message.tool_message([ToolResultBlock(call_id=call.id, output="20 C, by hand")])
     records = await app.aupdate_state(
         CFG,
         {"label": "checked", "notes": ["by alice"], "messages": [note]},

@@ -1,11 +1,12 @@
 """Double-texting's `rollback`: the running run is cancelled and superseded, and the thread's
 state is set back to what it was before that run began.
 
-The whole rollback is one commit on the thread: results saying the open tool calls did not
-run, `run_cancelled` (unless the run was cancelled already), `run_superseded` naming the run,
-then `messages_replaced` and `state_updated(replace=True)` carrying the state as it was
-(decided when the rollback is committed, so the fold stays pure). Steps keep counting, the
-superseded run stays in the log and in `history`, and its tools' side effects are not undone.
+The whole rollback is one commit on the thread: the results of the open tool calls (as
+`actors.ending` decides: committed, abandoned or not run), `run_cancelled` (unless the run
+was cancelled already), `run_superseded` naming the run, then `messages_replaced` and
+`state_updated(replace=True)` carrying the state as it was (decided when the rollback is
+committed, so the fold stays pure). Steps keep counting, the superseded run stays in the log
+and in `history`, and its tools' side effects are not undone.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from events.kinds import (
     RunSuperseded,
     StateUpdated,
 )
-from projections import ExecutionStatus, Fold, open_calls
+from projections import ExecutionStatus, Fold
 from projections.edge import to_builtins
+
+from ..ending import closing_events
 
 if TYPE_CHECKING:
     from ..compiled import CompiledGraph
@@ -52,7 +55,7 @@ async def roll_back(
         if name not in ("context", "execution_meta")
     ]
 
-    def supersede(fold: Fold[Any]) -> list[Event]:
+    async def supersede(fold: Fold[Any]) -> list[Event]:
         meta = fold.state.execution_meta
         if run_id in meta.internal_data.get("superseded", ()):
             return []
@@ -62,11 +65,8 @@ async def roll_back(
             return []  # a later run is the thread's now: that run ended before the rollback
         events: list[Event] = []
         if meta.status != ExecutionStatus.CANCELLED:
-            from ..steps import _not_run
-
-            why = f"not run: the run was rolled back by {by!r}" + (f" ({reason})" if reason else "")
-            known = fold.message_ids
-            events += [_not_run(c, why, known) for c in open_calls(fold.state.context)]
+            why = f"the run was rolled back by {by!r}" + (f" ({reason})" if reason else "")
+            events += await closing_events(store, fold, why, over=True)
             events.append(RunCancelled(by=by, reason=reason, node=meta.current_node))
         old = before if before is not None else type(fold.state)()
         events += [
