@@ -27,7 +27,7 @@ from events import (
     ThreadNotFoundError,
     ToolCallFinished,
 )
-from events.kinds import Event
+from events.kinds import ContextSummarized, Event, StateUpdated
 from projections import (
     END,
     START,
@@ -51,6 +51,7 @@ from projections.fold import (
     RESUME_KEY,
     TOOL_CALLS_KEY,
     before_first_run,
+    decide,
 )
 from projections.generic import state_fields
 from projections.messages import monotonic, new_run_id, normalize_input
@@ -122,6 +123,20 @@ def checked_input(input: Any) -> Any:
             f"{type(values).__name__} {values!r:.60}"
         )
     return values
+
+
+def check_input_fields(state_cls: type[AgentState], input: Any) -> None:
+    """Refuse input no run of `state_cls` can take (a field the state lacks, a value its
+    field refuses, a message that does not parse), so it is refused before it is recorded,
+    not by every attempt of a run that can never succeed."""
+    values = checked_input(input)
+    if values is None:
+        return
+    state = state_cls()
+    events = output_events("user", values, state, known=set())[0]
+    # messages are checked against the thread as it stands when the run begins (a tool
+    # result answers a call in it); fields against the state class alone
+    decide(state, [e for e in events if isinstance(e, StateUpdated | ContextSummarized)], seq=0)
 
 
 class StepLoop(Committing[S]):

@@ -27,6 +27,7 @@ from ..command import Command
 from .ledger import TriggerState
 from .rollback import roll_back, rolled_back
 from .shared import RunScope, _scope
+from .spec import retry_can_fix
 from .workers import check_no_workers_running, give_lease, take_lease, take_worker_id
 
 if TYPE_CHECKING:
@@ -522,7 +523,12 @@ class Dispatcher:
         """Record a failed attempt, and queue a retry when the policy allows one."""
         entry = self.runtime.entries.get(state.accepted.entry_point)
         policy = entry.retry if entry is not None else None
-        fatal = policy is None or policy.is_fatal(error_type) or policy.is_fatal(cause_type)
+        fatal = (
+            policy is None
+            or not retry_can_fix(error)
+            or policy.is_fatal(error_type)
+            or policy.is_fatal(cause_type)
+        )
         retry_at = None
         if not fatal and policy is not None and attempt < policy.max_attempts:
             retry_at = self.runtime.clock() + policy.delay(attempt)

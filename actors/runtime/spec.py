@@ -10,6 +10,7 @@ from typing import Any, Literal
 from events import EventRecord
 from events.errors import AgentlogError
 from events.kinds import KINDS
+from projections import IllegalTransitionError
 
 Trigger = Literal["api", "event", "timer", "webhook"]
 MultitaskStrategy = Literal["reject", "enqueue", "interrupt", "rollback"]
@@ -73,6 +74,15 @@ class RuntimeRunFailedError(AgentRuntimeError):
     def __init__(self, message: str, *, error_type: str) -> None:
         super().__init__(message)
         self.error_type = error_type
+
+
+def retry_can_fix(error: BaseException | None) -> bool:
+    """Whether another attempt may end otherwise: never for the caller's own mistake (input
+    the state refuses, a thread id no append takes, a resume with nothing to resume), which
+    fails the same way every time. An error only known by name (after a restart) may be."""
+    if error is None:
+        return True
+    return not isinstance(error, ValueError | IllegalTransitionError)
 
 
 def _is_error_class(value: object) -> bool:
