@@ -125,6 +125,20 @@ def checked_input(input: Any) -> Any:
     return values
 
 
+def _run_id(config: Mapping[str, Any]) -> str:
+    """The id of a run this call starts: the config's `run_id` (an agent runtime passes its
+    trigger's id, so the log and the HTTP API name a run alike), else a fresh one."""
+    given = config.get("run_id")
+    if given is None:
+        return new_run_id()
+    if not isinstance(given, str) or not 1 <= len(given) <= 200 or not given.isprintable():
+        raise GraphError(
+            f"config['run_id'] names the run this call starts: printable text of 1 to 200 "
+            f"characters, got {given!r:.60}"
+        )
+    return given
+
+
 def check_input_fields(state_cls: type[AgentState], input: Any) -> None:
     """Refuse input no run of `state_cls` can take (a field the state lacks, a value its
     field refuses, a message that does not parse), so it is refused before it is recorded,
@@ -429,7 +443,7 @@ class StepLoop(Committing[S]):
         )
         events: list[Event] = []
         if fold.seq == 0 or meta.status in _OVER or answers or superseded or before_first_run(meta):
-            run.run_id = new_run_id()
+            run.run_id = _run_id(config)
             events.extend(answers)
             events.append(
                 RunStarted(
@@ -447,7 +461,7 @@ class StepLoop(Committing[S]):
             run.skip_interrupt_before = await self._released_breakpoint(fold)
         events.extend(inputs)
         if not run.run_id:
-            run.run_id = new_run_id()
+            run.run_id = _run_id(config)
         return run, events
 
     def _entry_node(self, config: Mapping[str, Any]) -> str:

@@ -390,7 +390,11 @@ class Dispatcher:
         thread_id = accepted.thread_id
         app = self.runtime.graphs[accepted.graph_id].app
         attempt = state.attempt + (0 if state.in_flight else 1)
-        config: dict[str, Any] = {"thread_id": thread_id, "user": accepted.by or "runtime"}
+        config: dict[str, Any] = {
+            "thread_id": thread_id,
+            "user": accepted.by or "runtime",
+            "run_id": state.id,  # a run this trigger starts is named by it in the log
+        }
         try:
             if dispatched:
                 resume = False  # dispatched as it was accepted: nothing of it ran yet
