@@ -89,6 +89,7 @@ from .guard import Guard
 from .journal import journal_for
 from .nodes import NodeActor, RunNode, output_events, resume_values
 from .offload import InFlight
+from .redact import redact
 from .run import (
     ABANDONED_BY_CALLER,
     Run,
@@ -204,7 +205,7 @@ class StepLoop(Committing[S]):
                     StreamChunk(
                         event=StreamEvent.ERROR,
                         thread_id=thread_id,
-                        data={"error": type(exc).__name__, "message": str(exc)},
+                        data={"error": type(exc).__name__, "message": redact(str(exc))},
                     )
                 )
             raise
@@ -228,7 +229,7 @@ class StepLoop(Committing[S]):
         failed = RunFailed(
             node=meta.current_node,
             error_type="HookError",
-            message=str(error),
+            message=redact(str(error)),
             duration_ms=run.elapsed_ms(),
         )
         with contextlib.suppress(AgentlogError):
@@ -702,7 +703,7 @@ class StepLoop(Committing[S]):
             failed = RunFailed(
                 node=node,
                 error_type=type(exc).__name__,
-                message=str(exc),
+                message=redact(str(exc)),
                 duration_ms=run.elapsed_ms(),
             )
             # the model calls it made are facts; its writes and outcomes go with its retry

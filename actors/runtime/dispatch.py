@@ -24,6 +24,7 @@ from projections.edge import to_builtins
 from projections.messages import is_message_dict
 
 from ..command import Command
+from ..redact import redact
 from .ledger import TriggerState
 from .rollback import roll_back, rolled_back
 from .shared import RunScope, _scope
@@ -545,7 +546,7 @@ class Dispatcher:
                     outcome="failed",
                     attempt=attempt,
                     error_type=error_type,
-                    message=message[:2000],
+                    message=redact(message)[:2000],
                     retry_at=retry_at,
                 )
             ]
