@@ -344,6 +344,9 @@ def create_app(
         description="An agent runtime on an event log: threads, runs, state and live streams.",
         lifespan=lifespan,
     )
+    # set when the server begins to shut down (`agentlog serve` sets it): open event streams
+    # end at once, so a drain waits for no stream and cancels none
+    app.state.draining = asyncio.Event()
 
     async def on_error(request: Request, exc: Exception) -> JSONResponse:
         status, code, message = _classify(exc)
@@ -1015,11 +1018,16 @@ def _sse(request: Request, records: AsyncIterator[EventRecord]) -> StreamingResp
     async def events() -> AsyncIterator[str]:
         iterator = records.__aiter__()
         pending: asyncio.Task[EventRecord] | None = None
+        draining = asyncio.ensure_future(request.app.state.draining.wait())
         try:
             while not await request.is_disconnected():
                 if pending is None:
                     pending = asyncio.ensure_future(iterator.__anext__())
-                done, _ = await asyncio.wait({pending}, timeout=KEEPALIVE_S)
+                done, _ = await asyncio.wait(
+                    {pending, draining}, timeout=KEEPALIVE_S, return_when=asyncio.FIRST_COMPLETED
+                )
+                if draining in done and pending not in done:
+                    return  # the server is shutting down: the client reconnects elsewhere
                 if not done:
                     yield ": keepalive\n\n"  # the read goes on: nothing is lost
                     continue
@@ -1030,6 +1038,7 @@ def _sse(request: Request, records: AsyncIterator[EventRecord]) -> StreamingResp
                 pending = None
                 yield _sse_record(record)
         finally:
+            draining.cancel()
             if pending is not None:
                 pending.cancel()
                 with contextlib.suppress(BaseException):

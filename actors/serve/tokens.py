@@ -113,7 +113,11 @@ class TokenBook:
             raise TokenFileError(f"the token file {str(path)!r} is not JSON: {exc}") from exc
         entries = data.get("tokens") if isinstance(data, dict) else None
         if not isinstance(entries, list) or not entries:
-            raise TokenFileError(f'{str(path)!r} must hold {{"tokens": [...]}} with one or more')
+            raise TokenFileError(
+                f"the token file {str(path)!r} must hold one token or more, as "
+                '{"tokens": [{"name": "alice", "sha256": "<agentlog serve --hash-token>", '
+                '"graphs": ["*"], "rights": ["read", "run"]}]}'
+            )
         book: dict[str, Principal] = {}
         for i, entry in enumerate(entries):
             book.update([_principal(entry, f"{path}: tokens[{i}]", book)])
