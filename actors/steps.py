@@ -32,6 +32,7 @@ from projections import (
     END,
     START,
     AgentState,
+    ExecutionState,
     ExecutionStatus,
     Fold,
     IllegalTransitionError,
@@ -124,6 +125,12 @@ def checked_input(input: Any) -> Any:
             f"{type(values).__name__} {values!r:.60}"
         )
     return values
+
+
+def _paused_at(meta: ExecutionState) -> str:
+    """The node a paused or failed run stopped at, which a `resumed` record names."""
+    failed = meta.internal_data.get("failed_node")
+    return meta.interrupted_node or (failed if isinstance(failed, str) else meta.current_node)
 
 
 def _run_id(config: Mapping[str, Any]) -> str:
@@ -419,7 +426,7 @@ class StepLoop(Committing[S]):
             # The client ran its tool calls: their results resume the run where it paused.
             run.own.update(_appended_ids(inputs))
             answered = _answered_ids(inputs)
-            resumed: list[Event] = [Resumed(value=None, by=user), *inputs]
+            resumed: list[Event] = [Resumed(value=None, by=user, node=_paused_at(meta)), *inputs]
             why = "not run: the client answered other calls of this message but not this one"
             known = fold.message_ids
             resumed += [_not_run(c, why, known) for c in waiting if c.id not in answered]
@@ -454,7 +461,7 @@ class StepLoop(Committing[S]):
                 )
             )
         elif resuming:
-            events.append(Resumed(value=to_builtins(resume), by=user))
+            events.append(Resumed(value=to_builtins(resume), by=user, node=_paused_at(meta)))
             if meta.status == ExecutionStatus.INTERRUPTED_BEFORE:
                 run.skip_interrupt_before = meta.interrupted_node
         else:

@@ -49,3 +49,67 @@ def test_changed_text_keeps_only_the_difference() -> None:
     assert changed_text("same", "same") == "its text unchanged"
     long = changed_text("x" * 500, "x" * 250 + "y" + "x" * 249)
     assert long.count("x") < 150 and "y" in long
+
+
+async def test_cli_fork_names_who_forked(tmp_path: Path) -> None:
+    import os
+    import pwd
+
+    db = tmp_path / "fork.db"
+    await edited(db)
+    named = agentlog("fork", "t", "--step", "1", "--to", "b", "--actor", "bob", "--db", db)
+    assert named.returncode == 0, named.stderr
+    plain = agentlog("fork", "t", "--step", "1", "--to", "c", "--db", db)
+    assert plain.returncode == 0, plain.stderr
+    blank = agentlog("fork", "t", "--step", "1", "--to", "d", "--actor", " ", "--db", db)
+    assert blank.returncode == 2 and "--actor" in blank.stderr
+    async with SQLiteEventStore(db) as store:
+        assert [r.actor async for r in store.read("b")] == ["bob"]
+        assert [r.actor async for r in store.read("c")] == [pwd.getpwuid(os.getuid()).pw_name]
+        assert await store.last_seq("d") == 0
+
+
+async def test_a_drain_stop_is_the_runtimes_and_resumed_names_the_paused_node(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+
+    from actors.runtime import AgentRuntime, EntryPoint
+
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(state: AgentState) -> list[Message]:
+        entered.set()
+        await release.wait()
+        return [Message.text_message("x", role="assistant")]
+
+    async with SQLiteEventStore(tmp_path / "drain.db") as store:
+        runtime = AgentRuntime(store)
+        runtime.add_graph("g", line(("a", slow), ("b", reply)).compile(store))
+        runtime.register_entry_point(EntryPoint(id="e", graph_id="g"))
+        await runtime.start()
+        await runtime.trigger("e", "hi", thread_id="t", actor="alice")
+        await entered.wait()
+        stopping = asyncio.ensure_future(runtime.stop())
+        while "stop_requested" not in [r.kind async for r in store.read("t")]:
+            await asyncio.sleep(0.01)  # polling for the record, bounded by the test's timeout
+        release.set()
+        await stopping
+        (stop,) = [r async for r in store.read("t") if r.kind == "stop_requested"]
+        assert stop.actor == "runtime" and stop.event.by == "runtime"
+        await runtime.start()
+        await runtime.wait("t", timeout=60)
+        await runtime.stop()
+        (resumed,) = [r async for r in store.read("t") if r.kind == "resumed"]
+        assert resumed.event.node == "a"  # it stopped after node a
+
+
+async def test_resumed_names_the_node_an_interrupt_paused(tmp_path: Path) -> None:
+    from actors import Command
+
+    async with SQLiteEventStore(tmp_path / "pause.db") as store:
+        app = line(("a", reply), ("b", reply)).compile(store, interrupt_before=["b"])
+        await app.ainvoke("hi", {"thread_id": "t"})
+        await app.ainvoke(Command(resume="go"), {"thread_id": "t"})
+        rows = await event_history(store, "t", ["resumed"])
+        assert [r.summary for r in rows] == ["node=b"]

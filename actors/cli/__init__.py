@@ -709,6 +709,13 @@ def fork_command(
     to: Annotated[
         str | None, typer.Option("--to", help="The new thread's id (default: generated).")
     ] = None,
+    actor: Annotated[
+        str | None,
+        typer.Option(
+            "--actor",
+            help="Who forks: the actor the fork's record names (default: your login name).",
+        ),
+    ] = None,
     db: Db = "agentlog.db",
     as_json: AsJson = False,
 ) -> None:
@@ -721,6 +728,12 @@ def fork_command(
     _one_point(step, seq)
     if to == "":
         raise typer.BadParameter("the new thread id is empty", param_hint="--to")
+    who = _login() if actor is None else actor
+    if not who.strip() or not who.isprintable():
+        raise typer.BadParameter(
+            f"the actor is who forks, in printable text (a name such as 'alice'), got {who!r}",
+            param_hint="--actor",
+        )
 
     async def job(store: EventStore) -> tuple[int, str]:
         point = await _point(store, thread, step, seq)
@@ -735,7 +748,9 @@ def fork_command(
                 "(CompiledGraph.afork), or at a point where a snapshot holds its value"
             )
         state_cls = type(at.state)
-        return point, await fork(store, thread, at_seq=point, new_thread_id=to, state_cls=state_cls)
+        return point, await fork(
+            store, thread, at_seq=point, new_thread_id=to, state_cls=state_cls, actor=who
+        )
 
     point, new_id = _run(job, db, thread, writes=True)
     if as_json:
@@ -744,6 +759,16 @@ def fork_command(
         )
     else:
         typer.echo(new_id)
+
+
+def _login() -> str:
+    """The name of whoever runs the command, for the records it writes ("user" if unknown)."""
+    import getpass
+
+    try:
+        return getpass.getuser() or "user"
+    except (KeyError, OSError):
+        return "user"
 
 
 @app.command("verify")
