@@ -113,3 +113,13 @@ async def test_resumed_names_the_node_an_interrupt_paused(tmp_path: Path) -> Non
         await app.ainvoke(Command(resume="go"), {"thread_id": "t"})
         rows = await event_history(store, "t", ["resumed"])
         assert [r.summary for r in rows] == ["node=b"]
+
+
+def test_help_is_never_cut_on_an_80_column_terminal() -> None:
+    commands = ["threads", "history", "tail", "runtime", "worker", "serve", "show", "diff"]
+    commands += ["fork", "verify", "export", "demo", "db upgrade", "db status"]
+    for command in ["", *commands]:
+        shown = agentlog(*command.split(), "--help", columns=80)
+        assert shown.returncode == 0, shown.stderr
+        cut = [line for line in shown.stdout.splitlines() if "…" in line]
+        assert not cut, f"agentlog {command} --help: {cut}"

@@ -100,7 +100,8 @@ Db = Annotated[
         "--db",
         "--dsn",
         help="The agentlog database: a SQLite file's path, or a URL (sqlite:///relative.db, "
-        "sqlite:////absolute.db, postgresql://user@host/database[?schema=name]).",
+        "sqlite:////absolute.db, postgresql://user@host/database, with ?schema=name to pick "
+        "a schema).",
     ),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
