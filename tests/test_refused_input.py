@@ -111,3 +111,18 @@ async def test_an_input_error_found_by_the_run_is_final_not_retried(tmp_path: Pa
         ended = runtime.ledger.triggers[accepted.trigger_id]
         assert ended.outcome == "failed" and ended.retry_at is None
         assert ended.attempt == 1
+
+
+@pytest.mark.parametrize("name", ["__runtime__", "__runtime__/lease/t", "__shared__/support/k"])
+async def test_the_runtimes_own_thread_names_cannot_be_created(api: Any, name: str) -> None:
+    client, runtime = api
+    await client.post("/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"})
+    before = await written(runtime)
+    created = await client.post("/threads", json={"thread_id": name, "graph_id": "support"})
+    assert created.status_code == 422, created.text
+    assert "reserved" in created.json()["error"]["message"]
+    copied = await client.post("/threads/t/copy", json={"thread_id": name})
+    assert copied.status_code == 422, copied.text
+    with pytest.raises(RegistrationError, match="reserved"):
+        await runtime.submit("chat", "hi", thread_id=name)
+    assert await written(runtime) == before

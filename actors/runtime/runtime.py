@@ -443,8 +443,11 @@ class AgentRuntime(Watching):
             raise RegistrationError(
                 f"priority must be an int (higher runs first), got {priority!r}"
             )
-        if thread_id == self.config.runtime_thread:
-            raise RegistrationError(f"{thread_id!r} is the runtime's own thread")
+        if thread_id is not None and self.config.is_internal(thread_id):
+            raise RegistrationError(
+                f"{thread_id!r} names one of the runtime's own threads (ids beginning "
+                f"{self.config.runtime_thread!r} or '__shared__/' are reserved): pick another id"
+            )
         if thread_id is not None:
             try:
                 check_thread_id(thread_id)  # what the run's first append would refuse

@@ -12,6 +12,8 @@ from events.errors import AgentlogError
 from events.kinds import KINDS
 from projections import IllegalTransitionError
 
+SHARED_THREAD_PREFIX = "__shared__/"
+"""Synchronized shared keys live on threads named by this prefix and the key (`shared`)."""
 Trigger = Literal["api", "event", "timer", "webhook"]
 MultitaskStrategy = Literal["reject", "enqueue", "interrupt", "rollback"]
 """What new input for a thread whose run is still going does (LangGraph's names): `reject`
@@ -360,3 +362,13 @@ class RuntimeConfig:
             raise RegistrationError(
                 f"max_concurrent_runs must be an int >= 1, got {self.max_concurrent_runs!r}"
             )
+
+    def is_internal(self, thread_id: str) -> bool:
+        """Whether `thread_id` names a thread of the runtime's own (its ledger, a worker's
+        lease or id, a synchronized shared key): no run, fork or client may create one."""
+        own = self.runtime_thread
+        return (
+            thread_id == own
+            or thread_id.startswith(f"{own}/")
+            or thread_id.startswith(SHARED_THREAD_PREFIX)
+        )
