@@ -123,3 +123,42 @@ def test_help_is_never_cut_on_an_80_column_terminal() -> None:
         assert shown.returncode == 0, shown.stderr
         cut = [line for line in shown.stdout.splitlines() if "…" in line]
         assert not cut, f"agentlog {command} --help: {cut}"
+
+
+def _files(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+async def test_a_damaged_database_is_refused_leaving_no_wal_or_shm(tmp_path: Path) -> None:
+    good = tmp_path / "good.db"
+    await edited(good)
+    damaged = tmp_path / "damaged" / "log.db"
+    damaged.parent.mkdir()
+    damaged.write_bytes(good.read_bytes()[:3000])  # a WAL-mode header, a body cut short
+    for args in (["threads"], ["history", "t"], ["fork", "t", "--step", "1"]):
+        refused = agentlog(*args, "--db", damaged)
+        assert refused.returncode == 1 and "not an agentlog database" in refused.stderr
+        assert _files(damaged.parent) == ["log.db"], args
+
+
+async def test_a_read_only_database_is_refused_leaving_no_wal_or_shm(tmp_path: Path) -> None:
+    """An immutable file (chattr +i), which even root cannot write."""
+    import subprocess
+
+    import pytest
+
+    db = tmp_path / "archive" / "log.db"
+    db.parent.mkdir()
+    await edited(db)
+    made = subprocess.run(["chattr", "+i", str(db)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"chattr +i is not possible here: {made.stderr.strip()}")
+    try:
+        refused = agentlog("fork", "t", "--step", "1", "--db", db)
+        assert refused.returncode == 1 and "read-only" in refused.stderr
+        assert _files(db.parent) == ["log.db"]
+        read = agentlog("threads", "--db", db)
+        assert read.returncode == 0, read.stderr
+        assert _files(db.parent) == ["log.db"]
+    finally:
+        subprocess.run(["chattr", "-i", str(db)], check=True)
