@@ -42,6 +42,7 @@ from events.kinds import (
     ThreadCreated,
     ToolCallFinished,
 )
+from events.store import brief
 
 from .edge import state_data, state_updated
 from .errors import IllegalTransitionError, InvalidStateUpdateError
@@ -102,6 +103,12 @@ async def point_seq(
     store: EventStore, thread_id: str, *, at_step: int | None = None, at_seq: int | None = None
 ) -> int | None:
     """The seq a step or seq names (None: the end of the thread)."""
+    for name, value in (("at_step", at_step), ("at_seq", at_seq)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise InvalidArgumentError(
+                f"{name} is a step or seq number (an int), or None; got {type(value).__name__} "
+                f"{brief(value)}"
+            )
     if at_step is not None and at_seq is not None:
         raise InvalidArgumentError("name a point by at_step or by at_seq, not both")
     if at_step is not None:

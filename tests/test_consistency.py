@@ -162,3 +162,32 @@ async def test_a_read_only_database_is_refused_leaving_no_wal_or_shm(tmp_path: P
         assert _files(db.parent) == ["log.db"]
     finally:
         subprocess.run(["chattr", "-i", str(db)], check=True)
+
+
+async def test_afork_of_a_value_nested_5000_deep_is_a_typed_error(tmp_path: Path) -> None:
+    import pytest
+
+    from events import AgentlogError
+
+    deep: object = "x"
+    for _ in range(5000):
+        deep = [deep]
+    nested: object = "x"
+    for _ in range(5000):
+        nested = {"k": nested}
+    async with SQLiteEventStore(tmp_path / "deep.db") as store:
+        app = line(("a", reply)).compile(store)
+        await app.ainvoke("hi", {"thread_id": "t"})
+        threads = await store.threads()
+        calls = [
+            lambda: app.afork({"thread_id": deep}, at_step=1),
+            lambda: app.afork({"configurable": {"thread_id": nested}}, at_step=1),
+            lambda: app.afork({"thread_id": "t"}, at_step=1, new_thread_id=deep),  # type: ignore[arg-type]
+            lambda: app.afork({"thread_id": "t"}, at_step=deep),  # type: ignore[arg-type]
+            lambda: app.afork({"thread_id": "t"}, at_seq=nested),  # type: ignore[arg-type]
+        ]
+        for call in calls:
+            with pytest.raises(AgentlogError) as refused:
+                await call()
+            assert len(str(refused.value)) < 400
+        assert await store.threads() == threads
