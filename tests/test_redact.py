@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
@@ -14,6 +14,7 @@ from actors.mcp import HttpServer, Secret, StdioServer, mcp_tools
 from actors.redact import MASK, known_secret, redact
 from tests.helpers import ROOT
 from tests.test_mcp import run_with
+from tests.workers.fake_provider import FakeProvider, Reply
 
 
 @pytest.fixture
@@ -80,3 +81,23 @@ def test_redact_hides_urls_flags_and_known_values() -> None:
     for secret in ("u:p", "K1", "T2", "hunter2", "abc", "zz-known-value"):
         assert secret not in said, said
     assert "a=1" in said and "--verbose 3" in said and "https://***@h/x" in said
+
+
+@pytest.fixture
+async def provider() -> AsyncIterator[FakeProvider]:
+    async with FakeProvider() as running:
+        yield running
+
+
+async def test_a_model_providers_error_quoting_a_keyed_url_is_recorded_redacted(
+    provider: FakeProvider,
+) -> None:
+    from tests.test_models_node import CFG, QUESTION, app, model_calls, node, openai_client
+
+    said = {"error": {"message": "upstream https://llm.example/v1?api_key=sk-live-7f3a9 said no"}}
+    provider.script(Reply(status=503, body=said))
+    graph = app(node(openai_client(provider)))
+    await graph.ainvoke({"messages": [QUESTION]}, CFG)
+    failed, _ = await model_calls(graph)
+    assert failed.status == "failed" and failed.error is not None
+    assert "sk-live-7f3a9" not in failed.error and f"api_key={MASK}" in failed.error
