@@ -27,6 +27,9 @@ def with_self_starting(store: SQLiteEventStore) -> AgentRuntime:
     runtime.register_entry_point(
         EntryPoint(id="nightly", graph_id="other", trigger="timer", interval_s=86_400)
     )
+    runtime.register_entry_point(  # its runs pause before "send", for a person to answer
+        EntryPoint(id="desk", graph_id="support", trigger="webhook", path="/hooks/d", secrets=["s"])
+    )
     return runtime
 
 
@@ -90,6 +93,20 @@ async def test_webhook_and_timer_entry_points_need_a_grant_by_name(client: Any) 
         "/threads/u/runs/wait", json={"assistant_id": "notes", "input": "hi"}, headers=bearer("ops")
     )
     assert api.status_code == 200, api.text
+
+
+async def test_a_paused_webhook_run_is_answered_without_a_grant(client: Any) -> None:
+    """A signed delivery started the run; answering its pause starts nothing new."""
+    c, runtime = client
+    accepted = await runtime.submit("desk", "refund", thread_id="w", cause="webhook")
+    await runtime.wait_for(accepted.trigger_id, timeout=60)  # paused before "send"
+    answered = await c.post(
+        "/threads/w/runs/wait",
+        json={"assistant_id": "desk", "command": {"resume": "ok"}},
+        headers=bearer("ops"),
+    )
+    assert answered.status_code == 200, answered.text
+    assert answered.json()["status"] == "completed"
 
 
 async def test_a_tokenless_server_starts_no_webhook_entry_point(tmp_path: Path) -> None:

@@ -623,7 +623,8 @@ def create_app(
         if entry is None:
             raise UnknownEntryPointError(f"no assistant (entry point) {body.assistant_id!r}")
         who.require("run", entry.graph_id)
-        who.require_start(entry.id, entry.trigger)
+        if body.input is not None:  # new input; answering a paused run of it starts nothing
+            who.require_start(entry.id, entry.trigger)
         _check_thread_id(runtime, thread_id)
         if body.command is not None and body.input is not None:
             raise ApiError(422, "invalid_request", "send input or command, not both")

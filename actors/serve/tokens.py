@@ -15,6 +15,7 @@ is the `actor` of every event its requests cause, so the log says who did what.
 Entry points that start by themselves (a webhook's signed deliveries, a timer, committed
 events) are not started through `POST /threads/{id}/runs`, whatever the rights, unless a
 token names them: `"entry_points": ["nightly"]` lets it start those with input of its own.
+Answering a paused run of one (a resume) starts nothing and needs no grant.
 """
 
 from __future__ import annotations
