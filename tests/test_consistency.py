@@ -110,7 +110,7 @@ async def test_resumed_names_the_node_an_interrupt_paused(tmp_path: Path) -> Non
     async with SQLiteEventStore(tmp_path / "pause.db") as store:
         app = line(("a", reply), ("b", reply)).compile(store, interrupt_before=["b"])
         await app.ainvoke("hi", {"thread_id": "t"})
-        await app.ainvoke(Command(resume="go"), {"thread_id": "t"})
+        await app.ainvoke(Command(resume=None), {"thread_id": "t"})
         rows = await event_history(store, "t", ["resumed"])
         assert [r.summary for r in rows] == ["node=b"]
 

@@ -102,7 +102,7 @@ async def test_a_paused_webhook_run_is_answered_without_a_grant(client: Any) -> 
     await runtime.wait_for(accepted.trigger_id, timeout=60)  # paused before "send"
     answered = await c.post(
         "/threads/w/runs/wait",
-        json={"assistant_id": "desk", "command": {"resume": "ok"}},
+        json={"assistant_id": "desk", "command": {"resume": None}},
         headers=bearer("ops"),
     )
     assert answered.status_code == 200, answered.text

@@ -35,7 +35,7 @@ async def test_the_log_names_a_run_by_the_id_http_answers_with(tmp_path: Path) -
                 # an HTTP run too
                 done = await c.post(
                     "/threads/t/runs/wait",
-                    json={"assistant_id": "chat", "command": {"resume": "ok"}},
+                    json={"assistant_id": "chat", "command": {"resume": None}},
                 )
                 assert done.json()["status"] == "completed"
                 assert {r.run_id async for r in store.read("t")} == {first}

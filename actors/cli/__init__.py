@@ -99,9 +99,9 @@ Db = Annotated[
     typer.Option(
         "--db",
         "--dsn",
-        help="The agentlog database: a SQLite file's path, or a URL (sqlite:///relative.db, "
-        "sqlite:////absolute.db, postgresql://user@host/database, with ?schema=name to pick "
-        "a schema).",
+        help="The agentlog database: a SQLite file's path, or a URL: sqlite:///relative.db, "
+        "sqlite:////absolute.db or postgresql://user@host/db (with ?schema=name to pick a "
+        "schema).",
     ),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
