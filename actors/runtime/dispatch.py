@@ -349,7 +349,7 @@ class Dispatcher:
             _log.warning(
                 "trigger %s (entry point %r, thread %r) could not be run: %s; trying again "
                 "in %g s", state.id, state.accepted.entry_point, state.accepted.thread_id,
-                exc, STORE_RETRY_S,
+                redact(str(exc)), STORE_RETRY_S,
             )  # fmt: skip
             if not self.runtime.stopping:
                 loop = asyncio.get_running_loop()
