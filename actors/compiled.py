@@ -335,7 +335,8 @@ class CompiledGraph(StepLoop[S]):
                 f"as_node={node!r} applies to a paused or failed run; thread "
                 f"{meta.thread_id!r} is {meta.status.value}: send it new input instead",
             )
-        resumed: list[Event] = [Resumed(value=None, by=actor)]
+        paused_at = meta.interrupted_node or meta.current_node
+        resumed: list[Event] = [Resumed(value=None, by=actor, node=paused_at)]
         scratch = Fold(fold.state, seq=fold.seq)
         scratch.apply_all(self._scratch_records(meta.thread_id, [*resumed, *edit], fold.seq))
         target = self._route(node, scratch.state)
@@ -405,7 +406,7 @@ class CompiledGraph(StepLoop[S]):
             thread_id,
             stop,
             state_cls=self.graph.state_cls,
-            actor="user",
+            actor=by,
             append=journal_for(self.store).append,
             what="a stop request",
         )

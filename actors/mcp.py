@@ -25,13 +25,14 @@ import sys
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from events.errors import AgentlogError
 from projections import AgentState
 
 from .context import NodeContext
 from .errors import GraphError
+from .redact import MASK, Secret, known_secret, names_a_secret, redact
 from .tools import ToolArgumentsError, ToolUnusableError
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "McpSessionError",
     "McpTool",
     "McpToolError",
+    "Secret",
     "StdioServer",
     "mcp_tools",
 ]
@@ -111,11 +113,17 @@ class StdioServer:
                 "write numbers as text (env={'PORT': '8000'})"
             )
         _check_timeouts(self.label, self.call_timeout, self.connect_timeout)
+        known_secret(*(a for a in self.args if isinstance(a, Secret)))
+        known_secret(*(v for v in env.values() if isinstance(v, Secret)))
 
     @property
     def label(self) -> str:
-        """How errors name this server."""
-        return self.name or " ".join([os.path.basename(self.command), *self.args])
+        """How errors name this server (arguments marked `Secret`, or following a flag that
+        names a secret, shown as `***`)."""
+        if self.name:
+            return self.name
+        args = [MASK if isinstance(a, Secret) else a for a in self.args]
+        return redact(" ".join([os.path.basename(self.command), *args]))
 
 
 @dataclass(frozen=True)
@@ -142,15 +150,27 @@ class HttpServer:
                 ": HttpServer('http://127.0.0.1:8000/mcp')"
             )
         _check_timeouts(self.label, self.call_timeout, self.connect_timeout)
+        known_secret(parts.password, *_query_secrets(parts.query))
+        known_secret(*(v for k, v in (self.headers or {}).items() if _secret_header(k, v)))
 
     @property
     def label(self) -> str:
-        """How errors name this server."""
-        return self.name or self.url
+        """How errors name this server (its URL without user-info or query secrets)."""
+        return self.name or redact(self.url)
 
 
 Server = StdioServer | HttpServer
 """An MCP server's address, by transport."""
+
+
+def _query_secrets(query: str) -> list[str]:
+    """The values of a URL query's parameters whose names say they are secret."""
+    return [v for k, v in parse_qsl(query) if names_a_secret(k)]
+
+
+def _secret_header(name: object, value: object) -> bool:
+    """A header whose value is a credential: marked `Secret`, or named for one."""
+    return isinstance(value, Secret) or names_a_secret(str(name)) or str(name).lower() == "cookie"
 
 
 def _check_timeouts(label: str, call: float | None, connect: float) -> None:

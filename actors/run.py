@@ -14,7 +14,7 @@ from events import (
     EventRecord,
     EventStore,
 )
-from events.store import check_thread_id
+from events.store import brief, check_thread_id
 from projections import (
     AgentState,
     Fold,
@@ -151,8 +151,8 @@ def _thread_of(config: Mapping[str, Any] | None) -> str:
             other = configurable["thread_id"]
             if thread_id is not None and other != thread_id:
                 raise GraphError(
-                    f"the config names two threads ({thread_id!r} and configurable "
-                    f"{other!r}): pass the thread id once"
+                    f"the config names two threads ({brief(thread_id)} and configurable "
+                    f"{brief(other)}): pass the thread id once"
                 )
             thread_id = other
     if thread_id is None:

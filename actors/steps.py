@@ -27,11 +27,12 @@ from events import (
     StoreError,
     ThreadNotFoundError,
 )
-from events.kinds import Event
+from events.kinds import ContextSummarized, Event, StateUpdated
 from projections import (
     END,
     START,
     AgentState,
+    ExecutionState,
     ExecutionStatus,
     Fold,
     IllegalTransitionError,
@@ -50,6 +51,7 @@ from projections.fold import (
     ENTERED_KEY,
     RESUME_KEY,
     before_first_run,
+    decide,
 )
 from projections.generic import state_fields
 from projections.messages import monotonic, new_run_id, normalize_input
@@ -89,6 +91,7 @@ from .guard import Guard
 from .journal import journal_for
 from .nodes import NodeActor, RunNode, output_events, resume_values
 from .offload import InFlight
+from .redact import redact
 from .run import (
     ABANDONED_BY_CALLER,
     Run,
@@ -123,6 +126,40 @@ def checked_input(input: Any) -> Any:
             f"{type(values).__name__} {values!r:.60}"
         )
     return values
+
+
+def _paused_at(meta: ExecutionState) -> str:
+    """The node a paused or failed run stopped at, which a `resumed` record names."""
+    failed = meta.internal_data.get("failed_node")
+    return meta.interrupted_node or (failed if isinstance(failed, str) else meta.current_node)
+
+
+def _run_id(config: Mapping[str, Any]) -> str:
+    """The id of a run this call starts: the config's `run_id` (an agent runtime passes its
+    trigger's id, so the log and the HTTP API name a run alike), else a fresh one."""
+    given = config.get("run_id")
+    if given is None:
+        return new_run_id()
+    if not isinstance(given, str) or not 1 <= len(given) <= 200 or not given.isprintable():
+        raise GraphError(
+            f"config['run_id'] names the run this call starts: printable text of 1 to 200 "
+            f"characters, got {given!r:.60}"
+        )
+    return given
+
+
+def check_input_fields(state_cls: type[AgentState], input: Any) -> None:
+    """Refuse input no run of `state_cls` can take (a field the state lacks, a value its
+    field refuses, a message that does not parse), so it is refused before it is recorded,
+    not by every attempt of a run that can never succeed."""
+    values = checked_input(input)
+    if values is None:
+        return
+    state = state_cls()
+    events = output_events("user", values, state, known=set())[0]
+    # messages are checked against the thread as it stands when the run begins (a tool
+    # result answers a call in it); fields against the state class alone
+    decide(state, [e for e in events if isinstance(e, StateUpdated | ContextSummarized)], seq=0)
 
 
 class StepLoop(Committing[S]):
@@ -176,7 +213,7 @@ class StepLoop(Committing[S]):
                     StreamChunk(
                         event=StreamEvent.ERROR,
                         thread_id=thread_id,
-                        data={"error": type(exc).__name__, "message": str(exc)},
+                        data={"error": type(exc).__name__, "message": redact(str(exc))},
                     )
                 )
             raise
@@ -200,7 +237,7 @@ class StepLoop(Committing[S]):
         failed = RunFailed(
             node=meta.current_node,
             error_type="HookError",
-            message=str(error),
+            message=redact(str(error)),
             duration_ms=run.elapsed_ms(),
         )
         with contextlib.suppress(AgentlogError):
@@ -391,7 +428,7 @@ class StepLoop(Committing[S]):
             # The client ran its tool calls: their results resume the run where it paused.
             run.own.update(_appended_ids(inputs))
             answered = _answered_ids(inputs)
-            resumed: list[Event] = [Resumed(value=None, by=user), *inputs]
+            resumed: list[Event] = [Resumed(value=None, by=user, node=_paused_at(meta)), *inputs]
             why = "not run: the client answered other calls of this message but not this one"
             known = fold.message_ids
             resumed += [_not_run(c, why, known) for c in waiting if c.id not in answered]
@@ -416,7 +453,7 @@ class StepLoop(Committing[S]):
         )
         events: list[Event] = []
         if fold.seq == 0 or meta.status in _OVER or answers or superseded or before_first_run(meta):
-            run.run_id = new_run_id()
+            run.run_id = _run_id(config)
             events.extend(answers)
             events.append(
                 RunStarted(
@@ -426,7 +463,7 @@ class StepLoop(Committing[S]):
                 )
             )
         elif resuming:
-            events.append(Resumed(value=to_builtins(resume), by=user))
+            events.append(Resumed(value=to_builtins(resume), by=user, node=_paused_at(meta)))
             if meta.status == ExecutionStatus.INTERRUPTED_BEFORE:
                 run.skip_interrupt_before = meta.interrupted_node
         else:
@@ -434,7 +471,7 @@ class StepLoop(Committing[S]):
             run.skip_interrupt_before = await self._released_breakpoint(fold)
         events.extend(inputs)
         if not run.run_id:
-            run.run_id = new_run_id()
+            run.run_id = _run_id(config)
         return run, events
 
     def check_resume_value(self, thread_id: str, state: AgentState, value: Any) -> None:
@@ -704,7 +741,7 @@ class StepLoop(Committing[S]):
             failed = RunFailed(
                 node=node,
                 error_type=type(exc).__name__,
-                message=str(exc),
+                message=redact(str(exc)),
                 duration_ms=run.elapsed_ms(),
             )
             # the model calls it made are facts; its writes and outcomes go with its retry

@@ -43,6 +43,7 @@ from .callbacks import HookError, Invocation, InvocationType, call_hook, recover
 from .command import Command
 from .context import NodeContext
 from .errors import GraphError, GraphInterrupt, ToolCommandConflictError
+from .redact import redact
 
 __all__ = [
     "INJECTED",
@@ -338,7 +339,7 @@ class ToolNode:
         except (GraphInterrupt, HookError, ToolUnusableError):
             raise  # a pause, a hook at fault, a tool set up wrong: the step fails, naming it
         except Exception as exc:
-            status, error = "failed", f"{type(exc).__name__}: {exc}"
+            status, error = "failed", redact(f"{type(exc).__name__}: {exc}")
             if hooks is not None and invocation is not None:
                 found = await call_hook(hooks, "on_error", invocation, exc)
                 if found is not None:

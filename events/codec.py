@@ -49,6 +49,7 @@ _BUILT_IN_UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("run_failed", 1): _unchanged,  # `status`, `duration_ms` added; version 1 was "failed"
     ("tool_call_finished", 1): _unchanged,  # `message`, `update`, `goto` added
     ("stop_requested", 1): _unchanged,  # `between_nodes` added; version 1 cut nodes short
+    ("resumed", 1): _unchanged,  # `node` added; None: not recorded
 }
 _upcasters.update(_BUILT_IN_UPCASTERS)
 _sha256 = hashlib.sha256

@@ -148,10 +148,16 @@ class InterruptRaised(BaseEvent, tag="interrupt_raised", frozen=True):
 
 
 class Resumed(BaseEvent, tag="resumed", frozen=True):
-    """A paused run was resumed, optionally with a value handed to the paused node."""
+    """A paused run was resumed, optionally with a value handed to the paused node.
+
+    `node` is the node it paused at (interrupted, stopped or failed at). Version 2 added it.
+    """
+
+    VERSION: ClassVar[int] = 2
 
     value: JSON = None
     by: str | None = None
+    node: str | None = None
 
 
 class StopRequested(BaseEvent, tag="stop_requested", frozen=True):

@@ -295,6 +295,19 @@ def _last_close(path: str) -> None:
             conn.close()
 
 
+def _remove_sidecars(path: str) -> None:
+    """Remove the -wal and -shm a refused open of `path` created (none were there before):
+    as the last connection, SQLite removes them itself; what it leaves of a file it cannot
+    read is removed here, a -wal only when it holds nothing."""
+    _last_close(path)
+    wal, shm = f"{path}-wal", f"{path}-shm"
+    with contextlib.suppress(OSError):
+        if os.path.exists(wal) and os.path.getsize(wal) == 0:
+            os.unlink(wal)
+        if not os.path.exists(wal) and os.path.exists(shm):
+            os.unlink(shm)
+
+
 def _writable(path: str) -> bool:
     """Whether `path` may be written: its mode allows it (even for root) and the OS agrees."""
     try:
@@ -393,23 +406,26 @@ class SQLiteEventStore(BaseEventStore):
                 f"{self.path}: its directory {directory} does not exist; nothing was created: "
                 "create the directory first, or check the path"
             )
+        # SQLite's WAL mode creates -wal and -shm beside the file; when none were there, a
+        # refused open removes them again, as the last connection's close does (close())
+        sidecars = any(os.path.exists(f"{self.path}{suffix}") for suffix in ("-wal", "-shm"))
         if self.readonly:
             if not exists:
                 raise NotAnAgentlogDatabaseError(self.path, "there is no such file")
             uri = _readonly_uri(self.path)
-            # SQLite's WAL reader creates -wal and -shm; when none were there, the last
-            # connection's close removes them again (see close()).
-            self._tidy_on_close = "immutable" not in uri and not any(
-                os.path.exists(f"{self.path}{suffix}") for suffix in ("-wal", "-shm")
-            )
+            self._tidy_on_close = "immutable" not in uri and not sidecars
             reader = self._thread("reader", _connect(uri, True, busy_ms, None))
             try:
                 self._blocking(reader, _prepare_readonly, self.path)
             except BaseException:
                 reader.close_blocking()
+                if self._tidy_on_close:
+                    _remove_sidecars(self.path)
                 raise
             self._reader = reader
             return
+        if exists and not _writable(self.path) and (refused := self._read_only_place()):
+            raise refused  # before SQLite opens it read-only and leaves its -wal and -shm
         try:
             writer = self._thread(
                 "writer", _connect(self.path, False, busy_ms, self._synchronous), busy_ms
@@ -422,13 +438,13 @@ class SQLiteEventStore(BaseEventStore):
             reader = self._thread("reader", _connect(self.path, False, busy_ms, None))
             opened.append(reader)
             checkpointer = self._thread("checkpointer", _connect(self.path, False, busy_ms, None))
-        except (NotAnAgentlogDatabaseError, StoreUnavailableError) as exc:
+        except BaseException as exc:
             for conn in opened:
                 conn.close_blocking()
-            raise self._read_only_place() or exc from None
-        except BaseException:
-            for conn in opened:
-                conn.close_blocking()
+            if exists and not sidecars:
+                _remove_sidecars(self.path)
+            if isinstance(exc, NotAnAgentlogDatabaseError | StoreUnavailableError):
+                raise self._read_only_place() or exc from None
             raise
         self._writer, self._reader, self._checkpointer = writer, reader, checkpointer
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import reprlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -67,6 +68,7 @@ __all__ = [
     "Holder",
     "Payload",
     "StoredSnapshot",
+    "brief",
     "check_thread_id",
     "decode_context_refs",
     "encode_context_refs",
@@ -204,12 +206,18 @@ class EventStore(Protocol):
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
+def brief(value: object) -> str:
+    """A value as an error message shows it: cut short, and safe for a value nested deeper
+    than `repr` can follow (which would raise RecursionError instead of the error)."""
+    return reprlib.repr(value)
+
+
 def check_thread_id(thread_id: object) -> str:
     """A thread id is a non-empty string; anything else is a caller's mistake."""
     if not isinstance(thread_id, str) or not thread_id.strip():
         raise InvalidAppendError(
-            f"thread id must be a non-blank string, got {thread_id!r}: name the thread with "
-            "printable text such as 'chat-42'"
+            f"thread id must be a non-blank string, got {brief(thread_id)}: name the thread "
+            "with printable text such as 'chat-42'"
         )
     _check_text("thread id", thread_id)
     if thread_id.startswith("-"):
@@ -228,7 +236,7 @@ def readable_thread_id(thread_id: object) -> str:
     """A thread id to look up: any non-empty string, so that a thread an older version let in
     (control characters, a leading '-') can still be read and verified, never written to."""
     if not isinstance(thread_id, str) or not thread_id:
-        raise InvalidAppendError(f"thread id must be a non-empty string, got {thread_id!r}")
+        raise InvalidAppendError(f"thread id must be a non-empty string, got {brief(thread_id)}")
     return thread_id
 
 

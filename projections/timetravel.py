@@ -6,6 +6,7 @@ record S). Every answer comes from the log, never from re-running nodes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import Mapping, Sequence
@@ -41,6 +42,7 @@ from events.kinds import (
     ThreadCreated,
     ToolCallFinished,
 )
+from events.store import brief
 
 from .edge import state_data, state_updated
 from .errors import IllegalTransitionError, InvalidStateUpdateError
@@ -102,6 +104,12 @@ async def point_seq(
     store: EventStore, thread_id: str, *, at_step: int | None = None, at_seq: int | None = None
 ) -> int | None:
     """The seq a step or seq names (None: the end of the thread)."""
+    for name, value in (("at_step", at_step), ("at_seq", at_seq)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise InvalidArgumentError(
+                f"{name} is a step or seq number (an int), or None; got {type(value).__name__} "
+                f"{brief(value)}"
+            )
     if at_step is not None and at_seq is not None:
         raise InvalidArgumentError("name a point by at_step or by at_seq, not both")
     if at_step is not None:
@@ -278,12 +286,14 @@ async def event_history(
     """
     rows: list[EventRow] = []
     node: str | None = None
+    messages = _Messages()
     async for record in store.read(thread_id, 1, last):
         event = record.event
         if isinstance(event, NodeEntered):
             node = event.node
         elif record.kind == "forked":
             node = None
+        replaced = messages.follow(record)
         if record.seq < first or (kinds and record.kind not in kinds):
             continue
         duration, status = execution_record(record)
@@ -295,7 +305,7 @@ async def event_history(
                 record.kind,
                 record.actor,
                 node,
-                summarize(record),
+                summarize(record, replaced=replaced),
                 duration,
                 status,
                 tool,
@@ -378,15 +388,84 @@ def _why(reason: str | None) -> str:
     return f" ({reason})" if reason else ""
 
 
-def summarize(record: EventRecord) -> str:
-    """What a record says, in a few words (stored text included as it is: show it inert)."""
+class _Messages:
+    """The raw messages of a thread by id, as its records go, so the row of a replacement
+    (a human edit) can say what changed rather than repeat the whole message."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[Any, dict[str, Any]] = {}
+
+    def follow(self, record: EventRecord) -> dict[str, Any] | None:
+        """Take `record` in; for a replacement, the message it replaced (None if unknown)."""
+        event = record.event
+        if isinstance(event, MessageAppended | MessageReplaced):
+            key = event.message.get("message_id")
+            old = self.by_id.get(key) if isinstance(event, MessageReplaced) else None
+            self.by_id[key] = event.message
+            return old
+        if isinstance(event, MessagesRemoved):
+            for key in event.message_ids:
+                self.by_id.pop(key, None)
+        elif isinstance(event, MessagesReplaced) or (
+            isinstance(event, ContextSummarized) and event.messages is not None
+        ):
+            kept = event.messages or []
+            self.by_id = {m.get("message_id"): m for m in kept if isinstance(m, dict)}
+        elif isinstance(event, Forked):
+            context = event.state.get("context") or []
+            self.by_id = {m.get("message_id"): m for m in context if isinstance(m, dict)}
+        return None
+
+
+def _message_view(message: Message) -> str:
+    """A message as one line, whole: role, text and each tool call with its arguments."""
+    calls = "; ".join(f"{c.name}({_json(getattr(c, 'args', {}))})" for c in calls_of(message))
+    return f"{message.role}: {message_text(message)}" + (f" [calls {calls}]" if calls else "")
+
+
+def changed_text(old: str, new: str, context: int = 16) -> str:
+    """Where two texts differ, with a little context each side: `"…100 EUR…" -> "…10 EUR…"`."""
+    if old == new:
+        return "its text unchanged"
+    room = min(len(old), len(new))
+    prefix = next((i for i in range(room) if old[i] != new[i]), room)
+    suffix, room = 0, room - prefix
+    while suffix < room and old[len(old) - 1 - suffix] == new[len(new) - 1 - suffix]:
+        suffix += 1
+    start = max(prefix - context, 0)
+    floor = max(start - context, 0)
+    while floor < start < prefix and not old[start - 1].isspace():
+        start -= 1  # begin the context at a word (within a few more characters)
+
+    def part(text: str) -> str:
+        end = min(len(text) - suffix + context, len(text))
+        ceiling = min(end + context, len(text))
+        while len(text) - suffix < end < ceiling and not text[end].isspace():
+            end += 1  # and end it at one
+        body = text[start:end]
+        if len(body) > SUMMARY_CHARS:
+            body, end = body[:SUMMARY_CHARS], start + SUMMARY_CHARS
+        return ("…" if start else "") + body + ("…" if end < len(text) else "")
+
+    return f'"{part(old)}" -> "{part(new)}"'
+
+
+def summarize(record: EventRecord, *, replaced: dict[str, Any] | None = None) -> str:
+    """What a record says, in a few words (stored text included as it is: show it inert).
+
+    `replaced`: for a message replacement, the message it replaced; the summary then says
+    what changed instead of repeating the message."""
     event = record.event
     if isinstance(event, MessageAppended):
         return message_brief(Message.model_validate(event.message))
     if isinstance(event, MessageReplaced):
         message = Message.model_validate(event.message)
-        brief = message_brief(message)
-        return f"replaced message {quoted_id(message.message_id)}: {brief}{_why(event.reason)}"
+        said = message_brief(message)
+        if replaced is not None:
+            with contextlib.suppress(ValueError):
+                before = _message_view(Message.model_validate(replaced))
+                said = changed_text(before, _message_view(message))
+        return f"replaced message {quoted_id(message.message_id)}: {said}{_why(event.reason)}"
     if isinstance(event, MessagesRemoved):
         ids = event.message_ids
         return f"removed {_count(len(ids))}: {_ids(ids)}{_why(event.reason)}"

@@ -338,3 +338,27 @@ def test_graph_keeps_the_records_of_threads_that_run_that_graph(tmp_path: Path) 
         assert running.stop()[0] == 0
     assert {(r["thread_id"], r["seq"]) for r in plain} == kept["first"]
     assert late["thread_id"] == "plain"
+
+
+def test_sigint_ends_it_at_once_while_its_reader_has_stopped_reading(tmp_path: Path) -> None:
+    """A reader that stops reading (a pager paused) fills the pipe: the lines wait, and
+    SIGINT still ends the command at once (a blocking write used to hold it for ever)."""
+    import fcntl
+    import termios
+
+    db = tmp_path / "log.db"
+    append(db, "t", steps(1500))
+    with tail("--db", db, "--json", "--from", "0") as running:
+        assert running.proc.stdout is not None
+        fd = running.proc.stdout.fileno()
+        capacity = fcntl.fcntl(fd, 1032)  # F_GETPIPE_SZ
+        deadline = time.monotonic() + PATIENCE
+        waiting = bytearray(4)
+        while True:  # until the pipe is full: tail now waits for its reader
+            fcntl.ioctl(fd, termios.FIONREAD, waiting)
+            if int.from_bytes(waiting, sys.byteorder) > capacity - 4096:
+                break
+            assert time.monotonic() < deadline, "tail never filled its pipe"
+            time.sleep(0.01)
+        running.proc.send_signal(signal.SIGINT)
+        assert running.proc.wait(timeout=PATIENCE) == 0

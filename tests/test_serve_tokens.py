@@ -32,8 +32,8 @@ def entry(**over: Any) -> dict[str, Any]:
     ("data", "words"),
     [
         ("{nope", "is not JSON"),
-        ({"tokens": []}, "one or more"),
-        ([entry()], "one or more"),
+        ({"tokens": []}, "one token or more"),
+        ([entry()], "one token or more"),
         ({"tokens": [entry(name="")]}, "name must be"),
         ({"tokens": [entry(sha256="s")]}, "64 hex digits"),
         ({"tokens": [entry(sha256="z" * 64)]}, "64 hex digits"),

@@ -99,8 +99,9 @@ Db = Annotated[
     typer.Option(
         "--db",
         "--dsn",
-        help="The agentlog database: a SQLite file's path, or a URL (sqlite:///relative.db, "
-        "sqlite:////absolute.db, postgresql://user@host/database[?schema=name]).",
+        help="The agentlog database: a SQLite file's path, or a URL: sqlite:///relative.db, "
+        "sqlite:////absolute.db or postgresql://user@host/db (with ?schema=name to pick a "
+        "schema).",
     ),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
@@ -744,6 +745,13 @@ def fork_command(
     to: Annotated[
         str | None, typer.Option("--to", help="The new thread's id (default: generated).")
     ] = None,
+    actor: Annotated[
+        str | None,
+        typer.Option(
+            "--actor",
+            help="Who forks: the actor the fork's record names (default: your login name).",
+        ),
+    ] = None,
     db: Db = "agentlog.db",
     as_json: AsJson = False,
 ) -> None:
@@ -756,6 +764,12 @@ def fork_command(
     _one_point(step, seq)
     if to == "":
         raise typer.BadParameter("the new thread id is empty", param_hint="--to")
+    who = _login() if actor is None else actor
+    if not who.strip() or not who.isprintable():
+        raise typer.BadParameter(
+            f"the actor is who forks, in printable text (a name such as 'alice'), got {who!r}",
+            param_hint="--actor",
+        )
 
     async def job(store: EventStore) -> tuple[int, str]:
         point = await _point(store, thread, step, seq)
@@ -770,7 +784,9 @@ def fork_command(
                 "(CompiledGraph.afork), or at a point where a snapshot holds its value"
             )
         state_cls = type(at.state)
-        return point, await fork(store, thread, at_seq=point, new_thread_id=to, state_cls=state_cls)
+        return point, await fork(
+            store, thread, at_seq=point, new_thread_id=to, state_cls=state_cls, actor=who
+        )
 
     point, new_id = _run(job, db, thread, writes=True)
     if as_json:
@@ -779,6 +795,16 @@ def fork_command(
         )
     else:
         typer.echo(new_id)
+
+
+def _login() -> str:
+    """The name of whoever runs the command, for the records it writes ("user" if unknown)."""
+    import getpass
+
+    try:
+        return getpass.getuser() or "user"
+    except (KeyError, OSError):
+        return "user"
 
 
 @app.command("verify")

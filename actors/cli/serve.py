@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from events import AgentlogError, EventStore, open_store
+from events import AgentlogError, EventStore, ThreadBusyError, open_store
 
 from . import CliError, _fail
 from .runtime import AppRef, built, check_built, check_target, load, same_store, usage
 
 if TYPE_CHECKING:
+    from ..runtime import AgentRuntime
     from ..serve.tokens import TokenBook
 
 DRAIN_S = 10.0
@@ -171,11 +172,37 @@ async def _serve(
                 timeout_graceful_shutdown=int(DRAIN_S),
             )
         )
+        server.draining = app.state.draining
+        try:  # started here, not by the app: another runtime on the file is one line, exit 1
+            await runtime.start()
+        except ThreadBusyError as exc:
+            raise CliError(str(exc)) from None
         announce = asyncio.ensure_future(_announce(server, db, book is not None))
         try:
             await server.serve(sockets=[sock])
         finally:
             announce.cancel()
+            await _stop(runtime)
+
+
+async def _stop(runtime: AgentRuntime) -> None:
+    """Stop the runtime after the drain (running steps commit, runs pause); a signal
+    meanwhile cancels what still runs, as for `agentlog runtime`."""
+    loop = asyncio.get_running_loop()
+    again = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, again.set)
+    stops = [asyncio.ensure_future(runtime.stop())]
+    second = asyncio.ensure_future(again.wait())
+    try:
+        done, _ = await asyncio.wait({stops[0], second}, return_when=asyncio.FIRST_COMPLETED)
+        if second in done and not stops[0].done():
+            stops.append(asyncio.ensure_future(runtime.stop(cancel=True)))
+        await asyncio.gather(*stops)
+    finally:
+        second.cancel()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
 
 
 def _server_class() -> Any:
@@ -183,7 +210,15 @@ def _server_class() -> Any:
 
     class Server(uvicorn.Server):
         """uvicorn's server, draining on SIGINT/SIGTERM and then exiting with status 0
-        (uvicorn would raise the signal again once drained, ending the process by it)."""
+        (uvicorn would raise the signal again once drained, ending the process by it); its
+        drain ends the app's open event streams at once (`draining`)."""
+
+        draining: asyncio.Event | None = None
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            if self.draining is not None:
+                self.draining.set()
+            await super().shutdown(sockets)
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:

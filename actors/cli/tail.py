@@ -14,11 +14,14 @@ runs, so `agentlog --help` loads no more than before (see tests/test_cli_startup
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
+import stat
 import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import TextIO
 
 import msgspec
 import typer
@@ -140,14 +143,63 @@ async def _print_all(
 ) -> None:
     """Write each record's line as it comes, flushed, until cancelled or the reader leaves."""
     out = sys.stdout
+    out.flush()
+    pipe = _Pipe.of(out)
     try:
         async for record in records:
-            out.write(show(record) + "\n")
-            out.flush()
+            line = show(record) + "\n"
+            if pipe is None:
+                out.write(line)
+                out.flush()
+            else:
+                await pipe.write(line.encode(out.encoding or "utf-8", out.errors or "strict"))
     except BrokenPipeError:  # `agentlog tail | head`: the reader has all it wants
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, out.fileno())  # so that the flush at exit finds nowhere to fail
         os.close(devnull)
+    finally:
+        if pipe is not None:
+            pipe.close()
+
+
+class _Pipe:
+    """Standard output when it is a pipe, written without blocking the event loop: a reader
+    that stops reading (a paused pager) leaves the lines waiting, and a signal still ends
+    the command at once (a blocking write would hold the loop, and the signal, forever)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.was_blocking = os.get_blocking(fd)
+        os.set_blocking(fd, False)
+
+    @classmethod
+    def of(cls, out: TextIO) -> _Pipe | None:
+        try:
+            fd = out.fileno()
+            if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+                return None  # a file never blocks; a terminal's mode is the shell's too
+            return cls(fd)
+        except (OSError, ValueError):
+            return None
+
+    async def write(self, data: bytes) -> None:
+        loop = asyncio.get_running_loop()
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self.fd, view) :]
+            except BlockingIOError:
+                room: asyncio.Future[None] = loop.create_future()
+                loop.add_writer(self.fd, room.set_result, None)
+                try:
+                    await room
+                finally:
+                    loop.remove_writer(self.fd)
+
+    def close(self) -> None:
+        """Give the pipe back as it was (it is shared with whoever else writes to it)."""
+        with contextlib.suppress(OSError):
+            os.set_blocking(self.fd, self.was_blocking)
 
 
 def tail(

@@ -23,6 +23,7 @@ from projections.messages import monotonic
 
 from ..context import NodeContext, current_context
 from ..errors import GraphError
+from ..redact import redact
 from ._common import ModelAnswer, Tools, dumps, plain, request_hash
 from .anthropic_messages import (
     AnthropicStream,
@@ -406,4 +407,4 @@ def _cause(exc: BaseException | None) -> str:
     if exc is None:
         return ""
     text = " ".join(str(exc).split()) or "no message"
-    return f"{type(exc).__name__}: {text}"
+    return redact(f"{type(exc).__name__}: {text}")  # a provider's error may quote its URL

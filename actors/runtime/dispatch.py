@@ -24,9 +24,11 @@ from projections.edge import to_builtins
 from projections.messages import is_message_dict
 
 from ..command import Command
+from ..redact import redact
 from .ledger import TriggerState
 from .rollback import roll_back, rolled_back
 from .shared import RunScope, _scope
+from .spec import retry_can_fix
 from .workers import check_no_workers_running, give_lease, take_lease, take_worker_id
 
 if TYPE_CHECKING:
@@ -347,7 +349,7 @@ class Dispatcher:
             _log.warning(
                 "trigger %s (entry point %r, thread %r) could not be run: %s; trying again "
                 "in %g s", state.id, state.accepted.entry_point, state.accepted.thread_id,
-                exc, STORE_RETRY_S,
+                redact(str(exc)), STORE_RETRY_S,
             )  # fmt: skip
             if not self.runtime.stopping:
                 loop = asyncio.get_running_loop()
@@ -389,7 +391,11 @@ class Dispatcher:
         thread_id = accepted.thread_id
         app = self.runtime.graphs[accepted.graph_id].app
         attempt = state.attempt + (0 if state.in_flight else 1)
-        config: dict[str, Any] = {"thread_id": thread_id, "user": accepted.by or "runtime"}
+        config: dict[str, Any] = {
+            "thread_id": thread_id,
+            "user": accepted.by or "runtime",
+            "run_id": state.id,  # a run this trigger starts is named by it in the log
+        }
         try:
             if dispatched:
                 resume = False  # dispatched as it was accepted: nothing of it ran yet
@@ -522,7 +528,12 @@ class Dispatcher:
         """Record a failed attempt, and queue a retry when the policy allows one."""
         entry = self.runtime.entries.get(state.accepted.entry_point)
         policy = entry.retry if entry is not None else None
-        fatal = policy is None or policy.is_fatal(error_type) or policy.is_fatal(cause_type)
+        fatal = (
+            policy is None
+            or not retry_can_fix(error)
+            or policy.is_fatal(error_type)
+            or policy.is_fatal(cause_type)
+        )
         retry_at = None
         if not fatal and policy is not None and attempt < policy.max_attempts:
             retry_at = self.runtime.clock() + policy.delay(attempt)
@@ -535,7 +546,7 @@ class Dispatcher:
                     outcome="failed",
                     attempt=attempt,
                     error_type=error_type,
-                    message=message[:2000],
+                    message=redact(message)[:2000],
                     retry_at=retry_at,
                 )
             ]

@@ -21,7 +21,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from events import EventRecord, EventStore
-from events.errors import StoreError, ThreadBusyError
+from events.errors import InvalidAppendError, StoreError, ThreadBusyError
 from events.follow import last_position
 from events.kinds import (
     Event,
@@ -31,10 +31,12 @@ from events.kinds import (
     TriggerFinished,
     TriggerListening,
 )
+from events.store import check_thread_id
 from projections import ExecutionStatus, StopRequestStatus
 from projections.edge import to_builtins
 
 from ..command import Command
+from ..errors import NothingToResumeError
 from ..results import ResponseGranularity, run_result
 from .dispatch import Dispatcher
 from .facts import Facts
@@ -444,9 +446,16 @@ class AgentRuntime(Watching):
             raise RegistrationError(
                 f"priority must be an int (higher runs first), got {priority!r}"
             )
-        if thread_id == self.config.runtime_thread:
-            raise RegistrationError(f"{thread_id!r} is the runtime's own thread")
+        if thread_id is not None and self.config.is_internal(thread_id):
+            raise RegistrationError(
+                f"{thread_id!r} names one of the runtime's own threads (ids beginning "
+                f"{self.config.runtime_thread!r} or '__shared__/' are reserved): pick another id"
+            )
         if thread_id is not None:
+            try:
+                check_thread_id(thread_id)  # what the run's first append would refuse
+            except InvalidAppendError as exc:
+                raise RegistrationError(str(exc)) from None
             await self._check_thread_graph(thread_id, entry)
         resume = isinstance(input, Command)
         if resume:
@@ -462,11 +471,18 @@ class AgentRuntime(Watching):
                 f"a run of entry point {entry.id!r} on a new thread needs input to start from "
                 "(a message, or a dict of fields); None only goes on with an existing thread"
             )
+        elif input is None and thread_id is not None:
+            await self._check_resumable(thread_id, entry)
         strategy = multitask_strategy or entry.multitask_strategy
         if strategy not in MULTITASK_STRATEGIES:
             raise RegistrationError(
                 f"multitask_strategy is one of {', '.join(MULTITASK_STRATEGIES)}, got {strategy!r}"
             )
+        recordable = _recordable(input, resume)
+        if not resume and input is not None and entry.graph_id in self.graphs:
+            from ..steps import check_input_fields
+
+            check_input_fields(self.graphs[entry.graph_id].app.graph.state_cls, recordable)
         self._check_started()  # again: the runtime may have stopped during the reads above
         busy = thread_id is not None and self._busy(thread_id)
         if busy and strategy == "reject":
@@ -476,7 +492,7 @@ class AgentRuntime(Watching):
             )
         accepted = await self.accept(
             entry,
-            _recordable(input, resume),
+            recordable,
             cause=cause if cause in ("api", "webhook") else "api",
             resume=resume,
             thread_id=thread_id,
@@ -587,6 +603,21 @@ class AgentRuntime(Watching):
                 "paused or failed run; send new input instead"
             )
         app.check_resume_value(thread_id, state, value)
+
+    async def _check_resumable(self, thread_id: str, entry: EntryPoint) -> None:
+        """No input goes on with the thread's run: refused when that run was cancelled (it
+        would fail on every attempt), unless a run of the thread is still going."""
+        if self._busy(thread_id) or entry.graph_id not in self.graphs:
+            return
+        app = self.graphs[entry.graph_id].app
+        meta = (await app.aget_state({"thread_id": thread_id})).execution_meta
+        if meta.status == ExecutionStatus.CANCELLED:
+            cancelled = meta.internal_data.get("cancelled") or {}
+            raise NothingToResumeError(
+                f"the run on thread {thread_id!r} was cancelled by "
+                f"{cancelled.get('by') or 'someone'}: there is nothing to go on with; send "
+                "new input to start a new run"
+            )
 
     async def _check_thread_graph(self, thread_id: str, entry: EntryPoint) -> None:
         """An existing thread takes runs of its own graph only."""

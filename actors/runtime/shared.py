@@ -30,14 +30,13 @@ from projections.edge import to_builtins
 
 from ..context import current_context
 from .facts import SharedStateError, apply_op
+from .spec import SHARED_THREAD_PREFIX
 
 if TYPE_CHECKING:
     from .runtime import AgentRuntime
     from .spec import EntryPoint
 
 Op = Literal["set", "increment", "append", "merge"]
-SHARED_THREAD_PREFIX = "__shared__/"
-"""Synchronized keys live on threads named by this prefix and the key."""
 
 
 def _check_value(key: str, op: str, value: Any) -> Any:

@@ -10,7 +10,10 @@ from typing import Any, Literal
 from events import EventRecord
 from events.errors import AgentlogError
 from events.kinds import KINDS
+from projections import IllegalTransitionError
 
+SHARED_THREAD_PREFIX = "__shared__/"
+"""Synchronized shared keys live on threads named by this prefix and the key (`shared`)."""
 Trigger = Literal["api", "event", "timer", "webhook"]
 MultitaskStrategy = Literal["reject", "enqueue", "interrupt", "rollback"]
 """What new input for a thread whose run is still going does (LangGraph's names): `reject`
@@ -78,6 +81,15 @@ class RuntimeRunFailedError(AgentRuntimeError):
     def __init__(self, message: str, *, error_type: str) -> None:
         super().__init__(message)
         self.error_type = error_type
+
+
+def retry_can_fix(error: BaseException | None) -> bool:
+    """Whether another attempt may end otherwise: never for the caller's own mistake (input
+    the state refuses, a thread id no append takes, a resume with nothing to resume), which
+    fails the same way every time. An error only known by name (after a restart) may be."""
+    if error is None:
+        return True
+    return not isinstance(error, ValueError | IllegalTransitionError)
 
 
 def _is_error_class(value: object) -> bool:
@@ -355,3 +367,13 @@ class RuntimeConfig:
             raise RegistrationError(
                 f"max_concurrent_runs must be an int >= 1, got {self.max_concurrent_runs!r}"
             )
+
+    def is_internal(self, thread_id: str) -> bool:
+        """Whether `thread_id` names a thread of the runtime's own (its ledger, a worker's
+        lease or id, a synchronized shared key): no run, fork or client may create one."""
+        own = self.runtime_thread
+        return (
+            thread_id == own
+            or thread_id.startswith(f"{own}/")
+            or thread_id.startswith(SHARED_THREAD_PREFIX)
+        )

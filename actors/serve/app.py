@@ -359,6 +359,9 @@ def create_app(
         description="An agent runtime on an event log: threads, runs, state and live streams.",
         lifespan=lifespan,
     )
+    # set when the server begins to shut down (`agentlog serve` sets it): open event streams
+    # end at once, so a drain waits for no stream and cancels none
+    app.state.draining = asyncio.Event()
 
     async def on_error(request: Request, exc: Exception) -> JSONResponse:
         status, code, message = _classify(exc)
@@ -658,6 +661,8 @@ def create_app(
         if entry is None:
             raise UnknownEntryPointError(f"no assistant (entry point) {body.assistant_id!r}")
         who.require("run", entry.graph_id)
+        if body.input is not None:  # new input; answering a paused run of it starts nothing
+            who.require_start(entry.id, entry.trigger)
         _check_thread_id(runtime, thread_id)
         if body.command is not None and body.input is not None:
             raise ApiError(422, "invalid_request", "send input or command, not both")
@@ -848,7 +853,13 @@ def _check_thread_id(runtime: AgentRuntime, thread_id: str) -> None:
 
 def _check_new_thread_id(runtime: AgentRuntime, thread_id: str) -> None:
     """A thread id a request brings into the log: not the runtime's, and not too long."""
-    _check_thread_id(runtime, thread_id)
+    if runtime.config.is_internal(thread_id):
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"{thread_id!r} names one of the runtime's own threads (ids beginning "
+            f"{runtime.config.runtime_thread!r} or '__shared__/' are reserved): pick another id",
+        )
     if not 1 <= len(thread_id) <= MAX_THREAD_ID:
         raise ApiError(
             422, "invalid_request", f"a new thread's id is 1 to {MAX_THREAD_ID} characters long"
@@ -1069,11 +1080,16 @@ def _sse(
     async def events() -> AsyncIterator[str]:
         iterator = records.__aiter__()
         pending: asyncio.Task[EventRecord] | None = None
+        draining = asyncio.ensure_future(request.app.state.draining.wait())
         try:
             while not await request.is_disconnected():
                 if pending is None:
                     pending = asyncio.ensure_future(iterator.__anext__())
-                done, _ = await asyncio.wait({pending}, timeout=KEEPALIVE_S)
+                done, _ = await asyncio.wait(
+                    {pending, draining}, timeout=KEEPALIVE_S, return_when=asyncio.FIRST_COMPLETED
+                )
+                if draining in done and pending not in done:
+                    return  # the server is shutting down: the client reconnects elsewhere
                 if not done:
                     yield ": keepalive\n\n"  # the read goes on: nothing is lost
                     continue
@@ -1084,6 +1100,7 @@ def _sse(
                 pending = None
                 yield _sse_record(record, run_of(record))
         finally:
+            draining.cancel()
             if pending is not None:
                 pending.cancel()
                 with contextlib.suppress(BaseException):

@@ -11,6 +11,11 @@ SHA-256 (`agentlog serve --hash-token` prints it):
 Rights: "read" (state, history, search, streams), "run" (start, wait for, answer and cancel
 runs), "edit" (fork, edit state), "admin" (everything, and deleting threads). A token's name
 is the `actor` of every event its requests cause, so the log says who did what.
+
+Entry points that start by themselves (a webhook's signed deliveries, a timer, committed
+events) are not started through `POST /threads/{id}/runs`, whatever the rights, unless a
+token names them: `"entry_points": ["nightly"]` lets it start those with input of its own.
+Answering a paused run of one (a resume) starts nothing and needs no grant.
 """
 
 from __future__ import annotations
@@ -55,6 +60,8 @@ class Principal:
     name: str
     graphs: frozenset[str]
     rights: frozenset[str]
+    entry_points: frozenset[str] = frozenset()
+    """Entry points not triggered by the API (webhook, timer, event) it may start anyway."""
 
     def may(self, right: Right, graph: str | None = None) -> bool:
         if "admin" not in self.rights and right not in self.rights:
@@ -66,6 +73,22 @@ class Principal:
         if not self.may(right, graph):
             where = f" on graph {graph!r}" if graph else ""
             raise Forbidden(f"token {self.name!r} lacks the {right!r} right{where}")
+
+    def require_start(self, entry_id: str, trigger: str) -> None:
+        """Raise `Forbidden` for an entry point that starts by itself (its webhook, its
+        timer, its events) unless this principal is granted it by name: a run started
+        over the API brings input its signature or schedule never vouched for."""
+        if trigger == "api" or entry_id in self.entry_points:
+            return
+        how = {
+            "webhook": "its webhook's signed deliveries",
+            "timer": "its timer",
+            "event": "the records it answers",
+        }.get(trigger, f"its {trigger} trigger")
+        raise Forbidden(
+            f"entry point {entry_id!r} is started by {how}, not through the runs API; a "
+            f'token may be granted it in the token file: "entry_points": {json.dumps([entry_id])}'
+        )
 
 
 LOCAL = Principal("local", frozenset({"*"}), frozenset(RIGHTS))
@@ -91,7 +114,11 @@ class TokenBook:
             raise TokenFileError(f"the token file {str(path)!r} is not JSON: {exc}") from exc
         entries = data.get("tokens") if isinstance(data, dict) else None
         if not isinstance(entries, list) or not entries:
-            raise TokenFileError(f'{str(path)!r} must hold {{"tokens": [...]}} with one or more')
+            raise TokenFileError(
+                f"the token file {str(path)!r} must hold one token or more, as "
+                '{"tokens": [{"name": "alice", "sha256": "<agentlog serve --hash-token>", '
+                '"graphs": ["*"], "rights": ["read", "run"]}]}'
+            )
         book: dict[str, Principal] = {}
         for i, entry in enumerate(entries):
             book.update([_principal(entry, f"{path}: tokens[{i}]", book)])
@@ -125,6 +152,7 @@ def _principal(entry: Any, where: str, seen: dict[str, Principal]) -> tuple[str,
         raise TokenFileError(f"{where} must be an object")
     name, digest = entry.get("name"), entry.get("sha256")
     graphs, rights = entry.get("graphs", ["*"]), entry.get("rights", [])
+    entry_points = entry.get("entry_points", [])
     if not isinstance(name, str) or not name.strip():
         raise TokenFileError(f"{where}: name must be a non-empty string")
     if not isinstance(digest, str) or len(digest) != 64 or not _hex(digest):
@@ -133,11 +161,19 @@ def _principal(entry: Any, where: str, seen: dict[str, Principal]) -> tuple[str,
         raise TokenFileError(f"{where} ({name}): graphs must be a list of graph ids or ['*']")
     if not isinstance(rights, list) or not rights or not set(rights) <= set(RIGHTS):
         raise TokenFileError(f"{where} ({name}): rights must be some of {', '.join(RIGHTS)}")
+    if not isinstance(entry_points, list) or not all(
+        isinstance(e, str) and e for e in entry_points
+    ):
+        raise TokenFileError(
+            f"{where} ({name}): entry_points must be a list of entry point ids (those started "
+            "by a webhook, timer or event that this token may start through the runs API)"
+        )
     if digest.lower() in seen:
         raise TokenFileError(f"{where} ({name}): the same token is listed twice")
     if any(p.name == name for p in seen.values()):
         raise TokenFileError(f"{where}: the name {name!r} is used twice")
-    return digest.lower(), Principal(name, frozenset(graphs), frozenset(rights))
+    principal = Principal(name, frozenset(graphs), frozenset(rights), frozenset(entry_points))
+    return digest.lower(), principal
 
 
 def _hex(text: str) -> bool:
