@@ -125,7 +125,7 @@ def main() -> None:
             "1",
             "--body-timeout",
             "3",
-            "--max-connections-per-client",
+            "--client-connections",
             "40",
         )
     else:

@@ -97,9 +97,7 @@ def test_slow_clients_are_cut_off_and_their_descriptors_freed(tmp_path: Path) ->
 
 
 def test_a_client_past_its_connection_cap_has_the_new_ones_closed(tmp_path: Path) -> None:
-    proc, url = start(
-        tmp_path / "cap.db", "--max-connections-per-client", "5", "--header-timeout", "60"
-    )
+    proc, url = start(tmp_path / "cap.db", "--client-connections", "5", "--header-timeout", "60")
     try:
         where = urlsplit(url)
         address = (where.hostname or "127.0.0.1", where.port or 80)

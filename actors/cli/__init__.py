@@ -632,7 +632,7 @@ def serve_command(
         float,
         typer.Option(help="Seconds a request's body may take to arrive; then 408 and closed."),
     ] = 30.0,
-    max_connections_per_client: Annotated[
+    client_connections: Annotated[
         int,
         typer.Option(help="Connections one client address may hold open; more are closed."),
     ] = 100,
@@ -650,7 +650,7 @@ def serve_command(
         db, app_ref, host, port, tokens, max_body, hash_token,
         allowed_hosts=allowed_host or [], allowed_origins=allowed_origin or [],
         header_timeout=header_timeout, body_timeout=body_timeout,
-        max_per_client=max_connections_per_client,
+        max_per_client=client_connections,
     )  # fmt: skip
 
 

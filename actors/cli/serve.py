@@ -275,9 +275,7 @@ def run_serve(
         if not 0 < seconds <= 3600:
             raise refused(option, f"a number of seconds above 0, at most 3600, got {seconds:g}")
     if max_per_client < 1:
-        raise refused(
-            "--max-connections-per-client", f"one connection or more, got {max_per_client}"
-        )
+        raise refused("--client-connections", f"one connection or more, got {max_per_client}")
     try:
         import uvicorn  # noqa: F401
     except ImportError:
