@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from events import Claim, EventRecord
-from events.errors import AgentlogError, StoreError, ThreadBusyError
+from events.errors import AgentlogError, ClaimLostError, StoreError, ThreadBusyError
 from events.kinds import TriggerDispatched, TriggerFinished
 from projections import ExecutionStatus, StopRequestStatus
 from projections.edge import to_builtins
@@ -56,6 +56,8 @@ class Execution:
     running: bool = False
     """Its graph run has begun here (a stop request now reaches a run this process owns;
     before, the trigger may still be another worker's)."""
+    lease: Claim | None = None
+    """A worker's lease on the trigger, while it runs it."""
 
     @property
     def graph_id(self) -> str:
@@ -365,6 +367,9 @@ class Dispatcher:
             self._forget(state)
             return
         try:
+            execution = self.executing.get(state.accepted.thread_id)
+            if execution is not None and execution.state is state:
+                execution.lease = lease
             await self.runtime.journal.catch_up()
             if state.done or (state.in_flight and await self._recover_one(state)):
                 self._forget(state)
@@ -390,6 +395,8 @@ class Dispatcher:
         app = self.runtime.graphs[accepted.graph_id].app
         attempt = state.attempt + (0 if state.in_flight else 1)
         config: dict[str, Any] = {"thread_id": thread_id, "user": accepted.by or "runtime"}
+        if self.runtime.config.worker_id is not None:
+            config["lease_s"] = self.runtime.config.lease_s  # its thread's claim, as its lease
         try:
             if dispatched:
                 resume = False  # dispatched as it was accepted: nothing of it ran yet
@@ -410,8 +417,8 @@ class Dispatcher:
                         )
                     ]
                 )
-            if state.done:  # cancelled while its dispatch was being recorded: it never runs
-                return
+            if not await self._still_ours(state):
+                return  # cancelled while its dispatch was being recorded, or taken over
             entry = self.runtime.entries.get(accepted.entry_point)
             if resume:
                 run_input: Any = None
@@ -431,9 +438,16 @@ class Dispatcher:
             while True:
                 try:
                     result, end_seq = await app._ainvoke_to(run_input, config)
+                except ClaimLostError as exc:
+                    # its claim was taken over (it looked dead): what it wrote stands and the
+                    # run may be another's now, so its input is never sent again
+                    await self._fenced(state, exc)
+                    return
                 except ThreadBusyError:
                     # a def node cut short still holds the thread, or an edit does: nothing
-                    # was written; try again once it is free
+                    # was written; try again once it is free, if the trigger is still ours
+                    if not await self._still_ours(state):
+                        return
                     await asyncio.sleep(CLAIM_RETRY_S)
                     continue
                 except AgentlogError as exc:
@@ -453,6 +467,32 @@ class Dispatcher:
                 del self.executing[thread_id]
             self._notify(state.id)
             self._wake.set()
+
+    async def _still_ours(self, state: TriggerState) -> bool:
+        """Whether a worker waiting for its trigger's thread may still run it: the trigger
+        has not ended (the ledger read first) and its lease is still this worker's."""
+        if self.runtime.config.worker_id is None:
+            return not state.done
+        await self.runtime.journal.catch_up()
+        execution = self.executing.get(state.accepted.thread_id)
+        lease = execution.lease if execution is not None and execution.state is state else None
+        if state.done or lease is None:
+            return False
+        holder = await self.runtime.store.holder(lease.thread_id)
+        return holder is not None and holder.token == lease.token
+
+    async def _fenced(self, state: TriggerState, error: ClaimLostError) -> None:
+        """The run was fenced: another took its thread over. The trigger is given up here and
+        the ledger read before anything else; a worker leaves it to whoever leases it now (a
+        sweep finds it again if nobody does), a lone runtime settles it from the log or
+        resumes it from there, never from its input."""
+        _log.warning(
+            "trigger %s (thread %r) gave up: %s", state.id, state.accepted.thread_id, error
+        )
+        await self.runtime.journal.catch_up()
+        lone = self.runtime.config.worker_id is None
+        if lone and not state.done and not await self._recover_one(state):
+            self.enqueue(state, resume=True)
 
     async def _with_session_keys(self, entry: EntryPoint, thread_id: str, run_input: Any) -> Any:
         """The run's input with `entry.input_keys` copied from the user's active thread (the
