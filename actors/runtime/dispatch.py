@@ -36,8 +36,6 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
-KEEP_RESULTS = 10_000
-"""Results and errors of finished runs kept in memory for `wait` (older ones: from the log)."""
 CLAIM_RETRY_S = 0.02
 STORE_RETRY_S = 1.0
 """How long a trigger whose dispatch the store failed waits before it is tried again."""
@@ -90,7 +88,12 @@ class Dispatcher:
         """Acceptances being recorded that will then be queued: nothing may start ahead of
         them (a thread's triggers, and equal priorities, run in arrival order)."""
         self.results: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        """Results of ended runs for the callers waiting at their end (each taken by the
+        first; a later `wait` rebuilds it from the log): a result holds the thread's state,
+        input included, so none is kept for nobody."""
         self.errors: OrderedDict[str, BaseException] = OrderedDict()
+        """The errors of runs that failed for good (what `wait` raises), the last
+        `keep_results`."""
         self._waiting: dict[str, asyncio.Event] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -529,7 +532,8 @@ class Dispatcher:
         if stopped and self.runtime.stopping:
             return  # paused by the runtime's own stop: the next runtime resumes it
         outcome = "completed" if meta.status == ExecutionStatus.COMPLETED else "interrupted"
-        self._keep(self.results, state.id, {"thread_id": state.accepted.thread_id, **result})
+        if state.id in self._waiting:
+            self._keep(self.results, state.id, {"thread_id": state.accepted.thread_id, **result})
         if self.runtime.config.worker_id is not None:
             await self.runtime.journal.catch_up()  # another worker's word on it comes first
         if state.done:
@@ -583,10 +587,9 @@ class Dispatcher:
         if retry_at is not None:
             self.enqueue(state, resume=True)
 
-    @staticmethod
-    def _keep(kept: OrderedDict[str, Any], key: str, value: Any) -> None:
+    def _keep(self, kept: OrderedDict[str, Any], key: str, value: Any) -> None:
         kept[key] = value
-        while len(kept) > KEEP_RESULTS:
+        while len(kept) > self.runtime.config.keep_results:
             kept.popitem(last=False)
 
     # ---- after a restart ------------------------------------------------------------------
