@@ -37,7 +37,17 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg  # type: ignore[import-untyped]
 
-from .claims import DEFAULT_LEASE, Claim, Heartbeat, Holder, fence, hold, let_go, new_claim
+from .claims import (
+    DEFAULT_LEASE,
+    Claim,
+    Heartbeat,
+    Holder,
+    fence,
+    hold,
+    let_go,
+    lost_under,
+    new_claim,
+)
 from .codec import GENESIS_HASH, Row, chain_rows
 from .errors import (
     ConcurrencyError,
@@ -574,21 +584,26 @@ class PostgresEventStore(BaseEventStore):
     # ---- claims --------------------------------------------------------------------------
 
     async def claim(
-        self, thread_id: str, *, purpose: str = "run", lease: float = DEFAULT_LEASE
+        self,
+        thread_id: str,
+        *,
+        purpose: str = "run",
+        lease: float = DEFAULT_LEASE,
+        under: Claim | None = None,
     ) -> Claim:
         self._check_open()
         self._check_writable("claim a thread")
         claim = new_claim(self._checked_id(thread_id), lease=lease, purpose=purpose)
         hold(claim)  # before the write: a rival claim queued behind it must see it alive
         try:
-            await self._call(self._take(claim))
+            await self._call(self._take(claim, under))
         except BaseException:
             let_go(claim)
             raise
         self._heartbeat.add(claim)
         return claim
 
-    async def _take(self, claim: Claim) -> None:
+    async def _take(self, claim: Claim, under: Claim | None = None) -> None:
         """Record the claim, taking over a dead holder's; heartbeats and the holder's age
         are the database's time, never this host's."""
         c = self._t["claims"]
@@ -596,6 +611,11 @@ class PostgresEventStore(BaseEventStore):
                   claim.lease, claim.purpose)  # fmt: skip
         try:
             async with self._pool.acquire() as conn, conn.transaction():
+                if under is not None and not await conn.fetchval(
+                    f"SELECT true FROM {c} WHERE thread_id = $1 AND token = $2 FOR SHARE",
+                    under.thread_id, under.token,
+                ):  # fmt: skip
+                    raise lost_under(claim, under)  # held FOR SHARE: not taken over meanwhile
                 while True:
                     taken = await conn.fetchval(
                         f"INSERT INTO {c} (thread_id, {_HOLDER_COLUMNS}) VALUES "

@@ -438,6 +438,8 @@ class Dispatcher:
             execution = self.executing.get(thread_id)
             if execution is not None and execution.state is state:
                 execution.running = True
+                if execution.lease is not None:  # the run starts only while its lease holds
+                    config["claim_under"] = execution.lease
             while True:
                 try:
                     result, end_seq = await app._ainvoke_to(run_input, config)
