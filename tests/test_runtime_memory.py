@@ -113,3 +113,29 @@ def test_keep_results_is_a_positive_int() -> None:
     for bad in (0, -1, 1.5, True, "10"):
         with pytest.raises(RegistrationError, match="keep_results must be an int >= 1"):
             RuntimeConfig(keep_results=bad)  # type: ignore[arg-type]
+
+
+async def test_a_restart_folds_a_long_history_a_page_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a restart holds at its peak is a page of the runtime thread, not its history."""
+    import tracemalloc
+
+    from actors.runtime import journal
+
+    runs = 40
+    async with SQLiteEventStore(tmp_path / "x.db") as store:
+        async with runtime_on(store, keep_results=5) as runtime:
+            for i in range(runs):
+                await runtime.wait(await runtime.trigger("api", f"{i}" + "x" * LARGE))
+        monkeypatch.setattr(journal, "CATCH_UP_PAGE", 12)  # 4 runs' records a page
+        restarted = runtime_on(store, keep_results=5)
+        tracemalloc.start()
+        try:
+            await restarted.start()
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+            await restarted.stop()
+        assert len(restarted.ledger.triggers) <= 5
+        assert peak < runs * LARGE / 2, f"a restart peaked at {peak} bytes"

@@ -22,6 +22,8 @@ _log = logging.getLogger(__name__)
 
 LATENCY_WINDOW = 4096
 """Commit latencies kept for the statistics (the most recent ones)."""
+CATCH_UP_PAGE = 1000
+"""Records of the runtime thread read and folded at a time."""
 
 
 class RuntimeJournal:
@@ -111,16 +113,22 @@ class RuntimeJournal:
             self.ledger.apply_all(records)
             return records
 
-    async def catch_up(self) -> list[EventRecord]:
-        """Fold in the runtime thread's records the ledger has not seen; return them."""
-        if await self.store.last_seq(self.thread_id) <= self.ledger.seq:
-            return []
-        records = [r async for r in self.store.read(self.thread_id, self.ledger.seq + 1)]
-        records = [r for r in records if r.seq > self.ledger.seq]  # a concurrent catch-up
-        self.ledger.apply_all(records)
-        if records and self.on_applied is not None:
-            self.on_applied(records)
-        return records
+    async def catch_up(self) -> None:
+        """Fold in the runtime thread's records the ledger has not seen, a page at a time
+        (a restart over a long history never holds it all at once)."""
+        head = await self.store.last_seq(self.thread_id)
+        while self.ledger.seq < head:
+            start = self.ledger.seq + 1
+            page = self.store.read(self.thread_id, start, start + CATCH_UP_PAGE - 1)
+            records = [r async for r in page]
+            records = [r for r in records if r.seq > self.ledger.seq]  # a concurrent catch-up
+            if not records:
+                if self.ledger.seq < start:
+                    return  # nothing there (the head moved back: never in a sound log)
+                continue  # a concurrent catch-up folded this page: on to the next
+            self.ledger.apply_all(records)
+            if self.on_applied is not None:
+                self.on_applied(records)
 
     async def drain(self) -> None:
         """Wait until every record asked for has been written."""
