@@ -139,3 +139,42 @@ async def test_a_restart_folds_a_long_history_a_page_at_a_time(
             await restarted.stop()
         assert len(restarted.ledger.triggers) <= 5
         assert peak < runs * LARGE / 2, f"a restart peaked at {peak} bytes"
+
+
+async def test_a_restart_starts_from_the_ledgers_snapshot_not_from_the_first_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ledger is saved every `SNAPSHOT_EVERY` records of the runtime thread; a restart
+    loads the newest and folds only what follows, into the same ledger a full fold makes."""
+    from actors.runtime import journal
+    from actors.runtime.ledger import Ledger
+
+    monkeypatch.setattr(journal, "SNAPSHOT_EVERY", 30)
+    async with SQLiteEventStore(tmp_path / "x.db") as store:
+        async with runtime_on(store, keep_results=5) as runtime:
+            threads = []
+            for i in range(40):
+                threads.append(await runtime.trigger("api", f"{i}", idempotency_key=f"k{i}"))
+                await runtime.wait(threads[-1])
+            pending = await runtime.trigger("api", "later")  # accepted, still to run
+        assert await store.snapshot_seqs("__runtime__")
+        read = store.read
+        starts: list[int] = []
+
+        def counting(thread_id: str, from_seq: int = 1, *rest: Any) -> Any:
+            if thread_id == "__runtime__":
+                starts.append(from_seq)
+            return read(thread_id, from_seq, *rest)
+
+        monkeypatch.setattr(store, "read", counting)
+        restarted = runtime_on(store, keep_results=5)
+        await restarted.journal.catch_up()
+        assert starts and min(starts) > 1, starts  # never from the first record
+        monkeypatch.setattr(store, "read", read)
+        full = Ledger(keep=5)
+        full.apply_all([r async for r in store.read("__runtime__")])
+        assert restarted.ledger.to_snapshot() == full.to_snapshot()
+        async with restarted:
+            assert (await restarted.wait(pending))["status"] == "completed"
+            assert await restarted.trigger("api", "again", idempotency_key="k0") == threads[0]
+            assert restarted.stats()["entry_points"]["api"]["completed"] == 41

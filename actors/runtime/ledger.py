@@ -13,12 +13,17 @@ from __future__ import annotations
 import sys
 from collections import Counter, OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import msgspec
 
 from events import EventRecord
 from events.kinds import TriggerAccepted, TriggerDispatched, TriggerFinished, TriggerListening
+
+SNAPSHOT_TYPE = "agentlog.runtime.Ledger/1"
+"""The state type of the ledger's snapshots (a new shape takes a new version: an older
+snapshot is then ignored and the thread folded from its start)."""
 
 ENDED = frozenset({"completed", "interrupted", "cancelled", "rejected"})
 """Outcomes after which a trigger is done (a failure is done unless it will be retried)."""
@@ -123,6 +128,10 @@ class Ledger:
             state.accepted = msgspec.structs.replace(state.accepted, input=None)
         self.finished[state.id] = None
         self.finished.move_to_end(state.id)
+        self._trim()
+
+    def _trim(self) -> None:
+        """Forget the oldest done triggers past `keep`."""
         while len(self.finished) > self.keep:
             old_id, _ = self.finished.popitem(last=False)
             old = self.triggers.pop(old_id)
@@ -135,6 +144,59 @@ class Ledger:
                 ids.remove(old_id)
                 if not ids:
                     del self.by_thread[accepted.thread_id]
+
+    def to_snapshot(self) -> dict[str, Any]:
+        """The ledger as builtins (`from_snapshot` reads it back): a restart loads it and
+        folds only the records after it, so its time does not grow with history."""
+        states = [{f.name: getattr(s, f.name) for f in fields(s)} for s in self.triggers.values()]
+        data: dict[str, Any] = msgspec.to_builtins(
+            {
+                "triggers": states,
+                "keys": [
+                    [entry, key, trigger_id] for (entry, key), trigger_id in self.keys.items()
+                ],
+                "by_thread": self.by_thread,
+                "unfinished": {thread: list(ids) for thread, ids in self.unfinished.items()},
+                "graph_of": self.graph_of,
+                "answered": self.answered,
+                "fired": self.fired,
+                "seq": self.seq,
+                "finished": list(self.finished),
+                "forgotten": [[*key, count] for key, count in self.forgotten.items()],
+                "keyed": list(self.keyed.values()),
+            }
+        )
+        return data
+
+    @classmethod
+    def from_snapshot(cls, data: dict[str, Any], keep: int) -> Ledger:
+        """The ledger `to_snapshot` gave, trimmed to `keep` done triggers."""
+        ledger = cls(
+            keep=keep,
+            seq=data["seq"],
+            by_thread=data["by_thread"],
+            graph_of=data["graph_of"],
+            answered=data["answered"],
+            fired=data["fired"],
+        )
+        for raw in data["triggers"]:
+            state = msgspec.convert(raw, TriggerState)
+            ledger.triggers[state.id] = state
+        ledger.keys = {(entry, key): trigger_id for entry, key, trigger_id in data["keys"]}
+        ledger.unfinished = {t: dict.fromkeys(ids) for t, ids in data["unfinished"].items()}
+        ledger.finished = OrderedDict.fromkeys(data["finished"])
+        ledger.forgotten = Counter({(g, e, o): n for g, e, o, n in data["forgotten"]})
+        for raw in data["keyed"]:
+            accepted = msgspec.convert(raw, TriggerAccepted)
+            ledger.keyed[accepted.trigger_id] = accepted
+        ledger._trim()
+        return ledger
+
+    def restore(self, other: Ledger) -> None:
+        """Become `other` (a ledger loaded from a snapshot), in place: the runtime, its
+        journal and its dispatcher share this object."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(other, f.name))
 
     def accepted_of(self, trigger_id: str) -> TriggerAccepted:
         """The acceptance of a trigger the ledger knows or whose key it keeps."""
