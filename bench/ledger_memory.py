@@ -94,6 +94,8 @@ async def main(quick: bool) -> dict[str, Any]:
             await again.start()
             restart_s = time.perf_counter() - began
             restart_bytes = held() - base
+            history = await store.last_seq("__runtime__")
+            snapshot_at = max(await store.snapshot_seqs("__runtime__"), default=0)
             await again.stop()
         tracemalloc.stop()
     total = keep + 500 + runs + large
@@ -109,6 +111,8 @@ async def main(quick: bool) -> dict[str, Any]:
         "results_kept": kept_results,
         "restart_s": round(restart_s, 3),
         "restart_bytes_held": restart_bytes,
+        "runtime_thread_records": history,
+        "restart_folded_from_seq": snapshot_at + 1,
     }
 
 
