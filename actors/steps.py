@@ -27,6 +27,7 @@ from events import (
     StoreError,
     ThreadNotFoundError,
 )
+from events.claims import DEFAULT_LEASE
 from events.kinds import ContextSummarized, Event, StateUpdated
 from projections import (
     END,
@@ -177,7 +178,9 @@ class StepLoop(Committing[S]):
         recorded: asyncio.Future[None] | None = None
         try:
             purpose = "a run" if self.graph.name is None else f"a run of graph {self.graph.name!r}"
-            claim = await self._claim(thread_id, purpose)
+            claim = await self._claim(
+                thread_id, purpose, config.get("lease_s", DEFAULT_LEASE), config.get("claim_under")
+            )
             run, opening = await self._begin(input, config, stream, claim, in_flight, started)
             if opening:  # `run` is known first, so a cancellation here is recorded after it
                 await self._commit(run, opening, actor=str(config.get("user", "user")))
@@ -243,9 +246,19 @@ class StepLoop(Committing[S]):
         with contextlib.suppress(AgentlogError):
             await self._commit(run, [failed], actor=error.hook.split(".")[0])
 
-    async def _claim(self, thread_id: str, purpose: str) -> Claim:
-        """Claim the thread; a cancellation mid-claim still gives back a claim it obtained."""
-        claiming = asyncio.ensure_future(self.store.claim(thread_id, purpose=purpose))
+    async def _claim(
+        self,
+        thread_id: str,
+        purpose: str,
+        lease: float = DEFAULT_LEASE,
+        under: Claim | None = None,
+    ) -> Claim:
+        """Claim the thread (`lease`: how long another host waits for a silent owner, the
+        config's `lease_s`; `under`: only while that claim holds, the config's
+        `claim_under`); a cancellation mid-claim still gives back a claim it obtained."""
+        claiming = asyncio.ensure_future(
+            self.store.claim(thread_id, purpose=purpose, lease=lease, under=under)
+        )
         try:
             return await asyncio.shield(claiming)
         except asyncio.CancelledError:

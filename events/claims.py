@@ -206,6 +206,14 @@ class Heartbeat:
             self._wake.clear()
 
 
+def lost_under(claim: Claim, under: Claim) -> ClaimLostError:
+    """The error for a claim asked `under` another that is no longer held."""
+    return ClaimLostError(
+        f"thread {claim.thread_id!r} was not claimed: it was asked under the claim on "
+        f"{under.thread_id!r}, which is no longer held (taken over or released)"
+    )
+
+
 def fence(
     thread_id: str, token: str | None, only_stop_requests: bool, holder: Holder | None, now: float
 ) -> Exception | None:

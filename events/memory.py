@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from .claims import DEFAULT_LEASE, Claim, Holder, fence, hold, let_go, new_claim
+from .claims import DEFAULT_LEASE, Claim, Holder, fence, hold, let_go, lost_under, new_claim
 from .codec import GENESIS_HASH, Row, chain_rows
 from .errors import ConcurrencyError
 from .follow import CommitSignal
@@ -114,12 +114,21 @@ class MemoryEventStore(BaseEventStore):
         ]
 
     async def claim(
-        self, thread_id: str, *, purpose: str = "run", lease: float = DEFAULT_LEASE
+        self,
+        thread_id: str,
+        *,
+        purpose: str = "run",
+        lease: float = DEFAULT_LEASE,
+        under: Claim | None = None,
     ) -> Claim:
         self._check_open()
         claim = new_claim(self._checked_id(thread_id), lease=lease, purpose=purpose)
         now = time.time()
         with self._claims_lock:
+            if under is not None:
+                outer = self._claims.get(under.thread_id)
+                if outer is None or outer.token != under.token:
+                    raise lost_under(claim, under)
             holder = self._claims.get(thread_id)
             if holder is not None and holder.alive(now):
                 raise holder.busy_error(thread_id, now)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import re
 import threading
 import time
@@ -36,7 +37,17 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg  # type: ignore[import-untyped]
 
-from .claims import DEFAULT_LEASE, Claim, Heartbeat, Holder, fence, hold, let_go, new_claim
+from .claims import (
+    DEFAULT_LEASE,
+    Claim,
+    Heartbeat,
+    Holder,
+    fence,
+    hold,
+    let_go,
+    lost_under,
+    new_claim,
+)
 from .codec import GENESIS_HASH, Row, chain_rows
 from .errors import (
     ConcurrencyError,
@@ -81,6 +92,9 @@ T = TypeVar("T")
 
 _ROW_COLUMNS = "thread_id, seq, run_id, actor, at, kind, version, payload, hash, position"
 _HOLDER_COLUMNS = "token, host, pid, started, heartbeat_at, lease, purpose"
+_DB_NOW = "extract(epoch FROM clock_timestamp())::float8"
+"""The database's clock: the one clock every host's heartbeats and takeovers are judged by
+(a host whose own clock runs ahead must not see live owners as dead)."""
 _PASSWORD = re.compile(r"(//[^/@:]*):[^/@]*@")
 _LOST = (
     asyncpg.PostgresConnectionError,
@@ -481,15 +495,13 @@ class PostgresEventStore(BaseEventStore):
                 missing, GENESIS_HASH,
             )  # fmt: skip
             heads.update(await self._lock_heads(conn, missing))
-        holders = {
-            r[0]: Holder(*r[1:])
-            for r in await conn.fetch(
-                f"SELECT thread_id, {_HOLDER_COLUMNS} FROM {t['claims']} "
-                "WHERE thread_id = ANY($1::text[]) ORDER BY thread_id FOR SHARE",
-                ids,
-            )
-        }
-        now = time.time()
+        claimed = await conn.fetch(
+            f"SELECT thread_id, {_HOLDER_COLUMNS}, {_DB_NOW} FROM {t['claims']} "
+            "WHERE thread_id = ANY($1::text[]) ORDER BY thread_id FOR SHARE",
+            ids,
+        )
+        holders = {r[0]: Holder(*r[1:-1]) for r in claimed}
+        now = claimed[0][-1] if claimed else 0.0  # only a holder's liveness reads it
         accepted: list[tuple[int, AppendRequest, int, bytes]] = []
         outcomes: list[list[Row] | Exception] = []
         total = 0
@@ -572,46 +584,61 @@ class PostgresEventStore(BaseEventStore):
     # ---- claims --------------------------------------------------------------------------
 
     async def claim(
-        self, thread_id: str, *, purpose: str = "run", lease: float = DEFAULT_LEASE
+        self,
+        thread_id: str,
+        *,
+        purpose: str = "run",
+        lease: float = DEFAULT_LEASE,
+        under: Claim | None = None,
     ) -> Claim:
         self._check_open()
         self._check_writable("claim a thread")
         claim = new_claim(self._checked_id(thread_id), lease=lease, purpose=purpose)
         hold(claim)  # before the write: a rival claim queued behind it must see it alive
         try:
-            await self._call(self._take(claim))
+            await self._call(self._take(claim, under))
         except BaseException:
             let_go(claim)
             raise
         self._heartbeat.add(claim)
         return claim
 
-    async def _take(self, claim: Claim) -> None:
+    async def _take(self, claim: Claim, under: Claim | None = None) -> None:
+        """Record the claim, taking over a dead holder's; heartbeats and the holder's age
+        are the database's time, never this host's."""
         c = self._t["claims"]
         values = (claim.thread_id, claim.token, claim.host, claim.pid, claim.started,
-                  time.time(), claim.lease, claim.purpose)  # fmt: skip
+                  claim.lease, claim.purpose)  # fmt: skip
         try:
             async with self._pool.acquire() as conn, conn.transaction():
+                if under is not None and not await conn.fetchval(
+                    f"SELECT true FROM {c} WHERE thread_id = $1 AND token = $2 FOR SHARE",
+                    under.thread_id, under.token,
+                ):  # fmt: skip
+                    raise lost_under(claim, under)  # held FOR SHARE: not taken over meanwhile
                 while True:
                     taken = await conn.fetchval(
                         f"INSERT INTO {c} (thread_id, {_HOLDER_COLUMNS}) VALUES "
-                        "($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING RETURNING token",
+                        f"($1, $2, $3, $4, $5, {_DB_NOW}, $6, $7) ON CONFLICT DO NOTHING "
+                        "RETURNING token",
                         *values,
                     )
                     if taken is not None:
                         return
                     row = await conn.fetchrow(
-                        f"SELECT {_HOLDER_COLUMNS} FROM {c} WHERE thread_id = $1 FOR UPDATE",
+                        f"SELECT {_HOLDER_COLUMNS}, {_DB_NOW} FROM {c} WHERE thread_id = $1 "
+                        "FOR UPDATE",
                         claim.thread_id,
                     )
                     if row is None:  # released in between: try the insert again
                         continue
-                    holder, now = Holder(*row), time.time()
+                    holder, now = Holder(*row[:-1]), row[-1]
                     if holder.alive(now):
                         raise holder.busy_error(claim.thread_id, now)
                     await conn.execute(
                         f"UPDATE {c} SET token = $2, host = $3, pid = $4, started = $5, "
-                        "heartbeat_at = $6, lease = $7, purpose = $8 WHERE thread_id = $1",
+                        f"heartbeat_at = {_DB_NOW}, lease = $6, purpose = $7 "
+                        "WHERE thread_id = $1",
                         *values,
                     )
                     return
@@ -679,25 +706,31 @@ class PostgresEventStore(BaseEventStore):
         )  # fmt: skip
 
     async def holder(self, thread_id: str) -> Holder | None:
+        """The thread's owner, its heartbeat shifted to this host's clock: its age is the
+        database's (`alive(time.time())` then judges it as the store itself does)."""
         self._check_open()
         row = await self._query(
             "fetchrow",
-            f"SELECT {_HOLDER_COLUMNS} FROM {self._t['claims']} WHERE thread_id = $1",
+            f"SELECT {_HOLDER_COLUMNS}, {_DB_NOW} FROM {self._t['claims']} WHERE thread_id = $1",
             self._checked_id(thread_id),
         )
-        return None if row is None else Holder(*row)
+        if row is None:
+            return None
+        holder = Holder(*row[:-1])
+        return dataclasses.replace(holder, heartbeat_at=holder.heartbeat_at + time.time() - row[-1])
 
     def _renew_blocking(self, claims: list[Claim], now: float) -> None:
+        """Beat the claims at the database's time (`now`, this host's, is not used)."""
         loop = self._loop
         if loop is None or not loop.running or self._closing:
             return
         c = self._t["claims"]
         # Rows locked in thread order, as appends lock them (FOR SHARE): no deadlock between.
         sql = (
-            f"UPDATE {c} SET heartbeat_at = $1 WHERE thread_id IN (SELECT thread_id FROM {c} "
-            "WHERE token = ANY($2::text[]) ORDER BY thread_id FOR UPDATE)"
+            f"UPDATE {c} SET heartbeat_at = {_DB_NOW} WHERE thread_id IN (SELECT thread_id "
+            f"FROM {c} WHERE token = ANY($1::text[]) ORDER BY thread_id FOR UPDATE)"
         )
-        loop.submit(self._query("execute", sql, now, [c.token for c in claims])).result(60)
+        loop.submit(self._query("execute", sql, [c.token for c in claims])).result(60)
 
     # ---- LISTEN/NOTIFY: the wake-up of followers -------------------------------------------
 

@@ -26,7 +26,17 @@ from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
 from ._sqlite_thread import ConnectionThread
-from .claims import DEFAULT_LEASE, Claim, Heartbeat, Holder, fence, hold, let_go, new_claim
+from .claims import (
+    DEFAULT_LEASE,
+    Claim,
+    Heartbeat,
+    Holder,
+    fence,
+    hold,
+    let_go,
+    lost_under,
+    new_claim,
+)
 from .codec import GENESIS_HASH, Row, chain_rows
 from .errors import (
     ConcurrencyError,
@@ -669,13 +679,18 @@ class SQLiteEventStore(BaseEventStore):
     # ---- claims --------------------------------------------------------------------------
 
     async def claim(
-        self, thread_id: str, *, purpose: str = "run", lease: float = DEFAULT_LEASE
+        self,
+        thread_id: str,
+        *,
+        purpose: str = "run",
+        lease: float = DEFAULT_LEASE,
+        under: Claim | None = None,
     ) -> Claim:
         self._check_open()
         claim = new_claim(self._checked_id(thread_id), lease=lease, purpose=purpose)
         hold(claim)  # before the write: a rival claim queued behind it must see it alive
         try:
-            await self._write(_take_claim, claim, time.time())
+            await self._write(_take_claim, claim, time.time(), under)
         except BaseException:
             let_go(claim)  # refused, or the caller left mid-claim: whatever was written is dead
             raise
@@ -931,10 +946,17 @@ def _select_in(conn: sqlite3.Connection, select: str, thread_ids: set[str]) -> l
     return found
 
 
-def _take_claim(conn: sqlite3.Connection, claim: Claim, now: float) -> None:
-    """Record `claim` unless a live owner holds the thread; a dead owner's claim is replaced."""
+def _take_claim(
+    conn: sqlite3.Connection, claim: Claim, now: float, under: Claim | None = None
+) -> None:
+    """Record `claim` unless a live owner holds the thread (or `under` is no longer held);
+    a dead owner's claim is replaced."""
     conn.execute("BEGIN IMMEDIATE")
     try:
+        if under is not None:
+            outer = _holders(conn, {under.thread_id}).get(under.thread_id)
+            if outer is None or outer.token != under.token:
+                raise lost_under(claim, under)
         holder = _holders(conn, {claim.thread_id}).get(claim.thread_id)
         if holder is not None and holder.alive(now):
             raise holder.busy_error(claim.thread_id, now)

@@ -168,9 +168,18 @@ class EventStore(Protocol):
         ...
 
     async def claim(
-        self, thread_id: str, *, purpose: str = "run", lease: float = DEFAULT_LEASE
+        self,
+        thread_id: str,
+        *,
+        purpose: str = "run",
+        lease: float = DEFAULT_LEASE,
+        under: Claim | None = None,
     ) -> Claim:
-        """Own the thread until released; `ThreadBusyError` while a live owner holds it."""
+        """Own the thread until released; `ThreadBusyError` while a live owner holds it.
+
+        With `under`, only while that claim is still held, checked in the same step
+        (`ClaimLostError` else, nothing taken): a worker's run takes its thread under its
+        lease, so a worker whose lease was taken over cannot start the run again."""
         ...
 
     async def release(self, claim: Claim) -> None:
@@ -451,7 +460,12 @@ class BaseEventStore(ABC):
 
     @abstractmethod
     async def claim(
-        self, thread_id: str, *, purpose: str = "run", lease: float = DEFAULT_LEASE
+        self,
+        thread_id: str,
+        *,
+        purpose: str = "run",
+        lease: float = DEFAULT_LEASE,
+        under: Claim | None = None,
     ) -> Claim:
         """Become the thread's one owner (see `EventStore.claim`)."""
 

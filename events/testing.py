@@ -654,6 +654,20 @@ class StoreConformance:
         holder = await store.holder("t")
         assert holder is not None and holder.token == newer.token and holder.purpose == "newer"
 
+    async def test_a_claim_under_another_is_taken_only_while_that_one_holds(
+        self, store: EventStore
+    ) -> None:
+        lease = await store.claim("lease")
+        claim = await store.claim("t", under=lease)
+        holder = await store.holder("t")
+        assert holder is not None and holder.token == claim.token
+        await store.release(claim)
+        await store.release(lease)  # the lease is gone (taken over, or let go)
+        with pytest.raises(ClaimLostError, match="no longer held"):
+            await store.claim("t", under=lease)
+        assert await store.holder("t") is None  # nothing was taken
+        await store.release(await store.claim("t"))  # and the thread is free
+
     async def test_a_claim_of_a_dead_process_on_this_host_is_taken_over_at_once(
         self, store: EventStore
     ) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from events import Claim, EventRecord
-from events.errors import AgentlogError, StoreError, ThreadBusyError
+from events.errors import AgentlogError, ClaimLostError, StoreError, ThreadBusyError
 from events.kinds import TriggerDispatched, TriggerFinished
 from projections import ExecutionStatus, StopRequestStatus
 from projections.edge import to_builtins
@@ -38,8 +38,6 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
-KEEP_RESULTS = 10_000
-"""Results and errors of finished runs kept in memory for `wait` (older ones: from the log)."""
 CLAIM_RETRY_S = 0.02
 STORE_RETRY_S = 1.0
 """How long a trigger whose dispatch the store failed waits before it is tried again."""
@@ -58,6 +56,8 @@ class Execution:
     running: bool = False
     """Its graph run has begun here (a stop request now reaches a run this process owns;
     before, the trigger may still be another worker's)."""
+    lease: Claim | None = None
+    """A worker's lease on the trigger, while it runs it."""
 
     @property
     def graph_id(self) -> str:
@@ -90,7 +90,12 @@ class Dispatcher:
         """Acceptances being recorded that will then be queued: nothing may start ahead of
         them (a thread's triggers, and equal priorities, run in arrival order)."""
         self.results: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        """Results of ended runs for the callers waiting at their end (each taken by the
+        first; a later `wait` rebuilds it from the log): a result holds the thread's state,
+        input included, so none is kept for nobody."""
         self.errors: OrderedDict[str, BaseException] = OrderedDict()
+        """The errors of runs that failed for good (what `wait` raises), the last
+        `keep_results`."""
         self._waiting: dict[str, asyncio.Event] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -367,6 +372,9 @@ class Dispatcher:
             self._forget(state)
             return
         try:
+            execution = self.executing.get(state.accepted.thread_id)
+            if execution is not None and execution.state is state:
+                execution.lease = lease
             await self.runtime.journal.catch_up()
             if state.done or (state.in_flight and await self._recover_one(state)):
                 self._forget(state)
@@ -396,6 +404,8 @@ class Dispatcher:
             "user": accepted.by or "runtime",
             "run_id": state.id,  # a run this trigger starts is named by it in the log
         }
+        if self.runtime.config.worker_id is not None:
+            config["lease_s"] = self.runtime.config.lease_s  # its thread's claim, as its lease
         try:
             if dispatched:
                 resume = False  # dispatched as it was accepted: nothing of it ran yet
@@ -416,8 +426,8 @@ class Dispatcher:
                         )
                     ]
                 )
-            if state.done:  # cancelled while its dispatch was being recorded: it never runs
-                return
+            if not await self._still_ours(state):
+                return  # cancelled while its dispatch was being recorded, or taken over
             entry = self.runtime.entries.get(accepted.entry_point)
             if resume:
                 run_input: Any = None
@@ -434,12 +444,21 @@ class Dispatcher:
             execution = self.executing.get(thread_id)
             if execution is not None and execution.state is state:
                 execution.running = True
+                if execution.lease is not None:  # the run starts only while its lease holds
+                    config["claim_under"] = execution.lease
             while True:
                 try:
                     result, end_seq = await app._ainvoke_to(run_input, config)
+                except ClaimLostError as exc:
+                    # its claim was taken over (it looked dead): what it wrote stands and the
+                    # run may be another's now, so its input is never sent again
+                    await self._fenced(state, exc)
+                    return
                 except ThreadBusyError:
                     # a def node cut short still holds the thread, or an edit does: nothing
-                    # was written; try again once it is free
+                    # was written; try again once it is free, if the trigger is still ours
+                    if not await self._still_ours(state):
+                        return
                     await asyncio.sleep(CLAIM_RETRY_S)
                     continue
                 except AgentlogError as exc:
@@ -459,6 +478,32 @@ class Dispatcher:
                 del self.executing[thread_id]
             self._notify(state.id)
             self._wake.set()
+
+    async def _still_ours(self, state: TriggerState) -> bool:
+        """Whether a worker waiting for its trigger's thread may still run it: the trigger
+        has not ended (the ledger read first) and its lease is still this worker's."""
+        if self.runtime.config.worker_id is None:
+            return not state.done
+        await self.runtime.journal.catch_up()
+        execution = self.executing.get(state.accepted.thread_id)
+        lease = execution.lease if execution is not None and execution.state is state else None
+        if state.done or lease is None:
+            return False
+        holder = await self.runtime.store.holder(lease.thread_id)
+        return holder is not None and holder.token == lease.token
+
+    async def _fenced(self, state: TriggerState, error: ClaimLostError) -> None:
+        """The run was fenced: another took its thread over. The trigger is given up here and
+        the ledger read before anything else; a worker leaves it to whoever leases it now (a
+        sweep finds it again if nobody does), a lone runtime settles it from the log or
+        resumes it from there, never from its input."""
+        _log.warning(
+            "trigger %s (thread %r) gave up: %s", state.id, state.accepted.thread_id, error
+        )
+        await self.runtime.journal.catch_up()
+        lone = self.runtime.config.worker_id is None
+        if lone and not state.done and not await self._recover_one(state):
+            self.enqueue(state, resume=True)
 
     async def _with_session_keys(self, entry: EntryPoint, thread_id: str, run_input: Any) -> Any:
         """The run's input with `entry.input_keys` copied from the user's active thread (the
@@ -495,7 +540,8 @@ class Dispatcher:
         if stopped and self.runtime.stopping:
             return  # paused by the runtime's own stop: the next runtime resumes it
         outcome = "completed" if meta.status == ExecutionStatus.COMPLETED else "interrupted"
-        self._keep(self.results, state.id, {"thread_id": state.accepted.thread_id, **result})
+        if state.id in self._waiting:
+            self._keep(self.results, state.id, {"thread_id": state.accepted.thread_id, **result})
         if self.runtime.config.worker_id is not None:
             await self.runtime.journal.catch_up()  # another worker's word on it comes first
         if state.done:
@@ -554,10 +600,9 @@ class Dispatcher:
         if retry_at is not None:
             self.enqueue(state, resume=True)
 
-    @staticmethod
-    def _keep(kept: OrderedDict[str, Any], key: str, value: Any) -> None:
+    def _keep(self, kept: OrderedDict[str, Any], key: str, value: Any) -> None:
         kept[key] = value
-        while len(kept) > KEEP_RESULTS:
+        while len(kept) > self.runtime.config.keep_results:
             kept.popitem(last=False)
 
     # ---- after a restart ------------------------------------------------------------------

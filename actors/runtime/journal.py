@@ -8,11 +8,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from events import Claim, EventRecord, EventStore
-from events.errors import ConcurrencyError
+import msgspec
+
+from events import Claim, EventRecord, EventStore, Snapshot
+from events.errors import ConcurrencyError, StoreError
 from events.kinds import Event
 
-from .ledger import Ledger
+from .ledger import SNAPSHOT_TYPE, Ledger
 
 Then = Callable[[list[EventRecord] | None], None]
 """What follows a record's commit: told its records, or None when the append failed."""
@@ -22,6 +24,10 @@ _log = logging.getLogger(__name__)
 
 LATENCY_WINDOW = 4096
 """Commit latencies kept for the statistics (the most recent ones)."""
+CATCH_UP_PAGE = 1000
+"""Records of the runtime thread read and folded at a time."""
+SNAPSHOT_EVERY = 10_000
+"""Records of the runtime thread between two snapshots of the ledger."""
 
 
 class RuntimeJournal:
@@ -44,6 +50,9 @@ class RuntimeJournal:
         """Who the records are by when no one else is named: a worker records its own id."""
         self.on_applied: Callable[[list[EventRecord]], None] | None = None
         """Told of the records other writers (other workers) wrote, once folded in."""
+        self._loaded = False
+        self._snapshot_seq = 0
+        """The seq of the ledger's last snapshot, saved or loaded here."""
 
     async def record(
         self,
@@ -109,18 +118,63 @@ class RuntimeJournal:
             self.latencies.append(time.perf_counter() - began)
             self.appended += len(records)
             self.ledger.apply_all(records)
+            await self._snapshot_if_due(records[-1])
             return records
 
-    async def catch_up(self) -> list[EventRecord]:
-        """Fold in the runtime thread's records the ledger has not seen; return them."""
-        if await self.store.last_seq(self.thread_id) <= self.ledger.seq:
-            return []
-        records = [r async for r in self.store.read(self.thread_id, self.ledger.seq + 1)]
-        records = [r for r in records if r.seq > self.ledger.seq]  # a concurrent catch-up
-        self.ledger.apply_all(records)
-        if records and self.on_applied is not None:
-            self.on_applied(records)
-        return records
+    async def catch_up(self) -> None:
+        """Fold in the runtime thread's records the ledger has not seen, a page at a time
+        (a restart over a long history never holds it all at once); a fresh ledger starts
+        from the thread's last snapshot of it."""
+        head = await self.store.last_seq(self.thread_id)
+        if self.ledger.seq == 0 and head > 0 and not self._loaded:
+            self._loaded = True
+            await self._load_snapshot()
+        while self.ledger.seq < head:
+            start = self.ledger.seq + 1
+            page = self.store.read(self.thread_id, start, start + CATCH_UP_PAGE - 1)
+            records = [r async for r in page]
+            records = [r for r in records if r.seq > self.ledger.seq]  # a concurrent catch-up
+            if not records:
+                if self.ledger.seq < start:
+                    return  # nothing there (the head moved back: never in a sound log)
+                continue  # a concurrent catch-up folded this page: on to the next
+            self.ledger.apply_all(records)
+            if self.on_applied is not None:
+                self.on_applied(records)
+            await self._snapshot_if_due(records[-1])
+
+    async def _load_snapshot(self) -> None:
+        """Start the ledger from its newest snapshot whose hash is the chain's at its seq
+        (none, another shape, or one that does not match: the fold starts at seq 1)."""
+        try:
+            snapshot = await self.store.load_snapshot(self.thread_id)
+            if snapshot is None or snapshot.state_type != SNAPSHOT_TYPE:
+                return
+            at = [r async for r in self.store.read(self.thread_id, snapshot.seq, snapshot.seq)]
+            if not at or at[0].hash != snapshot.hash:
+                return
+            loaded = Ledger.from_snapshot(snapshot.state, self.ledger.keep)
+        except (StoreError, KeyError, TypeError, ValueError, msgspec.ValidationError) as exc:
+            _log.warning("the runtime's snapshot of %r is unusable (%s): folding it from the "
+                         "start", self.thread_id, exc)  # fmt: skip
+            return
+        self.ledger.restore(loaded)
+        self._snapshot_seq = loaded.seq
+
+    async def _snapshot_if_due(self, last: EventRecord) -> None:
+        """Save the ledger every `SNAPSHOT_EVERY` records (a failure is only logged: the
+        next one is tried later, and a restart folds more meanwhile)."""
+        if last.seq != self.ledger.seq or last.seq - self._snapshot_seq < SNAPSHOT_EVERY:
+            return
+        self._snapshot_seq = last.seq
+        snapshot = Snapshot(
+            thread_id=self.thread_id, seq=last.seq, state=self.ledger.to_snapshot(),
+            state_type=SNAPSHOT_TYPE, at=last.at, hash=last.hash,
+        )  # fmt: skip
+        try:
+            await self.store.save_snapshot(snapshot)
+        except StoreError as exc:
+            _log.warning("could not save the runtime's snapshot of %r: %s", self.thread_id, exc)
 
     async def drain(self) -> None:
         """Wait until every record asked for has been written."""

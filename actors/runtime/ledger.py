@@ -1,15 +1,31 @@
 """The runtime's own projection: its thread of the log folded into what it must remember
-(every trigger and how far it got, idempotency keys, where each entry point listens from)."""
+(every unfinished trigger and how far it got, the last finished ones, idempotency keys,
+where each entry point listens from).
+
+What is kept does not grow with history beyond one small entry per thread and per
+idempotency key: a trigger's input is dropped once it is done (nothing runs it again), and
+only the last `keep` done triggers are kept (for `wait`, `cancel` and the stats); an older
+one is counted, and its key, if any, still names it.
+"""
 
 from __future__ import annotations
 
+import sys
+from collections import Counter, OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import msgspec
 
 from events import EventRecord
 from events.kinds import TriggerAccepted, TriggerDispatched, TriggerFinished, TriggerListening
 
 from .keys import request_digest
+
+SNAPSHOT_TYPE = "agentlog.runtime.Ledger/1"
+"""The state type of the ledger's snapshots (a new shape takes a new version: an older
+snapshot is then ignored and the thread folded from its start)."""
 
 ENDED = frozenset({"completed", "interrupted", "cancelled", "rejected"})
 """Outcomes after which a trigger is done (a failure is done unless it will be retried)."""
@@ -82,6 +98,15 @@ class Ledger:
     fired: dict[str, float] = field(default_factory=dict)
     """Timer entry point -> the last slot it fired (or listens after)."""
     seq: int = 0
+    keep: int = 10_000
+    """How many done triggers are kept (`RuntimeConfig.keep_results`)."""
+    finished: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    """The ids of the done triggers kept, the earliest done first."""
+    forgotten: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    """(graph id, entry point, outcome) -> done triggers no longer kept."""
+    keyed: dict[str, TriggerAccepted] = field(default_factory=dict)
+    """Trigger id -> its acceptance (without input), for keyed triggers no longer kept: a
+    repeated key still answers with the trigger it names."""
 
     def apply_all(self, records: Iterable[EventRecord]) -> None:
         for record in records:
@@ -97,13 +122,98 @@ class Ledger:
                 thread.pop(state.id, None)
                 if not thread:
                     del self.unfinished[state.accepted.thread_id]
+                self._finish(state)
             else:
                 thread.setdefault(state.id, None)
+                self.finished.pop(state.id, None)
+
+    def _finish(self, state: TriggerState) -> None:
+        """A trigger is done: drop its input, and forget the oldest done past `keep`."""
+        if state.accepted.input is not None:
+            state.accepted = msgspec.structs.replace(state.accepted, input=None)
+        self.finished[state.id] = None
+        self.finished.move_to_end(state.id)
+        self._trim()
+
+    def _trim(self) -> None:
+        """Forget the oldest done triggers past `keep`."""
+        while len(self.finished) > self.keep:
+            old_id, _ = self.finished.popitem(last=False)
+            old = self.triggers.pop(old_id)
+            accepted = old.accepted
+            self.forgotten[(accepted.graph_id, accepted.entry_point, old.outcome or "")] += 1
+            if accepted.idempotency_key is not None:
+                self.keyed[old_id] = accepted
+            ids = self.by_thread.get(accepted.thread_id)
+            if ids is not None:
+                ids.remove(old_id)
+                if not ids:
+                    del self.by_thread[accepted.thread_id]
+
+    def to_snapshot(self) -> dict[str, Any]:
+        """The ledger as builtins (`from_snapshot` reads it back): a restart loads it and
+        folds only the records after it, so its time does not grow with history."""
+        states = [{f.name: getattr(s, f.name) for f in fields(s)} for s in self.triggers.values()]
+        data: dict[str, Any] = msgspec.to_builtins(
+            {
+                "triggers": states,
+                "keys": [[*key, trigger_id] for key, trigger_id in self.keys.items()],
+                "requests": {tid: digest.hex() for tid, digest in self.requests.items()},
+                "by_thread": self.by_thread,
+                "unfinished": {thread: list(ids) for thread, ids in self.unfinished.items()},
+                "graph_of": self.graph_of,
+                "answered": self.answered,
+                "fired": self.fired,
+                "seq": self.seq,
+                "finished": list(self.finished),
+                "forgotten": [[*key, count] for key, count in self.forgotten.items()],
+                "keyed": list(self.keyed.values()),
+            }
+        )
+        return data
+
+    @classmethod
+    def from_snapshot(cls, data: dict[str, Any], keep: int) -> Ledger:
+        """The ledger `to_snapshot` gave, trimmed to `keep` done triggers."""
+        ledger = cls(
+            keep=keep,
+            seq=data["seq"],
+            by_thread=data["by_thread"],
+            graph_of=data["graph_of"],
+            answered=data["answered"],
+            fired=data["fired"],
+        )
+        for raw in data["triggers"]:
+            state = msgspec.convert(raw, TriggerState)
+            ledger.triggers[state.id] = state
+        ledger.keys = {(entry, by, key): tid for entry, by, key, tid in data["keys"]}
+        ledger.requests = {tid: bytes.fromhex(hexed) for tid, hexed in data["requests"].items()}
+        ledger.unfinished = {t: dict.fromkeys(ids) for t, ids in data["unfinished"].items()}
+        ledger.finished = OrderedDict.fromkeys(data["finished"])
+        ledger.forgotten = Counter({(g, e, o): n for g, e, o, n in data["forgotten"]})
+        for raw in data["keyed"]:
+            accepted = msgspec.convert(raw, TriggerAccepted)
+            ledger.keyed[accepted.trigger_id] = accepted
+        ledger._trim()
+        return ledger
+
+    def restore(self, other: Ledger) -> None:
+        """Become `other` (a ledger loaded from a snapshot), in place: the runtime, its
+        journal and its dispatcher share this object."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(other, f.name))
+
+    def accepted_of(self, trigger_id: str) -> TriggerAccepted:
+        """The acceptance of a trigger the ledger knows or whose key it keeps."""
+        state = self.triggers.get(trigger_id)
+        return state.accepted if state is not None else self.keyed[trigger_id]
 
     def _apply(self, record: EventRecord) -> None:
         event = record.event
         self.seq = record.seq
         if isinstance(event, TriggerAccepted):
+            event = msgspec.structs.replace(event, graph_id=sys.intern(event.graph_id),
+                                            entry_point=sys.intern(event.entry_point))  # fmt: skip
             state = TriggerState(
                 event, record.position, accepted_at=record.at, updated_at=record.at
             )
@@ -124,9 +234,10 @@ class Ledger:
                 last_slot = self.fired.get(event.entry_point, float("-inf"))
                 self.fired[event.entry_point] = max(last_slot, event.slot)
         elif isinstance(event, TriggerDispatched):
-            state = self.triggers[event.trigger_id]
-            if state.done:  # a dispatch a cancel overtook: the end stands, nothing runs
+            dispatched = self.triggers.get(event.trigger_id)
+            if dispatched is None or dispatched.done:  # a cancel overtook it: nothing runs
                 return
+            state = dispatched
             state.attempt, state.thread_seq = event.attempt, event.thread_seq
             state.updated_at = record.at
             state.dispatched, state.resumed = True, event.resumed
@@ -134,7 +245,10 @@ class Ledger:
                 state.first_seq = event.thread_seq
             state.outcome = state.retry_at = None
         elif isinstance(event, TriggerFinished):
-            state = self.triggers[event.trigger_id]
+            found = self.triggers.get(event.trigger_id)
+            if found is None:
+                return  # a late word on a trigger done long ago and no longer kept
+            state = found
             state.outcome, state.attempt = event.outcome, max(state.attempt, event.attempt)
             state.error_type, state.message = event.error_type, event.message
             state.retry_at, state.by = event.retry_at, event.by

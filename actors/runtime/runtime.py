@@ -131,7 +131,7 @@ class AgentRuntime(Watching):
         """Handler subscriptions made before `start`: each feed begins at the log's head
         as `start` finds it, before anything is resumed, so none of the runtime's own
         records is missed."""
-        self.ledger = Ledger()
+        self.ledger = Ledger(keep=self.config.keep_results)
         self.journal = RuntimeJournal(store, self.config.runtime_thread, self.ledger)
         self.graphs: dict[str, _Graph] = {}
         self.entries: dict[str, EntryPoint] = {}
@@ -433,7 +433,7 @@ class AgentRuntime(Watching):
                 )
             seen = self.ledger.keys.get((entry.id, actor, idempotency_key))
             if seen is not None:
-                return self._same_request(self.ledger.triggers[seen].accepted, thread_id, asked)
+                return self._same_request(self.ledger.accepted_of(seen), thread_id, asked)
         if correlation_id is not None and (
             not isinstance(correlation_id, str) or not correlation_id
         ):
@@ -662,7 +662,7 @@ class AgentRuntime(Watching):
                 await asyncio.shield(self._accepting[pair])
             seen = self.ledger.keys.get(pair)
             if seen is not None:
-                return self.ledger.triggers[seen].accepted
+                return self.ledger.accepted_of(seen)
             settled = self._accepting[pair] = asyncio.get_running_loop().create_future()
 
             def release() -> None:
@@ -742,7 +742,7 @@ class AgentRuntime(Watching):
         # the journal calls `then` once the records commit or fail, whoever still waits
         await self.journal.record(events, by=writers, then=then)
         if key is not None and self.ledger.keys.get((entry.id, by, key)) != event.trigger_id:
-            return self.ledger.triggers[self.ledger.keys[(entry.id, by, key)]].accepted
+            return self.ledger.accepted_of(self.ledger.keys[(entry.id, by, key)])
         return event
 
     async def listen_from(self, entry_id: str, position: int | None, slot: float | None) -> None:
@@ -770,7 +770,11 @@ class AgentRuntime(Watching):
             await self.journal.catch_up()  # another worker may have accepted it just now
             state = self.ledger.latest_on(thread_id)
         if state is None:
-            raise UnknownRunError(f"no run of this runtime is on thread {thread_id!r}")
+            raise UnknownRunError(
+                f"no run of this runtime is on thread {thread_id!r} (or it ended before the "
+                f"last {self.config.keep_results} ended runs, the ones kept): read the "
+                "thread's state from its graph (aget_state)"
+            )
         return await self.wait_for(state.id, timeout)
 
     async def wait_for(self, trigger_id: str, timeout: float | None = None) -> dict[str, Any]:
@@ -781,7 +785,10 @@ class AgentRuntime(Watching):
             await self.journal.catch_up()
             state = self.ledger.triggers.get(trigger_id)
         if state is None:
-            raise UnknownRunError(f"no run {trigger_id!r} in this runtime")
+            raise UnknownRunError(
+                f"no run {trigger_id!r} in this runtime (or it ended before the last "
+                f"{self.config.keep_results} ended runs, the ones kept)"
+            )
         deadline = asyncio.timeout(timeout)
         try:
             async with deadline:
@@ -819,11 +826,11 @@ class AgentRuntime(Watching):
                 f"{state.error_type}: {state.message}",
                 error_type=state.error_type or "",
             )
-        kept = self.dispatcher.results.get(state.id)
+        kept = self.dispatcher.results.pop(state.id, None)
         if kept is not None:
             return kept
-        # Not kept (an earlier process ran it, or it is older than the results kept): the
-        # same result, rebuilt from the log as the run left the thread.
+        # Not kept (an earlier process ran it, nobody waited at its end, or a waiter took
+        # it): the same result, rebuilt from the log as the run left the thread.
         app = self.graphs[state.accepted.graph_id].app
         own, end = await self._run_span(state)
         ended = await app.aget_state({"thread_id": thread}, at_seq=end)
@@ -1061,6 +1068,13 @@ class AgentRuntime(Watching):
                 by_entry.setdefault(state.accepted.entry_point, Counts()),
             ):
                 _count(counts, state, running)
+        for (graph_id, entry_id, outcome), count in self.ledger.forgotten.items():
+            for counts in (
+                by_graph.setdefault(graph_id, Counts()),
+                by_entry.setdefault(entry_id, Counts()),
+            ):
+                if outcome in ("completed", "failed", "interrupted", "cancelled"):
+                    setattr(counts, outcome, getattr(counts, outcome) + count)
         latencies = sorted(self.journal.latencies)
         head = self.listeners.head
         return {

@@ -340,6 +340,10 @@ class RuntimeConfig:
     (on the same host, a dead process is seen at once)."""
     poll_s: float = 0.1
     """How often a worker reads what the other workers recorded (when no commit wakes it)."""
+    keep_results: int = 10_000
+    """Ended runs kept in memory for `wait`, `cancel` and the stats, without their input
+    (hive's default); an older one is read from the log (`aget_state`), its key still
+    deduplicates and the stats still count it."""
 
     def __post_init__(self) -> None:
         keys = self.global_keys
@@ -359,6 +363,15 @@ class RuntimeConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise RegistrationError(f"{name} is a number of seconds > 0, got {value!r}")
+        if (
+            isinstance(self.keep_results, bool)
+            or not isinstance(self.keep_results, int)
+            or self.keep_results < 1
+        ):
+            raise RegistrationError(
+                f"keep_results must be an int >= 1 (ended runs kept for wait), got "
+                f"{self.keep_results!r}"
+            )
         if (
             isinstance(self.max_concurrent_runs, bool)
             or not isinstance(self.max_concurrent_runs, int)

@@ -132,8 +132,8 @@ class Follower:
         for record in records:
             event = record.event
             if isinstance(event, TriggerAccepted):
-                state = self.runtime.ledger.triggers[event.trigger_id]
-                if not state.done:
+                state = self.runtime.ledger.triggers.get(event.trigger_id)
+                if state is not None and not state.done:
                     dispatcher.enqueue(state)
             elif isinstance(event, TriggerDispatched | TriggerFinished):
                 dispatcher.notify(event.trigger_id)

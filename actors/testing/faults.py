@@ -209,10 +209,15 @@ class FaultyStore:
         return await self.inner.verify(thread_id)
 
     async def claim(
-        self, thread_id: str, *, purpose: str = "run", lease: float = DEFAULT_LEASE
+        self,
+        thread_id: str,
+        *,
+        purpose: str = "run",
+        lease: float = DEFAULT_LEASE,
+        under: Claim | None = None,
     ) -> Claim:
         self._check_alive()
-        claim = await self.inner.claim(thread_id, purpose=purpose, lease=lease)
+        claim = await self.inner.claim(thread_id, purpose=purpose, lease=lease, under=under)
         self._claims[claim.token] = claim
         return claim
 
