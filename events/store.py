@@ -333,11 +333,27 @@ def snapshot_digest(
     return h.digest()
 
 
-def _checked(thread_id: str, linked: Sequence[Linked]) -> list[Row]:
+CHECKED_ROWS_KEPT = 20_000
+"""Rows a store remembers having checked against their chain hash (see `_checked`): as many
+as the messages `state_at` keeps validated by default."""
+
+
+def _checked(
+    thread_id: str, linked: Sequence[Linked], seen: dict[tuple[str, int], Linked] | None = None
+) -> list[Row]:
     """The rows of `linked`, each one's bytes checked against its chain hash (from the hash of
-    the record before it): `ChainBrokenError` naming the first that does not match."""
+    the record before it): `ChainBrokenError` naming the first that does not match.
+
+    `seen` holds rows checked before, exactly as they were read: a row read again with the
+    very same bytes (a comparison, no hashing) is not hashed again; any change of its bytes
+    is checked anew.
+    """
     rows: list[Row] = []
-    for row, prev in linked:
+    for item in linked:
+        row, prev = item
+        if seen is not None and seen.get((thread_id, row.seq)) == item:
+            rows.append(row)
+            continue
         if row.seq == 1:
             prev = GENESIS_HASH
         elif prev is None:
@@ -349,6 +365,10 @@ def _checked(thread_id: str, linked: Sequence[Linked]) -> list[Row]:
         if chain_hash(prev, envelope, row.payload) != row.hash:
             raise ChainBrokenError(thread_id, row.seq, "its bytes do not match its hash")
         rows.append(row)
+        if seen is not None:
+            if len(seen) >= CHECKED_ROWS_KEPT:
+                seen.clear()
+            seen[(thread_id, row.seq)] = item
     return rows
 
 
@@ -548,6 +568,8 @@ class BaseEventStore(ABC):
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._closed = False
+        self._seen: dict[tuple[str, int], Linked] = {}
+        """Rows referenced by snapshots, as last checked against their chain hash."""
 
     # ---- what a backend provides -------------------------------------------------------
 
@@ -855,7 +877,8 @@ class BaseEventStore(ABC):
                 raise InvalidAppendError(f"cannot store a snapshot: {exc}") from None
             state = encode_state({k: v for k, v in snapshot.state.items() if k != "context"})
             refs = encode_state({"context": snapshot.context_refs})
-            rows = _checked(thread_id, await self._fetch_carriers(thread_id, _targets(entries)))
+            linked = await self._fetch_carriers(thread_id, _targets(entries))
+            rows = _checked(thread_id, linked, self._seen)
             content = snapshot_digest(anchor, state, refs, [r.hash for r in rows])
             stored = StoredSnapshot(
                 snapshot.seq, snapshot.state_type, snapshot.at, state, None, anchor,
@@ -905,7 +928,7 @@ class BaseEventStore(ABC):
             state.pop("context", None)
             if (check and stored is not None) or resolve:
                 linked = await self._fetch_carriers(thread_id, _targets(entries))
-                rows = _checked(thread_id, linked) if check else [r for r, _ in linked]
+                rows = _checked(thread_id, linked, self._seen) if check else [r for r, _ in linked]
                 if check and stored is not None:
                     hashes = {r.seq: r.hash for r in rows}
                     found = snapshot_digest(

@@ -221,3 +221,48 @@ async def test_a_snapshot_without_a_digest_is_not_used(tmp_path: Path) -> None:
     async with SQLiteEventStore(path) as store:
         with pytest.raises(ChainBrokenError):  # the fold from the start reads the edit
             await state_at(store, THREAD)
+
+
+async def test_a_payload_edited_in_the_file_is_refused_over_http(tmp_path: Path) -> None:
+    """`GET /threads/{id}/state` of a thread read from its snapshot: refused, never the
+    edited text."""
+    import httpx
+
+    from actors.serve import TokenBook, create_app
+
+    from .test_serve import OPS, Server, build, token_file
+
+    path = tmp_path / "serve.db"
+    async with SQLiteEventStore(path) as store:
+        app = create_app(build(store), tokens=TokenBook.load(token_file(tmp_path)))
+        async with Server(app) as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
+            made = await client.post("/threads", json={"graph_id": "other"}, headers=OPS)
+            thread = made.json()["thread_id"]
+            for n in range(RUNS):
+                ran = await client.post(
+                    f"/threads/{thread}/runs/wait",
+                    json={"assistant_id": "notes", "input": f"refund order {n}"},
+                    headers=OPS,
+                )
+                assert ran.status_code == 200, ran.text
+            assert await store.snapshot_seqs(thread)
+            users = [
+                r.seq
+                async for r in store.read(thread)
+                if isinstance(r.event, MessageAppended) and r.event.message["role"] == "user"
+            ]
+            first = users[0]
+            conn = sqlite3.connect(path)
+            (payload,) = conn.execute(
+                "SELECT payload FROM events WHERE thread_id = ? AND seq = ?", (thread, first)
+            ).fetchone()
+            conn.close()
+            edit_db(
+                path,
+                "UPDATE events SET payload = ? WHERE thread_id = ? AND seq = ?",
+                payload.replace(b"refund order 0", b"REFUND ORDER 0"),
+                thread,
+                first,
+            )
+            read = await client.get(f"/threads/{thread}/state", headers=OPS)
+            assert read.status_code != 200 and "REFUND" not in read.text, read.text
