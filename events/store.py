@@ -924,8 +924,9 @@ class BaseEventStore(ABC):
             anchor = row.anchor
             blob = decode_state(thread_id, seq, row.refs)
             refs, stored = blob.get("context"), blob.get("digest")
-            entries = decode_context_refs(refs, thread_id, seq)
             state.pop("context", None)
+            if check or resolve:  # unchecked and unresolved: the caller judges the references
+                entries = decode_context_refs(refs, thread_id, seq)
             if (check and stored is not None) or resolve:
                 linked = await self._fetch_carriers(thread_id, _targets(entries))
                 rows = _checked(thread_id, linked, self._seen) if check else [r for r, _ in linked]
