@@ -55,8 +55,10 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     a snapshot only then. Given to `save_snapshot`, it must be the content's (a snapshot
     loaded and then changed is refused)."""
     record_hashes: dict[int, bytes] | None = None
-    """The chain hash of each record the context references, by seq, as `load_snapshot`
-    checked it against the record's bytes (None for a whole state, or one not loaded)."""
+    """The chain hash of each record the context references, by seq: as `load_snapshot`
+    checked it against the record's bytes, or, given to `save_snapshot`, as the writer knows
+    it from the commits it followed (the store pins those in the digest instead of reading
+    the records back; a wrong one makes every load refuse the snapshot)."""
 
 
 class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):

@@ -877,9 +877,13 @@ class BaseEventStore(ABC):
                 raise InvalidAppendError(f"cannot store a snapshot: {exc}") from None
             state = encode_state({k: v for k, v in snapshot.state.items() if k != "context"})
             refs = encode_state({"context": snapshot.context_refs})
-            linked = await self._fetch_carriers(thread_id, _targets(entries))
-            rows = _checked(thread_id, linked, self._seen)
-            content = snapshot_digest(anchor, state, refs, [r.hash for r in rows])
+            targets = _targets(entries)
+            given = snapshot.record_hashes or {}
+            pinned: list[bytes] = [given[t] for t in targets if t in given]
+            if len(pinned) != len(targets):  # not followed by a writer: the store's hashes
+                linked = await self._fetch_carriers(thread_id, targets)
+                pinned = [row.hash for row, _ in linked]
+            content = snapshot_digest(anchor, state, refs, pinned)
             stored = StoredSnapshot(
                 snapshot.seq, snapshot.state_type, snapshot.at, state, None, anchor,
                 encode_state({"context": snapshot.context_refs, "digest": content}),

@@ -71,6 +71,7 @@ from events.kinds import (
     StateUpdated,
 )
 from events.store import (
+    MESSAGE_KINDS,
     ContextEntry,
     CorruptSnapshotError,
     decode_context_refs,
@@ -121,11 +122,12 @@ class _Refs:
     whose result is kept so that the next one re-encodes only from there.
     """
 
-    __slots__ = ("cache", "dirty", "entries", "hash", "ids", "known", "lost", "seq")
+    __slots__ = ("cache", "dirty", "entries", "hash", "hashes", "ids", "known", "lost", "seq")
 
     def __init__(self) -> None:
         self.seq = 0
         self.hash = ""
+        self.hashes: dict[int, bytes] = {}  # the chain hash of each record carrying messages
         self.entries: list[tuple[int, int] | None] = []
         self.ids: list[Any] = []
         self.known: set[Any] = set()
@@ -145,6 +147,7 @@ class _Refs:
             return None
         refs = cls()
         refs.seq, refs.hash = snapshot.seq, snapshot.hash
+        refs.hashes = dict(snapshot.record_hashes or {})
         refs.entries = [e if isinstance(e, tuple) else None for e in entries]
         if not refs._take_ids(messages):
             return None
@@ -186,6 +189,8 @@ class _Refs:
         """Follow one record, as the fold's handler of its kind changes the context."""
         event, seq = record.event, record.seq
         self.seq, self.hash = seq, record.hash
+        if record.kind in MESSAGE_KINDS:
+            self.hashes[seq] = bytes.fromhex(record.hash)
         if isinstance(event, MessagesReplaced):
             self._replace(seq, event.messages)
         elif isinstance(event, ContextSummarized):
@@ -354,6 +359,11 @@ class SnapshotWriter:
         return self._write(capture)
 
     def _snapshot_of(self, capture: _Capture, refs: _Refs) -> Snapshot:
+        """The snapshot, with the chain hash of each record it points to as the commits
+        (or the checked reads) followed gave it: the store pins those in its digest without
+        reading the records back."""
+        hashes = refs.hashes
+        targets = {entry[0] for entry in refs.entries if entry is not None}
         return Snapshot(
             thread_id=self.thread_id,
             seq=capture.seq,
@@ -362,6 +372,7 @@ class SnapshotWriter:
             at=capture.at,
             hash=capture.hash,
             context_refs=refs.encode(capture.context),
+            record_hashes={seq: hashes[seq] for seq in targets if seq in hashes},
         )
 
     async def _save(self, snapshot: Snapshot) -> Snapshot:
