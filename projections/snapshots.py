@@ -25,7 +25,12 @@ format. So `state_at` (`projections.views`) keeps the messages it validated per 
 thread, and hands them out through a `SharedContext` that copies each on its first read: a
 point of a thread whose earlier point was read costs the records after its snapshot, 0.07
 of a fold from the start and 0.17-0.23 of a whole-state snapshot in the same run (17 ms on
-that machine under load); the first read of a process costs 0.43 of the fold.
+that machine under load); the first read of a process costs 0.43 of the fold. Checking
+the records a snapshot points to (below) adds reading them back on every read (hashed
+once while their bytes stay the same): at 2,000 steps (bench/snapshots.py --quick, two
+rounds alternated with the code before the check, a 2-core VM at load 8 to 14) such a
+read costs 0.35-0.44 of the fold from the start, where it cost 0.12-0.14 unchecked, and
+the first read of a process 0.62-0.72, where it cost 0.39-0.43.
 
 Trust. A snapshot names the chain hash of the record it folds up to; `fold_at` refuses one
 whose hash differs from the chain's (`ChainBrokenError` naming its seq: either the snapshot
