@@ -16,7 +16,7 @@ from .codec import GENESIS_HASH, Row, chain_rows
 from .errors import ConcurrencyError
 from .follow import CommitSignal
 from .record import EventRecord
-from .store import MESSAGE_KINDS, AppendRequest, BaseEventStore, Payload, StoredSnapshot
+from .store import MESSAGE_KINDS, AppendRequest, BaseEventStore, Linked, StoredSnapshot
 
 _KINDS = frozenset(MESSAGE_KINDS)
 
@@ -104,13 +104,12 @@ class MemoryEventStore(BaseEventStore):
     async def _snapshot_seqs(self, thread_id: str) -> list[int]:
         return sorted(self._snapshots.get(thread_id, ()))
 
-    async def _fetch_payloads(self, thread_id: str, seqs: Sequence[int]) -> list[Payload]:
+    async def _fetch_carriers(self, thread_id: str, seqs: Sequence[int]) -> list[Linked]:
         rows = self._threads.get(thread_id, [])
-        picked = (rows[seq - 1] for seq in seqs if 0 < seq <= len(rows))
         return [
-            (r.seq, None if r.kind == "message_appended" else r.kind, r.version, r.payload)
-            for r in picked
-            if r.kind in _KINDS
+            (rows[seq - 1], rows[seq - 2].hash if seq > 1 else None)
+            for seq in seqs
+            if 0 < seq <= len(rows) and rows[seq - 1].kind in _KINDS
         ]
 
     async def claim(

@@ -74,7 +74,7 @@ from .store import (
     MESSAGE_KINDS,
     AppendRequest,
     BaseEventStore,
-    Payload,
+    Linked,
     StoredSnapshot,
 )
 
@@ -813,17 +813,19 @@ class PostgresEventStore(BaseEventStore):
         )  # fmt: skip
         return [r[0] for r in rows]
 
-    async def _fetch_payloads(self, thread_id: str, seqs: Sequence[int]) -> list[Payload]:
+    async def _fetch_carriers(self, thread_id: str, seqs: Sequence[int]) -> list[Linked]:
         if not seqs:
             return []
+        columns = ", ".join(f"e.{c}" for c in _ROW_COLUMNS.split(", "))
         rows = await self._query(
             "fetch",
-            "SELECT seq, NULLIF(kind, 'message_appended'), version, payload FROM "
-            f"{self._t['events']} WHERE thread_id = $1 AND seq = ANY($2::bigint[]) "
-            "AND kind = ANY($3::text[]) ORDER BY seq",
+            f"SELECT {columns}, p.hash FROM {self._t['events']} e LEFT JOIN "
+            f"{self._t['events']} p ON p.thread_id = e.thread_id AND p.seq = e.seq - 1 "
+            "WHERE e.thread_id = $1 AND e.seq = ANY($2::bigint[]) "
+            "AND e.kind = ANY($3::text[]) ORDER BY e.seq",
             thread_id, list(seqs), list(MESSAGE_KINDS),
         )  # fmt: skip
-        return [tuple(r) for r in rows]
+        return [(Row(*r[:10]), r[10]) for r in rows]
 
     # ---- snapshots -----------------------------------------------------------------------
 

@@ -48,6 +48,17 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     """The chain hash of record `seq` (hex): a reader uses the snapshot only when it matches."""
     context_refs: list[Any] | None = None
     """The context as encoded references into the thread's records, or None (whole state)."""
+    digest: str = ""
+    """The content hash (hex) the snapshot was stored with (`events.store.snapshot_digest`):
+    over its chain hash, its bytes and the chain hash of every record its context references.
+    `load_snapshot` fills it only once it has recomputed it from what it read; a reader uses
+    a snapshot only then. Given to `save_snapshot`, it must be the content's (a snapshot
+    loaded and then changed is refused)."""
+    record_hashes: dict[int, bytes] | None = None
+    """The chain hash of each record the context references, by seq: as `load_snapshot`
+    checked it against the record's bytes, or, given to `save_snapshot`, as the writer knows
+    it from the commits it followed (the store pins those in the digest instead of reading
+    the records back; a wrong one makes every load refuse the snapshot)."""
 
 
 class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):

@@ -55,7 +55,7 @@ from .store import (
     MESSAGE_KINDS,
     AppendRequest,
     BaseEventStore,
-    Payload,
+    Linked,
     StoredSnapshot,
 )
 
@@ -778,8 +778,8 @@ class SQLiteEventStore(BaseEventStore):
     async def _snapshot_seqs(self, thread_id: str) -> list[int]:
         return await self._read(_fetch_snapshot_seqs, thread_id)
 
-    async def _fetch_payloads(self, thread_id: str, seqs: Sequence[int]) -> list[Payload]:
-        return await self._read(_fetch_payloads, thread_id, list(seqs))
+    async def _fetch_carriers(self, thread_id: str, seqs: Sequence[int]) -> list[Linked]:
+        return await self._read(_fetch_carriers, thread_id, list(seqs))
 
 
 # ---- functions that run on a connection's own thread ---------------------------------------
@@ -1085,29 +1085,37 @@ def _fetch_snapshot_seqs(conn: sqlite3.Connection, thread_id: str) -> list[int]:
 
 
 _MESSAGE_KINDS_SQL = ", ".join(f"'{kind}'" for kind in MESSAGE_KINDS)
-_PAYLOADS = (
-    "SELECT seq, NULLIF(kind, 'message_appended'), version, payload FROM events "
-    f"WHERE thread_id = ? AND kind IN ({_MESSAGE_KINDS_SQL})"
+_CARRIERS = (
+    "SELECT e.thread_id, e.seq, e.run_id, e.actor, e.at, e.kind, e.version, e.payload, e.hash, "
+    "e.position, p.hash FROM events e LEFT JOIN events p "
+    "ON p.thread_id = e.thread_id AND p.seq = e.seq - 1 "
+    f"WHERE e.thread_id = ? AND e.kind IN ({_MESSAGE_KINDS_SQL})"
 )
 
 
-def _fetch_payloads(conn: sqlite3.Connection, thread_id: str, seqs: list[int]) -> list[Payload]:
-    """The records at `seqs` (ascending) that carry messages: one range scan when they lie
-    close together (the usual context: every message record of a stretch), else by seq."""
+def _linked(raw: list[tuple[Any, ...]]) -> list[Linked]:
+    return [(Row._make(r[:10]), r[10]) for r in raw]
+
+
+def _fetch_carriers(conn: sqlite3.Connection, thread_id: str, seqs: list[int]) -> list[Linked]:
+    """The records at `seqs` (ascending) that carry messages, each with the hash of the one
+    before: one range scan when they lie close together (the usual context: every message
+    record of a stretch), else by seq."""
     if not seqs:
         return []
     low, high = seqs[0], seqs[-1]
     if high - low < 4 * len(seqs) + 1024:
         raw = conn.execute(
-            f"{_PAYLOADS} AND seq BETWEEN ? AND ?", (thread_id, low, high)
+            f"{_CARRIERS} AND e.seq BETWEEN ? AND ? ORDER BY e.seq", (thread_id, low, high)
         ).fetchall()
-        if len(raw) == len(seqs):
-            return raw  # every message record of the stretch: the usual context
-        wanted = set(seqs)
-        return [r for r in raw if r[0] in wanted]
-    rows: list[Payload] = []
+        if len(raw) != len(seqs):
+            wanted = set(seqs)
+            raw = [r for r in raw if r[1] in wanted]
+        return _linked(raw)
+    rows: list[Linked] = []
     for i in range(0, len(seqs), 500):
         part = seqs[i : i + 500]
         marks = ",".join("?" * len(part))
-        rows += conn.execute(f"{_PAYLOADS} AND seq IN ({marks})", (thread_id, *part)).fetchall()
+        sql = f"{_CARRIERS} AND e.seq IN ({marks}) ORDER BY e.seq"
+        rows += _linked(conn.execute(sql, (thread_id, *part)).fetchall())
     return rows

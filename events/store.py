@@ -6,6 +6,7 @@ decoding and hash-chain verification live here, once, so every store behaves ali
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import reprlib
@@ -66,6 +67,7 @@ __all__ = [
     "CorruptSnapshotError",
     "EventStore",
     "Holder",
+    "Linked",
     "Payload",
     "StoredSnapshot",
     "brief",
@@ -74,6 +76,7 @@ __all__ = [
     "encode_context_refs",
     "messages_of",
     "readable_thread_id",
+    "snapshot_digest",
 ]
 
 
@@ -149,13 +152,21 @@ class EventStore(Protocol):
         ...
 
     async def load_snapshot(
-        self, thread_id: str, max_seq: int | None = None, *, resolve: bool = True
+        self,
+        thread_id: str,
+        max_seq: int | None = None,
+        *,
+        resolve: bool = True,
+        check: bool = True,
     ) -> Snapshot | None:
         """The newest snapshot with `seq <= max_seq`, or None.
 
         A referencing snapshot's context is read from the records it names into
         `state["context"]`, unless `resolve` is False; `CorruptSnapshotError` when a
-        reference does not lead to a message.
+        reference does not lead to a message. With `check` (the default), the snapshot's
+        digest is recomputed from what was read (its bytes, and each referenced record
+        checked against its chain hash): `CorruptSnapshotError` when it differs,
+        `ChainBrokenError` for a referenced record whose bytes do not match its hash.
         """
         ...
 
@@ -307,6 +318,77 @@ Payload = tuple[int, str | None, int, bytes]
 """A record's `(seq, kind, version, payload)`, what a snapshot's context is read from; `kind`
 is None for "message_appended", the kind of nearly every message (no str made per row)."""
 
+Linked = tuple[Row, bytes | None]
+"""A stored record that carries messages, with the chain hash of the record before it (None
+when there is none: the first record, or a record missing)."""
+
+_DIGEST_DOMAIN = b"agentlog snapshot digest 1\0"
+
+
+def snapshot_digest(
+    anchor: bytes, state: bytes, refs: bytes | None, record_hashes: Iterable[bytes]
+) -> bytes:
+    """The content hash a snapshot is stored with: SHA-256 over the chain hash it folds up to,
+    its state bytes, its encoded references (`encode_state({"context": refs})`, None for a
+    whole state) and the chain hash of each record those references name that carries
+    messages, in seq order (the seqs themselves are in the references).
+
+    It binds the snapshot's content to the records it points into: a reader that recomputes
+    it, and checks each referenced record's bytes against its chain hash, believes nothing
+    that was changed behind the store after the snapshot was written.
+    """
+    h = hashlib.sha256(_DIGEST_DOMAIN)
+    h.update(anchor)
+    h.update(len(state).to_bytes(8, "big"))
+    h.update(state)
+    if refs is None:
+        h.update(b"\xff" * 8)
+    else:
+        h.update(len(refs).to_bytes(8, "big"))
+        h.update(refs)
+    h.update(b"".join(record_hashes))
+    return h.digest()
+
+
+CHECKED_ROWS_KEPT = 20_000
+"""Rows a store remembers having checked against their chain hash (see `_checked`): as many
+as the messages `state_at` keeps validated by default."""
+
+
+def _checked(
+    thread_id: str, linked: Sequence[Linked], seen: dict[tuple[str, int], Linked] | None = None
+) -> list[Row]:
+    """The rows of `linked`, each one's bytes checked against its chain hash (from the hash of
+    the record before it): `ChainBrokenError` naming the first that does not match.
+
+    `seen` holds rows checked before, exactly as they were read: a row read again with the
+    very same bytes (a comparison, no hashing) is not hashed again; any change of its bytes
+    is checked anew.
+    """
+    rows: list[Row] = []
+    for item in linked:
+        row, prev = item
+        if seen is not None and seen.get((thread_id, row.seq)) == item:
+            rows.append(row)
+            continue
+        if row.seq == 1:
+            prev = GENESIS_HASH
+        elif prev is None:
+            raise ChainBrokenError(thread_id, row.seq - 1, "the record is missing")
+        envelope = (
+            row.thread_id, row.seq, row.run_id, row.actor,
+            row.at, row.kind, row.version, row.position,
+        )  # fmt: skip
+        if chain_hash(prev, envelope, row.payload) != row.hash:
+            raise ChainBrokenError(thread_id, row.seq, "its bytes do not match its hash")
+        rows.append(row)
+        if seen is not None:
+            if len(seen) >= CHECKED_ROWS_KEPT:
+                seen.clear()
+            seen[(thread_id, row.seq)] = item
+    return rows
+
+
 _CARRIERS: dict[str, Any] = {
     str(kind.__struct_config__.tag): (kind, msgspec.msgpack.Decoder(kind))
     for kind in (MessageAppended, MessageReplaced, MessagesReplaced, ContextSummarized, Forked)
@@ -385,12 +467,69 @@ def decode_context_refs(encoded: object, thread_id: str, seq: int) -> list[Conte
     return entries
 
 
+def _targets(entries: Sequence[ContextEntry]) -> list[int]:
+    """The seqs the references among `entries` point to, ascending, each once."""
+    return sorted({entry[0] for entry in entries if type(entry) is tuple})
+
+
+def _same_digest(thread_id: str, seq: int, stored: object, found: bytes) -> None:
+    if stored != found:
+        raise CorruptSnapshotError(
+            thread_id,
+            seq,
+            "its content does not match the digest it was stored with: the row, or a record "
+            "it points to, was changed after it was written",
+        )
+
+
+def _messages(
+    thread_id: str, seq: int, entries: Sequence[ContextEntry], rows: Sequence[Row]
+) -> list[dict[str, Any]]:
+    """The messages `entries` name, from `rows` (the records they point to), each record
+    decoded once."""
+    carried: dict[int, Any] = {}
+    decode, current = _APPENDED.decode, MessageAppended.VERSION
+    row_seq = 0
+    try:
+        for row in rows:
+            row_seq = row.seq
+            if row.kind == "message_appended" and row.version == current:  # nearly every row
+                carried[row_seq] = (decode(row.payload).message,)
+            else:
+                carried[row_seq] = _carried(thread_id, row_seq, row.kind, row.version, row.payload)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise CorruptRecordError(thread_id, row_seq, f"message_appended payload: {exc}") from exc
+    try:
+        return [
+            entry if type(entry) is dict else carried[entry[0]][entry[1]]  # type: ignore[index]
+            for entry in entries
+        ]
+    except (KeyError, IndexError, TypeError):
+        pass
+    for entry in entries:  # say which reference is wrong
+        if isinstance(entry, tuple):
+            target, index = entry
+            messages = carried.get(target)
+            if messages is None or index >= len(messages):
+                held = (
+                    "which is no record carrying messages"
+                    if messages is None
+                    else f"a record carrying {len(messages)}"
+                )
+                raise CorruptSnapshotError(
+                    thread_id, seq, f"it names message {index} of seq {target}, {held}"
+                )
+    raise CorruptSnapshotError(thread_id, seq, "its context cannot be resolved")
+
+
 class StoredSnapshot(NamedTuple):
     """A snapshot row as a backend keeps it: a whole state (`hash` set, `refs` None), or the
     state without its context plus the encoded references (`anchor` set, `hash` None).
 
     A referencing row leaves `hash` empty on purpose: a reader that predates references
-    takes the row for one that names no hash, and never uses it.
+    takes the row for one that names no hash, and never uses it. The content digest
+    (`snapshot_digest`) sits where a reader that predates it does not look: in the `refs`
+    blob of a referencing row (`{"context": ..., "digest": ...}`), in `anchor` of a whole one.
     """
 
     seq: int
@@ -446,6 +585,8 @@ class BaseEventStore(ABC):
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._closed = False
+        self._seen: dict[tuple[str, int], Linked] = {}
+        """Rows referenced by snapshots, as last checked against their chain hash."""
 
     # ---- what a backend provides -------------------------------------------------------
 
@@ -518,9 +659,10 @@ class BaseEventStore(ABC):
         """The seqs of the thread's snapshot rows, ascending."""
 
     @abstractmethod
-    async def _fetch_payloads(self, thread_id: str, seqs: Sequence[int]) -> list[Payload]:
-        """`(seq, kind, version, payload)` of the thread's records at `seqs` (ascending,
-        distinct) that carry messages (a kind of `MESSAGE_KINDS`); others may be left out."""
+    async def _fetch_carriers(self, thread_id: str, seqs: Sequence[int]) -> list[Linked]:
+        """The thread's rows at `seqs` (ascending, distinct) that carry messages (a kind of
+        `MESSAGE_KINDS`; others may be left out), in seq order, each with the chain hash of
+        the record before it."""
 
     # ---- the protocol --------------------------------------------------------------------
 
@@ -739,103 +881,107 @@ class BaseEventStore(ABC):
             raise InvalidAppendError(
                 f"snapshot seq must be an int from 0 to {MAX_POSITION}, got {snapshot.seq!r}"
             )
-        digest = _snapshot_hash(snapshot)
+        anchor = _snapshot_hash(snapshot)
+        thread_id = snapshot.thread_id
+        content: bytes | None = None
         if snapshot.context_refs is None:
+            state = encode_state(snapshot.state)
+            if anchor:  # a whole state keeps its digest where a referencing row's anchor is
+                content = snapshot_digest(anchor, state, None, ())
             stored = StoredSnapshot(
-                snapshot.seq, snapshot.state_type, snapshot.at,
-                encode_state(snapshot.state), digest or None, None, None,
+                snapshot.seq, snapshot.state_type, snapshot.at, state, anchor or None,
+                content, None,
             )  # fmt: skip
         else:
             try:
-                decode_context_refs(snapshot.context_refs, snapshot.thread_id, snapshot.seq)
+                entries = decode_context_refs(snapshot.context_refs, thread_id, snapshot.seq)
             except CorruptSnapshotError as exc:
                 raise InvalidAppendError(f"cannot store a snapshot: {exc}") from None
-            rest = {k: v for k, v in snapshot.state.items() if k != "context"}
+            state = encode_state({k: v for k, v in snapshot.state.items() if k != "context"})
+            refs = encode_state({"context": snapshot.context_refs})
+            targets = _targets(entries)
+            given = snapshot.record_hashes or {}
+            pinned: list[bytes] = [given[t] for t in targets if t in given]
+            if len(pinned) != len(targets):  # not followed by a writer: the store's hashes
+                linked = await self._fetch_carriers(thread_id, targets)
+                pinned = [row.hash for row, _ in linked]
+            content = snapshot_digest(anchor, state, refs, pinned)
             stored = StoredSnapshot(
-                snapshot.seq, snapshot.state_type, snapshot.at, encode_state(rest), None,
-                digest, encode_state({"context": snapshot.context_refs}),
+                snapshot.seq, snapshot.state_type, snapshot.at, state, None, anchor,
+                encode_state({"context": snapshot.context_refs, "digest": content}),
             )  # fmt: skip
-        await self._put_snapshot(snapshot.thread_id, stored)
+        if snapshot.digest and (content is None or snapshot.digest != content.hex()):
+            raise InvalidAppendError(
+                f"the snapshot at seq {snapshot.seq} of thread {thread_id!r} carries digest "
+                f"{snapshot.digest[:16]!r}..., which is not its content's: a snapshot loaded "
+                "and then changed is not stored; take a new one (take_snapshot), or pass "
+                "digest='' to store this content as a snapshot of your own"
+            )
+        await self._put_snapshot(thread_id, stored)
 
     async def load_snapshot(
-        self, thread_id: str, max_seq: int | None = None, *, resolve: bool = True
+        self,
+        thread_id: str,
+        max_seq: int | None = None,
+        *,
+        resolve: bool = True,
+        check: bool = True,
     ) -> Snapshot | None:
-        """The newest snapshot at or before `max_seq`, its context read from the log."""
+        """The newest snapshot at or before `max_seq`, its context read from the log.
+
+        With `check`, its digest is recomputed from what was read, each referenced record
+        checked against its chain hash, and `digest` is set only when they agree (a row
+        stored before digests existed comes back with none: readers do not use it). Without,
+        `digest` is the one stored, unchecked (what `verify_snapshots` compares itself).
+        """
         self._check_open()
         readable_thread_id(thread_id)
         row = await self._get_snapshot(thread_id, MAX_POSITION if max_seq is None else max_seq)
         if row is None:
             return None
-        state = decode_state(thread_id, row.seq, row.state)
+        seq = row.seq
+        state = decode_state(thread_id, seq, row.state)
+        hashes: dict[int, bytes] | None = None
         if row.refs is None:
-            digest = row.hash
-            refs = None
+            anchor, refs, stored = row.hash, None, row.anchor
+            if check and isinstance(anchor, bytes) and stored is not None:
+                _same_digest(thread_id, seq, stored, snapshot_digest(anchor, row.state, None, ()))
         else:
-            digest = row.anchor
-            refs = decode_state(thread_id, row.seq, row.refs).get("context")
-            entries = decode_context_refs(refs, thread_id, row.seq)
+            anchor = row.anchor
+            blob = decode_state(thread_id, seq, row.refs)
+            refs, stored = blob.get("context"), blob.get("digest")
             state.pop("context", None)
-            if resolve:
-                state["context"] = await self._resolve(thread_id, row.seq, entries)
+            if check or resolve:  # unchecked and unresolved: the caller judges the references
+                entries = decode_context_refs(refs, thread_id, seq)
+            if (check and stored is not None) or resolve:
+                linked = await self._fetch_carriers(thread_id, _targets(entries))
+                rows = _checked(thread_id, linked, self._seen) if check else [r for r, _ in linked]
+                if check and stored is not None:
+                    hashes = {r.seq: r.hash for r in rows}
+                    found = snapshot_digest(
+                        anchor or b"", row.state, encode_state({"context": refs}), hashes.values()
+                    )
+                    _same_digest(thread_id, seq, stored, found)
+                if resolve:
+                    state["context"] = _messages(thread_id, seq, entries, rows)
+        if stored is not None and not isinstance(stored, bytes):
+            raise CorruptSnapshotError(thread_id, seq, "its digest is not bytes")
         return Snapshot(
             thread_id=thread_id,
-            seq=row.seq,
+            seq=seq,
             state=state,
             state_type=row.state_type,
             at=row.at,
-            hash=digest.hex() if isinstance(digest, bytes) else "",
+            hash=anchor.hex() if isinstance(anchor, bytes) else "",
             context_refs=refs,
+            digest=stored.hex() if isinstance(stored, bytes) and anchor else "",
+            record_hashes=hashes,
         )
 
     async def snapshot_seqs(self, thread_id: str) -> list[int]:
         """The seqs of the thread's snapshots, ascending."""
         self._check_open()
         return await self._snapshot_seqs(readable_thread_id(thread_id))
-
-    async def _resolve(
-        self, thread_id: str, seq: int, entries: list[ContextEntry]
-    ) -> list[dict[str, Any]]:
-        """The messages `entries` name: one fetch of the records referenced, each decoded once.
-
-        The records are not chain-checked here: the snapshot's own anchor is (by the reader),
-        and `verify` checks every record.
-        """
-        wanted = sorted({entry[0] for entry in entries if type(entry) is tuple})
-        carried: dict[int, Any] = {}
-        decode, current = _APPENDED.decode, MessageAppended.VERSION
-        row_seq = 0
-        try:
-            for row_seq, kind, version, payload in await self._fetch_payloads(thread_id, wanted):
-                if kind is None and version == current:  # nearly every row: decoded inline
-                    carried[row_seq] = (decode(payload).message,)
-                else:
-                    kind = kind or "message_appended"
-                    carried[row_seq] = _carried(thread_id, row_seq, kind, version, payload)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise CorruptRecordError(
-                thread_id, row_seq, f"message_appended payload: {exc}"
-            ) from exc
-        try:
-            return [
-                entry if type(entry) is dict else carried[entry[0]][entry[1]]  # type: ignore[index]
-                for entry in entries
-            ]
-        except (KeyError, IndexError, TypeError):
-            pass
-        for entry in entries:  # say which reference is wrong
-            if isinstance(entry, tuple):
-                target, index = entry
-                messages = carried.get(target)
-                if messages is None or index >= len(messages):
-                    held = (
-                        "which is no record carrying messages"
-                        if messages is None
-                        else f"a record carrying {len(messages)}"
-                    )
-                    raise CorruptSnapshotError(
-                        thread_id, seq, f"it names message {index} of seq {target}, {held}"
-                    )
-        raise CorruptSnapshotError(thread_id, seq, "its context cannot be resolved")
 
     async def __aenter__(self) -> Self:
         return self

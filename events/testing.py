@@ -35,12 +35,13 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 import pytest
 
 from . import verify_export
 from .audit import export_jsonl, head, verify_store, verify_thread
 from .claims import HOST, Claim, Holder, process_marker
-from .codec import GENESIS_HASH
+from .codec import GENESIS_HASH, chain_hash, encode_payloads
 from .errors import (
     AgentlogError,
     ChainBrokenError,
@@ -145,6 +146,49 @@ class StoreConformance:
             pytest.fail(
                 f"{type(store).__name__} has no way to stage a claim: override "
                 "StoreConformance.forge_holder to write `holder` as the thread's claim"
+            )
+
+    async def alter_record(
+        self, store: EventStore, thread_id: str, seq: int, event: Event, rehash: bool = False
+    ) -> None:
+        """Replace the payload of the thread's record `seq` with `event`'s behind the store,
+        as a hand edit of the database would; with `rehash`, its stored hash is made to match
+        the new bytes too (the records after it are left alone).
+
+        The snapshot tests need it; a new backend overrides it with a direct write.
+        """
+        [encoded] = encode_payloads(thread_id, [event])
+        rows = [r async for r in store.read_rows(thread_id, seq - 1 if seq > 1 else 1, seq)]
+        row = rows[-1]
+        prev = rows[0].hash if seq > 1 else GENESIS_HASH
+        envelope = (
+            row.thread_id, row.seq, row.run_id, row.actor,
+            row.at, row.kind, row.version, row.position,
+        )  # fmt: skip
+        digest = chain_hash(prev, envelope, encoded.payload) if rehash else row.hash
+        if isinstance(store, SQLiteEventStore):
+            conn = sqlite3.connect(store.path, timeout=10)
+            with conn:
+                conn.execute(
+                    "UPDATE events SET payload = ?, hash = ? WHERE thread_id = ? AND seq = ?",
+                    (encoded.payload, digest, thread_id, seq),
+                )
+            conn.close()
+        elif isinstance(store, MemoryEventStore):
+            altered = row._replace(payload=encoded.payload, hash=digest)
+            store._threads[thread_id][seq - 1] = altered
+            store._all[row.position - 1] = altered
+        elif type(store).__module__ == "events.postgres":
+            await store._query(  # type: ignore[attr-defined]
+                "execute",
+                f'UPDATE "{store.schema}".events SET payload = $1, hash = $2 '  # type: ignore[attr-defined]
+                "WHERE thread_id = $3 AND seq = $4",
+                encoded.payload, digest, thread_id, seq,
+            )  # fmt: skip
+        else:
+            pytest.fail(
+                f"{type(store).__name__} has no way to alter a record: override "
+                "StoreConformance.alter_record to rewrite it behind the store"
             )
 
     async def test_is_an_event_store(self, store: EventStore) -> None:
@@ -441,7 +485,10 @@ class StoreConformance:
             state_type="my.State", at=1234.5, hash=record.hash,
         )  # fmt: skip
         await store.save_snapshot(saved)
-        assert await store.load_snapshot("t") == saved
+        loaded = await store.load_snapshot("t")
+        assert loaded is not None and len(loaded.digest) == 64  # checked as it was read
+        assert msgspec.structs.replace(loaded, digest="") == saved
+        assert await store.load_snapshot("t", check=False) == loaded  # the digest stored
         with pytest.raises(InvalidAppendError, match="64 hex digits"):
             await store.save_snapshot(Snapshot(thread_id="t", seq=1, state={}, hash="beef"))
 
@@ -482,6 +529,39 @@ class StoreConformance:
             await store.load_snapshot("t")
         unresolved = await store.load_snapshot("t", resolve=False)
         assert unresolved is not None and unresolved.state == {}
+
+    async def test_a_snapshot_checks_the_records_it_points_to(self, store: EventStore) -> None:
+        """A payload changed behind the store is refused by every load of a snapshot that
+        points to it (resolved or not), and so is one whose hash was made to match it."""
+        records = await store.append(
+            "t", [*step_events(1, "first"), *step_events(2, "second")], expected_seq=0
+        )
+        refs = encode_context_refs([(2, 0), (5, 0)])
+        snapshot = Snapshot(
+            thread_id="t", seq=6, state={"step": 2}, hash=records[-1].hash, context_refs=refs
+        )
+        await store.save_snapshot(snapshot)
+        loaded = await store.load_snapshot("t", resolve=False)
+        assert loaded is not None and loaded.digest
+        assert loaded.record_hashes == {
+            2: bytes.fromhex(records[1].hash),
+            5: bytes.fromhex(records[4].hash),
+        }
+        payload = records[1].event
+        assert isinstance(payload, MessageAppended)
+        edited = {**payload.message, "content": [{"type": "text", "text": "first 1 EDITED"}]}
+        await self.alter_record(store, "t", 2, MessageAppended(message=edited))
+        for resolve in (True, False):
+            with pytest.raises(ChainBrokenError) as broken:
+                await store.load_snapshot("t", resolve=resolve)
+            assert broken.value.seq == 2
+        # The hash of the record made to match its new bytes: the snapshot's digest refuses.
+        await self.alter_record(store, "t", 2, MessageAppended(message=edited), rehash=True)
+        for resolve in (True, False):
+            with pytest.raises(CorruptSnapshotError, match="digest"):
+                await store.load_snapshot("t", resolve=resolve)
+        unchecked = await store.load_snapshot("t", check=False)
+        assert unchecked is not None and unchecked.state["context"][0] == edited
 
     async def test_a_referencing_snapshot_is_checked_before_it_is_stored(
         self, store: EventStore

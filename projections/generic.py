@@ -217,13 +217,15 @@ SCAN_BY_KIND = 256
 """Up to this many field-bearing records, they are read one by one rather than the thread."""
 
 
-async def open_states(store: EventStore, thread_id: str, seqs: Sequence[int]) -> list[OpenState]:
+async def open_states(
+    store: EventStore, thread_id: str, seqs: Sequence[int], *, use_snapshots: bool = True
+) -> list[OpenState]:
     """The thread's state after each of `seqs`, folded with one open class built from the log.
 
     A thread without custom fields is read as `state_at` reads it (snapshot and tail). One
     with them is read once up to the largest seq; each point starts from the newest snapshot
     at or before it when one validates, so a user-reduced field not updated since that
-    snapshot shows its exact value.
+    snapshot shows its exact value. `use_snapshots=False` reads the log alone.
     """
     last = await store.last_seq(thread_id)
     if last == 0:
@@ -248,7 +250,11 @@ async def open_states(store: EventStore, thread_id: str, seqs: Sequence[int]) ->
             records = await _read(store, thread_id, 1, top)
         for record in records:
             scan.read(record)
-    snapshots = {seq: await store.load_snapshot(thread_id, seq) for seq in set(seqs) if seq}
+    snapshots = {
+        seq: await store.load_snapshot(thread_id, seq) if use_snapshots else None
+        for seq in set(seqs)
+        if seq
+    }
     snapshot_fields = {
         name
         for snap in snapshots.values()
@@ -259,7 +265,11 @@ async def open_states(store: EventStore, thread_id: str, seqs: Sequence[int]) ->
     seen = set(scan.set_at) | snapshot_fields
     if not seen and "context" not in scan.declared:
         return [
-            OpenState(seq, await state_at(store, thread_id, seq), unset=sorted(scan.declared))
+            OpenState(
+                seq,
+                await state_at(store, thread_id, seq, use_snapshots=use_snapshots),
+                unset=sorted(scan.declared),
+            )
             for seq in seqs
         ]
     if records is None:
@@ -286,6 +296,7 @@ def _fold_point(
         snapshot is not None
         and 0 < snapshot.seq <= min(seq, len(records))
         and bool(snapshot.hash)
+        and bool(snapshot.digest)  # its content checked by the store as it was loaded
         and snapshot.hash == records[snapshot.seq - 1].hash  # records are chain-checked
     )
     if anchored:

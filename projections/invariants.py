@@ -94,7 +94,9 @@ def transcript_findings(state: AgentState) -> list[Finding]:
 async def thread_findings(
     store: EventStore, thread_id: str, state_cls: type[AgentState] | None = None
 ) -> ThreadFindings:
-    """`transcript_findings` of the thread's latest state, folded from `store` (read-only).
+    """`transcript_findings` of the thread's latest state, folded from `store` (read-only)
+    from its first record: the log's own state, whatever its snapshots say (they are
+    `verify_snapshots`' to judge).
 
     Without `state_cls` the thread is folded with the open class its log describes, so a
     thread of a custom state class needs no user code. A log that cannot be replayed is one
@@ -104,10 +106,10 @@ async def thread_findings(
     seq = await store.last_seq(thread_id)
     try:
         if state_cls is None:
-            (point,) = await open_states(store, thread_id, [seq])
+            (point,) = await open_states(store, thread_id, [seq], use_snapshots=False)
             state = point.state
         else:
-            state = (await fold_at(store, thread_id, seq, state_cls)).state
+            state = (await fold_at(store, thread_id, seq, state_cls, use_snapshots=False)).state
     except (AgentlogError, ValueError) as exc:  # refused by the fold, or a record unreadable
         if seq == 0:
             raise

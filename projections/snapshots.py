@@ -25,21 +25,30 @@ format. So `state_at` (`projections.views`) keeps the messages it validated per 
 thread, and hands them out through a `SharedContext` that copies each on its first read: a
 point of a thread whose earlier point was read costs the records after its snapshot, 0.07
 of a fold from the start and 0.17-0.23 of a whole-state snapshot in the same run (17 ms on
-that machine under load); the first read of a process costs 0.43 of the fold.
+that machine under load); the first read of a process costs 0.43 of the fold. Checking
+the records a snapshot points to (below) adds reading them back on every read (hashed
+once while their bytes stay the same): at 2,000 steps (bench/snapshots.py --quick, two
+rounds alternated with the code before the check, a 2-core VM at load 8 to 14) such a
+read costs 0.35-0.44 of the fold from the start, where it cost 0.12-0.14 unchecked, and
+the first read of a process 0.62-0.72, where it cost 0.39-0.43.
 
 Trust. A snapshot names the chain hash of the record it folds up to; `fold_at` refuses one
 whose hash differs from the chain's (`ChainBrokenError` naming its seq: either the snapshot
-or the log was rewritten, and a reader cannot tell which, so it does not pick one). A reader
-checks the records after the snapshot, not the ones it points to, as it never checked the
-records before a whole-state snapshot: a snapshot whose content was changed while its hash
-was kept, or a referenced payload changed behind the store, is believed by `state_at`.
-`verify_snapshots` (every snapshot against the log's fold) and `verify` (every record
-against the chain) are what find those.
+or the log was rewritten, and a reader cannot tell which, so it does not pick one). The
+store keeps with each snapshot a content digest (`events.store.snapshot_digest`) over that
+hash, its bytes and the chain hash of every record its context points to, and recomputes it
+on every load, checking each record it points to against its chain hash: a snapshot whose
+content was changed while its hash was kept, or a referenced payload changed behind the
+store, is refused (`CorruptSnapshotError`, `ChainBrokenError`), and the records after the
+snapshot are read chained from its hash. What no reader can tell is a snapshot written
+whole through `save_snapshot` with content of its own (the store's write path is trusted,
+as for appends): `verify_snapshots` compares every snapshot with the log's fold.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import operator
 from collections.abc import Awaitable, Iterable, Sequence
@@ -55,6 +64,7 @@ from events import (
     Snapshot,
     ThreadNotFoundError,
 )
+from events.codec import encode_state
 from events.kinds import (
     ContextSummarized,
     Forked,
@@ -65,7 +75,14 @@ from events.kinds import (
     RunStarted,
     StateUpdated,
 )
-from events.store import decode_context_refs
+from events.store import (
+    MESSAGE_KINDS,
+    ContextEntry,
+    CorruptSnapshotError,
+    decode_context_refs,
+    messages_of,
+    snapshot_digest,
+)
 
 from .edge import state_data, to_builtins
 from .fold import CONTEXT_FIELDS, Fold, field_plan, gc_paused
@@ -73,7 +90,7 @@ from .generic import LIBRARY_REDUCERS, open_state_class
 from .messages import Message
 from .reducers import add_messages
 from .state import AgentState
-from .views import PointOutOfRangeError, state_type_name
+from .views import PointOutOfRangeError, _shares_context, state_type_name
 
 __all__ = [
     "DEFAULT_SNAPSHOT_EVERY",
@@ -110,11 +127,12 @@ class _Refs:
     whose result is kept so that the next one re-encodes only from there.
     """
 
-    __slots__ = ("cache", "dirty", "entries", "hash", "ids", "known", "lost", "seq")
+    __slots__ = ("cache", "dirty", "entries", "hash", "hashes", "ids", "known", "lost", "seq")
 
     def __init__(self) -> None:
         self.seq = 0
         self.hash = ""
+        self.hashes: dict[int, bytes] = {}  # the chain hash of each record carrying messages
         self.entries: list[tuple[int, int] | None] = []
         self.ids: list[Any] = []
         self.known: set[Any] = set()
@@ -124,8 +142,9 @@ class _Refs:
 
     @classmethod
     def of_snapshot(cls, snapshot: Snapshot) -> _Refs | None:
-        """The references of a resolved referencing snapshot, or None for a whole one."""
-        if snapshot.context_refs is None or not snapshot.hash:
+        """The references of a resolved referencing snapshot whose digest the store checked,
+        or None (a whole one, or one not checked: rebuilt from the log instead)."""
+        if snapshot.context_refs is None or not snapshot.hash or not snapshot.digest:
             return None
         entries = decode_context_refs(snapshot.context_refs, snapshot.thread_id, snapshot.seq)
         messages = snapshot.state.get("context")
@@ -133,6 +152,7 @@ class _Refs:
             return None
         refs = cls()
         refs.seq, refs.hash = snapshot.seq, snapshot.hash
+        refs.hashes = dict(snapshot.record_hashes or {})
         refs.entries = [e if isinstance(e, tuple) else None for e in entries]
         if not refs._take_ids(messages):
             return None
@@ -174,6 +194,8 @@ class _Refs:
         """Follow one record, as the fold's handler of its kind changes the context."""
         event, seq = record.event, record.seq
         self.seq, self.hash = seq, record.hash
+        if record.kind in MESSAGE_KINDS:
+            self.hashes[seq] = bytes.fromhex(record.hash)
         if isinstance(event, MessagesReplaced):
             self._replace(seq, event.messages)
         elif isinstance(event, ContextSummarized):
@@ -342,6 +364,11 @@ class SnapshotWriter:
         return self._write(capture)
 
     def _snapshot_of(self, capture: _Capture, refs: _Refs) -> Snapshot:
+        """The snapshot, with the chain hash of each record it points to as the commits
+        (or the checked reads) followed gave it: the store pins those in its digest without
+        reading the records back."""
+        hashes = refs.hashes
+        targets = {entry[0] for entry in refs.entries if entry is not None}
         return Snapshot(
             thread_id=self.thread_id,
             seq=capture.seq,
@@ -350,6 +377,7 @@ class SnapshotWriter:
             at=capture.at,
             hash=capture.hash,
             context_refs=refs.encode(capture.context),
+            record_hashes={seq: hashes[seq] for seq in targets if seq in hashes},
         )
 
     async def _save(self, snapshot: Snapshot) -> Snapshot:
@@ -415,20 +443,24 @@ def write_snapshot(
 
 # ---- checking -------------------------------------------------------------------------------
 
-FindingKind = Literal["hash", "content", "unreadable", "unanchored", "other_class", "unchecked"]
+FindingKind = Literal[
+    "hash", "content", "digest", "unreadable", "unanchored", "other_class", "unchecked"
+]
 """What a snapshot finding says:
 
 * "hash": the snapshot names a chain hash other than its record's (or a seq with no record):
   every reader refuses it;
-* "content": its state differs from the state folded from the log at its seq: readers would
-  believe it (`path` says where it first differs);
+* "content": its state differs from the state folded from the log at its seq (`path` says
+  where it first differs; `message` whether readers believe it, or refuse it for its digest);
+* "digest": it agrees with the log, not with the digest it was stored with: every reader
+  refuses it;
 * "unreadable": it, or the log up to it, cannot be read back;
 * "unanchored" (no problem): it names no hash, so no reader ever uses it;
 * "other_class" (no problem): it holds another state class than the one checked against;
 * "unchecked" (no problem): fields that cannot be checked without the thread's state class.
 """
 
-_PROBLEMS = frozenset({"hash", "content", "unreadable"})
+_PROBLEMS = frozenset({"hash", "content", "digest", "unreadable"})
 
 
 @dataclass(frozen=True)
@@ -447,7 +479,7 @@ class SnapshotFinding:
 
     @property
     def problem(self) -> bool:
-        """True for a snapshot that is wrong ("hash", "content", "unreadable")."""
+        """True for a snapshot that is wrong ("hash", "content", "digest", "unreadable")."""
         return self.kind in _PROBLEMS
 
     def __str__(self) -> str:
@@ -501,7 +533,13 @@ async def verify_snapshots(
     store: EventStore, thread_id: str, state_cls: type[AgentState] | None = None
 ) -> list[SnapshotFinding]:
     """Replay the thread once and compare each of its snapshots with the state folded from
-    the log at the snapshot's seq; the findings in seq order (none: every snapshot agrees).
+    the log at the snapshot's seq, and with the digest it was stored with; the findings in
+    seq order (none: every snapshot agrees).
+
+    Linear in the thread: the log is read once, and a snapshot's context is compared where
+    it differs from the previous snapshot's (a message two snapshots reference alike, held
+    alike by the fold, is compared once), so a long thread with many snapshots costs its
+    records plus the bytes of its snapshots, not its context once per snapshot.
 
     Without `state_cls` the thread is folded with the open class its log describes (see
     `projections.generic`); fields that class cannot reproduce (reduced by a user's function,
@@ -536,16 +574,20 @@ async def verify_snapshots(
         cls = open_state_class(fields.declared, unrecorded)
     else:
         cls = state_cls
-    skipped: set[str] = set()
-    fold = Fold.new(cls)
+    check = _Verifier(store, thread_id, cls, fields)
     pending = iter(todo)
     upcoming = next(pending, None)
+    fold = check.fold
     try:
         with gc_paused():
             async for record in store.read(thread_id, 1, todo[-1]):
                 fold.apply(record)
+                carried = messages_of(record.event)
+                if carried is not None:
+                    check.carriers[record.seq] = bytes.fromhex(record.hash)
+                    check.recent[record.seq] = carried
                 while upcoming == record.seq:
-                    findings += await _check(store, thread_id, fold, cls, fields, skipped)
+                    findings += await check.snapshot()
                     upcoming = next(pending, None)
     except (AgentlogError, ValueError) as exc:
         findings.append(
@@ -558,8 +600,8 @@ async def verify_snapshots(
             )
         )
     findings.sort(key=lambda f: f.seq)
-    if skipped:
-        names = ", ".join(sorted(skipped))
+    if check.skipped:
+        names = ", ".join(sorted(check.skipped))
         findings.append(
             SnapshotFinding(
                 thread_id,
@@ -573,82 +615,258 @@ async def verify_snapshots(
     return findings
 
 
-async def _check(
-    store: EventStore,
-    thread_id: str,
-    fold: Fold[Any],
-    cls: type[AgentState],
-    fields: _Fields | None,
-    skipped: set[str],
-) -> list[SnapshotFinding]:
-    """The findings about the snapshot at `fold.seq`, the fold being the log's state there.
+@dataclass
+class _Compared:
+    """A referencing snapshot as it was compared: its references, the fold's context then,
+    and how many of its first messages were found to be the fold's."""
 
-    The snapshot is compared as readers see it: validated into the class (so a row written
-    before a model gained a field reads with its default), then as exact builtins.
-    """
-    seq = fold.seq
+    seq: int
+    refs: list[Any]
+    context: list[Message]
+    agreed: int
 
-    def finding(kind: FindingKind, message: str, path: str | None = None) -> SnapshotFinding:
-        return SnapshotFinding(thread_id, seq, kind, message, path)
 
-    try:
-        snapshot = await store.load_snapshot(thread_id, seq)
-    except (AgentlogError, ValueError) as exc:
-        return [finding("unreadable", f"the snapshot at seq {seq} cannot be read: {exc}")]
-    if snapshot is None or snapshot.seq != seq:
-        return []  # removed while being checked
-    if not snapshot.hash:
-        return [
-            finding(
-                "unanchored",
-                f"the snapshot at seq {seq} names no chain hash, so no reader uses it",
+class _Verifier:
+    """The state of one `verify_snapshots` pass: the fold of the log, the chain hash of each
+    record that carries messages (for the digests), the messages carried by the records
+    read since the last snapshot, and what that snapshot was found to hold."""
+
+    def __init__(
+        self, store: EventStore, thread_id: str, cls: type[AgentState], fields: _Fields | None
+    ) -> None:
+        self.store = store
+        self.thread_id = thread_id
+        self.cls = cls
+        self.fields = fields
+        self.fold: Fold[Any] = Fold.new(cls)
+        self.carriers: dict[int, bytes] = {}
+        self.recent: dict[int, list[Any]] = {}
+        self.last: _Compared | None = None
+        self.skipped: set[str] = set()
+        self.by_reference = _shares_context(cls)
+
+    def finding(self, kind: FindingKind, message: str, path: str | None = None) -> SnapshotFinding:
+        return SnapshotFinding(self.thread_id, self.fold.seq, kind, message, path)
+
+    async def snapshot(self) -> list[SnapshotFinding]:
+        """The findings about the snapshot at `fold.seq`, the fold being the log's state there.
+
+        The snapshot is compared as readers see it: validated into the class (so a row written
+        before a model gained a field reads with its default), then as exact builtins.
+        """
+        last, self.last = self.last, None
+        try:
+            return await self._snapshot(last)
+        finally:
+            self.recent.clear()
+
+    async def _snapshot(self, last: _Compared | None) -> list[SnapshotFinding]:
+        seq, fold, cls = self.fold.seq, self.fold, self.cls
+        try:
+            snapshot = await self.store.load_snapshot(
+                self.thread_id, seq, resolve=False, check=False
             )
-        ]
-    if snapshot.hash != fold.hash:
-        return [
-            finding(
-                "hash",
-                f"the snapshot at seq {seq} names hash {snapshot.hash[:16]}..., but the record "
-                f"at that seq hashes to {fold.hash[:16]}...: every reader refuses it",
-            )
-        ]
-    if fields is None and snapshot.state_type != state_type_name(cls):
-        return [
-            finding(
-                "other_class",
-                f"the snapshot at seq {seq} holds a {snapshot.state_type!r}, not a "
-                f"{state_type_name(cls)!r}: readers of that class ignore it",
-            )
-        ]
-    try:
-        found = state_data(cls.model_validate(snapshot.state))
-    except ValueError as exc:  # pydantic's ValidationError among them
-        return [
-            finding(
-                "unreadable",
-                f"the snapshot at seq {seq} does not validate as {cls.__name__} "
-                f"({str(exc).splitlines()[0]}): readers fold the log instead",
-            )
-        ]
-    expected = state_data(fold.state)
-    if fields is not None:
-        names = set(expected) | set(snapshot.state)
-        left_out = {name for name in names if not fields.checkable(name, seq)}
-        skipped |= left_out
-        expected = {k: v for k, v in expected.items() if k not in left_out}
-        found = {k: v for k, v in found.items() if k not in left_out}
-    difference = _difference(expected, found, "")
-    if difference is None:
+        except (AgentlogError, ValueError) as exc:
+            return [self.finding("unreadable", f"the snapshot at seq {seq} cannot be read: {exc}")]
+        if snapshot is None or snapshot.seq != seq:
+            return []  # removed while being checked
+        if not snapshot.hash:
+            return [
+                self.finding(
+                    "unanchored",
+                    f"the snapshot at seq {seq} names no chain hash, so no reader uses it",
+                )
+            ]
+        if snapshot.hash != fold.hash:
+            return [
+                self.finding(
+                    "hash",
+                    f"the snapshot at seq {seq} names hash {snapshot.hash[:16]}..., but the "
+                    f"record at that seq hashes to {fold.hash[:16]}...: every reader refuses it",
+                )
+            ]
+        if self.fields is None and snapshot.state_type != state_type_name(cls):
+            return [
+                self.finding(
+                    "other_class",
+                    f"the snapshot at seq {seq} holds a {snapshot.state_type!r}, not a "
+                    f"{state_type_name(cls)!r}: readers of that class ignore it",
+                )
+            ]
+        by_reference = snapshot.context_refs is not None and self.by_reference
+        context_checked = self.fields is None or self.fields.checkable("context", seq)
+        if snapshot.context_refs is not None and not by_reference:
+            try:  # a context of another shape than a list of messages: compared whole
+                snapshot = await self.store.load_snapshot(self.thread_id, seq, check=False)
+            except (AgentlogError, ValueError) as exc:
+                why = f"the snapshot at seq {seq} cannot be read: {exc}"
+                return [self.finding("unreadable", why)]
+            if snapshot is None or snapshot.seq != seq:
+                return []
+        try:
+            digest = self.digest_of(snapshot)
+            rest = snapshot.state
+            if by_reference:
+                rest = {k: v for k, v in rest.items() if k != "context"}
+            found = state_data(cls.model_validate(rest))
+        except CorruptSnapshotError as exc:
+            return [self.finding("unreadable", f"the snapshot at seq {seq} cannot be read: {exc}")]
+        except ValueError as exc:  # pydantic's ValidationError among them
+            return [
+                self.finding(
+                    "unreadable",
+                    f"the snapshot at seq {seq} does not validate as {cls.__name__} "
+                    f"({str(exc).splitlines()[0]}): readers fold the log instead",
+                )
+            ]
+        if by_reference:
+            expected = state_data(fold.state.model_copy(update={"context": []}))
+            expected.pop("context", None)
+            found.pop("context", None)
+        else:
+            expected = state_data(fold.state)
+        if self.fields is not None:
+            names = set(expected) | set(snapshot.state)
+            left_out = {name for name in names if not self.fields.checkable(name, seq)}
+            self.skipped |= left_out
+            expected = {k: v for k, v in expected.items() if k not in left_out}
+            found = {k: v for k, v in found.items() if k not in left_out}
+        difference = None
+        if by_reference and context_checked:
+            try:
+                difference = await self.context(snapshot, last)
+            except CorruptSnapshotError as exc:
+                why = f"the snapshot at seq {seq} cannot be read: {exc}"
+                return [self.finding("unreadable", why)]
+        elif by_reference:
+            self.skipped.add("context")
+        if difference is None:
+            difference = _difference(expected, found, "")
+        stored = snapshot.digest
+        if difference is not None:
+            path, why = difference
+            if not stored:
+                belief = "readers do not use it (it was stored before snapshots had digests)"
+            elif stored != digest.hex():
+                belief = "readers refuse it (its digest is not its content's)"
+            else:
+                belief = "readers would believe it"
+            return [
+                self.finding(
+                    "content",
+                    f"the snapshot at seq {seq} differs from the state folded from the log: "
+                    f"{why}; {belief}",
+                    path,
+                )
+            ]
+        if stored and stored != digest.hex():
+            return [
+                self.finding(
+                    "digest",
+                    f"the snapshot at seq {seq} agrees with the log but not with the digest "
+                    "it was stored with: every reader refuses it (CorruptSnapshotError); take "
+                    "a new one",
+                )
+            ]
         return []
-    path, why = difference
-    return [
-        finding(
-            "content",
-            f"the snapshot at seq {seq} differs from the state folded from the log: {why}; "
-            "readers would believe it",
-            path,
-        )
-    ]
+
+    def digest_of(self, snapshot: Snapshot) -> bytes:
+        """The digest the snapshot's content should carry (`snapshot_digest`), from the chain
+        hashes this pass read."""
+        anchor = bytes.fromhex(snapshot.hash)
+        refs = snapshot.context_refs
+        if refs is None:
+            return snapshot_digest(anchor, encode_state(snapshot.state), None, ())
+        if set(map(type, refs)) <= {int}:
+            targets: Iterable[int] = sorted(set(itertools.accumulate(refs)))
+        else:
+            entries = decode_context_refs(refs, self.thread_id, snapshot.seq)
+            targets = sorted({e[0] for e in entries if isinstance(e, tuple)})
+        rest = {k: v for k, v in snapshot.state.items() if k != "context"}
+        hashes = list(filter(None, map(self.carriers.get, targets)))
+        return snapshot_digest(anchor, encode_state(rest), encode_state({"context": refs}), hashes)
+
+    async def context(self, snapshot: Snapshot, last: _Compared | None) -> tuple[str, str] | None:
+        """Where the snapshot's referenced context first differs from the fold's, and how;
+        only the positions that changed since `last` are compared one by one."""
+        refs = snapshot.context_refs or []
+        context = list(self.fold.state.context)
+        start = 0
+        if last is not None:
+            start = min(
+                _common_prefix(refs, last.refs, operator.eq),
+                _common_prefix(context, last.context, operator.is_),
+                last.agreed,
+            )
+        if set(map(type, refs)) <= {int}:
+            seqs = list(itertools.accumulate(refs))
+            entries: list[ContextEntry] = [(seq, 0) for seq in seqs[start:]]
+        else:
+            entries = decode_context_refs(refs, self.thread_id, snapshot.seq)[start:]
+        compared = _Compared(snapshot.seq, refs, context, start)
+        self.last = compared
+        carried = await self.messages({e[0] for e in entries if isinstance(e, tuple)})
+        messages: list[Any] = []
+        for entry in entries:  # every reference must lead to a message, as for a reader
+            if isinstance(entry, dict):
+                messages.append(entry)
+                continue
+            held = carried.get(entry[0])
+            if held is None or not 0 <= entry[1] < len(held):
+                what = "no record carrying messages" if held is None else "a shorter list"
+                raise CorruptSnapshotError(
+                    self.thread_id,
+                    snapshot.seq,
+                    f"it names message {entry[1]} of seq {entry[0]}, {what}",
+                )
+            messages.append(held[entry[1]])
+        if len(refs) != len(context):
+            return "context", f"context has {len(refs)} items, the log gives {len(context)}"
+        for position, message in enumerate(messages, start):
+            try:
+                found = to_builtins(Message.model_validate(message))
+            except ValueError as exc:
+                return f"context[{position}]", (
+                    f"context[{position}] is no message ({str(exc).splitlines()[0]})"
+                )
+            difference = _difference(to_builtins(context[position]), found, f"context[{position}]")
+            if difference is not None:
+                return difference
+            compared.agreed = position + 1
+        compared.agreed = len(context)
+        return None
+
+    async def messages(self, targets: set[int]) -> dict[int, list[Any]]:
+        """The messages carried by the records at `targets`: those read since the last
+        snapshot, the others read again (one by one, or as one stretch when many)."""
+        found = {seq: self.recent[seq] for seq in targets if seq in self.recent}
+        missing = sorted(targets.difference(found))
+        if not missing:
+            return found
+        stretches = [(missing[0], missing[-1])] if len(missing) > 64 else [(s, s) for s in missing]
+        wanted = set(missing)
+        for low, high in stretches:
+            async for record in self.store.read(self.thread_id, low, high):
+                carried = messages_of(record.event)
+                if record.seq in wanted and carried is not None:
+                    found[record.seq] = carried
+        return found
+
+
+def _common_prefix(a: Sequence[Any], b: Sequence[Any], same: Any) -> int:
+    """How many first items `a` and `b` share (`same` compares two items), in C-speed
+    slices: each probe of the binary search is one comparison of two slices."""
+    n = min(len(a), len(b))
+    if all(map(same, a[:n], b[:n])):
+        return n
+    low, high = 0, n  # a[:low] and b[:low] agree; a[:high] and b[:high] do not
+    while high - low > 1:
+        middle = (low + high) // 2
+        if all(map(same, a[low:middle], b[low:middle])):
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def _difference(expected: Any, found: Any, path: str) -> tuple[str, str] | None:

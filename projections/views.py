@@ -1,14 +1,18 @@
 """Reading state out of a store: the state at a point, and snapshots that make it cheap.
 
+Every read that builds state checks what it reads: a snapshot is used only when the store
+recomputed its digest from what it read (`EventStore.load_snapshot`: its bytes, and each
+record its context points to checked against that record's chain hash), and the records
+after it are read chained from its hash.
+
 `state_at` keeps, per process, the messages it has validated out of referencing snapshots
-(`_MessageCache`), per store object and thread, keyed by the record carrying each: a store's
-records never change (its log only grows), so a point whose snapshot references messages
-read before costs the records after the snapshot, not every message again. The cached
-messages are only cached once the snapshot's hash was found to be the chain's, and are
-never handed out: a state gets them through a `SharedContext`, which copies each one the
-first time it is read. A referenced payload changed behind the store after this process
-read it is not seen here (a new reader believes it, as every reader did before): `verify`
-is what finds it.
+(`_MessageCache`), per store object and thread, keyed by the record carrying each and that
+record's chain hash: a point whose snapshot references messages read before costs reading
+and hashing their records, not validating every message again, and a cached message is
+used only while its record still hashes as it did (it never outlives a change of the bytes
+it came from). The cached messages are only cached once the snapshot's hash was found to be
+the chain's, and are never handed out: a state gets them through a `SharedContext`, which
+copies each one the first time it is read.
 """
 
 from __future__ import annotations
@@ -63,8 +67,10 @@ async def fold_at(
 
     It starts from the newest snapshot at or before `seq` and reads only the records after it.
     A snapshot whose hash is not the chain's at its seq raises `ChainBrokenError` naming that
-    seq (`use_snapshots=False` reads the log alone); a damaged one, `CorruptSnapshotError`;
-    one the class cannot validate is passed over for the log.
+    seq (`use_snapshots=False` reads the log alone); a damaged one, or one whose content is
+    not its digest's, `CorruptSnapshotError`; a record it points to whose bytes are not its
+    hash's, `ChainBrokenError` naming the record. One the class cannot validate, or stored
+    without a digest, is passed over for the log.
     """
     target = await _target(store, thread_id, seq)
     with gc_paused():
@@ -96,12 +102,13 @@ async def _fold_from_snapshot(
     fold: Fold[S] | None = None
     anchor: bytes | None = None
     cached = _CACHE.get(store, thread_id) if shared and _shares_context(state_cls) else None
-    new: dict[_Key, Message] | None = None
+    new: dict[_Key, _Entry] | None = None
     if use_snapshots and target > 0:
         snapshot = await store.load_snapshot(thread_id, target, resolve=cached is None)
         if (
             snapshot is not None
             and snapshot.hash
+            and snapshot.digest  # checked by the store against what it read
             and snapshot.state_type == state_type_name(state_cls)
         ):
             try:
@@ -149,7 +156,7 @@ async def _fold_from_snapshot(
 
 async def _shared_state(
     store: EventStore, snapshot: Snapshot, state_cls: type[S], cached: _Thread | None
-) -> tuple[Snapshot, S, dict[_Key, Message]] | None:
+) -> tuple[Snapshot, S, dict[_Key, _Entry]] | None:
     """The state of a referencing snapshot, its referenced messages taken from the cache
     where it holds them and validated otherwise;
     with the messages validated here, for the cache once the snapshot's hash is checked.
@@ -174,45 +181,69 @@ async def _shared_state(
 
 
 def _context_of(
-    snapshot: Snapshot, held: dict[_Key, Message]
-) -> tuple[list[Message], list[Message], dict[_Key, Message]] | None:
+    snapshot: Snapshot, held: dict[_Key, _Entry]
+) -> tuple[list[Message], list[Message], dict[_Key, _Entry]] | None:
     """The snapshot's context (all of it, the shared messages among it, the ones validated
-    here by key), or None when a message is not in `held` and the snapshot is unresolved.
+    here by key with their record's hash), or None when a message is not in `held` and the
+    snapshot is unresolved.
 
-    The references were checked by the store as it loaded the snapshot.
+    The references were checked by the store as it loaded the snapshot, and each record they
+    point to against its chain hash (`snapshot.record_hashes`): a message of `held` is taken
+    only when its record still has the hash it was read under.
     """
     refs = snapshot.context_refs or []
     resolved = snapshot.state.get("context")
+    hashes = snapshot.record_hashes or {}
     keys: list[_Key | None]
     found: list[Message | None]
+    new: dict[_Key, _Entry]
     if set(map(type, refs)) <= {int}:  # the usual context: first messages of records
         seqs: list[int] = list(itertools.accumulate(refs))
-        found = list(map(held.get, seqs)) if held else [None] * len(seqs)
+        if held:
+            found = [
+                entry[1] if entry is not None and entry[0] == digest else None
+                for entry, digest in zip(map(held.get, seqs), map(hashes.get, seqs), strict=True)
+            ]
+        else:
+            found = [None] * len(seqs)
         if None not in found:
             return found, found, {}  # type: ignore[return-value]
         if isinstance(resolved, list) and found.count(None) == len(found):  # a first read
             fresh = _MESSAGES.validate_python(resolved)
-            return fresh, fresh, dict(zip(seqs, fresh, strict=True))
+            new = {s: (hashes.get(s, b""), m) for s, m in zip(seqs, fresh, strict=True)}
+            return fresh, fresh, new
         keys = list(seqs)
     else:
         keys = _keys(refs)
-        found = [None if key is None else held.get(key) for key in keys]
+        found = [None if key is None else _held(held, hashes, key) for key in keys]
     missing = [i for i, message in enumerate(found) if message is None]
     if resolved is None and any(keys[i] is not None for i in missing):
         return None
     source = refs if resolved is None else resolved  # inline messages are in both
-    new: dict[_Key, Message] = {}
+    new = {}
     for i, message in zip(
         missing, _MESSAGES.validate_python([source[i] for i in missing]), strict=True
     ):
         found[i] = message
         key = keys[i]
         if key is not None:
-            new[key] = message
+            new[key] = (hashes.get(_seq_of(key), b""), message)
     messages: list[Message] = found  # type: ignore[assignment]  # every slot filled
     if len(missing) == len(new):
         return messages, messages, new
     return messages, [m for m, key in zip(messages, keys, strict=True) if key is not None], new
+
+
+def _seq_of(key: _Key) -> int:
+    return key if isinstance(key, int) else key[0]
+
+
+def _held(held: dict[_Key, _Entry], hashes: dict[int, bytes], key: _Key) -> Message | None:
+    """The cached message at `key`, if its record still has the hash it was read under."""
+    entry = held.get(key)
+    if entry is None or entry[0] != hashes.get(_seq_of(key)):
+        return None
+    return entry[1]
 
 
 def _keys(refs: list[Any]) -> list[_Key | None]:
@@ -431,15 +462,18 @@ _Key = int | tuple[int, int]
 """Where a message is in the log: the seq of the record carrying it when it is the record's
 first (nearly always), else (seq, index)."""
 
+_Entry = tuple[bytes, Message]
+"""A cached message, with the chain hash of the record it was read from."""
+
 
 class _Thread:
-    """One thread's cached messages, by where each is in the log (`_Key`), as read from
-    one store object (a record of a store never changes: its log only grows)."""
+    """One thread's cached messages, by where each is in the log (`_Key`), with the hash of
+    the record each came from, as read from one store object."""
 
     __slots__ = ("messages", "store")
 
     def __init__(self, store: EventStore) -> None:
-        self.messages: dict[_Key, Message] = {}
+        self.messages: dict[_Key, _Entry] = {}
         self.store = weakref.ref(store)
 
 
@@ -470,7 +504,7 @@ class _MessageCache:
             self._threads.clear()
             self._size = 0
 
-    def add(self, store: EventStore, thread_id: str, new: dict[_Key, Message]) -> None:
+    def add(self, store: EventStore, thread_id: str, new: dict[_Key, _Entry]) -> None:
         """Keep `new`, messages of the thread read from `store`, dropping the threads read
         least recently to stay within the limit."""
         if not new or len(new) > self.limit:

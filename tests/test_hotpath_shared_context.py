@@ -198,7 +198,7 @@ async def test_a_forged_snapshot_is_refused_with_the_cache_warm(db: SQLiteEventS
     await state_at(db, T, seq)
     snapshot = await db.load_snapshot(T, seq, resolve=False)
     assert snapshot is not None and snapshot.context_refs
-    await db.save_snapshot(msgspec.structs.replace(snapshot, hash="0" * 64))
+    await db.save_snapshot(msgspec.structs.replace(snapshot, hash="0" * 64, digest=""))
     with pytest.raises(ChainBrokenError, match="snapshot"):
         await state_at(db, T, seq)
     assert await state_at(db, T, seq, use_snapshots=False) == thread.fold.state
@@ -209,7 +209,7 @@ async def test_only_messages_under_a_checked_snapshot_are_kept(db: SQLiteEventSt
     seq = thread.fold.seq
     snapshot = await db.load_snapshot(T, seq, resolve=False)
     assert snapshot is not None and snapshot.context_refs
-    await db.save_snapshot(msgspec.structs.replace(snapshot, hash="0" * 64))
+    await db.save_snapshot(msgspec.structs.replace(snapshot, hash="0" * 64, digest=""))
     with pytest.raises(ChainBrokenError):
         await state_at(db, T, seq)
     assert _CACHE.get(db, T) is None  # refused before anything was kept

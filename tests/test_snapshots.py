@@ -284,7 +284,7 @@ async def test_a_long_thread_every_step(db: SQLiteEventStore) -> None:
 # ---- verifiable: the hash anchors, verify_snapshots compares -------------------------------
 
 
-async def test_a_forged_snapshot_with_the_right_hash_is_caught_by_verify(
+async def test_a_forged_snapshot_with_the_right_hash_is_refused_by_readers(
     db: SQLiteEventStore,
 ) -> None:
     thread = await started(db)
@@ -293,43 +293,75 @@ async def test_a_forged_snapshot_with_the_right_hash_is_caught_by_verify(
     seq = honest.seq
     assert await verify_snapshots(db, T) == []
 
-    # Through the store: the right hash, another summary.
-    forged = msgspec.structs.replace(
-        honest, state={**honest.state, "context_summary": "all is well"}
-    )
-    await db.save_snapshot(forged)
-    believed = await state_at(db, T)
-    assert believed.context_summary == "all is well"  # a reader trusts the anchor ...
-    (finding,) = await verify_snapshots(db, T)  # ... verify does not
+    # In the file: the right seq and hash, another summary, the digest kept.
+    state = decode_state(T, seq, raw(db, "SELECT state FROM snapshots WHERE seq = ?", seq)[0][0])
+    state["context_summary"] = "all is well"
+    raw(db, "UPDATE snapshots SET state = ? WHERE seq = ?", encode_state(state), seq)
+    for reader in (db, SQLiteEventStore(db.path)):  # this store object, and a fresh one
+        with pytest.raises(CorruptSnapshotError, match=f"seq {seq}.*digest"):
+            await state_at(reader, T)
+        with pytest.raises(CorruptSnapshotError, match=f"seq {seq}.*digest"):
+            await state_at(reader, T, seq)
+        if reader is not db:
+            await reader.close()
+    assert await state_at(db, T, use_snapshots=False) == thread.fold.state
+    (finding,) = await verify_snapshots(db, T)  # and verify says where and why
     assert (finding.kind, finding.seq, finding.path, finding.problem) == (
         "content",
         seq,
         "context_summary",
         True,
     )
-    assert "all is well" in finding.message
+    assert "all is well" in finding.message and "readers refuse it" in finding.message
 
-    # With raw sqlite3: the references swapped, so the context holds other messages.
+    # A snapshot loaded and then changed carries its old digest: the store refuses it.
+    await db.save_snapshot(honest)
+    loaded = await db.load_snapshot(T)
+    assert loaded is not None and loaded.digest
+    forged = msgspec.structs.replace(
+        loaded, state={**loaded.state, "context_summary": "all is well"}
+    )
+    with pytest.raises(InvalidAppendError, match="digest"):
+        await db.save_snapshot(forged)
+    assert await state_at(db, T) == thread.fold.state
+
+    # Through the store with content of its own (no digest claimed): the write path is
+    # trusted, as for appends, so readers believe it; verify compares it with the log.
+    mine = msgspec.structs.replace(honest, state={**honest.state, "context_summary": "mine"})
+    await db.save_snapshot(mine)
+    assert (await state_at(db, T)).context_summary == "mine"
+    (finding,) = await verify_snapshots(db, T)
+    assert (finding.kind, finding.path) == ("content", "context_summary")
+    assert "readers would believe it" in finding.message
+
+    # With raw sqlite3: the references swapped, so the context would hold other messages.
     await db.save_snapshot(honest)
     assert await verify_snapshots(db, T, AgentState) == []
-    refs = decode_state(T, seq, raw(db, "SELECT refs FROM snapshots WHERE seq = ?", seq)[0][0])
-    entries = decode_context_refs(refs["context"], T, seq)
+    blob = decode_state(T, seq, raw(db, "SELECT refs FROM snapshots WHERE seq = ?", seq)[0][0])
+    entries = decode_context_refs(blob["context"], T, seq)
     entries[3], entries[4] = entries[4], entries[3]
-    blob = encode_state({"context": encode_context_refs(entries)})
-    raw(db, "UPDATE snapshots SET refs = ? WHERE seq = ?", blob, seq)
-    swapped = await state_at(db, T)
-    assert swapped.context[3] == thread.fold.state.context[4]
+    blob["context"] = encode_context_refs(entries)
+    raw(db, "UPDATE snapshots SET refs = ? WHERE seq = ?", encode_state(blob), seq)
+    with pytest.raises(CorruptSnapshotError, match="digest"):
+        await state_at(db, T)
     (finding,) = await verify_snapshots(db, T, AgentState)
     assert finding.kind == "content" and finding.path is not None
     assert finding.path.startswith("context[3]")
+    # ... and with the digest dropped, the row is one no reader uses: the log is folded.
+    del blob["digest"]
+    raw(db, "UPDATE snapshots SET refs = ? WHERE seq = ?", encode_state(blob), seq)
+    assert await state_at(db, T) == thread.fold.state
 
-    # A whole-state row forged in the file is caught the same way.
+    # A whole-state row forged in the file is refused and caught the same way.
     whole = snapshot_of(T, seq, thread.fold.state, hash=thread.fold.hash)
     await db.save_snapshot(whole)
     assert await verify_snapshots(db, T) == []
+    assert await state_at(db, T) == thread.fold.state
     state = decode_state(T, seq, raw(db, "SELECT state FROM snapshots WHERE seq = ?", seq)[0][0])
     state["execution_meta"]["step"] = 999
     raw(db, "UPDATE snapshots SET state = ? WHERE seq = ?", encode_state(state), seq)
+    with pytest.raises(CorruptSnapshotError, match="digest"):
+        await state_at(db, T)
     (finding,) = await verify_snapshots(db, T)
     assert (finding.kind, finding.path) == ("content", "execution_meta.step")
 
@@ -350,13 +382,78 @@ async def test_a_snapshot_whose_hash_is_not_the_chains_is_refused(db: SQLiteEven
     (finding,) = await verify_snapshots(db, T)
     assert (finding.kind, finding.seq, finding.problem) == ("hash", honest.seq, True)
 
-    # The anchor changed in the file, not through the store: refused alike.
+    # The anchor changed in the file, not through the store: its digest no longer holds.
     await db.save_snapshot(honest)
     assert await state_at(db, T) == thread.fold.state
     raw(db, "UPDATE snapshots SET anchor = ? WHERE seq = ?", bytes(32), honest.seq)
-    with pytest.raises(ChainBrokenError):
+    with pytest.raises(CorruptSnapshotError, match="digest"):
         await state_at(db, T)
     assert [f.kind for f in await verify_snapshots(db, T)] == ["hash"]
+
+
+class Counting:
+    """A store that counts what a reader takes from it: the records it reads, and the
+    messages it has resolved (or checked) out of snapshots."""
+
+    def __init__(self, inner: EventStore) -> None:
+        self.inner = inner
+        self.records = 0
+        self.messages = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def read(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        async for record in self.inner.read(*args, **kwargs):
+            self.records += 1
+            yield record
+
+    async def load_snapshot(self, *args: Any, **kwargs: Any) -> Snapshot | None:
+        snapshot = await self.inner.load_snapshot(*args, **kwargs)
+        if snapshot is not None:
+            context = snapshot.state.get("context")
+            self.messages += len(context) if isinstance(context, list) else 0
+            self.messages += len(getattr(snapshot, "record_hashes", None) or ())
+        return snapshot
+
+
+async def test_verify_reads_a_long_thread_once_however_many_snapshots(
+    db: SQLiteEventStore,
+) -> None:
+    """What `verify_snapshots` reads grows with the thread, not with its snapshots times
+    their contexts (each snapshot's whole context was read and validated before)."""
+    thread = await started(db, observe=True)
+    for k in range(600):
+        await thread.step(tool=k % 2 == 1)
+        if k % 10 == 9:
+            await thread.snapshot()
+    records = thread.fold.seq
+    snapshots = await db.snapshot_seqs(T)
+    assert len(snapshots) == 60 and len(thread.context) > 800
+    for state_cls in (AgentState, None):
+        counting = Counting(db)
+        assert await verify_snapshots(counting, T, state_cls) == []  # type: ignore[arg-type]
+        assert counting.records + counting.messages <= 2 * records, (
+            counting.records,
+            counting.messages,
+        )
+
+    # Compared where it changed, yet a forged snapshot in the middle is still found, and
+    # the honest one after it still agrees.
+    middle = snapshots[30]
+    blob = decode_state(
+        T, middle, raw(db, "SELECT refs FROM snapshots WHERE seq = ?", middle)[0][0]
+    )
+    entries = decode_context_refs(blob["context"], T, middle)
+    entries[7], entries[8] = entries[8], entries[7]
+    blob["context"] = encode_context_refs(entries)
+    raw(db, "UPDATE snapshots SET refs = ? WHERE seq = ?", encode_state(blob), middle)
+    counting = Counting(db)
+    (finding,) = await verify_snapshots(counting, T, AgentState)  # type: ignore[arg-type]
+    assert (finding.kind, finding.seq) == ("content", middle)
+    assert finding.path is not None and finding.path.startswith("context[7]")
+    # The snapshot after it is compared from the difference on: its records read once more.
+    assert counting.records + counting.messages <= 3 * records
 
 
 async def test_a_snapshot_beyond_the_thread_is_a_hash_finding(db: SQLiteEventStore) -> None:

@@ -198,9 +198,14 @@ class FaultyStore:
         await self.inner.save_snapshot(snapshot)
 
     async def load_snapshot(
-        self, thread_id: str, max_seq: int | None = None, *, resolve: bool = True
+        self,
+        thread_id: str,
+        max_seq: int | None = None,
+        *,
+        resolve: bool = True,
+        check: bool = True,
     ) -> Snapshot | None:
-        return await self.inner.load_snapshot(thread_id, max_seq, resolve=resolve)
+        return await self.inner.load_snapshot(thread_id, max_seq, resolve=resolve, check=check)
 
     async def snapshot_seqs(self, thread_id: str) -> list[int]:
         return await self.inner.snapshot_seqs(thread_id)
