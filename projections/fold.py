@@ -454,7 +454,9 @@ def _run_cancelled(fold: Fold[Any], e: RunCancelled, r: EventRecord) -> None:
 
 @_handles(ThreadCreated)
 def _thread_created(fold: Fold[Any], e: ThreadCreated, r: EventRecord) -> None:
-    fold.state.execution_meta.internal_data[CREATED_KEY] = {"by": e.by, "metadata": e.metadata}
+    meta = fold.state.execution_meta
+    meta.internal_data[CREATED_KEY] = {"by": e.by, "metadata": e.metadata}
+    meta.status = ExecutionStatus.IDLE
 
 
 @_handles(ThreadHidden)

@@ -23,6 +23,8 @@ END = "__end__"
 class ExecutionStatus(StrEnum):
     """Where a run stands."""
 
+    IDLE = "idle"
+    """Created (`thread_created`, as `POST /threads` records it) and no run begun yet."""
     RUNNING = "running"
     INTERRUPTED_BEFORE = "interrupted_before"
     INTERRUPTED_AFTER = "interrupted_after"

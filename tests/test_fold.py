@@ -291,15 +291,17 @@ def test_resuming_a_failed_run_clears_the_failure() -> None:
     assert "error" not in state.execution_meta.internal_data
 
 
-def test_a_created_thread_holds_who_and_its_metadata_and_is_otherwise_fresh() -> None:
+def test_a_created_thread_holds_who_and_its_metadata_and_is_otherwise_fresh_and_idle() -> None:
     created = ThreadCreated(by="alice", graph_id="support", metadata={"k": [1, "v"]})
     decide(AgentState(), [created], seq=0)
     state = replay(records([created]))
     meta = state.execution_meta
     assert meta.internal_data == {"created": {"by": "alice", "metadata": {"k": [1, "v"]}}}
     fresh = AgentState().execution_meta
-    assert meta.model_copy(update={"internal_data": {}}) == fresh
-    assert state.context == [] and meta.status is ExecutionStatus.RUNNING
+    assert meta.model_copy(update={"internal_data": {}, "status": fresh.status}) == fresh
+    assert state.context == [] and meta.status is ExecutionStatus.IDLE  # no run has begun
+    started = replay(records([created, RunStarted(entry_node="agent")]))
+    assert started.execution_meta.status is ExecutionStatus.RUNNING
 
 
 def test_a_created_thread_takes_its_first_run_and_then_none_beside_it() -> None:

@@ -15,8 +15,10 @@ name a PostgreSQL URL reads best under (`--dsn postgresql://user@host/db`), whos
 
 Points may count back from the end: step -1 is the thread's last step, seq -1 its last record.
 
-A command imports what it uses when it runs: `agentlog --help` and `agentlog threads` load
-neither the state models (pydantic, built at import) nor the graph engine, so they start fast.
+A command imports what it uses when it runs: `agentlog --help` loads neither the state models
+(pydantic, built at import) nor the graph engine, so it starts fast; `threads` and `show` load
+the models to read each thread with the library's own fold (one fold answers for every
+reader), never the engine.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ import json
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
@@ -39,19 +40,9 @@ from typer._click.exceptions import ClickException
 from events import (
     KINDS,
     AgentlogError,
-    Event,
     EventRecord,
     EventStore,
     Forked,
-    InterruptRaised,
-    NodeEntered,
-    Resumed,
-    RunCompleted,
-    RunFailed,
-    RunStarted,
-    StepAdvanced,
-    Stopped,
-    StopRequested,
     StoreNotFoundError,
     VerifyReport,
     open_store,
@@ -134,10 +125,6 @@ class Format(StrEnum):
 
 class CliError(AgentlogError):
     """A problem a command reports in one line, exiting 1."""
-
-
-class ForkStateError(CliError):
-    """A fork record whose stored state holds no readable execution state."""
 
 
 def _error_line(message: str, code: int) -> None:
@@ -290,11 +277,25 @@ def _print(renderable: RenderableType) -> None:
 
 
 @app.command("threads")
-def threads_command(db: Db = "agentlog.db", as_json: AsJson = False) -> None:
-    """List the threads with their status, step, records and last activity."""
+def threads_command(
+    db: Db = "agentlog.db",
+    as_json: AsJson = False,
+    everything: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Also list the runtime's own threads (__runtime__..., __shared__/...).",
+        ),
+    ] = False,
+) -> None:
+    """List the threads with their status, step, records and last activity.
+
+    The status is the one `show` and the HTTP API give: the library's fold of the log.
+    """
+    from ..threads import internal_thread
 
     async def job(store: EventStore) -> list[render.ThreadInfo]:
-        ids = await store.threads()
+        ids = [t for t in await store.threads() if everything or not internal_thread(t)]
         infos: list[render.ThreadInfo] = []
         with render.progress(errors, "reading threads") as update:
             for thread_id in ids:
@@ -309,83 +310,37 @@ def threads_command(db: Db = "agentlog.db", as_json: AsJson = False) -> None:
         _print(render.threads_table(infos))
 
 
-_START, _END = "__start__", "__end__"
-"""The nodes a run starts from and ends at, as `projections.state` stores them."""
-_STATUSES = frozenset({"running", "interrupted_before", "interrupted_after", "completed", "error"})
-_STOPS = frozenset({"none", "stop_requested", "stopped"})
-
-
-@dataclass
-class Lifecycle:
-    """Where a thread's run stands: the execution fields `agentlog threads` lists.
-
-    They follow from the run's lifecycle records alone, so they are folded here from the
-    events, without the state models (whose import is most of a command's start). Each
-    transition is the one `projections.fold` makes for the same event; a test replays the
-    same logs through both and compares.
-    """
-
-    status: str = "running"
-    stop: str = "none"
-    step: int = 0
-    node: str = _START
-
-    def apply(self, event: Event) -> None:
-        """Fold one event: those that do not move the run (messages, tools) change nothing."""
-        match event:
-            case RunStarted():
-                self.status, self.stop, self.node = "running", "none", event.entry_node
-            case NodeEntered():
-                self.node = event.node
-            case StepAdvanced():
-                self.step += 1
-                if event.next_node is not None:
-                    self.node = event.next_node
-            case InterruptRaised():
-                self.status = f"interrupted_{event.when}"
-            case Resumed():
-                self.status, self.stop = "running", "none"
-            case StopRequested():
-                self.stop = "stop_requested"
-            case Stopped():
-                self.status, self.stop = f"interrupted_{event.when}", "stopped"
-            case RunCompleted():
-                self.status, self.node = "completed", _END
-            case RunFailed():
-                self.status = "error"
-            case Forked():
-                self.restore(event.state.get("execution_meta"))
-
-    def restore(self, meta: Any) -> None:
-        """Take the fields from a fork's stored execution state (absent: a fresh run's)."""
-        if meta is None:
-            self.status, self.stop, self.step, self.node = "running", "none", 0, _START
-            return
-        if not isinstance(meta, dict):
-            raise ForkStateError(f"the forked state's execution_meta is {type(meta).__name__}")
-        node = meta.get("current_node")
-        step = meta.get("step", 0)
-        status = meta.get("status", "running")
-        stop = meta.get("stop_current_execution", "none")
-        if not isinstance(node, str) or type(step) is not int:
-            raise ForkStateError("the forked state's current_node or step is not readable")
-        if status not in _STATUSES or stop not in _STOPS:
-            raise ForkStateError("the forked state's status or stop request is not readable")
-        self.status, self.stop, self.step, self.node = status, stop, step, node
-
-
 async def _thread_info(store: EventStore, thread_id: str) -> render.ThreadInfo:
-    """The thread's line: its lifecycle folded from the whole log (each link checked)."""
-    records, at, run = 0, 0.0, Lifecycle()
+    """The thread's line: where its run stands, as the library's fold reads it (`show` and
+    the HTTP API read the same). Custom fields never move a run, so the thread is folded
+    into a plain `AgentState`; one whose records that class cannot hold (an update of a
+    custom field) is read as `show` reads it, with a class built from the log."""
+    from projections import InvalidStateUpdateError, state_at
+    from projections.generic import open_states
+
+    records, at = 0, 0.0
     try:
         records = await store.last_seq(thread_id)
-        async for record in store.read(thread_id, 1, records):
-            run.apply(record.event)
+        async for record in store.read(thread_id, records, records):
             at = record.at
-    except AgentlogError as exc:
+        try:
+            state: AgentState = await state_at(store, thread_id, records)
+        except InvalidStateUpdateError:
+            (point,) = await open_states(store, thread_id, [records])
+            state = point.state
+    except (AgentlogError, ValueError) as exc:
         return render.ThreadInfo(thread_id, records, at, error=f"unreadable: {type(exc).__name__}")
-    stop = None if run.stop == "none" else run.stop
-    return render.ThreadInfo(thread_id, records, at, run.status, stop, run.step, run.node)
+    meta = state.execution_meta
+    stop = meta.stop_current_execution.value
+    return render.ThreadInfo(
+        thread_id,
+        records,
+        at,
+        meta.status.value,
+        None if stop == "none" else stop,
+        meta.step,
+        meta.current_node,
+    )
 
 
 def _check_kinds(kinds: list[str] | None) -> list[str] | None:

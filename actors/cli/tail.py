@@ -29,6 +29,7 @@ import typer
 from events import EventRecord, EventStore, follow, last_position
 from events.kinds import TriggerAccepted
 
+from ..threads import RUNTIME_THREAD
 from . import _run, render
 
 POLL_S = 0.2
@@ -39,9 +40,6 @@ SUMMARY_LIMIT = 200
 
 KIND_WIDTH = 18
 """The longest event kind's length: summaries line up after it."""
-
-RUNTIME_THREAD = "__runtime__"
-"""The thread where an agent runtime records its triggers (`RuntimeConfig.runtime_thread`)."""
 
 
 class GraphFilter:

@@ -12,8 +12,9 @@ from events.errors import AgentlogError
 from events.kinds import KINDS
 from projections import IllegalTransitionError
 
-SHARED_THREAD_PREFIX = "__shared__/"
-"""Synchronized shared keys live on threads named by this prefix and the key (`shared`)."""
+from ..threads import RUNTIME_THREAD, internal_thread
+from ..threads import SHARED_THREAD_PREFIX as SHARED_THREAD_PREFIX
+
 Trigger = Literal["api", "event", "timer", "webhook"]
 MultitaskStrategy = Literal["reject", "enqueue", "interrupt", "rollback"]
 """What new input for a thread whose run is still going does (LangGraph's names): `reject`
@@ -327,7 +328,7 @@ class RuntimeConfig:
     """A runtime's limits: runs executing at once, and its log's own thread."""
 
     max_concurrent_runs: int = 100
-    runtime_thread: str = "__runtime__"
+    runtime_thread: str = RUNTIME_THREAD
     """The thread the runtime records its triggers, dispatches and outcomes in."""
     global_keys: Sequence[str] = ()
     """Shared keys every graph sees as one (the others are namespaced by graph)."""
@@ -384,9 +385,4 @@ class RuntimeConfig:
     def is_internal(self, thread_id: str) -> bool:
         """Whether `thread_id` names a thread of the runtime's own (its ledger, a worker's
         lease or id, a synchronized shared key): no run, fork or client may create one."""
-        own = self.runtime_thread
-        return (
-            thread_id == own
-            or thread_id.startswith(f"{own}/")
-            or thread_id.startswith(SHARED_THREAD_PREFIX)
-        )
+        return internal_thread(thread_id, self.runtime_thread)

@@ -33,7 +33,7 @@ from events.follow import follow
 from events.kinds import Event, ThreadCreated, ThreadHidden
 from projections import AgentState, ExecutionStatus, IllegalTransitionError, InvalidStateUpdateError
 from projections.edge import to_builtins
-from projections.fold import Fold, before_first_run
+from projections.fold import Fold
 from projections.timetravel import fork, interrupt_summary
 from projections.views import PointOutOfRangeError
 
@@ -273,9 +273,9 @@ class ThreadCreate(_Body):
 class ThreadSearch(_Body):
     limit: int = Field(default=10, ge=1, le=SEARCH_LIMIT)
     offset: int = Field(default=0, ge=0)
-    status: ExecutionStatus | Literal["idle"] | None = Field(
+    status: ExecutionStatus | None = Field(
         default=None,
-        description="A thread status, or 'idle': created (POST /threads) and never run yet",
+        description="A thread status ('idle': created with POST /threads and never run yet)",
     )
     graph_id: str | None = None
     metadata: dict[str, Any] | None = Field(
@@ -511,7 +511,7 @@ def create_app(
         who.require("read")
         found: list[dict[str, Any]] = []
         threads = [
-            t for t in reversed(await runtime.store.threads()) if t != runtime.config.runtime_thread
+            t for t in reversed(await runtime.store.threads()) if not runtime.config.is_internal(t)
         ]
         skipped = 0
         for thread_id in threads:
@@ -536,7 +536,7 @@ def create_app(
                 continue
             if state.execution_meta.internal_data.get("hidden"):
                 continue
-            if body.status is not None and _status(state) != _status_name(body.status):
+            if body.status is not None and state.execution_meta.status != body.status:
                 continue
             if body.metadata and not _has_metadata(state, body.metadata):
                 continue
@@ -918,17 +918,6 @@ def _deleted(thread_id: str, by: Any) -> str:
     )
 
 
-def _status(state: AgentState) -> str:
-    """A thread's status as the API shows it: "idle" for a thread created and never run (its
-    fold's status is the fresh thread's), else the fold's."""
-    meta = state.execution_meta
-    return "idle" if before_first_run(meta) else meta.status.value
-
-
-def _status_name(status: ExecutionStatus | str) -> str:
-    return status.value if isinstance(status, ExecutionStatus) else status
-
-
 def _thread(
     thread_id: str,
     graph: str,
@@ -944,7 +933,7 @@ def _thread(
         "created_at": created_at,
         "updated_at": updated_at,
         "metadata": _created(state) if unshown is None else _shown_metadata(state),
-        "status": _status(state),
+        "status": meta.status.value,
         "step": meta.step,
         "hidden": bool(meta.internal_data.get("hidden")),
         "interrupts": [p] if (p := interrupt_summary(meta)) else [],
