@@ -69,6 +69,7 @@ _STATUS_AFTER = {
     "stopped": "stopped",
     "run_completed": "completed",
     "run_failed": "error",
+    "run_cancelled": "cancelled",
 }
 
 

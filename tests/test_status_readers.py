@@ -51,6 +51,7 @@ from projections import (
     ToolResultBlock,
     message_appended,
     state_at,
+    state_history,
 )
 from projections.fold import TOOL_CALLS_KEY, Fold, decide, uncommitted_record
 from projections.transcript import open_calls
@@ -149,6 +150,17 @@ def test_a_run_cancelled_through_the_runtime_reads_cancelled_everywhere(tmp_path
     assert cli_reads(db, thread) == {"threads": "cancelled", "show": "cancelled"}
     (row,) = [r for r in agentlog("threads", "--db", db) if r["thread_id"] == thread]
     assert row["stop"] is None  # the stop that cut the node short is over with the run
+
+
+async def test_a_step_history_ends_cancelled_after_a_cancel_at_a_pause(tmp_path: Path) -> None:
+    """The history's last step says the run was cancelled, not that it paused."""
+    async with SQLiteEventStore(tmp_path / "log.db") as store:
+        app = line(("agent", reply), ("after", reply)).compile(store, interrupt_before=["after"])
+        config = {"thread_id": "t"}
+        await app.ainvoke("hi", config)
+        assert (await state_history(store, "t"))[-1].status == "interrupted"
+        assert await app.acancel(config, by="ops")
+        assert (await state_history(store, "t"))[-1].status == "cancelled"
 
 
 def test_a_thread_created_over_http_and_never_run_reads_idle_everywhere(tmp_path: Path) -> None:
