@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from events import EventRecord
 from events.codec import decode_row
-from events.errors import StoreClosedError
+from events.errors import InvalidArgumentError, StoreClosedError
 from events.follow import commit_signal, follow
 from events.store import MAX_POSITION
 
@@ -23,7 +23,7 @@ POLL_S = 0.2
 """How often a run's stream looks again when no commit through this store wakes it."""
 
 
-class BadResumePoint(ValueError):
+class BadResumePoint(InvalidArgumentError):
     """A `Last-Event-ID` or `after` that is no position this server sends (HTTP 400)."""
 
 
