@@ -36,6 +36,7 @@ from .offload import InFlight
 from .stream import RunStream
 
 S = TypeVar("S", bound=AgentState)
+T = TypeVar("T")
 _log = logging.getLogger("agentlog.runtime")
 DEFAULT_RECURSION_LIMIT = 25
 COMMIT_ATTEMPTS = 5
@@ -89,6 +90,21 @@ class Run(Generic[S]):
     def never_ran(self) -> set[str]:
         """Calls recorded as started that no tool has run: only this call could have."""
         return self.started_ahead - self.dispatched
+
+
+async def finish(future: asyncio.Future[T]) -> T:
+    """Await `future` to its end even when the caller is cancelled meanwhile, then raise
+    that cancellation: work that frees a thread is never left half done behind a caller
+    that has already moved on (a shield alone returns at once on a second cancel)."""
+    cancelled: asyncio.CancelledError | None = None
+    while not future.done():
+        try:
+            await asyncio.wait([future])
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    if cancelled is not None:
+        raise cancelled
+    return future.result()
 
 
 def elapsed_ms(since: float) -> float:

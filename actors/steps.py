@@ -96,6 +96,7 @@ from .run import (
     _recursion_limit,
     _timeout,
     elapsed_ms,
+    finish,
     run_config,
 )
 from .stream import END_OF_STREAM, RunStream
@@ -165,7 +166,7 @@ class StepLoop(Committing[S]):
                 self._abandon(thread_id, run, claim, in_flight, why, started)
             )
             with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(recorded)
+                await finish(recorded)
             raise
         except Exception as exc:
             if isinstance(exc, HookError) and run is not None:
@@ -180,11 +181,12 @@ class StepLoop(Committing[S]):
                 )
             raise
         finally:
-            # Shielded: a cancellation arriving now must not leave the thread claimed.
+            # Finished whatever comes: the caller hears of the run's end only once the thread
+            # is free (or handed to the sync work still holding it).
             closing = asyncio.ensure_future(
                 self._close_run(run, claim, in_flight, stream, recorded)
             )
-            await asyncio.shield(closing)
+            await finish(closing)
 
     async def _fail_for_hook(self, run: Run[S], error: HookError) -> None:
         """Record that a hook failed the run, if the run can still fail (a hook raising after
@@ -206,18 +208,20 @@ class StepLoop(Committing[S]):
             await self._commit(run, [failed], actor=error.hook.split(".")[0])
 
     async def _claim(self, thread_id: str, purpose: str) -> Claim:
-        """Claim the thread; a cancellation mid-claim still gives back a claim it obtained."""
+        """Claim the thread; a cancellation mid-claim gives back the claim it obtained
+        before it goes on, so the caller's next call finds the thread free."""
         claiming = asyncio.ensure_future(self.store.claim(thread_id, purpose=purpose))
         try:
             return await asyncio.shield(claiming)
         except asyncio.CancelledError:
-            claiming.add_done_callback(self._give_back)
+            await finish(asyncio.ensure_future(self._give_back(claiming)))
             raise
 
-    def _give_back(self, claiming: asyncio.Future[Claim]) -> None:
-        if not claiming.cancelled() and claiming.exception() is None:
-            task = asyncio.ensure_future(self.store.release(claiming.result()))
-            task.add_done_callback(lambda done: done.cancelled() or done.exception())
+    async def _give_back(self, claiming: asyncio.Future[Claim]) -> None:
+        """Release the claim `claiming` obtains, once it has (nothing if it failed)."""
+        with contextlib.suppress(BaseException):
+            claim = await claiming
+            await self.store.release(claim)
 
     async def _close_run(
         self,
@@ -244,6 +248,15 @@ class StepLoop(Committing[S]):
 
     async def _release(self, claim: Claim, in_flight: InFlight) -> None:
         """Give the thread up, or, while sync work of the run still runs, once it returns."""
+        if await self._label_in_flight(claim, in_flight):
+            in_flight.when_idle(partial(self.store.release_threadsafe, claim))
+            return
+        with contextlib.suppress(StoreError):
+            await self.store.release(claim)
+
+    async def _label_in_flight(self, claim: Claim, in_flight: InFlight) -> bool:
+        """Make the claim name the sync work of the run still running (what a caller
+        refused meanwhile waits for); False when there is none."""
         running = in_flight.running()
         if running:
             with contextlib.suppress(StoreError):
@@ -251,10 +264,7 @@ class StepLoop(Committing[S]):
                     claim,
                     f"{', '.join(running)} of an earlier run, still running on a worker thread",
                 )
-            in_flight.when_idle(partial(self.store.release_threadsafe, claim))
-            return
-        with contextlib.suppress(StoreError):
-            await self.store.release(claim)
+        return bool(running)
 
     async def _abandon(
         self,
@@ -276,6 +286,8 @@ class StepLoop(Committing[S]):
             if run.committing is not None:
                 with contextlib.suppress(BaseException):
                     await run.committing  # a commit under way lands first: record after it
+        # named before the record: whoever reads that the run stopped learns what still runs
+        await self._label_in_flight(claim, in_flight)
 
         def record(fold: Fold[S]) -> list[Event]:
             meta = fold.state.execution_meta
