@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         NothingToResumeError,
         RecursionLimitError,
         ThreadBusyError,
+        ThreadStillBusyError,
         ToolCommandConflictError,
     )
     from .graph import StateGraph
@@ -86,6 +87,7 @@ _HOMES: dict[str, str] = {
     "NothingToResumeError": "actors.errors",
     "RecursionLimitError": "actors.errors",
     "ThreadBusyError": "actors.errors",
+    "ThreadStillBusyError": "actors.errors",
     "ToolCommandConflictError": "actors.errors",
     "StateGraph": "actors.graph",
     "interrupt": "actors.nodes",
@@ -142,6 +144,7 @@ __all__ = [
     "StateGraph",
     "SuccessCriterion",
     "ThreadBusyError",
+    "ThreadStillBusyError",
     "ToolCommandConflictError",
     "ToolNode",
     "ToolUnusableError",

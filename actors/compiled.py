@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import weakref
 from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
 
 from events import (
     EventRecord,
@@ -46,11 +48,13 @@ from projections import (
     state_at_point,
     state_history,
 )
+from projections.messages import monotonic
 from projections.snapshots import DEFAULT_SNAPSHOT_EVERY
 
 from .errors import (
     BlockingCallError,
     GraphError,
+    ThreadStillBusyError,
 )
 
 if TYPE_CHECKING:
@@ -59,9 +63,10 @@ from projections.writer import write
 
 from .callbacks import Callbacks, overridden
 from .journal import journal_for
+from .offload import InFlight
 from .portal import Portal
 from .results import ResponseGranularity, granularity, run_result
-from .run import DEFAULT_RECURSION_LIMIT, S, _thread_of, _timeout, run_config
+from .run import DEFAULT_RECURSION_LIMIT, S, _log, _thread_of, _timeout, run_config
 from .steps import StepLoop, _not_run
 from .stream import END_OF_STREAM, RunStream
 
@@ -125,6 +130,7 @@ class CompiledGraph(StepLoop[S]):
             asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]
         ] = weakref.WeakKeyDictionary()
         self._portal: Portal | None = None
+        self._left: set[InFlight] = set()
 
     async def ainvoke(
         self,
@@ -441,6 +447,52 @@ class CompiledGraph(StepLoop[S]):
         """Blocking `astop`."""
         return bool(self._blocking(self.astop(config)))
 
+    async def await_idle(self, config: Mapping[str, Any], *, timeout: float | None = None) -> None:
+        """Wait until nothing owns the thread: no run or edit, and no `def` node or tool an
+        earlier run left running (after `astop`, a cancel or Ctrl-C), in this process or any
+        other sharing the store. `ThreadStillBusyError` (naming the owner) after `timeout`
+        seconds; None waits as long as it takes."""
+        thread_id = _thread_of(config)
+        limit = _timeout(timeout, "timeout")
+        deadline = None if limit is None else monotonic() + limit
+        while True:
+            holder = await self.store.holder(thread_id)
+            now = time.time()
+            if holder is None or not holder.alive(now):
+                return
+            left = None if deadline is None else deadline - monotonic()
+            if left is not None and left <= 0:
+                busy = holder.busy_error(thread_id, now)
+                raise ThreadStillBusyError(f"still busy after {limit:g}s: {busy}")
+            await asyncio.sleep(IDLE_POLL_S if left is None else min(IDLE_POLL_S, left))
+
+    def wait_idle(self, config: Mapping[str, Any], *, timeout: float | None = None) -> None:
+        """Blocking `await_idle`."""
+        self._blocking(self.await_idle(config, timeout=timeout))
+
+    async def aclose(self) -> None:
+        """Close what the graph owns: wait for the `def` work its runs left running to
+        return (each keeps its thread claimed until then), then stop the private event loop
+        of the blocking methods. The store is the caller's to close."""
+        left = list(self._left)
+        if left:
+            _log.warning("closing graph: waiting for %s to return", _describe(left))
+            await asyncio.gather(*(work.done() for work in left))
+        portal, self._portal = self._portal, None
+        if portal is not None:
+            await asyncio.to_thread(portal.close)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
     def _blocking(self, coro: Coroutine[Any, Any, Any]) -> Any:
         try:
             asyncio.get_running_loop()
@@ -459,10 +511,24 @@ class CompiledGraph(StepLoop[S]):
         return self._portal
 
     def close(self) -> None:
-        """Stop the private event loop of the blocking methods, if they started one."""
+        """Blocking `aclose`: stop the private event loop of the blocking methods, if they
+        started one, once the `def` work the graph's runs left running has returned."""
         if self._portal is not None:
-            self._portal.close()
+            self._portal.close()  # first: a run cut short by it leaves its work here
             self._portal = None
+        left = list(self._left)
+        if left:
+            _log.warning("closing graph: waiting for %s to return", _describe(left))
+            for work in left:
+                work.wait_done()
+
+
+IDLE_POLL_S = 0.02
+"""How often `await_idle` looks at the thread's owner (it may be another process)."""
+
+
+def _describe(left: list[InFlight]) -> str:
+    return "; ".join(label for work in left for label in work.running()) or "work of ended runs"
 
 
 __all__ = ["CompiledGraph", "run_config"]

@@ -129,6 +129,9 @@ class Engine(Generic[S]):
     hooked: frozenset[str]
     """The hooks `callbacks` overrides: the only ones the engine calls."""
     _slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]]
+    _left: set[InFlight]
+    """Sync work runs of this graph left running when they ended (each keeps its thread
+    claimed until it returns)."""
 
 
 ABANDONED_BY_CALLER = (

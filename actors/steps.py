@@ -249,7 +249,13 @@ class StepLoop(Committing[S]):
     async def _release(self, claim: Claim, in_flight: InFlight) -> None:
         """Give the thread up, or, while sync work of the run still runs, once it returns."""
         if await self._label_in_flight(claim, in_flight):
-            in_flight.when_idle(partial(self.store.release_threadsafe, claim))
+            self._left.add(in_flight)  # `aclose` waits for it
+
+            def release() -> None:
+                self._left.discard(in_flight)
+                self.store.release_threadsafe(claim)
+
+            in_flight.leave(claim.thread_id, release)
             return
         with contextlib.suppress(StoreError):
             await self.store.release(claim)

@@ -25,7 +25,15 @@ from typing import Any
 
 import pytest
 
-from actors import END, CompiledGraph, StateGraph, ThreadBusyError, ToolNode
+from actors import (
+    END,
+    CompiledGraph,
+    GraphError,
+    StateGraph,
+    ThreadBusyError,
+    ThreadStillBusyError,
+    ToolNode,
+)
 from events import (
     EventRecord,
     EventStore,
@@ -82,6 +90,13 @@ async def until_free(store: EventStore, thread_id: str = "t1") -> None:
         return await store.holder(thread_id) is None
 
     await eventually(free, f"thread {thread_id!r} is released")
+
+
+async def nobody_holds(store: EventStore, thread_id: str = "t1") -> bool:
+    """Whether no live owner holds the thread (a claim given up from a worker thread may
+    stay in the store a moment longer, dead)."""
+    holder = await store.holder(thread_id)
+    return holder is None or not holder.alive(time.time())
 
 
 async def until_stopped(store: EventStore, thread_id: str = "t1") -> None:
@@ -378,14 +393,23 @@ async def test_ctrl_c_on_invoke_is_recorded_and_never_charges_twice(
             assert journal.read_text().splitlines() == ["start 10"]
             with pytest.raises(ThreadBusyError, match=r"tool call 'charge'"):
                 await charge_graph(store, []).ainvoke(None, CFG)
-        go.touch()  # the tool returns now
+            with pytest.raises(ThreadStillBusyError, match=r"tool call 'charge'"):
+                await charge_graph(store, []).await_idle(CFG, timeout=0.01)
+            go.touch()  # the tool returns now
+            # another process awaits the thread becoming free
+            await charge_graph(store, []).await_idle(CFG, timeout=WAIT)
         _, err = proc.communicate(timeout=WAIT)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
     assert proc.returncode != 0
-    assert err.strip().splitlines()[-1] == "KeyboardInterrupt", err
+    *_, interrupted, waited = err.strip().splitlines()
+    assert interrupted == "KeyboardInterrupt", err
+    # the exiting program said what it waited for
+    assert waited.startswith(
+        f"agentlog: waiting for tool call 'charge' ({CALL_ID}) on thread 't1' to return"
+    ), err
     assert journal.read_text().splitlines() == ["start 10", "finish 10"]
 
     again = worker(db, journal, "resume", "0")
@@ -400,6 +424,81 @@ async def test_ctrl_c_on_invoke_is_recorded_and_never_charges_twice(
         state = await charge_graph(store, []).aget_state(CFG)
     check_transcript(state.context)
     assert [m.role for m in state.context] == ["user", "assistant", "tool", "assistant"]
+
+
+# --- waiting for a thread that work left running holds ------------------------------------
+
+
+@pytest.mark.parametrize("form", ["await_idle", "wait_idle"])
+async def test_the_caller_can_await_a_thread_a_stopped_def_tool_still_holds(
+    store: EventStore, form: str
+) -> None:
+    """After `astop` cut a `def` tool short, the next call is refused at once; `await_idle`
+    (or the blocking `wait_idle`) waits for the tool to return, then the thread is free."""
+    charge = SyncCharge()
+    app = charge_graph(store, [charge.tool()])
+
+    async def idle(timeout: float | None) -> None:
+        if form == "await_idle":
+            await app.await_idle(CFG, timeout=timeout)
+        else:
+            await asyncio.to_thread(app.wait_idle, CFG, timeout=timeout)
+
+    try:
+        task = asyncio.ensure_future(app.ainvoke(pay(), CFG))
+        await charge.wait_started()
+        assert await app.astop(CFG)
+        paused = await asyncio.wait_for(task, WAIT)
+        assert paused["__interrupt__"][0]["reason"] == "stop_requested"
+        with pytest.raises(ThreadBusyError, match=r"tool call 'charge'"):
+            await app.ainvoke(None, CFG)
+        with pytest.raises(ThreadStillBusyError, match=r"still busy after 0.01s: .*'charge'"):
+            await idle(0.01)
+        waiting = asyncio.ensure_future(idle(None))
+    finally:
+        charge.release.set()
+    await asyncio.wait_for(waiting, WAIT)
+    assert await nobody_holds(store)
+    result = await app.ainvoke(None, CFG)
+    assert result["status"] == "completed"
+    assert charge.starts == 1
+    app.close()
+
+
+async def test_await_idle_on_a_free_or_unknown_thread_returns_at_once(store: EventStore) -> None:
+    app = charge_graph(store, [SyncCharge().tool()])
+    await app.await_idle({"thread_id": "nobody"}, timeout=0.01)
+    with pytest.raises(GraphError, match="timeout must be a number of seconds > 0"):
+        await app.await_idle(CFG, timeout=-1)
+
+
+async def test_async_with_closes_the_graph_once_the_work_its_runs_left_has_returned(
+    store: EventStore,
+) -> None:
+    """`async with graph.compile(...) as app:` works, and leaving it waits for a `def` tool
+    a run left running (its thread is then free) and stops the blocking methods' loop."""
+    charge = SyncCharge()
+    leaving, left = asyncio.Event(), asyncio.Event()
+
+    async def use() -> CompiledGraph[AgentState]:
+        async with charge_graph(store, [charge.tool()]) as app:
+            await asyncio.to_thread(app.wait_idle, CFG)  # a blocking call starts its loop
+            assert app._portal is not None
+            await leave_by_task_cancel(app, charge.wait_started)
+            leaving.set()
+        left.set()
+        return app
+
+    using = asyncio.ensure_future(use())
+    try:
+        await asyncio.wait_for(leaving.wait(), WAIT)
+        assert not left.is_set(), "the graph closed while its tool still ran"
+    finally:
+        charge.release.set()
+    app = await asyncio.wait_for(using, WAIT)
+    assert charge.events == ["start 10", "finish 10"]
+    assert await nobody_holds(store)
+    assert app._portal is None
 
 
 # --- astop ------------------------------------------------------------------------------
