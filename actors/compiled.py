@@ -48,6 +48,7 @@ from projections import (
     state_at_point,
     state_history,
 )
+from projections.fold import before_first_run
 from projections.messages import monotonic
 from projections.snapshots import DEFAULT_SNAPSHOT_EVERY
 
@@ -343,8 +344,8 @@ class CompiledGraph(StepLoop[S]):
         run looks (within a quarter second) is cancelled, or abandoned if it is a `def`, and
         runs again on resume, unless `between_nodes`: then it finishes and commits first.
         Works from any process sharing the store. Returns False, recording nothing, when
-        there is nothing to stop: the run has completed, failed, is paused at an interrupt,
-        or is already stopped or stopping.
+        there is nothing to stop: the run has completed, failed or was cancelled, is paused
+        at an interrupt, is already stopped or stopping, or the thread has no run yet.
         """
         thread_id = _thread_of(config)
         by = str(config.get("user", "user"))
@@ -354,9 +355,11 @@ class CompiledGraph(StepLoop[S]):
             if fold.seq == 0:
                 raise ThreadNotFoundError(thread_id)
             if (
-                meta.status in (ExecutionStatus.COMPLETED, ExecutionStatus.ERROR)
+                meta.status
+                in (ExecutionStatus.COMPLETED, ExecutionStatus.ERROR, ExecutionStatus.CANCELLED)
                 or meta.is_interrupted()
                 or meta.stop_current_execution != StopRequestStatus.NONE
+                or before_first_run(meta)
             ):
                 return []  # nothing to stop
             return [StopRequested(by=by, between_nodes=between_nodes)]

@@ -6,6 +6,7 @@ submit. Each test fails on the code before its fix."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from actors.runtime import (
     UnknownRunError,
 )
 from events import MemoryEventStore, SQLiteEventStore
+from events.kinds import TriggerAccepted
 from tests.helpers import line
 from tests.test_runtime_dispatch import HeldStore, acceptance, runtime_on, said
 
@@ -359,3 +361,122 @@ async def test_a_rollback_of_a_run_not_yet_dispatched_sets_nothing_back(paused: 
         after = [m.text() for m in (await app.aget_state({"thread_id": "t"})).context]
         assert after == [*before, "new", "ok new"]  # b wrote nothing; nothing was set back
         assert runtime.ledger.triggers[b.trigger_id].outcome == "cancelled"
+
+
+def _running(runtime: AgentRuntime, thread_id: str = "t") -> bool:
+    execution = runtime.dispatcher.executing.get(thread_id)
+    return execution is not None and execution.running
+
+
+async def _until(check: Any, what: str) -> None:
+    """Poll `check()` (cheap, in memory) until true; WAIT bounds it only as a failure guard."""
+    deadline = asyncio.get_running_loop().time() + WAIT
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting until {what}"
+        await asyncio.sleep(0.002)
+
+
+@pytest.mark.parametrize("second", ["cancel", "rollback"])
+@pytest.mark.parametrize("first", ["cancel", "rollback"])
+async def test_two_ends_landing_at_once_on_one_thread_record_one_end(
+    first: str, second: str
+) -> None:
+    """Two cancels (or a cancel and a rollback) of the running run, sent at once: its
+    trigger ends once, and the thread records one `run_cancelled` (each used to record
+    its own end of the same trigger)."""
+    from events.kinds import TriggerFinished
+
+    gate = asyncio.Event()
+
+    async def node(state: Any) -> list[Any]:
+        if state.context[-1].text() == "one":
+            await gate.wait()
+        return said(state)
+
+    store = MemoryEventStore()
+    async with store, runtime_on(store, node) as runtime:
+        a = await runtime.submit("api", "one", thread_id="t")
+        await _until(lambda: _running(runtime), "the run is running")
+
+        def end(how: str) -> Any:
+            if how == "cancel":
+                return runtime.cancel("t", reason="stop it")
+            return runtime.submit("api", "instead", thread_id="t", multitask_strategy="rollback")
+
+        outcomes = await asyncio.gather(end(first), end(second), return_exceptions=True)
+        for outcome in outcomes:  # a cancel coming second finds nothing left to cancel
+            assert not isinstance(outcome, BaseException) or isinstance(outcome, UnknownRunError), (
+                outcome
+            )
+        gate.set()
+        for accepted in outcomes:
+            if isinstance(accepted, TriggerAccepted) and accepted.trigger_id != a.trigger_id:
+                with contextlib.suppress(Exception):
+                    await runtime.wait_for(accepted.trigger_id, timeout=WAIT)
+        ends = [
+            r.event
+            for r in await _runtime_records(store)
+            if isinstance(r.event, TriggerFinished) and r.event.trigger_id == a.trigger_id
+        ]
+        assert [e.outcome for e in ends] == ["cancelled"], ends
+        kinds = [r.kind async for r in store.read("t")]
+        assert kinds.count("run_cancelled") == 1, kinds
+
+
+class _RunStartHeld(MemoryEventStore):
+    """Holds the next append to thread "t" that starts a run, until `go` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.held, self.go = asyncio.Event(), asyncio.Event()
+
+    async def append(self, thread_id: str, events: Any, **kw: Any) -> Any:
+        from events import RunStarted
+
+        if self.armed and thread_id == "t" and any(isinstance(e, RunStarted) for e in events):
+            self.armed = False
+            self.held.set()
+            await self.go.wait()
+        return await super().append(thread_id, events, **kw)
+
+
+async def test_an_interrupt_or_a_stop_reaching_a_cancelled_thread_never_raises() -> None:
+    """A run dispatched on a thread whose last run was cancelled, caught before it starts:
+    an `interrupt` double-text and the runtime's stop ask it to stop. There is nothing to
+    stop yet (the thread still reads cancelled): nothing is written, and neither call
+    raises (both raised IllegalTransitionError, the stop leaving the runtime half-stopped,
+    the double-text after its input was accepted)."""
+    gate = asyncio.Event()
+
+    async def node(state: Any) -> list[Any]:
+        if state.context[-1].text() == "one":
+            await gate.wait()
+        return said(state)
+
+    store = _RunStartHeld()
+    async with store, runtime_on(store, node) as runtime:
+        app = runtime.graphs["g"].app
+        asked: asyncio.Queue[bool] = asyncio.Queue()
+        astop = app.astop
+
+        async def spied(*args: Any, **kwargs: Any) -> bool:
+            stopped = await astop(*args, **kwargs)
+            asked.put_nowait(stopped)
+            return stopped
+
+        app.astop = spied  # type: ignore[method-assign]
+        await runtime.submit("api", "one", thread_id="t")
+        await _until(lambda: _running(runtime), "the first run is running")
+        await runtime.cancel("t")
+        store.armed = True
+        await runtime.submit("api", "two", thread_id="t")
+        await asyncio.wait_for(store.held.wait(), WAIT)  # its run is about to start
+        await runtime.submit("api", "three", thread_id="t", multitask_strategy="interrupt")
+        assert await asyncio.wait_for(asked.get(), WAIT) is False
+        stopping = asyncio.ensure_future(runtime.stop())
+        assert await asyncio.wait_for(asked.get(), WAIT) is False
+        store.go.set()
+        await asyncio.wait_for(stopping, WAIT)
+        kinds = [r.kind async for r in store.read("t")]
+        assert "stop_requested" not in kinds[kinds.index("run_cancelled") :]

@@ -142,6 +142,7 @@ class AgentRuntime(Watching):
         self._accepting: dict[tuple[str, str], asyncio.Future[None]] = {}
         self._recording_on: collections.Counter[str] = collections.Counter()
         self._locks: dict[str, asyncio.Lock] = {}
+        self._lock_users: collections.Counter[str] = collections.Counter()
 
     # ---- graphs and entry points ---------------------------------------------------------
 
@@ -488,10 +489,11 @@ class AgentRuntime(Watching):
             await self._interrupt(thread_id, entry, actor)
         elif busy and strategy == "rollback" and thread_id is not None:
             why = f"rolled back: superseded by run {accepted.trigger_id}"
-            running = self.dispatcher.executing.get(thread_id)
-            await self.dispatcher.supersede(thread_id, actor, why, keep=accepted.trigger_id)
-            if running is not None:
-                await self._settle_rollback(running.state)
+            async with self._thread_lock(thread_id):  # one end: never beside a cancel
+                running = self.dispatcher.executing.get(thread_id)
+                await self.dispatcher.supersede(thread_id, actor, why, keep=accepted.trigger_id)
+                if running is not None:
+                    await self._settle_rollback(running.state)
         return accepted
 
     async def _settle_rollback(self, state: TriggerState) -> None:
@@ -837,12 +839,17 @@ class AgentRuntime(Watching):
 
     @contextlib.asynccontextmanager
     async def _thread_lock(self, thread_id: str) -> AsyncIterator[None]:
+        """One at a time per thread: answers to a pause, cancels and rollbacks. The lock is
+        dropped once nobody holds or awaits it (a waiter just woken counts: it still will)."""
         lock = self._locks.setdefault(thread_id, asyncio.Lock())
+        self._lock_users[thread_id] += 1
         try:
             async with lock:
                 yield
         finally:
-            if not lock.locked() and self._locks.get(thread_id) is lock:
+            self._lock_users[thread_id] -= 1
+            if not self._lock_users[thread_id]:
+                del self._lock_users[thread_id]
                 del self._locks[thread_id]
 
     def _any_entry(self, graph_id: str) -> EntryPoint:
@@ -866,7 +873,9 @@ class AgentRuntime(Watching):
         state = self.ledger.latest_on(thread_id)
         if state is None:
             raise UnknownRunError(f"no run of this runtime is on thread {thread_id!r}")
-        await self.dispatcher.cancel(thread_id, actor, reason)
+        # one at a time per thread: a second cancel (or a rollback) sees the first one's end
+        async with self._thread_lock(thread_id):
+            await self.dispatcher.cancel(thread_id, actor, reason)
 
     # ---- shared state and goals ---------------------------------------------------------
 
