@@ -309,7 +309,9 @@ async def test_a_run_returning_while_its_cancel_commits_is_not_called_completed_
                 for r in await _runtime_records(store)
                 if r.kind == "trigger_finished" and r.event.trigger_id == a.trigger_id
             ]
-            assert ends.count("completed") <= 1, ends
+            assert len(ends) == 1, ends  # one end: it was cut short before it returned
+            kinds = [r.kind async for r in store.read("t")]
+            assert kinds.count("run_cancelled") + kinds.count("run_completed") == 1, kinds
 
 
 class _HeadReadHeld(MemoryEventStore):
@@ -424,17 +426,18 @@ async def test_two_ends_landing_at_once_on_one_thread_record_one_end(
 
 
 class _RunStartHeld(MemoryEventStore):
-    """Holds the next append to thread "t" that starts a run, until `go` is set."""
+    """Holds the next append to thread "t" with a `kind` event (a run's start), until `go`."""
 
-    def __init__(self) -> None:
+    def __init__(self, kind: type[Any] | None = None) -> None:
+        from events import RunStarted
+
         super().__init__()
+        self.kind = kind or RunStarted
         self.armed = False
         self.held, self.go = asyncio.Event(), asyncio.Event()
 
     async def append(self, thread_id: str, events: Any, **kw: Any) -> Any:
-        from events import RunStarted
-
-        if self.armed and thread_id == "t" and any(isinstance(e, RunStarted) for e in events):
+        if self.armed and thread_id == "t" and any(isinstance(e, self.kind) for e in events):
             self.armed = False
             self.held.set()
             await self.go.wait()
@@ -480,3 +483,31 @@ async def test_an_interrupt_or_a_stop_reaching_a_cancelled_thread_never_raises()
         await asyncio.wait_for(stopping, WAIT)
         kinds = [r.kind async for r in store.read("t")]
         assert "stop_requested" not in kinds[kinds.index("run_cancelled") :]
+
+
+async def test_a_cancel_cutting_a_run_whose_completion_is_committing_records_one_end() -> None:
+    """The cancel lands while the run's `run_completed` is being committed: the run is cut
+    short first, its completion lands, and the trigger ends once, completed (it was called
+    cancelled, then completed as a correction: two ends for one run)."""
+    from events import RunCompleted
+    from events.kinds import TriggerFinished
+
+    store = _RunStartHeld(RunCompleted)
+    async with store, runtime_on(store) as runtime:
+        store.armed = True
+        a = await runtime.submit("api", "one", thread_id="t")
+        await asyncio.wait_for(store.held.wait(), WAIT)  # its completion is committing
+        cancelling = asyncio.ensure_future(runtime.cancel("t", reason="too late"))
+        await _until(lambda: runtime.dispatcher.executing["t"].cancelled_by is not None, "the cut")
+        store.go.set()
+        with pytest.raises(UnknownRunError, match="completed"):
+            await asyncio.wait_for(cancelling, WAIT)
+        ends = [
+            r.event
+            for r in await _runtime_records(store)
+            if isinstance(r.event, TriggerFinished) and r.event.trigger_id == a.trigger_id
+        ]
+        assert [e.outcome for e in ends] == ["completed"], ends
+        kinds = [r.kind async for r in store.read("t")]
+        assert kinds[-1] == "run_completed" and "run_cancelled" not in kinds, kinds
+        assert (await runtime.wait("t", timeout=WAIT))["status"] == "completed"

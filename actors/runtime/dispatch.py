@@ -617,11 +617,15 @@ class Dispatcher:
     async def cancel(self, thread_id: str, actor: str, reason: str | None) -> None:
         """End the thread's queued and running runs, and its paused or failed one.
 
-        The ends are recorded first, so a crash midway leaves them cancelled (a restart
-        finishes cutting the thread's run short); then the running run is cut short and the
-        thread's run recorded as cancelled.
+        A running run is cut short first, and its end is then decided from what its thread
+        says, so each trigger records one end: a run whose completion committed before the
+        cut keeps it (the cancel came too late), any other is cancelled. The ends are
+        recorded before the thread's `run_cancelled`, so a crash between the two leaves
+        them cancelled (a restart finishes the thread's part); a crash before them leaves
+        the run stopped, and a restart resumes it (the cancel never returned).
         """
-        execution: Execution | None = None
+        cut: TriggerState | None = None
+        """The trigger whose run this cancel cut short: its end is decided below."""
         while True:
             latest = self.runtime.ledger.latest_on(thread_id)
             assert latest is not None
@@ -634,93 +638,92 @@ class Dispatcher:
             latest = self.runtime.ledger.latest_on(thread_id) or latest
             queued = self.queued_on(thread_id)
             execution = self.executing.get(thread_id)
-            returning = execution is not None and (
-                execution.ending
-                or (status == ExecutionStatus.COMPLETED and self._wrote(execution, head))
+            if execution is None or execution.task.done():
+                break
+            returning = execution.ending or (
+                status == ExecutionStatus.COMPLETED and self._wrote(execution, head)
             )
-            if execution is not None and returning and not queued and not execution.task.done():
-                # it has returned (or its completion is in the log) and its end is being
-                # recorded: that end decides what is left to cancel (a pause still is)
-                await asyncio.wait([execution.task])
-                continue
-            break
-        if execution is not None and (execution.ending or execution.task.done()):
-            execution = None  # it has returned: its own outcome stands
-        ending = [s.id for s in queued] + ([execution.state.id] if execution else [])
+            if not returning:
+                # cut it short first: whatever it committed meanwhile is in the log when
+                # its end is decided (a completion racing the cancel is never called both)
+                cut, execution.cancelled_by = execution.state, (actor, reason)
+                execution.task.cancel(f"cancelled by {actor}" + (f": {reason}" if reason else ""))
+            # else it has returned (or its completion is in the log) and records its own
+            # end: that end decides what is left to cancel (a pause still is)
+            await asyncio.wait([execution.task])
+        ending = [s.id for s in queued]
+        completed: TriggerState | None = None
+        if cut is not None and not cut.done:
+            if status == ExecutionStatus.COMPLETED and self._wrote_since(cut, head):
+                completed = cut  # its completion committed before the cut: it stands
+            else:
+                ending.append(cut.id)
         ended = latest.outcome if latest.done else None
-        if not ending and (
-            status in (ExecutionStatus.COMPLETED, ExecutionStatus.CANCELLED)
-            or ended in ("completed", "cancelled", "rejected")
-            or status is None
-        ):
-            from .spec import UnknownRunError
-
-            raise UnknownRunError(
-                f"the run on thread {thread_id!r} has ended "
-                f"({status.value if status is not None else ended}): nothing to cancel"
-            )
-        if not ending:
+        if not ending and completed is None:
+            if (
+                status in (ExecutionStatus.COMPLETED, ExecutionStatus.CANCELLED)
+                or ended in ("completed", "cancelled", "rejected")
+                or status is None
+            ):
+                raise self._nothing_to_cancel(thread_id, status, ended)
             ending.append(latest.id)  # the paused or failed run
         taken = self._unqueue(queued)
-        if execution is not None:
-            execution.cancelled_by = (actor, reason)
-        try:
-            await self.runtime.journal.record(
-                [
-                    TriggerFinished(
-                        trigger_id=trigger_id,
-                        outcome="cancelled",
-                        attempt=self.runtime.ledger.triggers[trigger_id].attempt,
-                        message=reason,
-                        by=actor,
-                    )
-                    for trigger_id in dict.fromkeys(ending)
-                ],
+        ends = [
+            TriggerFinished(
+                trigger_id=trigger_id,
+                outcome="cancelled",
+                attempt=self.runtime.ledger.triggers[trigger_id].attempt,
+                message=reason,
                 by=actor,
             )
+            for trigger_id in dict.fromkeys(ending)
+        ]
+        if completed is not None:
+            ends.append(
+                TriggerFinished(
+                    trigger_id=completed.id,
+                    outcome="completed",
+                    attempt=completed.attempt,
+                    message="it completed before the cancel reached it",
+                    thread_seq=head,
+                )
+            )
+        try:
+            await self.runtime.journal.record(ends, by=actor)
         except BaseException:
+            if cut is not None:  # not cancelled after all: its run goes on from the log
+                taken.append((cut, True))
             self._requeue(taken)
-            if execution is not None:
-                execution.cancelled_by = None
             raise
-        if execution is not None:
-            execution.task.cancel(f"cancelled by {actor}" + (f": {reason}" if reason else ""))
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await execution.task
-        if not await self._end_thread_run(app, thread_id, actor, reason) and execution:
-            await self._completed_first(execution.state, thread_id)
-        for trigger_id in ending:
+        if ending:
+            await self._end_thread_run(app, thread_id, actor, reason)
+        for trigger_id in (*ending, *([completed.id] if completed else [])):
             self._notify(trigger_id)
         self._wake.set()
+        if completed is not None and not ending:
+            raise self._nothing_to_cancel(thread_id, ExecutionStatus.COMPLETED, None)
+
+    @staticmethod
+    def _nothing_to_cancel(
+        thread_id: str, status: ExecutionStatus | None, ended: str | None
+    ) -> Exception:
+        from .spec import UnknownRunError
+
+        return UnknownRunError(
+            f"the run on thread {thread_id!r} has ended "
+            f"({status.value if status is not None else ended}): nothing to cancel"
+        )
 
     @staticmethod
     def _wrote(execution: Execution, head: int) -> bool:
         """Whether the thread holds records of `execution`'s own run (its head is past
         where the thread stood when the trigger was dispatched)."""
-        since = execution.state.thread_seq
-        return since is not None and execution.state.dispatched and head > since
+        return Dispatcher._wrote_since(execution.state, head)
 
-    async def _completed_first(self, state: TriggerState, thread_id: str) -> None:
-        """A run whose completion committed just before the cancel reached it keeps it: its
-        `run_completed` is in the thread, so the trigger's recorded end is set right (as for
-        a rollback that came too late)."""
-        from .rollback import outran
-
-        if state.outcome != "cancelled" or state.thread_seq is None or state.first_seq is None:
-            return  # its own end was recorded meanwhile, or it was never dispatched
-        if not await outran(self.runtime.store, thread_id, state.thread_seq):
-            return
-        await self.runtime.journal.record(
-            [
-                TriggerFinished(
-                    trigger_id=state.id,
-                    outcome="completed",
-                    attempt=state.attempt,
-                    message="it completed before the cancel reached it",
-                    thread_seq=await self.runtime.store.last_seq(thread_id),
-                )
-            ]
-        )
+    @staticmethod
+    def _wrote_since(state: TriggerState, head: int) -> bool:
+        since = state.thread_seq
+        return since is not None and state.dispatched and head > since
 
     async def supersede(
         self, thread_id: str, actor: str, reason: str | None, keep: str | None = None
