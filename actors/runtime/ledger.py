@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from events import EventRecord
 from events.kinds import TriggerAccepted, TriggerDispatched, TriggerFinished, TriggerListening
 
+WORKER_PREFIX = "worker:"
+"""How a worker names itself as the writer of its records (`worker:<id>`)."""
+
 ENDED = frozenset({"completed", "interrupted", "cancelled", "rejected"})
 """Outcomes after which a trigger is done (a failure is done unless it will be retried)."""
 
@@ -76,6 +79,8 @@ class Ledger:
     """Event entry point -> the last position it accepted a trigger for (or listens after)."""
     fired: dict[str, float] = field(default_factory=dict)
     """Timer entry point -> the last slot it fired (or listens after)."""
+    workers: set[str] = field(default_factory=set)
+    """The ids of the workers that have written here (a lone runtime checks they are gone)."""
     seq: int = 0
 
     def apply_all(self, records: Iterable[EventRecord]) -> None:
@@ -84,6 +89,9 @@ class Ledger:
 
     def apply(self, record: EventRecord) -> None:
         self._apply(record)
+        actor = record.actor or ""
+        if actor.startswith(WORKER_PREFIX):
+            self.workers.add(actor[len(WORKER_PREFIX) :])
         trigger_id = getattr(record.event, "trigger_id", None)
         state = self.triggers.get(trigger_id) if trigger_id is not None else None
         if state is not None:

@@ -40,7 +40,7 @@ from .dispatch import Dispatcher
 from .facts import Facts
 from .goals import Goal
 from .journal import RuntimeJournal
-from .ledger import Ledger, TriggerState
+from .ledger import WORKER_PREFIX, Ledger, TriggerState
 from .listeners import Listeners
 from .spec import (
     MULTITASK_STRATEGIES,
@@ -319,7 +319,7 @@ class AgentRuntime(Watching):
                     "only with other workers"
                 )
             self.journal.on_applied = self.follower.seen
-            self.journal.writer = f"worker:{self.config.worker_id}"
+            self.journal.writer = f"{WORKER_PREFIX}{self.config.worker_id}"
         await self.journal.catch_up()
         self._head_at_start = await last_position(self.store)
         self.started, self.stopping = True, False
