@@ -103,6 +103,9 @@ from .stream import END_OF_STREAM, RunStream
 from .tools import pending_calls, rejected_message, tool_message
 from .view import node_view
 
+TRIGGER_KEY = "trigger_id"
+"""The config key by which an agent runtime names the trigger a call carries out."""
+
 SNAPSHOT_AT_REST = 64
 """A run that comes to rest this many records or more after its last snapshot takes one
 (a fresh process then loads the thread from it instead of folding from the start)."""
@@ -366,6 +369,7 @@ class StepLoop(Committing[S]):
             raise ThreadNotFoundError(thread_id)
         meta = fold.state.execution_meta
         user = str(config.get("user", "user"))
+        trigger = config.get(TRIGGER_KEY)  # the runtime's trigger: its opening names it
         run = Run(
             thread_id,
             str(meta.internal_data.get("run_id") or ""),
@@ -407,7 +411,7 @@ class StepLoop(Committing[S]):
             # The client ran its tool calls: their results resume the run where it paused.
             run.own.update(_appended_ids(inputs))
             answered = _answered_ids(inputs)
-            resumed: list[Event] = [Resumed(value=None, by=user), *inputs]
+            resumed: list[Event] = [Resumed(value=None, by=user, trigger_id=trigger), *inputs]
             why = "not run: the client answered other calls of this message but not this one"
             known = fold.message_ids
             resumed += [_not_run(c, why, known) for c in waiting if c.id not in answered]
@@ -439,10 +443,11 @@ class StepLoop(Committing[S]):
                     entry_node=self._entry_node(config),
                     graph=self.graph.name,
                     fields=state_fields(self.graph.state_cls),
+                    trigger_id=trigger,
                 )
             )
         elif resuming:
-            events.append(Resumed(value=to_builtins(resume), by=user))
+            events.append(Resumed(value=to_builtins(resume), by=user, trigger_id=trigger))
             if meta.status == ExecutionStatus.INTERRUPTED_BEFORE:
                 run.skip_interrupt_before = meta.interrupted_node
         else:

@@ -511,3 +511,41 @@ async def test_a_cancel_cutting_a_run_whose_completion_is_committing_records_one
         kinds = [r.kind async for r in store.read("t")]
         assert kinds[-1] == "run_completed" and "run_cancelled" not in kinds, kinds
         assert (await runtime.wait("t", timeout=WAIT))["status"] == "completed"
+
+
+async def test_recovery_never_takes_a_persons_edit_for_the_progress_of_a_run_cut_before_it_began(
+    tmp_path: Path,
+) -> None:
+    """A trigger dispatched on a thread whose earlier run completed; the runtime dies before
+    the run writes anything, and a person edits the thread meanwhile. The restart used to
+    take the edit for the run's progress: it called the trigger completed (the thread read
+    completed) and its input never ran. The run's opening names its trigger: the restart
+    finds none, and runs it from its input."""
+    from actors.runtime import RuntimeConfig
+
+    db = tmp_path / "log.db"
+    async with SQLiteEventStore(db) as store:
+        runtime = runtime_on(store)
+        async with runtime:
+            await runtime.trigger_and_wait("api", "one", thread_id="t", timeout=WAIT)
+            app = runtime.graphs["g"].app
+            began, never = asyncio.Event(), asyncio.Event()
+
+            async def cut_before_it_writes(*args: Any, **kwargs: Any) -> Any:
+                began.set()  # dispatched; the process dies before the run's first commit
+                await never.wait()
+
+            app._ainvoke_to = cut_before_it_writes  # type: ignore[method-assign]
+            two = await runtime.submit("api", "two", thread_id="t")
+            await asyncio.wait_for(began.wait(), WAIT)
+            await runtime.stop(cancel=True)
+        fresh = runtime_on(store).graphs["g"].app
+        await fresh.aupdate_state({"thread_id": "t"}, {"messages": ["a note"]}, actor="alice")
+        again = AgentRuntime(store, RuntimeConfig())
+        again.add_graph("g", fresh)
+        again.register_entry_point(EntryPoint(id="api", graph_id="g"))
+        async with again:
+            result = await again.wait_for(two.trigger_id, timeout=WAIT)
+            assert result["status"] == "completed"
+            texts = [m.text() for m in (await fresh.aget_state({"thread_id": "t"})).context]
+            assert texts == ["one", "ok one", "a note", "two", "ok two"], texts

@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from events import Claim, EventRecord
 from events.errors import AgentlogError, StoreError, ThreadBusyError
-from events.kinds import TriggerDispatched, TriggerFinished
+from events.kinds import Resumed, RunStarted, TriggerDispatched, TriggerFinished
 from projections import ExecutionStatus, StopRequestStatus
 from projections.edge import to_builtins
 from projections.messages import is_message_dict
 
 from ..command import Command
+from ..steps import TRIGGER_KEY
 from .ledger import TriggerState
 from .rollback import roll_back, rolled_back
 from .shared import RunScope, _scope
@@ -389,7 +390,11 @@ class Dispatcher:
         thread_id = accepted.thread_id
         app = self.runtime.graphs[accepted.graph_id].app
         attempt = state.attempt + (0 if state.in_flight else 1)
-        config: dict[str, Any] = {"thread_id": thread_id, "user": accepted.by or "runtime"}
+        config: dict[str, Any] = {
+            "thread_id": thread_id,
+            "user": accepted.by or "runtime",
+            TRIGGER_KEY: state.id,  # the run's opening names it: see `_opened`
+        }
         try:
             if dispatched:
                 resume = False  # dispatched as it was accepted: nothing of it ran yet
@@ -400,9 +405,14 @@ class Dispatcher:
                 cancelling = execution is not None and execution.cancelled_by is not None
                 if state.done or cancelling:  # cancelled during that read: no dispatch after
                     return
-                # resume from the log when something of this trigger's run was recorded
-                # since its first dispatch; else its input was never recorded: send it
-                resume = state.first_seq is not None and seq > state.first_seq
+                # resume from the log when this trigger's run opened since its first
+                # dispatch; else its input was never recorded (whatever else was, such as
+                # a person's edit): send it
+                resume = (
+                    state.first_seq is not None
+                    and seq > state.first_seq
+                    and await self._opened(state, state.first_seq)
+                )
                 await self.runtime.journal.record(
                     [
                         TriggerDispatched(
@@ -579,8 +589,9 @@ class Dispatcher:
         from its log (False)."""
         thread_id = state.accepted.thread_id
         head = await self.runtime.store.last_seq(thread_id)
-        if head == state.thread_seq:
-            return False  # nothing of the run was recorded: it runs (again) from its input
+        since = state.first_seq if state.first_seq is not None else state.thread_seq
+        if head == state.thread_seq or since is None or not await self._opened(state, since):
+            return False  # its run never opened: it runs (again), from its input
         graph = self.runtime.graphs.get(state.accepted.graph_id)
         if graph is None:
             return False  # waits for its graph to be added
@@ -611,6 +622,16 @@ class Dispatcher:
             return False
         self._notify(state.id)
         return True
+
+    async def _opened(self, state: TriggerState, since: int) -> bool:
+        """Whether the trigger's run opened on its thread after `since`: a `run_started` or
+        `resumed` naming the trigger. Other records there (a person's edit, a stop request,
+        a run started elsewhere) are not its run's progress."""
+        async for record in self.runtime.store.read(state.accepted.thread_id, since + 1):
+            event = record.event
+            if isinstance(event, RunStarted | Resumed) and event.trigger_id == state.id:
+                return True
+        return False
 
     # ---- cancelling and stopping ----------------------------------------------------------
 
@@ -745,6 +766,8 @@ class Dispatcher:
             for state in queued
         ]  # fmt: skip
         execution = self.executing.get(thread_id)
+        if execution is not None and execution.state.id == keep:
+            execution = None  # the input superseding the run is running: a cancel ended it
         if execution is None or execution.ending or execution.task.done():
             if ends:
                 try:
