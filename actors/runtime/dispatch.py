@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from events import Claim, EventRecord
 from events.errors import AgentlogError, StoreError, ThreadBusyError
 from events.kinds import Resumed, RunStarted, TriggerDispatched, TriggerFinished
-from projections import ExecutionStatus, StopRequestStatus
+from projections import ExecutionStatus, IllegalTransitionError, StopRequestStatus
 from projections.edge import to_builtins
 from projections.messages import is_message_dict
 
@@ -860,7 +860,7 @@ class Dispatcher:
                 execution.task.cancel("the runtime stopped")
             else:
                 app = self.runtime.graphs[execution.graph_id].app
-                with contextlib.suppress(StoreError):
+                with contextlib.suppress(StoreError, IllegalTransitionError):
                     await app.astop(
                         {"thread_id": execution.state.accepted.thread_id, "user": "runtime"},
                         between_nodes=True,

@@ -31,7 +31,7 @@ from events.kinds import (
     TriggerFinished,
     TriggerListening,
 )
-from projections import ExecutionStatus, StopRequestStatus
+from projections import ExecutionStatus, IllegalTransitionError, StopRequestStatus
 from projections.edge import to_builtins
 
 from ..command import Command
@@ -525,7 +525,8 @@ class AgentRuntime(Watching):
         if thread_id not in self.dispatcher.executing:
             return
         app = self.graphs[entry.graph_id].app
-        with contextlib.suppress(StoreError):
+        # nothing to stop (the run ended or has not begun) is no error of the new input's
+        with contextlib.suppress(StoreError, IllegalTransitionError):
             await app.astop({"thread_id": thread_id, "user": actor}, between_nodes=True)
 
     def _busy(self, thread_id: str) -> bool:
