@@ -23,7 +23,7 @@ from actors.runtime import (
 from events import MemoryEventStore, SQLiteEventStore
 from events.kinds import TriggerAccepted
 from tests.helpers import line
-from tests.test_runtime_dispatch import HeldStore, acceptance, runtime_on, said
+from tests.test_runtime_dispatch import HeldStore, acceptance, runtime_on, said, texts_of
 
 WAIT = 10.0
 
@@ -549,3 +549,34 @@ async def test_recovery_never_takes_a_persons_edit_for_the_progress_of_a_run_cut
             assert result["status"] == "completed"
             texts = [m.text() for m in (await fresh.aget_state({"thread_id": "t"})).context]
             assert texts == ["one", "ok one", "a note", "two", "ok two"], texts
+
+
+async def test_a_rollback_cutting_a_run_whose_completion_is_committing_records_one_end() -> None:
+    """As for a cancel: the rollback cuts the run short first, the completion it was
+    committing lands and stands, nothing is set back, and the trigger ends once (it was
+    called cancelled, then completed as a correction)."""
+    from events import RunCompleted
+    from events.kinds import TriggerFinished
+
+    store = _RunStartHeld(RunCompleted)
+    async with store, runtime_on(store) as runtime:
+        store.armed = True
+        a = await runtime.submit("api", "one", thread_id="t")
+        await asyncio.wait_for(store.held.wait(), WAIT)  # its completion is committing
+        rolling = asyncio.ensure_future(
+            runtime.submit("api", "instead", thread_id="t", multitask_strategy="rollback")
+        )
+        await _until(lambda: runtime.dispatcher.executing["t"].cancelled_by is not None, "the cut")
+        store.go.set()
+        instead = await asyncio.wait_for(rolling, WAIT)
+        assert (await runtime.wait_for(instead.trigger_id, timeout=WAIT))["status"] == "completed"
+        ends = [
+            r.event
+            for r in await _runtime_records(store)
+            if isinstance(r.event, TriggerFinished) and r.event.trigger_id == a.trigger_id
+        ]
+        assert [e.outcome for e in ends] == ["completed"], ends
+        kinds = [r.kind async for r in store.read("t")]
+        assert "run_superseded" not in kinds and "run_cancelled" not in kinds, kinds
+        texts = await texts_of(runtime, "t")
+        assert texts == ["one", "ok one", "instead", "ok instead"], texts

@@ -753,8 +753,10 @@ class Dispatcher:
         behind it (all but `keep`, the input that supersedes them), and set the thread back
         to the state before the running run. False when no run was executing.
 
-        The ends are recorded first, the running one naming the seq to return to: a crash
-        midway leaves it to `recover` to finish the rollback.
+        The running run is cut short first; a completion it committed before the cut stands
+        (its one end, nothing is set back). Then the ends are recorded, the running one
+        naming the seq to return to, before the thread is set back: a crash between the two
+        leaves it to `recover` to finish the rollback.
         """
         queued = [state for state in self.queued_on(thread_id) if state.id != keep]
         taken = self._unqueue(queued)
@@ -781,26 +783,43 @@ class Dispatcher:
         state = execution.state
         # a run whose dispatch is not recorded yet wrote nothing: there is nothing to set back
         to_seq = state.thread_seq if state.dispatched else None
+        app = self.runtime.graphs[state.accepted.graph_id].app
         execution.cancelled_by = (actor, reason)
         self.holding.add(thread_id)
         try:
-            ends.append(
-                TriggerFinished(
-                    trigger_id=state.id, outcome="cancelled", attempt=state.attempt,
-                    message=reason, by=actor, rolled_back_to=to_seq,
-                )
-            )  # fmt: skip
-            try:
-                await self.runtime.journal.record(ends, by=actor)
-            except BaseException:
-                self._requeue(taken)
-                execution.cancelled_by = None
-                raise
+            # cut it short first, as a cancel does: a completion it committed meanwhile
+            # stands, and is its one end (it is not set back)
             execution.task.cancel(f"rolled back by {actor}" + (f": {reason}" if reason else ""))
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await execution.task
-            if to_seq is not None:
-                app = self.runtime.graphs[state.accepted.graph_id].app
+            head = await self.runtime.store.last_seq(thread_id)
+            completed = (
+                to_seq is not None
+                and head > to_seq
+                and (await app.aget_state({"thread_id": thread_id})).execution_meta.status
+                == ExecutionStatus.COMPLETED
+            )
+            if completed:
+                ends.append(
+                    TriggerFinished(
+                        trigger_id=state.id, outcome="completed", attempt=state.attempt,
+                        message="it completed before the rollback reached it", thread_seq=head,
+                    )
+                )  # fmt: skip
+            else:
+                ends.append(
+                    TriggerFinished(
+                        trigger_id=state.id, outcome="cancelled", attempt=state.attempt,
+                        message=reason, by=actor, rolled_back_to=to_seq,
+                    )
+                )  # fmt: skip
+            try:
+                await self.runtime.journal.record(ends, by=actor)
+            except BaseException:
+                self._requeue([*taken, (state, True)])  # not rolled back: it goes on
+                execution.cancelled_by = None
+                raise
+            if to_seq is not None and not completed:
                 await roll_back(app, thread_id, to_seq, by=actor, reason=reason)
         finally:
             self.holding.discard(thread_id)
