@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         NothingToResumeError,
         RecursionLimitError,
         ThreadBusyError,
+        ThreadStillBusyError,
         ToolCommandConflictError,
         UnreadResumeValueError,
     )
@@ -87,6 +88,7 @@ _HOMES: dict[str, str] = {
     "NothingToResumeError": "actors.errors",
     "RecursionLimitError": "actors.errors",
     "ThreadBusyError": "actors.errors",
+    "ThreadStillBusyError": "actors.errors",
     "ToolCommandConflictError": "actors.errors",
     "UnreadResumeValueError": "actors.errors",
     "StateGraph": "actors.graph",
@@ -144,6 +146,7 @@ __all__ = [
     "StateGraph",
     "SuccessCriterion",
     "ThreadBusyError",
+    "ThreadStillBusyError",
     "ToolCommandConflictError",
     "ToolNode",
     "ToolUnusableError",

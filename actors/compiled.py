@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import weakref
 from collections.abc import (
     AsyncGenerator,
@@ -20,7 +21,8 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import TYPE_CHECKING, Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
 
 from events import (
     EventRecord,
@@ -56,12 +58,14 @@ from projections import (
     state_at_point,
     state_history,
 )
-from projections.fold import decide
+from projections.fold import before_first_run, decide
+from projections.messages import monotonic
 from projections.snapshots import DEFAULT_SNAPSHOT_EVERY
 
 from .errors import (
     BlockingCallError,
     GraphError,
+    ThreadStillBusyError,
 )
 
 if TYPE_CHECKING:
@@ -71,9 +75,10 @@ from projections.writer import write
 from .callbacks import Callbacks, overridden
 from .ending import closing_events, goes_past
 from .journal import journal_for
+from .offload import InFlight
 from .portal import Portal
 from .results import ResponseGranularity, granularity, run_result
-from .run import DEFAULT_RECURSION_LIMIT, S, _thread_of, _timeout, run_config
+from .run import DEFAULT_RECURSION_LIMIT, S, _log, _thread_of, _timeout, run_config
 from .steps import StepLoop
 from .stream import END_OF_STREAM, RunStream
 
@@ -137,6 +142,7 @@ class CompiledGraph(StepLoop[S]):
             asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]
         ] = weakref.WeakKeyDictionary()
         self._portal: Portal | None = None
+        self._left: set[InFlight] = set()
 
     async def ainvoke(
         self,
@@ -383,8 +389,8 @@ class CompiledGraph(StepLoop[S]):
         run looks (within a quarter second) is cancelled, or abandoned if it is a `def`, and
         runs again on resume, unless `between_nodes`: then it finishes and commits first.
         Works from any process sharing the store. Returns False, recording nothing, when
-        there is nothing to stop: the run has completed, failed, is paused at an interrupt,
-        or is already stopped or stopping.
+        there is nothing to stop: the run has completed, failed or was cancelled, is paused
+        at an interrupt, is already stopped or stopping, or the thread has no run yet.
         """
         thread_id = _thread_of(config)
         by = str(config.get("user", "user"))
@@ -394,9 +400,11 @@ class CompiledGraph(StepLoop[S]):
             if fold.seq == 0:
                 raise ThreadNotFoundError(thread_id)
             if (
-                meta.status in (ExecutionStatus.COMPLETED, ExecutionStatus.ERROR)
+                meta.status
+                in (ExecutionStatus.COMPLETED, ExecutionStatus.ERROR, ExecutionStatus.CANCELLED)
                 or meta.is_interrupted()
                 or meta.stop_current_execution != StopRequestStatus.NONE
+                or before_first_run(meta)
             ):
                 return []  # nothing to stop
             return [StopRequested(by=by, between_nodes=between_nodes)]
@@ -487,6 +495,52 @@ class CompiledGraph(StepLoop[S]):
         """Blocking `astop`."""
         return bool(self._blocking(self.astop(config)))
 
+    async def await_idle(self, config: Mapping[str, Any], *, timeout: float | None = None) -> None:
+        """Wait until nothing owns the thread: no run or edit, and no `def` node or tool an
+        earlier run left running (after `astop`, a cancel or Ctrl-C), in this process or any
+        other sharing the store. `ThreadStillBusyError` (naming the owner) after `timeout`
+        seconds; None waits as long as it takes."""
+        thread_id = _thread_of(config)
+        limit = _timeout(timeout, "timeout")
+        deadline = None if limit is None else monotonic() + limit
+        while True:
+            holder = await self.store.holder(thread_id)
+            now = time.time()
+            if holder is None or not holder.alive(now):
+                return
+            left = None if deadline is None else deadline - monotonic()
+            if left is not None and left <= 0:
+                busy = holder.busy_error(thread_id, now)
+                raise ThreadStillBusyError(f"still busy after {limit:g}s: {busy}")
+            await asyncio.sleep(IDLE_POLL_S if left is None else min(IDLE_POLL_S, left))
+
+    def wait_idle(self, config: Mapping[str, Any], *, timeout: float | None = None) -> None:
+        """Blocking `await_idle`."""
+        self._blocking(self.await_idle(config, timeout=timeout))
+
+    async def aclose(self) -> None:
+        """Close what the graph owns: wait for the `def` work its runs left running to
+        return (each keeps its thread claimed until then), then stop the private event loop
+        of the blocking methods. The store is the caller's to close."""
+        left = list(self._left)
+        if left:
+            _log.warning("closing graph: waiting for %s to return", _describe(left))
+            await asyncio.gather(*(work.done() for work in left))
+        portal, self._portal = self._portal, None
+        if portal is not None:
+            await asyncio.to_thread(portal.close)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
     def _blocking(self, coro: Coroutine[Any, Any, Any]) -> Any:
         try:
             asyncio.get_running_loop()
@@ -505,10 +559,24 @@ class CompiledGraph(StepLoop[S]):
         return self._portal
 
     def close(self) -> None:
-        """Stop the private event loop of the blocking methods, if they started one."""
+        """Blocking `aclose`: stop the private event loop of the blocking methods, if they
+        started one, once the `def` work the graph's runs left running has returned."""
         if self._portal is not None:
-            self._portal.close()
+            self._portal.close()  # first: a run cut short by it leaves its work here
             self._portal = None
+        left = list(self._left)
+        if left:
+            _log.warning("closing graph: waiting for %s to return", _describe(left))
+            for work in left:
+                work.wait_done()
+
+
+IDLE_POLL_S = 0.02
+"""How often `await_idle` looks at the thread's owner (it may be another process)."""
+
+
+def _describe(left: list[InFlight]) -> str:
+    return "; ".join(label for work in left for label in work.running()) or "work of ended runs"
 
 
 __all__ = ["CompiledGraph", "run_config"]

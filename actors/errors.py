@@ -20,6 +20,7 @@ __all__ = [
     "NothingToResumeError",
     "RecursionLimitError",
     "ThreadBusyError",
+    "ThreadStillBusyError",
     "ToolCommandConflictError",
     "UnreadResumeValueError",
 ]
@@ -105,6 +106,10 @@ class NodeTimeoutError(NodeError):
             "node finishes on its worker thread, its result discarded); the failure is in the "
             "log and invoking the thread again retries the node",
         )
+
+
+class ThreadStillBusyError(ThreadBusyError, TimeoutError):
+    """`await_idle` ran out of time: the thread is still owned (the message says by what)."""
 
 
 class ToolCommandConflictError(GraphError):

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import functools
 import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -37,6 +39,12 @@ def executor() -> concurrent.futures.ThreadPoolExecutor:
         return _executor
 
 
+_left: dict[InFlight, str] = {}
+"""Work runs left running when they ended, with the thread each keeps claimed until then."""
+_left_lock = threading.Lock()
+_exit_hook = False
+
+
 class InFlight:
     """The sync calls one run has on worker threads, each with a label naming it."""
 
@@ -44,6 +52,10 @@ class InFlight:
         self._work: dict[concurrent.futures.Future[Any], str] = {}
         self._lock = threading.Lock()
         self._on_idle: list[Callable[[], None]] = []
+        self._done = threading.Event()
+        """Set once nothing runs and every `when_idle` callback has been called."""
+        self._done.set()
+        self._waiters: list[Callable[[], None]] = []
 
     async def run(self, label: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run `fn` on a worker thread (with this context's variables) and await it."""
@@ -52,8 +64,57 @@ class InFlight:
         with self._lock:
             if not future.done():
                 self._work[future] = label
+                self._done.clear()
         future.add_done_callback(self._finished)
         return await asyncio.wrap_future(future)
+
+    def leave(self, thread_id: str, release: Callable[[], None]) -> None:
+        """The run is over with this work still running: call `release` (giving its thread
+        up) once the work returns. Until then the work is listed in `left_running`, and a
+        program exiting meanwhile says on stderr that it waits for it."""
+        global _exit_hook
+        with _left_lock:
+            _left[self] = thread_id
+            if not _exit_hook:
+                # Called before the executor's own hook joins the worker threads (they run
+                # in reverse order of registration): an exiting program says what it waits
+                # for. CPython's documented-internal hook; without it, nothing is said.
+                with contextlib.suppress(AttributeError, RuntimeError):
+                    threading._register_atexit(_say_what_exit_waits_for)  # type: ignore[attr-defined]
+                    _exit_hook = True
+
+        def released() -> None:
+            try:
+                release()
+            finally:
+                with _left_lock:
+                    _left.pop(self, None)
+
+        self.when_idle(released)
+
+    def wait_done(self, timeout: float | None = None) -> bool:
+        """Block until nothing runs and the `when_idle` callbacks have been called (the
+        thread released); False when `timeout` seconds passed first."""
+        return self._done.wait(timeout)
+
+    async def done(self) -> None:
+        """Await what `wait_done` waits for, without blocking the event loop."""
+        loop = asyncio.get_running_loop()
+        finished: asyncio.Future[None] = loop.create_future()
+
+        def settle() -> None:
+            if not finished.done():
+                finished.set_result(None)
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+                loop.call_soon_threadsafe(settle)
+
+        with self._lock:
+            if self._done.is_set():
+                return
+            self._waiters.append(wake)
+        await finished
 
     def running(self) -> list[str]:
         """Labels of the calls still running (or queued) on worker threads."""
@@ -71,8 +132,41 @@ class InFlight:
     def _finished(self, future: concurrent.futures.Future[Any]) -> None:
         with self._lock:
             self._work.pop(future, None)
-            if self._work or not self._on_idle:
+            if self._work:
                 return
             callbacks, self._on_idle = self._on_idle, []
-        for callback in callbacks:
-            callback()
+        try:
+            for callback in callbacks:
+                callback()
+        finally:
+            self._settle()
+
+    def _settle(self) -> None:
+        """Nothing runs and the idle callbacks were called: wake whoever awaits that."""
+        with self._lock:
+            if self._work:
+                return  # new work began meanwhile: its end settles
+            self._done.set()
+            waiters, self._waiters = self._waiters, []
+        for wake in waiters:
+            wake()
+
+
+def left_running() -> list[str]:
+    """What runs that have ended left running on worker threads, and the thread each one
+    keeps claimed until it returns ("tool call 'charge' (call-1) on thread 't1'")."""
+    with _left_lock:
+        left = list(_left.items())
+    return [f"{label} on thread {thread!r}" for work, thread in left for label in work.running()]
+
+
+def _say_what_exit_waits_for() -> None:
+    left = left_running()
+    if left:
+        print(
+            f"agentlog: waiting for {'; '.join(left)} to return before exiting: Python cannot "
+            "stop a thread, so work a run left behind (recorded as abandoned, its result "
+            "discarded) finishes first and then frees its thread",
+            file=sys.stderr,
+            flush=True,
+        )

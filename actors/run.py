@@ -36,6 +36,7 @@ from .offload import InFlight
 from .stream import RunStream
 
 S = TypeVar("S", bound=AgentState)
+T = TypeVar("T")
 _log = logging.getLogger("agentlog.runtime")
 DEFAULT_RECURSION_LIMIT = 25
 COMMIT_ATTEMPTS = 5
@@ -91,6 +92,21 @@ class Run(Generic[S]):
         return self.started_ahead - self.dispatched
 
 
+async def finish(future: asyncio.Future[T]) -> T:
+    """Await `future` to its end even when the caller is cancelled meanwhile, then raise
+    that cancellation: work that frees a thread is never left half done behind a caller
+    that has already moved on (a shield alone returns at once on a second cancel)."""
+    cancelled: asyncio.CancelledError | None = None
+    while not future.done():
+        try:
+            await asyncio.wait([future])
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    if cancelled is not None:
+        raise cancelled
+    return future.result()
+
+
 def elapsed_ms(since: float) -> float:
     """Milliseconds from `since` (a `monotonic()` reading) to now, to the microsecond:
     a recorded value, never recomputed when the log is read."""
@@ -113,6 +129,9 @@ class Engine(Generic[S]):
     hooked: frozenset[str]
     """The hooks `callbacks` overrides: the only ones the engine calls."""
     _slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]]
+    _left: set[InFlight]
+    """Sync work runs of this graph left running when they ended (each keeps its thread
+    claimed until it returns)."""
 
 
 ABANDONED_BY_CALLER = (

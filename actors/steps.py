@@ -101,11 +101,15 @@ from .run import (
     _recursion_limit,
     _timeout,
     elapsed_ms,
+    finish,
     run_config,
 )
 from .stream import END_OF_STREAM, RunStream
 from .tools import pending_calls, rejected_message
 from .view import node_view
+
+TRIGGER_KEY = "trigger_id"
+"""The config key by which an agent runtime names the trigger a call carries out."""
 
 SNAPSHOT_AT_REST = 64
 """A run that comes to rest this many records or more after its last snapshot takes one
@@ -206,7 +210,7 @@ class StepLoop(Committing[S]):
                 self._abandon(thread_id, run, claim, in_flight, why, started)
             )
             with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(recorded)
+                await finish(recorded)
             raise
         except Exception as exc:
             if isinstance(exc, HookError) and run is not None:
@@ -221,11 +225,12 @@ class StepLoop(Committing[S]):
                 )
             raise
         finally:
-            # Shielded: a cancellation arriving now must not leave the thread claimed.
+            # Finished whatever comes: the caller hears of the run's end only once the thread
+            # is free (or handed to the sync work still holding it).
             closing = asyncio.ensure_future(
                 self._close_run(run, claim, in_flight, stream, recorded)
             )
-            await asyncio.shield(closing)
+            await finish(closing)
 
     async def _fail_for_hook(self, run: Run[S], error: HookError) -> None:
         """Record that a hook failed the run, if the run can still fail (a hook raising after
@@ -255,20 +260,22 @@ class StepLoop(Committing[S]):
     ) -> Claim:
         """Claim the thread (`lease`: how long another host waits for a silent owner, the
         config's `lease_s`; `under`: only while that claim holds, the config's
-        `claim_under`); a cancellation mid-claim still gives back a claim it obtained."""
+        `claim_under`); a cancellation mid-claim gives back the claim it obtained before it
+        goes on, so the caller's next call finds the thread free."""
         claiming = asyncio.ensure_future(
             self.store.claim(thread_id, purpose=purpose, lease=lease, under=under)
         )
         try:
             return await asyncio.shield(claiming)
         except asyncio.CancelledError:
-            claiming.add_done_callback(self._give_back)
+            await finish(asyncio.ensure_future(self._give_back(claiming)))
             raise
 
-    def _give_back(self, claiming: asyncio.Future[Claim]) -> None:
-        if not claiming.cancelled() and claiming.exception() is None:
-            task = asyncio.ensure_future(self.store.release(claiming.result()))
-            task.add_done_callback(lambda done: done.cancelled() or done.exception())
+    async def _give_back(self, claiming: asyncio.Future[Claim]) -> None:
+        """Release the claim `claiming` obtains, once it has (nothing if it failed)."""
+        with contextlib.suppress(BaseException):
+            claim = await claiming
+            await self.store.release(claim)
 
     async def _close_run(
         self,
@@ -295,6 +302,21 @@ class StepLoop(Committing[S]):
 
     async def _release(self, claim: Claim, in_flight: InFlight) -> None:
         """Give the thread up, or, while sync work of the run still runs, once it returns."""
+        if await self._label_in_flight(claim, in_flight):
+            self._left.add(in_flight)  # `aclose` waits for it
+
+            def release() -> None:
+                self._left.discard(in_flight)
+                self.store.release_threadsafe(claim)
+
+            in_flight.leave(claim.thread_id, release)
+            return
+        with contextlib.suppress(StoreError):
+            await self.store.release(claim)
+
+    async def _label_in_flight(self, claim: Claim, in_flight: InFlight) -> bool:
+        """Make the claim name the sync work of the run still running (what a caller
+        refused meanwhile waits for); False when there is none."""
         running = in_flight.running()
         if running:
             with contextlib.suppress(StoreError):
@@ -302,10 +324,7 @@ class StepLoop(Committing[S]):
                     claim,
                     f"{', '.join(running)} of an earlier run, still running on a worker thread",
                 )
-            in_flight.when_idle(partial(self.store.release_threadsafe, claim))
-            return
-        with contextlib.suppress(StoreError):
-            await self.store.release(claim)
+        return bool(running)
 
     async def _abandon(
         self,
@@ -327,6 +346,8 @@ class StepLoop(Committing[S]):
             if run.committing is not None:
                 with contextlib.suppress(BaseException):
                     await run.committing  # a commit under way lands first: record after it
+        # named before the record: whoever reads that the run stopped learns what still runs
+        await self._label_in_flight(claim, in_flight)
 
         async def record(fold: Fold[S]) -> list[Event]:
             meta = fold.state.execution_meta
@@ -399,6 +420,7 @@ class StepLoop(Committing[S]):
             raise ThreadNotFoundError(thread_id)
         meta = fold.state.execution_meta
         user = str(config.get("user", "user"))
+        trigger = config.get(TRIGGER_KEY)  # the runtime's trigger: its opening names it
         run = Run(
             thread_id,
             str(meta.internal_data.get("run_id") or ""),
@@ -441,7 +463,10 @@ class StepLoop(Committing[S]):
             # The client ran its tool calls: their results resume the run where it paused.
             run.own.update(_appended_ids(inputs))
             answered = _answered_ids(inputs)
-            resumed: list[Event] = [Resumed(value=None, by=user, node=_paused_at(meta)), *inputs]
+            resumed: list[Event] = [
+                Resumed(value=None, by=user, node=_paused_at(meta), trigger_id=trigger),
+                *inputs,
+            ]
             why = "not run: the client answered other calls of this message but not this one"
             known = fold.message_ids
             resumed += [_not_run(c, why, known) for c in waiting if c.id not in answered]
@@ -473,10 +498,15 @@ class StepLoop(Committing[S]):
                     entry_node=self._entry_node(config),
                     graph=self.graph.name,
                     fields=state_fields(self.graph.state_cls),
+                    trigger_id=trigger,
                 )
             )
         elif resuming:
-            events.append(Resumed(value=to_builtins(resume), by=user, node=_paused_at(meta)))
+            events.append(
+                Resumed(
+                    value=to_builtins(resume), by=user, node=_paused_at(meta), trigger_id=trigger
+                )
+            )
             if meta.status == ExecutionStatus.INTERRUPTED_BEFORE:
                 run.skip_interrupt_before = meta.interrupted_node
         else:

@@ -74,6 +74,8 @@ class RunStarted(BaseEvent, tag="run_started", frozen=True):
     input: JSON = None
     graph: str | None = None
     fields: dict[str, str | None] | None = None
+    trigger_id: str | None = None
+    """The agent runtime's trigger this run carries out (None: not started by a runtime)."""
 
 
 class NodeEntered(BaseEvent, tag="node_entered", frozen=True):
@@ -158,6 +160,8 @@ class Resumed(BaseEvent, tag="resumed", frozen=True):
     value: JSON = None
     by: str | None = None
     node: str | None = None
+    trigger_id: str | None = None
+    """The agent runtime's trigger that resumed it (None: not resumed by a runtime)."""
 
 
 class StopRequested(BaseEvent, tag="stop_requested", frozen=True):

@@ -54,16 +54,17 @@ async def test_cancel_a_paused_run_answers_its_open_calls_and_ends_it() -> None:
 
 
 async def test_cancel_refuses_a_thread_a_run_still_holds() -> None:
-    release = asyncio.Event()
+    entered, release = asyncio.Event(), asyncio.Event()
 
     async def slow(state: AgentState) -> list[Message]:
+        entered.set()
         await release.wait()
         return []
 
     store = MemoryEventStore()
     app = line(("slow", slow)).compile(store)
     run = asyncio.ensure_future(app.ainvoke("go", {"thread_id": "t"}))
-    await asyncio.sleep(0.05)
+    await entered.wait()  # the run holds the thread
     with pytest.raises(ThreadBusyError):
         await app.acancel({"thread_id": "t"}, by="bo")
     release.set()

@@ -25,7 +25,15 @@ from typing import Any
 
 import pytest
 
-from actors import END, CompiledGraph, StateGraph, ThreadBusyError, ToolNode
+from actors import (
+    END,
+    CompiledGraph,
+    GraphError,
+    StateGraph,
+    ThreadBusyError,
+    ThreadStillBusyError,
+    ToolNode,
+)
 from events import (
     EventRecord,
     EventStore,
@@ -45,8 +53,9 @@ from projections import (
 from tests.workers.charge_graph import CALL_ID, ask_message, charge_graph, check_transcript
 
 CFG = {"thread_id": "t1"}
-WAIT = 5.0
-"""Seconds a test waits for something that should happen at once (a generous bound)."""
+WAIT = 60.0
+"""Seconds a test waits for something that should happen at once: only a guard against a
+hang, never the synchronisation (a loaded two-core machine can take seconds)."""
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,6 +90,13 @@ async def until_free(store: EventStore, thread_id: str = "t1") -> None:
         return await store.holder(thread_id) is None
 
     await eventually(free, f"thread {thread_id!r} is released")
+
+
+async def nobody_holds(store: EventStore, thread_id: str = "t1") -> bool:
+    """Whether no live owner holds the thread (a claim given up from a worker thread may
+    stay in the store a moment longer, dead)."""
+    holder = await store.holder(thread_id)
+    return holder is None or not holder.alive(time.time())
 
 
 async def until_stopped(store: EventStore, thread_id: str = "t1") -> None:
@@ -190,8 +206,12 @@ async def leave_by_timeout(
     app: CompiledGraph[AgentState], started: Callable[[], Awaitable[None]]
 ) -> str:
     with pytest.raises(TimeoutError):
-        await asyncio.wait_for(app.ainvoke(pay(), CFG), 0.2)
-    await started()  # it had started before the timeout
+        async with asyncio.timeout(None) as deadline:
+            # the deadline falls once the tool has started, however long that takes
+            due = asyncio.ensure_future(started())
+            due.add_done_callback(lambda _: deadline.reschedule(-1.0))
+            await app.ainvoke(pay(), CFG)
+    assert due.done() and due.exception() is None
     return "a timeout around ainvoke"
 
 
@@ -328,9 +348,10 @@ async def test_a_sync_node_left_running_holds_the_thread_then_runs_again(
 # --- Ctrl-C on the blocking invoke, in a real process --------------------------------------
 
 
-def worker(db: Path, journal: Path, mode: str, seconds: float) -> subprocess.Popen[str]:
-    """The charge graph's worker process on `db` (see tests/workers/charge_graph.py)."""
-    args = ["-m", "tests.workers.charge_graph", str(db), str(journal), "t1", mode, str(seconds)]
+def worker(db: Path, journal: Path, mode: str, hold: str) -> subprocess.Popen[str]:
+    """The charge graph's worker process on `db` (see tests/workers/charge_graph.py); its
+    tool waits `hold` seconds, or until the file `hold` names exists."""
+    args = ["-m", "tests.workers.charge_graph", str(db), str(journal), "t1", mode, hold]
     return subprocess.Popen(
         [sys.executable, *args],
         cwd=ROOT,
@@ -345,11 +366,11 @@ def worker(db: Path, journal: Path, mode: str, seconds: float) -> subprocess.Pop
 async def test_ctrl_c_on_invoke_is_recorded_and_never_charges_twice(
     tmp_path: Path, mode: str
 ) -> None:
-    db, journal = tmp_path / "log.db", tmp_path / "journal.txt"
-    proc = worker(db, journal, mode, 3.0)
+    db, journal, go = tmp_path / "log.db", tmp_path / "journal.txt", tmp_path / "go"
+    proc = worker(db, journal, mode, str(go))
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        deadline = time.monotonic() + WAIT * 2
+        deadline = time.monotonic() + WAIT
         while not (journal.exists() and "start" in journal.read_text()):
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the tool never started"
@@ -372,17 +393,27 @@ async def test_ctrl_c_on_invoke_is_recorded_and_never_charges_twice(
             assert journal.read_text().splitlines() == ["start 10"]
             with pytest.raises(ThreadBusyError, match=r"tool call 'charge'"):
                 await charge_graph(store, []).ainvoke(None, CFG)
-        _, err = proc.communicate(timeout=WAIT * 3)
+            with pytest.raises(ThreadStillBusyError, match=r"tool call 'charge'"):
+                await charge_graph(store, []).await_idle(CFG, timeout=0.01)
+            go.touch()  # the tool returns now
+            # another process awaits the thread becoming free
+            await charge_graph(store, []).await_idle(CFG, timeout=WAIT)
+        _, err = proc.communicate(timeout=WAIT)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
     assert proc.returncode != 0
-    assert err.strip().splitlines()[-1] == "KeyboardInterrupt", err
+    *_, interrupted, waited = err.strip().splitlines()
+    assert interrupted == "KeyboardInterrupt", err
+    # the exiting program said what it waited for
+    assert waited.startswith(
+        f"agentlog: waiting for tool call 'charge' ({CALL_ID}) on thread 't1' to return"
+    ), err
     assert journal.read_text().splitlines() == ["start 10", "finish 10"]
 
-    again = worker(db, journal, "resume", 0.0)
-    out, err = again.communicate(timeout=WAIT * 3)
+    again = worker(db, journal, "resume", "0")
+    out, err = again.communicate(timeout=WAIT)
     assert again.returncode == 0, err
     assert out.splitlines() == ["ready", "result completed"]
     assert journal.read_text().splitlines() == ["start 10", "finish 10"], "charged twice"
@@ -393,6 +424,81 @@ async def test_ctrl_c_on_invoke_is_recorded_and_never_charges_twice(
         state = await charge_graph(store, []).aget_state(CFG)
     check_transcript(state.context)
     assert [m.role for m in state.context] == ["user", "assistant", "tool", "assistant"]
+
+
+# --- waiting for a thread that work left running holds ------------------------------------
+
+
+@pytest.mark.parametrize("form", ["await_idle", "wait_idle"])
+async def test_the_caller_can_await_a_thread_a_stopped_def_tool_still_holds(
+    store: EventStore, form: str
+) -> None:
+    """After `astop` cut a `def` tool short, the next call is refused at once; `await_idle`
+    (or the blocking `wait_idle`) waits for the tool to return, then the thread is free."""
+    charge = SyncCharge()
+    app = charge_graph(store, [charge.tool()])
+
+    async def idle(timeout: float | None) -> None:
+        if form == "await_idle":
+            await app.await_idle(CFG, timeout=timeout)
+        else:
+            await asyncio.to_thread(app.wait_idle, CFG, timeout=timeout)
+
+    try:
+        task = asyncio.ensure_future(app.ainvoke(pay(), CFG))
+        await charge.wait_started()
+        assert await app.astop(CFG)
+        paused = await asyncio.wait_for(task, WAIT)
+        assert paused["__interrupt__"][0]["reason"] == "stop_requested"
+        with pytest.raises(ThreadBusyError, match=r"tool call 'charge'"):
+            await app.ainvoke(None, CFG)
+        with pytest.raises(ThreadStillBusyError, match=r"still busy after 0.01s: .*'charge'"):
+            await idle(0.01)
+        waiting = asyncio.ensure_future(idle(None))
+    finally:
+        charge.release.set()
+    await asyncio.wait_for(waiting, WAIT)
+    assert await nobody_holds(store)
+    result = await app.ainvoke(None, CFG)
+    assert result["status"] == "completed"
+    assert charge.starts == 1
+    app.close()
+
+
+async def test_await_idle_on_a_free_or_unknown_thread_returns_at_once(store: EventStore) -> None:
+    app = charge_graph(store, [SyncCharge().tool()])
+    await app.await_idle({"thread_id": "nobody"}, timeout=0.01)
+    with pytest.raises(GraphError, match="timeout must be a number of seconds > 0"):
+        await app.await_idle(CFG, timeout=-1)
+
+
+async def test_async_with_closes_the_graph_once_the_work_its_runs_left_has_returned(
+    store: EventStore,
+) -> None:
+    """`async with graph.compile(...) as app:` works, and leaving it waits for a `def` tool
+    a run left running (its thread is then free) and stops the blocking methods' loop."""
+    charge = SyncCharge()
+    leaving, left = asyncio.Event(), asyncio.Event()
+
+    async def use() -> CompiledGraph[AgentState]:
+        async with charge_graph(store, [charge.tool()]) as app:
+            await asyncio.to_thread(app.wait_idle, CFG)  # a blocking call starts its loop
+            assert app._portal is not None
+            await leave_by_task_cancel(app, charge.wait_started)
+            leaving.set()
+        left.set()
+        return app
+
+    using = asyncio.ensure_future(use())
+    try:
+        await asyncio.wait_for(leaving.wait(), WAIT)
+        assert not left.is_set(), "the graph closed while its tool still ran"
+    finally:
+        charge.release.set()
+    app = await asyncio.wait_for(using, WAIT)
+    assert charge.events == ["start 10", "finish 10"]
+    assert await nobody_holds(store)
+    assert app._portal is None
 
 
 # --- astop ------------------------------------------------------------------------------
@@ -589,6 +695,63 @@ async def test_a_run_cancelled_at_any_moment_leaves_the_thread_free_for_the_next
         assert len(out["context"]) == 40
         assert (await store.verify("t1")).ok
         assert await store.holder("t1") is None
+
+
+class HeldClaims(MemoryEventStore):
+    """A store whose next claim waits, once armed, until the test lets it through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.claiming = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def claim(self, thread_id: str, **how: Any) -> Any:
+        if self.armed:
+            self.armed = False
+            self.claiming.set()
+            await self.go.wait()
+        return await super().claim(thread_id, **how)
+
+
+def talk_graph(store: EventStore) -> CompiledGraph[AgentState]:
+    """One node answering once."""
+
+    async def talk(state: AgentState) -> list[Message]:
+        return [Message.text_message(f"turn {len(state.context)}", role="assistant")]
+
+    graph: StateGraph[AgentState] = StateGraph()
+    graph.add_node("talk", talk)
+    graph.set_entry_point("talk")
+    graph.add_edge("talk", END)
+    return graph.compile(store=store)
+
+
+@pytest.mark.parametrize("call", ["ainvoke", "aupdate_state", "acancel"])
+async def test_a_call_cancelled_while_it_claims_the_thread_gives_it_back_before_it_returns(
+    call: str,
+) -> None:
+    """The claim a cancelled caller was waiting for is released before the cancellation
+    reaches the caller (it was released later, by a task of its own, so the caller's next
+    call met `ThreadBusyError`)."""
+    store = HeldClaims()
+    app = talk_graph(store)
+    await app.ainvoke("hi", CFG)
+    calls = {
+        "ainvoke": lambda: app.ainvoke("again", CFG),
+        "aupdate_state": lambda: app.aupdate_state(CFG, {"messages": ["edit"]}),
+        "acancel": lambda: app.acancel(CFG),
+    }
+    store.armed = True
+    first = asyncio.ensure_future(calls[call]())
+    await store.claiming.wait()
+    first.cancel()
+    store.go.set()  # the claim now goes through, after its caller was cancelled
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert await store.holder("t1") is None
+    out = await app.ainvoke("next", CFG)
+    assert out["status"] == "completed"
 
 
 async def test_a_store_closing_under_a_running_node_ends_its_stop_watch_quietly(

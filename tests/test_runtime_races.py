@@ -6,6 +6,7 @@ submit. Each test fails on the code before its fix."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,9 @@ from actors.runtime import (
     UnknownRunError,
 )
 from events import MemoryEventStore, SQLiteEventStore
+from events.kinds import TriggerAccepted
 from tests.helpers import line
-from tests.test_runtime_dispatch import HeldStore, acceptance, runtime_on, said
+from tests.test_runtime_dispatch import HeldStore, acceptance, runtime_on, said, texts_of
 
 WAIT = 10.0
 
@@ -307,7 +309,9 @@ async def test_a_run_returning_while_its_cancel_commits_is_not_called_completed_
                 for r in await _runtime_records(store)
                 if r.kind == "trigger_finished" and r.event.trigger_id == a.trigger_id
             ]
-            assert ends.count("completed") <= 1, ends
+            assert len(ends) == 1, ends  # one end: it was cut short before it returned
+            kinds = [r.kind async for r in store.read("t")]
+            assert kinds.count("run_cancelled") + kinds.count("run_completed") == 1, kinds
 
 
 class _HeadReadHeld(MemoryEventStore):
@@ -359,3 +363,220 @@ async def test_a_rollback_of_a_run_not_yet_dispatched_sets_nothing_back(paused: 
         after = [m.text() for m in (await app.aget_state({"thread_id": "t"})).context]
         assert after == [*before, "new", "ok new"]  # b wrote nothing; nothing was set back
         assert runtime.ledger.triggers[b.trigger_id].outcome == "cancelled"
+
+
+def _running(runtime: AgentRuntime, thread_id: str = "t") -> bool:
+    execution = runtime.dispatcher.executing.get(thread_id)
+    return execution is not None and execution.running
+
+
+async def _until(check: Any, what: str) -> None:
+    """Poll `check()` (cheap, in memory) until true; WAIT bounds it only as a failure guard."""
+    deadline = asyncio.get_running_loop().time() + WAIT
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting until {what}"
+        await asyncio.sleep(0.002)
+
+
+@pytest.mark.parametrize("second", ["cancel", "rollback"])
+@pytest.mark.parametrize("first", ["cancel", "rollback"])
+async def test_two_ends_landing_at_once_on_one_thread_record_one_end(
+    first: str, second: str
+) -> None:
+    """Two cancels (or a cancel and a rollback) of the running run, sent at once: its
+    trigger ends once, and the thread records one `run_cancelled` (each used to record
+    its own end of the same trigger)."""
+    from events.kinds import TriggerFinished
+
+    gate = asyncio.Event()
+
+    async def node(state: Any) -> list[Any]:
+        if state.context[-1].text() == "one":
+            await gate.wait()
+        return said(state)
+
+    store = MemoryEventStore()
+    async with store, runtime_on(store, node) as runtime:
+        a = await runtime.submit("api", "one", thread_id="t")
+        await _until(lambda: _running(runtime), "the run is running")
+
+        def end(how: str) -> Any:
+            if how == "cancel":
+                return runtime.cancel("t", reason="stop it")
+            return runtime.submit("api", "instead", thread_id="t", multitask_strategy="rollback")
+
+        outcomes = await asyncio.gather(end(first), end(second), return_exceptions=True)
+        for outcome in outcomes:  # a cancel coming second finds nothing left to cancel
+            assert not isinstance(outcome, BaseException) or isinstance(outcome, UnknownRunError), (
+                outcome
+            )
+        gate.set()
+        for accepted in outcomes:
+            if isinstance(accepted, TriggerAccepted) and accepted.trigger_id != a.trigger_id:
+                with contextlib.suppress(Exception):
+                    await runtime.wait_for(accepted.trigger_id, timeout=WAIT)
+        ends = [
+            r.event
+            for r in await _runtime_records(store)
+            if isinstance(r.event, TriggerFinished) and r.event.trigger_id == a.trigger_id
+        ]
+        assert [e.outcome for e in ends] == ["cancelled"], ends
+        kinds = [r.kind async for r in store.read("t")]
+        assert kinds.count("run_cancelled") == 1, kinds
+
+
+class _RunStartHeld(MemoryEventStore):
+    """Holds the next append to thread "t" with a `kind` event (a run's start), until `go`."""
+
+    def __init__(self, kind: type[Any] | None = None) -> None:
+        from events import RunStarted
+
+        super().__init__()
+        self.kind = kind or RunStarted
+        self.armed = False
+        self.held, self.go = asyncio.Event(), asyncio.Event()
+
+    async def append(self, thread_id: str, events: Any, **kw: Any) -> Any:
+        if self.armed and thread_id == "t" and any(isinstance(e, self.kind) for e in events):
+            self.armed = False
+            self.held.set()
+            await self.go.wait()
+        return await super().append(thread_id, events, **kw)
+
+
+async def test_an_interrupt_or_a_stop_reaching_a_cancelled_thread_never_raises() -> None:
+    """A run dispatched on a thread whose last run was cancelled, caught before it starts:
+    an `interrupt` double-text and the runtime's stop ask it to stop. There is nothing to
+    stop yet (the thread still reads cancelled): nothing is written, and neither call
+    raises (both raised IllegalTransitionError, the stop leaving the runtime half-stopped,
+    the double-text after its input was accepted)."""
+    gate = asyncio.Event()
+
+    async def node(state: Any) -> list[Any]:
+        if state.context[-1].text() == "one":
+            await gate.wait()
+        return said(state)
+
+    store = _RunStartHeld()
+    async with store, runtime_on(store, node) as runtime:
+        app = runtime.graphs["g"].app
+        asked: asyncio.Queue[bool] = asyncio.Queue()
+        astop = app.astop
+
+        async def spied(*args: Any, **kwargs: Any) -> bool:
+            stopped = await astop(*args, **kwargs)
+            asked.put_nowait(stopped)
+            return stopped
+
+        app.astop = spied  # type: ignore[method-assign]
+        await runtime.submit("api", "one", thread_id="t")
+        await _until(lambda: _running(runtime), "the first run is running")
+        await runtime.cancel("t")
+        store.armed = True
+        await runtime.submit("api", "two", thread_id="t")
+        await asyncio.wait_for(store.held.wait(), WAIT)  # its run is about to start
+        await runtime.submit("api", "three", thread_id="t", multitask_strategy="interrupt")
+        assert await asyncio.wait_for(asked.get(), WAIT) is False
+        stopping = asyncio.ensure_future(runtime.stop())
+        assert await asyncio.wait_for(asked.get(), WAIT) is False
+        store.go.set()
+        await asyncio.wait_for(stopping, WAIT)
+        kinds = [r.kind async for r in store.read("t")]
+        assert "stop_requested" not in kinds[kinds.index("run_cancelled") :]
+
+
+async def test_a_cancel_cutting_a_run_whose_completion_is_committing_records_one_end() -> None:
+    """The cancel lands while the run's `run_completed` is being committed: the run is cut
+    short first, its completion lands, and the trigger ends once, completed (it was called
+    cancelled, then completed as a correction: two ends for one run)."""
+    from events import RunCompleted
+    from events.kinds import TriggerFinished
+
+    store = _RunStartHeld(RunCompleted)
+    async with store, runtime_on(store) as runtime:
+        store.armed = True
+        a = await runtime.submit("api", "one", thread_id="t")
+        await asyncio.wait_for(store.held.wait(), WAIT)  # its completion is committing
+        cancelling = asyncio.ensure_future(runtime.cancel("t", reason="too late"))
+        await _until(lambda: runtime.dispatcher.executing["t"].cancelled_by is not None, "the cut")
+        store.go.set()
+        with pytest.raises(UnknownRunError, match="completed"):
+            await asyncio.wait_for(cancelling, WAIT)
+        ends = [
+            r.event
+            for r in await _runtime_records(store)
+            if isinstance(r.event, TriggerFinished) and r.event.trigger_id == a.trigger_id
+        ]
+        assert [e.outcome for e in ends] == ["completed"], ends
+        kinds = [r.kind async for r in store.read("t")]
+        assert kinds[-1] == "run_completed" and "run_cancelled" not in kinds, kinds
+        assert (await runtime.wait("t", timeout=WAIT))["status"] == "completed"
+
+
+async def test_recovery_never_takes_a_persons_edit_for_the_progress_of_a_run_cut_before_it_began(
+    tmp_path: Path,
+) -> None:
+    """A trigger dispatched on a thread whose earlier run completed; the runtime dies before
+    the run writes anything, and a person edits the thread meanwhile. The restart used to
+    take the edit for the run's progress: it called the trigger completed (the thread read
+    completed) and its input never ran. The run's opening names its trigger: the restart
+    finds none, and runs it from its input."""
+    from actors.runtime import RuntimeConfig
+
+    db = tmp_path / "log.db"
+    async with SQLiteEventStore(db) as store:
+        runtime = runtime_on(store)
+        async with runtime:
+            await runtime.trigger_and_wait("api", "one", thread_id="t", timeout=WAIT)
+            app = runtime.graphs["g"].app
+            began, never = asyncio.Event(), asyncio.Event()
+
+            async def cut_before_it_writes(*args: Any, **kwargs: Any) -> Any:
+                began.set()  # dispatched; the process dies before the run's first commit
+                await never.wait()
+
+            app._ainvoke_to = cut_before_it_writes  # type: ignore[method-assign]
+            two = await runtime.submit("api", "two", thread_id="t")
+            await asyncio.wait_for(began.wait(), WAIT)
+            await runtime.stop(cancel=True)
+        fresh = runtime_on(store).graphs["g"].app
+        await fresh.aupdate_state({"thread_id": "t"}, {"messages": ["a note"]}, actor="alice")
+        again = AgentRuntime(store, RuntimeConfig())
+        again.add_graph("g", fresh)
+        again.register_entry_point(EntryPoint(id="api", graph_id="g"))
+        async with again:
+            result = await again.wait_for(two.trigger_id, timeout=WAIT)
+            assert result["status"] == "completed"
+            texts = [m.text() for m in (await fresh.aget_state({"thread_id": "t"})).context]
+            assert texts == ["one", "ok one", "a note", "two", "ok two"], texts
+
+
+async def test_a_rollback_cutting_a_run_whose_completion_is_committing_records_one_end() -> None:
+    """As for a cancel: the rollback cuts the run short first, the completion it was
+    committing lands and stands, nothing is set back, and the trigger ends once (it was
+    called cancelled, then completed as a correction)."""
+    from events import RunCompleted
+    from events.kinds import TriggerFinished
+
+    store = _RunStartHeld(RunCompleted)
+    async with store, runtime_on(store) as runtime:
+        store.armed = True
+        a = await runtime.submit("api", "one", thread_id="t")
+        await asyncio.wait_for(store.held.wait(), WAIT)  # its completion is committing
+        rolling = asyncio.ensure_future(
+            runtime.submit("api", "instead", thread_id="t", multitask_strategy="rollback")
+        )
+        await _until(lambda: runtime.dispatcher.executing["t"].cancelled_by is not None, "the cut")
+        store.go.set()
+        instead = await asyncio.wait_for(rolling, WAIT)
+        assert (await runtime.wait_for(instead.trigger_id, timeout=WAIT))["status"] == "completed"
+        ends = [
+            r.event
+            for r in await _runtime_records(store)
+            if isinstance(r.event, TriggerFinished) and r.event.trigger_id == a.trigger_id
+        ]
+        assert [e.outcome for e in ends] == ["completed"], ends
+        kinds = [r.kind async for r in store.read("t")]
+        assert "run_superseded" not in kinds and "run_cancelled" not in kinds, kinds
+        texts = await texts_of(runtime, "t")
+        assert texts == ["one", "ok one", "instead", "ok instead"], texts

@@ -368,6 +368,27 @@ async def test_a_lone_runtime_is_refused_while_a_worker_runs_a_run(tmp_path: Pat
             assert lone.started
 
 
+async def test_a_lone_runtime_is_refused_while_a_worker_is_alive_and_idle(tmp_path: Path) -> None:
+    """A worker that has run a trigger and now waits for more is still a worker of this
+    store: a lone runtime is refused as when it runs one (it was let in, and the two would
+    each run the triggers they share)."""
+    db = tmp_path / "shared.db"
+    worker_store, lone_store = SQLiteEventStore(db), SQLiteEventStore(db)
+    async with worker_store, lone_store:
+        idle = worker(worker_store, "w1")
+        async with idle:
+            thread = await idle.trigger("api", "go")
+            assert (await idle.wait(thread, timeout=WAIT))["status"] == "completed"
+            lone = AgentRuntime(lone_store)
+            lone.add_graph("g", line(("work", said)).compile(lone_store))
+            lone.register_entry_point(EntryPoint(id="api", graph_id="g"))
+            with pytest.raises(ThreadBusyError, match=r"workers run on this store.*worker w1"):
+                await lone.start()
+            assert not lone.started and await lone_store.holder("__runtime__") is None
+        async with lone:  # the worker gone, a lone runtime is welcome
+            assert lone.started
+
+
 class FailsOneAcceptance(MemoryEventStore):
     """Fails the first append that records a trigger's acceptance."""
 

@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from events import Claim, EventRecord
 from events.errors import AgentlogError, ClaimLostError, StoreError, ThreadBusyError
-from events.kinds import TriggerDispatched, TriggerFinished
-from projections import ExecutionStatus, StopRequestStatus
+from events.kinds import Resumed, RunStarted, TriggerDispatched, TriggerFinished
+from projections import ExecutionStatus, IllegalTransitionError, StopRequestStatus
 from projections.edge import to_builtins
 from projections.messages import is_message_dict
 
 from ..command import Command
 from ..redact import redact
+from ..steps import TRIGGER_KEY
 from .ledger import TriggerState
 from .rollback import roll_back, rolled_back
 from .shared import RunScope, _scope
@@ -403,6 +404,7 @@ class Dispatcher:
             "thread_id": thread_id,
             "user": accepted.by or "runtime",
             "run_id": state.id,  # a run this trigger starts is named by it in the log
+            TRIGGER_KEY: state.id,  # the run's opening names it: see `_opened`
         }
         if self.runtime.config.worker_id is not None:
             config["lease_s"] = self.runtime.config.lease_s  # its thread's claim, as its lease
@@ -416,9 +418,14 @@ class Dispatcher:
                 cancelling = execution is not None and execution.cancelled_by is not None
                 if state.done or cancelling:  # cancelled during that read: no dispatch after
                     return
-                # resume from the log when something of this trigger's run was recorded
-                # since its first dispatch; else its input was never recorded: send it
-                resume = state.first_seq is not None and seq > state.first_seq
+                # resume from the log when this trigger's run opened since its first
+                # dispatch; else its input was never recorded (whatever else was, such as
+                # a person's edit): send it
+                resume = (
+                    state.first_seq is not None
+                    and seq > state.first_seq
+                    and await self._opened(state, state.first_seq)
+                )
                 await self.runtime.journal.record(
                     [
                         TriggerDispatched(
@@ -635,8 +642,9 @@ class Dispatcher:
         from its log (False)."""
         thread_id = state.accepted.thread_id
         head = await self.runtime.store.last_seq(thread_id)
-        if head == state.thread_seq:
-            return False  # nothing of the run was recorded: it runs (again) from its input
+        since = state.first_seq if state.first_seq is not None else state.thread_seq
+        if head == state.thread_seq or since is None or not await self._opened(state, since):
+            return False  # its run never opened: it runs (again), from its input
         graph = self.runtime.graphs.get(state.accepted.graph_id)
         if graph is None:
             return False  # waits for its graph to be added
@@ -668,16 +676,30 @@ class Dispatcher:
         self._notify(state.id)
         return True
 
+    async def _opened(self, state: TriggerState, since: int) -> bool:
+        """Whether the trigger's run opened on its thread after `since`: a `run_started` or
+        `resumed` naming the trigger. Other records there (a person's edit, a stop request,
+        a run started elsewhere) are not its run's progress."""
+        async for record in self.runtime.store.read(state.accepted.thread_id, since + 1):
+            event = record.event
+            if isinstance(event, RunStarted | Resumed) and event.trigger_id == state.id:
+                return True
+        return False
+
     # ---- cancelling and stopping ----------------------------------------------------------
 
     async def cancel(self, thread_id: str, actor: str, reason: str | None) -> None:
         """End the thread's queued and running runs, and its paused or failed one.
 
-        The ends are recorded first, so a crash midway leaves them cancelled (a restart
-        finishes cutting the thread's run short); then the running run is cut short and the
-        thread's run recorded as cancelled.
+        A running run is cut short first, and its end is then decided from what its thread
+        says, so each trigger records one end: a run whose completion committed before the
+        cut keeps it (the cancel came too late), any other is cancelled. The ends are
+        recorded before the thread's `run_cancelled`, so a crash between the two leaves
+        them cancelled (a restart finishes the thread's part); a crash before them leaves
+        the run stopped, and a restart resumes it (the cancel never returned).
         """
-        execution: Execution | None = None
+        cut: TriggerState | None = None
+        """The trigger whose run this cancel cut short: its end is decided below."""
         while True:
             latest = self.runtime.ledger.latest_on(thread_id)
             assert latest is not None
@@ -690,93 +712,92 @@ class Dispatcher:
             latest = self.runtime.ledger.latest_on(thread_id) or latest
             queued = self.queued_on(thread_id)
             execution = self.executing.get(thread_id)
-            returning = execution is not None and (
-                execution.ending
-                or (status == ExecutionStatus.COMPLETED and self._wrote(execution, head))
+            if execution is None or execution.task.done():
+                break
+            returning = execution.ending or (
+                status == ExecutionStatus.COMPLETED and self._wrote(execution, head)
             )
-            if execution is not None and returning and not queued and not execution.task.done():
-                # it has returned (or its completion is in the log) and its end is being
-                # recorded: that end decides what is left to cancel (a pause still is)
-                await asyncio.wait([execution.task])
-                continue
-            break
-        if execution is not None and (execution.ending or execution.task.done()):
-            execution = None  # it has returned: its own outcome stands
-        ending = [s.id for s in queued] + ([execution.state.id] if execution else [])
+            if not returning:
+                # cut it short first: whatever it committed meanwhile is in the log when
+                # its end is decided (a completion racing the cancel is never called both)
+                cut, execution.cancelled_by = execution.state, (actor, reason)
+                execution.task.cancel(f"cancelled by {actor}" + (f": {reason}" if reason else ""))
+            # else it has returned (or its completion is in the log) and records its own
+            # end: that end decides what is left to cancel (a pause still is)
+            await asyncio.wait([execution.task])
+        ending = [s.id for s in queued]
+        completed: TriggerState | None = None
+        if cut is not None and not cut.done:
+            if status == ExecutionStatus.COMPLETED and self._wrote_since(cut, head):
+                completed = cut  # its completion committed before the cut: it stands
+            else:
+                ending.append(cut.id)
         ended = latest.outcome if latest.done else None
-        if not ending and (
-            status in (ExecutionStatus.COMPLETED, ExecutionStatus.CANCELLED)
-            or ended in ("completed", "cancelled", "rejected")
-            or status is None
-        ):
-            from .spec import UnknownRunError
-
-            raise UnknownRunError(
-                f"the run on thread {thread_id!r} has ended "
-                f"({status.value if status is not None else ended}): nothing to cancel"
-            )
-        if not ending:
+        if not ending and completed is None:
+            if (
+                status in (ExecutionStatus.COMPLETED, ExecutionStatus.CANCELLED)
+                or ended in ("completed", "cancelled", "rejected")
+                or status is None
+            ):
+                raise self._nothing_to_cancel(thread_id, status, ended)
             ending.append(latest.id)  # the paused or failed run
         taken = self._unqueue(queued)
-        if execution is not None:
-            execution.cancelled_by = (actor, reason)
-        try:
-            await self.runtime.journal.record(
-                [
-                    TriggerFinished(
-                        trigger_id=trigger_id,
-                        outcome="cancelled",
-                        attempt=self.runtime.ledger.triggers[trigger_id].attempt,
-                        message=reason,
-                        by=actor,
-                    )
-                    for trigger_id in dict.fromkeys(ending)
-                ],
+        ends = [
+            TriggerFinished(
+                trigger_id=trigger_id,
+                outcome="cancelled",
+                attempt=self.runtime.ledger.triggers[trigger_id].attempt,
+                message=reason,
                 by=actor,
             )
+            for trigger_id in dict.fromkeys(ending)
+        ]
+        if completed is not None:
+            ends.append(
+                TriggerFinished(
+                    trigger_id=completed.id,
+                    outcome="completed",
+                    attempt=completed.attempt,
+                    message="it completed before the cancel reached it",
+                    thread_seq=head,
+                )
+            )
+        try:
+            await self.runtime.journal.record(ends, by=actor)
         except BaseException:
+            if cut is not None:  # not cancelled after all: its run goes on from the log
+                taken.append((cut, True))
             self._requeue(taken)
-            if execution is not None:
-                execution.cancelled_by = None
             raise
-        if execution is not None:
-            execution.task.cancel(f"cancelled by {actor}" + (f": {reason}" if reason else ""))
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await execution.task
-        if not await self._end_thread_run(app, thread_id, actor, reason) and execution:
-            await self._completed_first(execution.state, thread_id)
-        for trigger_id in ending:
+        if ending:
+            await self._end_thread_run(app, thread_id, actor, reason)
+        for trigger_id in (*ending, *([completed.id] if completed else [])):
             self._notify(trigger_id)
         self._wake.set()
+        if completed is not None and not ending:
+            raise self._nothing_to_cancel(thread_id, ExecutionStatus.COMPLETED, None)
+
+    @staticmethod
+    def _nothing_to_cancel(
+        thread_id: str, status: ExecutionStatus | None, ended: str | None
+    ) -> Exception:
+        from .spec import UnknownRunError
+
+        return UnknownRunError(
+            f"the run on thread {thread_id!r} has ended "
+            f"({status.value if status is not None else ended}): nothing to cancel"
+        )
 
     @staticmethod
     def _wrote(execution: Execution, head: int) -> bool:
         """Whether the thread holds records of `execution`'s own run (its head is past
         where the thread stood when the trigger was dispatched)."""
-        since = execution.state.thread_seq
-        return since is not None and execution.state.dispatched and head > since
+        return Dispatcher._wrote_since(execution.state, head)
 
-    async def _completed_first(self, state: TriggerState, thread_id: str) -> None:
-        """A run whose completion committed just before the cancel reached it keeps it: its
-        `run_completed` is in the thread, so the trigger's recorded end is set right (as for
-        a rollback that came too late)."""
-        from .rollback import outran
-
-        if state.outcome != "cancelled" or state.thread_seq is None or state.first_seq is None:
-            return  # its own end was recorded meanwhile, or it was never dispatched
-        if not await outran(self.runtime.store, thread_id, state.thread_seq):
-            return
-        await self.runtime.journal.record(
-            [
-                TriggerFinished(
-                    trigger_id=state.id,
-                    outcome="completed",
-                    attempt=state.attempt,
-                    message="it completed before the cancel reached it",
-                    thread_seq=await self.runtime.store.last_seq(thread_id),
-                )
-            ]
-        )
+    @staticmethod
+    def _wrote_since(state: TriggerState, head: int) -> bool:
+        since = state.thread_seq
+        return since is not None and state.dispatched and head > since
 
     async def supersede(
         self, thread_id: str, actor: str, reason: str | None, keep: str | None = None
@@ -785,8 +806,10 @@ class Dispatcher:
         behind it (all but `keep`, the input that supersedes them), and set the thread back
         to the state before the running run. False when no run was executing.
 
-        The ends are recorded first, the running one naming the seq to return to: a crash
-        midway leaves it to `recover` to finish the rollback.
+        The running run is cut short first; a completion it committed before the cut stands
+        (its one end, nothing is set back). Then the ends are recorded, the running one
+        naming the seq to return to, before the thread is set back: a crash between the two
+        leaves it to `recover` to finish the rollback.
         """
         queued = [state for state in self.queued_on(thread_id) if state.id != keep]
         taken = self._unqueue(queued)
@@ -798,6 +821,8 @@ class Dispatcher:
             for state in queued
         ]  # fmt: skip
         execution = self.executing.get(thread_id)
+        if execution is not None and execution.state.id == keep:
+            execution = None  # the input superseding the run is running: a cancel ended it
         if execution is None or execution.ending or execution.task.done():
             if ends:
                 try:
@@ -811,26 +836,43 @@ class Dispatcher:
         state = execution.state
         # a run whose dispatch is not recorded yet wrote nothing: there is nothing to set back
         to_seq = state.thread_seq if state.dispatched else None
+        app = self.runtime.graphs[state.accepted.graph_id].app
         execution.cancelled_by = (actor, reason)
         self.holding.add(thread_id)
         try:
-            ends.append(
-                TriggerFinished(
-                    trigger_id=state.id, outcome="cancelled", attempt=state.attempt,
-                    message=reason, by=actor, rolled_back_to=to_seq,
-                )
-            )  # fmt: skip
-            try:
-                await self.runtime.journal.record(ends, by=actor)
-            except BaseException:
-                self._requeue(taken)
-                execution.cancelled_by = None
-                raise
+            # cut it short first, as a cancel does: a completion it committed meanwhile
+            # stands, and is its one end (it is not set back)
             execution.task.cancel(f"rolled back by {actor}" + (f": {reason}" if reason else ""))
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await execution.task
-            if to_seq is not None:
-                app = self.runtime.graphs[state.accepted.graph_id].app
+            head = await self.runtime.store.last_seq(thread_id)
+            completed = (
+                to_seq is not None
+                and head > to_seq
+                and (await app.aget_state({"thread_id": thread_id})).execution_meta.status
+                == ExecutionStatus.COMPLETED
+            )
+            if completed:
+                ends.append(
+                    TriggerFinished(
+                        trigger_id=state.id, outcome="completed", attempt=state.attempt,
+                        message="it completed before the rollback reached it", thread_seq=head,
+                    )
+                )  # fmt: skip
+            else:
+                ends.append(
+                    TriggerFinished(
+                        trigger_id=state.id, outcome="cancelled", attempt=state.attempt,
+                        message=reason, by=actor, rolled_back_to=to_seq,
+                    )
+                )  # fmt: skip
+            try:
+                await self.runtime.journal.record(ends, by=actor)
+            except BaseException:
+                self._requeue([*taken, (state, True)])  # not rolled back: it goes on
+                execution.cancelled_by = None
+                raise
+            if to_seq is not None and not completed:
                 await roll_back(app, thread_id, to_seq, by=actor, reason=reason)
         finally:
             self.holding.discard(thread_id)
@@ -890,7 +932,7 @@ class Dispatcher:
                 execution.task.cancel("the runtime stopped")
             else:
                 app = self.runtime.graphs[execution.graph_id].app
-                with contextlib.suppress(StoreError):
+                with contextlib.suppress(StoreError, IllegalTransitionError):
                     await app.astop(
                         {"thread_id": execution.state.accepted.thread_id, "user": "runtime"},
                         between_nodes=True,

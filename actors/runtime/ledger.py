@@ -27,6 +27,9 @@ SNAPSHOT_TYPE = "agentlog.runtime.Ledger/1"
 """The state type of the ledger's snapshots (a new shape takes a new version: an older
 snapshot is then ignored and the thread folded from its start)."""
 
+WORKER_PREFIX = "worker:"
+"""How a worker names itself as the writer of its records (`worker:<id>`)."""
+
 ENDED = frozenset({"completed", "interrupted", "cancelled", "rejected"})
 """Outcomes after which a trigger is done (a failure is done unless it will be retried)."""
 
@@ -97,6 +100,8 @@ class Ledger:
     """Event entry point -> the last position it accepted a trigger for (or listens after)."""
     fired: dict[str, float] = field(default_factory=dict)
     """Timer entry point -> the last slot it fired (or listens after)."""
+    workers: set[str] = field(default_factory=set)
+    """The ids of the workers that have written here (a lone runtime checks they are gone)."""
     seq: int = 0
     keep: int = 10_000
     """How many done triggers are kept (`RuntimeConfig.keep_results`)."""
@@ -114,6 +119,9 @@ class Ledger:
 
     def apply(self, record: EventRecord) -> None:
         self._apply(record)
+        actor = record.actor or ""
+        if actor.startswith(WORKER_PREFIX):
+            self.workers.add(actor[len(WORKER_PREFIX) :])
         trigger_id = getattr(record.event, "trigger_id", None)
         state = self.triggers.get(trigger_id) if trigger_id is not None else None
         if state is not None:
@@ -164,6 +172,7 @@ class Ledger:
                 "graph_of": self.graph_of,
                 "answered": self.answered,
                 "fired": self.fired,
+                "workers": sorted(self.workers),
                 "seq": self.seq,
                 "finished": list(self.finished),
                 "forgotten": [[*key, count] for key, count in self.forgotten.items()],
@@ -182,6 +191,7 @@ class Ledger:
             graph_of=data["graph_of"],
             answered=data["answered"],
             fired=data["fired"],
+            workers=set(data["workers"]),
         )
         for raw in data["triggers"]:
             state = msgspec.convert(raw, TriggerState)

@@ -32,7 +32,7 @@ from events.kinds import (
     TriggerListening,
 )
 from events.store import check_thread_id
-from projections import ExecutionStatus, StopRequestStatus
+from projections import ExecutionStatus, IllegalTransitionError, StopRequestStatus
 from projections.edge import to_builtins
 
 from ..command import Command
@@ -43,7 +43,7 @@ from .facts import Facts
 from .goals import Goal
 from .journal import RuntimeJournal
 from .keys import request_digest
-from .ledger import Ledger, TriggerState
+from .ledger import WORKER_PREFIX, Ledger, TriggerState
 from .listeners import Listeners
 from .spec import (
     MULTITASK_STRATEGIES,
@@ -146,6 +146,7 @@ class AgentRuntime(Watching):
         self._accepting: dict[tuple[str, str | None, str], asyncio.Future[None]] = {}
         self._recording_on: collections.Counter[str] = collections.Counter()
         self._locks: dict[str, asyncio.Lock] = {}
+        self._lock_users: collections.Counter[str] = collections.Counter()
 
     # ---- graphs and entry points ---------------------------------------------------------
 
@@ -322,7 +323,7 @@ class AgentRuntime(Watching):
                     "only with other workers"
                 )
             self.journal.on_applied = self.follower.seen
-            self.journal.writer = f"worker:{self.config.worker_id}"
+            self.journal.writer = f"{WORKER_PREFIX}{self.config.worker_id}"
         await self.journal.catch_up()
         self._head_at_start = await last_position(self.store)
         self.started, self.stopping = True, False
@@ -509,10 +510,11 @@ class AgentRuntime(Watching):
             await self._interrupt(thread_id, entry, actor)
         elif busy and strategy == "rollback" and thread_id is not None:
             why = f"rolled back: superseded by run {accepted.trigger_id}"
-            running = self.dispatcher.executing.get(thread_id)
-            await self.dispatcher.supersede(thread_id, actor, why, keep=accepted.trigger_id)
-            if running is not None:
-                await self._settle_rollback(running.state)
+            async with self._thread_lock(thread_id):  # one end: never beside a cancel
+                running = self.dispatcher.executing.get(thread_id)
+                await self.dispatcher.supersede(thread_id, actor, why, keep=accepted.trigger_id)
+                if running is not None:
+                    await self._settle_rollback(running.state)
         return accepted
 
     def _same_request(
@@ -573,7 +575,8 @@ class AgentRuntime(Watching):
         if thread_id not in self.dispatcher.executing:
             return
         app = self.graphs[entry.graph_id].app
-        with contextlib.suppress(StoreError):
+        # nothing to stop (the run ended or has not begun) is no error of the new input's
+        with contextlib.suppress(StoreError, IllegalTransitionError):
             await app.astop({"thread_id": thread_id, "user": actor}, between_nodes=True)
 
     def _busy(self, thread_id: str) -> bool:
@@ -915,12 +918,17 @@ class AgentRuntime(Watching):
 
     @contextlib.asynccontextmanager
     async def _thread_lock(self, thread_id: str) -> AsyncIterator[None]:
+        """One at a time per thread: answers to a pause, cancels and rollbacks. The lock is
+        dropped once nobody holds or awaits it (a waiter just woken counts: it still will)."""
         lock = self._locks.setdefault(thread_id, asyncio.Lock())
+        self._lock_users[thread_id] += 1
         try:
             async with lock:
                 yield
         finally:
-            if not lock.locked() and self._locks.get(thread_id) is lock:
+            self._lock_users[thread_id] -= 1
+            if not self._lock_users[thread_id]:
+                del self._lock_users[thread_id]
                 del self._locks[thread_id]
 
     def _any_entry(self, graph_id: str) -> EntryPoint:
@@ -944,7 +952,9 @@ class AgentRuntime(Watching):
         state = self.ledger.latest_on(thread_id)
         if state is None:
             raise UnknownRunError(f"no run of this runtime is on thread {thread_id!r}")
-        await self.dispatcher.cancel(thread_id, actor, reason)
+        # one at a time per thread: a second cancel (or a rollback) sees the first one's end
+        async with self._thread_lock(thread_id):
+            await self.dispatcher.cancel(thread_id, actor, reason)
 
     # ---- shared state and goals ---------------------------------------------------------
 

@@ -85,13 +85,15 @@ async def take_worker_id(runtime: AgentRuntime) -> Claim:
 
 
 async def check_no_workers_running(runtime: AgentRuntime) -> None:
-    """For a lone runtime starting: refuse (`ThreadBusyError`) when a live worker holds the
-    lease of a run in flight, which the lone runtime would otherwise resume a second time."""
+    """For a lone runtime starting (holding the runtime thread, so no worker writes there
+    any more): refuse (`ThreadBusyError`) when a live worker holds the lease of a run in
+    flight, which the lone runtime would otherwise resume a second time, or holds its id
+    while idle (it would run the triggers it shares with this one)."""
     store, thread = runtime.store, runtime.config.runtime_thread
-    for state in runtime.ledger.pending():
-        if not state.in_flight:
-            continue
-        holder = await store.holder(lease_thread(thread, state.id))
+    leases = [lease_thread(thread, s.id) for s in runtime.ledger.pending() if s.in_flight]
+    ids = [worker_thread(thread, worker_id) for worker_id in sorted(runtime.ledger.workers)]
+    for held in (*leases, *ids):
+        holder = await store.holder(held)
         if holder is not None and holder.alive(time.time()):
             raise ThreadBusyError(
                 f"workers run on this store ({holder.purpose}, process {holder.pid} on "

@@ -1,11 +1,12 @@
 """A small payment agent for the early-end and edit tests, a transcript check, and a worker.
 
-usage: python -m tests.workers.charge_graph DB JOURNAL THREAD start|resume [SECONDS]
+usage: python -m tests.workers.charge_graph DB JOURNAL THREAD start|resume [SECONDS|RELEASE]
 
 The graph: an "agent" node (scripted, no model) asks once for `charge(amount=...)`, and
 answers in text once the call has a result; a "tools" ToolNode runs it. The worker's
-`charge` is sync and sleeps SECONDS (default 2) between writing "start <amount>" and
-"finish <amount>" lines to JOURNAL (fsync'ed), so a test can count real executions.
+`charge` is sync and, between writing "start <amount>" and "finish <amount>" lines to
+JOURNAL (fsync'ed, so a test can count real executions), sleeps SECONDS (default 2) or,
+given a path, waits until the file RELEASE exists (the test says when, whatever the load).
 `start` begins the thread with a user message (`stream` does the same through the blocking
 `stream()`); `resume` calls `invoke(None)`. The worker
 prints "ready" once the store is open, and "result <status>" when `invoke` returns.
@@ -13,6 +14,7 @@ prints "ready" once the store is open, and "result <status>" when `invoke` retur
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -101,11 +103,23 @@ def journal_line(path: str, line: str) -> None:
     append_line(path, line)
 
 
+def wait(hold: str) -> None:
+    """Sleep `hold` seconds, or, when it is a path, until that file exists (a test's go)."""
+    try:
+        seconds = float(hold)
+    except ValueError:
+        deadline = time.monotonic() + 600  # only a guard against a test that died
+        while not os.path.exists(hold) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return
+    time.sleep(seconds)
+
+
 def main(argv: list[str]) -> None:
     if len(argv) not in (4, 5) or argv[3] not in ("start", "stream", "resume"):
         raise SystemExit(__doc__)
     db, journal, thread, mode = argv[:4]
-    seconds = float(argv[4]) if len(argv) == 5 else 2.0
+    hold = argv[4] if len(argv) == 5 else "2"
 
     def charge(amount: int) -> str:
         """Charge the customer's card.
@@ -114,7 +128,7 @@ def main(argv: list[str]) -> None:
             amount: how much, in cents.
         """
         journal_line(journal, f"start {amount}")
-        time.sleep(seconds)
+        wait(hold)
         journal_line(journal, f"finish {amount}")
         return f"charged {amount}"
 
