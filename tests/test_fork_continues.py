@@ -133,7 +133,7 @@ async def test_a_fork_before_the_first_run_stays_idle_and_takes_input(store: Eve
     made = ThreadCreated(by="alice", graph_id="weather", metadata={})
     await app.awrite_claimed("t", lambda fold: [made], actor="alice", what="a creation")
     fork = {"thread_id": await app.afork(SOURCE, at_seq=1)}
-    assert (await app.aget_state(fork)).execution_meta.status == ExecutionStatus.RUNNING
+    assert (await app.aget_state(fork)).execution_meta.status == ExecutionStatus.IDLE
     done = await app.ainvoke("weather?", fork, include_state=True)
     assert done["status"] == "completed" and calls == {"agent": 2, "tool": 1}
 
