@@ -46,7 +46,15 @@ from events.store import brief
 
 from .edge import state_data, state_updated
 from .errors import IllegalTransitionError, InvalidStateUpdateError
-from .fold import ENTERED_KEY, RESUME_KEY, STOP_KEY, TOOL_CALLS_KEY, Fold, before_first_run
+from .fold import (
+    AWAITING_KEY,
+    ENTERED_KEY,
+    RESUME_KEY,
+    STOP_KEY,
+    TOOL_CALLS_KEY,
+    Fold,
+    before_first_run,
+)
 from .generic import state_fields
 from .messages import (
     ErrorBlock,
@@ -650,13 +658,16 @@ def fork_state(state: S, thread_id: str, seq: int) -> S:
     that was going paused before the node it was at (so the fork reads as what it is, takes
     an edit `as_node=`, and `ainvoke(None)` goes on from there), under a run id of its own.
 
-    A step in flight starts over on the fork; a thread created and not yet run stays so.
+    A step in flight starts over on the fork; a thread created and not yet run stays so. A
+    node paused in `interrupt()` keeps the answers it had (its next value answers the
+    question it waits on, as on the source).
     """
     state = state.model_copy(deep=True)
     meta = state.execution_meta
     internal = meta.internal_data
     had_run = not before_first_run(meta)
-    for key in (ENTERED_KEY, RESUME_KEY, TOOL_CALLS_KEY, "run_id"):
+    dropped = (ENTERED_KEY, TOOL_CALLS_KEY, "run_id")
+    for key in dropped if internal.get(AWAITING_KEY) else (*dropped, RESUME_KEY):
         internal.pop(key, None)
     if not had_run:
         return state

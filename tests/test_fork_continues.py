@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from actors import END, StateGraph, ToolNode
+from actors import END, Command, StateGraph, ToolNode, interrupt
 from actors.runtime import AgentRuntime, EntryPoint
 from actors.serve import create_app
 from actors.testing import FaultyStore, SimulatedCrashError
@@ -127,6 +127,32 @@ async def test_a_fork_takes_a_different_tool_result_as_the_tool_node(
     assert texts(await app.aget_state(SOURCE))[-1] == "it is sunny in Oslo"
 
 
+async def test_a_fork_of_a_node_waiting_on_its_second_question_keeps_the_first_answer(
+    store: EventStore,
+) -> None:
+    """A node paused in its second `interrupt()` has had its first answered: a fork of that
+    point waits on the second question, so the value it is given answers that one."""
+    answers: list[tuple[Any, Any]] = []
+
+    def asker(state: AgentState) -> list[Message]:
+        first, second = interrupt("which order?"), interrupt("how much?")
+        answers.append((first, second))
+        return [Message.text_message(f"{first}: {second}", role="assistant")]
+
+    graph: StateGraph[AgentState] = StateGraph(name="asker")
+    graph.add_node("asker", asker)
+    graph.set_entry_point("asker")
+    graph.add_edge("asker", END)
+    app = graph.compile(store)
+    await app.ainvoke("refund please", SOURCE)
+    await app.ainvoke(Command(resume="A-1"), SOURCE)  # the first question answered
+    fork = {"thread_id": await app.afork(SOURCE, new_thread_id="f")}
+    done = await app.ainvoke(Command(resume="10 EUR"), fork, include_state=True)
+    assert done["status"] == "completed", done.get("__interrupt__")
+    assert answers == [("A-1", "10 EUR")]
+    assert texts(done["state"])[-1] == "A-1: 10 EUR"
+
+
 async def test_a_fork_before_the_first_run_stays_idle_and_takes_input(store: EventStore) -> None:
     calls = {"agent": 0, "tool": 0}
     app = weather_graph(calls).compile(store)
@@ -169,7 +195,7 @@ async def client(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, dict[
         runtime.register_entry_point(EntryPoint(id="chat", graph_id="weather"))
         async with runtime:
             transport = httpx.ASGITransport(app=create_app(runtime))
-            async with httpx.AsyncClient(transport=transport, base_url="http://local") as http:
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
                 yield http, calls
 
 

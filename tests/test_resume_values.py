@@ -167,7 +167,7 @@ async def client(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, SQLit
         runtime = support_runtime(store, refunds)
         async with runtime:
             transport = httpx.ASGITransport(app=create_app(runtime))
-            async with httpx.AsyncClient(transport=transport, base_url="http://local") as http:
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
                 http.refunds = refunds  # type: ignore[attr-defined]
                 yield http, store
 
@@ -269,3 +269,44 @@ async def test_a_value_queued_behind_a_running_run_is_refused_when_it_runs(
         with pytest.raises(UnreadResumeValueError):
             await runtime.wait_for(queued.trigger_id, timeout=60)
         assert await store.last_seq(thread) == paused_at and refunds == []
+
+
+async def test_a_value_that_would_interrupt_a_running_run_is_refused_before_the_stop(
+    store: EventStore,
+) -> None:
+    """`multitask_strategy='interrupt'` stops the running run, after which no node asks for
+    a value: a resume value sent so is refused before the stop, so a refused request never
+    halts the run it could not answer."""
+    import asyncio
+
+    refunds: list[str] = []
+    go, entered = asyncio.Event(), asyncio.Event()
+    graph = support_graph(refunds)
+    agent = graph.nodes["agent"]
+
+    async def held(state: AgentState) -> list[Message]:
+        entered.set()
+        await go.wait()
+        result: list[Message] = agent(state)
+        return result
+
+    graph.nodes["agent"] = held
+    runtime = AgentRuntime(store)
+    runtime.add_graph("support", graph.compile(store, interrupt_before=["refund"]))
+    runtime.register_entry_point(EntryPoint(id="chat", graph_id="support"))
+    async with runtime:
+        first = await runtime.submit("chat", "refund my order")
+        await entered.wait()
+        thread = first.thread_id
+        before = (await store.last_seq(thread), set(runtime.ledger.triggers))
+        try:
+            with pytest.raises(UnreadResumeValueError, match="enqueue") as refused:
+                await runtime.submit(
+                    "chat", Command(resume=NO), thread_id=thread, multitask_strategy="interrupt"
+                )
+            assert "nothing was written" in str(refused.value)
+            assert (await store.last_seq(thread), set(runtime.ledger.triggers)) == before
+        finally:
+            go.set()
+        ended = await runtime.wait_for(first.trigger_id, timeout=60)
+        assert ended["status"] == "interrupted_before" and refunds == []  # not stopped

@@ -183,3 +183,25 @@ async def test_a_body_that_is_not_json_is_refused_with_415(api: Api) -> None:
         headers={"content-type": "application/json; charset=utf-8"},
     )
     assert ok.status_code == 202
+
+
+@pytest.mark.parametrize("depth", [130, 200, *range(246, 258), 300])
+async def test_thread_metadata_of_any_depth_degrades_its_thread_only(api: Api, depth: int) -> None:
+    """Thread metadata nested near the serialiser's limit (250 deep, as the issue wrote it
+    before the limit, or through Python): the thread's reads and a search still answer,
+    at every depth, not only where dumping the state alone fails."""
+    from events.kinds import ThreadCreated
+
+    made = ThreadCreated(by="alice", graph_id="support", metadata={"deep": nested(depth)})
+    app = api.runtime.graphs["support"].app
+    await app.awrite_claimed("bad", lambda fold: [made], actor="alice", what="a creation")
+    for path in ("/threads/bad", "/threads/bad/state"):
+        one = await api.client.get(path)
+        assert one.status_code == 200, (path, one.text[:200])
+    found = await api.client.post("/threads/search", json={"limit": 10})
+    assert found.status_code == 200, found.text[:200]
+    assert [row["thread_id"] for row in found.json()] == ["bad"]
+    ran = await api.client.post(
+        "/threads/bad/runs/wait", json={"assistant_id": "chat", "input": "hello"}
+    )
+    assert ran.status_code == 200, ran.text[:200]

@@ -36,7 +36,7 @@ from projections import ExecutionStatus, IllegalTransitionError, StopRequestStat
 from projections.edge import to_builtins
 
 from ..command import Command
-from ..errors import NothingToResumeError
+from ..errors import NothingToResumeError, UnreadResumeValueError
 from ..results import ResponseGranularity, run_result
 from .dispatch import Dispatcher
 from .facts import Facts
@@ -490,6 +490,13 @@ class AgentRuntime(Watching):
             raise ThreadBusyRunError(
                 f"thread {thread_id!r} has a run still going: its input is refused "
                 "(multitask_strategy='reject'); wait for it, or send with 'enqueue'"
+            )
+        if busy and resume and strategy == "interrupt" and input is not None:
+            raise UnreadResumeValueError(
+                f"thread {thread_id!r} has a run still going: multitask_strategy='interrupt' "
+                "would stop it where no node asked for a value, so the resume value "
+                f"{input!r:.80} would be read by nothing; nothing was written. To answer the "
+                "node the run pauses in, send it with multitask_strategy='enqueue'"
             )
         accepted = await self.accept(
             entry,

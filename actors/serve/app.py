@@ -63,7 +63,7 @@ from ..runtime.spec import (
     UnknownEntryPointError,
     UnknownRunError,
 )
-from .guard import BODY_TIMEOUT_S, RequestGuard
+from .guard import BODY_TIMEOUT_S, RequestGuard, answer
 from .limits import MAX_DEPTH, nesting_within, showable, shown
 from .streams import BadResumePoint, resume_point, run_at, run_records
 from .tokens import LOCAL, Forbidden, Principal, Right, TokenBook, Unauthorized
@@ -229,20 +229,8 @@ class BodyLimit:
             await self._refuse(send)
 
     async def _refuse(self, send: Any) -> None:
-        body = json.dumps(
-            error_body("body_too_large", f"request bodies are limited to {self.max_body} bytes")
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        message = f"request bodies are limited to {self.max_body} bytes"
+        await answer(send, 413, "body_too_large", message)
 
 
 # ---- request bodies ----------------------------------------------------------------------

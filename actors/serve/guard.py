@@ -29,8 +29,6 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 BODY_TIMEOUT_S = 30.0
 """The default time a request's whole body may take to arrive, from its headers."""
 
-_JSON_ERROR = json.dumps
-
 
 def is_loopback_name(host: str) -> bool:
     """Whether `host` (no port) names this machine's loopback: `localhost` (or a name under
@@ -108,7 +106,7 @@ class RequestGuard:
 
         host = header(b"host")
         if not self.host_allowed(host):
-            await _answer(
+            await answer(
                 send, 400, "host_not_allowed",
                 f"this server does not answer for the host {host!r}: name it by a loopback "
                 "name, or start it with --allowed-host NAME (create_app(allowed_hosts=...))",
@@ -123,7 +121,7 @@ class RequestGuard:
                 else (header(b"sec-fetch-site") or "").strip().lower() == "cross-site"
             )
             if cross:
-                await _answer(
+                await answer(
                     send, 403, "cross_origin",
                     f"a {method} from the web page of another origin ({origin or 'cross-site'}) "
                     "changes nothing here: call the API from its own origin, a non-browser "
@@ -138,7 +136,7 @@ class RequestGuard:
             async with asyncio.timeout(self.body_timeout):
                 body, ended = await _read_body(receive)
         except TimeoutError:
-            await _answer(
+            await answer(
                 send, 408, "body_timeout",
                 f"the request body did not arrive within {self.body_timeout:g} s",
                 close=True,
@@ -147,7 +145,7 @@ class RequestGuard:
         if ended and scope.get("path") not in self.exempt and body:
             refusal = _refusal(body, header(b"content-type") or "")
             if refusal is not None:
-                await _answer(send, *refusal)
+                await answer(send, *refusal)
                 return
         await self.app(scope, _replay(body, ended, receive), send)
 
@@ -200,8 +198,10 @@ def _replay(body: bytes, ended: bool, receive: Any) -> Any:
     return replayed
 
 
-async def _answer(send: Any, status: int, code: str, message: str, *, close: bool = False) -> None:
-    body = _JSON_ERROR({"error": {"code": code, "message": message}}).encode()
+async def answer(send: Any, status: int, code: str, message: str, *, close: bool = False) -> None:
+    """An error answer (`{"error": {"code", "message"}}`) sent from ASGI middleware, before
+    any route runs."""
+    body = json.dumps({"error": {"code": code, "message": message}}).encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),

@@ -50,11 +50,14 @@ def too_deep_message(what: str = "the JSON body") -> str:
 def shown(model: BaseModel) -> tuple[Any, str | None]:
     """`model` as JSON builtins, or (None, why) when a stored value in it cannot be shown
     (one nested deeper than serialisation goes, written before the limit or by Python): the
-    read answers for everything else rather than failing."""
+    read answers for everything else rather than failing. A dump that succeeds is held to
+    `SHOW_DEPTH` too: the answer nests it a few levels deeper, past what dumping it alone
+    could tell."""
     try:
-        return model.model_dump(mode="json"), None
+        dumped = model.model_dump(mode="json")
     except (ValueError, RecursionError) as exc:
         return None, (
             f"the state holds a value that cannot be shown ({type(exc).__name__}: "
             f"{str(exc)[:200]}); the log keeps it: read it with agentlog show"
         )
+    return showable(dumped, "the state")
