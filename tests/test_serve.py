@@ -802,3 +802,18 @@ async def test_a_created_thread_is_known_from_the_log_after_a_restart(tmp_path: 
             "/threads/kept/runs", json={"assistant_id": "notes", "input": "x"}, headers=OPS
         )
         assert denied.status_code == 422  # it runs support, not other
+
+
+async def test_an_unknown_assistant_names_the_ones_the_token_may_run(served: Any) -> None:
+    """A typo in assistant_id is told which ids work, never the ones of graphs it may not run."""
+    client, store = served
+    answer = await client.post(
+        "/threads/t/runs", json={"assistant_id": "chatt", "input": "x"}, headers=ALICE
+    )
+    assert answer.status_code == 404
+    error = answer.json()["error"]
+    assert error["code"] == "unknown_assistant"
+    assert "one of chat" in error["message"] and "notes" not in error["message"]
+    ops = await client.post("/threads/t/runs", json={"assistant_id": "chatt"}, headers=OPS)
+    assert "one of chat, notes" in ops.json()["error"]["message"]
+    assert await store.threads() == []

@@ -659,7 +659,11 @@ def create_app(
     async def start_run(thread_id: str, body: RunCreate, who: Principal) -> TriggerState:
         entry = runtime.entries.get(body.assistant_id)
         if entry is None:
-            raise UnknownEntryPointError(f"no assistant (entry point) {body.assistant_id!r}")
+            yours = sorted(e.id for e in runtime.entries.values() if who.may("run", e.graph_id))
+            raise UnknownEntryPointError(
+                f"no assistant (entry point) {body.assistant_id!r}: set assistant_id to "
+                + (f"one of {', '.join(yours)}" if yours else "an entry point your token may run")
+            )
         who.require("run", entry.graph_id)
         if body.input is not None:  # new input; answering a paused run of it starts nothing
             who.require_start(entry.id, entry.trigger)
