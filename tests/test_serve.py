@@ -817,3 +817,17 @@ async def test_an_unknown_assistant_names_the_ones_the_token_may_run(served: Any
     ops = await client.post("/threads/t/runs", json={"assistant_id": "chatt"}, headers=OPS)
     assert "one of chat, notes" in ops.json()["error"]["message"]
     assert await store.threads() == []
+
+
+async def test_an_unknown_input_field_names_the_fields_input_may_set(served: Any) -> None:
+    """A misspelt field is refused before it is written, listing `messages` among the fields."""
+    client, store = served
+    answer = await client.post(
+        "/threads/t/runs",
+        json={"assistant_id": "chat", "input": {"mesages": [{"role": "user", "content": "x"}]}},
+        headers=ALICE,
+    )
+    assert answer.status_code == 422, answer.text
+    message = answer.json()["error"]["message"]
+    assert "no field 'mesages'" in message and "messages" in message.split("(fields:")[1]
+    assert await store.threads() == []
