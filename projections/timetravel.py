@@ -542,7 +542,9 @@ def _model_called(event: ModelCalled) -> str:
 
 def _tool_finished(event: ToolCallFinished) -> str:
     """A tool call's end: status or error, the message it returned, the Command it gave."""
-    said = f"{event.name} {event.status}" + (f": {event.error}" if event.error else "")
+    error = event.error or ""
+    error = error.removeprefix(f"{event.status}: ")  # the closing texts begin with the status
+    said = f"{event.name} {event.status}" + (f": {error}" if error else "")
     if event.message is not None:
         try:
             text = message_text(Message.model_validate(event.message))[:SUMMARY_CHARS]
