@@ -831,3 +831,17 @@ async def test_an_unknown_input_field_names_the_fields_input_may_set(served: Any
     message = answer.json()["error"]["message"]
     assert "no field 'mesages'" in message and "messages" in message.split("(fields:")[1]
     assert await store.threads() == []
+
+
+async def test_the_reserved_thread_ids_are_named_as_the_check_reads_them(served: Any) -> None:
+    """`__runtime__` and `__runtime__/...` are reserved; the refusal says so, and an id that
+    merely begins with the letters is a user's thread like any other."""
+    client, _store = served
+    refused = await client.post("/threads", json={"thread_id": "__runtime__/w1"}, headers=OPS)
+    assert refused.status_code == 422
+    message = refused.json()["error"]["message"]
+    assert "'__runtime__' and ids beginning '__runtime__/' or '__shared__/'" in message
+    made = await client.post(
+        "/threads", json={"thread_id": "__runtime__x", "graph_id": "support"}, headers=OPS
+    )
+    assert made.status_code == 200, made.text

@@ -858,11 +858,12 @@ def _check_thread_id(runtime: AgentRuntime, thread_id: str) -> None:
 def _check_new_thread_id(runtime: AgentRuntime, thread_id: str) -> None:
     """A thread id a request brings into the log: not the runtime's, and not too long."""
     if runtime.config.is_internal(thread_id):
+        own = runtime.config.runtime_thread
         raise ApiError(
             422,
             "invalid_request",
-            f"{thread_id!r} names one of the runtime's own threads (ids beginning "
-            f"{runtime.config.runtime_thread!r} or '__shared__/' are reserved): pick another id",
+            f"{thread_id!r} names one of the runtime's own threads ({own!r} and ids beginning "
+            f"{own + '/'!r} or '__shared__/' are reserved): pick another id",
         )
     if not 1 <= len(thread_id) <= MAX_THREAD_ID:
         raise ApiError(
