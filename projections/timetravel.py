@@ -32,6 +32,7 @@ from events.kinds import (
     ModelCalled,
     NodeEntered,
     OutcomeRecorded,
+    RunCancelled,
     RunCompleted,
     RunFailed,
     RunSuperseded,
@@ -512,6 +513,13 @@ def summarize(record: EventRecord, *, replaced: dict[str, Any] | None = None) ->
         said = f"created by {event.by}" + (f" for graph {event.graph_id}" if event.graph_id else "")
         if event.metadata:
             said += f"; metadata {_json(event.metadata)[:SUMMARY_CHARS]}"
+        return said
+    if isinstance(event, RunCancelled):
+        said = f"cancelled by {event.by}{_why(event.reason)}"
+        if event.node:
+            said += f" at node {event.node}"
+        if event.in_flight:
+            said += f"; cut short: {', '.join(event.in_flight)}"
         return said
     if isinstance(event, RunSuperseded):
         return f"run {event.run_id} rolled back by {event.by} to seq {event.started_seq - 1}"

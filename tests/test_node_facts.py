@@ -169,3 +169,14 @@ def test_history_names_an_abandoned_call_once() -> None:
     )
     said = summarize(uncommitted_record(event, 1, "t"))
     assert said.startswith("lookup abandoned: cancelled by al; the call had started"), said
+
+
+def test_history_says_who_cancelled_a_run_and_why() -> None:
+    """`run_cancelled` keeps who and why; history says them, not only the node."""
+    from events.kinds import RunCancelled
+    from projections.fold import uncommitted_record
+    from projections.timetravel import summarize
+
+    event = RunCancelled(by="alice", reason="duplicate ticket", node="tools", in_flight=["l-1"])
+    said = summarize(uncommitted_record(event, 1, "t"))
+    assert said == "cancelled by alice (duplicate ticket) at node tools; cut short: l-1", said
