@@ -443,6 +443,11 @@ class StepLoop(Committing[S]):
                 f"{cancelled.get('by') or 'someone'}{why}; there is nothing to resume: send "
                 "new input to start a new run"
             )
+        if before_first_run(meta) and values is None and resume is None:
+            raise NothingToResumeError(
+                f"thread {thread_id!r} was created and has not run yet: there is nothing to "
+                "resume; send input to start its first run"
+            )
         if meta.status == ExecutionStatus.COMPLETED and values is None and resume is None:
             run.idle = True  # nothing new to do: a finished thread stays as it is
             return run, []

@@ -68,8 +68,9 @@ class Holder:
             where += f" on host {self.host.split('/')[0]}"
         return ThreadBusyError(
             f"thread {thread_id!r} is owned by {where} ({self.purpose}; heartbeat "
-            f"{max(now - self.heartbeat_at, 0.0):.0f}s ago): wait until that work is done (a "
-            "running run can be asked to pause with astop()); two runs never share a thread"
+            f"{max(now - self.heartbeat_at, 0.0):.0f}s ago): wait until that work is done "
+            "(`await app.await_idle(config, timeout=...)` waits for it; a running run can be "
+            "asked to pause with astop()); two runs never share a thread"
         )
 
 

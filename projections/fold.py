@@ -578,10 +578,14 @@ def _check(meta: ExecutionState, event: Event, seq: int, state_cls: type[AgentSt
             plan = field_plan(state_cls)
             for name in event.values:
                 if name not in plan and name not in CONTEXT_FIELDS:
+                    why = (
+                        "execution status changes only through transitions"
+                        if name == "execution_meta"
+                        else "check the name, or declare the field on the state class"
+                    )
                     raise InvalidStateUpdateError(
                         f"{state_cls.__name__} has no field {name!r} "
-                        f"(fields: {', '.join(sorted(plan))}); execution status changes only "
-                        "through transitions"
+                        f"(fields: {', '.join(sorted(set(plan) | CONTEXT_FIELDS))}); {why}"
                     )
         case _:
             pass

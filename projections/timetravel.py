@@ -32,6 +32,7 @@ from events.kinds import (
     ModelCalled,
     NodeEntered,
     OutcomeRecorded,
+    RunCancelled,
     RunCompleted,
     RunFailed,
     RunSuperseded,
@@ -521,6 +522,13 @@ def summarize(record: EventRecord, *, replaced: dict[str, Any] | None = None) ->
         if event.metadata:
             said += f"; metadata {_json(event.metadata)[:SUMMARY_CHARS]}"
         return said
+    if isinstance(event, RunCancelled):
+        said = f"cancelled by {event.by}{_why(event.reason)}"
+        if event.node:
+            said += f" at node {event.node}"
+        if event.in_flight:
+            said += f"; cut short: {', '.join(event.in_flight)}"
+        return said
     if isinstance(event, RunSuperseded):
         return f"run {event.run_id} rolled back by {event.by} to seq {event.started_seq - 1}"
     fields = event.__struct_fields__
@@ -550,7 +558,9 @@ def _model_called(event: ModelCalled) -> str:
 
 def _tool_finished(event: ToolCallFinished) -> str:
     """A tool call's end: status or error, the message it returned, the Command it gave."""
-    said = f"{event.name} {event.status}" + (f": {event.error}" if event.error else "")
+    error = event.error or ""
+    error = error.removeprefix(f"{event.status}: ")  # the closing texts begin with the status
+    said = f"{event.name} {event.status}" + (f": {error}" if error else "")
     if event.message is not None:
         try:
             text = message_text(Message.model_validate(event.message))[:SUMMARY_CHARS]

@@ -450,8 +450,9 @@ async def test_the_caller_can_await_a_thread_a_stopped_def_tool_still_holds(
         assert await app.astop(CFG)
         paused = await asyncio.wait_for(task, WAIT)
         assert paused["__interrupt__"][0]["reason"] == "stop_requested"
-        with pytest.raises(ThreadBusyError, match=r"tool call 'charge'"):
+        with pytest.raises(ThreadBusyError, match=r"tool call 'charge'") as busy:
             await app.ainvoke(None, CFG)
+        assert "await app.await_idle(config" in str(busy.value)  # the refusal names the wait
         with pytest.raises(ThreadStillBusyError, match=r"still busy after 0.01s: .*'charge'"):
             await idle(0.01)
         waiting = asyncio.ensure_future(idle(None))

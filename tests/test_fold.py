@@ -152,8 +152,11 @@ def test_state_updates_merge_through_reducers() -> None:
 
 
 def test_bad_state_updates_are_refused_at_decide_time() -> None:
-    with pytest.raises(InvalidStateUpdateError, match="no field 'nope'"):
+    with pytest.raises(InvalidStateUpdateError, match="no field 'nope'") as typo:
         decide(Custom(), [state_updated({"nope": 1})])
+    # The fields listed are the ones input may name, `messages` among them; the
+    # transitions are named only for the one field that has them.
+    assert "messages" in str(typo.value) and "transitions" not in str(typo.value)
     with pytest.raises(InvalidStateUpdateError, match="no field 'execution_meta'"):
         decide(Custom(), [state_updated({"execution_meta": {}})])
     with pytest.raises(InvalidStateUpdateError, match="field 'count' of Custom cannot take 'many'"):

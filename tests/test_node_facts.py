@@ -155,3 +155,28 @@ def test_a_call_answered_from_the_log_spent_no_tokens() -> None:
     assert summarize(record) == "openai:m attempt 1 completed, answered from the log"
     report = usage_report([record])
     assert report.total.total_tokens == 0 and report.total.calls == 1
+
+
+def test_history_names_an_abandoned_call_once() -> None:
+    """A closing text already begins with its status; history does not say it twice."""
+    from actors.ending import abandoned_text
+    from events import ToolCallFinished
+    from projections.fold import uncommitted_record
+    from projections.timetravel import summarize
+
+    event = ToolCallFinished(
+        call_id="l-1", name="lookup", status="abandoned", error=abandoned_text("cancelled by al")
+    )
+    said = summarize(uncommitted_record(event, 1, "t"))
+    assert said.startswith("lookup abandoned: cancelled by al; the call had started"), said
+
+
+def test_history_says_who_cancelled_a_run_and_why() -> None:
+    """`run_cancelled` keeps who and why; history says them, not only the node."""
+    from events.kinds import RunCancelled
+    from projections.fold import uncommitted_record
+    from projections.timetravel import summarize
+
+    event = RunCancelled(by="alice", reason="duplicate ticket", node="tools", in_flight=["l-1"])
+    said = summarize(uncommitted_record(event, 1, "t"))
+    assert said == "cancelled by alice (duplicate ticket) at node tools; cut short: l-1", said

@@ -802,3 +802,46 @@ async def test_a_created_thread_is_known_from_the_log_after_a_restart(tmp_path: 
             "/threads/kept/runs", json={"assistant_id": "notes", "input": "x"}, headers=OPS
         )
         assert denied.status_code == 422  # it runs support, not other
+
+
+async def test_an_unknown_assistant_names_the_ones_the_token_may_run(served: Any) -> None:
+    """A typo in assistant_id is told which ids work, never the ones of graphs it may not run."""
+    client, store = served
+    answer = await client.post(
+        "/threads/t/runs", json={"assistant_id": "chatt", "input": "x"}, headers=ALICE
+    )
+    assert answer.status_code == 404
+    error = answer.json()["error"]
+    assert error["code"] == "unknown_assistant"
+    assert "one of chat" in error["message"] and "notes" not in error["message"]
+    ops = await client.post("/threads/t/runs", json={"assistant_id": "chatt"}, headers=OPS)
+    assert "one of chat, notes" in ops.json()["error"]["message"]
+    assert await store.threads() == []
+
+
+async def test_an_unknown_input_field_names_the_fields_input_may_set(served: Any) -> None:
+    """A misspelt field is refused before it is written, listing `messages` among the fields."""
+    client, store = served
+    answer = await client.post(
+        "/threads/t/runs",
+        json={"assistant_id": "chat", "input": {"mesages": [{"role": "user", "content": "x"}]}},
+        headers=ALICE,
+    )
+    assert answer.status_code == 422, answer.text
+    message = answer.json()["error"]["message"]
+    assert "no field 'mesages'" in message and "messages" in message.split("(fields:")[1]
+    assert await store.threads() == []
+
+
+async def test_the_reserved_thread_ids_are_named_as_the_check_reads_them(served: Any) -> None:
+    """`__runtime__` and `__runtime__/...` are reserved; the refusal says so, and an id that
+    merely begins with the letters is a user's thread like any other."""
+    client, _store = served
+    refused = await client.post("/threads", json={"thread_id": "__runtime__/w1"}, headers=OPS)
+    assert refused.status_code == 422
+    message = refused.json()["error"]["message"]
+    assert "'__runtime__' and ids beginning '__runtime__/' or '__shared__/'" in message
+    made = await client.post(
+        "/threads", json={"thread_id": "__runtime__x", "graph_id": "support"}, headers=OPS
+    )
+    assert made.status_code == 200, made.text

@@ -34,6 +34,7 @@ from events.kinds import (
 from events.store import check_thread_id
 from projections import ExecutionStatus, IllegalTransitionError, StopRequestStatus
 from projections.edge import to_builtins
+from projections.fold import before_first_run
 
 from ..command import Command
 from ..errors import NothingToResumeError, UnreadResumeValueError
@@ -621,6 +622,11 @@ class AgentRuntime(Watching):
             return
         app = self.graphs[entry.graph_id].app
         meta = (await app.aget_state({"thread_id": thread_id})).execution_meta
+        if before_first_run(meta):
+            raise NothingToResumeError(
+                f"thread {thread_id!r} was created and has not run yet: there is nothing to "
+                "go on with; send input to start its first run"
+            )
         if meta.status == ExecutionStatus.CANCELLED:
             cancelled = meta.internal_data.get("cancelled") or {}
             raise NothingToResumeError(

@@ -647,7 +647,11 @@ def create_app(
     async def start_run(thread_id: str, body: RunCreate, who: Principal) -> TriggerState:
         entry = runtime.entries.get(body.assistant_id)
         if entry is None:
-            raise UnknownEntryPointError(f"no assistant (entry point) {body.assistant_id!r}")
+            yours = sorted(e.id for e in runtime.entries.values() if who.may("run", e.graph_id))
+            raise UnknownEntryPointError(
+                f"no assistant (entry point) {body.assistant_id!r}: set assistant_id to "
+                + (f"one of {', '.join(yours)}" if yours else "an entry point your token may run")
+            )
         who.require("run", entry.graph_id)
         if body.input is not None:  # new input; answering a paused run of it starts nothing
             who.require_start(entry.id, entry.trigger)
@@ -842,11 +846,12 @@ def _check_thread_id(runtime: AgentRuntime, thread_id: str) -> None:
 def _check_new_thread_id(runtime: AgentRuntime, thread_id: str) -> None:
     """A thread id a request brings into the log: not the runtime's, and not too long."""
     if runtime.config.is_internal(thread_id):
+        own = runtime.config.runtime_thread
         raise ApiError(
             422,
             "invalid_request",
-            f"{thread_id!r} names one of the runtime's own threads (ids beginning "
-            f"{runtime.config.runtime_thread!r} or '__shared__/' are reserved): pick another id",
+            f"{thread_id!r} names one of the runtime's own threads ({own!r} and ids beginning "
+            f"{own + '/'!r} or '__shared__/' are reserved): pick another id",
         )
     if not 1 <= len(thread_id) <= MAX_THREAD_ID:
         raise ApiError(
