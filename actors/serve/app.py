@@ -25,12 +25,14 @@ from events import EventRecord
 from events.errors import (
     AgentlogError,
     ConcurrencyError,
+    CorruptRecordError,
     StoreError,
     ThreadBusyError,
     ThreadNotFoundError,
 )
 from events.follow import follow
 from events.kinds import Event, ThreadCreated, ThreadHidden
+from events.store import CorruptSnapshotError
 from projections import AgentState, ExecutionStatus, IllegalTransitionError, InvalidStateUpdateError
 from projections.edge import to_builtins
 from projections.fold import Fold
@@ -142,6 +144,20 @@ def _classify(exc: BaseException) -> tuple[int, str, str]:
                 f"no thread {exc.thread_id!r} in the log: a thread enters the log when it is "
                 "created (POST /threads) or with its first run (POST /threads/{thread_id}/runs); "
                 "POST /threads/search lists those there are"
+            ),
+        )
+    if isinstance(exc, CorruptRecordError):  # a retry reads the same bytes: say so, and who acts
+        snapshot = isinstance(exc, CorruptSnapshotError)
+        check = "agentlog verify --snapshots" if snapshot else "agentlog verify"
+        what = "snapshot" if snapshot else "record"
+        return (
+            500,
+            "integrity_error",
+            (
+                f"thread {exc.thread_id!r} cannot be served: its {what} at seq {exc.seq} fails "
+                f"an integrity check (altered, damaged or written outside agentlog); a retry "
+                f"will not help: the operator should run `{check}` on the server's log and "
+                "restore it from a verified copy. Other threads are not affected"
             ),
         )
     for kind, status, code in _STATUS:
