@@ -743,7 +743,7 @@ def create_app(
 
     @app.get("/threads/{thread_id}/runs/{run_id}", summary="One run")
     async def get_run(thread_id: str, run_id: str, who: Principal = Who) -> dict[str, Any]:
-        trigger = _trigger(runtime, thread_id, run_id)
+        trigger = await _trigger(runtime, thread_id, run_id)
         who.require("read", trigger.accepted.graph_id)
         if await runtime.store.last_seq(thread_id) > 0:
             await current(thread_id, trigger.accepted.graph_id)
@@ -756,7 +756,7 @@ def create_app(
         who: Principal = Who,
         timeout: WaitTimeout = 300,
     ) -> dict[str, Any]:
-        trigger = _trigger(runtime, thread_id, run_id)
+        trigger = await _trigger(runtime, thread_id, run_id)
         who.require("read", trigger.accepted.graph_id)
         return await _wait(runtime, trigger, timeout, who)
 
@@ -764,7 +764,7 @@ def create_app(
     async def cancel_run(
         thread_id: str, run_id: str, body: RunCancel | None = None, who: Principal = Who
     ) -> dict[str, Any]:
-        trigger = _trigger(runtime, thread_id, run_id)
+        trigger = await _trigger(runtime, thread_id, run_id)
         who.require("run", trigger.accepted.graph_id)
         ended = ApiError(
             409, "conflict", f"run {run_id!r} has ended ({trigger.outcome}): nothing to cancel"
@@ -813,7 +813,7 @@ def create_app(
         who: Principal = Who,
         last_event_id: str | None = Header(default=None),
     ) -> StreamingResponse:
-        trigger = _trigger(runtime, thread_id, run_id)
+        trigger = await _trigger(runtime, thread_id, run_id)
         who.require("read", trigger.accepted.graph_id)
         if await runtime.store.last_seq(thread_id) > 0:
             await current(thread_id, trigger.accepted.graph_id)
@@ -988,11 +988,31 @@ def _state(thread_id: str, state: AgentState) -> dict[str, Any]:
     }
 
 
-def _trigger(runtime: AgentRuntime, thread_id: str, run_id: str) -> TriggerState:
+async def _trigger(runtime: AgentRuntime, thread_id: str, run_id: str) -> TriggerState:
+    """The trigger a run id names: a trigger id (the run ids this API answers with), or the
+    run id the thread's records carry (`run-...` in logs written before runs were named by
+    their trigger), mapped to the trigger whose dispatch began that run."""
     trigger = runtime.ledger.triggers.get(run_id)
+    if trigger is None:
+        trigger = await _trigger_of_log_run(runtime, thread_id, run_id)
     if trigger is None or trigger.accepted.thread_id != thread_id:
         raise UnknownRunError(f"no run {run_id!r} on thread {thread_id!r}")
     return trigger
+
+
+async def _trigger_of_log_run(
+    runtime: AgentRuntime, thread_id: str, run_id: str
+) -> TriggerState | None:
+    """The trigger that began the log run `run_id` of the thread: the one its first record
+    belongs to (`streams.run_at`). Reads the thread up to that record; only an id the ledger
+    does not know comes here."""
+    if not run_id or not runtime.ledger.by_thread.get(thread_id):
+        return None
+    async for record in runtime.store.read(thread_id):
+        if record.run_id == run_id:
+            trigger_id = run_at(runtime.ledger, thread_id, record.seq)
+            return None if trigger_id is None else runtime.ledger.triggers.get(trigger_id)
+    return None
 
 
 def _run(trigger: TriggerState, runtime: AgentRuntime) -> dict[str, Any]:
