@@ -65,6 +65,7 @@ from ..runtime.spec import (
     UnknownEntryPointError,
     UnknownRunError,
 )
+from ..threads import internal_threads
 from .guard import BODY_TIMEOUT_S, RequestGuard
 from .limits import MAX_DEPTH, nesting_within, showable, shown
 from .streams import BadResumePoint, resume_point, run_at, run_records
@@ -526,9 +527,9 @@ def create_app(
         body = body or ThreadSearch()
         who.require("read")
         found: list[dict[str, Any]] = []
-        threads = [
-            t for t in reversed(await runtime.store.threads()) if not runtime.config.is_internal(t)
-        ]
+        stored = await runtime.store.threads()
+        hidden = await internal_threads(runtime.store, stored, runtime.config.runtime_thread)
+        threads = [t for t in reversed(stored) if t not in hidden]
         skipped = 0
         for thread_id in threads:
             graph = runtime.ledger.graph_of.get(
