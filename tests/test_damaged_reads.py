@@ -133,11 +133,19 @@ def test_http_answers_a_record_that_does_not_fit_with_a_stable_code(tmp_path: Pa
                 await runtime.trigger("api", "hello", thread_id="good")
                 await runtime.wait("good", timeout=PATIENCE)
                 for thread in BAD:
-                    for path in (f"/threads/{thread}", f"/threads/{thread}/state"):
+                    paths = ("", "/state", "/history")
+                    for path in (f"/threads/{thread}{p}" for p in paths):
                         got = await client.get(path)
                         answers.append((path, got.status_code, got.json()))
                 good = await client.get("/threads/good")
                 assert good.status_code == 200, good.text
+                # a listing goes on, and says which threads it cannot read, and why
+                found = await client.post("/threads/search", json={"limit": 100})
+                assert found.status_code == 200, found.text
+                rows = {row["thread_id"]: row for row in found.json()}
+                assert "status" in rows["good"]
+                for thread in BAD:
+                    assert rows[thread]["error"]["code"] == "integrity_error", rows[thread]
         return answers
 
     for path, status, body in asyncio.run(scenario()):
@@ -201,6 +209,19 @@ def test_an_edited_record_answers_integrity_error_and_other_threads_work(tmp_pat
     assert_tampered(bad, "agentlog verify")
     assert_tampered(state, "agentlog verify")
     assert good.status_code == 200, good.text
+
+    async def search() -> list[dict[str, Any]]:
+        async with SQLiteEventStore(db) as store:
+            runtime = runtime_of(store)
+            async with runtime, client_of(runtime) as client:
+                found = await client.post("/threads/search", json={"limit": 100})
+                assert found.status_code == 200, found.text
+                rows: list[dict[str, Any]] = found.json()
+                return rows
+
+    rows = {row["thread_id"]: row for row in asyncio.run(search())}
+    assert rows["t"]["error"]["code"] == "integrity_error", rows["t"]
+    assert rows["u"]["status"] == "completed", rows["u"]
 
 
 def test_a_damaged_snapshot_answers_integrity_error(tmp_path: Path) -> None:
