@@ -249,7 +249,7 @@ class Fold(Generic[S]):
                 new = adapter.validate_python(value)
             except ValidationError as exc:
                 problems = "; ".join(
-                    f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
+                    f"{'.'.join(map(_loc_part, e['loc'])) or 'value'}: {e['msg']}"
                     for e in exc.errors()[:3]
                 )
                 raise InvalidStateUpdateError(
@@ -262,6 +262,12 @@ class Fold(Generic[S]):
                 setattr(self.state, name, reducer(copy.copy(getattr(self.state, name)), new))
 
 
+def _loc_part(part: int | str) -> str:
+    """One step of a validation error's location: a stored key quoted when it is not plain
+    printable text, so the message carries no control character from the log."""
+    return part if isinstance(part, str) and part.isprintable() else repr(part)
+
+
 def unfoldable(record: EventRecord, exc: ValueError) -> UnfoldableRecordError:
     """The typed error of a committed record the fold cannot take, naming thread and seq; a
     validation error says where and what, never the stored value itself."""
@@ -269,7 +275,7 @@ def unfoldable(record: EventRecord, exc: ValueError) -> UnfoldableRecordError:
         return exc
     if isinstance(exc, ValidationError):
         why = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors()[:3]
+            f"{'.'.join(map(_loc_part, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors()[:3]
         )
     else:
         why = str(exc)

@@ -240,3 +240,24 @@ def test_a_damaged_snapshot_answers_integrity_error(tmp_path: Path) -> None:
     bad, good = asyncio.run(http_get(db, "/threads/t", "/threads/u"))
     assert_tampered(bad, "agentlog verify")
     assert good.status_code == 200, good.text
+
+
+class Scored(AgentState):
+    scores: dict[str, int] = {}
+
+
+def test_a_stored_key_in_the_error_is_quoted_not_raw(tmp_path: Path) -> None:
+    """A value its field rejects, under a key holding control characters: the error names
+    the key escaped, so printing it cannot drive a terminal."""
+
+    async def scenario() -> UnfoldableRecordError:
+        async with SQLiteEventStore(tmp_path / "log.db") as store:
+            bad = StateUpdated(values={"scores": {"k" + ESC: "many"}})
+            await store.append("x", [ThreadCreated(by="api"), bad], expected_seq=0)
+            with pytest.raises(UnfoldableRecordError) as info:
+                await state_at(store, "x", 2, Scored)
+            return info.value
+
+    error = asyncio.run(scenario())
+    assert (error.thread_id, error.seq) == ("x", 2)
+    assert "\x1b" not in str(error)
