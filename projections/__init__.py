@@ -17,6 +17,7 @@ from .errors import (
     InvalidStateUpdateError,
     ProjectionError,
     StateMethodError,
+    UnfoldableRecordError,
 )
 from .fold import Fold, apply, decide, replay
 from .messages import (
@@ -127,6 +128,7 @@ __all__ = [
     "TokenUsages",
     "ToolCallBlock",
     "ToolResultBlock",
+    "UnfoldableRecordError",
     "VideoBlock",
     "add_messages",
     "append_items",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from events.errors import AgentlogError
+from events.errors import AgentlogError, CorruptRecordError, StoreError
 
 
 class ProjectionError(AgentlogError):
@@ -23,3 +23,23 @@ class InvalidStateUpdateError(ProjectionError, ValueError):
 
 class StateMethodError(ProjectionError, RuntimeError):
     """A node called a state method the engine does the work of; the message says what to do."""
+
+
+class UnfoldableRecordError(CorruptRecordError, InvalidStateUpdateError):
+    """A committed record's payload does not fit the thread's state (a message without its
+    fields, a value its field rejects): the thread was written with another state class, or
+    the log was written or edited outside agentlog. Raised by the fold, naming thread and seq;
+    readers answer it as other damaged data (an `InvalidStateUpdateError` too, so a reader
+    that retries with a class built from the log still does)."""
+
+    def __init__(self, thread_id: str, seq: int, kind: str, why: str) -> None:
+        StoreError.__init__(
+            self,
+            f"record seq {seq} of thread {thread_id!r} ({kind!r}) does not fit the thread's "
+            f"state ({why}); if the thread was written with another state class replay with "
+            "it (state_cls=...), otherwise the log was written outside agentlog: run "
+            "`agentlog verify` and restore the file from a verified copy",
+        )
+        self.thread_id = thread_id
+        self.seq = seq
+        self.kind = kind

@@ -60,7 +60,7 @@ from events.kinds import (
 )
 from events.record import EventRecord
 
-from .errors import IllegalTransitionError, InvalidStateUpdateError
+from .errors import IllegalTransitionError, InvalidStateUpdateError, UnfoldableRecordError
 from .messages import Message
 from .reducers import add_messages
 from .state import END, AgentState, ExecutionState, ExecutionStatus, StopRequestStatus
@@ -144,19 +144,29 @@ class Fold(Generic[S]):
         return cls(state_cls(), copy=False)
 
     def apply(self, record: EventRecord) -> None:
-        """Fold one committed record into the state."""
-        _HANDLERS[type(record.event)](self, record.event, record)
+        """Fold one committed record into the state (`UnfoldableRecordError` when its payload
+        does not fit the state)."""
+        try:
+            _HANDLERS[type(record.event)](self, record.event, record)
+        except (ValidationError, InvalidStateUpdateError) as exc:
+            raise unfoldable(record, exc) from None
         self.seq = record.seq
         self.hash = record.hash
 
     def apply_all(self, records: Iterable[EventRecord]) -> None:
-        """Fold records in order."""
+        """Fold records in order (`UnfoldableRecordError` names the first that does not fit)."""
         handlers = _HANDLERS
         with gc_paused():
-            for record in records:
-                handlers[type(record.event)](self, record.event, record)
-                self.seq = record.seq
-                self.hash = record.hash
+            record = None
+            try:
+                for record in records:
+                    handlers[type(record.event)](self, record.event, record)
+                    self.seq = record.seq
+                    self.hash = record.hash
+            except (ValidationError, InvalidStateUpdateError) as exc:
+                if record is None or isinstance(exc, UnfoldableRecordError):
+                    raise
+                raise unfoldable(record, exc) from None
 
     def apply_decided(self, records: Sequence[EventRecord]) -> None:
         """Fold in records not yet committed, each checked first as `decide` checks it.
@@ -239,7 +249,7 @@ class Fold(Generic[S]):
                 new = adapter.validate_python(value)
             except ValidationError as exc:
                 problems = "; ".join(
-                    f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
+                    f"{'.'.join(map(_loc_part, e['loc'])) or 'value'}: {e['msg']}"
                     for e in exc.errors()[:3]
                 )
                 raise InvalidStateUpdateError(
@@ -250,6 +260,26 @@ class Fold(Generic[S]):
                 setattr(self.state, name, new)
             else:  # a copy: a reducer that extends its input in place must not reach others
                 setattr(self.state, name, reducer(copy.copy(getattr(self.state, name)), new))
+
+
+def _loc_part(part: int | str) -> str:
+    """One step of a validation error's location: a stored key quoted when it is not plain
+    printable text, so the message carries no control character from the log."""
+    return part if isinstance(part, str) and part.isprintable() else repr(part)
+
+
+def unfoldable(record: EventRecord, exc: ValueError) -> UnfoldableRecordError:
+    """The typed error of a committed record the fold cannot take, naming thread and seq; a
+    validation error says where and what, never the stored value itself."""
+    if isinstance(exc, UnfoldableRecordError):
+        return exc
+    if isinstance(exc, ValidationError):
+        why = "; ".join(
+            f"{'.'.join(map(_loc_part, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors()[:3]
+        )
+    else:
+        why = str(exc)
+    return UnfoldableRecordError(record.thread_id, record.seq, kind_of(record.event), why)
 
 
 # ---- the handlers: one per kind, each the record of one transition method ----------------

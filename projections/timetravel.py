@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from pydantic import ValidationError
+
 from events import (
     Claim,
     EventRecord,
@@ -55,6 +57,7 @@ from .fold import (
     TOOL_CALLS_KEY,
     Fold,
     before_first_run,
+    unfoldable,
 )
 from .generic import state_fields
 from .messages import (
@@ -238,11 +241,7 @@ async def state_history(
             continue
         status = after[i]
         span = records[start : i + 1]
-        messages = [
-            Message.model_validate(r.event.message)
-            for r in span
-            if isinstance(r.event, MessageAppended)
-        ]
+        messages = [_message_of(r) for r in span if isinstance(r.event, MessageAppended)]
         entries.append(
             StepEntry(
                 step=record.event.step if isinstance(record.event, StepAdvanced) else 0,
@@ -460,11 +459,29 @@ def changed_text(old: str, new: str, context: int = 16) -> str:
     return f'"{part(old)}" -> "{part(new)}"'
 
 
+def _message_of(record: EventRecord) -> Message:
+    """The message a `message_appended` record carries (`UnfoldableRecordError` when it is
+    not one)."""
+    assert isinstance(record.event, MessageAppended)
+    try:
+        return Message.model_validate(record.event.message)
+    except ValueError as exc:
+        raise unfoldable(record, exc) from None
+
+
 def summarize(record: EventRecord, *, replaced: dict[str, Any] | None = None) -> str:
     """What a record says, in a few words (stored text included as it is: show it inert).
 
     `replaced`: for a message replacement, the message it replaced; the summary then says
-    what changed instead of repeating the message."""
+    what changed instead of repeating the message. A message that does not validate raises
+    `UnfoldableRecordError`, naming the record, as the fold does."""
+    try:
+        return _summarize(record, replaced)
+    except ValidationError as exc:
+        raise unfoldable(record, exc) from None
+
+
+def _summarize(record: EventRecord, replaced: dict[str, Any] | None) -> str:
     event = record.event
     if isinstance(event, MessageAppended):
         return message_brief(Message.model_validate(event.message))

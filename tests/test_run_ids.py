@@ -59,3 +59,65 @@ async def test_a_config_run_id_names_the_run_ainvoke_starts(tmp_path: Path) -> N
         with pytest.raises(GraphError, match="run_id"):
             await app.ainvoke("hi", {"thread_id": "u", "run_id": ""})
         assert await store.last_seq("u") == 0
+
+
+async def _copy_renaming_runs(src: Path, dst: Path, names: dict[str, str]) -> None:
+    """Write `src`'s log again into `dst` with each run id in `names` renamed, chain and all:
+    a log as it was written before runs were named by their trigger."""
+    async with SQLiteEventStore(src) as old, SQLiteEventStore(dst) as new:
+        for thread in await old.threads():
+            async for r in old.read(thread):
+                run_id = names.get(r.run_id, r.run_id) if r.run_id is not None else None
+                await new.append(
+                    thread, [r.event], expected_seq=r.seq - 1, run_id=run_id, actor=r.actor
+                )
+
+
+async def test_a_run_id_the_log_wrote_the_old_way_is_a_run_over_http(tmp_path: Path) -> None:
+    src, dst = tmp_path / "new.db", tmp_path / "old.db"
+    async with SQLiteEventStore(src) as store:
+        runtime = build(store)
+        async with runtime:
+            transport = httpx.ASGITransport(app=create_app(runtime))
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
+                paused = await c.post(
+                    "/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"}
+                )
+                first = paused.json()["run"]["run_id"]
+                await c.post(
+                    "/threads/t/runs/wait",
+                    json={"assistant_id": "chat", "command": {"resume": None}},
+                )
+                again = await c.post(
+                    "/threads/t/runs/wait", json={"assistant_id": "chat", "input": "more"}
+                )
+                second = again.json()["run"]["run_id"]
+    await _copy_renaming_runs(src, dst, {first: "run-0a1b2c", second: "run-3d4e5f"})
+    async with SQLiteEventStore(dst) as store:
+        assert {r.run_id async for r in store.read("t")} == {"run-0a1b2c", "run-3d4e5f"}
+        runtime = build(store)
+        async with runtime:
+            transport = httpx.ASGITransport(app=create_app(runtime))
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
+                for old, trigger in (("run-0a1b2c", first), ("run-3d4e5f", second)):
+                    one = await c.get(f"/threads/t/runs/{old}")
+                    assert one.status_code == 200, one.text
+                    assert one.json()["run_id"] == trigger
+                    joined = await c.get(f"/threads/t/runs/{old}/join")
+                    assert joined.status_code == 200, joined.text
+                    async with c.stream("GET", f"/threads/t/runs/{old}/stream") as streamed:
+                        assert streamed.status_code == 200
+                        body = "".join([part async for part in streamed.aiter_text()])
+                    assert trigger in body
+                ended = await c.post("/threads/t/runs/run-0a1b2c/cancel")
+                assert ended.status_code == 409, ended.text  # it ended: not a 404
+                assert ended.json()["error"]["code"] == "conflict"
+                paused_again = await c.post("/threads/t/runs/run-3d4e5f/cancel")
+                assert paused_again.status_code == 200, paused_again.text
+                assert paused_again.json()["run_id"] == second
+                assert paused_again.json()["status"] == "cancelled"
+                # a run id the thread never carried is still unknown
+                missing = await c.get("/threads/t/runs/run-ffffff")
+                assert missing.status_code == 404
+                other = await c.get("/threads/u/runs/run-0a1b2c")
+                assert other.status_code == 404

@@ -25,8 +25,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from actors.cli import app as cli
-from actors.runtime import AgentRuntime, EntryPoint, shared_state
+from actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig, shared_state
 from actors.serve import create_app
+from actors.threads import RUNTIME_KINDS
 from events import SQLiteEventStore
 from events.kinds import (
     EVENT_TYPES,
@@ -221,6 +222,31 @@ def test_the_runtimes_own_threads_are_not_listed_as_the_users(tmp_path: Path) ->
     assert sorted(r["thread_id"] for r in everything) == sorted(stored)
 
 
+def test_a_runtime_thread_of_another_name_is_not_listed_as_the_users(tmp_path: Path) -> None:
+    """The log marks a runtime's thread (it opens with a runtime record), so a reader that
+    does not know the name a `RuntimeConfig` gave it (the command line) leaves it out all the
+    same."""
+    db = tmp_path / "log.db"
+
+    async def scenario() -> tuple[str, list[str], list[str]]:
+        async with SQLiteEventStore(db) as store:
+            runtime = AgentRuntime(store, RuntimeConfig(runtime_thread="ops-ledger"))
+            runtime.add_graph("g", line(("work", reply)).compile(store))
+            runtime.register_entry_point(EntryPoint(id="api", graph_id="g"))
+            async with runtime, client_of(runtime) as client:
+                thread = await runtime.trigger("api", "go")
+                await runtime.wait(thread, timeout=PATIENCE)
+                found = await client.post("/threads/search", json={"limit": 100})
+                return thread, await store.threads(), [t["thread_id"] for t in found.json()]
+
+    thread, stored, searched = asyncio.run(scenario())
+    assert "ops-ledger" in stored
+    assert searched == [thread]
+    assert [r["thread_id"] for r in agentlog("threads", "--db", db)] == [thread]
+    everything = agentlog("threads", "--db", db, "--all")
+    assert sorted(r["thread_id"] for r in everything) == sorted(stored)
+
+
 # ---- every reader, on random sequences over every event kind ------------------------------
 
 GRAPH_ID, GRAPH_NAME = "g", "support"
@@ -384,7 +410,8 @@ OPENERS: list[type[BaseEvent]] = [ThreadCreated, RunStarted, Forked]
 @st.composite
 def accepted_sequences(draw: st.DrawFn) -> list[BaseEvent]:
     """Events the gate accepts from a new thread, drawn one at a time over every kind
-    `events.kinds` declares (a draw the gate refuses is dropped and drawn again)."""
+    `events.kinds` declares (a draw the gate refuses is dropped and drawn again; a runtime
+    record never opens the thread, which would make it the runtime's)."""
     fold: Fold[AgentState] = Fold.new(AgentState)
     events: list[BaseEvent] = []
     length = draw(st.integers(1, 24), label="length")
@@ -396,6 +423,8 @@ def accepted_sequences(draw: st.DrawFn) -> list[BaseEvent]:
             kinds = st.sampled_from(OPENERS) | kinds
         kind = draw(kinds, label="kind")
         event = draw(event_of(kind, fold), label=kind.__name__)
+        if not events and kind_of(event) in RUNTIME_KINDS:
+            continue  # a thread opening with one is a runtime's own (actors.threads), not "t"
         try:
             decide(fold.state, [event], seq=fold.seq)
         except (IllegalTransitionError, InvalidStateUpdateError):

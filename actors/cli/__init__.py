@@ -292,10 +292,13 @@ def threads_command(
 
     The status is the one `show` and the HTTP API give: the library's fold of the log.
     """
-    from ..threads import internal_thread
+    from ..threads import internal_threads
 
     async def job(store: EventStore) -> list[render.ThreadInfo]:
-        ids = [t for t in await store.threads() if everything or not internal_thread(t)]
+        ids = await store.threads()
+        if not everything:
+            hidden = await internal_threads(store, ids)
+            ids = [t for t in ids if t not in hidden]
         infos: list[render.ThreadInfo] = []
         with render.progress(errors, "reading threads") as update:
             for thread_id in ids:

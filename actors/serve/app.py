@@ -25,12 +25,14 @@ from events import EventRecord
 from events.errors import (
     AgentlogError,
     ConcurrencyError,
+    CorruptRecordError,
     StoreError,
     ThreadBusyError,
     ThreadNotFoundError,
 )
 from events.follow import follow
 from events.kinds import Event, ThreadCreated, ThreadHidden
+from events.store import CorruptSnapshotError
 from projections import AgentState, ExecutionStatus, IllegalTransitionError, InvalidStateUpdateError
 from projections.edge import to_builtins
 from projections.fold import Fold
@@ -63,6 +65,7 @@ from ..runtime.spec import (
     UnknownEntryPointError,
     UnknownRunError,
 )
+from ..threads import internal_threads
 from .guard import BODY_TIMEOUT_S, RequestGuard, answer
 from .limits import MAX_DEPTH, nesting_within, showable, shown
 from .streams import BadResumePoint, resume_point, run_at, run_records
@@ -142,6 +145,20 @@ def _classify(exc: BaseException) -> tuple[int, str, str]:
                 f"no thread {exc.thread_id!r} in the log: a thread enters the log when it is "
                 "created (POST /threads) or with its first run (POST /threads/{thread_id}/runs); "
                 "POST /threads/search lists those there are"
+            ),
+        )
+    if isinstance(exc, CorruptRecordError):  # a retry reads the same bytes: say so, and who acts
+        snapshot = isinstance(exc, CorruptSnapshotError)
+        check = "agentlog verify --snapshots" if snapshot else "agentlog verify"
+        what = "snapshot" if snapshot else "record"
+        return (
+            500,
+            "integrity_error",
+            (
+                f"thread {exc.thread_id!r} cannot be served: its {what} at seq {exc.seq} fails "
+                f"an integrity check (altered, damaged or written outside agentlog); a retry "
+                f"will not help: the operator should run `{check}` on the server's log and "
+                "restore it from a verified copy. Other threads are not affected"
             ),
         )
     for kind, status, code in _STATUS:
@@ -498,9 +515,9 @@ def create_app(
         body = body or ThreadSearch()
         who.require("read")
         found: list[dict[str, Any]] = []
-        threads = [
-            t for t in reversed(await runtime.store.threads()) if not runtime.config.is_internal(t)
-        ]
+        stored = await runtime.store.threads()
+        hidden = await internal_threads(runtime.store, stored, runtime.config.runtime_thread)
+        threads = [t for t in reversed(stored) if t not in hidden]
         skipped = 0
         for thread_id in threads:
             graph = runtime.ledger.graph_of.get(
@@ -719,7 +736,7 @@ def create_app(
 
     @app.get("/threads/{thread_id}/runs/{run_id}", summary="One run")
     async def get_run(thread_id: str, run_id: str, who: Principal = Who) -> dict[str, Any]:
-        trigger = _trigger(runtime, thread_id, run_id)
+        trigger = await _trigger(runtime, thread_id, run_id)
         who.require("read", trigger.accepted.graph_id)
         if await runtime.store.last_seq(thread_id) > 0:
             await current(thread_id, trigger.accepted.graph_id)
@@ -732,7 +749,7 @@ def create_app(
         who: Principal = Who,
         timeout: WaitTimeout = 300,
     ) -> dict[str, Any]:
-        trigger = _trigger(runtime, thread_id, run_id)
+        trigger = await _trigger(runtime, thread_id, run_id)
         who.require("read", trigger.accepted.graph_id)
         return await _wait(runtime, trigger, timeout, who)
 
@@ -740,7 +757,7 @@ def create_app(
     async def cancel_run(
         thread_id: str, run_id: str, body: RunCancel | None = None, who: Principal = Who
     ) -> dict[str, Any]:
-        trigger = _trigger(runtime, thread_id, run_id)
+        trigger = await _trigger(runtime, thread_id, run_id)
         who.require("run", trigger.accepted.graph_id)
         ended = ApiError(
             409, "conflict", f"run {run_id!r} has ended ({trigger.outcome}): nothing to cancel"
@@ -789,7 +806,7 @@ def create_app(
         who: Principal = Who,
         last_event_id: str | None = Header(default=None),
     ) -> StreamingResponse:
-        trigger = _trigger(runtime, thread_id, run_id)
+        trigger = await _trigger(runtime, thread_id, run_id)
         who.require("read", trigger.accepted.graph_id)
         if await runtime.store.last_seq(thread_id) > 0:
             await current(thread_id, trigger.accepted.graph_id)
@@ -965,11 +982,31 @@ def _state(thread_id: str, state: AgentState) -> dict[str, Any]:
     }
 
 
-def _trigger(runtime: AgentRuntime, thread_id: str, run_id: str) -> TriggerState:
+async def _trigger(runtime: AgentRuntime, thread_id: str, run_id: str) -> TriggerState:
+    """The trigger a run id names: a trigger id (the run ids this API answers with), or the
+    run id the thread's records carry (`run-...` in logs written before runs were named by
+    their trigger), mapped to the trigger whose dispatch began that run."""
     trigger = runtime.ledger.triggers.get(run_id)
+    if trigger is None:
+        trigger = await _trigger_of_log_run(runtime, thread_id, run_id)
     if trigger is None or trigger.accepted.thread_id != thread_id:
         raise UnknownRunError(f"no run {run_id!r} on thread {thread_id!r}")
     return trigger
+
+
+async def _trigger_of_log_run(
+    runtime: AgentRuntime, thread_id: str, run_id: str
+) -> TriggerState | None:
+    """The trigger that began the log run `run_id` of the thread: the one its first record
+    belongs to (`streams.run_at`). Reads the thread up to that record; only an id the ledger
+    does not know comes here."""
+    if not run_id or not runtime.ledger.by_thread.get(thread_id):
+        return None
+    async for record in runtime.store.read(thread_id):
+        if record.run_id == run_id:
+            trigger_id = run_at(runtime.ledger, thread_id, record.seq)
+            return None if trigger_id is None else runtime.ledger.triggers.get(trigger_id)
+    return None
 
 
 def _run(trigger: TriggerState, runtime: AgentRuntime) -> dict[str, Any]:
