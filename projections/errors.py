@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from events.errors import AgentlogError
+from events.errors import AgentlogError, InvalidArgumentError
 
 
 class ProjectionError(AgentlogError):
@@ -23,3 +23,13 @@ class InvalidStateUpdateError(ProjectionError, ValueError):
 
 class StateMethodError(ProjectionError, RuntimeError):
     """A node called a state method the engine does the work of; the message says what to do."""
+
+
+class ForkPointInCommitError(ProjectionError, InvalidArgumentError):
+    """A fork point inside a commit: the thread never stood there (nothing was written).
+
+    `before` and `after` are the nearest seqs that are fork points (None: there is none)."""
+
+    def __init__(self, message: str, *, seq: int, before: int | None, after: int | None) -> None:
+        self.seq, self.before, self.after = seq, before, after
+        super().__init__(message)
