@@ -10,7 +10,7 @@ import contextlib
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from events import (
@@ -165,7 +165,7 @@ class EventRow:
 
     `duration_ms` and `status` are the execution record the event carries (a step, a run's
     end, a tool call's end), None when it carries none; `tool` names the tool of a tool
-    call's record.
+    call's record; `fork_point` is False for a record inside a commit (`inside_commits`).
     """
 
     seq: int
@@ -177,6 +177,7 @@ class EventRow:
     duration_ms: float | None = None
     status: str | None = None
     tool: str | None = None
+    fork_point: bool = True
 
 
 TIMED_KINDS = ("step_advanced", "tool_call_finished")
@@ -296,7 +297,9 @@ async def event_history(
     rows: list[EventRow] = []
     node: str | None = None
     messages = _Messages()
+    records: list[EventRecord] = []
     async for record in store.read(thread_id, 1, last):
+        records.append(record)
         event = record.event
         if isinstance(event, NodeEntered):
             node = event.node
@@ -320,7 +323,13 @@ async def event_history(
                 tool,
             )
         )
-    return rows
+    if last is not None and records:  # the commit of the last row may go on past it
+        async for record in store.read(thread_id, last + 1):
+            records.append(record)
+            if record.kind not in _PARTS:
+                break
+    inside = inside_commits(records)
+    return [replace(r, fork_point=False) if r.seq in inside else r for r in rows]
 
 
 async def step_span(store: EventStore, thread_id: str, step: int) -> tuple[int, int]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from projections import (
     Message,
     ToolCallBlock,
     ToolResultBlock,
+    event_history,
     order_problems,
 )
 from projections.timetravel import inside_commits
@@ -187,17 +189,44 @@ async def test_at_step_forks_stay_valid_points() -> None:
 def test_the_cli_refuses_a_fork_inside_a_commit_in_one_line(tmp_path: Path) -> None:
     db = tmp_path / "log.db"
 
-    async def build() -> int:
+    async def build() -> tuple[int, list[int]]:
         async with SQLiteEventStore(db) as store:
             app = tool_graph([2], store=store)
             await run_to_end(app, CFG, "go")
-            return agent_output_seq([r async for r in store.read("t")])
+            records = [r async for r in store.read("t")]
+            return agent_output_seq(records), sorted(inside_commits(records))
 
-    seq = asyncio.run(build())
+    seq, inside = asyncio.run(build())
+    assert seq in inside
     before = db.read_bytes()
     line = failed(agentlog("fork", "t", "--seq", str(seq), "--to", "b", "--db", db))
     assert f"at seq {seq}" in line and f"seq {seq - 1} or seq {seq + 1}" in line
     failed(agentlog("fork", "t", "--seq", str(seq), "--db", db, "--json"), "inside a commit")
+    rows = json.loads(agentlog("history", "t", "--db", db, "--json").stdout)
+    assert [r["seq"] for r in rows if not r["fork_point"]] == inside
     assert db.read_bytes() == before  # nothing was written
     done = agentlog("fork", "t", "--seq", str(seq + 1), "--to", "b", "--db", db)
     assert done.returncode == 0 and done.stdout.strip() == "b", done.stderr
+
+
+async def test_the_timeline_marks_which_records_are_fork_points() -> None:
+    app = tool_graph([2])
+    await run_to_end(app, CFG, "go")
+    records = [r async for r in app.store.read("t")]
+    inside = inside_commits(records)
+    rows = await event_history(app.store, "t")
+    assert [r.seq for r in rows if not r.fork_point] == sorted(inside)
+    seq = agent_output_seq(records)
+    (row,) = await event_history(app.store, "t", first=seq, last=seq)  # its commit goes on
+    assert (row.seq, row.fork_point) == (seq, False)
+    (row,) = await event_history(app.store, "t", first=seq + 1, last=seq + 1)
+    assert (row.kind, row.fork_point) == ("step_advanced", True)
+
+
+def test_the_http_api_answers_a_fork_point_inside_a_commit_with_a_stable_code() -> None:
+    """`POST /threads/{id}/copy` forks at steps, always fork points; the error the fork
+    functions raise still has its own 422 code wherever a request reaches them."""
+    from actors.serve.app import _classify
+
+    error = ForkPointInCommitError("inside", seq=5, before=4, after=6)
+    assert _classify(error) == (422, "fork_point_in_commit", "inside")
