@@ -26,6 +26,7 @@ from projections import (
     AgentState,
     ForkPointInCommitError,
     Message,
+    MessageContextManager,
     ToolCallBlock,
     ToolResultBlock,
     event_history,
@@ -39,8 +40,31 @@ from .test_cli_commands import failed
 CFG = {"thread_id": "t"}
 
 
-def tool_graph(turns: list[int], interrupt_before: bool = False, store: Any = None) -> Any:
-    """An agent asking, turn after turn, for `turns[i]` tool calls at once, then answering."""
+class CommitsSeen(MemoryEventStore):
+    """A store that remembers the last seq of each append: the commit ends, as written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ends: set[int] = set()
+
+    async def append(self, thread_id: str, events: Any, **how: Any) -> list[EventRecord]:
+        records = await super().append(thread_id, events, **how)
+        if records and thread_id == "t":
+            self.ends.add(records[-1].seq)
+        return records
+
+
+def tool_graph(
+    turns: list[int],
+    interrupt_before: bool = False,
+    store: Any = None,
+    *,
+    interrupt_after: bool = False,
+    trim: bool = False,
+) -> Any:
+    """An agent asking, turn after turn, for `turns[i]` tool calls at once, then answering;
+    with a breakpoint before the tool node or after the agent, and a context trimmed to a
+    few messages, if asked."""
 
     def agent(state: AgentState) -> list[Message]:
         asked = sum(1 for m in state.context if m.role == "assistant")
@@ -67,7 +91,10 @@ def tool_graph(turns: list[int], interrupt_before: bool = False, store: Any = No
     )
     graph.add_edge("tools", "agent")
     return graph.compile(
-        store or MemoryEventStore(), interrupt_before=["tools"] if interrupt_before else ()
+        store or MemoryEventStore(),
+        interrupt_before=["tools"] if interrupt_before else (),
+        interrupt_after=["agent"] if interrupt_after else (),
+        context_manager=MessageContextManager(max_messages=4) if trim else None,
     )
 
 
@@ -130,21 +157,31 @@ async def test_a_fork_inside_a_step_commit_is_refused_naming_the_points_around_i
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     turns=st.lists(st.integers(min_value=1, max_value=3), min_size=1, max_size=3),
-    interrupt_before=st.booleans(),
+    breakpoint=st.sampled_from([None, "before", "after"]),
+    trim=st.booleans(),
 )
 def test_every_fork_point_resumes_to_a_valid_transcript_and_the_rest_are_refused(
-    turns: list[int], interrupt_before: bool
+    turns: list[int], breakpoint: str | None, trim: bool
 ) -> None:
-    asyncio.run(every_fork_point(turns, interrupt_before))
+    asyncio.run(every_fork_point(turns, breakpoint, trim))
 
 
-async def every_fork_point(turns: list[int], interrupt_before: bool) -> None:
-    app = tool_graph(turns, interrupt_before)
+async def every_fork_point(turns: list[int], breakpoint: str | None, trim: bool) -> None:
+    store = CommitsSeen()
+    app = tool_graph(
+        turns, breakpoint == "before", store, interrupt_after=breakpoint == "after", trim=trim
+    )
     await run_to_end(app, CFG, "go")
     source = await app.aget_state(CFG)
     assert transcript_problems(source.context) == []
     records = [r async for r in app.store.read("t")]
     inside = inside_commits(records)
+    # never a commit's end, as the store saw it; and every record inside a commit but a
+    # step's own (the next node entered and its calls started with it: the same state)
+    assert not inside & store.ends
+    assert {r.seq for r in records if r.seq not in store.ends and r.seq not in inside} <= {
+        r.seq for r in records if r.kind in ("step_advanced", "node_entered")
+    }
     # every step's outputs lie inside its commit: the agent's message, the tool results
     assert {
         r.seq
