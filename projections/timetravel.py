@@ -696,8 +696,11 @@ def inside_commits(records: Sequence[EventRecord]) -> set[int]:
     recorded, its trim, the calls answered as not run) commit with its `step_advanced`; a
     run's end, stop, failure or a node's own pause commit with what closes its calls; a run
     starts or resumes in one commit with its input; a tool node starts its calls in one
-    commit. `node_entered`, each tool call's `tool_call_finished` of a tool node, edits and
-    requests from outside are commits of their own. A record of one commit carries its run.
+    commit. `node_entered`, each tool call's `tool_call_finished` of a tool node (but a
+    closing as abandoned), edits and requests from outside are commits of their own. A
+    record of one commit carries its run. Not told apart (none runs a node again): an edit
+    of several messages, a cancel's closing of the calls, a step's tail entering the next
+    node.
     """
     inside: set[int] = set()
     started: set[str] = set()  # the calls a tool node began: each one's end is its own commit
@@ -708,8 +711,9 @@ def inside_commits(records: Sequence[EventRecord]) -> set[int]:
                 inside.add(records[i - 1].seq)
 
     def part(other: EventRecord, of: EventRecord) -> bool:
-        own_end = other.kind == "tool_call_finished" and (
-            getattr(other.event, "call_id", "") in started
+        event = other.event  # a call's result, not its closing as abandoned, commits alone
+        own_end = isinstance(event, ToolCallFinished) and (
+            event.call_id in started and event.status != "abandoned"
         )
         return other.kind in _PARTS and other.run_id == of.run_id and not own_end
 

@@ -267,3 +267,57 @@ def test_the_http_api_answers_a_fork_point_inside_a_commit_with_a_stable_code() 
 
     error = ForkPointInCommitError("inside", seq=5, before=4, after=6)
     assert _classify(error) == (422, "fork_point_in_commit", "inside")
+
+
+async def test_a_stop_closing_started_calls_is_one_commit_and_forks_around_it_resume() -> None:
+    """A stop cuts a tool node short: the calls it started are closed as abandoned in the
+    stop's commit, which only a fork after it takes."""
+    started, blocked = asyncio.Event(), [True]
+
+    def agent(state: AgentState) -> list[Message]:
+        if any(m.role == "tool" for m in state.context):
+            return [Message.text_message("done", role="assistant")]
+        calls = [ToolCallBlock(id=f"s{i}", name="slow", args={"x": i}) for i in range(2)]
+        return [Message(role="assistant", content=calls)]
+
+    async def slow(x: int) -> str:
+        """Wait, the first time, until cut short."""
+        if blocked[0]:
+            started.set()
+            await asyncio.Event().wait()
+        return f"slow {x}"
+
+    graph: StateGraph[AgentState] = StateGraph(AgentState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode([slow]))
+    graph.set_entry_point("agent")
+    graph.add_conditional_edges(
+        "agent",
+        lambda state: "tools" if state.context[-1].tool_calls() else END,
+        {"tools": "tools", END: END},
+    )
+    graph.add_edge("tools", "agent")
+    store = CommitsSeen()
+    app = graph.compile(store)
+    running = asyncio.create_task(app.ainvoke("go", CFG))
+    await asyncio.wait_for(started.wait(), 60)  # a failure guard, not the synchronisation
+    assert await app.astop(CFG)
+    await running
+    blocked[0] = False
+    records = [r async for r in store.read("t")]
+    assert records[-1].kind == "stopped"
+    assert any(getattr(r.event, "status", None) == "abandoned" for r in records)
+    inside = inside_commits(records)
+    assert not inside & store.ends
+    assert {r.seq for r in records if r.seq not in store.ends and r.seq not in inside} <= {
+        r.seq for r in records if r.kind in ("step_advanced", "node_entered")
+    }
+    for record in records:
+        if record.seq in inside:
+            with pytest.raises(ForkPointInCommitError):
+                await app.afork(CFG, at_seq=record.seq)
+            continue
+        branch = {"thread_id": await app.afork(CFG, at_seq=record.seq)}
+        await run_to_end(app, branch)
+        state = await app.aget_state(branch)
+        assert transcript_problems(state.context) == [], (record.seq, record.kind)
