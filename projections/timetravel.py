@@ -41,6 +41,7 @@ from events.kinds import (
     Stopped,
     ThreadCreated,
     ToolCallFinished,
+    ToolCallStarted,
 )
 from events.store import brief
 
@@ -731,11 +732,38 @@ def inside_commits(records: Sequence[EventRecord]) -> set[int]:
     return inside
 
 
+_AROUND = 512
+"""How many records before a fork point are read to tell its commit (more when it is longer)."""
+
+
+async def _records_around(store: EventStore, thread_id: str, seq: int) -> list[EventRecord]:
+    """The records from `_AROUND` before `seq` to the first after it that is a fork point
+    whatever follows it (no output, opener or tool call start)."""
+    records = [r async for r in store.read(thread_id, max(1, seq - _AROUND), seq)]
+    async for record in store.read(thread_id, seq + 1):
+        records.append(record)
+        if record.kind not in _PARTS | _OPENERS | {"tool_call_started"}:
+            break
+    return records
+
+
+def _unstarted(records: Sequence[EventRecord]) -> bool:
+    """Whether a tool call's result in `records` has its start before them (then whether
+    it was a commit of its own is known from earlier records only)."""
+    started = {r.event.call_id for r in records if isinstance(r.event, ToolCallStarted)}
+    return any(
+        isinstance(r.event, ToolCallFinished) and r.event.call_id not in started for r in records
+    )
+
+
 async def check_fork_point(store: EventStore, thread_id: str, seq: int) -> None:
     """Refuse a fork at `seq` when it lies inside a commit (see `inside_commits`), naming
     the nearest fork points before and after it; nothing is written."""
-    records = [r async for r in store.read(thread_id)]
+    records = await _records_around(store, thread_id, seq)
     inside = inside_commits(records)
+    if records and records[0].seq > 1 and (records[0].seq in inside or _unstarted(records)):
+        records = [r async for r in store.read(thread_id)]  # the commits reach further back
+        inside = inside_commits(records)
     if seq not in inside:
         return
     seqs = [r.seq for r in records if r.seq not in inside]

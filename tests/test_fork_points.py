@@ -31,6 +31,7 @@ from projections import (
     ToolResultBlock,
     event_history,
     order_problems,
+    timetravel,
 )
 from projections.timetravel import inside_commits
 
@@ -321,3 +322,26 @@ async def test_a_stop_closing_started_calls_is_one_commit_and_forks_around_it_re
         await run_to_end(app, branch)
         state = await app.aget_state(branch)
         assert transcript_problems(state.context) == [], (record.seq, record.kind)
+
+
+@pytest.mark.parametrize("around", [1, 2, 3, 5, 512])
+async def test_a_fork_point_is_told_from_the_records_around_it_as_from_the_whole_log(
+    around: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`check_fork_point` reads a window around the seq (the whole log when the commits
+    reach past it): its answers are those of the whole log's."""
+    monkeypatch.setattr(timetravel, "_AROUND", around)
+    app = tool_graph([3, 1, 2], store=None, trim=True)
+    await run_to_end(app, CFG, "go")
+    records = [r async for r in app.store.read("t")]
+    inside = inside_commits(records)
+    points = sorted({r.seq for r in records} - inside)
+    for record in records:
+        try:
+            await timetravel.check_fork_point(app.store, "t", record.seq)
+        except ForkPointInCommitError as error:
+            assert record.seq in inside
+            assert error.before == max((s for s in points if s < record.seq), default=None)
+            assert error.after == min(s for s in points if s > record.seq)
+        else:
+            assert record.seq not in inside
