@@ -13,6 +13,7 @@ from .edge import (
     to_builtins,
 )
 from .errors import (
+    ForkPointInCommitError,
     IllegalTransitionError,
     InvalidStateUpdateError,
     ProjectionError,
@@ -104,6 +105,7 @@ __all__ = [
     "ExecutionState",
     "ExecutionStatus",
     "Fold",
+    "ForkPointInCommitError",
     "IllegalTransitionError",
     "ImageBlock",
     "InvalidMessageError",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from events.errors import AgentlogError, CorruptRecordError, StoreError
+from events.errors import AgentlogError, CorruptRecordError, InvalidArgumentError, StoreError
 
 
 class ProjectionError(AgentlogError):
@@ -43,3 +43,13 @@ class UnfoldableRecordError(CorruptRecordError, InvalidStateUpdateError):
         self.thread_id = thread_id
         self.seq = seq
         self.kind = kind
+
+
+class ForkPointInCommitError(ProjectionError, InvalidArgumentError):
+    """A fork point inside a commit: the thread never stood there (nothing was written).
+
+    `before` and `after` are the nearest seqs that are fork points (None: there is none)."""
+
+    def __init__(self, message: str, *, seq: int, before: int | None, after: int | None) -> None:
+        self.seq, self.before, self.after = seq, before, after
+        super().__init__(message)

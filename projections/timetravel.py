@@ -10,7 +10,7 @@ import contextlib
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
@@ -44,11 +44,12 @@ from events.kinds import (
     Stopped,
     ThreadCreated,
     ToolCallFinished,
+    ToolCallStarted,
 )
 from events.store import brief
 
 from .edge import state_data, state_updated
-from .errors import IllegalTransitionError, InvalidStateUpdateError
+from .errors import ForkPointInCommitError, IllegalTransitionError, InvalidStateUpdateError
 from .fold import (
     AWAITING_KEY,
     ENTERED_KEY,
@@ -169,7 +170,7 @@ class EventRow:
 
     `duration_ms` and `status` are the execution record the event carries (a step, a run's
     end, a tool call's end), None when it carries none; `tool` names the tool of a tool
-    call's record.
+    call's record; `fork_point` is False for a record inside a commit (`inside_commits`).
     """
 
     seq: int
@@ -181,6 +182,7 @@ class EventRow:
     duration_ms: float | None = None
     status: str | None = None
     tool: str | None = None
+    fork_point: bool = True
 
 
 TIMED_KINDS = ("step_advanced", "tool_call_finished")
@@ -296,7 +298,9 @@ async def event_history(
     rows: list[EventRow] = []
     node: str | None = None
     messages = _Messages()
+    records: list[EventRecord] = []
     async for record in store.read(thread_id, 1, last):
+        records.append(record)
         event = record.event
         if isinstance(event, NodeEntered):
             node = event.node
@@ -320,7 +324,13 @@ async def event_history(
                 tool,
             )
         )
-    return rows
+    if last is not None and records:  # the commit of the last row may go on past it
+        async for record in store.read(thread_id, last + 1):
+            records.append(record)
+            if record.kind not in _PARTS:
+                break
+    inside = inside_commits(records)
+    return [replace(r, fork_point=False) if r.seq in inside else r for r in rows]
 
 
 async def step_span(store: EventStore, thread_id: str, step: int) -> tuple[int, int]:
@@ -680,6 +690,126 @@ def compare_states(a_seq: int, b_seq: int, old: AgentState, new: AgentState) -> 
     )
 
 
+_PARTS = frozenset(
+    {
+        "message_appended",
+        "message_replaced",
+        "messages_removed",
+        "messages_replaced",
+        "context_summarized",
+        "state_updated",
+        "shared_written",
+        "outcome_recorded",
+        "model_called",
+        "tool_call_finished",
+    }
+)
+"""Kinds a run writes in the same commit as the record that closes or opens it: a node's
+outputs and facts, a trim, the answers of calls closed as not run, a run's input."""
+
+_CLOSERS = frozenset(
+    {"step_advanced", "run_completed", "run_failed", "stopped", "interrupt_raised"}
+)
+"""Kinds that end a commit of a run holding the records of its kinds `_PARTS` before them."""
+
+_OPENERS = frozenset({"run_started", "resumed"})
+"""Kinds that open a run's commit, with the answers before and the input after them."""
+
+
+def inside_commits(records: Sequence[EventRecord]) -> set[int]:
+    """The seqs of `records` (a whole thread, in order) after which the thread never stood:
+    a later record was written in the same atomic commit, so a state there is half a commit.
+
+    Derived from what the log says of its commits: a step's outputs (and the facts its node
+    recorded, its trim, the calls answered as not run) commit with its `step_advanced`; a
+    run's end, stop, failure or a node's own pause commit with what closes its calls; a run
+    starts or resumes in one commit with its input; a tool node starts its calls in one
+    commit. `node_entered`, each tool call's `tool_call_finished` of a tool node (but a
+    closing as abandoned), edits and requests from outside are commits of their own. A
+    record of one commit carries its run. Not told apart (none runs a node again): an edit
+    of several messages, a cancel's closing of the calls, a step's tail entering the next
+    node.
+    """
+    inside: set[int] = set()
+    started: set[str] = set()  # the calls a tool node began: each one's end is its own commit
+    for i, record in enumerate(records):
+        if record.kind == "tool_call_started":
+            started.add(getattr(record.event, "call_id", ""))
+            if i and records[i - 1].kind == "tool_call_started":
+                inside.add(records[i - 1].seq)
+
+    def part(other: EventRecord, of: EventRecord) -> bool:
+        event = other.event  # a call's result, not its closing as abandoned, commits alone
+        own_end = isinstance(event, ToolCallFinished) and (
+            event.call_id in started and event.status != "abandoned"
+        )
+        return other.kind in _PARTS and other.run_id == of.run_id and not own_end
+
+    for i, record in enumerate(records):
+        if record.kind in _CLOSERS or record.kind in _OPENERS:
+            j = i - 1
+            while j >= 0 and part(records[j], record):
+                inside.add(records[j].seq)
+                j -= 1
+        if record.kind in _OPENERS:
+            j = i + 1
+            while j < len(records) and part(records[j], record):
+                inside.add(records[j - 1].seq)
+                j += 1
+    return inside
+
+
+_AROUND = 512
+"""How many records before a fork point are read to tell its commit (more when it is longer)."""
+
+
+async def _records_around(store: EventStore, thread_id: str, seq: int) -> list[EventRecord]:
+    """The records from `_AROUND` before `seq` to the first after it that is a fork point
+    whatever follows it (no output, opener or tool call start)."""
+    records = [r async for r in store.read(thread_id, max(1, seq - _AROUND), seq)]
+    async for record in store.read(thread_id, seq + 1):
+        records.append(record)
+        if record.kind not in _PARTS | _OPENERS | {"tool_call_started"}:
+            break
+    return records
+
+
+def _unstarted(records: Sequence[EventRecord]) -> bool:
+    """Whether a tool call's result in `records` has its start before them (then whether
+    it was a commit of its own is known from earlier records only)."""
+    started = {r.event.call_id for r in records if isinstance(r.event, ToolCallStarted)}
+    return any(
+        isinstance(r.event, ToolCallFinished) and r.event.call_id not in started for r in records
+    )
+
+
+async def check_fork_point(store: EventStore, thread_id: str, seq: int) -> None:
+    """Refuse a fork at `seq` when it lies inside a commit (see `inside_commits`), naming
+    the nearest fork points before and after it; nothing is written."""
+    records = await _records_around(store, thread_id, seq)
+    inside = inside_commits(records)
+    if records and records[0].seq > 1 and (records[0].seq in inside or _unstarted(records)):
+        records = [r async for r in store.read(thread_id)]  # the commits reach further back
+        inside = inside_commits(records)
+    if seq not in inside:
+        return
+    seqs = [r.seq for r in records if r.seq not in inside]
+    before = max((s for s in seqs if s < seq), default=None)
+    after = min((s for s in seqs if s > seq), default=None)
+    kind = next(r.kind for r in records if r.seq == seq)
+    ends = next((r for r in records if r.seq > seq and r.seq not in inside), None)
+    closed = f" (the commit ends with {ends.kind} at seq {ends.seq})" if ends else ""
+    points = " or ".join(f"seq {s}" for s in (before, after) if s is not None)
+    nearest = "the nearest fork points before and after it" if before and after else "the nearest"
+    raise ForkPointInCommitError(
+        f"cannot fork thread {thread_id!r} at seq {seq} ({kind}): it lies inside a commit"
+        f"{closed}, a point the thread never stood at; fork at {points}, {nearest}",
+        seq=seq,
+        before=before,
+        after=after,
+    )
+
+
 def fork_state(state: S, thread_id: str, seq: int) -> S:
     """The state a fork of `thread_id` at `seq` starts from: the source's there, with a run
     that was going paused before the node it was at (so the fork reads as what it is, takes
@@ -730,6 +860,8 @@ async def fork(
             f"a fork of thread {thread_id!r} needs a point after its first record (at_seq >= 1, "
             "or a step): before it there is no state to continue from"
         )
+    if at_seq is not None and seq is not None:
+        await check_fork_point(store, thread_id, seq)
     fold = await fold_at(store, thread_id, seq, state_cls)
     state = fork_state(fold.state, thread_id, fold.seq)
     new_id = new_thread_id or f"{thread_id}-fork-{uuid.uuid4().hex[:8]}"
@@ -812,12 +944,14 @@ __all__ = [
     "StateDiff",
     "StepEntry",
     "ThreadNotFoundError",
+    "check_fork_point",
     "compare_states",
     "diff",
     "edit_events",
     "event_history",
     "execution_record",
     "fork",
+    "inside_commits",
     "interrupt_summary",
     "message_brief",
     "message_text",

@@ -243,7 +243,7 @@ def test_history_is_the_timeline_of_events(log: Path, t1: Marks) -> None:
     assert rows == [
         {"seq": r.seq, "at": r.at, "kind": r.kind, "actor": r.actor, "node": r.node}
         | {"summary": r.summary, "duration_ms": r.duration_ms, "status": r.status}
-        | {"tool": r.tool}
+        | {"tool": r.tool, "fork_point": r.fork_point}
         for r in expected
     ]
     picked = ok_json("history", "t1", "--kind", "resumed", "--kind", "state_updated", "--db", log)

@@ -278,6 +278,7 @@ def history_json(
             "duration_ms": took,
             "status": status,
             "tool": r.tool,
+            "fork_point": r.fork_point,
         }
         call = usage.call_at(r.seq) if usage is not None and r.kind == "model_called" else None
         if call is not None:

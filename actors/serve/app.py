@@ -33,7 +33,13 @@ from events.errors import (
 from events.follow import follow
 from events.kinds import Event, ThreadCreated, ThreadHidden
 from events.store import CorruptSnapshotError
-from projections import AgentState, ExecutionStatus, IllegalTransitionError, InvalidStateUpdateError
+from projections import (
+    AgentState,
+    ExecutionStatus,
+    ForkPointInCommitError,
+    IllegalTransitionError,
+    InvalidStateUpdateError,
+)
 from projections.edge import to_builtins
 from projections.fold import Fold
 from projections.timetravel import fork, interrupt_summary
@@ -117,6 +123,7 @@ _STATUS: list[tuple[type[BaseException], int, str]] = [
     (NodeReportedError, 409, "run_failed"),
     (RecursionLimitError, 409, "run_failed"),
     (BlockingCallError, 409, "run_failed"),
+    (ForkPointInCommitError, 422, "fork_point_in_commit"),
     (InvalidStateUpdateError, 422, "invalid_state_update"),
     (InvalidTriggerInputError, 422, "invalid_input"),
     (RegistrationError, 422, "invalid_request"),
