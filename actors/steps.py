@@ -479,7 +479,7 @@ class StepLoop(Committing[S]):
                 "'tool_call_id': <id>, 'content': <result>}; other input rejects them and "
                 "starts a new run"
             )
-        answers = await self._answer_pending(fold) if resume is None and inputs else []
+        answers = await self._answer_pending(fold, inputs) if resume is None and inputs else []
         # plain input on a run whose node asked a person (`interrupt()`) is a new request,
         # never the answer: resuming with it would let the node go on as if approved (its
         # `interrupt()` returning None). A breakpoint's pause takes new input and goes on.
@@ -526,19 +526,16 @@ class StepLoop(Committing[S]):
             return
         before = meta.status == ExecutionStatus.INTERRUPTED_BEFORE
         if meta.status == ExecutionStatus.ERROR:
-            where, node = f"failed at node {meta.internal_data.get('failed_node')!r}", None
+            where = f"failed at node {meta.internal_data.get('failed_node')!r}"
         elif meta.stop_current_execution == StopRequestStatus.STOPPED:
             side = "before" if before else "after"
             where = f"stopped {side} node {meta.interrupted_node!r}"
-            node = meta.interrupted_node if before else meta.current_node
         else:
             side = "before" if before else "after"
             why = f" ({meta.interrupt_reason})" if meta.interrupt_reason else ""
             where = f"paused {side} node {meta.interrupted_node!r}{why}"
-            node = meta.interrupted_node if before else meta.current_node
-        waiting = (
-            node in self.graph.nodes and is_tool_node(self.graph.nodes[node])
-        ) and pending_calls(state)
+        # new input answers calls the run owes or that its message would pass (`_answer_pending`)
+        waiting = self._owes_calls(state) or bool(open_calls(state.context))
         reject = (
             "send new input instead: the pending tool calls are answered as not run and a "
             "new run starts with it"
@@ -584,13 +581,17 @@ class StepLoop(Committing[S]):
                 return str(at.get("interrupted_node"))  # a fork's pause, answered
         return None
 
-    async def _answer_pending(self, fold: Fold[S]) -> list[Event]:
-        """Results for the tool calls a paused, stopped or failed run still owes.
+    async def _answer_pending(self, fold: Fold[S], inputs: Sequence[Event]) -> list[Event]:
+        """Results for the tool calls a paused, stopped or failed run still owes, when new
+        input (`inputs`) supersedes it.
 
         New input while a run waits at its tool node means the person answered instead of
-        letting the calls run: each call that finished gets its recorded result, each one
-        that never ran a result saying so, so the transcript stays valid for every model
-        provider; then a new run starts from the entry node with the new input.
+        letting the calls run; new input whose message would come after calls still open at
+        any other pause would split them from their results, an order no provider takes.
+        Either way each call is answered as `closing_events` decides (a committed result
+        kept, else "not run", naming the new input) before the input's message, and a new
+        run starts from the entry node with it: the transcript stays valid for every model
+        provider. Calls the input answers itself are left to it.
         """
         meta = fold.state.execution_meta
         resting = (
@@ -600,17 +601,28 @@ class StepLoop(Committing[S]):
         )
         if not resting:
             return []
+        skip = _answered_ids(inputs)
         if meta.is_interrupted() and _waiting_remote(fold.state):
             why = "the user replied instead of the client answering this call"
-            return await closing_events(self.store, fold, why, over=True)
+            return await closing_events(self.store, fold, why, over=True, skip=skip)
+        if self._owes_calls(fold.state):
+            why = "the user replied before it was approved"
+            return await closing_events(self.store, fold, why, over=True, skip=skip)
+        if goes_past(inputs) and open_calls(fold.state.context):
+            why = "the user sent new input before the run reached this call"
+            return await closing_events(self.store, fold, why, over=True, skip=skip)
+        return []
+
+    def _owes_calls(self, state: AgentState) -> bool:
+        """Whether the paused run would go on into its tool node with calls to run."""
+        meta = state.execution_meta
         before = meta.status == ExecutionStatus.INTERRUPTED_BEFORE
         node = meta.interrupted_node if before else meta.current_node  # where it would go on
-        if node not in self.graph.nodes or not is_tool_node(self.graph.nodes[node]):
-            return []
-        if not pending_calls(fold.state):
-            return []
-        why = "the user replied before it was approved"
-        return await closing_events(self.store, fold, why, over=True)
+        return (
+            node in self.graph.nodes
+            and is_tool_node(self.graph.nodes[node])
+            and bool(pending_calls(state))
+        )
 
     async def _steps(self, run: Run[S]) -> None:
         while True:

@@ -445,3 +445,121 @@ def test_every_edit_leaves_a_transcript_every_provider_takes(
             assert not order_problems(context), order_problems(context)
 
     asyncio.run(scenario())
+
+
+PAUSES = ["before-tools", "before-review", "after-agent", "after-review", "asks", "fails"]
+"""Every kind of pause a run can hold open tool calls in: a breakpoint before the tool node
+or before a node that is none, one after a node, a node asking a person (`interrupt()`), and
+a failed step."""
+
+
+async def paused_with_calls_open(store: MemoryEventStore, pause: str) -> Any:
+    """A run of agent -> review -> tools -> agent paused as `pause` says, its agent's two
+    calls open (no result yet)."""
+    from actors import END, StateGraph, ToolNode, interrupt
+
+    async def lookup(query: str) -> str:
+        """Look something up."""
+        return f"found {query}"
+
+    def agent(state: AgentState) -> list[Message]:
+        last = state.context[-1]
+        if last.role == "user":
+            calls = [tool_call("lookup", call_id=f"c{i}", query=last.text()) for i in (1, 2)]
+            return [ask_tools(*calls)]
+        return [reply(f"done after {last.role}")]
+
+    failed: list[bool] = []
+
+    def review(state: AgentState) -> None:
+        if pause == "asks":
+            interrupt("approve these calls?")
+        if pause == "fails" and not failed:
+            failed.append(True)
+            raise RuntimeError("the reviewer is down")
+
+    graph: StateGraph[AgentState] = StateGraph()
+    graph.add_node("agent", agent)
+    graph.add_node("review", review)
+    graph.add_node("tools", ToolNode([lookup]))
+    graph.set_entry_point("agent")
+    graph.add_conditional_edges(
+        "agent",
+        lambda state: "review" if state.context[-1].tool_calls() else END,
+        {"review": "review", END: END},
+    )
+    graph.add_edge("review", "tools")
+    graph.add_edge("tools", "agent")
+    before = {"before-tools": ["tools"], "before-review": ["review"]}.get(pause, [])
+    after = {"after-agent": ["agent"], "after-review": ["review"]}.get(pause, [])
+    app = graph.compile(store, interrupt_before=before, interrupt_after=after)
+    try:
+        await app.ainvoke("order 1", CFG)
+    except Exception as exc:
+        assert pause == "fails", exc
+    state = await app.aget_state(CFG)
+    assert order_problems([*state.context, Message.text_message("x")]), pause
+    return app
+
+
+@settings(max_examples=40)
+@given(
+    pause=st.sampled_from(PAUSES),
+    steps=st.lists(st.sampled_from(["input", "edit", "edit-as-agent"]), min_size=1, max_size=3),
+)
+def test_new_input_at_every_kind_of_pause_leaves_a_transcript_every_provider_takes(
+    pause: str, steps: list[str]
+) -> None:
+    """New input (and edits) on a run paused in any way with tool calls open: each is refused
+    (writing nothing) or leaves a context every provider accepts, and the open calls it
+    passes are answered as not run, naming the new input, before its message."""
+
+    async def scenario() -> None:
+        store = MemoryEventStore()
+        app = await paused_with_calls_open(store, pause)
+        for n, step in enumerate(steps):
+            before = await store.last_seq("t")
+            earlier = set(answers((await app.aget_state(CFG)).context))
+            try:
+                if step == "input":
+                    await asyncio.wait_for(app.ainvoke(f"order {n + 2}", CFG), 30)
+                else:
+                    as_node = "agent" if step == "edit-as-agent" else None
+                    message = Message.text_message(f"note {n}", role="user")
+                    await app.aupdate_state(CFG, {"messages": [message]}, as_node=as_node)
+            except Exception as exc:  # a refusal is typed and writes nothing
+                assert type(exc).__name__ in (
+                    "InvalidStateUpdateError",
+                    "IllegalTransitionError",
+                ), exc
+                assert await store.last_seq("t") == before
+                continue
+            context = (await app.aget_state(CFG)).context
+            assert not order_problems(context), (pause, steps, order_problems(context))
+            if step == "input":
+                found = answers(context)
+                for call in {"c1", "c2"} - earlier:
+                    if found[call].status == "rejected":
+                        assert "new input" in str(found[call].output) or "replied" in str(
+                            found[call].output
+                        )
+
+    asyncio.run(scenario())
+
+
+async def test_new_input_before_a_node_that_is_no_tool_node_answers_the_open_calls_first() -> None:
+    """A run paused before a plain node while its calls are open: new input answers them as
+    not run (the reason names the new input) before its message, and a new run starts."""
+    store = MemoryEventStore()
+    app = await paused_with_calls_open(store, "before-review")
+    result = await app.ainvoke("order 2", CFG, include_state=True)
+    context = result["state"].context
+    assert not order_problems(context), order_problems(context)
+    found = answers(context)
+    for call in ("c1", "c2"):
+        assert found[call].status == "rejected"
+        assert "not run: the user sent new input" in str(found[call].output)
+    roles = [m.role for m in context]
+    assert roles[:5] == ["user", "assistant", "tool", "tool", "user"]
+    kinds = [r.kind async for r in store.read("t")]
+    assert kinds.count("run_started") == 2
