@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -37,13 +37,10 @@ from projections import (
     ExecutionStatus,
     Fold,
     IllegalTransitionError,
-    Message,
     RemoteToolCallBlock,
     StopRequestStatus,
     StreamChunk,
     StreamEvent,
-    ToolCallBlock,
-    message_appended,
     open_calls,
     to_builtins,
 )
@@ -56,7 +53,6 @@ from projections.fold import (
 )
 from projections.generic import state_fields
 from projections.messages import monotonic, new_run_id, normalize_input
-from projections.transcript import unique_id
 
 from ._actor import ActorStoppedError
 from .command import Command
@@ -105,7 +101,7 @@ from .run import (
     run_config,
 )
 from .stream import END_OF_STREAM, RunStream
-from .tools import pending_calls, rejected_message
+from .tools import pending_calls
 from .view import node_view
 
 TRIGGER_KEY = "trigger_id"
@@ -462,14 +458,19 @@ class StepLoop(Committing[S]):
         if waiting and _answers_any(inputs, waiting):
             # The client ran its tool calls: their results resume the run where it paused.
             run.own.update(_appended_ids(inputs))
-            answered = _answered_ids(inputs)
+            # the calls it left unanswered are not run, answered right after its results
+            # and before any other message it sends (`closing_events`, as every early end)
+            remote = {c.id for c in waiting}
+            skip = _answered_ids(inputs) | {c.id for c in open_calls(fold.state.context)} - remote
+            why = "the client answered other calls of this message but not this one"
+            closing = await closing_events(self.store, fold, why, over=True, skip=skip)
+            cut = next((i for i, e in enumerate(inputs) if goes_past([e])), len(inputs))
             resumed: list[Event] = [
                 Resumed(value=None, by=user, node=_paused_at(meta), trigger_id=trigger),
-                *inputs,
+                *inputs[:cut],
+                *closing,
+                *inputs[cut:],
             ]
-            why = "not run: the client answered other calls of this message but not this one"
-            known = fold.message_ids
-            resumed += [_not_run(c, why, known) for c in waiting if c.id not in answered]
             return run, resumed
         if waiting and not inputs:
             names = ", ".join(f"{c.name} ({c.id})" for c in waiting)
@@ -913,23 +914,6 @@ def _requested(
                 node=at, reason=reason, when="after" if after else "before", data=to_builtins(data)
             )
     return goto, pause, ending
-
-
-def _not_run(
-    call: ToolCallBlock | RemoteToolCallBlock, why: str, known: Container[str | int]
-) -> MessageAppended:
-    """The result of a call that never ran, `why` telling the model so."""
-    block = ToolCallBlock(id=call.id, name=call.name, args=call.args)
-    return _result_appended(rejected_message(block, why), known)
-
-
-def _result_appended(message: Message, known: Container[str | int]) -> MessageAppended:
-    """A tool result joining the context, under an id of its own (a model may reuse a call
-    id in a later turn, and the derived id of its earlier result is taken)."""
-    fresh = unique_id(message.message_id, known)
-    if fresh != message.message_id:
-        message = message.model_copy(update={"message_id": fresh})
-    return message_appended(message)
 
 
 def _waiting_remote(state: AgentState) -> list[RemoteToolCallBlock]:

@@ -563,3 +563,42 @@ async def test_new_input_before_a_node_that_is_no_tool_node_answers_the_open_cal
     assert roles[:5] == ["user", "assistant", "tool", "tool", "user"]
     kinds = [r.kind async for r in store.read("t")]
     assert kinds.count("run_started") == 2
+
+
+async def test_calls_a_client_leaves_unanswered_are_not_run_before_its_next_message() -> None:
+    """A client answers one of its two calls and says something in the same input: the other
+    call is answered as not run (by `closing_events`, as every early end) right after the
+    client's result, before its message, so no provider refuses the transcript."""
+    from actors import END, StateGraph
+    from projections import RemoteToolCallBlock
+
+    def agent(state: AgentState) -> list[Message]:
+        if state.context[-1].role == "user" and state.context[-1].text() == "where?":
+            calls = [RemoteToolCallBlock(id=f"r{i}", name="locate") for i in (1, 2)]
+            return [Message(role="assistant", content=calls)]
+        return [reply("noted")]
+
+    graph: StateGraph[AgentState] = StateGraph()
+    graph.add_node("agent", agent)
+    graph.set_entry_point("agent")
+    graph.add_conditional_edges(
+        "agent",
+        lambda s: "agent" if s.context[-1].tool_calls() else END,
+        {"agent": "agent", END: END},
+    )
+    app = graph.compile(MemoryEventStore())
+    assert (await app.ainvoke("where?", CFG))["status"] == "interrupted_after"
+    answer = [
+        {"role": "tool", "tool_call_id": "r1", "content": "Oslo"},
+        {"role": "user", "content": "and hurry"},
+    ]
+    result = await app.ainvoke(answer, CFG, include_state=True)
+    context = result["state"].context
+    assert not order_problems(context), order_problems(context)
+    found = answers(context)
+    assert found["r1"].output == "Oslo"
+    assert found["r2"].status == "rejected"
+    assert found["r2"].output == (
+        "not run: the client answered other calls of this message but not this one"
+    )
+    assert [m.role for m in context] == ["user", "assistant", "tool", "tool", "user", "assistant"]
