@@ -428,6 +428,7 @@ class StepLoop(Committing[S]):
             in_flight=in_flight,
             recursion_limit=_recursion_limit(config, self.recursion_limit),
             started=started,
+            last_snapshot=fold.snapshot_seq,  # the thread's latest, not 0 for every run
         )
         resume = command.resume if command is not None else None
         paused = meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED
