@@ -169,7 +169,7 @@ async def client(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, dict[
         runtime.register_entry_point(EntryPoint(id="chat", graph_id="weather"))
         async with runtime:
             transport = httpx.ASGITransport(app=create_app(runtime))
-            async with httpx.AsyncClient(transport=transport, base_url="http://local") as http:
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
                 yield http, calls
 
 

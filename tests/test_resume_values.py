@@ -167,7 +167,7 @@ async def client(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, SQLit
         runtime = support_runtime(store, refunds)
         async with runtime:
             transport = httpx.ASGITransport(app=create_app(runtime))
-            async with httpx.AsyncClient(transport=transport, base_url="http://local") as http:
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
                 http.refunds = refunds  # type: ignore[attr-defined]
                 yield http, store
 
