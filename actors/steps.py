@@ -492,7 +492,9 @@ class StepLoop(Committing[S]):
             and bool(meta.internal_data.get(AWAITING_KEY))
         )
         events: list[Event] = []
-        if fold.seq == 0 or meta.status in _OVER or answers or superseded or before_first_run(meta):
+        # the answers supersede a paused or failed run; a run cut short goes on after them
+        superseded = superseded or (bool(answers) and resuming)
+        if fold.seq == 0 or meta.status in _OVER or superseded or before_first_run(meta):
             run.run_id = _run_id(config)
             events.extend(answers)
             events.append(
@@ -514,6 +516,7 @@ class StepLoop(Committing[S]):
         else:
             run.cut_short = True  # a run that was cut short: carry on where the log stops
             run.skip_interrupt_before = await self._released_breakpoint(fold)
+            events.extend(answers)  # its open calls answered before the input's message
         events.extend(inputs)
         if not run.run_id:
             run.run_id = _run_id(config)
@@ -584,16 +587,18 @@ class StepLoop(Committing[S]):
         return None
 
     async def _answer_pending(self, fold: Fold[S], inputs: Sequence[Event]) -> list[Event]:
-        """Results for the tool calls a paused, stopped or failed run still owes, when new
-        input (`inputs`) supersedes it.
+        """Results for the tool calls a paused, stopped, failed or crashed run still owes,
+        when new input (`inputs`) supersedes it.
 
         New input while a run waits at its tool node means the person answered instead of
         letting the calls run; new input whose message would come after calls still open at
-        any other pause would split them from their results, an order no provider takes.
-        Either way each call is answered as `closing_events` decides (a committed result
-        kept, else "not run", naming the new input) before the input's message, and a new
-        run starts from the entry node with it: the transcript stays valid for every model
-        provider. Calls the input answers itself are left to it.
+        any other pause, or in a run a crash cut short, would split them from their results,
+        an order no provider takes. Either way each call is answered as `closing_events`
+        decides (a committed result kept, a started one abandoned, else "not run", naming
+        the new input) before the input's message, and a new run starts from the entry node
+        with it (a run cut short goes on after them, as it does with any input): the
+        transcript stays valid for every model provider. Calls the input answers itself are
+        left to it.
         """
         meta = fold.state.execution_meta
         resting = (
@@ -601,17 +606,19 @@ class StepLoop(Committing[S]):
             or meta.stop_current_execution == StopRequestStatus.STOPPED
             or meta.status == ExecutionStatus.ERROR
         )
-        if not resting:
+        # this call holds the claim: a run the log shows running was cut short by a crash
+        crashed = meta.status == ExecutionStatus.RUNNING and not before_first_run(meta)
+        if not resting and not crashed:
             return []
         skip = _answered_ids(inputs)
         if meta.is_interrupted() and _waiting_remote(fold.state):
             why = "the user replied instead of the client answering this call"
             return await closing_events(self.store, fold, why, over=True, skip=skip)
-        if self._owes_calls(fold.state):
+        if resting and self._owes_calls(fold.state):
             why = "the user replied before it was approved"
             return await closing_events(self.store, fold, why, over=True, skip=skip)
         if goes_past(inputs) and open_calls(fold.state.context):
-            why = "the user sent new input before the run reached this call"
+            why = "the user sent new input instead of letting the run go on"
             return await closing_events(self.store, fold, why, over=True, skip=skip)
         return []
 

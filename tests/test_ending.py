@@ -602,3 +602,44 @@ async def test_calls_a_client_leaves_unanswered_are_not_run_before_its_next_mess
         "not run: the client answered other calls of this message but not this one"
     )
     assert [m.role for m in context] == ["user", "assistant", "tool", "tool", "user", "assistant"]
+
+
+@pytest.mark.parametrize("started", [False, True], ids=["calls-not-started", "calls-started"])
+async def test_new_input_on_a_run_a_crash_cut_short_answers_its_open_calls_first(
+    started: bool,
+) -> None:
+    """A crash left a run mid-way with its calls open (started ahead, or not yet): new input
+    answers them before its message (a started call abandoned, its outcome unknown, as the
+    crash left it; one never started not run), and the run goes on from there with it; the
+    email the input came instead of is never sent."""
+    store = MemoryEventStore()
+    calls = [
+        tool_call("send_email", call_id="email", to="bo"),
+        tool_call("lookup", call_id="lookup", query="order"),
+    ]
+    events: list[Any] = [
+        RunStarted(entry_node="agent"),
+        message_appended(Message.text_message("mail bo", message_id="u")),
+        NodeEntered(node="agent"),
+        message_appended(ask_tools(*calls).model_copy(update={"message_id": "a"})),
+        StepAdvanced(step=1, next_node="tools"),
+    ]
+    if started:
+        events += [NodeEntered(node="tools")]
+        events += [ToolCallStarted(call_id=c.id, name=c.name, node="tools") for c in calls]
+    await store.append("t", events, expected_seq=0)
+    mail = Mail(store)
+    mail.gate.set()
+    app = mail.graph().compile(store)
+    result = await app.ainvoke("actually, do not", CFG, include_state=True)
+    context = result["state"].context
+    assert not order_problems(context), order_problems(context)
+    assert [m.role for m in context] == ["user", "assistant", "tool", "tool", "user", "assistant"]
+    found = answers(context)
+    for call in ("email", "lookup"):
+        if started:
+            assert found[call].status == "abandoned" and "unknown" in str(found[call].output)
+        else:
+            assert found[call].status == "rejected" and "not run" in str(found[call].output)
+        assert "new input" in str(found[call].output)
+    assert mail.sent == []
