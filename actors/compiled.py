@@ -297,10 +297,12 @@ class CompiledGraph(StepLoop[S]):
         *,
         actor: str,
         what: str,
+        run_id: str | Callable[[Fold[S]], str | None] | None = None,
     ) -> list[EventRecord]:
         """Append what `decide` makes of the thread as the log has it, holding the thread's
         claim meanwhile, so it never lands under a run in flight (`ThreadBusyError` while
-        one runs). The one path of edits, cancels and deletions."""
+        one runs). The one path of edits, cancels and deletions; `run_id` names the run the
+        records belong to (a cancel's, the run it ends)."""
         claim = await self._claim(thread_id, f"{what} by {actor!r}")
         try:
             return await write(
@@ -309,6 +311,7 @@ class CompiledGraph(StepLoop[S]):
                 decide,
                 state_cls=self.graph.state_cls,
                 actor=actor,
+                run_id=run_id,
                 claim=claim,
                 append=journal_for(self.store).append,
                 what=what,
@@ -445,7 +448,14 @@ class CompiledGraph(StepLoop[S]):
             events.append(RunCancelled(by=by, reason=reason, node=meta.current_node))
             return events
 
-        return bool(await self.awrite_claimed(thread_id, cancel, actor=by, what="a cancel"))
+        def ended(fold: Fold[S]) -> str | None:
+            run_id = fold.state.execution_meta.internal_data.get("run_id")
+            return str(run_id) if run_id else None  # the run the cancel ends
+
+        written = await self.awrite_claimed(
+            thread_id, cancel, actor=by, what="a cancel", run_id=ended
+        )
+        return bool(written)
 
     def invoke(
         self,

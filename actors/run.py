@@ -54,6 +54,8 @@ class Run(Generic[S]):
     idle: bool = False
     cut_short: bool = False
     last_snapshot: int = 0
+    """The seq of the thread's latest snapshot: the one its fold was loaded from, then the
+    last this run took."""
     snapshots: SnapshotWriter | None = None
     """Follows the context as commits land, so a snapshot references the log (see
     `projections.snapshots`)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -37,13 +37,10 @@ from projections import (
     ExecutionStatus,
     Fold,
     IllegalTransitionError,
-    Message,
     RemoteToolCallBlock,
     StopRequestStatus,
     StreamChunk,
     StreamEvent,
-    ToolCallBlock,
-    message_appended,
     open_calls,
     to_builtins,
 )
@@ -56,7 +53,6 @@ from projections.fold import (
 )
 from projections.generic import state_fields
 from projections.messages import monotonic, new_run_id, normalize_input
-from projections.transcript import unique_id
 
 from ._actor import ActorStoppedError
 from .command import Command
@@ -105,7 +101,7 @@ from .run import (
     run_config,
 )
 from .stream import END_OF_STREAM, RunStream
-from .tools import pending_calls, rejected_message
+from .tools import pending_calls
 from .view import node_view
 
 TRIGGER_KEY = "trigger_id"
@@ -432,6 +428,7 @@ class StepLoop(Committing[S]):
             in_flight=in_flight,
             recursion_limit=_recursion_limit(config, self.recursion_limit),
             started=started,
+            last_snapshot=fold.snapshot_seq,  # the thread's latest, not 0 for every run
         )
         resume = command.resume if command is not None else None
         paused = meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED
@@ -467,14 +464,19 @@ class StepLoop(Committing[S]):
         if waiting and _answers_any(inputs, waiting):
             # The client ran its tool calls: their results resume the run where it paused.
             run.own.update(_appended_ids(inputs))
-            answered = _answered_ids(inputs)
+            # the calls it left unanswered are not run, answered right after its results
+            # and before any other message it sends (`closing_events`, as every early end)
+            remote = {c.id for c in waiting}
+            skip = _answered_ids(inputs) | {c.id for c in open_calls(fold.state.context)} - remote
+            why = "the client answered other calls of this message but not this one"
+            closing = await closing_events(self.store, fold, why, over=True, skip=skip)
+            cut = next((i for i, e in enumerate(inputs) if goes_past([e])), len(inputs))
             resumed: list[Event] = [
                 Resumed(value=None, by=user, node=_paused_at(meta), trigger_id=trigger),
-                *inputs,
+                *inputs[:cut],
+                *closing,
+                *inputs[cut:],
             ]
-            why = "not run: the client answered other calls of this message but not this one"
-            known = fold.message_ids
-            resumed += [_not_run(c, why, known) for c in waiting if c.id not in answered]
             return run, resumed
         if waiting and not inputs:
             names = ", ".join(f"{c.name} ({c.id})" for c in waiting)
@@ -484,7 +486,7 @@ class StepLoop(Committing[S]):
                 "'tool_call_id': <id>, 'content': <result>}; other input rejects them and "
                 "starts a new run"
             )
-        answers = await self._answer_pending(fold) if resume is None and inputs else []
+        answers = await self._answer_pending(fold, inputs) if resume is None and inputs else []
         # plain input on a run whose node asked a person (`interrupt()`) is a new request,
         # never the answer: resuming with it would let the node go on as if approved (its
         # `interrupt()` returning None). A breakpoint's pause takes new input and goes on.
@@ -495,7 +497,9 @@ class StepLoop(Committing[S]):
             and bool(meta.internal_data.get(AWAITING_KEY))
         )
         events: list[Event] = []
-        if fold.seq == 0 or meta.status in _OVER or answers or superseded or before_first_run(meta):
+        # the answers supersede a paused or failed run; a run cut short goes on after them
+        superseded = superseded or (bool(answers) and resuming)
+        if fold.seq == 0 or meta.status in _OVER or superseded or before_first_run(meta):
             run.run_id = _run_id(config)
             events.extend(answers)
             events.append(
@@ -517,6 +521,7 @@ class StepLoop(Committing[S]):
         else:
             run.cut_short = True  # a run that was cut short: carry on where the log stops
             run.skip_interrupt_before = await self._released_breakpoint(fold)
+            events.extend(answers)  # its open calls answered before the input's message
         events.extend(inputs)
         if not run.run_id:
             run.run_id = _run_id(config)
@@ -531,19 +536,16 @@ class StepLoop(Committing[S]):
             return
         before = meta.status == ExecutionStatus.INTERRUPTED_BEFORE
         if meta.status == ExecutionStatus.ERROR:
-            where, node = f"failed at node {meta.internal_data.get('failed_node')!r}", None
+            where = f"failed at node {meta.internal_data.get('failed_node')!r}"
         elif meta.stop_current_execution == StopRequestStatus.STOPPED:
             side = "before" if before else "after"
             where = f"stopped {side} node {meta.interrupted_node!r}"
-            node = meta.interrupted_node if before else meta.current_node
         else:
             side = "before" if before else "after"
             why = f" ({meta.interrupt_reason})" if meta.interrupt_reason else ""
             where = f"paused {side} node {meta.interrupted_node!r}{why}"
-            node = meta.interrupted_node if before else meta.current_node
-        waiting = (
-            node in self.graph.nodes and is_tool_node(self.graph.nodes[node])
-        ) and pending_calls(state)
+        # new input answers calls the run owes or that its message would pass (`_answer_pending`)
+        waiting = self._owes_calls(state) or bool(open_calls(state.context))
         reject = (
             "send new input instead: the pending tool calls are answered as not run and a "
             "new run starts with it"
@@ -589,13 +591,19 @@ class StepLoop(Committing[S]):
                 return str(at.get("interrupted_node"))  # a fork's pause, answered
         return None
 
-    async def _answer_pending(self, fold: Fold[S]) -> list[Event]:
-        """Results for the tool calls a paused, stopped or failed run still owes.
+    async def _answer_pending(self, fold: Fold[S], inputs: Sequence[Event]) -> list[Event]:
+        """Results for the tool calls a paused, stopped, failed or crashed run still owes,
+        when new input (`inputs`) supersedes it.
 
         New input while a run waits at its tool node means the person answered instead of
-        letting the calls run: each call that finished gets its recorded result, each one
-        that never ran a result saying so, so the transcript stays valid for every model
-        provider; then a new run starts from the entry node with the new input.
+        letting the calls run; new input whose message would come after calls still open at
+        any other pause, or in a run a crash cut short, would split them from their results,
+        an order no provider takes. Either way each call is answered as `closing_events`
+        decides (a committed result kept, a started one abandoned, else "not run", naming
+        the new input) before the input's message, and a new run starts from the entry node
+        with it (a run cut short goes on after them, as it does with any input): the
+        transcript stays valid for every model provider. Calls the input answers itself are
+        left to it.
         """
         meta = fold.state.execution_meta
         resting = (
@@ -603,19 +611,32 @@ class StepLoop(Committing[S]):
             or meta.stop_current_execution == StopRequestStatus.STOPPED
             or meta.status == ExecutionStatus.ERROR
         )
-        if not resting:
+        # this call holds the claim: a run the log shows running was cut short by a crash
+        crashed = meta.status == ExecutionStatus.RUNNING and not before_first_run(meta)
+        if not resting and not crashed:
             return []
+        skip = _answered_ids(inputs)
         if meta.is_interrupted() and _waiting_remote(fold.state):
             why = "the user replied instead of the client answering this call"
-            return await closing_events(self.store, fold, why, over=True)
+            return await closing_events(self.store, fold, why, over=True, skip=skip)
+        if resting and self._owes_calls(fold.state):
+            why = "the user replied before it was approved"
+            return await closing_events(self.store, fold, why, over=True, skip=skip)
+        if goes_past(inputs) and open_calls(fold.state.context):
+            why = "the user sent new input instead of letting the run go on"
+            return await closing_events(self.store, fold, why, over=True, skip=skip)
+        return []
+
+    def _owes_calls(self, state: AgentState) -> bool:
+        """Whether the paused run would go on into its tool node with calls to run."""
+        meta = state.execution_meta
         before = meta.status == ExecutionStatus.INTERRUPTED_BEFORE
         node = meta.interrupted_node if before else meta.current_node  # where it would go on
-        if node not in self.graph.nodes or not is_tool_node(self.graph.nodes[node]):
-            return []
-        if not pending_calls(fold.state):
-            return []
-        why = "the user replied before it was approved"
-        return await closing_events(self.store, fold, why, over=True)
+        return (
+            node in self.graph.nodes
+            and is_tool_node(self.graph.nodes[node])
+            and bool(pending_calls(state))
+        )
 
     async def _steps(self, run: Run[S]) -> None:
         while True:
@@ -906,23 +927,6 @@ def _requested(
                 node=at, reason=reason, when="after" if after else "before", data=to_builtins(data)
             )
     return goto, pause, ending
-
-
-def _not_run(
-    call: ToolCallBlock | RemoteToolCallBlock, why: str, known: Container[str | int]
-) -> MessageAppended:
-    """The result of a call that never ran, `why` telling the model so."""
-    block = ToolCallBlock(id=call.id, name=call.name, args=call.args)
-    return _result_appended(rejected_message(block, why), known)
-
-
-def _result_appended(message: Message, known: Container[str | int]) -> MessageAppended:
-    """A tool result joining the context, under an id of its own (a model may reuse a call
-    id in a later turn, and the derived id of its earlier result is taken)."""
-    fresh = unique_id(message.message_id, known)
-    if fresh != message.message_id:
-        message = message.model_copy(update={"message_id": fresh})
-    return message_appended(message)
 
 
 def _waiting_remote(state: AgentState) -> list[RemoteToolCallBlock]:

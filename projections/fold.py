@@ -136,6 +136,9 @@ class Fold(Generic[S]):
         self.seq = seq
         self.hash = ""
         """The chain hash (hex) of record `seq`, when the fold has seen it."""
+        self.snapshot_seq = 0
+        """The seq of the stored snapshot the fold started from (0: from the log's start),
+        so a run knows how far the thread is past its latest snapshot."""
         self._ids = set(map(_message_id, _held(self.state.context)))
 
     @classmethod

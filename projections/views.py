@@ -135,6 +135,7 @@ async def _fold_from_snapshot(
                 if state is not None:
                     fold = Fold(state, seq=snapshot.seq, copy=False)
                     fold.hash, anchor = snapshot.hash, bytes.fromhex(snapshot.hash)
+                    fold.snapshot_seq = snapshot.seq
     if fold is None:
         fold = Fold.new(state_cls)
     if fold.seq < target or anchor is not None:

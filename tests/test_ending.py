@@ -445,3 +445,201 @@ def test_every_edit_leaves_a_transcript_every_provider_takes(
             assert not order_problems(context), order_problems(context)
 
     asyncio.run(scenario())
+
+
+PAUSES = ["before-tools", "before-review", "after-agent", "after-review", "asks", "fails"]
+"""Every kind of pause a run can hold open tool calls in: a breakpoint before the tool node
+or before a node that is none, one after a node, a node asking a person (`interrupt()`), and
+a failed step."""
+
+
+async def paused_with_calls_open(store: MemoryEventStore, pause: str) -> Any:
+    """A run of agent -> review -> tools -> agent paused as `pause` says, its agent's two
+    calls open (no result yet)."""
+    from actors import END, StateGraph, ToolNode, interrupt
+
+    async def lookup(query: str) -> str:
+        """Look something up."""
+        return f"found {query}"
+
+    def agent(state: AgentState) -> list[Message]:
+        last = state.context[-1]
+        if last.role == "user":
+            calls = [tool_call("lookup", call_id=f"c{i}", query=last.text()) for i in (1, 2)]
+            return [ask_tools(*calls)]
+        return [reply(f"done after {last.role}")]
+
+    failed: list[bool] = []
+
+    def review(state: AgentState) -> None:
+        if pause == "asks":
+            interrupt("approve these calls?")
+        if pause == "fails" and not failed:
+            failed.append(True)
+            raise RuntimeError("the reviewer is down")
+
+    graph: StateGraph[AgentState] = StateGraph()
+    graph.add_node("agent", agent)
+    graph.add_node("review", review)
+    graph.add_node("tools", ToolNode([lookup]))
+    graph.set_entry_point("agent")
+    graph.add_conditional_edges(
+        "agent",
+        lambda state: "review" if state.context[-1].tool_calls() else END,
+        {"review": "review", END: END},
+    )
+    graph.add_edge("review", "tools")
+    graph.add_edge("tools", "agent")
+    before = {"before-tools": ["tools"], "before-review": ["review"]}.get(pause, [])
+    after = {"after-agent": ["agent"], "after-review": ["review"]}.get(pause, [])
+    app = graph.compile(store, interrupt_before=before, interrupt_after=after)
+    try:
+        await app.ainvoke("order 1", CFG)
+    except Exception as exc:
+        assert pause == "fails", exc
+    state = await app.aget_state(CFG)
+    assert order_problems([*state.context, Message.text_message("x")]), pause
+    return app
+
+
+@settings(max_examples=40)
+@given(
+    pause=st.sampled_from(PAUSES),
+    steps=st.lists(st.sampled_from(["input", "edit", "edit-as-agent"]), min_size=1, max_size=3),
+)
+def test_new_input_at_every_kind_of_pause_leaves_a_transcript_every_provider_takes(
+    pause: str, steps: list[str]
+) -> None:
+    """New input (and edits) on a run paused in any way with tool calls open: each is refused
+    (writing nothing) or leaves a context every provider accepts, and the open calls it
+    passes are answered as not run, naming the new input, before its message."""
+
+    async def scenario() -> None:
+        store = MemoryEventStore()
+        app = await paused_with_calls_open(store, pause)
+        for n, step in enumerate(steps):
+            before = await store.last_seq("t")
+            earlier = set(answers((await app.aget_state(CFG)).context))
+            try:
+                if step == "input":
+                    await asyncio.wait_for(app.ainvoke(f"order {n + 2}", CFG), 30)
+                else:
+                    as_node = "agent" if step == "edit-as-agent" else None
+                    message = Message.text_message(f"note {n}", role="user")
+                    await app.aupdate_state(CFG, {"messages": [message]}, as_node=as_node)
+            except Exception as exc:  # a refusal is typed and writes nothing
+                assert type(exc).__name__ in (
+                    "InvalidStateUpdateError",
+                    "IllegalTransitionError",
+                ), exc
+                assert await store.last_seq("t") == before
+                continue
+            context = (await app.aget_state(CFG)).context
+            assert not order_problems(context), (pause, steps, order_problems(context))
+            if step == "input":
+                found = answers(context)
+                for call in {"c1", "c2"} - earlier:
+                    if found[call].status == "rejected":
+                        assert "new input" in str(found[call].output) or "replied" in str(
+                            found[call].output
+                        )
+
+    asyncio.run(scenario())
+
+
+async def test_new_input_before_a_node_that_is_no_tool_node_answers_the_open_calls_first() -> None:
+    """A run paused before a plain node while its calls are open: new input answers them as
+    not run (the reason names the new input) before its message, and a new run starts."""
+    store = MemoryEventStore()
+    app = await paused_with_calls_open(store, "before-review")
+    result = await app.ainvoke("order 2", CFG, include_state=True)
+    context = result["state"].context
+    assert not order_problems(context), order_problems(context)
+    found = answers(context)
+    for call in ("c1", "c2"):
+        assert found[call].status == "rejected"
+        assert "not run: the user sent new input" in str(found[call].output)
+    roles = [m.role for m in context]
+    assert roles[:5] == ["user", "assistant", "tool", "tool", "user"]
+    kinds = [r.kind async for r in store.read("t")]
+    assert kinds.count("run_started") == 2
+
+
+async def test_calls_a_client_leaves_unanswered_are_not_run_before_its_next_message() -> None:
+    """A client answers one of its two calls and says something in the same input: the other
+    call is answered as not run (by `closing_events`, as every early end) right after the
+    client's result, before its message, so no provider refuses the transcript."""
+    from actors import END, StateGraph
+    from projections import RemoteToolCallBlock
+
+    def agent(state: AgentState) -> list[Message]:
+        if state.context[-1].role == "user" and state.context[-1].text() == "where?":
+            calls = [RemoteToolCallBlock(id=f"r{i}", name="locate") for i in (1, 2)]
+            return [Message(role="assistant", content=calls)]
+        return [reply("noted")]
+
+    graph: StateGraph[AgentState] = StateGraph()
+    graph.add_node("agent", agent)
+    graph.set_entry_point("agent")
+    graph.add_conditional_edges(
+        "agent",
+        lambda s: "agent" if s.context[-1].tool_calls() else END,
+        {"agent": "agent", END: END},
+    )
+    app = graph.compile(MemoryEventStore())
+    assert (await app.ainvoke("where?", CFG))["status"] == "interrupted_after"
+    answer = [
+        {"role": "tool", "tool_call_id": "r1", "content": "Oslo"},
+        {"role": "user", "content": "and hurry"},
+    ]
+    result = await app.ainvoke(answer, CFG, include_state=True)
+    context = result["state"].context
+    assert not order_problems(context), order_problems(context)
+    found = answers(context)
+    assert found["r1"].output == "Oslo"
+    assert found["r2"].status == "rejected"
+    assert found["r2"].output == (
+        "not run: the client answered other calls of this message but not this one"
+    )
+    assert [m.role for m in context] == ["user", "assistant", "tool", "tool", "user", "assistant"]
+
+
+@pytest.mark.parametrize("started", [False, True], ids=["calls-not-started", "calls-started"])
+async def test_new_input_on_a_run_a_crash_cut_short_answers_its_open_calls_first(
+    started: bool,
+) -> None:
+    """A crash left a run mid-way with its calls open (started ahead, or not yet): new input
+    answers them before its message (a started call abandoned, its outcome unknown, as the
+    crash left it; one never started not run), and the run goes on from there with it; the
+    email the input came instead of is never sent."""
+    store = MemoryEventStore()
+    calls = [
+        tool_call("send_email", call_id="email", to="bo"),
+        tool_call("lookup", call_id="lookup", query="order"),
+    ]
+    events: list[Any] = [
+        RunStarted(entry_node="agent"),
+        message_appended(Message.text_message("mail bo", message_id="u")),
+        NodeEntered(node="agent"),
+        message_appended(ask_tools(*calls).model_copy(update={"message_id": "a"})),
+        StepAdvanced(step=1, next_node="tools"),
+    ]
+    if started:
+        events += [NodeEntered(node="tools")]
+        events += [ToolCallStarted(call_id=c.id, name=c.name, node="tools") for c in calls]
+    await store.append("t", events, expected_seq=0)
+    mail = Mail(store)
+    mail.gate.set()
+    app = mail.graph().compile(store)
+    result = await app.ainvoke("actually, do not", CFG, include_state=True)
+    context = result["state"].context
+    assert not order_problems(context), order_problems(context)
+    assert [m.role for m in context] == ["user", "assistant", "tool", "tool", "user", "assistant"]
+    found = answers(context)
+    for call in ("email", "lookup"):
+        if started:
+            assert found[call].status == "abandoned" and "unknown" in str(found[call].output)
+        else:
+            assert found[call].status == "rejected" and "not run" in str(found[call].output)
+        assert "new input" in str(found[call].output)
+    assert mail.sent == []

@@ -121,3 +121,41 @@ async def test_a_run_id_the_log_wrote_the_old_way_is_a_run_over_http(tmp_path: P
                 assert missing.status_code == 404
                 other = await c.get("/threads/u/runs/run-0a1b2c")
                 assert other.status_code == 404
+
+
+async def test_a_cancel_over_http_and_by_the_runtime_names_the_run_it_ends(
+    tmp_path: Path,
+) -> None:
+    """Every record of a run names it, its cancel's records too: over HTTP, through the
+    runtime's `cancel`, the run's id is the one HTTP answered with."""
+    async with SQLiteEventStore(tmp_path / "cancel.db") as store:
+        runtime = build(store)
+        app = create_app(runtime)
+        async with runtime:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
+                paused = await c.post(
+                    "/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"}
+                )
+                first = paused.json()["run"]["run_id"]
+                cancelled = await c.post(f"/threads/t/runs/{first}/cancel", json={})
+                assert cancelled.status_code == 200, cancelled.text
+                records = [r async for r in store.read("t")]
+                assert records[-1].kind == "run_cancelled"
+                assert {r.run_id for r in records} == {first}
+            again = await runtime.submit("chat", "more", thread_id="u")
+            assert (await runtime.wait("u"))["status"] == "interrupted_before"
+            await runtime.cancel("u", actor="alice", reason="duplicate")
+            records = [r async for r in store.read("u")]
+            assert records[-1].kind == "run_cancelled"
+            assert {r.run_id for r in records} == {again.trigger_id}
+
+
+async def test_acancel_names_the_run_it_ends(tmp_path: Path) -> None:
+    async with SQLiteEventStore(tmp_path / "acancel.db") as store:
+        app = line(("a", reply), ("b", reply)).compile(store, interrupt_before=["b"])
+        await app.ainvoke("hi", {"thread_id": "t", "run_id": "order-42"})
+        assert await app.acancel({"thread_id": "t"}, by="alice")
+        records = [r async for r in store.read("t")]
+        assert records[-1].kind == "run_cancelled"
+        assert {r.run_id for r in records} == {"order-42"}

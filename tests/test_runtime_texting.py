@@ -166,6 +166,8 @@ async def test_rollback_sets_the_thread_back_to_before_the_run(store: Any, sync:
     superseded = [r.event for r in records if r.kind == "run_superseded"]
     assert len(superseded) == 1 and superseded[0].started_seq == 1
     assert superseded[0].run_id == records[0].run_id  # it names the first run
+    ending = records[kinds.index("run_cancelled") : kinds.index("run_superseded") + 1]
+    assert {r.run_id for r in ending} == {records[0].run_id}  # records of the run it ends
     assert kinds.index("run_superseded") > kinds.index("run_cancelled")
     assert state.execution_meta.step > 3  # steps keep counting over the superseded run
     first = runtime.ledger.triggers[runtime.ledger.by_thread["t"][0]]

@@ -788,3 +788,28 @@ async def test_a_context_holding_one_message_twice(db: SQLiteEventStore, observe
     assert twice.message_id not in {m.message_id for m in thread.context}
     await same_as_the_log(db, last.seq, AgentState)
     assert await verify_snapshots(db, T) == []
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_short_runs_snapshot_a_thread_at_rest_once_every_64_records(
+    kind: str, tmp_path: Path
+) -> None:
+    """Runs of 6 records each: a snapshot at rest is taken only once the thread is 64
+    records past its latest one (the one each run loads), not after every run past 64."""
+    from actors.steps import SNAPSHOT_AT_REST
+    from tests.helpers import line
+
+    def echo(state: AgentState) -> list[Message]:
+        return [Message.text_message("echo", role="assistant")]
+
+    store: Any = MemoryEventStore() if kind == "memory" else SQLiteEventStore(tmp_path / "s.db")
+    async with store:
+        app = line(("echo", echo)).compile(store=store)
+        for n in range(40):
+            await app.ainvoke(f"order {n}", {"thread_id": "t"})
+        last = await store.last_seq("t")
+        assert last == 240
+        seqs = await store.snapshot_seqs("t")
+        assert seqs == [66, 132, 198], seqs
+        gaps = [b - a for a, b in zip([0, *seqs], seqs, strict=False)]
+        assert all(gap >= SNAPSHOT_AT_REST for gap in gaps)

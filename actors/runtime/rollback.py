@@ -83,7 +83,9 @@ async def roll_back(
 
     while True:
         try:
-            written = await app.awrite_claimed(thread_id, supersede, actor=by, what="a rollback")
+            written = await app.awrite_claimed(
+                thread_id, supersede, actor=by, what="a rollback", run_id=run_id
+            )
         except ThreadBusyError:
             await asyncio.sleep(RETRY_S)
             continue
