@@ -14,6 +14,7 @@ from actors.testing import (
     WaitTimeoutError,
     until,
     until_blocking,
+    until_idle,
     wait_for_line,
     wait_for_record,
 )
@@ -76,3 +77,30 @@ async def test_wait_for_line_sees_a_line_another_writer_appends(tmp_path: Path) 
     await asyncio.sleep(0)
     path.write_text("starting\nreached the point\n")
     assert await waiting == "reached the point"
+
+
+async def test_until_idle_returns_once_event_triggers_have_answered_and_run(
+    tmp_path: Path,
+) -> None:
+    from actors.runtime import AgentRuntime, EntryPoint
+    from tests.helpers import line
+
+    def reply(state: AgentState) -> list[Message]:
+        return [Message.text_message("seen", role="assistant")]
+
+    async with SQLiteEventStore(tmp_path / "log.db") as store:
+        runtime = AgentRuntime(store)
+        runtime.add_graph("chat", line(("reply", reply)).compile(store))
+        runtime.add_graph("audit", line(("note", reply)).compile(store))
+        runtime.register_entry_point(EntryPoint(id="api", graph_id="chat"))
+        runtime.register_entry_point(
+            EntryPoint(
+                id="after", graph_id="audit", trigger="event", kinds=["run_completed"],
+                from_graph="chat",
+            )
+        )  # fmt: skip
+        async with runtime:
+            await runtime.trigger_and_wait("api", "hi", timeout=60)
+            await until_idle(runtime)  # the audit run the completion started has finished
+            assert runtime.stats()["entry_points"]["after"]["completed"] == 1
+            assert runtime.stats()["executing"] == runtime.stats()["queued"] == 0

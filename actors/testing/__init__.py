@@ -34,7 +34,14 @@ if TYPE_CHECKING:
     from .faults import FaultyStore, SimulatedCrashError, When
     from .machine import GraphMachine, graph_machine
     from .report import MachineFailure, comparable
-    from .waiting import WaitTimeoutError, until, until_blocking, wait_for_line, wait_for_record
+    from .waiting import (
+        WaitTimeoutError,
+        until,
+        until_blocking,
+        until_idle,
+        wait_for_line,
+        wait_for_record,
+    )
 
 _HOMES = {
     ".checks": ["assert_replays", "paused_at", "restart"],
@@ -56,7 +63,14 @@ _HOMES = {
     ".faults": ["FaultyStore", "SimulatedCrashError", "When"],
     ".machine": ["GraphMachine", "graph_machine"],
     ".report": ["MachineFailure", "comparable"],
-    ".waiting": ["WaitTimeoutError", "until", "until_blocking", "wait_for_line", "wait_for_record"],
+    ".waiting": [
+        "WaitTimeoutError",
+        "until",
+        "until_blocking",
+        "until_idle",
+        "wait_for_line",
+        "wait_for_record",
+    ],
 }
 _LAZY = {name: home for home, names in _HOMES.items() for name in names}
 
@@ -87,6 +101,7 @@ __all__ = [
     "tool_call",
     "until",
     "until_blocking",
+    "until_idle",
     "wait_for_line",
     "wait_for_record",
 ]

@@ -117,6 +117,27 @@ async def wait_for_line(path: Any, text: str, *, timeout: float = GUARD_S) -> st
     return found
 
 
+async def until_idle(runtime: Any, *, timeout: float = GUARD_S) -> None:
+    """Wait until an `AgentRuntime` has nothing left to do for now: no run executing or
+    queued, and its event entry points have answered every record committed so far.
+
+    What a test awaits before asserting that nothing more comes (an event trigger that must
+    not fire, a restart that must repeat nothing), instead of sleeping and hoping.
+    """
+    from events.follow import last_position
+
+    listens = any(e.trigger == "event" for e in runtime.entries.values())
+
+    async def idle() -> bool:
+        if runtime.dispatcher.executing or runtime.dispatcher.depth():
+            return False
+        head = await last_position(runtime.store)
+        return not listens or runtime.listeners.settled >= head
+
+    settled: bool = await until(idle, timeout=timeout, what="the runtime to be idle")
+    assert settled
+
+
 def _named(predicate: Callable[..., Any]) -> str:
     return getattr(predicate, "__qualname__", None) or repr(predicate)
 
