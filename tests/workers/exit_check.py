@@ -39,8 +39,9 @@ def build(store: EventStore) -> CompiledGraph[AgentState]:
     return graph.compile(store)
 
 
-def agentlog_threads(wait: float = 2.0) -> list[str]:
-    """The names of this process's agentlog threads still alive after up to `wait` s."""
+def agentlog_threads(wait: float = 60.0) -> list[str]:
+    """The names of this process's agentlog threads still alive after up to `wait` s (a
+    failure guard: a busy machine may take a while to end them)."""
     deadline = time.monotonic() + wait
     while True:
         names = sorted(t.name for t in threading.enumerate() if t.name.startswith("agentlog"))
