@@ -46,7 +46,8 @@ from projections.transcript import results_of
 from tests.helpers import agent_with_tools
 
 CFG = {"thread_id": "t"}
-GUARD = 3000
+GUARD_S = 300.0
+"""A failure guard only: how long a held tool waits for the test to release it."""
 """Polls of 10 ms at most before a wait is called failed: a guard, never the synchronisation."""
 
 
@@ -75,7 +76,7 @@ class Mail:
 
         def lookup_sync(query: str) -> str:
             """Look something up (slowly)."""
-            assert self.thread_gate.wait(GUARD / 100), "the test never let the lookup return"
+            assert self.thread_gate.wait(GUARD_S), "the test never let the lookup return"
             return f"found {query}"
 
         if self.sync:
