@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from actors._actor import Actor, ActorFailed, ActorStoppedError, AskTimeoutError
+from actors.testing import until
 
 
 @dataclass(frozen=True)
@@ -25,12 +26,18 @@ class Slow:
     seconds: float
 
 
-class Counter(Actor[Add | Boom | Slow, int]):
+@dataclass(frozen=True)
+class Held:
+    """Handled until the test sets the actor's `release`; `holding` is set once in hand."""
+
+
+class Counter(Actor[Add | Boom | Slow | Held, int]):
     def __init__(self, **kwargs: object) -> None:
         super().__init__("counter", **kwargs)  # type: ignore[arg-type]
         self.total = 0
         self.seen: list[int] = []
         self.events: list[str] = []
+        self.holding, self.release = asyncio.Event(), asyncio.Event()
 
     async def on_start(self) -> None:
         self.events.append("start")
@@ -41,7 +48,7 @@ class Counter(Actor[Add | Boom | Slow, int]):
     async def on_failure(self, message: object, error: BaseException) -> None:
         self.events.append(f"failure:{error}")
 
-    async def receive(self, message: Add | Boom | Slow) -> int:
+    async def receive(self, message: Add | Boom | Slow | Held) -> int:
         match message:
             case Add(n):
                 self.total += n
@@ -50,6 +57,9 @@ class Counter(Actor[Add | Boom | Slow, int]):
                 raise ValueError(why)
             case Slow(seconds):
                 await asyncio.sleep(seconds)
+            case Held():
+                self.holding.set()
+                await self.release.wait()
         return self.total
 
 
@@ -93,13 +103,15 @@ async def test_async_supervisors_are_awaited() -> None:
 
 async def test_the_mailbox_is_bounded() -> None:
     actor = Counter(mailbox_size=2).start()
-    await actor.tell(Slow(0.2))
-    await asyncio.sleep(0.01)  # the slow message is being handled; the mailbox is empty
+    await actor.tell(Held())
+    await actor.holding.wait()  # the held message is being handled; the mailbox is empty
     await actor.tell(Add(1))
     await actor.tell(Add(2))
     blocked = asyncio.ensure_future(actor.tell(Add(3)))
-    await asyncio.sleep(0.05)
+    for _ in range(20):
+        await asyncio.sleep(0)  # the loop runs everything that could make room: nothing does
     assert not blocked.done()  # backpressure: the third tell waits for room
+    actor.release.set()
     await blocked
     await actor.stop()
     assert actor.seen == [1, 2, 3]
@@ -110,7 +122,8 @@ async def test_the_mailbox_is_bounded() -> None:
 async def test_ask_times_out_with_a_typed_error() -> None:
     actor = Counter().start()
     with pytest.raises(AskTimeoutError, match="counter"):
-        await actor.ask(Slow(0.5), timeout=0.05)
+        await actor.ask(Held(), timeout=0.05)  # held until released: it cannot beat the timeout
+    actor.release.set()
     assert await actor.ask(Add(1)) == 1
     await actor.stop()
 
@@ -126,8 +139,8 @@ async def test_stop_drains_queued_messages_by_default() -> None:
 
 async def test_stop_without_drain_fails_waiting_asks_clearly() -> None:
     actor = Counter().start()
-    await actor.tell(Slow(0.05))
-    await asyncio.sleep(0.01)
+    await actor.tell(Held())
+    await actor.holding.wait()
     pending = [asyncio.ensure_future(actor.ask(Add(i))) for i in range(3)]
     await asyncio.sleep(0)
     await actor.stop(drain=False)
@@ -150,8 +163,8 @@ async def test_a_stopped_or_unstarted_actor_refuses_messages() -> None:
 
 async def test_cancelling_the_actor_fails_the_message_in_hand() -> None:
     actor = Counter().start()
-    ask = asyncio.ensure_future(actor.ask(Slow(1)))
-    await asyncio.sleep(0.01)
+    ask = asyncio.ensure_future(actor.ask(Held()))
+    await actor.holding.wait()
     assert actor._task is not None
     actor._task.cancel()
     with pytest.raises(ActorStoppedError, match="cancelled"):
@@ -171,15 +184,18 @@ async def test_a_broken_failure_hook_does_not_stop_the_actor() -> None:
 
 
 class Sleeper(Actor[float, float]):
+    """Each message is in hand until the test sets `gate`; `active` and `peak` count them."""
+
     def __init__(self, concurrency: int | None) -> None:
         super().__init__("sleeper", concurrency=concurrency)
         self.active = 0
         self.peak = 0
+        self.gate = asyncio.Event()
 
     async def receive(self, message: float) -> float:
         self.active += 1
         self.peak = max(self.peak, self.active)
-        await asyncio.sleep(message)
+        await self.gate.wait()
         self.active -= 1
         return message
 
@@ -187,7 +203,12 @@ class Sleeper(Actor[float, float]):
 @pytest.mark.parametrize(("limit", "peak"), [(1, 1), (3, 3), (None, 8)])
 async def test_concurrency_limits_messages_in_hand(limit: int | None, peak: int) -> None:
     actor = Sleeper(limit).start()
-    replies = await asyncio.gather(*(actor.ask(0.02) for _ in range(8)))
+    asks = asyncio.gather(*(actor.ask(0.02) for _ in range(8)))
+    await until(lambda: actor.active == peak)
+    for _ in range(20):
+        await asyncio.sleep(0)  # room for a message the limit should hold back
+    actor.gate.set()
+    replies = await asks
     assert replies == [0.02] * 8 and actor.peak == peak
     await actor.stop()
     with pytest.raises(ValueError):
@@ -197,16 +218,21 @@ async def test_concurrency_limits_messages_in_hand(limit: int | None, peak: int)
 async def test_stop_waits_for_messages_in_hand() -> None:
     actor = Sleeper(None).start()
     asks = [asyncio.ensure_future(actor.ask(0.05)) for _ in range(3)]
-    await asyncio.sleep(0.01)
-    await actor.stop()
+    await until(lambda: actor.active == 3)
+    stopping = asyncio.ensure_future(actor.stop())
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not stopping.done()  # the messages in hand are still running
+    actor.gate.set()
+    await stopping
     assert [await a for a in asks] == [0.05] * 3
 
 
 async def test_stop_without_drain_cancels_messages_in_hand() -> None:
     actor = Sleeper(None).start()
     ask = asyncio.ensure_future(actor.ask(60.0))
-    await asyncio.sleep(0.01)
-    await asyncio.wait_for(actor.stop(drain=False), 5)
+    await until(lambda: actor.active == 1)
+    await actor.stop(drain=False)  # the gate stays shut: only a cancel ends the message
     with pytest.raises(ActorStoppedError, match="cancelled"):
         await ask
 
@@ -221,13 +247,14 @@ async def test_an_unbounded_actor_answers_asks_at_once_and_stops_cleanly() -> No
     with pytest.raises(ValueError, match="no"):
         await actor.ask(Boom("no"))
     assert [str(f.error) for f in failures] == ["no"]
-    slow = asyncio.create_task(actor.ask(Slow(30)))
-    await asyncio.sleep(0.01)
+    slow = asyncio.create_task(actor.ask(Held()))
+    await actor.holding.wait()
     slow.cancel()
     with pytest.raises(asyncio.CancelledError):
         await slow
-    waiting = asyncio.create_task(actor.ask(Slow(30)))
-    await asyncio.sleep(0.01)
+    actor.holding.clear()
+    waiting = asyncio.create_task(actor.ask(Held()))
+    await actor.holding.wait()
     await actor.stop(drain=False)
     with pytest.raises(ActorStoppedError):
         await waiting

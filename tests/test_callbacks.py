@@ -7,7 +7,6 @@ import asyncio
 import os
 import signal
 import sqlite3
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from actors import (
     Occurrence,
     StateGraph,
 )
+from actors.testing import until_blocking
 from events import SQLiteEventStore
 from projections import AgentState, Message, ToolCallBlock, replay
 from tests.helpers import agent_with_tools, line, spawn_worker, wait_ready
@@ -234,12 +234,12 @@ def test_a_crash_and_resume_does_not_call_the_hooks_of_committed_steps(tmp_path:
     db, journal = tmp_path / "crash.db", tmp_path / "journal.txt"
     proc = spawn_worker("hook_run", db, journal, "run")
     wait_ready(proc)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # kill mid-run: some steps committed, not all
+
+    def four_steps() -> bool:  # kill mid-run: some steps committed, not all
         lines = journal.read_text().splitlines() if journal.exists() else []
-        if sum(x.startswith("after") for x in lines) >= 4:
-            break
-        time.sleep(0.01)
+        return sum(x.startswith("after") for x in lines) >= 4
+
+    until_blocking(four_steps)
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from actors.testing import until, until_blocking
 from events import SQLiteEventStore
 from events.claims import HOST
 
@@ -69,15 +70,6 @@ def finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
         out, err = proc.communicate()
         raise AssertionError(f"worker did not end within {WORKER_TIMEOUT}s: {out}\n{err}") from None
     return proc.returncode, out, err
-
-
-def wait_until(condition: object, timeout: float = 20.0) -> None:
-    """Poll `condition()` until true; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(0.01)
 
 
 def lines(path: Path) -> list[str]:
@@ -160,9 +152,9 @@ def test_a_second_process_is_refused_before_it_writes_and_the_charge_runs_once(
     reaper += [a, b]
     wait_line(a, "ready")
     wait_line(b, "ready")
-    wait_until(lambda: (row := claim_row(db, "t")) is not None and row[1] == a.pid)
+    until_blocking(lambda: (row := claim_row(db, "t")) is not None and row[1] == a.pid)
     if arrival == "while_charging":
-        wait_until(lambda: lines(effects) == ["start charge-1"])
+        until_blocking(lambda: lines(effects) == ["start charge-1"])
     else:
         assert lines(effects) == [], "the charge started before the thread was even checked"
     time.sleep(delay)
@@ -216,7 +208,7 @@ def test_a_thread_held_by_a_killed_process_is_taken_over_at_once(
     reaper += [a, c]
     wait_line(a, "ready")
     wait_line(c, "ready")
-    wait_until(lambda: lines(effects) == ["start charge-1"])
+    until_blocking(lambda: lines(effects) == ["start charge-1"])
     os.kill(a.pid, signal.SIGKILL)
     assert a.wait(timeout=WORKER_TIMEOUT) == -signal.SIGKILL
     row = claim_row(db, "t")
@@ -251,10 +243,12 @@ async def test_the_heartbeat_renews_the_row_while_the_loop_is_blocked(tmp_path: 
                 conn.close()
 
         seen = {beat()}
-        deadline = time.monotonic() + 0.8
-        while time.monotonic() < deadline:  # blocks the loop: a sync node would do this
-            time.sleep(0.05)
+
+        def beaten_thrice() -> bool:
             seen.add(beat())
+            return len(seen) >= 3
+
+        until_blocking(beaten_thrice)  # blocks the loop, as a sync node would: beats go on
         assert len(seen) >= 3, f"heartbeat_at took only the values {sorted(seen)}"
         holder = await store.holder("t")
         assert holder is not None and holder.token == claim.token
@@ -370,11 +364,11 @@ async def test_work_that_outlives_its_store_still_frees_the_thread(tmp_path: Pat
         with pytest.raises(ThreadBusyError, match="tool call 'slow'"):
             await store.claim("t")
         release.set()
-        for _ in range(200):
-            if await store.holder("t") is None:
-                break
-            await asyncio.sleep(0.02)
-        assert await store.holder("t") is None  # released on a connection of its own
+
+        async def released() -> bool:
+            return await store.holder("t") is None
+
+        await until(released)  # released on a connection of its own
         out = await graph.compile(store=store).ainvoke(None, {"thread_id": "t"})
         assert out["status"] == "completed"
 
@@ -390,10 +384,15 @@ async def test_a_claims_heartbeat_is_real_time_whatever_the_stores_clock(tmp_pat
 async def test_a_short_lease_added_later_is_renewed_in_time(tmp_path: Path) -> None:
     async with SQLiteEventStore(tmp_path / "log.db") as store:
         await store.claim("long", lease=30.0)  # the heartbeat thread now sleeps ~10 s
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # lets it fall asleep: shorter only weakens, never fails, this
         await store.claim("short", lease=0.6)
         first = await store.holder("short")
-        await asyncio.sleep(0.5)
-        later = await store.holder("short")
-        assert first is not None and later is not None
-        assert later.heartbeat_at > first.heartbeat_at  # beaten within its lease
+        assert first is not None
+
+        async def beaten() -> bool:
+            later = await store.holder("short")
+            return later is not None and later.heartbeat_at > first.heartbeat_at
+
+        # beaten long before the ~10 s the long lease's sleep would take (the bound is the
+        # assertion here, kept well above a busy machine's delay)
+        await until(beaten, timeout=5)

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from actors.serve.webhooks import sign_standard
+from actors.testing import until, wait_for_line
 from events import SQLiteEventStore
 from tests.helpers import ROOT, agentlog
 from tests.workers.serve_app import SECRET
@@ -28,10 +29,14 @@ from tests.workers.serve_app import SECRET
 APP = "tests.workers.serve_app:build"
 
 
-def start(db: Path, *extra: str, effects: Path | None = None) -> tuple[subprocess.Popen[str], str]:
+def start(
+    db: Path, *extra: str, effects: Path | None = None, **test_env: Path
+) -> tuple[subprocess.Popen[str], str]:
+    """Start `agentlog serve` on the worker app; `test_env` sets AGENTLOG_TEST_<NAME> files."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if effects is not None:
         env["AGENTLOG_TEST_EFFECTS"] = str(effects)
+    env.update({f"AGENTLOG_TEST_{name.upper()}": str(path) for name, path in test_env.items()})
     proc = subprocess.Popen(
         [sys.executable, "-c", "from actors.cli import main; main()", "serve",
          "--db", str(db), "--app", APP, "--port", "0", *extra],
@@ -103,8 +108,9 @@ def test_hash_token_prints_what_a_token_file_stores() -> None:
 @pytest.mark.slow
 def test_a_killed_server_runs_every_accepted_delivery_exactly_once(tmp_path: Path) -> None:
     db, effects = tmp_path / "killed.db", tmp_path / "effects.log"
+    started, hold = tmp_path / "started.log", tmp_path / "release"
     accepted: set[str] = set()
-    proc, url = start(db, effects=effects)
+    proc, url = start(db, effects=effects, started=started, hold=hold)  # every `ship` is held
 
     async def send_all(url: str, record: bool) -> None:
         async with httpx.AsyncClient(base_url=url, timeout=30) as client:
@@ -122,14 +128,16 @@ def test_a_killed_server_runs_every_accepted_delivery_exactly_once(tmp_path: Pat
 
     async def first_round() -> None:
         sender = asyncio.ensure_future(send_all(url, record=True))
-        await asyncio.sleep(0.4)
+        await wait_for_line(started, "started")  # a run is in flight, held inside its tool call
+        await until(lambda: accepted, what="an acknowledged delivery")
         os.kill(proc.pid, signal.SIGKILL)
         await sender
 
     asyncio.run(first_round())
     proc.wait(timeout=30)
     assert accepted, "no delivery was acknowledged before the kill"
-    proc, url = start(db, effects=effects)
+    hold.touch()  # the restarted server's calls run through
+    proc, url = start(db, effects=effects, hold=hold)
     try:
         asyncio.run(send_all(url, record=False))  # the senders retry everything
 

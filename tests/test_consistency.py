@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from actors.testing import wait_for_record
 from events import SQLiteEventStore
 from projections import AgentState, Message
 from projections.timetravel import changed_text, event_history
@@ -91,8 +92,7 @@ async def test_a_drain_stop_is_the_runtimes_and_resumed_names_the_paused_node(
         await runtime.trigger("e", "hi", thread_id="t", actor="alice")
         await entered.wait()
         stopping = asyncio.ensure_future(runtime.stop())
-        while "stop_requested" not in [r.kind async for r in store.read("t")]:
-            await asyncio.sleep(0.01)  # polling for the record, bounded by the test's timeout
+        await wait_for_record(store, "t", "stop_requested")
         release.set()
         await stopping
         (stop,) = [r async for r in store.read("t") if r.kind == "stop_requested"]

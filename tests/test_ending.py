@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -21,7 +20,7 @@ from hypothesis import strategies as st
 from actors import NodeTimeoutError
 from actors.runtime import AgentRuntime, EntryPoint
 from actors.serve import create_app
-from actors.testing import ask_tools, reply, tool_call
+from actors.testing import ask_tools, reply, tool_call, until
 from events import (
     EventStore,
     MemoryEventStore,
@@ -47,16 +46,9 @@ from projections.transcript import results_of
 from tests.helpers import agent_with_tools
 
 CFG = {"thread_id": "t"}
-GUARD = 3000
+GUARD_S = 300.0
+"""A failure guard only: how long a held tool waits for the test to release it."""
 """Polls of 10 ms at most before a wait is called failed: a guard, never the synchronisation."""
-
-
-async def until(check: Callable[[], Awaitable[bool]], what: str) -> None:
-    for _ in range(GUARD):
-        if await check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"gave up waiting: {what}")
 
 
 class Mail:
@@ -84,7 +76,7 @@ class Mail:
 
         def lookup_sync(query: str) -> str:
             """Look something up (slowly)."""
-            assert self.thread_gate.wait(GUARD / 100), "the test never let the lookup return"
+            assert self.thread_gate.wait(GUARD_S), "the test never let the lookup return"
             return f"found {query}"
 
         if self.sync:
@@ -117,7 +109,7 @@ class Mail:
                 "lookup",
             ) in kinds
 
-        await until(check, "the email sent and the lookup running")
+        await until(check, what="the email sent and the lookup running")
 
 
 def answers(context: list[Message]) -> dict[str, ToolResultBlock]:
@@ -177,7 +169,7 @@ async def test_a_runtime_cancel_waits_for_a_def_lookup_and_still_calls_it_abando
                 ]
             )
 
-        await until(abandoned, "the lookup recorded as abandoned")
+        await until(abandoned, what="the lookup recorded as abandoned")
         assert not cancelling.done()  # the worker thread still owns the thread
         mail.thread_gate.set()
         await cancelling

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any, get_args
@@ -164,17 +165,29 @@ async def test_a_timed_out_node_fails_the_run_as_timed_out(tmp_path: Path) -> No
 
 
 async def test_a_stop_records_how_long_the_call_ran(tmp_path: Path) -> None:
+    reached, release = threading.Event(), threading.Event()
+
+    def held(state: AgentState) -> list[Message]:
+        """Run `SLEEP_S` (so the call has run at least that long), then wait to be released."""
+        time.sleep(SLEEP_S)
+        reached.set()
+        release.wait(timeout=120)
+        return [Message.text_message("slept", role="assistant")]
+
     async with SQLiteEventStore(tmp_path / "log.db") as store:
-        app = line(("sleeper", sleeper), ("agent", agent)).compile(store)
+        app = line(("held", held), ("agent", agent)).compile(store)
         config = {"thread_id": "s"}
 
         running = asyncio.ensure_future(app.ainvoke("go", config))
-        await asyncio.sleep(0.02)  # the sleeper is running: the stop cuts it short
-        assert await app.astop(config)
-        await running
+        try:
+            await asyncio.to_thread(reached.wait, 120)  # the node is running: the stop cuts it
+            assert await app.astop(config)
+            await running
+        finally:
+            release.set()
         (stopped,) = [r.event for r in await records_of(store, "s") if r.kind == "stopped"]
     assert isinstance(stopped, Stopped)
-    assert stopped.duration_ms is not None and stopped.duration_ms >= 15
+    assert stopped.duration_ms is not None and stopped.duration_ms >= FLOOR_MS
 
 
 def test_history_slowest_and_json_carry_the_durations(tmp_path: Path) -> None:

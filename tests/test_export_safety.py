@@ -16,7 +16,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from actors.testing import until_blocking
 from events import SQLiteEventStore, StateUpdated, audit, export_jsonl, verify_export
 from events.audit import ExportError, ExportFile
 
@@ -249,12 +249,12 @@ def test_a_killed_exports_leftover_is_removed_by_the_next_run_and_no_other(
     last = build_long(db, 30000)
     out.write_text("the previous export\n")
     run = spawn("export", "t", "--db", db, "--out", out, "--overwrite")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # kill it once it has written part of the file
+
+    def partly_written() -> bool:  # kill it once it has written part of the file
         found = leftovers(tmp_path)
-        if found and (tmp_path / found[0]).stat().st_size > 100_000:
-            break
-        time.sleep(0.01)
+        return bool(found) and (tmp_path / found[0]).stat().st_size > 100_000
+
+    until_blocking(partly_written)
     run.send_signal(signal.SIGKILL)
     run.communicate(timeout=30)
     assert run.returncode == -signal.SIGKILL

@@ -18,6 +18,7 @@ from typing import Any, cast
 
 import pytest
 
+from actors.testing import until
 from events import (
     EventRecord,
     EventStore,
@@ -309,8 +310,7 @@ async def test_a_follower_that_stops_reading_holds_no_growing_memory(tmp_path: P
         assert (await take(parked, 1))[0].position == 1
         waiting = follow(store, after=3, poll_s=HOUR)
         next_one = asyncio.create_task(anext(waiting))
-        await asyncio.sleep(0.01)
-        assert store.commit_signal.waiting_loops() == 1
+        await until(lambda: store.commit_signal.waiting_loops() == 1)
         events: list[Event] = [StateUpdated(values={"pad": "x" * 100})] * per_append
         tracemalloc.start()
         try:
@@ -344,7 +344,8 @@ async def test_closing_the_store_ends_a_waiting_follower_with_store_closed(
     records = follow(store, poll_s=HOUR)
     assert len(await take(records, 3)) == 3
     waiting = asyncio.create_task(anext(records))
-    await asyncio.sleep(0.01)
+    signal = getattr(store, "commit_signal")  # noqa: B009 - both kinds have one
+    await until(lambda: signal.waiting_loops() == 1)  # the follower waits for a commit
     await store.close()
     with pytest.raises(StoreClosedError, match=r"follow\(after=3\)"):
         await asyncio.wait_for(waiting, PATIENCE)

@@ -33,6 +33,7 @@ from actors import (
     ThreadBusyError,
     interrupt,
 )
+from actors.testing import until, wait_for_record
 from actors.tools import ToolNode
 from events import AgentlogError, EventRecord, EventStore, MemoryEventStore, SQLiteEventStore
 from projections import (
@@ -51,7 +52,7 @@ from projections import (
 from .helpers import line
 
 CFG = {"thread_id": "t1"}
-WAIT = 2.0  # seconds a test waits for something that should happen at once
+WAIT = 60.0  # a failure guard for something that should happen at once, even on a busy machine
 
 
 # ---- builders ----------------------------------------------------------------------------
@@ -360,11 +361,7 @@ async def test_a_sync_node_does_not_block_the_event_loop() -> None:
 
     app = line(("blocking", blocking)).compile()
     task = asyncio.create_task(app.ainvoke(inputs("go"), CFG))
-    for _ in range(400):
-        if started.is_set():
-            break
-        await asyncio.sleep(0.005)
-    assert started.is_set()
+    await until(started.is_set)
     assert kinds(await log_of(app.store))[-1] == "node_entered"  # the loop still serves us
     assert not task.done()
     release.set()
@@ -1227,21 +1224,22 @@ async def test_a_second_ainvoke_on_a_busy_thread_gets_thread_busy_error(
 
 
 async def test_astream_on_a_busy_thread_raises_thread_busy_error() -> None:
-    release = asyncio.Event()
+    entered, release = asyncio.Event(), asyncio.Event()
 
     async def hold(state: AgentState) -> None:
+        entered.set()
         await release.wait()
 
     app = line(("hold", hold)).compile()
     first = asyncio.create_task(app.ainvoke(inputs("one"), CFG))
-    await asyncio.sleep(0.01)
+    await entered.wait()
 
     async def consume() -> list[StreamChunk]:
         return [c async for c in app.astream(None, CFG)]
 
     try:
         with pytest.raises(ThreadBusyError):
-            await asyncio.wait_for(consume(), 0.3)
+            await asyncio.wait_for(consume(), WAIT)
     finally:
         release.set()
         await first
@@ -1299,10 +1297,7 @@ async def test_a_cancelled_run_resumes_without_rerunning_finished_tool_calls(
     app = line(("plan", plan), ("tools", ToolNode([fast, slow]))).compile(store=store)
     task = asyncio.create_task(app.ainvoke(inputs("go"), CFG))
     await asyncio.wait_for(stuck.wait(), WAIT)
-    for _ in range(2000):  # until c1's result is committed
-        if "tool_call_finished" in kinds(await log_of(store)):
-            break
-        await asyncio.sleep(0.001)
+    await wait_for_record(store, CFG["thread_id"], "tool_call_finished")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

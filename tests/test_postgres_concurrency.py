@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from actors.testing import until
 from events import (
     EventRecord,
     NodeEntered,
@@ -105,10 +106,7 @@ async def test_a_follower_under_concurrent_writers_misses_nothing(schema: str) -
         await asyncio.gather(*local)
         await finish(procs)
         total = await store.last_position()
-        for _ in range(200):
-            if seen and seen[-1].position >= total:
-                break
-            await asyncio.sleep(0.05)
+        await until(lambda: seen and seen[-1].position >= total)
         follower.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await follower
@@ -151,15 +149,18 @@ async def test_killing_backends_mid_run_fails_loudly_or_carries_on(schema: str) 
         assert results[0] > 0
         outs = await finish(procs, timeout=90)
         assert failures or any("unavailable" in out for out in outs)  # the kills did hit
+
         # The store carries on once the server is back: a fresh append and a read succeed.
         # (A connection killed by the last round can still fail the first call after it.)
-        for _ in range(100):
+        async def appended() -> bool:
             seq = await _last_seq(store, "after")
             try:
                 await store.append("after", [NodeEntered(node="z")], expected_seq=seq)
-                break
             except StoreUnavailableError:
-                await asyncio.sleep(0.05)
+                return False
+            return True
+
+        await until(appended, interval=0.05)
         assert await store.last_seq("after") == 1
         for thread in await store.threads():
             assert (await store.verify(thread)).ok, thread
@@ -177,12 +178,15 @@ async def test_killing_backends_mid_run_fails_loudly_or_carries_on(schema: str) 
 
 async def _last_seq(store: object, thread: str) -> int:
     """The thread's last seq, retried while the server is unreachable."""
-    for _ in range(100):
+
+    async def last() -> tuple[int] | None:
         try:
-            return await store.last_seq(thread)  # type: ignore[attr-defined,no-any-return]
+            return (await store.last_seq(thread),)  # type: ignore[attr-defined]
         except StoreUnavailableError:
-            await asyncio.sleep(0.05)
-    raise AssertionError("the store never came back")
+            return None
+
+    found = await until(last, interval=0.05, what="the store to come back")
+    return found[0]
 
 
 async def test_a_commit_elsewhere_wakes_a_follower_by_notify(schema: str) -> None:
@@ -197,12 +201,12 @@ async def test_a_commit_elsewhere_wakes_a_follower_by_notify(schema: str) -> Non
         await asyncio.sleep(0.3)  # the follower read the empty log and waits
         assert not first.done()
         [written] = await writer.append("t", [NodeEntered(node="n")], expected_seq=0)
-        got = await asyncio.wait_for(first, 10)  # woken by NOTIFY from the other store
+        got = await asyncio.wait_for(first, 60)  # woken by NOTIFY from the other store
         assert got == written
         second = asyncio.ensure_future(anext(records))
         await asyncio.sleep(0.1)
         await writer.append("t", [NodeEntered(node="m")], expected_seq=1)
-        assert (await asyncio.wait_for(second, 10)).seq == 2
+        assert (await asyncio.wait_for(second, 60)).seq == 2
         await records.aclose()
 
 
@@ -226,12 +230,16 @@ async def test_heartbeats_lock_claim_rows_in_thread_order(schema: str) -> None:
             beat = asyncio.ensure_future(
                 asyncio.to_thread(store._renew_blocking, claims, 1.0)  # type: ignore[arg-type]
             )
-            await asyncio.sleep(0.5)
+
+            async def at_the_rivals_row() -> bool:  # c00..c04 taken in order, then it waits
+                return not await _free(probe, schema, "c02")
+
+            await until(at_the_rivals_row)
             assert not beat.done()  # waiting for the rival's row
             locked = [t for t in ("c02", "c20", "c29") if not await _free(probe, schema, t)]
             assert locked == ["c02"]  # c00..c04 taken in order; c20, c29 untouched
             await rival_tx.rollback()
-            await asyncio.wait_for(beat, 10)
+            await asyncio.wait_for(beat, 60)
         finally:
             await rival.close()
             await probe.close()

@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("asyncpg")
 
+from actors.testing import until
 from events import InvalidArgumentError, StoreUnavailableError
 from events.postgres import PostgresEventStore, split_connect_timeout
 
@@ -104,20 +105,20 @@ async def test_a_backend_killed_mid_statement_is_named_and_the_next_call_reconne
         slow = asyncio.ensure_future(store._query("fetchval", "SELECT pg_sleep(30)"))
         killer = await asyncpg.connect(DSN)
         try:
-            for _ in range(200):  # until the sleep runs, then kill its backend
-                killed = await killer.fetch(
+
+            async def kill() -> list[object]:  # once the sleep runs, kill its backend
+                return await killer.fetch(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                     "WHERE application_name = $1 AND query LIKE 'SELECT pg_sleep%'",
                     f"agentlog:{schema}",
                 )
-                if killed:
-                    break
-                await asyncio.sleep(0.02)
+
+            killed = await until(kill, interval=0.02)
         finally:
             await killer.close()
         assert killed
         with pytest.raises(StoreUnavailableError) as info:
-            await asyncio.wait_for(slow, timeout=20)
+            await asyncio.wait_for(slow, timeout=60)
         assert "administrator command" in str(info.value), info.value
         assert "terminate()" not in str(info.value)
         assert await store.threads() == []  # the next call reconnects

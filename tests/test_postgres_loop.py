@@ -8,11 +8,11 @@ import asyncio
 import concurrent.futures
 import gc
 import threading
-import time
 import warnings
 
 import pytest
 
+from actors.testing import until_blocking
 from events import StoreClosedError
 from events.postgres_loop import LoopThread
 
@@ -52,8 +52,14 @@ def test_work_running_when_the_loop_stops_is_cancelled_not_left_pending() -> Non
 
 async def test_a_caller_on_another_loop_gets_a_typed_error_not_a_cancel() -> None:
     thread = LoopThread("test-loop")
-    call = asyncio.ensure_future(thread.call(_forever()))
-    await asyncio.sleep(0.05)  # the coroutine is running on the store's loop
+    running = threading.Event()
+
+    async def forever() -> None:
+        running.set()
+        await asyncio.Event().wait()
+
+    call = asyncio.ensure_future(thread.call(forever()))
+    await asyncio.to_thread(running.wait, 60)  # the coroutine is running on the store's loop
     await asyncio.to_thread(thread.stop)
     with pytest.raises(StoreClosedError, match="closed before this call could run"):
         await asyncio.wait_for(call, 10)
@@ -74,8 +80,7 @@ def test_stopping_twice_while_it_winds_down_still_finishes_the_work() -> None:
     future = thread.submit(slow_to_cancel())
     first = threading.Thread(target=thread.stop)
     first.start()
-    while not thread._ended:  # the first stop is winding down
-        time.sleep(0.005)
+    until_blocking(lambda: thread._ended)  # the first stop is winding down
     second = threading.Thread(target=thread.stop)
     second.start()
     first.join(10)

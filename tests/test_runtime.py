@@ -27,7 +27,7 @@ from actors.runtime import (
     UnknownEntryPointError,
     UnknownRunError,
 )
-from actors.testing import FakeClock
+from actors.testing import FakeClock, until, until_idle, wait_for_record
 from events import SQLiteEventStore
 from projections import AgentState, ExecutionStatus, Message, replay
 from tests.helpers import line
@@ -198,9 +198,8 @@ async def test_at_most_max_concurrent_runs_execute_and_the_rest_queue_by_priorit
         threads = [await runtime.trigger("low", f"l{i}") for i in range(4)]
         urgent = await runtime.trigger("high", "urgent")
         await gate.entered.wait()
-        await asyncio.sleep(0.05)
+        await until(lambda: gate.running == 2 and runtime.stats()["queued"] == 3)
         assert runtime.stats()["executing"] == 2
-        assert runtime.stats()["queued"] == 3
         order: list[str] = []
         gate.go.set()
         for thread in [*threads, urgent]:
@@ -225,8 +224,8 @@ async def test_a_trigger_for_a_busy_thread_waits_for_the_run_before_it(store: An
         await runtime.trigger("api", "one", thread_id="t")
         await gate.entered.wait()
         await runtime.trigger("api", "two", thread_id="t")
-        await asyncio.sleep(0.05)
-        assert gate.running == 1 and runtime.stats()["queued"] == 1
+        await until(lambda: runtime.stats()["queued"] == 1)
+        assert gate.running == 1
         gate.go.set()
         await runtime.wait("t", timeout=30)
     assert gate.most == 1
@@ -242,8 +241,7 @@ async def test_max_concurrent_per_entry_point(store: Any) -> None:
     async with runtime:
         threads = [await runtime.trigger("api", str(i)) for i in range(3)]
         await gate.entered.wait()
-        await asyncio.sleep(0.05)
-        assert runtime.stats()["queue_depth"] == {"api": 2}
+        await until(lambda: runtime.stats()["queue_depth"] == {"api": 2})
         gate.go.set()
         for thread in threads:
             await runtime.wait(thread, timeout=30)
@@ -363,8 +361,7 @@ async def test_results_read_back_keep_each_run_to_its_own_records(store: Any) ->
     async with runtime_on() as runtime:
         first = await runtime.submit("api", "hold")
         thread = first.thread_id
-        while thread not in runtime.dispatcher.executing:
-            await asyncio.sleep(0.005)
+        await until(lambda: thread in runtime.dispatcher.executing)
         low = await runtime.submit("api", "low", thread_id=thread, priority=0)
         high = await runtime.submit("api", "high", thread_id=thread, priority=5)
         hold.set()
@@ -472,10 +469,7 @@ async def test_an_event_trigger_fires_once_per_record_and_never_on_its_own_graph
         thread = await runtime.trigger("chat", "help")
         with pytest.raises(NodeError):
             await runtime.wait(thread, timeout=30)
-        for _ in range(200):
-            if runtime.stats()["entry_points"]["triage"]["completed"]:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: runtime.stats()["entry_points"]["triage"]["completed"])
     accepted = [
         r.event for r in await records_of(store, "__runtime__") if r.kind == "trigger_accepted"
     ]
@@ -488,7 +482,7 @@ async def test_an_event_trigger_fires_once_per_record_and_never_on_its_own_graph
         "run_failed" in review.context[0].text() and "payment service" in review.context[0].text()
     )
     async with runtime_again(store, support, reviewer) as later:  # a restart repeats nothing
-        await asyncio.sleep(0.2)
+        await until_idle(later)
         assert later.stats()["entry_points"]["triage"]["queued"] == 0
     again = [r for r in await records_of(store, "__runtime__") if r.kind == "trigger_accepted"]
     assert len(again) == len(accepted)
@@ -569,10 +563,7 @@ async def test_real_timers_fire_on_a_short_interval(store: Any) -> None:
         EntryPoint(id="tick", graph_id="report", trigger="timer", interval_s=0.2)
     )
     async with runtime:
-        for _ in range(100):
-            if runtime.stats()["entry_points"]["tick"]["completed"] >= 2:
-                break
-            await asyncio.sleep(0.05)
+        await until(lambda: runtime.stats()["entry_points"]["tick"]["completed"] >= 2)
         assert runtime.stats()["entry_points"]["tick"]["completed"] >= 2
 
 
@@ -583,14 +574,15 @@ async def test_subscribe_is_a_live_filtered_feed_resumable_from_a_position(store
     async with runtime_with(store) as runtime:
         seen: list[Any] = []
 
-        async def watch() -> None:
-            async for record in runtime.subscribe(kinds=["message_appended"], graph_id="support"):
+        feed = runtime.subscribe(kinds=["message_appended"], graph_id="support")
+
+        async def watch() -> None:  # the feed starts at this call's head, read later or not
+            async for record in feed:
                 seen.append(record)
                 if len(seen) == 4:
                     return
 
         watcher = asyncio.ensure_future(watch())
-        await asyncio.sleep(0.05)
         for text in ("one", "two"):
             await runtime.trigger_and_wait("chat", text, timeout=30)
         await asyncio.wait_for(watcher, 30)
@@ -610,11 +602,13 @@ async def test_subscribe_is_a_live_filtered_feed_resumable_from_a_position(store
 
 
 async def test_stop_pauses_running_runs_and_the_next_runtime_finishes_them(store: Any) -> None:
-    first_gate, steps = Gate(), []
+    entered, release, steps = asyncio.Event(), asyncio.Event(), []
 
     async def slow(state: AgentState) -> list[Message]:
         steps.append("slow")
-        await asyncio.sleep(0.05)
+        if len(steps) == 1:  # the first runtime's run is held here until the stop is asked
+            entered.set()
+            await release.wait()
         return [Message.text_message("slow done", role="assistant")]
 
     graph = line(("a", slow), ("b", reply))
@@ -623,9 +617,12 @@ async def test_stop_pauses_running_runs_and_the_next_runtime_finishes_them(store
     runtime.register_entry_point(EntryPoint(id="api", graph_id="g"))
     await runtime.start()
     thread = await runtime.trigger("api", "go")
-    await asyncio.sleep(0.01)
-    await runtime.stop()
-    del first_gate
+    await entered.wait()
+    stopping = asyncio.ensure_future(runtime.stop())  # the running step commits, then pauses
+    await wait_for_record(store, thread, "stop_requested")
+    release.set()
+    await stopping
+    assert (await records_of(store, thread))[-1].kind == "stopped"
     assert runtime.ledger.latest_on(thread) is not None
     later = AgentRuntime(store)
     later.add_graph("g", graph.compile(store))
@@ -1130,12 +1127,7 @@ async def test_event_entry_points_filter_by_thread_and_node_and_answer_their_own
         for thread in ("t1", "t2"):
             await runtime.trigger_and_wait("chat", "hi", thread_id=thread, timeout=30)
         await runtime.trigger_and_wait("audit", "note this", thread_id="a1", timeout=30)
-        for _ in range(250):
-            counts = runtime.stats()["entry_points"]
-            if all(counts[e]["completed"] >= n for e, n in expected.items()):
-                break
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.2)  # nothing more comes
+        await until_idle(runtime)  # every event answered and run: nothing more comes
     accepted = [
         r.event for r in await records_of(store, "__runtime__") if r.kind == "trigger_accepted"
     ]
@@ -1209,15 +1201,12 @@ async def test_a_trigger_whose_caller_leaves_mid_commit_still_runs(tmp_path: Pat
         async with runtime:
             store.hold.clear()
             caller = asyncio.ensure_future(runtime.trigger("api", "hello", thread_id="t"))
-            while not store.appends:
-                await asyncio.sleep(0.001)
+            await until(lambda: store.appends)
             caller.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await caller
             store.hold.set()
-            async with asyncio.timeout(30):
-                while runtime.ledger.latest_on("t") is None:
-                    await asyncio.sleep(0.005)
+            await until(lambda: runtime.ledger.latest_on("t"))
             result = await runtime.wait("t", timeout=30)
         assert result["status"] == "completed"
         assert [m.text() for m in result["messages"]] == ["hello", "seen 1"]

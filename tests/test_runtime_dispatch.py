@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig
+from actors.testing import until, wait_for_record
 from events import MemoryEventStore, SQLiteEventStore
 from events.errors import StoreUnavailableError
 from events.kinds import TriggerAccepted, TriggerFinished
@@ -79,8 +80,8 @@ async def test_a_graph_removed_while_an_acceptance_commits_leaves_the_run_waitin
         runtime.add_graph("g", line(("work", said)).compile(store))  # its entry point too
         runtime.register_entry_point(EntryPoint(id="api", graph_id="g"))
         second = await runtime.trigger("api", "two", thread_id="t2")
-        assert (await runtime.wait(second, timeout=10))["status"] == "completed"
-        assert (await runtime.wait_for(accepted.trigger_id, timeout=10))["status"] == "completed"
+        assert (await runtime.wait(second, timeout=60))["status"] == "completed"
+        assert (await runtime.wait_for(accepted.trigger_id, timeout=60))["status"] == "completed"
         assert await texts_of(runtime, accepted.thread_id) == ["one", "ok one"]
 
 
@@ -97,9 +98,7 @@ async def test_a_thread_s_inputs_run_in_the_order_they_were_accepted() -> None:
 
     async with store, runtime_on(store, slow) as runtime:
         await runtime.submit("api", "R", thread_id="t")
-        async with asyncio.timeout(10):
-            while "t" not in runtime.dispatcher.executing:
-                await asyncio.sleep(0.005)
+        await until(lambda: "t" in runtime.dispatcher.executing)
         store.hold(finish)  # R's end waits to commit
         release.set()
         await store.held.wait()
@@ -109,14 +108,12 @@ async def test_a_thread_s_inputs_run_in_the_order_they_were_accepted() -> None:
         store.hold(acceptance)  # B's acceptance waits to commit; R's end commits
         r_end_go.set()
         await store.held.wait()
-        async with asyncio.timeout(10):
-            while "t" in runtime.dispatcher.executing:
-                await asyncio.sleep(0.005)
+        await until(lambda: "t" not in runtime.dispatcher.executing)
         c = asyncio.ensure_future(runtime.submit("api", "C", thread_id="t"))
         await asyncio.sleep(0.05)
         store.go.set()
         for accepted in (await b, await c):
-            await runtime.wait_for(accepted.trigger_id, timeout=10)
+            await runtime.wait_for(accepted.trigger_id, timeout=60)
         assert await texts_of(runtime, "t") == ["R", "ok R", "B", "ok B", "C", "ok C"]
 
 
@@ -138,7 +135,7 @@ async def test_a_stop_while_an_acceptance_commits_leaves_the_run_to_the_next_run
         await stopping
         assert not runtime.dispatcher.executing
         async with runtime_on(store) as restarted:
-            await restarted.wait_for(accepted.trigger_id, timeout=10)
+            await restarted.wait_for(accepted.trigger_id, timeout=60)
             assert await texts_of(restarted, accepted.thread_id) == ["go", "ok go"]
 
 
@@ -165,7 +162,7 @@ async def test_a_crash_right_after_the_combined_commit_runs_the_trigger_once_fro
         runtime = runtime_on(dying)
         await runtime.start()
         accepted = await runtime.submit("api", "go")  # a new thread
-        await asyncio.sleep(0.1)
+        await wait_for_record(dying, "__runtime__", "trigger_dispatched")
         records = [r async for r in dying.read("__runtime__")]
         assert [r.kind for r in records][-2:] == ["trigger_accepted", "trigger_dispatched"]
         dying.dead.set()
@@ -176,7 +173,7 @@ async def test_a_crash_right_after_the_combined_commit_runs_the_trigger_once_fro
         for r in records:
             await after.append("__runtime__", [r.event], actor=r.actor, expected_seq=r.seq - 1)
         async with runtime_on(after) as restarted:
-            result = await restarted.wait_for(accepted.trigger_id, timeout=10)
+            result = await restarted.wait_for(accepted.trigger_id, timeout=60)
             assert result["status"] == "completed"
             assert await texts_of(restarted, accepted.thread_id) == ["go", "ok go"]
 
@@ -191,7 +188,7 @@ async def test_inputs_sent_at_once_to_a_named_thread_are_logged_and_run_in_call_
     async with store, runtime_on(store) as runtime:
         texts = [f"m{i}" for i in range(8)]
         await asyncio.gather(*(runtime.trigger("api", t, thread_id="same") for t in texts))
-        result = await runtime.wait("same", timeout=10)
+        result = await runtime.wait("same", timeout=60)
         thread = await texts_of(runtime, "same")
         records = [r async for r in store.read("__runtime__")]
     accepted = [r.event.input for r in records if r.kind == "trigger_accepted"]

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig
+from actors.testing import until
 from events import EventRecord, SQLiteEventStore
 from events.follow import last_position
 from events.store import READ_CHUNK
@@ -124,9 +125,7 @@ async def test_a_thousand_runs_at_once_complete_and_a_stalled_subscriber_costs_o
 
         feed = runtime.subscribe()
         first: asyncio.Future[EventRecord] = asyncio.ensure_future(anext(feed))
-        async with asyncio.timeout(WAIT_S):  # the feed is open before the batch starts
-            while not runtime.subscribers:
-                await asyncio.sleep(0.01)
+        await until(lambda: runtime.subscribers, timeout=WAIT_S)  # the feed is open first
         opened_at = runtime.subscribers[0].position
         watched, second_runs = await measured(runtime, "watched")
         stalled_at = (await first).position  # the one record it reads; then it never reads

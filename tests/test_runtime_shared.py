@@ -25,7 +25,7 @@ from actors.runtime import (
     shared_state,
 )
 from actors.runtime.shared import RunScope, SharedState
-from actors.testing import FakeClock
+from actors.testing import FakeClock, until
 from events import SQLiteEventStore
 from events.kinds import SharedWritten
 from projections import AgentState, Message
@@ -229,13 +229,13 @@ async def test_an_event_run_copies_declared_keys_from_the_active_thread(store: A
         await runtime.trigger_and_wait("chat", "hello", thread_id="user-1", timeout=WAIT)
         assert runtime.active_thread == "user-1"
         before = await store.last_seq("user-1")
-        for _ in range(200):
-            done = [
-                t for t in runtime.ledger.triggers.values() if t.accepted.entry_point == "after"
+        done = await until(
+            lambda: [
+                t
+                for t in runtime.ledger.triggers.values()
+                if t.accepted.entry_point == "after" and t.done
             ]
-            if done and done[0].done:
-                break
-            await asyncio.sleep(0.05)
+        )
         state = (await runtime.wait_for(done[0].id, timeout=WAIT))["state"]
     assert state.customer == "ada"
     assert state.context[-1].text() == "following up with ada"
@@ -366,10 +366,7 @@ async def test_the_rest_of_the_seed_runtime_api(
         clock.advance(5)
         assert runtime.user_idle_seconds == 5
         await runtime.wait(thread, timeout=WAIT)
-        for _ in range(100):
-            if seen and failing_calls:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: seen and failing_calls)
         assert seen == ["run_completed"]
         assert runtime.unsubscribe_from_events(subscription) is True
         assert runtime.unsubscribe_from_events(subscription) is False
@@ -455,10 +452,7 @@ async def test_handler_subscriptions_before_start_and_their_bad_filters(store: A
         runtime.subscribe_to_events(None, "print")  # type: ignore[arg-type]
     async with runtime:
         await runtime.trigger_and_wait("api", "hi", timeout=WAIT)
-        for _ in range(100):
-            if early:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: early)
         with pytest.raises(ValueError, match="run_complete"):
             runtime.subscribe(kinds=["run_complete"])  # checked at the call, not at first read
     assert early == ["run_completed"] and dropped == []
@@ -510,10 +504,7 @@ async def test_hive_names_for_handler_filters_and_unregistering(store: Any) -> N
         theirs = await runtime.trigger("other", "hi")
         await runtime.wait(mine, timeout=WAIT)
         await runtime.wait(theirs, timeout=WAIT)
-        for _ in range(100):
-            if len(by_stream) >= 2 and len(by_graph) >= 2:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: len(by_stream) >= 2 and len(by_graph) >= 2)
     assert sorted(by_stream) == ["__runtime__", mine]
     assert sorted(by_graph) == sorted([mine, theirs])
     assert runtime.unregister_entry_point("other") is True
@@ -540,10 +531,7 @@ async def test_a_blocking_def_handler_holds_no_run_up(store: Any) -> None:
             await runtime.trigger_and_wait("api", "go", timeout=WAIT)
         assert not release.is_set() and heard == []  # the runs ended; it still blocks
         release.set()
-        for _ in range(200):
-            if len(heard) == 6:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: len(heard) == 6)
     assert heard == ["run_started", "run_completed"] * 3
 
 

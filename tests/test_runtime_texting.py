@@ -18,13 +18,14 @@ from typing import Any
 import pytest
 
 from actors.runtime import AgentRuntime, EntryPoint, ThreadBusyRunError
+from actors.testing import wait_for_record
 from events import MemoryEventStore, SQLiteEventStore
 from events.kinds import TriggerFinished
 from projections import AgentState, Message, ToolCallBlock, replay
 from tests.helpers import agent_with_tools
 from tests.workers.charge_graph import check_transcript
 
-WAIT = 10.0
+WAIT = 60.0
 
 
 class SideEffects:
@@ -221,21 +222,23 @@ async def test_reject_sees_a_run_whose_acceptance_is_still_being_recorded(
     effects.async_release.set()
     runtime = runtime_for(store, effects, False, multitask_strategy="reject")
     record = runtime.journal.record
+    recording, disk = asyncio.Event(), asyncio.Event()
 
     async def slow_record(*args: Any, **kwargs: Any) -> Any:
-        await asyncio.sleep(0.2)
+        recording.set()
+        await disk.wait()  # the slow disk: held until the second input has been answered
         return await record(*args, **kwargs)
 
     monkeypatch.setattr(runtime.journal, "record", slow_record)
     async with runtime:
-        outcomes = await asyncio.gather(
-            runtime.trigger("chat", "first", thread_id="t"),
-            runtime.trigger("chat", "second", thread_id="t"),
-            return_exceptions=True,
-        )
-        refused = [o for o in outcomes if isinstance(o, ThreadBusyRunError)]
-        assert len(refused) == 1, outcomes
-        assert isinstance(outcomes[0], str)  # the first sent is the one accepted
+        first = asyncio.ensure_future(runtime.trigger("chat", "first", thread_id="t"))
+        await recording.wait()  # the first's acceptance is being recorded
+        try:
+            with pytest.raises(ThreadBusyRunError):
+                await asyncio.wait_for(runtime.trigger("chat", "second", thread_id="t"), WAIT)
+        finally:
+            disk.set()
+        assert isinstance(await first, str)  # the first sent is the one accepted
         await runtime.wait("t", timeout=WAIT)
     assert len(runtime.ledger.by_thread["t"]) == 1
 
@@ -343,12 +346,7 @@ async def test_a_rollback_landing_just_after_the_run_completed_leaves_it_complet
     async with runtime:
         await runtime.trigger("chat", "first", thread_id="t")
         try:
-            for _ in range(500):
-                if await store.last_seq("t") and "run_completed" in [
-                    r.kind async for r in store.read("t")
-                ]:
-                    break
-                await asyncio.sleep(0.01)
+            await wait_for_record(store, "t", "run_completed")
             await runtime.trigger("chat", "second", thread_id="t", multitask_strategy="rollback")
         finally:
             gate.set()  # never leave the held run's task waiting (stop would wait for it)

@@ -23,6 +23,7 @@ import pytest
 
 from actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig, dispatch
 from actors.runtime.ledger import Ledger
+from actors.testing import wait_for_record
 from events import (
     MemoryEventStore,
     SQLiteEventStore,
@@ -353,9 +354,7 @@ async def test_a_lone_runtime_is_refused_while_a_worker_runs_a_run(tmp_path: Pat
         busy.register_entry_point(EntryPoint(id="api", graph_id="g"))
         async with busy:
             thread = await busy.trigger("api", "go")
-            while not busy.dispatcher.executing:
-                await asyncio.sleep(0.01)
-            await asyncio.sleep(0.1)  # its dispatch is recorded
+            await wait_for_record(worker_store, "__runtime__", "trigger_dispatched")
             lone = AgentRuntime(lone_store)
             lone.add_graph("g", line(("work", said)).compile(lone_store))
             lone.register_entry_point(EntryPoint(id="api", graph_id="g"))

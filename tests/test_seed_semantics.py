@@ -25,6 +25,7 @@ from actors import (
     StateGraph,
     ThreadBusyError,
 )
+from actors.testing import until
 from events import SQLiteEventStore, Stopped, ToolCallFinished
 from projections import (
     AgentState,
@@ -200,14 +201,14 @@ async def test_a_stop_abandons_a_slow_sync_node_and_the_thread_waits_for_it(
     with pytest.raises(ThreadBusyError, match="still running on a worker thread"):
         await app.ainvoke(None, config)  # the abandoned node still holds the thread
     release.set()
-    for _ in range(200):  # the worker returns, and the thread is given up then
+
+    async def resumed() -> dict[str, Any] | None:  # the worker returns, and gives the thread up
         try:
-            done = await app.ainvoke(None, config)
-            break
+            return await app.ainvoke(None, config)  # type: ignore[no-any-return]
         except ThreadBusyError:
-            await asyncio.sleep(0.05)
-    else:
-        pytest.fail("the thread stayed owned after the abandoned node returned")
+            return None
+
+    done = await until(resumed, what="the thread given up after the abandoned node returned")
     assert done["status"] == "completed"
     state = await live_equals_replay(app, store, "t")
     assert [m.text() for m in state.context] == ["go", "before", "slow done 2", "after"]

@@ -16,6 +16,7 @@ import uvicorn
 
 from actors.runtime import AgentRuntime, EntryPoint
 from actors.serve import TokenBook, create_app, hash_token
+from actors.testing import until
 from events import SQLiteEventStore
 from projections import AgentState, Message
 from tests.helpers import line
@@ -65,9 +66,13 @@ class Server:
 
     async def __aenter__(self) -> str:
         self.task = asyncio.ensure_future(self.server.serve())
-        while not self.server.started:
-            await asyncio.sleep(0.01)
-            assert not self.task.done(), "the server did not start"
+        task = self.task
+
+        def up() -> bool:
+            assert not task.done(), "the server did not start"
+            return bool(self.server.started)
+
+        await until(up)
         port = self.server.servers[0].sockets[0].getsockname()[1]
         return f"http://127.0.0.1:{port}"
 
@@ -369,10 +374,11 @@ async def test_double_texting_over_http_reject_is_409_and_rollback_supersedes(
                 f"/threads/{thread}/runs", json={"assistant_id": "chat", "input": "first"}
             )
             assert first.status_code in (200, 201, 202), first.text
-            for _ in range(200):
-                if await store.last_seq(thread) >= 2:
-                    break
-                await asyncio.sleep(0.01)
+
+            async def begun() -> bool:
+                return await store.last_seq(thread) >= 2
+
+            await until(begun)
             refused = await client.post(
                 f"/threads/{thread}/runs",
                 json={"assistant_id": "chat", "input": "x", "multitask_strategy": "reject"},
@@ -606,10 +612,7 @@ async def test_cancelling_an_ended_or_a_queued_run_is_a_409_that_ends_nothing(
                         "/threads/q/runs", json={"assistant_id": "chat", "input": "2"}
                     )
                 ).json()
-                for _ in range(200):
-                    if first["run_id"] in runtime.dispatcher.running_ids():
-                        break
-                    await asyncio.sleep(0.01)
+                await until(lambda: first["run_id"] in runtime.dispatcher.running_ids())
                 queued = await client.post(f"/threads/q/runs/{second['run_id']}/cancel")
                 assert queued.status_code == 409, queued.text
                 assert queued.json()["error"]["code"] == "run_queued"

@@ -16,6 +16,7 @@ import pytest
 
 from actors.runtime import AgentRuntime, EntryPoint
 from actors.serve import create_app
+from actors.testing import until
 from events import SQLiteEventStore
 from projections import AgentState, Message
 from tests.helpers import line
@@ -101,8 +102,12 @@ async def test_a_queued_runs_stream_carries_its_own_records_each_naming_it(
     first = (
         await client.post("/threads/q/runs", json={"assistant_id": "go", "input": "first"})
     ).json()
-    while (await client.get(f"/threads/q/runs/{first['run_id']}")).json()["status"] != "running":
-        await asyncio.sleep(0.01)
+
+    async def running() -> bool:
+        run = await client.get(f"/threads/q/runs/{first['run_id']}")
+        return bool(run.json()["status"] == "running")
+
+    await until(running)
     second = (
         await client.post(
             "/threads/q/runs",

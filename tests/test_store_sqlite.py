@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from actors.testing import until
 from events import EventStore, NodeEntered, SQLiteEventStore
 from events.testing import StoreConformance
 
@@ -165,8 +166,7 @@ async def test_an_idle_writer_lets_the_loop_commit_itself(tmp_path: Path) -> Non
         for seq in range(0, 9, 3):
             # idle: the writer thread may still hold the connection for a moment after the
             # job above reported (an append then takes the thread, which is only slower)
-            while writer._in_use.locked():
-                await asyncio.sleep(0.001)
+            await until(lambda: not writer._in_use.locked())
             await store.append("t", step_events(1), expected_seq=seq)
         assert committed_on == [threading.get_ident()] * 3
         assert (await store.verify("t")).ok
@@ -267,8 +267,7 @@ async def test_checkpoints_go_on_after_the_first(
     async with SQLiteEventStore(tmp_path / "again.db") as store:
         for seq in range(0, 3 * 20, 3):
             await store.append("t", step_events(1), expected_seq=seq)
-            while store._checkpointing:  # the one due runs before the next append
-                await asyncio.sleep(0.001)
+            await until(lambda: not store._checkpointing)  # the due one runs first
     assert len(ran) >= 9  # one per two appends (6 rows >= 5)
     assert set(ran) == {"agentlog-sqlite-checkpointer"}
 
@@ -318,9 +317,8 @@ async def test_a_failure_before_an_inline_commit_hands_it_to_the_writer_thread(
         writer = store._writer
         assert writer is not None
         writer._conn = RefusingPragma(writer._conn)  # type: ignore[assignment]
-        while writer._in_use.locked():  # idle, so the append tries to commit inline
-            await asyncio.sleep(0.001)
-        records = await asyncio.wait_for(store.append("t", step_events(1), expected_seq=0), 10)
+        await until(lambda: not writer._in_use.locked())  # idle: the append tries inline
+        records = await store.append("t", step_events(1), expected_seq=0)
         assert [r.seq for r in records] == [1, 2, 3]
         assert refused == ["PRAGMA busy_timeout = 0"]  # the inline attempt was refused
         assert committed_on and threading.get_ident() not in committed_on  # the writer's

@@ -22,6 +22,7 @@ from msgspec import msgpack
 from pydantic import Field
 
 from actors import END, NodeError, StateGraph
+from actors.testing import until
 from actors.tools import ToolNode
 from events import (
     EventRecord,
@@ -383,9 +384,12 @@ async def test_graph_values_survive_snapshots_replay_and_reopen(db: Path) -> Non
         assert same(tool_result.output, read_blob("a"))
 
         await app.aupdate_state(cfg, {"blob": b"\xfe", "anything": [b"\xff", -0.0, math.nan]})
-        await asyncio.sleep(0.05)  # let background snapshot writes land
-        snapshot = await store.load_snapshot("v")
-        assert snapshot is not None and snapshot.seq >= 2
+
+        async def landed() -> Any:  # background snapshot writes land
+            found = await store.load_snapshot("v")
+            return found if found is not None and found.seq >= 2 else None
+
+        snapshot = await until(landed)
         assert snapshot.state_type.endswith("Values")
 
         records = await records_of(store, "v")

@@ -106,6 +106,9 @@ class Listeners:
         self.runtime = runtime
         self.timers_paused = False
         self._head = 0
+        self.settled = 0
+        """The position through which the event follower has answered every record: with the
+        log's last position, tells a caller (a test waiting until idle) nothing is pending."""
         self._tasks: list[asyncio.Task[None]] = []
         self._poke = asyncio.Event()
         self._firing = asyncio.Lock()
@@ -158,9 +161,11 @@ class Listeners:
 
     async def _follow(self, after: int) -> None:
         runtime = self.runtime
+        self.settled = after
         async for record in follow(runtime.store, after=after):
             self._head = max(self._head, record.position)
             if record.thread_id == runtime.config.runtime_thread:
+                self.settled = record.position
                 continue
             for entry in self._entries("event"):
                 if record.position <= runtime.ledger.answered.get(entry.id, 0):
@@ -172,6 +177,7 @@ class Listeners:
                         "event entry point %r could not answer record %d (%s): %s: %s",
                         entry.id, record.position, record.kind, type(exc).__name__, exc,
                     )  # fmt: skip
+            self.settled = record.position
 
     async def _answer(self, entry: EntryPoint, record: EventRecord) -> None:
         if await self._matches(entry, record):

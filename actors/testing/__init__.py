@@ -1,7 +1,8 @@
 """Testing toolkit for a user's own agent: doubles, faults, and a graph state machine.
 
 `doubles` (scripted model, recording tools, fake clock, seeded ids), `faults` (a store that
-crashes or pauses at a chosen commit) and `checks` (`assert_replays`, and the steps a
+crashes or pauses at a chosen commit), `waiting` (`until`, `wait_for_record`: wait on what
+happened, never on the clock) and `checks` (`assert_replays`, and the steps a
 counterexample script takes) need nothing beyond agentlog; `graph_machine` needs hypothesis
 (`pip install 'agentlog[testing]'`). Every name loads on first use (PEP 562), so the pytest
 plugin (`actors.testing.plugin`), which pytest loads in every session, costs nothing until a
@@ -33,6 +34,14 @@ if TYPE_CHECKING:
     from .faults import FaultyStore, SimulatedCrashError, When
     from .machine import GraphMachine, graph_machine
     from .report import MachineFailure, comparable
+    from .waiting import (
+        WaitTimeoutError,
+        until,
+        until_blocking,
+        until_idle,
+        wait_for_line,
+        wait_for_record,
+    )
 
 _HOMES = {
     ".checks": ["assert_replays", "paused_at", "restart"],
@@ -54,6 +63,14 @@ _HOMES = {
     ".faults": ["FaultyStore", "SimulatedCrashError", "When"],
     ".machine": ["GraphMachine", "graph_machine"],
     ".report": ["MachineFailure", "comparable"],
+    ".waiting": [
+        "WaitTimeoutError",
+        "until",
+        "until_blocking",
+        "until_idle",
+        "wait_for_line",
+        "wait_for_record",
+    ],
 }
 _LAZY = {name: home for home, names in _HOMES.items() for name in names}
 
@@ -69,6 +86,7 @@ __all__ = [
     "ScriptedModel",
     "Seen",
     "SimulatedCrashError",
+    "WaitTimeoutError",
     "When",
     "ask_tool",
     "ask_tools",
@@ -81,6 +99,11 @@ __all__ = [
     "restart",
     "seeded_ids",
     "tool_call",
+    "until",
+    "until_blocking",
+    "until_idle",
+    "wait_for_line",
+    "wait_for_record",
 ]
 
 

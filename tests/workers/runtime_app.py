@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any
 
 from actors.runtime import AgentRuntime
+from actors.testing import until_idle
 from events import SQLiteEventStore
 from events.follow import last_position
 from tests.workers import append_line, shipping_runtime
@@ -49,11 +49,7 @@ async def main(db: str, effects: str, phase: str, runs: int) -> None:
                 await asyncio.sleep(3600)
             for thread in threads:
                 await runtime.wait(thread, timeout=120)
-            for _ in range(600):  # the event triggers of the last completions
-                stats: dict[str, Any] = runtime.stats()
-                if not stats["queued"] and not stats["executing"]:
-                    break
-                await asyncio.sleep(0.05)
+            await until_idle(runtime)  # the event triggers of the last completions
             runtime.pause_timers()
         print("done", flush=True)
 

@@ -3,7 +3,9 @@
 Graph "support": an agent asking once for `ship()`, a ToolNode running it (0.3 s), the agent
 confirming. Entry points: "chat" (api) and "orders" (a webhook at /hooks/orders, Standard
 Webhooks, secret SECRET). `ship` appends its call id to the file AGENTLOG_TEST_EFFECTS names,
-when set, so a test can count real executions.
+when set, so a test can count real executions; when AGENTLOG_TEST_STARTED names a file, it
+first appends "started <call id>" there, and when AGENTLOG_TEST_HOLD names a file, it waits
+until that file exists, so a test can kill the server while a call is surely in flight.
 """
 
 from __future__ import annotations
@@ -21,7 +23,13 @@ SECRET = "whsec_c2VydmUtdGVzdC1zZWNyZXQ="
 def build(store: EventStore) -> AgentRuntime:
     async def ship(tool_call_id: str = "") -> str:
         """Ship the order."""
-        await asyncio.sleep(0.3)
+        started = os.environ.get("AGENTLOG_TEST_STARTED")
+        hold = os.environ.get("AGENTLOG_TEST_HOLD")
+        if started:
+            append_line(started, f"started {tool_call_id}")
+        while hold and not os.path.exists(hold):
+            await asyncio.sleep(0.01)  # held until the test releases it (or kills the server)
+        await asyncio.sleep(0.3)  # simulated work: no outcome depends on its length
         effects = os.environ.get("AGENTLOG_TEST_EFFECTS")
         if effects:
             append_line(effects, tool_call_id)
