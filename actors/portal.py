@@ -13,7 +13,7 @@ from projections import (
 )
 
 CANCEL_GRACE_S = 10.0
-"""How long Ctrl-C on a blocking call waits for the run to record that it was abandoned."""
+"""How long closing the portal waits for what still runs on its loop to settle."""
 
 
 class Portal:
@@ -30,8 +30,9 @@ class Portal:
         """Run `coro` on the portal's loop and wait; Ctrl-C abandons it, recorded as such.
 
         On Ctrl-C (or any exception in the waiting thread) the task is cancelled with the
-        cause as its reason, and given a moment to record how the run ended before the
-        exception goes on; a second Ctrl-C skips that wait.
+        cause as its reason, and the exception goes on once the run has recorded how it
+        ended (however long a busy machine takes: a clock here would lose the record); a
+        second Ctrl-C skips that wait.
         """
         done = threading.Event()
         tasks: list[asyncio.Task[Any]] = []
@@ -48,7 +49,7 @@ class Portal:
             cause = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else type(exc).__name__
             why = f"{cause} interrupted the blocking call waiting for the run"
             self.loop.call_soon_threadsafe(lambda: tasks[0].cancel(why))
-            done.wait(CANCEL_GRACE_S)
+            done.wait()
             raise
         return tasks[0].result()
 

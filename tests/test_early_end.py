@@ -378,7 +378,12 @@ async def test_ctrl_c_on_invoke_is_recorded_and_never_charges_twice(
         proc.send_signal(signal.SIGINT)
 
         async with SQLiteEventStore(db) as store:
-            await until_stopped(store)
+            try:
+                await until_stopped(store)
+            except BaseException:  # say what the interrupted program said, and the log
+                proc.kill()
+                print(proc.communicate()[1], kinds(await records(store)))
+                raise
             log = await records(store)
             assert kinds(log)[-3:] == ["tool_call_finished", "stop_requested", "stopped"]
             stopped = stopped_event(log)
