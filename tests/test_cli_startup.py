@@ -290,4 +290,4 @@ def test_a_fork_without_a_readable_execution_state_lists_as_unreadable(tmp_path:
     found = probe(tmp_path, "threads", "--db", str(db), "--json")
     (line,) = json.loads(found["stdout"])
     assert line["thread_id"] == "odd" and line["status"] is None
-    assert line["error"] == "unreadable: ValidationError"
+    assert line["error"] == "unreadable: UnfoldableRecordError"

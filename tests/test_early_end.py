@@ -380,7 +380,10 @@ async def test_ctrl_c_on_invoke_is_recorded_and_never_charges_twice(
         async with SQLiteEventStore(db) as store:
             try:
                 await until_stopped(store)
-            except BaseException:  # say what the interrupted program said, and the log
+            except BaseException:  # say what the interrupted program said, its stacks, the log
+                proc.send_signal(signal.SIGUSR1)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=2)  # only gives the stack dump a moment to be written
                 proc.kill()
                 print(proc.communicate()[1], kinds(await records(store)))
                 raise

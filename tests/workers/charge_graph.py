@@ -14,7 +14,9 @@ prints "ready" once the store is open, and "result <status>" when `invoke` retur
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -132,6 +134,7 @@ def main(argv: list[str]) -> None:
         journal_line(journal, f"finish {amount}")
         return f"charged {amount}"
 
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # a stuck test asks for stacks
     # The store opens on first use, on the engine's private loop behind the blocking
     # `invoke`, exactly as in a script that never touches asyncio.
     app = charge_graph(SQLiteEventStore(db), [charge])
