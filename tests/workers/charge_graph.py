@@ -135,6 +135,11 @@ def main(argv: list[str]) -> None:
         return f"charged {amount}"
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # a stuck test asks for stacks
+    # Ctrl-C reaches a program a shell runs in the foreground; this one may inherit SIGINT
+    # ignored from the process that started it (a test runner's worker), and the test
+    # presses Ctrl-C for real.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     # The store opens on first use, on the engine's private loop behind the blocking
     # `invoke`, exactly as in a script that never touches asyncio.
     app = charge_graph(SQLiteEventStore(db), [charge])
