@@ -638,8 +638,12 @@ async def test_tool_node_runs_every_call_at_once_and_turns_errors_into_results(
     started = [r.event.call_id for r in records if r.kind == "tool_call_started"]  # type: ignore[union-attr]
     finished = [r.event for r in records if r.kind == "tool_call_finished"]
     assert sorted(started) == ["c1", "c2", "c3", "c4", "c5"]
-    assert [f.call_id for f in finished] == ["c4", "c1", "c3", "c5", "c2"]  # type: ignore[union-attr]
-    assert [f.status for f in finished] == ["failed", *["completed"] * 3, "failed"]  # type: ignore[union-attr]
+    # the order calls finish in is the clock's (a busy machine reorders the sleeps): each
+    # call's own end is what is checked
+    ends = {f.call_id: f.status for f in finished}  # type: ignore[union-attr]
+    assert ends == {"c1": "completed", "c2": "failed", "c3": "completed", "c4": "failed",
+                    "c5": "completed"}  # fmt: skip
+    assert finished[0].call_id == "c4"  # type: ignore[union-attr]  # no tool: fails at once
     state = await check_replay(app, returned=out["state"])
     assert "pending_tool_calls" not in state.execution_meta.internal_data
 
