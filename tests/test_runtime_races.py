@@ -20,6 +20,7 @@ from actors.runtime import (
     ThreadBusyRunError,
     UnknownRunError,
 )
+from actors.testing import until
 from events import MemoryEventStore, SQLiteEventStore
 from events.kinds import TriggerAccepted
 from tests.helpers import line
@@ -370,14 +371,6 @@ def _running(runtime: AgentRuntime, thread_id: str = "t") -> bool:
     return execution is not None and execution.running
 
 
-async def _until(check: Any, what: str) -> None:
-    """Poll `check()` (cheap, in memory) until true; WAIT bounds it only as a failure guard."""
-    deadline = asyncio.get_running_loop().time() + WAIT
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting until {what}"
-        await asyncio.sleep(0.002)
-
-
 @pytest.mark.parametrize("second", ["cancel", "rollback"])
 @pytest.mark.parametrize("first", ["cancel", "rollback"])
 async def test_two_ends_landing_at_once_on_one_thread_record_one_end(
@@ -398,7 +391,7 @@ async def test_two_ends_landing_at_once_on_one_thread_record_one_end(
     store = MemoryEventStore()
     async with store, runtime_on(store, node) as runtime:
         a = await runtime.submit("api", "one", thread_id="t")
-        await _until(lambda: _running(runtime), "the run is running")
+        await until(lambda: _running(runtime), what="the run is running")
 
         def end(how: str) -> Any:
             if how == "cancel":
@@ -470,7 +463,7 @@ async def test_an_interrupt_or_a_stop_reaching_a_cancelled_thread_never_raises()
 
         app.astop = spied  # type: ignore[method-assign]
         await runtime.submit("api", "one", thread_id="t")
-        await _until(lambda: _running(runtime), "the first run is running")
+        await until(lambda: _running(runtime), what="the first run is running")
         await runtime.cancel("t")
         store.armed = True
         await runtime.submit("api", "two", thread_id="t")
@@ -498,7 +491,9 @@ async def test_a_cancel_cutting_a_run_whose_completion_is_committing_records_one
         a = await runtime.submit("api", "one", thread_id="t")
         await asyncio.wait_for(store.held.wait(), WAIT)  # its completion is committing
         cancelling = asyncio.ensure_future(runtime.cancel("t", reason="too late"))
-        await _until(lambda: runtime.dispatcher.executing["t"].cancelled_by is not None, "the cut")
+        await until(
+            lambda: runtime.dispatcher.executing["t"].cancelled_by is not None, what="the cut"
+        )
         store.go.set()
         with pytest.raises(UnknownRunError, match="completed"):
             await asyncio.wait_for(cancelling, WAIT)
@@ -566,7 +561,9 @@ async def test_a_rollback_cutting_a_run_whose_completion_is_committing_records_o
         rolling = asyncio.ensure_future(
             runtime.submit("api", "instead", thread_id="t", multitask_strategy="rollback")
         )
-        await _until(lambda: runtime.dispatcher.executing["t"].cancelled_by is not None, "the cut")
+        await until(
+            lambda: runtime.dispatcher.executing["t"].cancelled_by is not None, what="the cut"
+        )
         store.go.set()
         instead = await asyncio.wait_for(rolling, WAIT)
         assert (await runtime.wait_for(instead.trigger_id, timeout=WAIT))["status"] == "completed"
