@@ -14,10 +14,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from projections import END, REMOVE_ALL_MESSAGES, START, RemoveMessage
-
-    from ._actor import Actor, ActorFailed, ActorStoppedError, AskTimeoutError
-    from .callbacks import (
+    from agentlog.actors.engine.actor import Actor, ActorFailed, ActorStoppedError, AskTimeoutError
+    from agentlog.actors.engine.callbacks import (
         Callbacks,
         HookError,
         InputRejectedError,
@@ -25,10 +23,10 @@ if TYPE_CHECKING:
         InvocationType,
         Occurrence,
     )
-    from .command import Command
-    from .compiled import CompiledGraph
-    from .context import NodeContext, NotInNodeError, current_context
-    from .errors import (
+    from agentlog.actors.engine.command import Command
+    from agentlog.actors.engine.compiled import CompiledGraph
+    from agentlog.actors.engine.context import NodeContext, NotInNodeError, current_context
+    from agentlog.actors.engine.errors import (
         GraphError,
         GraphInterrupt,
         MissingThreadIdError,
@@ -42,10 +40,10 @@ if TYPE_CHECKING:
         ToolCommandConflictError,
         UnreadResumeValueError,
     )
-    from .graph import StateGraph
-    from .nodes import interrupt
-    from .results import ResponseGranularity
-    from .runtime import (
+    from agentlog.actors.engine.graph import StateGraph
+    from agentlog.actors.engine.nodes import interrupt
+    from agentlog.actors.engine.results import ResponseGranularity
+    from agentlog.actors.runtime import (
         AgentRuntime,
         Constraint,
         EntryPoint,
@@ -57,55 +55,56 @@ if TYPE_CHECKING:
         record_outcome,
         shared_state,
     )
-    from .tools import ToolNode, ToolUnusableError
+    from agentlog.actors.tools.node import ToolNode, ToolUnusableError
+    from agentlog.projections import END, REMOVE_ALL_MESSAGES, START, RemoveMessage
 
 _HOMES: dict[str, str] = {
-    "END": "projections",
-    "REMOVE_ALL_MESSAGES": "projections",
-    "START": "projections",
-    "RemoveMessage": "projections",
-    "Actor": "actors._actor",
-    "ActorFailed": "actors._actor",
-    "ActorStoppedError": "actors._actor",
-    "AskTimeoutError": "actors._actor",
-    "Callbacks": "actors.callbacks",
-    "HookError": "actors.callbacks",
-    "InputRejectedError": "actors.callbacks",
-    "Invocation": "actors.callbacks",
-    "InvocationType": "actors.callbacks",
-    "Occurrence": "actors.callbacks",
-    "Command": "actors.command",
-    "CompiledGraph": "actors.compiled",
-    "NodeContext": "actors.context",
-    "NotInNodeError": "actors.context",
-    "current_context": "actors.context",
-    "GraphError": "actors.errors",
-    "GraphInterrupt": "actors.errors",
-    "MissingThreadIdError": "actors.errors",
-    "NodeError": "actors.errors",
-    "NodeReturnError": "actors.errors",
-    "NodeTimeoutError": "actors.errors",
-    "NothingToResumeError": "actors.errors",
-    "RecursionLimitError": "actors.errors",
-    "ThreadBusyError": "actors.errors",
-    "ThreadStillBusyError": "actors.errors",
-    "ToolCommandConflictError": "actors.errors",
-    "UnreadResumeValueError": "actors.errors",
-    "StateGraph": "actors.graph",
-    "interrupt": "actors.nodes",
-    "ResponseGranularity": "actors.results",
-    "AgentRuntime": "actors.runtime",
-    "EntryPoint": "actors.runtime",
-    "RetryPolicy": "actors.runtime",
-    "RuntimeConfig": "actors.runtime",
-    "Goal": "actors.runtime",
-    "SuccessCriterion": "actors.runtime",
-    "Constraint": "actors.runtime",
-    "create_agent_runtime": "actors.runtime",
-    "record_outcome": "actors.runtime",
-    "shared_state": "actors.runtime",
-    "ToolNode": "actors.tools",
-    "ToolUnusableError": "actors.tools",
+    "END": "agentlog.projections",
+    "REMOVE_ALL_MESSAGES": "agentlog.projections",
+    "START": "agentlog.projections",
+    "RemoveMessage": "agentlog.projections",
+    "Actor": "agentlog.actors.engine.actor",
+    "ActorFailed": "agentlog.actors.engine.actor",
+    "ActorStoppedError": "agentlog.actors.engine.actor",
+    "AskTimeoutError": "agentlog.actors.engine.actor",
+    "Callbacks": "agentlog.actors.engine.callbacks",
+    "HookError": "agentlog.actors.engine.callbacks",
+    "InputRejectedError": "agentlog.actors.engine.callbacks",
+    "Invocation": "agentlog.actors.engine.callbacks",
+    "InvocationType": "agentlog.actors.engine.callbacks",
+    "Occurrence": "agentlog.actors.engine.callbacks",
+    "Command": "agentlog.actors.engine.command",
+    "CompiledGraph": "agentlog.actors.engine.compiled",
+    "NodeContext": "agentlog.actors.engine.context",
+    "NotInNodeError": "agentlog.actors.engine.context",
+    "current_context": "agentlog.actors.engine.context",
+    "GraphError": "agentlog.actors.engine.errors",
+    "GraphInterrupt": "agentlog.actors.engine.errors",
+    "MissingThreadIdError": "agentlog.actors.engine.errors",
+    "NodeError": "agentlog.actors.engine.errors",
+    "NodeReturnError": "agentlog.actors.engine.errors",
+    "NodeTimeoutError": "agentlog.actors.engine.errors",
+    "NothingToResumeError": "agentlog.actors.engine.errors",
+    "RecursionLimitError": "agentlog.actors.engine.errors",
+    "ThreadBusyError": "agentlog.actors.engine.errors",
+    "ThreadStillBusyError": "agentlog.actors.engine.errors",
+    "ToolCommandConflictError": "agentlog.actors.engine.errors",
+    "UnreadResumeValueError": "agentlog.actors.engine.errors",
+    "StateGraph": "agentlog.actors.engine.graph",
+    "interrupt": "agentlog.actors.engine.nodes",
+    "ResponseGranularity": "agentlog.actors.engine.results",
+    "AgentRuntime": "agentlog.actors.runtime",
+    "EntryPoint": "agentlog.actors.runtime",
+    "RetryPolicy": "agentlog.actors.runtime",
+    "RuntimeConfig": "agentlog.actors.runtime",
+    "Goal": "agentlog.actors.runtime",
+    "SuccessCriterion": "agentlog.actors.runtime",
+    "Constraint": "agentlog.actors.runtime",
+    "create_agent_runtime": "agentlog.actors.runtime",
+    "record_outcome": "agentlog.actors.runtime",
+    "shared_state": "agentlog.actors.runtime",
+    "ToolNode": "agentlog.actors.tools.node",
+    "ToolUnusableError": "agentlog.actors.tools.node",
 }
 """Each public name and the module it is imported from on first use."""
 

@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from events import SQLiteEventStore
+from agentlog.events import SQLiteEventStore
 
 _START = time.perf_counter()
 _names = itertools.count(1)

@@ -31,10 +31,10 @@ from typing import Any
 import _common as common
 import msgspec
 
-from events import Event, NodeEntered, SQLiteEventStore, StepAdvanced, kind_of
-from events.codec import GENESIS_HASH, chain_rows, encode_payloads
-from events.sqlite import _INSERT, _UPSERT_HEAD
-from projections import Message, message_appended
+from agentlog.events import Event, NodeEntered, SQLiteEventStore, StepAdvanced, kind_of
+from agentlog.events.codec import GENESIS_HASH, chain_rows, encode_payloads
+from agentlog.events.stores.sqlite import _INSERT, _UPSERT_HEAD
+from agentlog.projections import Message, message_appended
 
 EVENTS_PER_STEP = 3
 WRITERS = 100

@@ -19,8 +19,8 @@ from typing import Any
 import _common as common
 from workload import Loop, first_input
 
-from actors import Callbacks, Invocation, Occurrence
-from events import SQLiteEventStore
+from agentlog.actors import Callbacks, Invocation, Occurrence
+from agentlog.events import SQLiteEventStore
 
 
 class Busy(Callbacks):

@@ -46,11 +46,11 @@ import _common as common
 import steps
 import workload
 
-from actors.journal import journal_for
-from actors.offload import InFlight, executor
-from events import MemoryEventStore, SQLiteEventStore
-from events.kinds import Event
-from projections import AgentState, Message
+from agentlog.actors.engine.journal import journal_for
+from agentlog.actors.engine.offload import InFlight, executor
+from agentlog.events import MemoryEventStore, SQLiteEventStore
+from agentlog.events.kinds import Event
+from agentlog.projections import AgentState, Message
 
 ROOT = Path(__file__).resolve().parents[1]
 LANGGRAPH_PYTHON = ROOT / ".bench-venvs" / "langgraph" / "bin" / "python"

@@ -25,10 +25,10 @@ from typing import Any
 
 import _common as common
 
-from actors import END, StateGraph
-from actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig
-from events import SQLiteEventStore
-from projections import AgentState, Message
+from agentlog.actors import END, StateGraph
+from agentlog.actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig
+from agentlog.events import SQLiteEventStore
+from agentlog.projections import AgentState, Message
 
 KEEP_CONFIGURABLE = "keep_results" in RuntimeConfig.__dataclass_fields__
 LARGE = 100_000

@@ -29,15 +29,15 @@ import openai  # noqa: E402
 from anthropic.types import Message as AnthropicMessage  # noqa: E402
 from openai.types.chat import ChatCompletion  # noqa: E402
 
-from actors import END, StateGraph  # noqa: E402
-from actors.models import (  # noqa: E402
+from agentlog.actors import END, StateGraph  # noqa: E402
+from agentlog.actors.models import (  # noqa: E402
     ModelNode,
     from_anthropic_message,
     from_chat_completion,
     from_response,
 )
-from events import MemoryEventStore  # noqa: E402
-from projections import (  # noqa: E402
+from agentlog.events import MemoryEventStore  # noqa: E402
+from agentlog.projections import (  # noqa: E402
     AgentState,
     Message,
     ReasoningBlock,

@@ -36,7 +36,7 @@ from typing import Any
 
 import _common as common
 
-from events import NodeEntered, StateUpdated, StepAdvanced, open_store
+from agentlog.events import NodeEntered, StateUpdated, StepAdvanced, open_store
 
 HERE = Path(__file__).resolve().parent
 DSN = os.environ.get("AGENTLOG_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
@@ -59,7 +59,7 @@ async def pg_schema() -> AsyncIterator[str]:
     """A fresh schema made by the real upgrade; its URL; dropped after."""
     import asyncpg
 
-    from events.postgres_schema import upgrade_schema
+    from agentlog.events.stores.postgres_schema import upgrade_schema
 
     name = f"bench_{uuid.uuid4().hex[:12]}"
     conn = await asyncpg.connect(DSN)

@@ -5,10 +5,10 @@ A thread of N events (100,000; 20,000 with --quick) is written through
 (alternating user/assistant text of ~100 characters), StepAdvanced, plus a
 ToolCallStarted/ToolCallFinished pair every 4th step, after one RunStarted.
 
-* fold: `projections.replay` over records already in memory, against a plain loop that only
+* fold: `agentlog.projections.replay` over records already in memory, against a plain loop that only
   validates each message into a pydantic `Message` (target: >= 300,000 events/s). `replay`
   pauses the cyclic GC, so the plain loop is also reported with the GC paused.
-* from_disk: `projections.state_at(use_snapshots=False)` on a freshly opened store, against
+* from_disk: `agentlog.projections.state_at(use_snapshots=False)` on a freshly opened store, against
   just reading the records (`store.read`) on a fresh store; the ratio says what the fold adds.
   Every read checks each record's hash link; `chain_check` times that check alone, and
   `fold_plus_chain_check` is the replay rate with it (target: still >= 300,000 events/s).
@@ -31,7 +31,7 @@ from typing import Any
 
 import _common as common
 
-from events import (
+from agentlog.events import (
     GENESIS_HASH,
     ContextSummarized,
     Event,
@@ -44,8 +44,8 @@ from events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from events.codec import chain_hash
-from projections import (
+from agentlog.events.codec import chain_hash
+from agentlog.projections import (
     AgentState,
     Message,
     MessageContextManager,
@@ -54,8 +54,8 @@ from projections import (
     state_at,
     take_snapshot,
 )
-from projections.fold import gc_paused
-from projections.messages import Role
+from agentlog.projections.fold import gc_paused
+from agentlog.projections.messages import Role
 
 THREAD = "replay"
 TARGET_FOLD_EVENTS_PER_S = 300_000

@@ -26,11 +26,11 @@ from typing import Any
 
 import _common as common
 
-from actors import END, StateGraph
-from actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig
-from events import SQLiteEventStore
-from events.follow import last_position
-from projections import AgentState, Message
+from agentlog.actors import END, StateGraph
+from agentlog.actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig
+from agentlog.events import SQLiteEventStore
+from agentlog.events.follow import last_position
+from agentlog.projections import AgentState, Message
 
 SETTLE_S = 60.0
 """The longest the subscriber may take to reach the last record before the round fails."""

@@ -22,13 +22,13 @@ import _common as common
 import httpx
 import uvicorn
 
-from actors import END, StateGraph
-from actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig
-from actors.serve import create_app
-from actors.serve.webhooks import sign_standard
-from events import SQLiteEventStore
-from events.follow import last_position
-from projections import AgentState, Message
+from agentlog.actors import END, StateGraph
+from agentlog.actors.http import create_app
+from agentlog.actors.http.webhooks import sign_standard
+from agentlog.actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig
+from agentlog.events import SQLiteEventStore
+from agentlog.events.follow import last_position
+from agentlog.projections import AgentState, Message
 
 SECRET = "bench-secret"
 CONNECTIONS = 8

@@ -34,20 +34,20 @@ import _common as common
 from rich.console import Console
 
 try:  # the CLI's renderer, in its own package (earlier: the module actors.cli_render)
-    from actors.cli import render
+    from agentlog.actors.cli import render
 except ImportError:
-    from actors import cli_render as render  # type: ignore[attr-defined,no-redef]
-from events import RunStarted, SQLiteEventStore, StepAdvanced
-from events.kinds import Event
-from projections import Message, message_appended, state_at, state_history
-from projections.timetravel import _STATUS_AFTER, _STEP_BOUNDARY
+    from agentlog.actors import cli_render as render  # type: ignore[attr-defined,no-redef]
+from agentlog.events import RunStarted, SQLiteEventStore, StepAdvanced
+from agentlog.events.kinds import Event
+from agentlog.projections import Message, message_appended, state_at, state_history
+from agentlog.projections.timetravel import _STATUS_AFTER, _STEP_BOUNDARY
 
 ROOT = Path(__file__).resolve().parent.parent
 HUGE_CHARS, QUICK_HUGE_CHARS = 10_000_000, 2_000_000
 LONG, QUICK_LONG = 20_000, 5_000
 E2E_LONG, QUICK_E2E_LONG = 100_000, 10_000
 STEPS, QUICK_STEPS = 10_001, 2_001
-CLI = "from actors.cli import main; main()"
+CLI = "from agentlog.actors.cli import main; main()"
 
 
 async def write(path: Path, huge_chars: int, long_n: int, e2e_n: int, steps: int) -> None:
@@ -137,7 +137,7 @@ def bench_end_to_end(path: Path) -> dict[str, Any]:
         [
             sys.executable,
             "-c",
-            "from actors.cli import main; main()",
+            "from agentlog.actors.cli import main; main()",
             "show",
             "e2e",
             "--db",

@@ -26,10 +26,10 @@ from typing import Any
 
 import _common as common
 
-from actors import END, StateGraph
-from actors.runtime import AgentRuntime, EntryPoint
-from events import EventStore
-from projections import AgentState, Message
+from agentlog.actors import END, StateGraph
+from agentlog.actors.runtime import AgentRuntime, EntryPoint
+from agentlog.events import EventStore
+from agentlog.projections import AgentState, Message
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADERS_NEVER_DONE = b"GET /ok HTTP/1.1\r\nHost: 127.0.0.1\r\n"
@@ -58,7 +58,7 @@ def build(store: EventStore) -> AgentRuntime:
 def serve(db: Path, *options: str) -> tuple[subprocess.Popen[str], tuple[str, int]]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), str(ROOT)])}
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from actors.cli import main; main()", "serve", "--db", str(db),
+        [sys.executable, "-m", "agentlog.actors.cli", "serve", "--db", str(db),
          "--app", "slow_clients:build", "--port", "0", *options],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip

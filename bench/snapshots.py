@@ -8,9 +8,9 @@ and the tool's result message follow. One `run_started` and the user's message c
 It is built three times, each with the engine's snapshot policy (one snapshot at the first
 commit past every multiple of `every` records) and a different writer:
 
-* "refs": referencing snapshots (`projections.snapshots.SnapshotWriter`) every
+* "refs": referencing snapshots (`agentlog.projections.snapshots.SnapshotWriter`) every
   `DEFAULT_SNAPSHOT_EVERY` records, the format and default proposed now;
-* "whole": whole-state snapshots (`projections.snapshot_of`) every 5,000 records, what the
+* "whole": whole-state snapshots (`agentlog.projections.snapshot_of`) every 5,000 records, what the
   engine writes today;
 * the "refs" file read with `use_snapshots=False` is the fold from the start.
 
@@ -18,7 +18,7 @@ Figures:
 
 * at_step: `state_at` at ~20 random steps (seeded), point by point alternating refs, whole and
   the fold from the start on the same points; medians (target: < 20 ms at N = 10,000).
-  "refs" reads with the messages `state_at` kept (`projections.views`) from the point read
+  "refs" reads with the messages `state_at` kept (`agentlog.projections.views`) from the point read
   just before (by "refs_cold", which empties that cache first: what a process's first read
   of the thread pays), so it is what a process that has read one other point pays.
   "validate_only" is the floor any reader pays: the state at the point validated from its
@@ -52,7 +52,7 @@ from typing import Any
 
 import _common as common
 
-from events import (
+from agentlog.events import (
     Event,
     NodeEntered,
     RunStarted,
@@ -61,7 +61,7 @@ from events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from projections import (
+from agentlog.projections import (
     AgentState,
     Message,
     TextBlock,
@@ -72,9 +72,9 @@ from projections import (
     state_at,
     state_data,
 )
-from projections.fold import Fold, gc_paused
-from projections.snapshots import DEFAULT_SNAPSHOT_EVERY, SnapshotWriter
-from projections.views import clear_message_cache
+from agentlog.projections.fold import Fold, gc_paused
+from agentlog.projections.snapshots import DEFAULT_SNAPSHOT_EVERY, SnapshotWriter
+from agentlog.projections.views import clear_message_cache
 
 STEPS = 10_000
 QUICK_STEPS = 2_000

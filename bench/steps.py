@@ -29,7 +29,7 @@ For each variant and N:
   (target: last / first <= 1.2), i.e. whether a step gets dearer as the context grows.
 * bytes: the database file after the store is closed and the WAL is checkpointed
   (TRUNCATE), db + WAL, per step, with the event payloads and snapshots broken out.
-* load: `projections.state_at` on a freshly opened store over the final file, with the
+* load: `agentlog.projections.state_at` on a freshly opened store over the final file, with the
   snapshots the runtime took and without them.
 * profile (largest N of each variant): the top entries of a cProfile of one more run, in a
   separate process (bench/peers/agentlog_driver.py --measure profile) so that it is
@@ -58,8 +58,8 @@ from typing import Any
 import _common as common
 import workload
 
-from events import SQLiteEventStore
-from projections import AgentState, state_at
+from agentlog.events import SQLiteEventStore
+from agentlog.projections import AgentState, state_at
 
 THREAD = "steps"
 SIZES = (50, 200, 1000)

@@ -18,12 +18,12 @@ import _common as common
 import httpx
 import uvicorn
 
-from actors import END, StateGraph
-from actors.runtime import AgentRuntime, EntryPoint
-from actors.serve import create_app
-from events import SQLiteEventStore
-from events.kinds import MessageAppended, ThreadCreated
-from projections import AgentState, Message
+from agentlog.actors import END, StateGraph
+from agentlog.actors.http import create_app
+from agentlog.actors.runtime import AgentRuntime, EntryPoint
+from agentlog.events import SQLiteEventStore
+from agentlog.events.kinds import MessageAppended, ThreadCreated
+from agentlog.projections import AgentState, Message
 
 STREAMS = 60
 """Streams opened at once."""

@@ -17,8 +17,8 @@ import _common as common
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from actors.cli.demo import support_graph
-from actors.testing import GraphMachine, graph_machine
+from agentlog.actors.examples.support import support_graph
+from agentlog.actors.testing import GraphMachine, graph_machine
 
 
 class Meter:

@@ -13,7 +13,7 @@ points, and the figures are medians over all of them (p90 and max beside them).
 
 * load_at_step: `aget_state(config, at_step=k)` (target: < 20 ms at N), alternated point by
   point with a same-run baseline: a full replay without snapshots at the same step,
-  `step_seq` + `projections.state_at(..., use_snapshots=False)`. A few points are checked
+  `step_seq` + `agentlog.projections.state_at(..., use_snapshots=False)`. A few points are checked
   first (untimed): both give the same state, at step k.
 * history: `aget_state_history` (one entry per step) over the whole N-step thread and over
   the 1,000-step thread (target: < 50 ms), and `ahistory` (one row per event) over the
@@ -48,11 +48,11 @@ import _common as common
 import steps
 import workload
 
-from actors import StateGraph
-from actors.compiled import CompiledGraph
-from events import SQLiteEventStore
-from projections import AgentState, state_at, step_seq
-from projections.snapshots import DEFAULT_SNAPSHOT_EVERY
+from agentlog.actors import StateGraph
+from agentlog.actors.engine.compiled import CompiledGraph
+from agentlog.events import SQLiteEventStore
+from agentlog.projections import AgentState, state_at, step_seq
+from agentlog.projections.snapshots import DEFAULT_SNAPSHOT_EVERY
 
 STEPS = 10_000
 QUICK_STEPS = 2_000

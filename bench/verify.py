@@ -28,10 +28,10 @@ from typing import Any
 import _common as common
 from snapshots import THREAD, step_events
 
-from events import EventRecord, RunStarted, Snapshot, SQLiteEventStore
-from projections import AgentState, Message, message_appended
-from projections.fold import Fold
-from projections.snapshots import DEFAULT_SNAPSHOT_EVERY, SnapshotWriter, verify_snapshots
+from agentlog.events import EventRecord, RunStarted, Snapshot, SQLiteEventStore
+from agentlog.projections import AgentState, Message, message_appended
+from agentlog.projections.fold import Fold
+from agentlog.projections.snapshots import DEFAULT_SNAPSHOT_EVERY, SnapshotWriter, verify_snapshots
 
 SIZES, QUICK_SIZES = (10_000, 100_000), (2_000, 20_000)
 

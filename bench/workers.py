@@ -23,7 +23,7 @@ from pathlib import Path
 import _common as common
 from workers_app import build
 
-from events import SQLiteEventStore, open_store
+from agentlog.events import SQLiteEventStore, open_store
 
 HERE = Path(__file__).resolve().parent
 

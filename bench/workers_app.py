@@ -12,10 +12,10 @@ import asyncio
 import signal
 import sys
 
-from actors import END, StateGraph
-from actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig
-from events import EventStore, open_store
-from projections import AgentState, Message
+from agentlog.actors import END, StateGraph
+from agentlog.actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig
+from agentlog.events import EventStore, open_store
+from agentlog.projections import AgentState, Message
 
 
 def answer(state: AgentState) -> list[Message]:

@@ -37,10 +37,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from actors import END, StateGraph  # noqa: E402
-from actors.tools import ToolNode  # noqa: E402
-from events import SQLiteEventStore  # noqa: E402
-from projections import (  # noqa: E402
+from agentlog.actors import END, StateGraph  # noqa: E402
+from agentlog.actors.tools.node import ToolNode  # noqa: E402
+from agentlog.events import SQLiteEventStore  # noqa: E402
+from agentlog.projections import (  # noqa: E402
     AgentState,
     Message,
     TextBlock,

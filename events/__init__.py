@@ -1,13 +1,18 @@
 """The log: typed events, the record envelope, the codec and the stores (`open_store`
-turns a path or URL into one; `events.testing` holds the suite every store must pass), and
+turns a path or URL into one; `agentlog.events.testing` holds the suite every store must pass), and
 `follow`, a live subscription to what they commit.
 
 This package knows nothing of agents: it stores and chains events, and reads them back.
 """
 
-from .audit import Head, export_jsonl, head, verify_store, verify_thread
-from .codec import GENESIS_HASH, UnstorableValueError, register_upcaster, unregister_upcaster
-from .errors import (
+from agentlog.events.audit import Head, export_jsonl, head, verify_store, verify_thread
+from agentlog.events.codec import (
+    GENESIS_HASH,
+    UnstorableValueError,
+    register_upcaster,
+    unregister_upcaster,
+)
+from agentlog.events.errors import (
     AgentlogError,
     ChainBrokenError,
     ClaimLostError,
@@ -27,8 +32,8 @@ from .errors import (
     ThreadNotFoundError,
     UnknownEventKindError,
 )
-from .follow import CommitSignal, UnknownKindFilterError, follow, last_position
-from .kinds import (
+from agentlog.events.follow import CommitSignal, UnknownKindFilterError, follow, last_position
+from agentlog.events.kinds import (
     EVENT_TYPES,
     KINDS,
     BaseEvent,
@@ -57,15 +62,26 @@ from .kinds import (
     ToolCallStarted,
     kind_of,
 )
-from .memory import MemoryEventStore
-from .postgres_schema import SchemaUpgradeRequiredError
-from .record import EventRecord, Snapshot, VerifyReport
-from .sqlite import SQLiteEventStore
-from .store import AppendRequest, BaseEventStore, Claim, CorruptSnapshotError, EventStore
-from .urls import StoreNotFoundError, StoreURLError, UnsupportedBackendError, open_store
+from agentlog.events.record import EventRecord, Snapshot, VerifyReport
+from agentlog.events.store import (
+    AppendRequest,
+    BaseEventStore,
+    Claim,
+    CorruptSnapshotError,
+    EventStore,
+)
+from agentlog.events.stores.memory import MemoryEventStore
+from agentlog.events.stores.postgres_schema import SchemaUpgradeRequiredError
+from agentlog.events.stores.sqlite import SQLiteEventStore
+from agentlog.events.urls import (
+    StoreNotFoundError,
+    StoreURLError,
+    UnsupportedBackendError,
+    open_store,
+)
 
-_LAZY = {"PostgresEventStore": "events.postgres"}
-"""Names imported on first use (`events.PostgresEventStore`), so `import events` works
+_LAZY = {"PostgresEventStore": "agentlog.events.stores.postgres"}
+"""Names imported on first use (`agentlog.events.PostgresEventStore`), so `import events` works
 without asyncpg installed; left out of `__all__` so a star import never needs it."""
 
 

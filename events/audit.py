@@ -23,11 +23,16 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import IO, Any
 
-from .codec import GENESIS_HASH, Row, decode_event, encode_json
-from .errors import CorruptRecordError, InvalidArgumentError, StoreError, ThreadNotFoundError
-from .record import VerifyReport
-from .store import READ_CHUNK, EventStore
-from .verify_export import readable_payload
+from agentlog.events.codec import GENESIS_HASH, Row, decode_event, encode_json
+from agentlog.events.errors import (
+    CorruptRecordError,
+    InvalidArgumentError,
+    StoreError,
+    ThreadNotFoundError,
+)
+from agentlog.events.record import VerifyReport
+from agentlog.events.store import READ_CHUNK, EventStore
+from agentlog.events.verify_export import readable_payload
 
 __all__ = [
     "ExportError",

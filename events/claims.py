@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .errors import ClaimLostError, InvalidClaimError, ThreadBusyError
+from agentlog.events.errors import ClaimLostError, InvalidClaimError, ThreadBusyError
 
 DEFAULT_LEASE = 30.0
 """Seconds a claim stays valid across hosts without a heartbeat."""

@@ -15,14 +15,14 @@ from typing import Any, NamedTuple, NoReturn
 
 import msgspec
 
-from .errors import (
+from agentlog.events.errors import (
     CorruptRecordError,
     InvalidAppendError,
     SchemaVersionError,
     UnknownEventKindError,
 )
-from .kinds import KINDS, BaseEvent, Event, kind_of
-from .record import EventRecord
+from agentlog.events.kinds import KINDS, BaseEvent, Event, kind_of
+from agentlog.events.record import EventRecord
 
 GENESIS_HASH = bytes(32)
 """The `prev` hash of a thread's first record."""
@@ -115,7 +115,7 @@ def encode_payloads(thread_id: str, events: Sequence[Event]) -> list[Encoded]:
         if not isinstance(event, BaseEvent):
             raise InvalidAppendError(
                 f"cannot append {type(event).__name__} to thread {thread_id!r}: "
-                "only event structs from events.kinds can be stored"
+                "only event structs from agentlog.events.kinds can be stored"
             )
         kind = kind_of(event)
         try:

@@ -23,17 +23,17 @@ import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection
 from typing import TypeVar
 
-from .codec import decode_row
-from .errors import (
+from agentlog.events.codec import decode_row
+from agentlog.events.errors import (
     CorruptRecordError,
     InvalidArgumentError,
     StoreClosedError,
     StoreError,
     UnknownEventKindError,
 )
-from .kinds import KINDS
-from .record import EventRecord
-from .store import MAX_POSITION, EventStore, readable_thread_id
+from agentlog.events.kinds import KINDS
+from agentlog.events.record import EventRecord
+from agentlog.events.store import MAX_POSITION, EventStore, readable_thread_id
 
 _T = TypeVar("_T")
 

@@ -66,7 +66,7 @@ class RunStarted(BaseEvent, tag="run_started", frozen=True):
     """A run began on the thread, at `entry_node`, with the caller's input.
 
     `fields` maps each custom state field to its reducer's qualified name (None: replace),
-    so the thread can be read without the state class (`projections.generic`); None when
+    so the thread can be read without the state class (`agentlog.projections.generic`); None when
     the writer did not record it.
     """
 

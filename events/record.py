@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from .kinds import Event
+from agentlog.events.kinds import Event
 
 
 class EventRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -34,7 +34,7 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     Two forms share this value. A whole-state snapshot (`context_refs` None) holds every
     field, the context's messages included. A referencing snapshot holds the context as
     `context_refs`: pointers to the records of the log whose payloads carry its messages
-    (see `events.store.encode_context_refs`), so it costs bytes per message, not per
+    (see `agentlog.events.store.encode_context_refs`), so it costs bytes per message, not per
     character. `EventStore.load_snapshot` resolves the references by default, so `state`
     then holds the whole state either way; with `resolve=False`, `state` lacks "context".
     """
@@ -49,7 +49,8 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     context_refs: list[Any] | None = None
     """The context as encoded references into the thread's records, or None (whole state)."""
     digest: str = ""
-    """The content hash (hex) the snapshot was stored with (`events.store.snapshot_digest`):
+    """The content hash (hex) the snapshot was stored with
+    (`agentlog.events.store.snapshot_digest`):
     over its chain hash, its bytes and the chain hash of every record its context references.
     `load_snapshot` fills it only once it has recomputed it from what it read; a reader uses
     a snapshot only then. Given to `save_snapshot`, it must be the content's (a snapshot

@@ -1,6 +1,6 @@
 """The `EventStore` protocol and the machinery every backend shares.
 
-A backend only stores and fetches rows (`events.codec.Row`); argument checks, encoding,
+A backend only stores and fetches rows (`agentlog.events.codec.Row`); argument checks, encoding,
 decoding and hash-chain verification live here, once, so every store behaves alike.
 """
 
@@ -19,8 +19,8 @@ from typing import Any, NamedTuple, Protocol, Self, runtime_checkable
 
 import msgspec
 
-from .claims import DEFAULT_LEASE, Claim, Holder
-from .codec import (
+from agentlog.events.claims import DEFAULT_LEASE, Claim, Holder
+from agentlog.events.codec import (
     GENESIS_HASH,
     Encoded,
     Row,
@@ -32,7 +32,7 @@ from .codec import (
     encode_state,
     record_of,
 )
-from .errors import (
+from agentlog.events.errors import (
     ChainBrokenError,
     CorruptRecordError,
     InvalidAppendError,
@@ -41,7 +41,7 @@ from .errors import (
     ThreadNotFoundError,
     UnknownEventKindError,
 )
-from .kinds import (
+from agentlog.events.kinds import (
     KINDS,
     ContextSummarized,
     Event,
@@ -50,7 +50,7 @@ from .kinds import (
     MessageReplaced,
     MessagesReplaced,
 )
-from .record import EventRecord, Snapshot, VerifyReport
+from agentlog.events.record import EventRecord, Snapshot, VerifyReport
 
 READ_CHUNK = 2048
 """Rows fetched per round trip when streaming a thread."""
@@ -592,7 +592,7 @@ class BaseEventStore(ABC):
 
     @abstractmethod
     async def _commit(self, request: AppendRequest) -> list[EventRecord]:
-        """Fence the request's claim (see `events.claims.fence`), check its `expected_seq`,
+        """Fence the request's claim (see `agentlog.events.claims.fence`), check its `expected_seq`,
         chain its encoded events, and store the rows in one atomic commit."""
 
     @abstractmethod

@@ -5,7 +5,7 @@ an async `store` fixture yielding a fresh, empty store, and a `forge_holder` tha
 claim as another process would (the built-in stores have theirs here)::
 
     import pytest
-    from events.testing import StoreConformance
+    from agentlog.events.testing import StoreConformance
 
     class TestMyStore(StoreConformance):
         @pytest.fixture
@@ -38,11 +38,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from . import verify_export
-from .audit import export_jsonl, head, verify_store, verify_thread
-from .claims import HOST, Claim, Holder, process_marker
-from .codec import GENESIS_HASH, chain_hash, encode_payloads
-from .errors import (
+from agentlog.events import verify_export
+from agentlog.events.audit import export_jsonl, head, verify_store, verify_thread
+from agentlog.events.claims import HOST, Claim, Holder, process_marker
+from agentlog.events.codec import GENESIS_HASH, chain_hash, encode_payloads
+from agentlog.events.errors import (
     AgentlogError,
     ChainBrokenError,
     ClaimLostError,
@@ -53,7 +53,7 @@ from .errors import (
     ThreadNotFoundError,
     UnknownEventKindError,
 )
-from .kinds import (
+from agentlog.events.kinds import (
     Event,
     InterruptRaised,
     MessageAppended,
@@ -64,10 +64,10 @@ from .kinds import (
     StepAdvanced,
     StopRequested,
 )
-from .memory import MemoryEventStore
-from .record import EventRecord, Snapshot
-from .sqlite import SQLiteEventStore
-from .store import CorruptSnapshotError, EventStore, encode_context_refs
+from agentlog.events.record import EventRecord, Snapshot
+from agentlog.events.store import CorruptSnapshotError, EventStore, encode_context_refs
+from agentlog.events.stores.memory import MemoryEventStore
+from agentlog.events.stores.sqlite import SQLiteEventStore
 
 __all__ = ["StoreConformance", "step_events", "text_event", "text_message"]
 
@@ -129,7 +129,7 @@ class StoreConformance:
             conn.close()
         elif isinstance(store, MemoryEventStore):
             store._claims[thread_id] = holder
-        elif type(store).__module__ == "events.postgres":
+        elif type(store).__module__ == "agentlog.events.stores.postgres":
             await store.open()  # type: ignore[attr-defined]
             await store._query(  # type: ignore[attr-defined]
                 "execute",
@@ -178,7 +178,7 @@ class StoreConformance:
             altered = row._replace(payload=encoded.payload, hash=digest)
             store._threads[thread_id][seq - 1] = altered
             store._all[row.position - 1] = altered
-        elif type(store).__module__ == "events.postgres":
+        elif type(store).__module__ == "agentlog.events.stores.postgres":
             await store._query(  # type: ignore[attr-defined]
                 "execute",
                 f'UPDATE "{store.schema}".events SET payload = $1, hash = $2 '  # type: ignore[attr-defined]

@@ -28,15 +28,15 @@ import re
 import stat
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from .errors import (
+from agentlog.events.errors import (
     InvalidArgumentError,
     NotAnAgentlogDatabaseError,
     StoreError,
     StoreUnavailableError,
 )
-from .memory import MemoryEventStore
-from .sqlite import APPLICATION_ID, SQLITE_MAGIC, SQLiteEventStore
-from .store import EventStore
+from agentlog.events.store import EventStore
+from agentlog.events.stores.memory import MemoryEventStore
+from agentlog.events.stores.sqlite import APPLICATION_ID, SQLITE_MAGIC, SQLiteEventStore
 
 __all__ = [
     "ACCEPTED_FORMS",
@@ -137,7 +137,7 @@ def open_store(
 def _postgres(address: str, scheme: str, rest: str, *, readonly: bool) -> EventStore:
     """A `PostgresEventStore` for a postgresql:// URL; `?schema=` is ours, the rest asyncpg's."""
     try:
-        from .postgres import PostgresEventStore
+        from agentlog.events.stores.postgres import PostgresEventStore
     except ImportError as exc:
         raise UnsupportedBackendError(
             f"{_shown(address)} names a PostgreSQL store, which needs asyncpg ({exc}): "

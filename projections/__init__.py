@@ -3,8 +3,8 @@
 Nothing here runs tasks: a projection is a pure function of the log.
 """
 
-from .context import BaseContextManager, MessageContextManager
-from .edge import (
+from agentlog.projections.context import BaseContextManager, MessageContextManager
+from agentlog.projections.edge import (
     message_appended,
     messages_appended,
     messages_replaced,
@@ -12,7 +12,7 @@ from .edge import (
     state_updated,
     to_builtins,
 )
-from .errors import (
+from agentlog.projections.errors import (
     ForkPointInCommitError,
     IllegalTransitionError,
     InvalidStateUpdateError,
@@ -20,8 +20,8 @@ from .errors import (
     StateMethodError,
     UnfoldableRecordError,
 )
-from .fold import Fold, apply, decide, replay
-from .messages import (
+from agentlog.projections.fold import Fold, apply, decide, replay
+from agentlog.projections.messages import (
     REMOVE_ALL_MESSAGES,
     AnnotationBlock,
     AnnotationRef,
@@ -46,23 +46,30 @@ from .messages import (
     normalize_input,
     to_messages,
 )
-from .reducers import (
+from agentlog.projections.reducers import (
     add_messages,
     append_items,
     remove_tool_messages,
     replace_messages,
     replace_value,
 )
-from .snapshots import (
+from agentlog.projections.snapshots import (
     DEFAULT_SNAPSHOT_EVERY,
     SnapshotFinding,
     SnapshotWriter,
     verify_snapshots,
     write_snapshot,
 )
-from .state import END, START, AgentState, ExecutionState, ExecutionStatus, StopRequestStatus
-from .stream import StreamChunk, StreamEvent
-from .timetravel import (
+from agentlog.projections.state import (
+    END,
+    START,
+    AgentState,
+    ExecutionState,
+    ExecutionStatus,
+    StopRequestStatus,
+)
+from agentlog.projections.stream import StreamChunk, StreamEvent
+from agentlog.projections.timetravel import (
     EventRow,
     StateDiff,
     StepEntry,
@@ -78,14 +85,20 @@ from .timetravel import (
     summarize,
     update_state,
 )
-from .transcript import (
+from agentlog.projections.transcript import (
     check_pairs,
     context_events,
     open_calls,
     order_problems,
     unpaired_results,
 )
-from .views import PointOutOfRangeError, fold_at, snapshot_of, state_at, take_snapshot
+from agentlog.projections.views import (
+    PointOutOfRangeError,
+    fold_at,
+    snapshot_of,
+    state_at,
+    take_snapshot,
+)
 
 __all__ = [
     "DEFAULT_SNAPSHOT_EVERY",

@@ -13,12 +13,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
-from events.errors import InvalidArgumentError
-
-from .messages import Message
-from .reducers import remove_tool_messages
-from .state import AgentState
-from .transcript import calls_of, open_calls, results_of
+from agentlog.events.errors import InvalidArgumentError
+from agentlog.projections.messages import Message
+from agentlog.projections.reducers import remove_tool_messages
+from agentlog.projections.state import AgentState
+from agentlog.projections.transcript import calls_of, open_calls, results_of
 
 S = TypeVar("S", bound=AgentState)
 

@@ -13,11 +13,10 @@ import msgspec
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-from events.codec import TOO_DEEP, UnstorableValueError
-from events.kinds import MessageAppended, MessagesReplaced, StateUpdated
-
-from .messages import Message
-from .state import AgentState
+from agentlog.events.codec import TOO_DEEP, UnstorableValueError
+from agentlog.events.kinds import MessageAppended, MessagesReplaced, StateUpdated
+from agentlog.projections.messages import Message
+from agentlog.projections.state import AgentState
 
 _BINARY = (bytes, bytearray, memoryview)
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from events.errors import AgentlogError, CorruptRecordError, InvalidArgumentError, StoreError
+from agentlog.events.errors import (
+    AgentlogError,
+    CorruptRecordError,
+    InvalidArgumentError,
+    StoreError,
+)
 
 
 class ProjectionError(AgentlogError):

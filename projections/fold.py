@@ -23,7 +23,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
-from events.kinds import (
+from agentlog.events.kinds import (
     EVENT_TYPES,
     BaseEvent,
     ContextSummarized,
@@ -58,13 +58,22 @@ from events.kinds import (
     TriggerListening,
     kind_of,
 )
-from events.record import EventRecord
-
-from .errors import IllegalTransitionError, InvalidStateUpdateError, UnfoldableRecordError
-from .messages import Message
-from .reducers import add_messages
-from .state import END, AgentState, ExecutionState, ExecutionStatus, StopRequestStatus
-from .transcript import calls_of, check_pairs, open_calls, results_of
+from agentlog.events.record import EventRecord
+from agentlog.projections.errors import (
+    IllegalTransitionError,
+    InvalidStateUpdateError,
+    UnfoldableRecordError,
+)
+from agentlog.projections.messages import Message
+from agentlog.projections.reducers import add_messages
+from agentlog.projections.state import (
+    END,
+    AgentState,
+    ExecutionState,
+    ExecutionStatus,
+    StopRequestStatus,
+)
+from agentlog.projections.transcript import calls_of, check_pairs, open_calls, results_of
 
 S = TypeVar("S", bound=AgentState)
 
@@ -98,7 +107,7 @@ _message_id = operator.attrgetter("message_id")
 
 def _held(context: list[Message]) -> Iterator[Message]:
     """The messages of a context as the list holds them, for reading ids: a list type of
-    its own (`projections.views.SharedContext`) would copy each message read."""
+    its own (`agentlog.projections.views.SharedContext`) would copy each message read."""
     return list.__iter__(context)
 
 

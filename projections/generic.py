@@ -21,13 +21,24 @@ from typing import Annotated, Any, cast
 
 from pydantic import create_model
 
-from events import EventRecord, EventStore, Forked, RunStarted, StateUpdated, ThreadNotFoundError
-
-from .fold import CONTEXT_FIELDS, Fold, gc_paused
-from .messages import Message
-from .reducers import add_messages, append_items, replace_messages, replace_value
-from .state import AgentState
-from .views import PointOutOfRangeError, state_at
+from agentlog.events import (
+    EventRecord,
+    EventStore,
+    Forked,
+    RunStarted,
+    StateUpdated,
+    ThreadNotFoundError,
+)
+from agentlog.projections.fold import CONTEXT_FIELDS, Fold, gc_paused
+from agentlog.projections.messages import Message
+from agentlog.projections.reducers import (
+    add_messages,
+    append_items,
+    replace_messages,
+    replace_value,
+)
+from agentlog.projections.state import AgentState
+from agentlog.projections.views import PointOutOfRangeError, state_at
 
 __all__ = [
     "LIBRARY_REDUCERS",

@@ -13,12 +13,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Literal
 
-from events import AgentlogError, EventStore
-
-from .generic import open_states
-from .state import AgentState, ExecutionStatus
-from .transcript import calls_of, open_calls, results_of, unpaired_results
-from .views import fold_at
+from agentlog.events import AgentlogError, EventStore
+from agentlog.projections.generic import open_states
+from agentlog.projections.state import AgentState, ExecutionStatus
+from agentlog.projections.transcript import calls_of, open_calls, results_of, unpaired_results
+from agentlog.projections.views import fold_at
 
 FindingKind = Literal["open_call", "unpaired_result", "unreadable"]
 """What a finding is about: a completed run's call with no result, a result with no call

@@ -13,9 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
-from events.errors import InvalidArgumentError
-
-from .errors import ProjectionError
+from agentlog.events.errors import InvalidArgumentError
+from agentlog.projections.errors import ProjectionError
 
 Role = Literal["user", "assistant", "system", "tool"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from .messages import Message
+from agentlog.projections.messages import Message
 
 T = TypeVar("T")
 

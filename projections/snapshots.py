@@ -21,7 +21,7 @@ run): snapshots cost 40 bytes per step (every 1,000 records) where whole states 
 
 What bounds a read is the messages themselves: validating the ~7,500 messages of a median
 point into `Message` models costs more than reading and decoding them, whatever the snapshot
-format. So `state_at` (`projections.views`) keeps the messages it validated per store and
+format. So `state_at` (`agentlog.projections.views`) keeps the messages it validated per store and
 thread, and hands them out through a `SharedContext` that copies each on its first read: a
 point of a thread whose earlier point was read costs the records after its snapshot, 0.07
 of a fold from the start and 0.17-0.23 of a whole-state snapshot in the same run (17 ms on
@@ -35,7 +35,7 @@ the first read of a process 0.62-0.72, where it cost 0.39-0.43.
 Trust. A snapshot names the chain hash of the record it folds up to; `fold_at` refuses one
 whose hash differs from the chain's (`ChainBrokenError` naming its seq: either the snapshot
 or the log was rewritten, and a reader cannot tell which, so it does not pick one). The
-store keeps with each snapshot a content digest (`events.store.snapshot_digest`) over that
+store keeps with each snapshot a content digest (`agentlog.events.store.snapshot_digest`) over that
 hash, its bytes and the chain hash of every record its context points to, and recomputes it
 on every load, checking each record it points to against its chain hash: a snapshot whose
 content was changed while its hash was kept, or a referenced payload changed behind the
@@ -55,7 +55,7 @@ from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from events import (
+from agentlog.events import (
     AgentlogError,
     ChainBrokenError,
     CorruptRecordError,
@@ -64,8 +64,8 @@ from events import (
     Snapshot,
     ThreadNotFoundError,
 )
-from events.codec import encode_state
-from events.kinds import (
+from agentlog.events.codec import encode_state
+from agentlog.events.kinds import (
     ContextSummarized,
     Forked,
     MessageAppended,
@@ -75,7 +75,7 @@ from events.kinds import (
     RunStarted,
     StateUpdated,
 )
-from events.store import (
+from agentlog.events.store import (
     MESSAGE_KINDS,
     ContextEntry,
     CorruptSnapshotError,
@@ -83,14 +83,13 @@ from events.store import (
     messages_of,
     snapshot_digest,
 )
-
-from .edge import state_data, to_builtins
-from .fold import CONTEXT_FIELDS, Fold, field_plan, gc_paused
-from .generic import LIBRARY_REDUCERS, open_state_class
-from .messages import Message
-from .reducers import add_messages
-from .state import AgentState
-from .views import PointOutOfRangeError, _shares_context, state_type_name
+from agentlog.projections.edge import state_data, to_builtins
+from agentlog.projections.fold import CONTEXT_FIELDS, Fold, field_plan, gc_paused
+from agentlog.projections.generic import LIBRARY_REDUCERS, open_state_class
+from agentlog.projections.messages import Message
+from agentlog.projections.reducers import add_messages
+from agentlog.projections.state import AgentState
+from agentlog.projections.views import PointOutOfRangeError, _shares_context, state_type_name
 
 __all__ = [
     "DEFAULT_SNAPSHOT_EVERY",
@@ -119,7 +118,7 @@ def _same(a: object, b: object) -> bool:
 class _Refs:
     """The context of a thread after record `seq`, as the record each message came from.
 
-    It follows the fold's handlers for the context (`projections.fold`) on the ids the
+    It follows the fold's handlers for the context (`agentlog.projections.fold`) on the ids the
     payloads carry, without building a single message. `entries[i]` is `(seq, index)` of
     the message at position i, or None when no record carries it as is (it must be stored
     inline); `lost` says the context went through a reducer this cannot follow, until a
@@ -542,7 +541,8 @@ async def verify_snapshots(
     records plus the bytes of its snapshots, not its context once per snapshot.
 
     Without `state_cls` the thread is folded with the open class its log describes (see
-    `projections.generic`); fields that class cannot reproduce (reduced by a user's function,
+    `agentlog.projections.generic`); fields that class cannot reproduce (reduced by a user's
+    function,
     or never set in the log, so holding the user's default) are left out of the comparison
     and named in one "unchecked" finding. Only findings whose `problem` is true mean a
     snapshot is wrong. Raises `ThreadNotFoundError` for a thread with no records.

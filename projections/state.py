@@ -1,7 +1,7 @@
 """The state of a thread: `AgentState` and its execution metadata.
 
 These models are projections: the runtime never mutates them directly but folds events
-into them (see `projections.fold`). The transition methods below are the vocabulary of
+into them (see `agentlog.projections.fold`). The transition methods below are the vocabulary of
 that fold: every event is the record of one of them.
 """
 
@@ -12,9 +12,9 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, PrivateAttr, field_validator
 
-from .errors import StateMethodError
-from .messages import Message
-from .reducers import add_messages
+from agentlog.projections.errors import StateMethodError
+from agentlog.projections.messages import Message
+from agentlog.projections.reducers import add_messages
 
 START = "__start__"
 END = "__end__"
@@ -191,7 +191,7 @@ class AgentState(BaseModel):
     def _own_shared_messages(cls, value: Any) -> Any:
         """A context read from time travel shares its unread messages with the process's
         cache: a new state built from it takes copies, so changing it reaches no one else."""
-        from .views import SharedContext
+        from agentlog.projections.views import SharedContext
 
         if isinstance(value, SharedContext):
             return list(value)  # iterating hands out each message as a copy of its own

@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar, cast
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from events.kinds import (
+from agentlog.events.kinds import (
     Event,
     Forked,
     InterruptRaised,
@@ -41,10 +41,9 @@ from events.kinds import (
     ToolCallFinished,
     ToolCallStarted,
 )
-
-from .edge import message_appended, state_updated
-from .fold import CONTEXT_FIELDS, TOOL_CALLS_KEY, before_first_run, field_plan
-from .messages import (
+from agentlog.projections.edge import message_appended, state_updated
+from agentlog.projections.fold import CONTEXT_FIELDS, TOOL_CALLS_KEY, before_first_run, field_plan
+from agentlog.projections.messages import (
     AnnotationBlock,
     AnnotationRef,
     AudioBlock,
@@ -63,8 +62,15 @@ from .messages import (
     ToolResultBlock,
     VideoBlock,
 )
-from .state import END, START, AgentState, ExecutionState, ExecutionStatus, StopRequestStatus
-from .transcript import calls_of, open_calls
+from agentlog.projections.state import (
+    END,
+    START,
+    AgentState,
+    ExecutionState,
+    ExecutionStatus,
+    StopRequestStatus,
+)
+from agentlog.projections.transcript import calls_of, open_calls
 
 S = TypeVar("S", bound=AgentState)
 
@@ -227,7 +233,7 @@ def token_usages() -> st.SearchStrategy[TokenUsages]:
 def content_blocks(
     kinds: Sequence[str] | None = None,
 ) -> st.SearchStrategy[ContentBlock]:
-    """Content blocks of every kind `projections.messages` defines (or only `kinds`)."""
+    """Content blocks of every kind `agentlog.projections.messages` defines (or only `kinds`)."""
     media = media_refs()
     ids = text.map(lambda s: f"call_{s}")
     builders: dict[str, st.SearchStrategy[Any]] = {

@@ -8,8 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .messages import Message
-from .state import AgentState
+from agentlog.projections.messages import Message
+from agentlog.projections.state import AgentState
 
 
 class StreamEvent(StrEnum):

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from events import (
+from agentlog.events import (
     Claim,
     EventRecord,
     EventStore,
@@ -23,8 +23,8 @@ from events import (
     Snapshot,
     ThreadNotFoundError,
 )
-from events.errors import InvalidArgumentError
-from events.kinds import (
+from agentlog.events.errors import InvalidArgumentError
+from agentlog.events.kinds import (
     ContextSummarized,
     Event,
     MessageAppended,
@@ -46,11 +46,14 @@ from events.kinds import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from events.store import brief
-
-from .edge import state_data, state_updated
-from .errors import ForkPointInCommitError, IllegalTransitionError, InvalidStateUpdateError
-from .fold import (
+from agentlog.events.store import brief
+from agentlog.projections.edge import state_data, state_updated
+from agentlog.projections.errors import (
+    ForkPointInCommitError,
+    IllegalTransitionError,
+    InvalidStateUpdateError,
+)
+from agentlog.projections.fold import (
     AWAITING_KEY,
     ENTERED_KEY,
     RESUME_KEY,
@@ -60,8 +63,8 @@ from .fold import (
     before_first_run,
     unfoldable,
 )
-from .generic import state_fields
-from .messages import (
+from agentlog.projections.generic import state_fields
+from agentlog.projections.messages import (
     ErrorBlock,
     Message,
     ReasoningBlock,
@@ -70,10 +73,15 @@ from .messages import (
     context_items,
     new_run_id,
 )
-from .state import AgentState, ExecutionState, ExecutionStatus, StopRequestStatus
-from .transcript import calls_of, context_events
-from .views import PointOutOfRangeError, fold_at, state_at
-from .writer import Append, write
+from agentlog.projections.state import (
+    AgentState,
+    ExecutionState,
+    ExecutionStatus,
+    StopRequestStatus,
+)
+from agentlog.projections.transcript import calls_of, context_events
+from agentlog.projections.views import PointOutOfRangeError, fold_at, state_at
+from agentlog.projections.writer import Append, write
 
 S = TypeVar("S", bound=AgentState)
 

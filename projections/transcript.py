@@ -12,18 +12,23 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Iterable, Sequence
 from typing import Any
 
-from events.kinds import (
+from agentlog.events.kinds import (
     Event,
     MessageAppended,
     MessageReplaced,
     MessagesRemoved,
     MessagesReplaced,
 )
-
-from .edge import to_builtins
-from .errors import InvalidStateUpdateError
-from .messages import Message, RemoteToolCallBlock, RemoveMessage, ToolCallBlock, ToolResultBlock
-from .reducers import add_messages
+from agentlog.projections.edge import to_builtins
+from agentlog.projections.errors import InvalidStateUpdateError
+from agentlog.projections.messages import (
+    Message,
+    RemoteToolCallBlock,
+    RemoveMessage,
+    ToolCallBlock,
+    ToolResultBlock,
+)
+from agentlog.projections.reducers import add_messages
 
 Call = ToolCallBlock | RemoteToolCallBlock
 

@@ -31,15 +31,14 @@ from typing import Any, Self, SupportsIndex, TypeVar, get_args, get_origin, over
 import msgspec
 from pydantic import TypeAdapter, ValidationError
 
-from events.errors import InvalidArgumentError, ThreadNotFoundError
-from events.record import EventRecord, Snapshot
-from events.store import EventStore
-
-from .edge import state_data, to_builtins
-from .errors import ProjectionError
-from .fold import Fold, gc_paused
-from .messages import Message
-from .state import AgentState
+from agentlog.events.errors import InvalidArgumentError, ThreadNotFoundError
+from agentlog.events.record import EventRecord, Snapshot
+from agentlog.events.store import EventStore
+from agentlog.projections.edge import state_data, to_builtins
+from agentlog.projections.errors import ProjectionError
+from agentlog.projections.fold import Fold, gc_paused
+from agentlog.projections.messages import Message
+from agentlog.projections.state import AgentState
 
 S = TypeVar("S", bound=AgentState)
 
@@ -294,7 +293,7 @@ def snapshot_of(
 
     Its data is `state_data(state)`: exact builtins, so the snapshot folds back to `state`.
     A snapshot without the hash is never used by a reader (nothing would anchor it). It
-    costs every message's bytes again: `projections.snapshots.SnapshotWriter` writes the
+    costs every message's bytes again: `agentlog.projections.snapshots.SnapshotWriter` writes the
     form that references the log instead.
     """
     data = state_data(state)
@@ -316,10 +315,10 @@ async def take_snapshot(
 ) -> Snapshot:
     """Fold the thread up to `seq` (the end by default) and store a snapshot of it there.
 
-    The snapshot stored references its messages in the log (`projections.snapshots`); the
+    The snapshot stored references its messages in the log (`agentlog.projections.snapshots`); the
     one returned holds the whole state, as `load_snapshot` gives it back.
     """
-    from .snapshots import write_snapshot  # snapshots builds on this module
+    from agentlog.projections.snapshots import write_snapshot  # snapshots builds on this module
 
     if seq == 0:
         raise PointOutOfRangeError(

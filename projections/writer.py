@@ -14,12 +14,11 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from events import Claim, ConcurrencyError, EventRecord, EventStore, ThreadBusyError
-from events.kinds import Event
-
-from .fold import Fold, decide
-from .state import AgentState
-from .views import fold_at
+from agentlog.events import Claim, ConcurrencyError, EventRecord, EventStore, ThreadBusyError
+from agentlog.events.kinds import Event
+from agentlog.projections.fold import Fold, decide
+from agentlog.projections.state import AgentState
+from agentlog.projections.views import fold_at
 
 S = TypeVar("S", bound=AgentState)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from events import EventStore, MemoryEventStore, SQLiteEventStore
+from agentlog.events import EventStore, MemoryEventStore, SQLiteEventStore
 
 settings.register_profile(
     "ci",

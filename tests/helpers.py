@@ -14,11 +14,11 @@ from typing import Any
 
 import msgspec
 
-from actors import END, StateGraph
-from events import GENESIS_HASH, MessageAppended, NodeEntered, StepAdvanced
-from events.codec import chain_hash
-from events.kinds import Event
-from projections import AgentState, Message, message_appended
+from agentlog.actors import END, StateGraph
+from agentlog.events import GENESIS_HASH, MessageAppended, NodeEntered, StepAdvanced
+from agentlog.events.codec import chain_hash
+from agentlog.events.kinds import Event
+from agentlog.projections import AgentState, Message, message_appended
 
 
 def step_events(step: int, text: str = "hello", role: str = "assistant") -> list[Event]:
@@ -80,7 +80,7 @@ def agentlog(
 ) -> subprocess.CompletedProcess[str]:
     """Run the `agentlog` command line as a user would, in a process of its own."""
     return subprocess.run(
-        [sys.executable, "-c", "from actors.cli import main; main()", *map(str, args)],
+        [sys.executable, "-c", "from agentlog.actors.cli import main; main()", *map(str, args)],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -117,7 +117,7 @@ def agent_with_tools(
     state_cls: type[AgentState] = AgentState,
 ) -> Any:
     """The usual loop: `agent`, then `tools` while its last message asks for calls, else END."""
-    from actors import ToolNode
+    from agentlog.actors import ToolNode
 
     graph: StateGraph[Any] = StateGraph(state_cls)
     graph.add_node("agent", agent)

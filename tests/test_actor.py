@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from actors._actor import Actor, ActorFailed, ActorStoppedError, AskTimeoutError
-from actors.testing import until
+from agentlog.actors.engine.actor import Actor, ActorFailed, ActorStoppedError, AskTimeoutError
+from agentlog.actors.testing import until
 
 
 @dataclass(frozen=True)

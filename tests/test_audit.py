@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from events import (
+from agentlog.events import (
     CorruptRecordError,
     Head,
     MemoryEventStore,
@@ -32,8 +32,8 @@ from events import (
     verify_store,
     verify_thread,
 )
-from events.audit import ExportError
-from events.codec import GENESIS_HASH, chain_hash, encode_payloads, envelope_bytes
+from agentlog.events.audit import ExportError
+from agentlog.events.codec import GENESIS_HASH, chain_hash, encode_payloads, envelope_bytes
 
 from .helpers import edit_db, step_events, text_event
 

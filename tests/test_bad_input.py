@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from events import (
+from agentlog.events import (
     ChainBrokenError,
     CorruptDatabaseError,
     CorruptRecordError,
@@ -23,7 +23,7 @@ from events import (
     register_upcaster,
     unregister_upcaster,
 )
-from projections import state_at
+from agentlog.projections import state_at
 
 from .helpers import edit_db, rechain, step_events, text_event
 

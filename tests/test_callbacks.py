@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from actors import (
+from agentlog.actors import (
     Callbacks,
     HookError,
     InputRejectedError,
@@ -22,9 +22,9 @@ from actors import (
     Occurrence,
     StateGraph,
 )
-from actors.testing import until_blocking
-from events import SQLiteEventStore
-from projections import AgentState, Message, ToolCallBlock, replay
+from agentlog.actors.testing import until_blocking
+from agentlog.events import SQLiteEventStore
+from agentlog.projections import AgentState, Message, ToolCallBlock, replay
 from tests.helpers import agent_with_tools, line, spawn_worker, wait_ready
 from tests.workers import hook_run
 
@@ -224,7 +224,7 @@ async def test_an_input_validator_refuses_before_anything_is_written(
 
 
 def test_callbacks_must_be_a_callbacks_object() -> None:
-    from actors import GraphError
+    from agentlog.actors import GraphError
 
     with pytest.raises(GraphError, match="Callbacks instance"):
         line(("a", lambda state: [])).compile(callbacks=object())  # type: ignore[arg-type]
@@ -306,7 +306,9 @@ async def seq_of_thread(store: SQLiteEventStore, thread: str, kind: str) -> list
 async def test_stop_and_failure_hooks_fire_once_with_their_records(
     store: SQLiteEventStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("actors.guard.STOP_POLL_S", 60.0)  # the node ends before a look
+    monkeypatch.setattr(
+        "agentlog.actors.engine.guard.STOP_POLL_S", 60.0
+    )  # the node ends before a look
     hooks = Recording()
     started, release = asyncio.Event(), asyncio.Event()
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from actors import GraphError, NothingToResumeError, ThreadBusyError
-from events import MemoryEventStore
-from projections import AgentState, ExecutionStatus, Message, replay, unpaired_results
+from agentlog.actors import GraphError, NothingToResumeError, ThreadBusyError
+from agentlog.events import MemoryEventStore
+from agentlog.projections import AgentState, ExecutionStatus, Message, replay, unpaired_results
 from tests.helpers import agent_with_tools, line
 
 
@@ -25,7 +25,7 @@ async def records(store: MemoryEventStore, thread: str = "t") -> list[Any]:
 
 async def test_cancel_a_paused_run_answers_its_open_calls_and_ends_it() -> None:
     def agent(state: AgentState) -> list[Message]:
-        from actors.testing import ask_tool, reply
+        from agentlog.actors.testing import ask_tool, reply
 
         return [reply("done")] if state.context[-1].role == "tool" else [ask_tool("refund")]
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.testing import until, until_blocking
-from events import SQLiteEventStore
-from events.claims import HOST
+from agentlog.actors.testing import until, until_blocking
+from agentlog.events import SQLiteEventStore
+from agentlog.events.claims import HOST
 
 from .helpers import agent_with_tools
 
@@ -334,8 +334,8 @@ async def test_work_that_outlives_its_store_still_frees_the_thread(tmp_path: Pat
     thread is free even though the store was closed meanwhile."""
     import threading
 
-    from actors import ThreadBusyError
-    from projections import AgentState, Message, ToolCallBlock
+    from agentlog.actors import ThreadBusyError
+    from agentlog.projections import AgentState, Message, ToolCallBlock
 
     started, release = threading.Event(), threading.Event()
 

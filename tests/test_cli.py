@@ -8,15 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from events import SQLiteEventStore
-from projections import replay
+from agentlog.events import SQLiteEventStore
+from agentlog.projections import replay
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def agentlog(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "from actors.cli import main; main()", *args],
+        [sys.executable, "-c", "from agentlog.actors.cli import main; main()", *args],
         cwd=cwd,
         capture_output=True,
         text=True,

@@ -22,10 +22,10 @@ from typing import Any, NamedTuple, TypeVar
 import pytest
 from pydantic import Field
 
-from actors import END, StateGraph, ToolNode
-from actors.cli.render import iso
-from events import Event, NodeEntered, RunStarted, SQLiteEventStore, StepAdvanced
-from projections import (
+from agentlog.actors import END, StateGraph, ToolNode
+from agentlog.actors.cli.render import iso
+from agentlog.events import Event, NodeEntered, RunStarted, SQLiteEventStore, StepAdvanced
+from agentlog.projections import (
     AgentState,
     ExecutionStatus,
     Message,

@@ -19,8 +19,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors.cli.render import inert
-from events import (
+from agentlog.actors.cli.render import inert
+from agentlog.events import (
     NodeEntered,
     RunCompleted,
     RunStarted,
@@ -28,9 +28,9 @@ from events import (
     StateUpdated,
     StepAdvanced,
 )
-from events.codec import GENESIS_HASH, chain_hash
-from events.kinds import Event, ThreadCreated
-from projections import Message, message_appended
+from agentlog.events.codec import GENESIS_HASH, chain_hash
+from agentlog.events.kinds import Event, ThreadCreated
+from agentlog.projections import Message, message_appended
 
 from .helpers import agentlog
 

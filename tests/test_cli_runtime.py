@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from actors.runtime.ledger import Ledger
-from events import MessageAppended, SQLiteEventStore
-from events.follow import last_position
+from agentlog.actors.runtime.ledger import Ledger
+from agentlog.events import MessageAppended, SQLiteEventStore
+from agentlog.events.follow import last_position
 
 from .helpers import ROOT, agentlog
 
@@ -44,7 +44,7 @@ class Runtime:
     ) -> None:
         self.proc = subprocess.Popen(
             [
-                sys.executable, "-c", "from actors.cli import main; main()",
+                sys.executable, "-c", "from agentlog.actors.cli import main; main()",
                 command, "--db", str(db), "--app", app, *args,
             ],
             cwd=ROOT,
@@ -287,7 +287,7 @@ BAD_APPS = [
     ("tests.workers.no_such_module:build", "no module named 'tests.workers.no_such_module'"),
     (f"{APP}:no_such_name", "has no attribute 'no_such_name'"),
     (f"{APP}:not_a_runtime", "is a value of type int"),
-    ("actors.runtime:AgentRuntime", "is the class AgentRuntime"),
+    ("agentlog.actors.runtime:AgentRuntime", "is the class AgentRuntime"),
     (f"{APP}:two_arguments", "cannot be called with one argument (the store)"),
     (f"{APP}:returns_text", "returned a value of type str, not an AgentRuntime"),
     (f"{APP}:on_another_store", "returned a runtime built on another store"),

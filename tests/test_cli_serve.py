@@ -20,9 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
-from actors.serve.webhooks import sign_standard
-from actors.testing import until, wait_for_line
-from events import SQLiteEventStore
+from agentlog.actors.http.webhooks import sign_standard
+from agentlog.actors.testing import until, wait_for_line
+from agentlog.events import SQLiteEventStore
 from tests.helpers import ROOT, agentlog
 from tests.workers.serve_app import SECRET
 
@@ -38,7 +38,7 @@ def start(
         env["AGENTLOG_TEST_EFFECTS"] = str(effects)
     env.update({f"AGENTLOG_TEST_{name.upper()}": str(path) for name, path in test_env.items()})
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from actors.cli import main; main()", "serve",
+        [sys.executable, "-c", "from agentlog.actors.cli import main; main()", "serve",
          "--db", str(db), "--app", APP, "--port", "0", *extra],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
@@ -96,7 +96,7 @@ def test_serve_refuses_a_public_address_without_tokens(tmp_path: Path) -> None:
 
 def test_hash_token_prints_what_a_token_file_stores() -> None:
     result = subprocess.run(
-        [sys.executable, "-c", "from actors.cli import main; main()", "serve", "--hash-token"],
+        [sys.executable, "-m", "agentlog.actors.cli", "serve", "--hash-token"],
         input="my-secret\n", capture_output=True, text=True, cwd=ROOT, timeout=60,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
@@ -191,7 +191,7 @@ def test_a_killed_server_runs_every_accepted_delivery_exactly_once(tmp_path: Pat
 
 
 UNSIGNED_APP = """
-from actors.runtime import AgentRuntime, EntryPoint
+from agentlog.actors.runtime import AgentRuntime, EntryPoint
 from tests.helpers import line
 
 

@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
-from actors import END, StateGraph
-from events import (
+from agentlog.actors import END, StateGraph
+from agentlog.events import (
     EventStore,
     Forked,
     SQLiteEventStore,
 )
-from projections import AgentState, Message, ToolCallBlock, fork, state_at
+from agentlog.projections import AgentState, Message, ToolCallBlock, fork, state_at
 from tests.helpers import agent_with_tools
 
 from .helpers import ROOT
@@ -54,13 +54,12 @@ _PROBE = textwrap.dedent(
 
     sys.meta_path.insert(0, Watch())
     report, args = sys.argv[1], sys.argv[2:]
-    import actors.cli
-
+    import agentlog.actors.cli
     imported = sorted(sys.modules)
     code = None
     if args:
         try:
-            actors.cli.main(args)
+            agentlog.actors.cli.main(args)
         except SystemExit as exc:
             code = exc.code
     with open(report, "w") as out:
@@ -69,12 +68,12 @@ _PROBE = textwrap.dedent(
     """
 )
 
-LIGHT = {"actors", "actors.cli", "actors.cli.render"}
+LIGHT = {"agentlog", "agentlog.actors", "agentlog.actors.cli", "agentlog.actors.cli.render"}
 """The project's modules besides `events` that the light commands may load."""
 
 
 def probe(tmp_path: Path, *args: str) -> dict[str, Any]:
-    """Import `actors.cli` and run `agentlog ARGS` in a fresh interpreter; what it loaded."""
+    """Import `agentlog.actors.cli`, run `agentlog ARGS` in a fresh interpreter: what it loaded."""
     report = tmp_path / "modules.json"
     done = subprocess.run(
         [sys.executable, "-c", _PROBE, str(report), *args],
@@ -92,7 +91,8 @@ def probe(tmp_path: Path, *args: str) -> dict[str, Any]:
 
 def heavy(modules: list[str]) -> list[str]:
     """The loaded modules of the project that a light command must not need."""
-    return [m for m in modules if m.split(".")[0] in ("actors", "projections") and m not in LIGHT]
+    ours = ("agentlog.actors", "agentlog.projections")
+    return [m for m in modules if m.startswith(ours) and m not in LIGHT]
 
 
 async def _small_log(db: Path) -> None:
@@ -117,7 +117,7 @@ def test_importing_the_command_line_loads_no_models_no_engine_no_pydantic(
     found = probe(tmp_path)
     assert heavy(found["imported"]) == []
     assert "pydantic" not in found["imported"]
-    assert "projections.messages" not in found["imported"]
+    assert "agentlog.projections.messages" not in found["imported"]
 
 
 @pytest.mark.parametrize(
@@ -136,7 +136,12 @@ def test_help_loads_no_models_and_no_engine(tmp_path: Path, args: list[str]) -> 
         assert "pydantic" not in found["ran"]
 
 
-ENGINE = ("actors.compiled", "actors.steps", "actors.runtime", "actors.serve")
+ENGINE = (
+    "agentlog.actors.engine.compiled",
+    "agentlog.actors.engine.steps",
+    "agentlog.actors.runtime",
+    "agentlog.actors.http",
+)
 """Modules of the graph engine, the runtime and the server: no reading command needs them."""
 
 
@@ -161,12 +166,14 @@ def test_the_runtime_names_load_on_first_use(tmp_path: Path) -> None:
     script = textwrap.dedent(
         """
         import importlib, sys
-        import actors
-        assert "actors.compiled" not in sys.modules and "projections" not in sys.modules
+        from agentlog import actors
+        assert "agentlog.actors.engine.compiled" not in sys.modules
+        assert "agentlog.projections" not in sys.modules
         assert set(actors.__all__) <= set(dir(actors))
-        from actors import StateGraph, ToolNode, Command, RemoveMessage, ResponseGranularity
-        from actors.graph import StateGraph as home
-        assert StateGraph is home and ToolNode.__module__ == "actors.tools"
+        from agentlog.actors import StateGraph, ToolNode, Command, RemoveMessage
+        from agentlog.actors import ResponseGranularity
+        from agentlog.actors.engine.graph import StateGraph as home
+        assert StateGraph is home and ToolNode.__module__ == "agentlog.actors.tools.node"
         for name in actors.__all__:
             value = getattr(actors, name)
             module = importlib.import_module(actors._HOMES[name])
@@ -178,7 +185,7 @@ def test_the_runtime_names_load_on_first_use(tmp_path: Path) -> None:
         else:
             raise AssertionError("an unknown name resolved")
         namespace = {}
-        exec("from actors import *", namespace)
+        exec("from agentlog.actors import *", namespace)
         assert set(actors.__all__) <= set(namespace)
         print("ok")
         """
@@ -195,7 +202,7 @@ def test_the_runtime_names_load_on_first_use(tmp_path: Path) -> None:
 
 
 def test_every_public_name_is_mapped_to_where_it_lives() -> None:
-    import actors
+    from agentlog import actors
 
     assert set(actors.__all__) == set(actors._HOMES)
     for name in actors.__all__:

@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from actors import END, StateGraph
-from actors.runtime import AgentRuntime, EntryPoint
-from events import NodeEntered, SQLiteEventStore, StateUpdated, StepAdvanced
-from events.kinds import Event
-from projections import AgentState, Message, fork, message_appended
+from agentlog.actors import END, StateGraph
+from agentlog.actors.runtime import AgentRuntime, EntryPoint
+from agentlog.events import NodeEntered, SQLiteEventStore, StateUpdated, StepAdvanced
+from agentlog.events.kinds import Event
+from agentlog.projections import AgentState, Message, fork, message_appended
 
 from .helpers import ROOT, agentlog
 
@@ -51,7 +51,13 @@ class Tail:
 
     def __init__(self, *args: str | Path) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from actors.cli import main; main()", "tail", *map(str, args)],
+            [
+                sys.executable,
+                "-c",
+                "from agentlog.actors.cli import main; main()",
+                "tail",
+                *map(str, args),
+            ],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

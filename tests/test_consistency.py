@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from actors.testing import wait_for_record
-from events import SQLiteEventStore
-from projections import AgentState, Message
-from projections.timetravel import changed_text, event_history
+from agentlog.actors.testing import wait_for_record
+from agentlog.events import SQLiteEventStore
+from agentlog.projections import AgentState, Message
+from agentlog.projections.timetravel import changed_text, event_history
 from tests.helpers import agentlog, line
 
 LONG = "Dear customer, we will refund {} EUR to your card within five working days. Regards"
@@ -75,7 +75,7 @@ async def test_a_drain_stop_is_the_runtimes_and_resumed_names_the_paused_node(
 ) -> None:
     import asyncio
 
-    from actors.runtime import AgentRuntime, EntryPoint
+    from agentlog.actors.runtime import AgentRuntime, EntryPoint
 
     entered, release = asyncio.Event(), asyncio.Event()
 
@@ -105,7 +105,7 @@ async def test_a_drain_stop_is_the_runtimes_and_resumed_names_the_paused_node(
 
 
 async def test_resumed_names_the_node_an_interrupt_paused(tmp_path: Path) -> None:
-    from actors import Command
+    from agentlog.actors import Command
 
     async with SQLiteEventStore(tmp_path / "pause.db") as store:
         app = line(("a", reply), ("b", reply)).compile(store, interrupt_before=["b"])
@@ -167,7 +167,7 @@ async def test_a_read_only_database_is_refused_leaving_no_wal_or_shm(tmp_path: P
 async def test_afork_of_a_value_nested_5000_deep_is_a_typed_error(tmp_path: Path) -> None:
     import pytest
 
-    from events import AgentlogError
+    from agentlog.events import AgentlogError
 
     deep: object = "x"
     for _ in range(5000):

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.committing import TRIMMER, ContextTrimError
-from events import (
+from agentlog.actors.engine.committing import TRIMMER, ContextTrimError
+from agentlog.events import (
     ContextSummarized,
     InvalidArgumentError,
     MemoryEventStore,
@@ -20,7 +20,7 @@ from events import (
     MessagesRemoved,
     MessagesReplaced,
 )
-from projections import (
+from agentlog.projections import (
     AgentState,
     BaseContextManager,
     Message,
@@ -32,7 +32,7 @@ from projections import (
     open_calls,
     replay,
 )
-from projections.context import ContextSummaryError, dropped
+from agentlog.projections.context import ContextSummaryError, dropped
 from tests.helpers import agent_with_tools
 
 
@@ -407,7 +407,7 @@ def test_the_graph_machine_holds_with_trimming_on() -> None:
     from hypothesis import HealthCheck
     from hypothesis.stateful import run_state_machine_as_test
 
-    from actors.testing import graph_machine
+    from agentlog.actors.testing import graph_machine
 
     SEEN.clear()
     machine = graph_machine(
@@ -441,7 +441,7 @@ async def test_a_model_node_sends_only_the_bounded_context_and_the_summary(provi
     import anthropic
     import openai
 
-    from actors.models import ModelNode
+    from agentlog.actors.models import ModelNode
     from tests.workers.fake_provider import FakeProvider, Reply
 
     async def summarise(gone: list[Message], previous: str | None) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from events import (
+from agentlog.events import (
     ChainBrokenError,
     CorruptDatabaseError,
     CorruptRecordError,
@@ -29,9 +29,9 @@ from events import (
     SQLiteEventStore,
     StoreError,
 )
-from events.codec import chain_hash
-from events.store import MAX_POSITION
-from projections import Message, take_snapshot
+from agentlog.events.codec import chain_hash
+from agentlog.events.store import MAX_POSITION
+from agentlog.projections import Message, take_snapshot
 
 from .helpers import step_events, text_event
 from .workers.claim_run import build_graph

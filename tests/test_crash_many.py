@@ -35,8 +35,8 @@ from typing import Any
 
 import pytest
 
-from events import SQLiteEventStore
-from projections import Message
+from agentlog.events import SQLiteEventStore
+from agentlog.projections import Message
 from tests.workers.many_threads import STEPS, build_graph, call_ids, thread_ids, uses_tools
 
 from .helpers import normalized, spawn_worker, wait_ready

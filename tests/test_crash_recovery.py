@@ -29,8 +29,14 @@ from typing import Any
 
 import pytest
 
-from events import NodeEntered, SQLiteEventStore, StepAdvanced, ToolCallFinished, ToolCallStarted
-from projections import Message, replay
+from agentlog.events import (
+    NodeEntered,
+    SQLiteEventStore,
+    StepAdvanced,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+from agentlog.projections import Message, replay
 from tests.workers.graph_run import build_graph, call_ids, comparable
 
 from .helpers import normalized, spawn_worker, wait_ready

@@ -9,12 +9,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from actors import NothingToResumeError
-from actors.runtime import AgentRuntime, EntryPoint
-from actors.serve import create_app
-from events import MemoryEventStore, SQLiteEventStore
-from events.kinds import ThreadCreated
-from projections import AgentState, Message
+from agentlog.actors import NothingToResumeError
+from agentlog.actors.http import create_app
+from agentlog.actors.runtime import AgentRuntime, EntryPoint
+from agentlog.events import MemoryEventStore, SQLiteEventStore
+from agentlog.events.kinds import ThreadCreated
+from agentlog.projections import AgentState, Message
 from tests.helpers import line
 
 

@@ -18,12 +18,12 @@ import msgspec
 import pytest
 from typer.testing import CliRunner
 
-from actors.cli import app as cli
-from actors.runtime import AgentRuntime, EntryPoint
-from actors.serve import create_app
-from events import SQLiteEventStore
-from events.kinds import Event, Forked, MessageAppended, StateUpdated, ThreadCreated
-from projections import AgentState, Message, UnfoldableRecordError, state_at, take_snapshot
+from agentlog.actors.cli import app as cli
+from agentlog.actors.http import create_app
+from agentlog.actors.runtime import AgentRuntime, EntryPoint
+from agentlog.events import SQLiteEventStore
+from agentlog.events.kinds import Event, Forked, MessageAppended, StateUpdated, ThreadCreated
+from agentlog.projections import AgentState, Message, UnfoldableRecordError, state_at, take_snapshot
 from tests.helpers import line
 
 PATIENCE = 120.0

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from actors import (
+from agentlog.actors import (
     END,
     CompiledGraph,
     GraphError,
@@ -34,7 +34,7 @@ from actors import (
     ThreadStillBusyError,
     ToolNode,
 )
-from events import (
+from agentlog.events import (
     EventRecord,
     EventStore,
     MemoryEventStore,
@@ -43,7 +43,7 @@ from events import (
     ThreadNotFoundError,
     ToolCallFinished,
 )
-from projections import (
+from agentlog.projections import (
     AgentState,
     ExecutionStatus,
     Message,
@@ -516,7 +516,9 @@ async def test_async_with_closes_the_graph_once_the_work_its_runs_left_has_retur
 async def test_astop_pauses_a_running_thread_at_the_next_boundary(
     store: EventStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("actors.guard.STOP_POLL_S", 60.0)  # the node ends before a look
+    monkeypatch.setattr(
+        "agentlog.actors.engine.guard.STOP_POLL_S", 60.0
+    )  # the node ends before a look
     entered, release = asyncio.Event(), asyncio.Event()
     runs: list[str] = []
 
@@ -627,7 +629,9 @@ async def test_new_input_after_an_abandoned_tool_call_keeps_the_transcript_valid
 async def test_new_input_on_a_thread_stopped_before_its_tools_rejects_the_calls(
     store: EventStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("actors.guard.STOP_POLL_S", 60.0)  # the node ends before a look
+    monkeypatch.setattr(
+        "agentlog.actors.engine.guard.STOP_POLL_S", 60.0
+    )  # the node ends before a look
     charge = SyncCharge()
     charge.release.set()
     entered, release = asyncio.Event(), asyncio.Event()
@@ -767,7 +771,7 @@ async def test_a_store_closing_under_a_running_node_ends_its_stop_watch_quietly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Shutting an app down mid-node is no trouble to warn about: the node's commit says it."""
-    monkeypatch.setattr("actors.guard.STOP_POLL_S", 0.02)
+    monkeypatch.setattr("agentlog.actors.engine.guard.STOP_POLL_S", 0.02)
     started, release = threading.Event(), threading.Event()
 
     def slow(state: AgentState) -> dict[str, Any]:
@@ -785,7 +789,7 @@ async def test_a_store_closing_under_a_running_node_ends_its_stop_watch_quietly(
     run = asyncio.create_task(graph.ainvoke(pay(), config=CFG))
     await asyncio.to_thread(started.wait, WAIT)
     await asyncio.sleep(0.1)  # the watch has looked in the log a few times
-    caplog.set_level("WARNING", logger="actors")
+    caplog.set_level("WARNING", logger="agentlog.actors")
     await store.close()
     await asyncio.sleep(0.1)  # and looks again, at a closed store
     release.set()

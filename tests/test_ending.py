@@ -1,6 +1,7 @@
 """Every way a run ends early answers its tool calls as the log says they went: a call whose
 result committed keeps it, a call still running is abandoned (its outcome unknown), and only
-a call that never started is "not run". One function decides (`actors.ending`); these tests
+a call that never started is "not run". One function decides (`agentlog.actors.engine.ending`);
+these tests
 reach it through every way a run ends early: the runtime's cancel, its HTTP route, double-
 texting's rollback and interrupt, astop, a node timeout, a caller that went away, and a
 human edit that ends or moves the run on (whose answers must come in the order providers
@@ -17,11 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors import NodeTimeoutError
-from actors.runtime import AgentRuntime, EntryPoint
-from actors.serve import create_app
-from actors.testing import ask_tools, reply, tool_call, until
-from events import (
+from agentlog.actors import NodeTimeoutError
+from agentlog.actors.http import create_app
+from agentlog.actors.runtime import AgentRuntime, EntryPoint
+from agentlog.actors.testing import ask_tools, reply, tool_call, until
+from agentlog.events import (
     EventStore,
     MemoryEventStore,
     NodeEntered,
@@ -32,7 +33,7 @@ from events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from projections import (
+from agentlog.projections import (
     AgentState,
     ExecutionStatus,
     InvalidStateUpdateError,
@@ -42,7 +43,7 @@ from projections import (
     message_appended,
     order_problems,
 )
-from projections.transcript import results_of
+from agentlog.projections.transcript import results_of
 from tests.helpers import agent_with_tools
 
 CFG = {"thread_id": "t"}
@@ -346,7 +347,7 @@ async def test_an_edit_as_node_that_ends_the_run_answers_the_calls_before_its_me
 async def test_a_node_going_on_past_open_calls_has_them_answered_before_its_message() -> None:
     """A graph that routes an assistant message's calls to a node that is no tool node: the
     calls never run, and their answers come before that node's message, not at the end."""
-    from actors import END, StateGraph
+    from agentlog.actors import END, StateGraph
 
     def agent(state: AgentState) -> list[Message]:
         return [ask_tools(tool_call("lookup", call_id="lookup", query="order"))]
@@ -448,7 +449,7 @@ a failed step."""
 async def paused_with_calls_open(store: MemoryEventStore, pause: str) -> Any:
     """A run of agent -> review -> tools -> agent paused as `pause` says, its agent's two
     calls open (no result yet)."""
-    from actors import END, StateGraph, ToolNode, interrupt
+    from agentlog.actors import END, StateGraph, ToolNode, interrupt
 
     async def lookup(query: str) -> str:
         """Look something up."""
@@ -561,8 +562,8 @@ async def test_calls_a_client_leaves_unanswered_are_not_run_before_its_next_mess
     """A client answers one of its two calls and says something in the same input: the other
     call is answered as not run (by `closing_events`, as every early end) right after the
     client's result, before its message, so no provider refuses the transcript."""
-    from actors import END, StateGraph
-    from projections import RemoteToolCallBlock
+    from agentlog.actors import END, StateGraph
+    from agentlog.projections import RemoteToolCallBlock
 
     def agent(state: AgentState) -> list[Message]:
         if state.context[-1].role == "user" and state.context[-1].text() == "where?":

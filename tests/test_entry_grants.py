@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
-from actors.runtime import AgentRuntime, EntryPoint
-from actors.serve import TokenBook, create_app, hash_token
-from actors.serve.tokens import TokenFileError
-from events import SQLiteEventStore
+from agentlog.actors.http import TokenBook, create_app, hash_token
+from agentlog.actors.http.tokens import TokenFileError
+from agentlog.actors.runtime import AgentRuntime, EntryPoint
+from agentlog.events import SQLiteEventStore
 from tests.test_serve import build
 
 

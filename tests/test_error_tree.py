@@ -8,12 +8,10 @@ import pkgutil
 
 import pytest
 
-import actors
-import events
-import projections
-from events import AgentlogError, InvalidArgumentError
+from agentlog import actors, events, projections
+from agentlog.events import AgentlogError, InvalidArgumentError
 
-STANDALONE = {"events.verify_export"}
+STANDALONE = {"agentlog.events.verify_export"}
 """The export verifier runs on the standard library alone, outside the package's tree."""
 
 

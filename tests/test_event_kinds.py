@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from events import EVENT_TYPES, KINDS
-from events.kinds import BaseEvent, kind_of
-from projections.fold import _HANDLERS
+from agentlog.events import EVENT_TYPES, KINDS
+from agentlog.events.kinds import BaseEvent, kind_of
+from agentlog.projections.fold import _HANDLERS
 
 
 def test_every_declared_kind_is_registered_decodable_and_folded() -> None:
@@ -19,7 +19,7 @@ def test_every_declared_kind_is_registered_decodable_and_folded() -> None:
 
 
 def test_kind_strings_are_the_tags() -> None:
-    from events import RunCompleted
+    from agentlog.events import RunCompleted
 
     assert kind_of(RunCompleted()) == "run_completed"
 
@@ -27,9 +27,9 @@ def test_kind_strings_are_the_tags() -> None:
 async def test_thread_created_is_a_kind_stored_and_read_back_whole(tmp_path: Path) -> None:
     import msgspec
 
-    from events import SQLiteEventStore
-    from events.codec import encode_json
-    from events.kinds import ThreadCreated
+    from agentlog.events import SQLiteEventStore
+    from agentlog.events.codec import encode_json
+    from agentlog.events.kinds import ThreadCreated
 
     assert KINDS["thread_created"] is ThreadCreated
     event = ThreadCreated(

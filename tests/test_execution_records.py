@@ -15,8 +15,8 @@ from typing import Any, get_args
 import msgspec
 import pytest
 
-from actors import END, NodeError, NodeTimeoutError, StateGraph, ToolNode
-from events import (
+from agentlog.actors import END, NodeError, NodeTimeoutError, StateGraph, ToolNode
+from agentlog.events import (
     KINDS,
     EventRecord,
     RunCompleted,
@@ -26,16 +26,16 @@ from events import (
     Stopped,
     ToolCallFinished,
 )
-from events.codec import decode_event
-from events.kinds import (
+from agentlog.events.codec import decode_event
+from agentlog.events.kinds import (
     STATUS_MEANINGS,
     STATUSES,
     RunFailedStatus,
     Status,
     ToolCallStatus,
 )
-from projections import AgentState, Message, ToolCallBlock, replay, state_at
-from projections.timetravel import event_history, slowest
+from agentlog.projections import AgentState, Message, ToolCallBlock, replay, state_at
+from agentlog.projections.timetravel import event_history, slowest
 
 from .fixtures.make_v1_fixture import DB as V1_DB
 from .fixtures.make_v1_fixture import THREAD as V1_THREAD

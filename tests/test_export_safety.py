@@ -24,9 +24,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors.testing import until_blocking
-from events import SQLiteEventStore, StateUpdated, audit, export_jsonl, verify_export
-from events.audit import ExportError, ExportFile
+from agentlog.actors.testing import until_blocking
+from agentlog.events import SQLiteEventStore, StateUpdated, audit, export_jsonl, verify_export
+from agentlog.events.audit import ExportError, ExportFile
 
 from .helpers import agentlog, edit_db, step_events
 
@@ -37,7 +37,7 @@ TMP_PATTERN = re.compile(r"\..*\.agentlog-export-[A-Za-z0-9-]*-[0-9]+-[0-9a-f]{1
 
 def spawn(*args: str | Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", "from actors.cli import main; main()", *map(str, args)],
+        [sys.executable, "-c", "from agentlog.actors.cli import main; main()", *map(str, args)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

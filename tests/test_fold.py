@@ -7,7 +7,7 @@ from typing import Annotated
 
 import pytest
 
-from events import (
+from agentlog.events import (
     ContextSummarized,
     Forked,
     InterruptRaised,
@@ -27,9 +27,9 @@ from events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from events.kinds import EVENT_TYPES, Event, ThreadCreated
-from events.record import EventRecord
-from projections import (
+from agentlog.events.kinds import EVENT_TYPES, Event, ThreadCreated
+from agentlog.events.record import EventRecord
+from agentlog.projections import (
     END,
     AgentState,
     ExecutionStatus,
@@ -47,7 +47,7 @@ from projections import (
     state_updated,
     take_snapshot,
 )
-from projections.fold import _HANDLERS
+from agentlog.projections.fold import _HANDLERS
 
 from .helpers import line, step_events, text_event
 
@@ -267,7 +267,7 @@ def test_decide_turns_a_malformed_update_into_a_typed_error() -> None:
 
 
 def test_a_declared_context_reducer_is_honoured() -> None:
-    from projections import replace_messages
+    from agentlog.projections import replace_messages
 
     class Replacing(AgentState):
         context: Annotated[list[Message], replace_messages] = []

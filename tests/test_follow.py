@@ -1,4 +1,4 @@
-"""`events.follow`: a live subscription to the log, on real SQLite files and in memory.
+"""`agentlog.events.follow`: a live subscription to the log, on real SQLite files and in memory.
 
 Every record after a position, in commit order, never a gap nor a repeat, however many
 writers; filters; resuming; a follower woken at once by a commit in this process (the tests
@@ -18,8 +18,8 @@ from typing import Any, cast
 
 import pytest
 
-from actors.testing import until
-from events import (
+from agentlog.actors.testing import until
+from agentlog.events import (
     EventRecord,
     EventStore,
     InterruptRaised,
@@ -36,7 +36,7 @@ from events import (
     follow,
     last_position,
 )
-from events.kinds import Event
+from agentlog.events.kinds import Event
 
 from .helpers import spawn_worker, step_events, wait_ready
 

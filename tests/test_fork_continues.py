@@ -12,13 +12,19 @@ from typing import Any
 import httpx
 import pytest
 
-from actors import END, Command, StateGraph, ToolNode, interrupt
-from actors.runtime import AgentRuntime, EntryPoint
-from actors.serve import create_app
-from actors.testing import FaultyStore, SimulatedCrashError
-from events import EventStore, MemoryEventStore, SQLiteEventStore
-from events.kinds import ThreadCreated
-from projections import AgentState, ExecutionStatus, Message, ToolCallBlock, ToolResultBlock
+from agentlog.actors import END, Command, StateGraph, ToolNode, interrupt
+from agentlog.actors.http import create_app
+from agentlog.actors.runtime import AgentRuntime, EntryPoint
+from agentlog.actors.testing import FaultyStore, SimulatedCrashError
+from agentlog.events import EventStore, MemoryEventStore, SQLiteEventStore
+from agentlog.events.kinds import ThreadCreated
+from agentlog.projections import (
+    AgentState,
+    ExecutionStatus,
+    Message,
+    ToolCallBlock,
+    ToolResultBlock,
+)
 
 SOURCE = {"thread_id": "t"}
 

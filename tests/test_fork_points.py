@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors import END, StateGraph, ToolNode
-from events import EventRecord, InvalidArgumentError, MemoryEventStore, SQLiteEventStore
-from projections import (
+from agentlog.actors import END, StateGraph, ToolNode
+from agentlog.events import EventRecord, InvalidArgumentError, MemoryEventStore, SQLiteEventStore
+from agentlog.projections import (
     AgentState,
     ForkPointInCommitError,
     Message,
@@ -33,7 +33,7 @@ from projections import (
     order_problems,
     timetravel,
 )
-from projections.timetravel import inside_commits
+from agentlog.projections.timetravel import inside_commits
 
 from .helpers import agentlog
 from .test_cli_commands import failed
@@ -264,7 +264,7 @@ async def test_the_timeline_marks_which_records_are_fork_points() -> None:
 def test_the_http_api_answers_a_fork_point_inside_a_commit_with_a_stable_code() -> None:
     """`POST /threads/{id}/copy` forks at steps, always fork points; the error the fork
     functions raise still has its own 422 code wherever a request reaches them."""
-    from actors.serve.app import _classify
+    from agentlog.actors.http.app import _classify
 
     error = ForkPointInCommitError("inside", seq=5, before=4, after=6)
     assert _classify(error) == (422, "fork_point_in_commit", "inside")

@@ -1,7 +1,7 @@
 """Threads of a user's state class, read without that class: the stored fields are data.
 
 Threads are built through the public graph API with a subclass of AgentState; the reader
-(`projections.generic`, and the command line as a subprocess that never imports this
+(`agentlog.projections.generic`, and the command line as a subprocess that never imports this
 module) rebuilds an open class from what the log records. Also: the step history's status
 pass, against the plain definition.
 """
@@ -21,18 +21,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
-from actors import END, StateGraph
-from events import EventRecord, Forked, RunStarted, SQLiteEventStore
-from events.kinds import Event
-from projections import AgentState, Message, append_items, state_at, take_snapshot
-from projections.generic import (
+from agentlog.actors import END, StateGraph
+from agentlog.events import EventRecord, Forked, RunStarted, SQLiteEventStore
+from agentlog.events.kinds import Event
+from agentlog.projections import AgentState, Message, append_items, state_at, take_snapshot
+from agentlog.projections.generic import (
     NOTE_UNRECORDED,
     open_state_class,
     open_states,
     reducer_name,
     state_fields,
 )
-from projections.timetravel import _STATUS_AFTER, _STEP_BOUNDARY, _status_after_steps
+from agentlog.projections.timetravel import _STATUS_AFTER, _STEP_BOUNDARY, _status_after_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -119,7 +119,7 @@ def read(db: Path, fn: Any) -> Any:
 
 def agentlog(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "from actors.cli import main; main()", *map(str, args)],
+        [sys.executable, "-c", "from agentlog.actors.cli import main; main()", *map(str, args)],
         cwd="/",  # this test module is not importable from there
         capture_output=True,
         text=True,
@@ -134,7 +134,7 @@ def agentlog(*args: str | Path) -> subprocess.CompletedProcess[str]:
 def test_state_fields_names_each_custom_field_and_its_reducer() -> None:
     assert state_fields(AgentState) == {}
     assert state_fields(Desk) == {
-        "items": "projections.reducers.append_items",
+        "items": "agentlog.projections.reducers.append_items",
         "count": None,
         "log": f"{__name__}.my_extend",
         "never": None,

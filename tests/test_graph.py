@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import pytest
 from pydantic import Field
 
-from actors import (
+from agentlog.actors import (
     END,
     START,
     Command,
@@ -33,10 +33,16 @@ from actors import (
     ThreadBusyError,
     interrupt,
 )
-from actors.testing import until, wait_for_record
-from actors.tools import ToolNode
-from events import AgentlogError, EventRecord, EventStore, MemoryEventStore, SQLiteEventStore
-from projections import (
+from agentlog.actors.testing import until, wait_for_record
+from agentlog.actors.tools.node import ToolNode
+from agentlog.events import (
+    AgentlogError,
+    EventRecord,
+    EventStore,
+    MemoryEventStore,
+    SQLiteEventStore,
+)
+from agentlog.projections import (
     AgentState,
     ExecutionStatus,
     InvalidStateUpdateError,
@@ -780,7 +786,7 @@ async def test_astop_is_recorded_at_once_and_honoured_at_the_next_node_boundary(
 ) -> None:
     # The node finishes before the run looks for stops (which would cancel it): the stop
     # lands between nodes and pauses after the node, as Agentflow's does.
-    monkeypatch.setattr("actors.guard.STOP_POLL_S", 60.0)
+    monkeypatch.setattr("agentlog.actors.engine.guard.STOP_POLL_S", 60.0)
     started, release = asyncio.Event(), asyncio.Event()
     ran: list[str] = []
 
@@ -1380,7 +1386,9 @@ def test_invoke_get_state_and_stream_block_without_an_event_loop() -> None:
 def test_stop_blocks_until_recorded_and_the_run_pauses_at_the_boundary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("actors.guard.STOP_POLL_S", 60.0)  # the node ends before a look
+    monkeypatch.setattr(
+        "agentlog.actors.engine.guard.STOP_POLL_S", 60.0
+    )  # the node ends before a look
     store = SQLiteEventStore(tmp_path / "sync.db")
     started, release = threading.Event(), threading.Event()
     ran: list[str] = []

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from actors.graph import Command, GraphError, StateGraph
-from projections import END, START, AgentState
+from agentlog.actors.engine.graph import Command, GraphError, StateGraph
+from agentlog.projections import END, START, AgentState
 
 
 def agent(state: AgentState, config: dict) -> None:  # type: ignore[type-arg]

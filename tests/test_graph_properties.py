@@ -13,9 +13,17 @@ from typing import Annotated, Any
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from actors import END, Command, GraphError, NodeError, RecursionLimitError, StateGraph, ToolNode
-from events import MemoryEventStore, SQLiteEventStore
-from projections import (
+from agentlog.actors import (
+    END,
+    Command,
+    GraphError,
+    NodeError,
+    RecursionLimitError,
+    StateGraph,
+    ToolNode,
+)
+from agentlog.events import MemoryEventStore, SQLiteEventStore
+from agentlog.projections import (
     AgentState,
     ExecutionStatus,
     Message,
@@ -26,7 +34,7 @@ from projections import (
     replay,
     unpaired_results,
 )
-from projections.invariants import thread_findings
+from agentlog.projections.invariants import thread_findings
 
 
 class Notes(AgentState):

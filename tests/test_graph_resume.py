@@ -8,9 +8,9 @@ from typing import Annotated, Any
 
 import pytest
 
-from actors import Command, GraphError, NodeError, ToolNode, interrupt
-from events import EventStore, MemoryEventStore, Resumed, ThreadNotFoundError
-from projections import (
+from agentlog.actors import Command, GraphError, NodeError, ToolNode, interrupt
+from agentlog.events import EventStore, MemoryEventStore, Resumed, ThreadNotFoundError
+from agentlog.projections import (
     AgentState,
     ExecutionStatus,
     IllegalTransitionError,

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from actors import NodeError, current_context
-from actors.cli import render
-from events import MemoryEventStore, ModelCalled
-from projections import AgentState, Message, event_history
+from agentlog.actors import NodeError, current_context
+from agentlog.actors.cli import render
+from agentlog.events import MemoryEventStore, ModelCalled
+from agentlog.projections import AgentState, Message, event_history
 from tests.helpers import line
 
 
@@ -156,7 +156,7 @@ async def test_history_json_and_table_carry_tokens_and_latency() -> None:
 async def test_show_names_the_runs_tokens_and_the_steps() -> None:
     store, records = await thread_with_calls()
     report = render.usage_report(records)
-    from projections.generic import open_states
+    from agentlog.projections.generic import open_states
 
     (point,) = await open_states(store, "t", [records[-1].seq])
     data = render.state_json("t", point.seq, point.state, point, report)
@@ -205,7 +205,7 @@ def printed(*parts: Any) -> str:
 
 async def test_the_commands_print_tokens(tmp_path: Any) -> None:
     """`agentlog history` and `show`, end to end, on a SQLite log with model calls."""
-    from events import SQLiteEventStore
+    from agentlog.events import SQLiteEventStore
     from tests.helpers import agentlog
 
     if "--tokens" not in agentlog("history", "--help").stdout:

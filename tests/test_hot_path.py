@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from actors._actor import Actor, ActorStoppedError
-from events import (
+from agentlog.actors.engine.actor import Actor, ActorStoppedError
+from agentlog.events import (
     Forked,
     InterruptRaised,
     NodeEntered,
@@ -21,8 +21,8 @@ from events import (
     StopRequested,
     ToolCallFinished,
 )
-from events.kinds import Event
-from projections import (
+from agentlog.events.kinds import Event
+from agentlog.projections import (
     AgentState,
     Fold,
     IllegalTransitionError,
@@ -33,7 +33,7 @@ from projections import (
     message_appended,
     replay,
 )
-from projections.fold import uncommitted_record
+from agentlog.projections.fold import uncommitted_record
 
 
 def _records(events: list[Event], base: int) -> list:  # type: ignore[type-arg]

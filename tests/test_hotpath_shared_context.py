@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from events import ChainBrokenError, SQLiteEventStore
-from events.errors import InvalidArgumentError
-from projections import AgentState, Message, TextBlock, state_at, state_data
-from projections.views import (
+from agentlog.events import ChainBrokenError, SQLiteEventStore
+from agentlog.events.errors import InvalidArgumentError
+from agentlog.projections import AgentState, Message, TextBlock, state_at, state_data
+from agentlog.projections.views import (
     _CACHE,
     MESSAGE_CACHE_LIMIT,
     SharedContext,
@@ -186,8 +186,8 @@ async def test_the_cache_is_per_store(tmp_path: Path) -> None:
 
 
 async def _start_events(thread: Thread) -> list[Any]:
-    from events import RunStarted
-    from projections import message_appended
+    from agentlog.events import RunStarted
+    from agentlog.projections import message_appended
 
     return [RunStarted(entry_node="agent"), message_appended(thread.message("user"))]
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from actors import END, Command, StateGraph, ThreadBusyError, interrupt
-from events import (
+from agentlog.actors import END, Command, StateGraph, ThreadBusyError, interrupt
+from agentlog.events import (
     EventRecord,
     EventStore,
     MessageAppended,
@@ -23,7 +23,7 @@ from events import (
     SQLiteEventStore,
     ToolCallStarted,
 )
-from projections import (
+from agentlog.projections import (
     AgentState,
     ExecutionStatus,
     InvalidStateUpdateError,

@@ -14,11 +14,11 @@ import httpx
 import msgspec
 import pytest
 
-from actors.runtime import AgentRuntime, IdempotencyKeyMismatchError
-from actors.serve import Principal, TokenBook, create_app, hash_token
-from events import SQLiteEventStore
-from events.follow import last_position
-from projections import Message
+from agentlog.actors.http import Principal, TokenBook, create_app, hash_token
+from agentlog.actors.runtime import AgentRuntime, IdempotencyKeyMismatchError
+from agentlog.events import SQLiteEventStore
+from agentlog.events.follow import last_position
+from agentlog.projections import Message
 from tests.test_serve import build
 
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from actors import ToolNode
-from actors.errors import BlockingCallError, GraphError, NodeError
-from actors.mcp import (
+from agentlog.actors import ToolNode
+from agentlog.actors.engine.errors import BlockingCallError, GraphError, NodeError
+from agentlog.actors.tools.mcp import (
     HttpServer,
     McpConnectionError,
     McpSession,
@@ -30,9 +30,9 @@ from actors.mcp import (
     StdioServer,
     mcp_tools,
 )
-from actors.tools import ToolLike
-from events import MemoryEventStore, ToolCallFinished, ToolCallStarted
-from projections import AgentState, Message, ToolCallBlock, replay
+from agentlog.actors.tools.node import ToolLike
+from agentlog.events import MemoryEventStore, ToolCallFinished, ToolCallStarted
+from agentlog.projections import AgentState, Message, ToolCallBlock, replay
 from tests.helpers import ROOT, agent_with_tools
 
 
@@ -302,7 +302,7 @@ async def test_a_server_that_never_answers_the_handshake_times_out_naming_the_li
 
 GIVE_UP = """
 import asyncio, sys
-from actors.mcp import StdioServer, mcp_tools
+from agentlog.actors.tools.mcp import StdioServer, mcp_tools
 
 async def main():
     silent = StdioServer(sys.executable, ["-c", "import time; time.sleep(60)"])
@@ -419,9 +419,9 @@ async def test_calls_run_concurrently_on_one_session(stdio_tools: list[McpTool])
 
 async def test_a_step_run_again_answers_a_finished_mcp_call_from_the_log() -> None:
     """After a crash, a call whose result was committed is not sent to the server again."""
-    from actors.context import NodeContext
-    from events import EventRecord
-    from projections.fold import uncommitted_record
+    from agentlog.actors.engine.context import NodeContext
+    from agentlog.events import EventRecord
+    from agentlog.projections.fold import uncommitted_record
 
     def record(event: Any, seq: int) -> EventRecord:
         return uncommitted_record(event, seq, "t", "r")
@@ -456,7 +456,7 @@ async def test_a_step_run_again_answers_a_finished_mcp_call_from_the_log() -> No
 
 
 async def test_hooks_run_around_mcp_calls_as_around_local_ones() -> None:
-    from actors import Callbacks, Invocation
+    from agentlog.actors import Callbacks, Invocation
 
     seen: list[str] = []
 

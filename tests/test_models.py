@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from projections import (
+from agentlog.projections import (
     END,
     START,
     AgentState,

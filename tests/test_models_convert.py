@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors import ToolNode
-from actors.models import (
+from agentlog.actors import ToolNode
+from agentlog.actors.models import (
     AnthropicStream,
     ChatStream,
     ModelResponseError,
@@ -30,8 +30,8 @@ from actors.models import (
     to_chat_messages,
     to_responses_input,
 )
-from actors.models._common import media_url
-from projections import (
+from agentlog.actors.models._common import media_url
+from agentlog.projections import (
     AudioBlock,
     ContentBlock,
     DataBlock,
@@ -47,7 +47,7 @@ from projections import (
     VideoBlock,
     to_messages,
 )
-from projections.strategies import content_blocks, text
+from agentlog.projections.strategies import content_blocks, text
 from tests.workers.fake_provider import fixture_json, fixture_sse
 
 # ---- recorded responses --------------------------------------------------------------------
@@ -503,7 +503,7 @@ def test_tool_results_round_trip(results: list[Any]) -> None:
 
 
 def test_the_request_hash_ignores_streaming_and_sees_everything_else() -> None:
-    from actors.models import request_hash
+    from agentlog.actors.models import request_hash
 
     request = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0}
     same = request_hash("openai", request)

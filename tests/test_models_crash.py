@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from events import ModelCalled, SQLiteEventStore
+from agentlog.events import ModelCalled, SQLiteEventStore
 from tests.workers.fake_provider import FakeProvider, Reply
 from tests.workers.model_crash import build
 

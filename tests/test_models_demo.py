@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from actors.cli.demo import run_demo
-from actors.models import ModelSpecError
-from events import ModelCalled, SQLiteEventStore
-from projections import StreamChunk, ToolResultBlock
+from agentlog.actors.examples.support import run_demo
+from agentlog.actors.models import ModelSpecError
+from agentlog.events import ModelCalled, SQLiteEventStore
+from agentlog.projections import StreamChunk, ToolResultBlock
 from tests.workers.fake_provider import FakeProvider, Reply
 
 

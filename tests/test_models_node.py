@@ -12,8 +12,8 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from actors import GraphError, NodeError
-from actors.models import (
+from agentlog.actors import GraphError, NodeError
+from agentlog.actors.models import (
     LoggedAnswers,
     ModelEmptyRequestError,
     ModelNode,
@@ -24,8 +24,8 @@ from actors.models import (
     ModelUnavailableError,
     request_hash,
 )
-from events import MemoryEventStore, ModelCalled
-from projections import AgentState, Message
+from agentlog.events import MemoryEventStore, ModelCalled
+from agentlog.projections import AgentState, Message
 from tests.helpers import agent_with_tools
 from tests.workers.fake_provider import FakeProvider, Reply, fixture_json
 
@@ -461,7 +461,7 @@ async def test_from_spec_takes_the_servers_url_and_key_and_the_node_refuses_them
 
 
 def test_two_tools_with_one_name_are_refused_before_any_request() -> None:
-    from actors.models._common import function_schemas
+    from agentlog.actors.models._common import function_schemas
 
     def lookup(order_id: str) -> str:
         """Look an order up."""

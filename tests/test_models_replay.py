@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from actors.models import LoggedAnswers
-from events import MemoryEventStore, ModelCalled
-from events.record import EventRecord
-from projections import Message, message_appended
+from agentlog.actors.models import LoggedAnswers
+from agentlog.events import MemoryEventStore, ModelCalled
+from agentlog.events.record import EventRecord
+from agentlog.projections import Message, message_appended
 from tests.helpers import text_event
 
 

@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from actors import END, NotInNodeError, StateGraph, current_context
-from events import (
+from agentlog.actors import END, NotInNodeError, StateGraph, current_context
+from agentlog.events import (
     MemoryEventStore,
     ModelCalled,
     OutcomeRecorded,
     SharedWritten,
     StepAdvanced,
 )
-from projections import AgentState, Message, StreamChunk, StreamEvent
+from agentlog.projections import AgentState, Message, StreamChunk, StreamEvent
 
 CFG = {"configurable": {"thread_id": "t1"}}
 
@@ -116,9 +116,9 @@ async def test_published_chunks_reach_astream_and_never_the_log() -> None:
 
 
 def test_history_says_what_each_fact_was() -> None:
-    from events import OutcomeRecorded, RunSuperseded
-    from projections.fold import uncommitted_record
-    from projections.timetravel import summarize
+    from agentlog.events import OutcomeRecorded, RunSuperseded
+    from agentlog.projections.fold import uncommitted_record
+    from agentlog.projections.timetravel import summarize
 
     def said(event: Any) -> str:
         return summarize(uncommitted_record(event, 1, "t"))
@@ -143,9 +143,9 @@ def test_history_says_what_each_fact_was() -> None:
 
 
 def test_a_call_answered_from_the_log_spent_no_tokens() -> None:
-    from actors.cli.render import usage_report
-    from projections.fold import uncommitted_record
-    from projections.timetravel import summarize
+    from agentlog.actors.cli.render import usage_report
+    from agentlog.projections.fold import uncommitted_record
+    from agentlog.projections.timetravel import summarize
 
     replayed = ModelCalled(
         node="agent", provider="openai", model="m", request_hash="h",
@@ -159,10 +159,10 @@ def test_a_call_answered_from_the_log_spent_no_tokens() -> None:
 
 def test_history_names_an_abandoned_call_once() -> None:
     """A closing text already begins with its status; history does not say it twice."""
-    from actors.ending import abandoned_text
-    from events import ToolCallFinished
-    from projections.fold import uncommitted_record
-    from projections.timetravel import summarize
+    from agentlog.actors.engine.ending import abandoned_text
+    from agentlog.events import ToolCallFinished
+    from agentlog.projections.fold import uncommitted_record
+    from agentlog.projections.timetravel import summarize
 
     event = ToolCallFinished(
         call_id="l-1", name="lookup", status="abandoned", error=abandoned_text("cancelled by al")
@@ -173,9 +173,9 @@ def test_history_names_an_abandoned_call_once() -> None:
 
 def test_history_says_who_cancelled_a_run_and_why() -> None:
     """`run_cancelled` keeps who and why; history says them, not only the node."""
-    from events.kinds import RunCancelled
-    from projections.fold import uncommitted_record
-    from projections.timetravel import summarize
+    from agentlog.events.kinds import RunCancelled
+    from agentlog.projections.fold import uncommitted_record
+    from agentlog.projections.timetravel import summarize
 
     event = RunCancelled(by="alice", reason="duplicate ticket", node="tools", in_flight=["l-1"])
     said = summarize(uncommitted_record(event, 1, "t"))

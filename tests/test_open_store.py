@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from events import (
+from agentlog.events import (
     AgentlogError,
     InvalidArgumentError,
     MemoryEventStore,
@@ -361,14 +361,15 @@ def test_the_cli_reports_a_bad_url_in_one_line(tmp_path: Path, db: str, words: t
 
 
 def test_the_conformance_suite_ships_without_burdening_import_events() -> None:
-    """`events.testing` is importable from the package, and `import events` loads no pytest."""
+    """`agentlog.events.testing` is importable from the package, and `import events` loads no
+    pytest."""
     probe = (
-        "import sys, events; "
+        "import sys, agentlog.events; "
         "assert 'pytest' not in sys.modules and 'hypothesis' not in sys.modules, 'test deps'; "
-        "assert 'events.testing' not in sys.modules, 'suite imported'; "
-        "from events.testing import StoreConformance; "
+        "assert 'agentlog.events.testing' not in sys.modules, 'suite imported'; "
+        "from agentlog.events.testing import StoreConformance; "
         "assert 'pytest' in sys.modules; print(StoreConformance.__module__)"
     )
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "events.testing"
+    assert done.stdout.strip() == "agentlog.events.testing"

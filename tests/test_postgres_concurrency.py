@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from actors.testing import until
-from events import (
+from agentlog.actors.testing import until
+from agentlog.events import (
     EventRecord,
     NodeEntered,
     StepAdvanced,
     StoreUnavailableError,
     follow,
 )
-from events.testing import step_events
+from agentlog.events.testing import step_events
 
 from .workers.pg_env import DSN, fresh_schema, needs_pg
 
@@ -68,7 +68,7 @@ async def table(schema: str, sql: str) -> list[tuple[object, ...]]:
 
 
 async def test_processes_racing_on_one_thread_have_one_winner_per_seq(schema: str) -> None:
-    from events.postgres import PostgresEventStore
+    from agentlog.events.stores.postgres import PostgresEventStore
 
     procs = [spawn("pg_appender", schema, "race", 15, f"p{i}") for i in range(4)]
     outs = await finish(procs)
@@ -90,7 +90,7 @@ async def test_processes_racing_on_one_thread_have_one_winner_per_seq(schema: st
 
 
 async def test_a_follower_under_concurrent_writers_misses_nothing(schema: str) -> None:
-    from events.postgres import PostgresEventStore
+    from agentlog.events.stores.postgres import PostgresEventStore
 
     seen: list[EventRecord] = []
     async with PostgresEventStore(DSN, schema=schema) as store:
@@ -116,7 +116,7 @@ async def test_a_follower_under_concurrent_writers_misses_nothing(schema: str) -
 
 
 async def test_killing_backends_mid_run_fails_loudly_or_carries_on(schema: str) -> None:
-    from events.postgres import PostgresEventStore
+    from agentlog.events.stores.postgres import PostgresEventStore
 
     procs = [spawn("pg_writer", schema, f"k{i}", 4, 60) for i in range(2)]
     failures: list[Exception] = []
@@ -190,7 +190,7 @@ async def _last_seq(store: object, thread: str) -> int:
 
 
 async def test_a_commit_elsewhere_wakes_a_follower_by_notify(schema: str) -> None:
-    from events.postgres import PostgresEventStore
+    from agentlog.events.stores.postgres import PostgresEventStore
 
     async with (
         PostgresEventStore(DSN, schema=schema) as reader,
@@ -216,7 +216,7 @@ async def test_heartbeats_lock_claim_rows_in_thread_order(schema: str) -> None:
     a rival holding c05: the beat waits at c05 and has not touched c20 yet."""
     import asyncpg
 
-    from events.postgres import PostgresEventStore
+    from agentlog.events.stores.postgres import PostgresEventStore
 
     async with PostgresEventStore(DSN, schema=schema) as store:
         claims = [await store.claim(f"c{i:02}", lease=3600) for i in reversed(range(30))]
@@ -267,7 +267,7 @@ async def test_a_backend_killed_before_commit_lands_nothing_and_says_so(schema: 
     database whether the batch landed (it did not), says so, and the next append works."""
     import asyncpg
 
-    from events.postgres import PostgresEventStore
+    from agentlog.events.stores.postgres import PostgresEventStore
 
     class Killed(PostgresEventStore):
         kill_next = False

@@ -13,9 +13,10 @@ import pytest
 
 pytest.importorskip("asyncpg")
 
-from actors.testing import until
-from events import InvalidArgumentError, StoreUnavailableError
-from events.postgres import PostgresEventStore, split_connect_timeout
+from agentlog.actors.testing import until
+from agentlog.events import InvalidArgumentError, StoreUnavailableError
+from agentlog.events.stores import postgres
+from agentlog.events.stores.postgres import PostgresEventStore, split_connect_timeout
 
 from .helpers import agentlog
 from .workers.pg_env import DSN, needs_pg
@@ -132,22 +133,20 @@ async def test_a_connection_lost_while_opening_is_a_typed_error_and_a_new_open_w
     as writers start) fails the open with StoreUnavailableError, not asyncpg's own error."""
     import asyncpg
 
-    import events.postgres
-
     from .workers.pg_env import fresh_schema
 
-    real = events.postgres.check_schema
+    real = postgres.check_schema
 
     async def lost(*args: object) -> None:
         raise asyncpg.exceptions.InternalClientError("cannot switch to state 12")
 
     async with fresh_schema() as schema:
-        monkeypatch.setattr(events.postgres, "check_schema", lost)
+        monkeypatch.setattr(postgres, "check_schema", lost)
         store = PostgresEventStore(DSN, schema=schema)
         with pytest.raises(StoreUnavailableError, match="lost while checking the schema"):
             await store.open()
         await store.close()
-        monkeypatch.setattr(events.postgres, "check_schema", real)
+        monkeypatch.setattr(postgres, "check_schema", real)
         async with PostgresEventStore(DSN, schema=schema) as again:
             assert await again.threads() == []
 

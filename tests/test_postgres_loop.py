@@ -12,9 +12,9 @@ import warnings
 
 import pytest
 
-from actors.testing import until_blocking
-from events import StoreClosedError
-from events.postgres_loop import LoopThread
+from agentlog.actors.testing import until_blocking
+from agentlog.events import StoreClosedError
+from agentlog.events.stores.postgres_loop import LoopThread
 
 
 async def _forever() -> None:

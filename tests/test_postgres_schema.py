@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from events import (
+from agentlog.events import (
     NodeEntered,
     ReadOnlyStoreError,
     SchemaUpgradeRequiredError,
@@ -19,7 +19,7 @@ from events import (
     StoreUnavailableError,
     open_store,
 )
-from events.testing import step_events
+from agentlog.events.testing import step_events
 
 from .helpers import ROOT, agentlog
 from .workers.pg_env import DSN, drop_schema, fresh_schema, needs_pg, new_schema_name
@@ -58,7 +58,7 @@ async def schema() -> AsyncIterator[str]:
 
 
 async def test_a_missing_schema_is_refused_and_nothing_is_created() -> None:
-    from events.postgres import PostgresEventStore
+    from agentlog.events.stores.postgres import PostgresEventStore
 
     name = new_schema_name()
     store = PostgresEventStore(DSN, schema=name)
@@ -75,8 +75,8 @@ async def test_a_missing_schema_is_refused_and_nothing_is_created() -> None:
 
 
 async def test_an_old_schema_is_refused_until_upgraded(schema: str) -> None:
-    from events.postgres import PostgresEventStore
-    from events.postgres_schema import SCHEMA_VERSION, upgrade_schema
+    from agentlog.events.stores.postgres import PostgresEventStore
+    from agentlog.events.stores.postgres_schema import SCHEMA_VERSION, upgrade_schema
 
     await _set_version(schema, SCHEMA_VERSION - 1)
     with pytest.raises(SchemaUpgradeRequiredError, match="older") as info:
@@ -95,8 +95,8 @@ async def test_an_old_schema_is_refused_until_upgraded(schema: str) -> None:
 
 
 async def test_a_newer_schema_is_refused_and_never_downgraded(schema: str) -> None:
-    from events.postgres import PostgresEventStore
-    from events.postgres_schema import schema_version, upgrade_schema
+    from agentlog.events.stores.postgres import PostgresEventStore
+    from agentlog.events.stores.postgres_schema import schema_version, upgrade_schema
 
     await _set_version(schema, 99)
     with pytest.raises(SchemaVersionError, match="newer") as info:
@@ -113,7 +113,7 @@ async def test_a_newer_schema_is_refused_and_never_downgraded(schema: str) -> No
 
 
 async def test_concurrent_upgrades_create_the_schema_once() -> None:
-    from events.postgres_schema import SCHEMA_VERSION, upgrade_schema
+    from agentlog.events.stores.postgres_schema import SCHEMA_VERSION, upgrade_schema
 
     name = new_schema_name()
     conns = [await _connect() for _ in range(3)]
@@ -130,14 +130,14 @@ async def test_concurrent_upgrades_create_the_schema_once() -> None:
 
 def test_importing_events_loads_no_driver_and_creates_nothing() -> None:
     code = (
-        "import sys, events; from events import open_store; "
+        "import sys, agentlog.events; from agentlog.events import open_store; "
         f"s = open_store({DSN + '?schema=never_made'!r}); "
         "print(type(s).__name__, s.schema, 'asyncpg' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.stdout.split() == ["PostgresEventStore", "never_made", "True"], done.stderr
     assert not asyncio.run(_schema_exists("never_made"))
-    code = "import sys, events; print('asyncpg' in sys.modules)"
+    code = "import sys, agentlog.events; print('asyncpg' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.stdout.strip() == "False", done.stderr
 

@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from events import EventStore
-from events.testing import StoreConformance
+from agentlog.events import EventStore
+from agentlog.events.testing import StoreConformance
 
 from .workers.pg_env import DSN, fresh_schema, needs_pg
 
@@ -17,7 +17,7 @@ pytestmark = needs_pg
 class TestPostgresStore(StoreConformance):
     @pytest.fixture
     async def store(self) -> AsyncIterator[EventStore]:
-        from events.postgres import PostgresEventStore
+        from agentlog.events.stores.postgres import PostgresEventStore
 
         async with fresh_schema() as schema, PostgresEventStore(DSN, schema=schema) as store:
             yield store

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from events import (
+from agentlog.events import (
     NodeEntered,
     NotAnAgentlogDatabaseError,
     ReadOnlyStoreError,
@@ -206,7 +206,7 @@ async def test_a_writable_open_of_a_read_only_archive_says_to_open_it_read_only(
     before = listing(directory)
     program = (
         "import asyncio, sys\n"
-        "from events import SQLiteEventStore\n"
+        "from agentlog.events import SQLiteEventStore\n"
         "async def main():\n"
         "    store = SQLiteEventStore(sys.argv[1])\n"
         "    try:\n"

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from actors.mcp import HttpServer, Secret, StdioServer, mcp_tools
-from actors.redact import MASK, known_secret, redact
+from agentlog.actors.engine.redact import MASK, known_secret, redact
+from agentlog.actors.tools.mcp import HttpServer, Secret, StdioServer, mcp_tools
 from tests.helpers import ROOT
 from tests.test_mcp import run_with
 from tests.workers.fake_provider import FakeProvider, Reply

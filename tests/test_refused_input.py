@@ -10,12 +10,12 @@ from typing import Any
 import httpx
 import pytest
 
-from actors.errors import NothingToResumeError
-from actors.runtime import AgentRuntime, EntryPoint, RetryPolicy
-from actors.runtime.spec import RegistrationError
-from actors.serve import create_app
-from events import SQLiteEventStore
-from projections import InvalidStateUpdateError
+from agentlog.actors.engine.errors import NothingToResumeError
+from agentlog.actors.http import create_app
+from agentlog.actors.runtime import AgentRuntime, EntryPoint, RetryPolicy
+from agentlog.actors.runtime.spec import RegistrationError
+from agentlog.events import SQLiteEventStore
+from agentlog.projections import InvalidStateUpdateError
 from tests.test_serve import build
 
 RETRY = RetryPolicy(max_attempts=3, backoff_s=0)

@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from events import ConcurrencyError, NodeEntered, SQLiteEventStore, StateUpdated, StepAdvanced
+from agentlog.events import (
+    ConcurrencyError,
+    NodeEntered,
+    SQLiteEventStore,
+    StateUpdated,
+    StepAdvanced,
+)
 
 from .helpers import spawn_worker, wait_ready
 
@@ -102,7 +108,7 @@ def test_bad_database_file_is_refused_untouched(tmp_path: Path) -> None:
     with sqlite3.connect(foreign) as conn:
         conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY)")
     before = foreign.read_bytes()
-    from events import NotAnAgentlogDatabaseError
+    from agentlog.events import NotAnAgentlogDatabaseError
 
     async def open_it() -> None:
         async with SQLiteEventStore(foreign) as store:

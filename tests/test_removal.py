@@ -13,10 +13,9 @@ from typing import Annotated, Any
 import pytest
 from pydantic import Field
 
-import actors
-import projections
-from actors import REMOVE_ALL_MESSAGES, Command, NodeError, RemoveMessage
-from events import (
+from agentlog import actors, projections
+from agentlog.actors import REMOVE_ALL_MESSAGES, Command, NodeError, RemoveMessage
+from agentlog.events import (
     EventRecord,
     MessageAppended,
     MessagesRemoved,
@@ -25,8 +24,8 @@ from events import (
     RunStarted,
     SQLiteEventStore,
 )
-from events.kinds import Event
-from projections import (
+from agentlog.events.kinds import Event
+from agentlog.projections import (
     AgentState,
     ExecutionStatus,
     IllegalTransitionError,

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import contextlib
 
-from actors.cli.demo import support_graph
-from actors.testing import FaultyStore, SimulatedCrashError
-from events import MemoryEventStore
-from projections import ExecutionStatus, replay
+from agentlog.actors.examples.support import support_graph
+from agentlog.actors.testing import FaultyStore, SimulatedCrashError
+from agentlog.events import MemoryEventStore
+from agentlog.projections import ExecutionStatus, replay
 
 
 async def test_a_crash_just_after_the_resume_is_recorded_does_not_ask_again() -> None:

@@ -11,11 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
-from actors import END, Command, StateGraph, ToolNode, UnreadResumeValueError, interrupt
-from actors.runtime import AgentRuntime, EntryPoint
-from actors.serve import create_app
-from events import EventStore, SQLiteEventStore
-from projections import AgentState, ExecutionStatus, Message, ToolCallBlock
+from agentlog.actors import END, Command, StateGraph, ToolNode, UnreadResumeValueError, interrupt
+from agentlog.actors.http import create_app
+from agentlog.actors.runtime import AgentRuntime, EntryPoint
+from agentlog.events import EventStore, SQLiteEventStore
+from agentlog.projections import AgentState, ExecutionStatus, Message, ToolCallBlock
 
 NO = "NO, do not refund"
 CFG = {"thread_id": "t"}

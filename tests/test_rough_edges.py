@@ -11,10 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
-from actors import END, START, Command, GraphError, StateGraph
-from events.errors import AgentlogError
-from projections import AgentState, Message, StreamChunk, StreamEvent
-from projections.messages import (
+from agentlog.actors import END, START, Command, GraphError, StateGraph
+from agentlog.events.errors import AgentlogError
+from agentlog.projections import AgentState, Message, StreamChunk, StreamEvent
+from agentlog.projections.messages import (
     ImageBlock,
     InvalidMessageError,
     TextBlock,
@@ -375,7 +375,7 @@ def test_a_function_named_like_a_reserved_actor_is_refused() -> None:
 
 
 async def test_a_config_that_is_not_a_dict_is_a_typed_error() -> None:
-    from actors import MissingThreadIdError
+    from agentlog.actors import MissingThreadIdError
 
     app = _one_node_graph().compile()
     with pytest.raises(MissingThreadIdError, match="config must be a dict"):
@@ -403,7 +403,7 @@ async def test_a_condition_that_returns_an_unmapped_value_is_blamed_itself() -> 
 
 
 async def test_a_wrongly_typed_field_names_the_field_in_plain_words() -> None:
-    from events.errors import AgentlogError as Base
+    from agentlog.events.errors import AgentlogError as Base
 
     class Counted(AgentState):
         counter: int = 0
@@ -420,7 +420,7 @@ async def test_a_wrongly_typed_field_names_the_field_in_plain_words() -> None:
 
 
 async def test_a_store_in_a_missing_directory_says_so(tmp_path: Any) -> None:
-    from events import SQLiteEventStore, StoreUnavailableError
+    from agentlog.events import SQLiteEventStore, StoreUnavailableError
 
     store = SQLiteEventStore(tmp_path / "nodir" / "x.db")
     with pytest.raises(StoreUnavailableError, match="does not exist"):
@@ -429,7 +429,7 @@ async def test_a_store_in_a_missing_directory_says_so(tmp_path: Any) -> None:
 
 
 def test_tools_need_names_providers_accept_and_named_arguments() -> None:
-    from actors import ToolNode
+    from agentlog.actors import ToolNode
 
     with pytest.raises(GraphError, match="not one model providers accept"):
         ToolNode([lambda x: x])

@@ -8,9 +8,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from actors.errors import GraphError
-from actors.serve import create_app
-from events import SQLiteEventStore
+from agentlog.actors.engine.errors import GraphError
+from agentlog.actors.http import create_app
+from agentlog.events import SQLiteEventStore
 from tests.helpers import line
 from tests.test_serve import build, reply
 

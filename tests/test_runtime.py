@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from actors import Command
-from actors.errors import NodeError
-from actors.runtime import (
+from agentlog.actors import Command
+from agentlog.actors.engine.errors import NodeError
+from agentlog.actors.runtime import (
     AgentRuntime,
     EntryPoint,
     RegistrationError,
@@ -27,9 +27,9 @@ from actors.runtime import (
     UnknownEntryPointError,
     UnknownRunError,
 )
-from actors.testing import FakeClock, until, until_idle, wait_for_record
-from events import SQLiteEventStore
-from projections import AgentState, ExecutionStatus, Message, replay
+from agentlog.actors.testing import FakeClock, until, until_idle, wait_for_record
+from agentlog.events import SQLiteEventStore
+from agentlog.projections import AgentState, ExecutionStatus, Message, replay
 from tests.helpers import line
 
 
@@ -647,8 +647,8 @@ async def test_commands_resume_through_the_runtime_input(store: Any) -> None:
 
 
 async def test_an_input_no_run_takes_is_refused_before_anything_is_written(store: Any) -> None:
-    from actors import GraphError
-    from actors.runtime import InvalidTriggerInputError
+    from agentlog.actors import GraphError
+    from agentlog.actors.runtime import InvalidTriggerInputError
 
     async with runtime_with(store) as runtime:
         with pytest.raises(GraphError, match="input must be a message"):
@@ -674,9 +674,9 @@ async def test_concurrent_triggers_with_one_key_record_one_run(store: Any) -> No
 
 
 def test_a_duplicate_acceptance_in_an_old_log_never_runs() -> None:
-    from actors.runtime.ledger import Ledger
-    from events import EventRecord
-    from events.kinds import TriggerAccepted
+    from agentlog.actors.runtime.ledger import Ledger
+    from agentlog.events import EventRecord
+    from agentlog.events.kinds import TriggerAccepted
 
     ledger = Ledger()
     for seq, trigger in enumerate(["first", "second"], start=1):
@@ -726,7 +726,7 @@ async def test_a_thread_takes_runs_of_its_own_graph_only(store: Any) -> None:
 
 
 def test_interval_slots_survive_float_rounding() -> None:
-    from actors.runtime import Schedule
+    from agentlog.actors.runtime import Schedule
 
     schedule = Schedule(interval_s=3.3)
     slot = schedule.slot_at_or_before(1_700_000_000.0)
@@ -740,7 +740,7 @@ def test_interval_slots_survive_float_rounding() -> None:
 async def test_double_texting_reject_writes_nothing_and_interrupt_continues_the_thread(
     store: Any,
 ) -> None:
-    from actors.runtime import ThreadBusyRunError
+    from agentlog.actors.runtime import ThreadBusyRunError
 
     gate = Gate()
     graph = line(("slow", gate), ("after", reply))
@@ -1019,7 +1019,7 @@ async def test_hurried_registrations_are_refused_naming_the_mistake(store: Any) 
 
 
 async def test_inject_input_answers_a_nodes_own_interrupt_call(store: Any) -> None:
-    from actors import interrupt
+    from agentlog.actors import interrupt
 
     def ask(state: AgentState) -> list[Message]:
         answer = interrupt("refund the order?")
@@ -1042,9 +1042,9 @@ def test_queueing_many_triggers_at_once_costs_no_scan_per_trigger() -> None:
     """1,000s of triggers accepted in one commit are queued one by one: finding whether one
     is queued already must not scan the queue (10,000 scans of up to 10,000: ~9 s). The
     queue counts how many of its items are looked at; arrival order touches one each."""
-    from actors.runtime.dispatch import Dispatcher
-    from actors.runtime.ledger import TriggerState
-    from events.kinds import TriggerAccepted
+    from agentlog.actors.runtime.dispatch import Dispatcher
+    from agentlog.actors.runtime.ledger import TriggerState
+    from agentlog.events.kinds import TriggerAccepted
 
     class CountingQueue(list[TriggerState]):
         looked_at = 0

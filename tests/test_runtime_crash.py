@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from events import SQLiteEventStore
+from agentlog.events import SQLiteEventStore
 from tests.helpers import ROOT, spawn_worker, wait_ready
 
 RUNS = 50

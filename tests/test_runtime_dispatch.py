@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig
-from actors.testing import until, wait_for_record
-from events import MemoryEventStore, SQLiteEventStore
-from events.errors import StoreUnavailableError
-from events.kinds import TriggerAccepted, TriggerFinished
-from projections import Message
+from agentlog.actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig
+from agentlog.actors.testing import until, wait_for_record
+from agentlog.events import MemoryEventStore, SQLiteEventStore
+from agentlog.events.errors import StoreUnavailableError
+from agentlog.events.kinds import TriggerAccepted, TriggerFinished
+from agentlog.projections import Message
 from tests.helpers import line
 
 

@@ -8,10 +8,10 @@ import subprocess
 import sys
 import time
 
-from actors.runtime import AgentRuntime, EntryPoint
-from events import MemoryEventStore
-from events.claims import HOST, Holder
-from projections import AgentState, Message
+from agentlog.actors.runtime import AgentRuntime, EntryPoint
+from agentlog.events import MemoryEventStore
+from agentlog.events.claims import HOST, Holder
+from agentlog.projections import AgentState, Message
 from tests.helpers import line
 
 

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig
-from actors.testing import until
-from events import EventRecord, SQLiteEventStore
-from events.follow import last_position
-from events.store import READ_CHUNK
-from projections import AgentState, Message, replay
+from agentlog.actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig
+from agentlog.actors.testing import until
+from agentlog.events import EventRecord, SQLiteEventStore
+from agentlog.events.follow import last_position
+from agentlog.events.store import READ_CHUNK
+from agentlog.projections import AgentState, Message, replay
 from tests.helpers import line
 
 pytestmark = pytest.mark.slow

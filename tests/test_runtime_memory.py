@@ -12,15 +12,15 @@ import msgspec
 import pydantic
 import pytest
 
-from actors.runtime import (
+from agentlog.actors.runtime import (
     AgentRuntime,
     EntryPoint,
     IdempotencyKeyMismatchError,
     RuntimeConfig,
     UnknownRunError,
 )
-from events import SQLiteEventStore
-from projections import AgentState, Message
+from agentlog.events import SQLiteEventStore
+from agentlog.projections import AgentState, Message
 from tests.helpers import line
 
 LARGE = 50_000
@@ -117,7 +117,7 @@ async def test_at_most_keep_results_ended_runs_are_kept_and_a_restart_holds_no_m
 
 
 def test_keep_results_is_a_positive_int() -> None:
-    from actors.runtime import RegistrationError
+    from agentlog.actors.runtime import RegistrationError
 
     for bad in (0, -1, 1.5, True, "10"):
         with pytest.raises(RegistrationError, match="keep_results must be an int >= 1"):
@@ -130,7 +130,7 @@ async def test_a_restart_folds_a_long_history_a_page_at_a_time(
     """What a restart holds at its peak is a page of the runtime thread, not its history."""
     import tracemalloc
 
-    from actors.runtime import journal
+    from agentlog.actors.runtime import journal
 
     runs = 40
     async with SQLiteEventStore(tmp_path / "x.db") as store:
@@ -155,8 +155,8 @@ async def test_a_restart_starts_from_the_ledgers_snapshot_not_from_the_first_rec
 ) -> None:
     """The ledger is saved every `SNAPSHOT_EVERY` records of the runtime thread; a restart
     loads the newest and folds only what follows, into the same ledger a full fold makes."""
-    from actors.runtime import journal
-    from actors.runtime.ledger import Ledger
+    from agentlog.actors.runtime import journal
+    from agentlog.actors.runtime.ledger import Ledger
 
     monkeypatch.setattr(journal, "SNAPSHOT_EVERY", 30)
     async with SQLiteEventStore(tmp_path / "x.db") as store:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from actors.runtime import (
+from agentlog.actors.runtime import (
     AgentRuntime,
     EntryPoint,
     RetryPolicy,
@@ -20,9 +20,9 @@ from actors.runtime import (
     ThreadBusyRunError,
     UnknownRunError,
 )
-from actors.testing import until
-from events import MemoryEventStore, SQLiteEventStore
-from events.kinds import TriggerAccepted
+from agentlog.actors.testing import until
+from agentlog.events import MemoryEventStore, SQLiteEventStore
+from agentlog.events.kinds import TriggerAccepted
 from tests.helpers import line
 from tests.test_runtime_dispatch import HeldStore, acceptance, runtime_on, said, texts_of
 
@@ -245,8 +245,8 @@ async def test_a_cancel_before_a_dispatch_is_recorded_never_calls_the_trigger_co
 
 
 async def test_a_cancel_the_store_failed_to_record_puts_the_queued_input_back() -> None:
-    from events.errors import StoreError
-    from events.kinds import TriggerFinished
+    from agentlog.events.errors import StoreError
+    from agentlog.events.kinds import TriggerFinished
 
     class FailsOneCancel(MemoryEventStore):
         armed = False
@@ -277,7 +277,7 @@ async def test_a_cancel_the_store_failed_to_record_puts_the_queued_input_back() 
 
 
 async def test_a_run_returning_while_its_cancel_commits_is_not_called_completed_twice() -> None:
-    from events.kinds import TriggerFinished
+    from agentlog.events.kinds import TriggerFinished
 
     for _ in range(5):
         gate = asyncio.Event()
@@ -335,8 +335,8 @@ class _HeadReadHeld(MemoryEventStore):
 
 @pytest.mark.parametrize("paused", [False, True], ids=["after-a-completed-run", "on-a-paused-run"])
 async def test_a_rollback_of_a_run_not_yet_dispatched_sets_nothing_back(paused: bool) -> None:
-    from actors import Command, interrupt
-    from projections import Message
+    from agentlog.actors import Command, interrupt
+    from agentlog.projections import Message
 
     def node(state: Any) -> list[Any]:
         text = state.context[-1].text()
@@ -379,7 +379,7 @@ async def test_two_ends_landing_at_once_on_one_thread_record_one_end(
     """Two cancels (or a cancel and a rollback) of the running run, sent at once: its
     trigger ends once, and the thread records one `run_cancelled` (each used to record
     its own end of the same trigger)."""
-    from events.kinds import TriggerFinished
+    from agentlog.events.kinds import TriggerFinished
 
     gate = asyncio.Event()
 
@@ -422,7 +422,7 @@ class _RunStartHeld(MemoryEventStore):
     """Holds the next append to thread "t" with a `kind` event (a run's start), until `go`."""
 
     def __init__(self, kind: type[Any] | None = None) -> None:
-        from events import RunStarted
+        from agentlog.events import RunStarted
 
         super().__init__()
         self.kind = kind or RunStarted
@@ -482,8 +482,8 @@ async def test_a_cancel_cutting_a_run_whose_completion_is_committing_records_one
     """The cancel lands while the run's `run_completed` is being committed: the run is cut
     short first, its completion lands, and the trigger ends once, completed (it was called
     cancelled, then completed as a correction: two ends for one run)."""
-    from events import RunCompleted
-    from events.kinds import TriggerFinished
+    from agentlog.events import RunCompleted
+    from agentlog.events.kinds import TriggerFinished
 
     store = _RunStartHeld(RunCompleted)
     async with store, runtime_on(store) as runtime:
@@ -516,7 +516,7 @@ async def test_recovery_never_takes_a_persons_edit_for_the_progress_of_a_run_cut
     take the edit for the run's progress: it called the trigger completed (the thread read
     completed) and its input never ran. The run's opening names its trigger: the restart
     finds none, and runs it from its input."""
-    from actors.runtime import RuntimeConfig
+    from agentlog.actors.runtime import RuntimeConfig
 
     db = tmp_path / "log.db"
     async with SQLiteEventStore(db) as store:
@@ -550,8 +550,8 @@ async def test_a_rollback_cutting_a_run_whose_completion_is_committing_records_o
     """As for a cancel: the rollback cuts the run short first, the completion it was
     committing lands and stands, nothing is set back, and the trigger ends once (it was
     called cancelled, then completed as a correction)."""
-    from events import RunCompleted
-    from events.kinds import TriggerFinished
+    from agentlog.events import RunCompleted
+    from agentlog.events.kinds import TriggerFinished
 
     store = _RunStartHeld(RunCompleted)
     async with store, runtime_on(store) as runtime:

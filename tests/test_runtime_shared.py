@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from actors import END, NotInNodeError, StateGraph
-from actors.errors import NodeError
-from actors.runtime import (
+from agentlog.actors import END, NotInNodeError, StateGraph
+from agentlog.actors.engine.errors import NodeError
+from agentlog.actors.runtime import (
     AgentRuntime,
     Constraint,
     EntryPoint,
@@ -24,11 +24,11 @@ from actors.runtime import (
     record_outcome,
     shared_state,
 )
-from actors.runtime.shared import RunScope, SharedState
-from actors.testing import FakeClock, until
-from events import SQLiteEventStore
-from events.kinds import SharedWritten
-from projections import AgentState, Message
+from agentlog.actors.runtime.shared import RunScope, SharedState
+from agentlog.actors.testing import FakeClock, until
+from agentlog.events import SQLiteEventStore
+from agentlog.events.kinds import SharedWritten
+from agentlog.projections import AgentState, Message
 from tests.helpers import line
 
 WAIT = 30.0

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from actors.runtime import AgentRuntime, EntryPoint, ThreadBusyRunError
-from actors.testing import wait_for_record
-from events import MemoryEventStore, SQLiteEventStore
-from events.kinds import TriggerFinished
-from projections import AgentState, Message, ToolCallBlock, replay
+from agentlog.actors.runtime import AgentRuntime, EntryPoint, ThreadBusyRunError
+from agentlog.actors.testing import wait_for_record
+from agentlog.events import MemoryEventStore, SQLiteEventStore
+from agentlog.events.kinds import TriggerFinished
+from agentlog.projections import AgentState, Message, ToolCallBlock, replay
 from tests.helpers import agent_with_tools
 from tests.workers.charge_graph import check_transcript
 
@@ -254,7 +254,7 @@ async def test_a_rollback_cut_short_by_a_crash_is_finished_by_the_next_runtime(
         await runtime.stop(cancel=True)  # nothing of this process runs on
         raise SystemExit("the process died here")
 
-    monkeypatch.setattr("actors.runtime.dispatch.roll_back", dies)
+    monkeypatch.setattr("agentlog.actors.runtime.dispatch.roll_back", dies)
     with pytest.raises(SystemExit):
         await runtime.trigger("chat", "second", thread_id="t", multitask_strategy="rollback")
     monkeypatch.undo()
@@ -289,7 +289,7 @@ async def test_a_rollback_landing_before_the_run_wrote_anything_runs_the_new_inp
 
 
 async def test_rolling_back_a_thread_with_nothing_recorded_writes_nothing(store: Any) -> None:
-    from actors.runtime.rollback import roll_back, rolled_back
+    from agentlog.actors.runtime.rollback import roll_back, rolled_back
 
     app = graph_for(SideEffects(), False, store)
     assert await roll_back(app, "never-written", 0, by="alice", reason=None) is False
@@ -301,8 +301,8 @@ async def test_a_stale_rollback_never_sets_back_a_later_run(store: Any) -> None:
     """A rollback recorded for a run that completed before it landed (the race a restart
     finds unfinished) must not supersede the runs that came after it: here a later run
     paused at a breakpoint keeps its state, and nothing is written."""
-    from actors import END, StateGraph
-    from actors.runtime.rollback import roll_back
+    from agentlog.actors import END, StateGraph
+    from agentlog.actors.runtime.rollback import roll_back
 
     graph = StateGraph()
     graph.add_node("a", lambda state: [Message.text_message("a", role="assistant")])
@@ -329,7 +329,7 @@ async def test_a_rollback_landing_just_after_the_run_completed_leaves_it_complet
     """The run commits `run_completed`, and the rollback arrives before the runtime records
     the run's end: the thread is not set back (its outcome stands), and the trigger's end
     says completed, not cancelled, in this process and after a restart."""
-    from actors.runtime.dispatch import Dispatcher
+    from agentlog.actors.runtime.dispatch import Dispatcher
 
     ended = Dispatcher._ended
     gate = asyncio.Event()

@@ -21,18 +21,18 @@ from typing import Any
 
 import pytest
 
-from actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig, dispatch
-from actors.runtime.ledger import Ledger
-from actors.testing import wait_for_record
-from events import (
+from agentlog.actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig, dispatch
+from agentlog.actors.runtime.ledger import Ledger
+from agentlog.actors.testing import wait_for_record
+from agentlog.events import (
     MemoryEventStore,
     SQLiteEventStore,
     StoreUnavailableError,
     ThreadBusyError,
     open_store,
 )
-from events.kinds import TriggerAccepted, TriggerDispatched
-from projections import replay
+from agentlog.events.kinds import TriggerAccepted, TriggerDispatched
+from agentlog.projections import replay
 from tests.helpers import line
 from tests.workers.worker_app import build
 
@@ -41,7 +41,7 @@ WAIT = 120.0
 
 
 def said(state: Any) -> list[Any]:
-    from projections import Message
+    from agentlog.projections import Message
 
     return [Message.text_message("ok", role="assistant")]
 
@@ -293,7 +293,7 @@ async def test_a_dispatch_the_store_failed_is_tried_again(
     (One run at a time: the second trigger queues, so its dispatch is a commit of its own.)"""
     store = FlakyStore(failures=2)
     async with store, runtime_on(store, worker_id, max_runs=1) as runtime:
-        with caplog.at_level(logging.WARNING, logger="actors.runtime.dispatch"):
+        with caplog.at_level(logging.WARNING, logger="agentlog.actors.runtime.dispatch"):
             threads = await asyncio.gather(
                 runtime.trigger("api", "go"), runtime.trigger("api", "on")
             )
@@ -338,7 +338,7 @@ async def test_two_live_workers_never_share_an_id(tmp_path: Path) -> None:
 
 
 async def test_a_lone_runtime_is_refused_while_a_worker_runs_a_run(tmp_path: Path) -> None:
-    from projections import Message
+    from agentlog.projections import Message
 
     db = tmp_path / "shared.db"
     release = asyncio.Event()

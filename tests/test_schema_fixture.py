@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from actors import Command
-from events import (
+from agentlog.actors import Command
+from agentlog.events import (
     KINDS,
     EventRecord,
     SchemaVersionError,
@@ -28,8 +28,8 @@ from events import (
     register_upcaster,
     unregister_upcaster,
 )
-from events.sqlite import SCHEMA_VERSION, SQLITE_MAGIC
-from projections import Message, replay, state_at
+from agentlog.events.stores.sqlite import SCHEMA_VERSION, SQLITE_MAGIC
+from agentlog.projections import Message, replay, state_at
 
 from .fixtures.make_v1_fixture import DB, EXPECTED, FORK, THREAD, FixtureState, build_graph
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from actors import (
+from agentlog.actors import (
     END,
     GraphError,
     NodeError,
@@ -25,9 +25,9 @@ from actors import (
     StateGraph,
     ThreadBusyError,
 )
-from actors.testing import until
-from events import SQLiteEventStore, Stopped, ToolCallFinished
-from projections import (
+from agentlog.actors.testing import until
+from agentlog.events import SQLiteEventStore, Stopped, ToolCallFinished
+from agentlog.projections import (
     AgentState,
     ExecutionStatus,
     Message,

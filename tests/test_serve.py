@@ -14,11 +14,11 @@ import httpx
 import pytest
 import uvicorn
 
-from actors.runtime import AgentRuntime, EntryPoint
-from actors.serve import TokenBook, create_app, hash_token
-from actors.testing import until
-from events import SQLiteEventStore
-from projections import AgentState, Message
+from agentlog.actors.http import TokenBook, create_app, hash_token
+from agentlog.actors.runtime import AgentRuntime, EntryPoint
+from agentlog.actors.testing import until
+from agentlog.events import SQLiteEventStore
+from agentlog.projections import AgentState, Message
 from tests.helpers import line
 
 
@@ -277,7 +277,7 @@ async def test_the_openapi_document_lists_the_endpoints(served: Any) -> None:
 async def test_a_signed_webhook_delivery_runs_once_through_the_server(tmp_path: Path) -> None:
     import time
 
-    from actors.serve.webhooks import sign_standard
+    from agentlog.actors.http.webhooks import sign_standard
 
     async with SQLiteEventStore(tmp_path / "hooks.db") as store:
         runtime = build(store)
@@ -347,8 +347,8 @@ async def test_a_token_cannot_reach_another_graphs_thread_through_a_run(
 
 
 def test_a_refused_double_text_is_a_409_thread_busy() -> None:
-    from actors.runtime import ThreadBusyRunError
-    from actors.serve.app import _classify
+    from agentlog.actors.http.app import _classify
+    from agentlog.actors.runtime import ThreadBusyRunError
 
     assert _classify(ThreadBusyRunError("busy"))[:2] == (409, "thread_busy")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from actors.cli.serve import DRAIN_S
+from agentlog.actors.cli.serve import DRAIN_S
 from tests.helpers import agentlog
 from tests.test_cli_serve import APP, start
 

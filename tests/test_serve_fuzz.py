@@ -13,9 +13,9 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.serve import create_app
-from events import SQLiteEventStore
-from events.follow import last_position
+from agentlog.actors.http import create_app
+from agentlog.events import SQLiteEventStore
+from agentlog.events.follow import last_position
 from tests.test_serve import build
 
 json_values = st.recursive(

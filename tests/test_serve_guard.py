@@ -1,4 +1,4 @@
-"""What a request must be before the API acts on it (`actors.serve.guard`), through the ASGI
+"""What a request must be before the API acts on it (`agentlog.actors.http.guard`), through the ASGI
 app with httpx: the Host allow-list (DNS rebinding), no change from another origin's page,
 JSON bodies only, a nesting limit checked before anything is written; and a stored value too
 deep to show degrades its own thread's read, never a search for everyone."""
@@ -13,11 +13,11 @@ from typing import Any
 import httpx
 import pytest
 
-from actors.runtime import AgentRuntime
-from actors.serve import create_app
-from events import SQLiteEventStore
-from events.follow import last_position
-from projections import Message
+from agentlog.actors.http import create_app
+from agentlog.actors.runtime import AgentRuntime
+from agentlog.events import SQLiteEventStore
+from agentlog.events.follow import last_position
+from agentlog.projections import Message
 from tests.test_serve import build
 
 LOCAL = "http://127.0.0.1:8123"
@@ -190,7 +190,7 @@ async def test_thread_metadata_of_any_depth_degrades_its_thread_only(api: Api, d
     """Thread metadata nested near the serialiser's limit (250 deep, as the issue wrote it
     before the limit, or through Python): the thread's reads and a search still answer,
     at every depth, not only where dumping the state alone fails."""
-    from events.kinds import ThreadCreated
+    from agentlog.events.kinds import ThreadCreated
 
     made = ThreadCreated(by="alice", graph_id="support", metadata={"deep": nested(depth)})
     app = api.runtime.graphs["support"].app

@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
-from actors.runtime import AgentRuntime, EntryPoint
-from actors.serve import create_app
-from actors.testing import until
-from events import SQLiteEventStore
-from projections import AgentState, Message
+from agentlog.actors.http import create_app
+from agentlog.actors.runtime import AgentRuntime, EntryPoint
+from agentlog.actors.testing import until
+from agentlog.events import SQLiteEventStore
+from agentlog.projections import AgentState, Message
 from tests.helpers import line
 from tests.test_serve import Server
 

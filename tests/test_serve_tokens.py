@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from actors.serve.tokens import Forbidden, TokenBook, TokenFileError, Unauthorized, hash_token
+from agentlog.actors.http.tokens import (
+    Forbidden,
+    TokenBook,
+    TokenFileError,
+    Unauthorized,
+    hash_token,
+)
 from tests.helpers import counted_digest_compares
 
 

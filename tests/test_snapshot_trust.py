@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from events import ChainBrokenError, MessageAppended, SQLiteEventStore
-from events.codec import chain_hash, decode_state, encode_state
-from events.store import CorruptSnapshotError
-from projections import AgentState, Message, state_at
+from agentlog.events import ChainBrokenError, MessageAppended, SQLiteEventStore
+from agentlog.events.codec import chain_hash, decode_state, encode_state
+from agentlog.events.store import CorruptSnapshotError
+from agentlog.projections import AgentState, Message, state_at
 
 from .helpers import ROOT, edit_db, line
 
@@ -69,8 +69,8 @@ def edit_payload(path: Path, seq: int, old: str, new: str) -> None:
 PROBE = """
 import asyncio, json, sys
 sys.path.insert(0, sys.argv[2])
-from events import SQLiteEventStore
-from projections import Message
+from agentlog.events import SQLiteEventStore
+from agentlog.projections import Message
 from tests.helpers import line
 from tests.test_snapshot_trust import CFG, reply
 
@@ -228,7 +228,7 @@ async def test_a_payload_edited_in_the_file_is_refused_over_http(tmp_path: Path)
     edited text."""
     import httpx
 
-    from actors.serve import TokenBook, create_app
+    from agentlog.actors.http import TokenBook, create_app
 
     from .test_serve import OPS, Server, build, token_file
 

@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import Field
 
-from events import (
+from agentlog.events import (
     ChainBrokenError,
     ContextSummarized,
     EventStore,
@@ -36,10 +36,10 @@ from events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from events.codec import decode_state, encode_state
-from events.errors import InvalidAppendError
-from events.store import CorruptSnapshotError, decode_context_refs, encode_context_refs
-from projections import (
+from agentlog.events.codec import decode_state, encode_state
+from agentlog.events.errors import InvalidAppendError
+from agentlog.events.store import CorruptSnapshotError, decode_context_refs, encode_context_refs
+from agentlog.projections import (
     AgentState,
     Message,
     PointOutOfRangeError,
@@ -55,9 +55,9 @@ from projections import (
     take_snapshot,
     to_builtins,
 )
-from projections.fold import Fold
-from projections.generic import reducer_name, state_fields
-from projections.snapshots import SnapshotWriter, verify_snapshots, write_snapshot
+from agentlog.projections.fold import Fold
+from agentlog.projections.generic import reducer_name, state_fields
+from agentlog.projections.snapshots import SnapshotWriter, verify_snapshots, write_snapshot
 
 from .fixtures.make_v1_fixture import DB as FIXTURE_DB
 from .fixtures.make_v1_fixture import FORK, THREAD, FixtureState
@@ -796,7 +796,7 @@ async def test_short_runs_snapshot_a_thread_at_rest_once_every_64_records(
 ) -> None:
     """Runs of 6 records each: a snapshot at rest is taken only once the thread is 64
     records past its latest one (the one each run loads), not after every run past 64."""
-    from actors.steps import SNAPSHOT_AT_REST
+    from agentlog.actors.engine.steps import SNAPSHOT_AT_REST
     from tests.helpers import line
 
     def echo(state: AgentState) -> list[Message]:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from pydantic import Field
 
-from events import (
+from agentlog.events import (
     ContextSummarized,
     InterruptRaised,
     InvalidAppendError,
@@ -35,8 +35,8 @@ from events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from events.kinds import Event
-from projections import (
+from agentlog.events.kinds import Event
+from agentlog.projections import (
     REMOVE_ALL_MESSAGES,
     AgentState,
     Fold,

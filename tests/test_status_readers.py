@@ -1,9 +1,9 @@
 """Every reader says the same status for a thread: `agentlog threads` and `show`, the HTTP
-thread, state and search answers, and the fold they all read (`projections.fold`).
+thread, state and search answers, and the fold they all read (`agentlog.projections.fold`).
 
 End to end: a run cancelled through the runtime, a thread created over HTTP and never run,
 and the runtime's own threads, which are not the user's. Then a property: random sequences
-of events the gate accepts, drawn over every kind `events.kinds` declares (discovered from
+of events the gate accepts, drawn over every kind `agentlog.events.kinds` declares (discovered from
 the module, not listed here), read by every reader.
 """
 
@@ -24,12 +24,12 @@ from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from actors.cli import app as cli
-from actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig, shared_state
-from actors.serve import create_app
-from actors.threads import RUNTIME_KINDS
-from events import SQLiteEventStore
-from events.kinds import (
+from agentlog.actors.cli import app as cli
+from agentlog.actors.engine.threads import RUNTIME_KINDS
+from agentlog.actors.http import create_app
+from agentlog.actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig, shared_state
+from agentlog.events import SQLiteEventStore
+from agentlog.events.kinds import (
     EVENT_TYPES,
     KINDS,
     BaseEvent,
@@ -38,7 +38,7 @@ from events.kinds import (
     ThreadCreated,
     kind_of,
 )
-from projections import (
+from agentlog.projections import (
     END,
     START,
     AgentState,
@@ -54,8 +54,8 @@ from projections import (
     state_at,
     state_history,
 )
-from projections.fold import TOOL_CALLS_KEY, Fold, decide, uncommitted_record
-from projections.transcript import open_calls
+from agentlog.projections.fold import TOOL_CALLS_KEY, Fold, decide, uncommitted_record
+from agentlog.projections.transcript import open_calls
 from tests.helpers import line
 
 PATIENCE = 120.0
@@ -410,7 +410,7 @@ OPENERS: list[type[BaseEvent]] = [ThreadCreated, RunStarted, Forked]
 @st.composite
 def accepted_sequences(draw: st.DrawFn) -> list[BaseEvent]:
     """Events the gate accepts from a new thread, drawn one at a time over every kind
-    `events.kinds` declares (a draw the gate refuses is dropped and drawn again; a runtime
+    `agentlog.events.kinds` declares (a draw the gate refuses is dropped and drawn again; a runtime
     record never opens the thread, which would make it the runtime's)."""
     fold: Fold[AgentState] = Fold.new(AgentState)
     events: list[BaseEvent] = []

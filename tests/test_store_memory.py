@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from events import EventStore, MemoryEventStore
-from events.testing import StoreConformance
+from agentlog.events import EventStore, MemoryEventStore
+from agentlog.events.testing import StoreConformance
 
 
 class TestMemoryStore(StoreConformance):

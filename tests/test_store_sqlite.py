@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from actors.testing import until
-from events import EventStore, NodeEntered, SQLiteEventStore
-from events.testing import StoreConformance
+from agentlog.actors.testing import until
+from agentlog.events import EventStore, NodeEntered, SQLiteEventStore
+from agentlog.events.stores import sqlite
+from agentlog.events.testing import StoreConformance
 
 from .helpers import step_events
 
@@ -80,7 +81,7 @@ async def test_an_append_cancelled_while_queued_is_not_written(tmp_path: Path) -
 
 
 async def test_close_during_the_first_open_leaves_nothing_running(tmp_path: Path) -> None:
-    from events import StoreClosedError
+    from agentlog.events import StoreClosedError
 
     store = SQLiteEventStore(tmp_path / "o.db")
     append = asyncio.ensure_future(store.append("t", step_events(1), expected_seq=0))
@@ -95,7 +96,7 @@ async def test_close_during_the_first_open_leaves_nothing_running(tmp_path: Path
 async def test_odd_clock_readings_never_store_an_unverifiable_record(
     tmp_path: Path, reading: float
 ) -> None:
-    from events import InvalidAppendError
+    from agentlog.events import InvalidAppendError
 
     async with SQLiteEventStore(tmp_path / "clock.db", clock=lambda: reading) as store:
         if reading == 0.0:
@@ -112,8 +113,8 @@ def test_one_store_serves_two_event_loops_at_once(tmp_path: Path) -> None:
     threads: every append is answered on its own loop, none waits for ever."""
     import threading
 
-    from actors import END, StateGraph
-    from projections import AgentState, Message
+    from agentlog.actors import END, StateGraph
+    from agentlog.projections import AgentState, Message
 
     def reply(state: AgentState) -> list[Message]:
         return [Message.text_message("ok", role="assistant")]
@@ -210,9 +211,7 @@ async def test_the_store_checkpoints_its_wal_itself(
 ) -> None:
     """SQLite's autocheckpoint is off on the writer (it would run inside a commit on the
     loop); the store checkpoints on a connection of its own every `CHECKPOINT_ROWS` rows."""
-    import events.sqlite
-
-    monkeypatch.setattr(events.sqlite, "CHECKPOINT_ROWS", every)
+    monkeypatch.setattr(sqlite, "CHECKPOINT_ROWS", every)
     path = tmp_path / "wal.db"
     async with SQLiteEventStore(path) as store:
         await store.append("t", step_events(1), expected_seq=0)
@@ -228,9 +227,7 @@ async def test_appends_go_on_while_a_checkpoint_runs(
 ) -> None:
     """A checkpoint copies on its own connection: appends keep committing while it runs,
     and rows committed meanwhile queue no second checkpoint behind it."""
-    import events.sqlite
-
-    monkeypatch.setattr(events.sqlite, "CHECKPOINT_ROWS", 5)
+    monkeypatch.setattr(sqlite, "CHECKPOINT_ROWS", 5)
     store = await SQLiteEventStore(tmp_path / "busy.db").open()
     release = threading.Event()
     checkpointer = store._checkpointer
@@ -253,17 +250,15 @@ async def test_checkpoints_go_on_after_the_first(
 ) -> None:
     """Each checkpoint, once done, lets the next one be queued: the WAL keeps being copied
     back for as long as the store writes."""
-    import events.sqlite
-
     ran: list[str] = []
-    real = events.sqlite._checkpoint
+    real = sqlite._checkpoint
 
     def counted(conn: Any) -> None:
         ran.append(threading.current_thread().name)
         real(conn)
 
-    monkeypatch.setattr(events.sqlite, "CHECKPOINT_ROWS", 5)
-    monkeypatch.setattr(events.sqlite, "_checkpoint", counted)
+    monkeypatch.setattr(sqlite, "CHECKPOINT_ROWS", 5)
+    monkeypatch.setattr(sqlite, "_checkpoint", counted)
     async with SQLiteEventStore(tmp_path / "again.db") as store:
         for seq in range(0, 3 * 20, 3):
             await store.append("t", step_events(1), expected_seq=seq)
@@ -277,8 +272,8 @@ def test_extended_sqlite_codes_map_to_the_error_of_their_primary_code() -> None:
     extended bits is still busy."""
     import sqlite3
 
-    from events import CorruptDatabaseError, StoreUnavailableError
-    from events.sqlite import _BUSY_CODES, _primary, storage_error
+    from agentlog.events import CorruptDatabaseError, StoreUnavailableError
+    from agentlog.events.stores.sqlite import _BUSY_CODES, _primary, storage_error
 
     corrupt = sqlite3.DatabaseError("database disk image is malformed")
     corrupt.sqlite_errorcode = 779  # type: ignore[attr-defined]

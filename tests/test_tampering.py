@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from events import SQLiteEventStore, VerifyReport
+from agentlog.events import SQLiteEventStore, VerifyReport
 
 from .helpers import edit_db, step_events
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from actors import (
+from agentlog.actors import (
     END,
     CompiledGraph,
     GraphError,
@@ -21,8 +21,8 @@ from actors import (
     RecursionLimitError,
     StateGraph,
 )
-from events import AgentlogError, EventStore, MemoryEventStore, ThreadNotFoundError
-from projections import AgentState, ExecutionStatus, Message
+from agentlog.events import AgentlogError, EventStore, MemoryEventStore, ThreadNotFoundError
+from agentlog.projections import AgentState, ExecutionStatus, Message
 
 
 def echo_graph(store: EventStore, **compile_kwargs: Any) -> CompiledGraph[AgentState]:

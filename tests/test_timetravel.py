@@ -19,7 +19,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from pydantic import Field
 
-from actors import (
+from agentlog.actors import (
     END,
     Command,
     CompiledGraph,
@@ -29,7 +29,7 @@ from actors import (
     ThreadBusyError,
     interrupt,
 )
-from events import (
+from agentlog.events import (
     EventRecord,
     EventStore,
     MemoryEventStore,
@@ -37,8 +37,8 @@ from events import (
     SQLiteEventStore,
     ThreadNotFoundError,
 )
-from events.codec import Row
-from projections import (
+from agentlog.events.codec import Row
+from agentlog.projections import (
     AgentState,
     ExecutionStatus,
     ForkPointInCommitError,
@@ -52,8 +52,8 @@ from projections import (
     state_at,
     step_seq,
 )
-from projections.fold import ENTERED_KEY
-from projections.timetravel import inside_commits
+from agentlog.projections.fold import ENTERED_KEY
+from agentlog.projections.timetravel import inside_commits
 
 from .helpers import agent_with_tools, line
 

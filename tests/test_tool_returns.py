@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from pydantic import Field
 
-from actors import END, Command, RemoveMessage, ToolCommandConflictError, interrupt
-from actors.tools import node_output
-from events import EventRecord, SQLiteEventStore, ToolCallFinished
-from projections import (
+from agentlog.actors import END, Command, RemoveMessage, ToolCommandConflictError, interrupt
+from agentlog.actors.tools.node import node_output
+from agentlog.events import EventRecord, SQLiteEventStore, ToolCallFinished
+from agentlog.projections import (
     AgentState,
     ImageBlock,
     MediaRef,

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from actors import NodeTimeoutError, StateGraph
-from actors.testing import (
+from agentlog.actors import NodeTimeoutError, StateGraph
+from agentlog.actors.testing import (
     FakeClock,
     MemoryEventStore,
     RecordingTool,
@@ -26,10 +26,10 @@ from actors.testing import (
     seeded_ids,
     tool_call,
 )
-from actors.tools import Tool
-from events import EventRecord, SQLiteEventStore, ToolCallFinished
-from events.memory import MemoryEventStore as StoreItself
-from projections import AgentState, Message, generate_id, replay
+from agentlog.actors.tools.node import Tool
+from agentlog.events import EventRecord, SQLiteEventStore, ToolCallFinished
+from agentlog.events.stores.memory import MemoryEventStore as StoreItself
+from agentlog.projections import AgentState, Message, generate_id, replay
 from tests.helpers import agent_with_tools
 
 WAIT = 20.0
@@ -242,8 +242,8 @@ def test_outside_seeded_ids_ids_are_fresh_uuid4_strings_and_times_are_now() -> N
 def test_the_module_imports_without_pytest_or_hypothesis() -> None:
     code = (
         "import sys; sys.modules['pytest'] = None; sys.modules['hypothesis'] = None\n"
-        "import actors.testing\n"
-        "assert actors.testing.ScriptedModel and actors.testing.seeded_ids\n"
+        "import agentlog.actors.testing\n"
+        "assert agentlog.actors.testing.ScriptedModel and agentlog.actors.testing.seeded_ids\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

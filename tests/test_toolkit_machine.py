@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
-from actors.cli.demo import support_graph
-from actors.testing import MachineFailure, RecordedCall, graph_machine
-from events import MemoryEventStore
-from projections import Message
+from agentlog.actors.examples.support import support_graph
+from agentlog.actors.testing import MachineFailure, RecordedCall, graph_machine
+from agentlog.events import MemoryEventStore
+from agentlog.projections import Message
 from tests.helpers import ROOT
 from tests.toolkit_graphs import (
     closure_counter,

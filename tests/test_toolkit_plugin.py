@@ -13,7 +13,7 @@ from tests.helpers import ROOT
 
 USER_TESTS = """
 import pytest
-from actors.cli.demo import support_graph
+from agentlog.actors.examples.support import support_graph
 
 
 @pytest.fixture
@@ -84,16 +84,17 @@ def test_the_plugin_is_an_entry_point_that_imports_nothing_of_agentlog() -> None
     from importlib.metadata import entry_points
 
     assert [e.value for e in entry_points(group="pytest11") if e.name == "agentlog"] == [
-        "actors.testing.plugin"
+        "agentlog.actors.testing.plugin"
     ]
     code = (
         "import sys\n"
-        "import actors.testing.plugin\n"
+        "import agentlog.actors.testing.plugin\n"
         "ours = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('actors', 'events', 'projections', 'pydantic', 'hypothesis'))\n"
-        "assert ours == ['actors', 'actors.testing', 'actors.testing.plugin'], ours\n"
-        "import actors.testing\n"
-        "assert actors.testing.ScriptedModel.__name__ == 'ScriptedModel'\n"
+        "('agentlog', 'pydantic', 'hypothesis'))\n"
+        "assert ours == ['agentlog', 'agentlog.actors', 'agentlog.actors.testing', "
+        "'agentlog.actors.testing.plugin'], ours\n"
+        "import agentlog.actors.testing\n"
+        "assert agentlog.actors.testing.ScriptedModel.__name__ == 'ScriptedModel'\n"
         "assert 'hypothesis' not in sys.modules\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

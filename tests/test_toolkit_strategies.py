@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, TypeAdapter
 
-from events import SQLiteEventStore
-from events.kinds import Event, Forked, RunCompleted, RunStarted, kind_of
-from events.record import EventRecord
-from projections import (
+from agentlog.events import SQLiteEventStore
+from agentlog.events.kinds import Event, Forked, RunCompleted, RunStarted, kind_of
+from agentlog.events.record import EventRecord
+from agentlog.projections import (
     AgentState,
     IllegalTransitionError,
     InvalidStateUpdateError,
@@ -36,10 +36,10 @@ from projections import (
     to_builtins,
     unpaired_results,
 )
-from projections import strategies as ps
-from projections.fold import uncommitted_record
-from projections.messages import ToolCallBlock, ToolResultBlock
-from projections.transcript import calls_of, results_of
+from agentlog.projections import strategies as ps
+from agentlog.projections.fold import uncommitted_record
+from agentlog.projections.messages import ToolCallBlock, ToolResultBlock
+from agentlog.projections.transcript import calls_of, results_of
 
 BLOCK_KINDS = {
     "text",
@@ -229,8 +229,8 @@ def chat_problems(messages: list[dict[str, Any]]) -> list[str]:
 @fast
 @given(ps.transcripts(max_turns=4))
 def test_transcripts_pass_both_providers_converters_and_rules(transcript: list[Message]) -> None:
-    from actors.models.anthropic_messages import to_anthropic_messages
-    from actors.models.openai_chat import to_chat_messages
+    from agentlog.actors.models.anthropic_messages import to_anthropic_messages
+    from agentlog.actors.models.openai_chat import to_chat_messages
 
     _, anthropic = to_anthropic_messages(transcript)
     assert anthropic_problems(anthropic) == [], anthropic
@@ -400,8 +400,8 @@ def test_an_open_call_makes_run_completed_refused() -> None:
 
 def test_import_projections_needs_no_hypothesis() -> None:
     code = (
-        "import sys; sys.modules['hypothesis'] = None; import projections; "
-        "assert 'projections.strategies' not in sys.modules"
+        "import sys; sys.modules['hypothesis'] = None; import agentlog.projections; "
+        "assert 'agentlog.projections.strategies' not in sys.modules"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -409,7 +409,7 @@ def test_import_projections_needs_no_hypothesis() -> None:
         [
             sys.executable,
             "-c",
-            code.replace("import projections;", "import projections.strategies;"),
+            code.replace("import agentlog.projections;", "import agentlog.projections.strategies;"),
         ],
         capture_output=True,
         text=True,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from actors.testing import MachineFailure, graph_machine
+from agentlog.actors.testing import MachineFailure, graph_machine
 from tests import toolkit_graphs
 from tests.test_toolkit_machine import HUNT, QUICK, run_printed_test
 from tests.toolkit_graphs import closure_counter, wall_clock

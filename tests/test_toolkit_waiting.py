@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from actors import END, StateGraph
-from actors.testing import (
+from agentlog.actors import END, StateGraph
+from agentlog.actors.testing import (
     WaitTimeoutError,
     until,
     until_blocking,
@@ -18,8 +18,8 @@ from actors.testing import (
     wait_for_line,
     wait_for_record,
 )
-from events import SQLiteEventStore
-from projections import AgentState, Message
+from agentlog.events import SQLiteEventStore
+from agentlog.projections import AgentState, Message
 
 
 async def test_until_returns_the_first_truthy_value_of_a_sync_or_async_predicate() -> None:
@@ -82,7 +82,7 @@ async def test_wait_for_line_sees_a_line_another_writer_appends(tmp_path: Path) 
 async def test_until_idle_returns_once_event_triggers_have_answered_and_run(
     tmp_path: Path,
 ) -> None:
-    from actors.runtime import AgentRuntime, EntryPoint
+    from agentlog.actors.runtime import AgentRuntime, EntryPoint
     from tests.helpers import line
 
     def reply(state: AgentState) -> list[Message]:

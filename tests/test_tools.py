@@ -10,12 +10,12 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel
 
-from actors.context import NodeContext
-from actors.errors import GraphError, GraphInterrupt
-from actors.tools import ToolNode
-from events import EventRecord, ToolCallFinished, ToolCallStarted, kind_of
-from events.kinds import Event
-from projections import AgentState, Message, TextBlock, ToolCallBlock, ToolResultBlock
+from agentlog.actors.engine.context import NodeContext
+from agentlog.actors.engine.errors import GraphError, GraphInterrupt
+from agentlog.actors.tools.node import ToolNode
+from agentlog.events import EventRecord, ToolCallFinished, ToolCallStarted, kind_of
+from agentlog.events.kinds import Event
+from agentlog.projections import AgentState, Message, TextBlock, ToolCallBlock, ToolResultBlock
 
 
 def make_record(event: Event, seq: int = 1) -> EventRecord:

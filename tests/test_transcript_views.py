@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from actors.cli.render import message_line
-from events import (
+from agentlog.actors.cli.render import message_line
+from agentlog.events import (
     MessageAppended,
     NodeEntered,
     RunCompleted,
@@ -27,7 +27,7 @@ from events import (
     StateUpdated,
     StepAdvanced,
 )
-from events.kinds import (
+from agentlog.events.kinds import (
     ContextSummarized,
     Event,
     MessagesRemoved,
@@ -36,8 +36,8 @@ from events.kinds import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from events.record import EventRecord
-from projections import (
+from agentlog.events.record import EventRecord
+from agentlog.projections import (
     AgentState,
     ErrorBlock,
     ExecutionStatus,
@@ -50,9 +50,9 @@ from projections import (
     message_appended,
     to_builtins,
 )
-from projections.fold import uncommitted_record
-from projections.invariants import Finding, thread_findings, transcript_findings
-from projections.timetravel import message_text, summarize
+from agentlog.projections.fold import uncommitted_record
+from agentlog.projections.invariants import Finding, thread_findings, transcript_findings
+from agentlog.projections.timetravel import message_text, summarize
 
 from .helpers import agentlog, edit_db
 

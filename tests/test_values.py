@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from msgspec import msgpack
 from pydantic import Field
 
-from actors import END, NodeError, StateGraph
-from actors.testing import until
-from actors.tools import ToolNode
-from events import (
+from agentlog.actors import END, NodeError, StateGraph
+from agentlog.actors.testing import until
+from agentlog.actors.tools.node import ToolNode
+from agentlog.events import (
     EventRecord,
     EventStore,
     Forked,
@@ -33,15 +33,15 @@ from events import (
     SQLiteEventStore,
     StateUpdated,
 )
-from events.codec import (
+from agentlog.events.codec import (
     UnstorableValueError,
     decode_state,
     encode_payloads,
     encode_state,
     find_unstorable,
 )
-from events.errors import AgentlogError
-from projections import (
+from agentlog.events.errors import AgentlogError
+from agentlog.projections import (
     AgentState,
     Fold,
     Message,
@@ -53,8 +53,8 @@ from projections import (
     state_updated,
     take_snapshot,
 )
-from projections.edge import state_data, to_builtins
-from projections.fold import uncommitted_record
+from agentlog.projections.edge import state_data, to_builtins
+from agentlog.projections.fold import uncommitted_record
 
 from .strategies import (
     big_ints,

@@ -9,7 +9,7 @@ import json
 import time
 from pathlib import Path
 
-from events import SQLiteEventStore
+from agentlog.events import SQLiteEventStore
 from tests.helpers import agentlog, edit_db, spawn_worker, wait_ready
 
 

@@ -8,8 +8,8 @@ import json
 import sqlite3
 from pathlib import Path
 
-from events import SQLiteEventStore
-from projections import fold_at, write_snapshot
+from agentlog.events import SQLiteEventStore
+from agentlog.projections import fold_at, write_snapshot
 from tests.helpers import agentlog, step_events
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-from actors import ToolNode
-from events import SQLiteEventStore
-from projections import (
+from agentlog.actors import ToolNode
+from agentlog.events import SQLiteEventStore
+from agentlog.projections import (
     AgentState,
     Message,
     TextBlock,

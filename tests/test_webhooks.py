@@ -20,8 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from actors.runtime import AgentRuntime, EntryPoint
-from actors.serve.webhooks import (
+from agentlog.actors.http.webhooks import (
     MAX_BODY,
     MAX_DEPTH,
     WebhookRejected,
@@ -36,12 +35,13 @@ from actors.serve.webhooks import (
     verify_github,
     verify_standard,
 )
-from actors.testing import FakeClock
-from events import SQLiteEventStore
-from events.errors import InvalidArgumentError
-from events.follow import last_position
-from events.kinds import RunStarted, TriggerAccepted
-from projections import AgentState, Message
+from agentlog.actors.runtime import AgentRuntime, EntryPoint
+from agentlog.actors.testing import FakeClock
+from agentlog.events import SQLiteEventStore
+from agentlog.events.errors import InvalidArgumentError
+from agentlog.events.follow import last_position
+from agentlog.events.kinds import RunStarted, TriggerAccepted
+from agentlog.projections import AgentState, Message
 from tests.helpers import counted_digest_compares, line
 
 NOW = 1_700_000_000
@@ -214,7 +214,7 @@ def test_unsigned_delivery_id() -> None:
 
 
 def test_a_route_without_secrets_must_say_it_is_unsigned() -> None:
-    from actors.runtime import RegistrationError
+    from agentlog.actors.runtime import RegistrationError
 
     with pytest.raises(RegistrationError, match="must say unsigned=True"):
         EntryPoint(id="w", graph_id="g", trigger="webhook", path="/w").check()

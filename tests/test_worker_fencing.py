@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.runtime.ledger import Ledger
-from events import open_store
+from agentlog.actors.runtime.ledger import Ledger
+from agentlog.events import open_store
 from tests.workers.pg_env import DSN, fresh_schema, needs_pg
 
 pytestmark = needs_pg

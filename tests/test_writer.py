@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from events import SQLiteEventStore, StateUpdated
-from projections import AgentState, Fold, IllegalTransitionError, fork
-from projections.writer import write
+from agentlog.events import SQLiteEventStore, StateUpdated
+from agentlog.projections import AgentState, Fold, IllegalTransitionError, fork
+from agentlog.projections.writer import write
 from tests.helpers import step_events, text_event
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from actors import END, StateGraph, ToolNode
-from actors.compiled import CompiledGraph
-from actors.testing import RecordingTool, ScriptedModel, ask_tool, reply
-from events import EventStore
-from projections import AgentState, Message, ToolCallBlock
+from agentlog.actors import END, StateGraph, ToolNode
+from agentlog.actors.engine.compiled import CompiledGraph
+from agentlog.actors.testing import RecordingTool, ScriptedModel, ask_tool, reply
+from agentlog.events import EventStore
+from agentlog.projections import AgentState, Message, ToolCallBlock
 
 
 def lookup_order(order_id: str) -> dict[str, Any]:

@@ -37,7 +37,8 @@ from rich.console import Console, RenderableType
 from rich.text import Text
 from typer._click.exceptions import ClickException
 
-from events import (
+from agentlog.actors.cli import render
+from agentlog.events import (
     KINDS,
     AgentlogError,
     EventRecord,
@@ -47,15 +48,13 @@ from events import (
     VerifyReport,
     open_store,
 )
-from events.audit import Head, export_jsonl, verify_store, verify_thread
-
-from . import render
+from agentlog.events.audit import Head, export_jsonl, verify_store, verify_thread
 
 if TYPE_CHECKING:
-    from projections import AgentState, EventRow, StreamChunk
-    from projections.generic import OpenState
-    from projections.invariants import ThreadFindings
-    from projections.timetravel import StateDiff
+    from agentlog.projections import AgentState, EventRow, StreamChunk
+    from agentlog.projections.generic import OpenState
+    from agentlog.projections.invariants import ThreadFindings
+    from agentlog.projections.timetravel import StateDiff
 
 app = typer.Typer(
     name="agentlog",
@@ -256,7 +255,7 @@ async def _from_end(store: EventStore, thread_id: str, point: int, by: str) -> i
 
 async def _point(store: EventStore, thread_id: str, step: int | None, seq: int | None) -> int:
     """The seq a --step or --seq names; the thread's last seq when neither is given."""
-    from projections import step_seq
+    from agentlog.projections import step_seq
 
     if step is not None:
         return await step_seq(store, thread_id, await _from_end(store, thread_id, step, "step"))
@@ -292,7 +291,7 @@ def threads_command(
 
     The status is the one `show` and the HTTP API give: the library's fold of the log.
     """
-    from ..threads import internal_threads
+    from agentlog.actors.engine.threads import internal_threads
 
     async def job(store: EventStore) -> list[render.ThreadInfo]:
         ids = await store.threads()
@@ -318,8 +317,8 @@ async def _thread_info(store: EventStore, thread_id: str) -> render.ThreadInfo:
     the HTTP API read the same). Custom fields never move a run, so the thread is folded
     into a plain `AgentState`; one whose records that class cannot hold (an update of a
     custom field) is read as `show` reads it, with a class built from the log."""
-    from projections import InvalidStateUpdateError, state_at
-    from projections.generic import open_states
+    from agentlog.projections import InvalidStateUpdateError, state_at
+    from agentlog.projections.generic import open_states
 
     records, at = 0, 0.0
     try:
@@ -383,8 +382,8 @@ def history_command(
     """The thread's timeline: one row per event (seq, time, kind, actor, node, duration,
     summary), then its model calls' tokens and latency per step and per run; with
     --slowest N, where its time went; with --tokens, the tokens alone."""
-    from projections import event_history
-    from projections.timetravel import slowest as slowest_of
+    from agentlog.projections import event_history
+    from agentlog.projections.timetravel import slowest as slowest_of
 
     async def job(store: EventStore) -> tuple[list[EventRow], render.UsageReport]:
         rows = await event_history(store, thread, kind or None)
@@ -470,7 +469,7 @@ def tail_command(
 
     Ctrl-C or SIGTERM ends it (exit status 0).
     """
-    from .tail import tail
+    from agentlog.actors.cli.tail import tail
 
     tail(db, kind or None, thread, node, start, as_json, graph)
 
@@ -501,7 +500,7 @@ def runtime_command(
 
     With --json: one JSON object per line each time those figures change; the last: "stopped".
     """
-    from .runtime import run_runtime
+    from agentlog.actors.cli.runtime import run_runtime
 
     run_runtime(db, app_ref, as_json)
 
@@ -531,7 +530,7 @@ def worker_command(
     SIGTERM or SIGINT drains it: running steps commit, its runs are left to the other
     workers. A second signal cancels what still runs here (those runs resume elsewhere too).
     """
-    from .runtime import default_worker_id, run_runtime
+    from agentlog.actors.cli.runtime import default_worker_id, run_runtime
 
     run_runtime(db, app_ref, as_json, worker_id or default_worker_id())
 
@@ -602,7 +601,7 @@ def serve_command(
 
     SIGINT or SIGTERM drains it: requests under way finish, running steps commit, runs pause.
     """
-    from .serve import run_serve
+    from agentlog.actors.cli.serve import run_serve
 
     run_serve(
         db, app_ref, host, port, tokens, max_body, hash_token,
@@ -628,9 +627,9 @@ def show_command(
 
     Shows the last messages and records and cuts long texts unless --full; --json is complete.
     """
-    from projections import event_history
-    from projections.generic import open_states
-    from projections.timetravel import step_span
+    from agentlog.projections import event_history
+    from agentlog.projections.generic import open_states
+    from agentlog.projections.timetravel import step_span
 
     _one_point(step, seq)
 
@@ -676,9 +675,9 @@ def diff_command(
 
     Shows the last changed messages and cuts long texts unless --full; --json is complete.
     """
-    from projections import step_seq
-    from projections.generic import open_states
-    from projections.timetravel import compare_states
+    from agentlog.projections import step_seq
+    from agentlog.projections.generic import open_states
+    from agentlog.projections.timetravel import compare_states
 
     async def job(store: EventStore) -> tuple[StateDiff, tuple[OpenState, OpenState]]:
         seqs = []
@@ -714,8 +713,8 @@ def fork_command(
     as_json: AsJson = False,
 ) -> None:
     """Branch a thread at a step (or seq) into a new thread; print the new thread's id."""
-    from projections import fork
-    from projections.generic import open_states
+    from agentlog.projections import fork
+    from agentlog.projections.generic import open_states
 
     if step is None and seq is None:
         raise typer.BadParameter("name the fork point with --step N or --seq S")
@@ -807,8 +806,8 @@ def verify_command(
 
     Exit status 3: every chain is intact but a thread breaks an invariant (see its lines).
     """
-    from projections.invariants import thread_findings
-    from projections.snapshots import SnapshotFinding, verify_snapshots
+    from agentlog.projections.invariants import thread_findings
+    from agentlog.projections.snapshots import SnapshotFinding, verify_snapshots
 
     compare = snapshots if snapshots is not None else thread is not None
     found: list[SnapshotFinding] = []
@@ -949,7 +948,7 @@ def demo(
 ) -> None:
     """Run the support agent: a lookup, a refund a human approves, an answer (a scripted
     model, or a real one with --model)."""
-    from .demo import run_demo
+    from agentlog.actors.examples.support import run_demo
 
     def show(chunk: StreamChunk) -> None:
         if as_json:
@@ -1013,7 +1012,7 @@ SchemaOpt = Annotated[
 def db_upgrade_command(dsn: Dsn, schema: SchemaOpt = None, as_json: AsJson = False) -> None:
     """Create the agentlog schema, or bring it to this agentlog's version (safe to rerun;
     never downgrades). A PostgreSQL store is never created or altered when it opens."""
-    from .db import upgrade
+    from agentlog.actors.cli.db import upgrade
 
     upgrade(dsn, schema, as_json)
 
@@ -1024,7 +1023,7 @@ def db_status_command(dsn: Dsn, schema: SchemaOpt = None, as_json: AsJson = Fals
 
     Exit status 0 when it is ready, 3 when it is missing, older or newer (run `agentlog db
     upgrade`, or upgrade agentlog), so a deploy script can test it."""
-    from .db import status
+    from agentlog.actors.cli.db import status
 
     status(dsn, schema, as_json)
 

@@ -22,8 +22,8 @@ agentlog's (0: ready; 1: the database could not be reached; 2: a usage error).""
 def _target(dsn: str, schema: str | None) -> tuple[str, str, float]:
     """The DSN asyncpg takes, the schema and the connect timeout, read the way `open_store`
     reads a URL."""
-    from events import AgentlogError, open_store
-    from events.postgres_schema import check_schema_name
+    from agentlog.events import AgentlogError, open_store
+    from agentlog.events.stores.postgres_schema import check_schema_name
 
     try:
         store: Any = open_store(dsn)  # not opened: nothing is touched
@@ -46,8 +46,8 @@ def _target(dsn: str, schema: str | None) -> tuple[str, str, float]:
 async def _with_connection(dsn: str, timeout: float, job: Any) -> Any:
     import asyncpg  # type: ignore[import-untyped]
 
-    from events import StoreUnavailableError
-    from events.postgres import connect_failure
+    from agentlog.events import StoreUnavailableError
+    from agentlog.events.stores.postgres import connect_failure
 
     try:
         conn = await asyncpg.connect(dsn, timeout=timeout)
@@ -63,12 +63,11 @@ async def _with_connection(dsn: str, timeout: float, job: Any) -> Any:
 
 
 def upgrade(dsn: str, schema: str | None, as_json: bool) -> None:
-    """`agentlog db upgrade` (its options are declared in `actors.cli`)."""
-    from events import AgentlogError
-    from events.postgres import shown_dsn
-    from events.postgres_schema import upgrade_schema
-
-    from . import _echo_json, _fail
+    """`agentlog db upgrade` (its options are declared in `agentlog.actors.cli`)."""
+    from agentlog.actors.cli import _echo_json, _fail
+    from agentlog.events import AgentlogError
+    from agentlog.events.stores.postgres import shown_dsn
+    from agentlog.events.stores.postgres_schema import upgrade_schema
 
     target, name, timeout = _target(dsn, schema)
     try:
@@ -88,11 +87,14 @@ def upgrade(dsn: str, schema: str | None, as_json: bool) -> None:
 
 
 def status(dsn: str, schema: str | None, as_json: bool) -> None:
-    """`agentlog db status` (its options are declared in `actors.cli`)."""
-    from events import AgentlogError
-    from events.postgres_schema import SCHEMA_VERSION, schema_version, upgrade_command
-
-    from . import _echo_json, _fail
+    """`agentlog db status` (its options are declared in `agentlog.actors.cli`)."""
+    from agentlog.actors.cli import _echo_json, _fail
+    from agentlog.events import AgentlogError
+    from agentlog.events.stores.postgres_schema import (
+        SCHEMA_VERSION,
+        schema_version,
+        upgrade_command,
+    )
 
     target, name, timeout = _target(dsn, schema)
     try:

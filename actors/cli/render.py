@@ -1,6 +1,6 @@
 """What the `agentlog` commands print: rich tables for people, plain dicts for `--json`.
 
-Functions of what the library returns, and the progress bars; the commands in `actors.cli`
+Functions of what the library returns, and the progress bars; the commands in `agentlog.actors.cli`
 read the store. Text from the log comes from models, tools and users, so it is inert when
 shown: every string passes through `inert` (control characters, bidi overrides and other
 invisible format characters become visible escapes such as `\\x1b` and `\\u202e`) and goes
@@ -27,10 +27,10 @@ from rich.text import Text
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from events import EventRecord, VerifyReport
-    from projections import AgentState, EventRow, ExecutionState, Message, StateDiff
-    from projections.generic import OpenState
-    from projections.invariants import ThreadFindings
+    from agentlog.events import EventRecord, VerifyReport
+    from agentlog.projections import AgentState, EventRow, ExecutionState, Message, StateDiff
+    from agentlog.projections.generic import OpenState
+    from agentlog.projections.invariants import ThreadFindings
 
 # `projections` (the state models, built with pydantic at import), rich's tables and its
 # progress bars are imported by the functions that use them: `agentlog --help` needs none of
@@ -123,7 +123,7 @@ def iso(at: float) -> str:
 
 def _value(value: Any) -> str:
     """A field value in one line of JSON (falls back to str for what JSON cannot hold)."""
-    from projections import to_builtins
+    from agentlog.projections import to_builtins
 
     return json.dumps(to_builtins(value), ensure_ascii=False, default=str)
 
@@ -318,7 +318,8 @@ def history_table(
 
 
 def slowest_json(rows: Sequence[EventRow]) -> list[dict[str, Any]]:
-    """The slowest steps and tool calls (see `projections.timetravel.slowest`), for machines."""
+    """The slowest steps and tool calls (see `agentlog.projections.timetravel.slowest`), for
+    machines."""
     return [
         {
             "seq": r.seq,
@@ -495,7 +496,7 @@ def usage_report(records: Sequence[EventRecord]) -> UsageReport:
     """The model calls among a thread's `records` (in seq order, from its first), each placed
     in the step it belongs to: the one being run when it was recorded (a step's calls ride
     in its commit; a failed attempt's in the failure's, and count towards the same step)."""
-    from events import Forked, ModelCalled, StepAdvanced
+    from agentlog.events import Forked, ModelCalled, StepAdvanced
 
     calls: list[ModelCall] = []
     done = 0
@@ -614,8 +615,8 @@ def message_json(message: Message) -> dict[str, Any]:
 def message_line(message: Message, limit: int | None = TEXT_LIMIT) -> Text:
     """A message as people see it (`message_text`: text, reasoning, errors, tool outputs),
     cut at `limit` characters, and the tools it calls."""
-    from projections.timetravel import message_text
-    from projections.transcript import calls_of
+    from agentlog.projections.timetravel import message_text
+    from agentlog.projections.transcript import calls_of
 
     text = bounded(message_text(message), limit)
     calls = ", ".join(f"{c.name}({_value(c.args)})" for c in calls_of(message))
@@ -629,7 +630,7 @@ def message_line(message: Message, limit: int | None = TEXT_LIMIT) -> Text:
 
 
 def _interrupt(state: AgentState) -> dict[str, Any] | None:
-    from projections.timetravel import interrupt_summary
+    from agentlog.projections.timetravel import interrupt_summary
 
     return interrupt_summary(state.execution_meta)
 
@@ -637,7 +638,7 @@ def _interrupt(state: AgentState) -> dict[str, Any] | None:
 def stop_summary(meta: ExecutionState) -> str | None:
     """How a stop left the run, or None when it is not stopped: after the node it followed,
     or before the node it cancelled (which runs again on resume). Stored text: show inert."""
-    from projections import ExecutionStatus, StopRequestStatus
+    from agentlog.projections import ExecutionStatus, StopRequestStatus
 
     if meta.stop_current_execution != StopRequestStatus.STOPPED or not meta.is_interrupted():
         return None
@@ -669,7 +670,7 @@ def state_json(
 ) -> dict[str, Any]:
     """The state at a point for machines; with `usage` (the thread's model calls up to the
     point), `tokens` per call, step, run and in all."""
-    from projections import StopRequestStatus
+    from agentlog.projections import StopRequestStatus
 
     meta = state.execution_meta
     stop = meta.stop_current_execution
@@ -721,7 +722,7 @@ def state_view(
 ) -> RenderableType:
     """The state at a point for people; with `usage`, a line of the tokens and latency of the
     last run's model calls and of the thread's."""
-    from projections import StopRequestStatus
+    from agentlog.projections import StopRequestStatus
 
     meta = state.execution_meta
     head = _title("thread ", (thread_id,), f" at seq {seq}: ")
@@ -849,7 +850,7 @@ def diff_json(
     d: StateDiff,
     points: tuple[OpenState, OpenState] | None = None,
 ) -> dict[str, Any]:
-    from projections import to_builtins
+    from agentlog.projections import to_builtins
 
     data = {
         "thread_id": thread_id,
@@ -942,7 +943,7 @@ def diff_view(
 
 def _message_label(sign: str, message: Message) -> Text:
     """`+`, `-` or `~`, the role and the id of a message in a diff (the id inert)."""
-    from projections.timetravel import quoted_id
+    from agentlog.projections.timetravel import quoted_id
 
     return cell(f"{sign} {message.role} message {quoted_id(message.message_id)}")
 
@@ -1068,7 +1069,7 @@ def demo_view(
         _title("thread ", (timeline[0].thread_id,), ": the log, read back from ", (db,)),
         "seq", "kind", "actor", "summary", "hash",
     )  # fmt: skip
-    from projections import summarize
+    from agentlog.projections import summarize
 
     for r in timeline:
         table.add_row(

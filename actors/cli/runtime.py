@@ -11,7 +11,7 @@ pause and the next runtime on the file resumes them); a second signal cancels wh
 second: a live table on a terminal, or with `--json` one line per change and a last one once
 stopped. Ids in the table come from user code, so they are shown inert.
 
-The command's options are declared in `actors.cli` and this module is imported when it
+The command's options are declared in `agentlog.actors.cli` and this module is imported when it
 runs, so `agentlog --help` loads no more than before (see tests/test_cli_startup.py).
 """
 
@@ -34,15 +34,14 @@ import typer
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from events import AgentlogError, EventStore, open_store
-from events.follow import last_position
-
-from . import CliError, _fail, console, render
+from agentlog.actors.cli import CliError, _fail, console, render
+from agentlog.events import AgentlogError, EventStore, open_store
+from agentlog.events.follow import last_position
 
 if TYPE_CHECKING:
     from rich.live import Live
 
-    from ..runtime import AgentRuntime
+    from agentlog.actors.runtime import AgentRuntime
 
 REFRESH_S = 0.5
 """Seconds between two looks at the runtime's figures (the table's refresh, the JSON's)."""
@@ -120,7 +119,7 @@ WANTED = "name an AgentRuntime, or a function build(store) -> AgentRuntime (def 
 
 def check_target(target: object, ref: AppRef) -> bool:
     """True for an `AgentRuntime`, False for a function taking the store; else refused."""
-    from ..runtime import AgentRuntime
+    from agentlog.actors.runtime import AgentRuntime
 
     if isinstance(target, AgentRuntime):
         return True
@@ -156,13 +155,13 @@ def same_store(runtime: AgentRuntime, db: str, ref: AppRef) -> None:
     if theirs[0] is None or theirs != ours:
         named = theirs[0]
         if named is not None and len(theirs) > 1:
-            from events.postgres import shown_dsn  # never print a password
+            from agentlog.events.stores.postgres import shown_dsn  # never print a password
 
             named = f"{shown_dsn(named)} (schema {theirs[1]!r})"
         where = f"the database {named!r}" if named is not None else "a store with no file"
         given = db
         if db.lower().startswith("postgres"):
-            from events.postgres import shown_dsn
+            from agentlog.events.stores.postgres import shown_dsn
 
             given = shown_dsn(db)
         raise usage(
@@ -184,7 +183,7 @@ async def built(build: Callable[[EventStore], Any], store: EventStore, ref: AppR
 
 
 def check_built(made: object, store: EventStore, ref: AppRef) -> AgentRuntime:
-    from ..runtime import AgentRuntime
+    from agentlog.actors.runtime import AgentRuntime
 
     if not isinstance(made, AgentRuntime):
         raise usage(f"{ref}(store) returned {_what(made)}, not an AgentRuntime: {WANTED}")
@@ -429,7 +428,7 @@ async def main(
     """Open the store, get the runtime, serve it until a signal; then close everything."""
     from rich.live import Live
 
-    from ..runtime import AgentRuntime
+    from agentlog.actors.runtime import AgentRuntime
 
     runtime: AgentRuntime | None = None
     if isinstance(target, AgentRuntime):
@@ -469,7 +468,7 @@ async def main(
 
 def run_runtime(db: str, app_ref: str, as_json: bool, worker_id: str | None = None) -> None:
     """`agentlog runtime`, and `agentlog worker` with a worker id (their options are
-    declared in `actors.cli`)."""
+    declared in `agentlog.actors.cli`)."""
     ref = AppRef.parse(app_ref)
     if worker_id is not None and not worker_id.strip():
         raise typer.BadParameter("a worker id is a non-empty name", param_hint="--id")

@@ -2,7 +2,7 @@
 
 `--app` is what `agentlog runtime` takes (an `AgentRuntime` on `--db`, or `build(store)`).
 Tokens come from `--tokens FILE` or the file `AGENTLOG_TOKENS_FILE` names (see
-`actors.serve.tokens`); without tokens the server answers everyone as "local", so it refuses
+`agentlog.actors.http.tokens`); without tokens the server answers everyone as "local", so it refuses
 any address but a loopback one, and it refuses unsigned webhook routes on one too. SIGINT or
 SIGTERM drains it: no new connections, requests under way finish, then the runtime stops
 (running steps commit, runs pause; the next runtime on the file resumes them).
@@ -23,14 +23,21 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from events import AgentlogError, EventStore, ThreadBusyError, open_store
-
-from . import CliError, _fail
-from .runtime import AppRef, built, check_built, check_target, load, same_store, usage
+from agentlog.actors.cli import CliError, _fail
+from agentlog.actors.cli.runtime import (
+    AppRef,
+    built,
+    check_built,
+    check_target,
+    load,
+    same_store,
+    usage,
+)
+from agentlog.events import AgentlogError, EventStore, ThreadBusyError, open_store
 
 if TYPE_CHECKING:
-    from ..runtime import AgentRuntime
-    from ..serve.tokens import TokenBook
+    from agentlog.actors.http.tokens import TokenBook
+    from agentlog.actors.runtime import AgentRuntime
 
 DRAIN_S = 10.0
 """How long a draining server lets requests under way (and open streams) finish."""
@@ -38,7 +45,8 @@ DRAIN_S = 10.0
 
 @dataclass(frozen=True)
 class Guarding:
-    """What `agentlog serve` lets through besides loopback clients (see `actors.serve.guard`)."""
+    """What `agentlog serve` lets through besides loopback clients (see
+    `agentlog.actors.http.guard`)."""
 
     allowed_hosts: tuple[str, ...] = ()
     allowed_origins: tuple[str, ...] = ()
@@ -83,7 +91,7 @@ def listen(host: str, port: int) -> socket.socket:
 
 def hash_from_stdin() -> None:
     """Print the SHA-256 a token file stores for the token read from standard input."""
-    from ..serve.tokens import hash_token
+    from agentlog.actors.http.tokens import hash_token
 
     secret = sys.stdin.readline().strip()
     if not secret:
@@ -101,7 +109,7 @@ async def main(
     max_body: int,
     guard: Guarding | None = None,
 ) -> None:
-    from ..serve import TokenBook
+    from agentlog.actors.http import TokenBook
 
     book = TokenBook.load(tokens) if tokens else TokenBook.from_environment()
     if book is None and not loopback(host):
@@ -130,9 +138,9 @@ async def _serve(
 ) -> None:
     import uvicorn
 
-    from ..runtime import AgentRuntime
-    from ..serve import create_app
-    from ..serve.connections import guarded_protocol
+    from agentlog.actors.http import create_app
+    from agentlog.actors.http.connections import guarded_protocol
+    from agentlog.actors.runtime import AgentRuntime
 
     if isinstance(target, AgentRuntime):
         same_store(target, db, ref)
@@ -261,7 +269,7 @@ def run_serve(
     body_timeout: float = 30.0,
     max_per_client: int = 100,
 ) -> None:
-    """`agentlog serve` (its options are declared in `actors.cli`)."""
+    """`agentlog serve` (its options are declared in `agentlog.actors.cli`)."""
     if hash_token:
         hash_from_stdin()
         return

@@ -1,13 +1,13 @@
 """`agentlog tail`: follow the log live, like `tail -f`, one line per record as it commits.
 
-The records come from `events.follow` on the database opened read-only, so the writers are
+The records come from `agentlog.events.follow` on the database opened read-only, so the writers are
 other processes: their commits are found by polling (every `POLL_S` seconds). Human lines are
 inert (`render.inert`); `--json` lines are exact, and carry the position that `--from`
 resumes after. SIGINT and SIGTERM end the command with exit status 0.
 
 `--graph G` keeps the records of threads that run graph G (see `GraphFilter`).
 
-The command's options are declared in `actors.cli` and this module is imported when it
+The command's options are declared in `agentlog.actors.cli` and this module is imported when it
 runs, so `agentlog --help` loads no more than before (see tests/test_cli_startup.py).
 """
 
@@ -26,11 +26,10 @@ from typing import TextIO
 import msgspec
 import typer
 
-from events import EventRecord, EventStore, follow, last_position
-from events.kinds import TriggerAccepted
-
-from ..threads import RUNTIME_THREAD
-from . import _run, render
+from agentlog.actors.cli import _run, render
+from agentlog.actors.engine.threads import RUNTIME_THREAD
+from agentlog.events import EventRecord, EventStore, follow, last_position
+from agentlog.events.kinds import TriggerAccepted
 
 POLL_S = 0.2
 """Seconds between two looks at the database for commits made by other processes."""
@@ -49,12 +48,12 @@ class GraphFilter:
     A thread's graph is the graph id of the first trigger a runtime accepted for it (its
     `trigger_accepted` record in the runtime thread), else the graph named by the thread's
     first record (run_started's `graph`, the graph's name; a fork: its source's graph), as
-    the runtime itself decides (`actors.runtime.listeners.graph_of_thread`). The runtime
+    the runtime itself decides (`agentlog.actors.runtime.listeners.graph_of_thread`). The runtime
     thread is read as far as needed, once.
     """
 
     def __init__(self, store: EventStore, graph: str) -> None:
-        from actors.runtime.listeners import graph_of_thread
+        from agentlog.actors.runtime.listeners import graph_of_thread
 
         self._graph_of = graph_of_thread
         self.store = store
@@ -209,7 +208,8 @@ def tail(
     as_json: bool,
     graph: str | None = None,
 ) -> None:
-    """`agentlog tail` (its options are declared in `actors.cli`, so `--help` loads no more)."""
+    """`agentlog tail` (its options are declared in `agentlog.actors.cli`, so `--help` loads no
+    more)."""
     if thread == "":
         raise typer.BadParameter("the thread id is empty", param_hint="--thread")
     if node == "":
@@ -219,7 +219,7 @@ def tail(
     if as_json:
         show = record_json
     else:
-        from projections import summarize
+        from agentlog.projections import summarize
 
         def show(record: EventRecord) -> str:
             return record_line(record, summarize)

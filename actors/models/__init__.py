@@ -2,7 +2,7 @@
 converters between the providers' formats and `Message`s.
 
 ```python
-from actors.models import ModelNode
+from agentlog.actors.models import ModelNode
 graph.add_node("agent", ModelNode(openai.AsyncOpenAI(), model="gpt-4o-mini", tools=tool_node))
 ```
 
@@ -12,15 +12,15 @@ work on plain dicts too, with neither installed.
 
 from __future__ import annotations
 
-from ._common import ModelAnswer, Tools, function_schemas, request_hash
-from .anthropic_messages import (
+from agentlog.actors.models._common import ModelAnswer, Tools, function_schemas, request_hash
+from agentlog.actors.models.anthropic_messages import (
     AnthropicStream,
     anthropic_tools,
     from_anthropic_message,
     from_anthropic_messages,
     to_anthropic_messages,
 )
-from .errors import (
+from agentlog.actors.models.errors import (
     ModelEmptyRequestError,
     ModelError,
     ModelRefusedError,
@@ -30,11 +30,21 @@ from .errors import (
     ModelTruncatedError,
     ModelUnavailableError,
 )
-from .node import ModelNode
-from .openai_chat import ChatStream, chat_tools, from_chat_completion, to_chat_messages
-from .openai_responses import ResponsesStream, from_response, responses_tools, to_responses_input
-from .replay import LoggedAnswers
-from .retry import ModelRetry
+from agentlog.actors.models.node import ModelNode
+from agentlog.actors.models.openai_chat import (
+    ChatStream,
+    chat_tools,
+    from_chat_completion,
+    to_chat_messages,
+)
+from agentlog.actors.models.openai_responses import (
+    ResponsesStream,
+    from_response,
+    responses_tools,
+    to_responses_input,
+)
+from agentlog.actors.models.replay import LoggedAnswers
+from agentlog.actors.models.retry import ModelRetry
 
 __all__ = [
     "AnthropicStream",

@@ -11,10 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from projections import MediaRef, Message, TokenUsages, ToolResultBlock
-
-from ..tools import ToolLike, ToolNode
-from .errors import ModelResponseError, ModelTruncatedError
+from agentlog.actors.models.errors import ModelResponseError, ModelTruncatedError
+from agentlog.actors.tools.node import ToolLike, ToolNode
+from agentlog.projections import MediaRef, Message, TokenUsages, ToolResultBlock
 
 Tools = ToolNode | Sequence[Callable[..., Any] | ToolLike] | None
 """What a model node is told it may call: a `ToolNode`, or functions and ready tools."""

@@ -5,7 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from projections import (
+from agentlog.actors.models._common import (
+    ModelAnswer,
+    Tools,
+    agentflow_calls,
+    as_dict,
+    dumps,
+    function_schemas,
+    parse_arguments,
+    result_text,
+    usage_of,
+)
+from agentlog.actors.models.errors import ModelResponseError, ModelStreamError
+from agentlog.projections import (
     AnnotationRef,
     ContentBlock,
     DocumentBlock,
@@ -20,20 +32,7 @@ from projections import (
     ToolResultBlock,
     generate_id,
 )
-from projections.messages import Role
-
-from ._common import (
-    ModelAnswer,
-    Tools,
-    agentflow_calls,
-    as_dict,
-    dumps,
-    function_schemas,
-    parse_arguments,
-    result_text,
-    usage_of,
-)
-from .errors import ModelResponseError, ModelStreamError
+from agentlog.projections.messages import Role
 
 __all__ = [
     "AnthropicStream",

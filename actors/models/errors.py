@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from events.errors import AgentlogError
+from agentlog.events.errors import AgentlogError
 
 __all__ = [
     "ModelEmptyRequestError",

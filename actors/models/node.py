@@ -8,8 +8,38 @@ import json
 from collections.abc import Callable
 from typing import Any, Literal
 
-from events import ModelCalled
-from projections import (
+from agentlog.actors.engine.context import NodeContext, current_context
+from agentlog.actors.engine.errors import GraphError
+from agentlog.actors.engine.redact import redact
+from agentlog.actors.models._common import ModelAnswer, Tools, dumps, plain, request_hash
+from agentlog.actors.models.anthropic_messages import (
+    AnthropicStream,
+    anthropic_tools,
+    from_anthropic_message,
+    to_anthropic_messages,
+)
+from agentlog.actors.models.errors import (
+    ModelEmptyRequestError,
+    ModelRefusedError,
+    ModelSpecError,
+    ModelUnavailableError,
+)
+from agentlog.actors.models.openai_chat import (
+    ChatStream,
+    chat_tools,
+    from_chat_completion,
+    to_chat_messages,
+)
+from agentlog.actors.models.openai_responses import (
+    ResponsesStream,
+    from_response,
+    responses_tools,
+    to_responses_input,
+)
+from agentlog.actors.models.replay import LoggedAnswers
+from agentlog.actors.models.retry import ModelRetry, retry_after, status_of, verdict
+from agentlog.events import ModelCalled
+from agentlog.projections import (
     AgentState,
     Message,
     ReasoningBlock,
@@ -19,28 +49,7 @@ from projections import (
     ToolCallBlock,
     generate_id,
 )
-from projections.messages import monotonic
-
-from ..context import NodeContext, current_context
-from ..errors import GraphError
-from ..redact import redact
-from ._common import ModelAnswer, Tools, dumps, plain, request_hash
-from .anthropic_messages import (
-    AnthropicStream,
-    anthropic_tools,
-    from_anthropic_message,
-    to_anthropic_messages,
-)
-from .errors import (
-    ModelEmptyRequestError,
-    ModelRefusedError,
-    ModelSpecError,
-    ModelUnavailableError,
-)
-from .openai_chat import ChatStream, chat_tools, from_chat_completion, to_chat_messages
-from .openai_responses import ResponsesStream, from_response, responses_tools, to_responses_input
-from .replay import LoggedAnswers
-from .retry import ModelRetry, retry_after, status_of, verdict
+from agentlog.projections.messages import monotonic
 
 __all__ = ["ModelNode"]
 

@@ -6,7 +6,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from projections import (
+from agentlog.actors.models._common import (
+    ModelAnswer,
+    Tools,
+    agentflow_calls,
+    as_dict,
+    dumps,
+    function_schemas,
+    media_from_url,
+    media_url,
+    parse_arguments,
+    result_text,
+    usage_of,
+)
+from agentlog.actors.models.errors import ModelResponseError, ModelStreamError
+from agentlog.projections import (
     AnnotationRef,
     AudioBlock,
     ContentBlock,
@@ -22,21 +36,6 @@ from projections import (
     ToolResultBlock,
     generate_id,
 )
-
-from ._common import (
-    ModelAnswer,
-    Tools,
-    agentflow_calls,
-    as_dict,
-    dumps,
-    function_schemas,
-    media_from_url,
-    media_url,
-    parse_arguments,
-    result_text,
-    usage_of,
-)
-from .errors import ModelResponseError, ModelStreamError
 
 __all__ = [
     "ChatStream",

@@ -5,7 +5,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from projections import (
+from agentlog.actors.models._common import (
+    ModelAnswer,
+    Tools,
+    agentflow_calls,
+    as_dict,
+    dumps,
+    function_schemas,
+    media_url,
+    parse_arguments,
+    result_text,
+    usage_of,
+)
+from agentlog.actors.models.errors import ModelResponseError, ModelStreamError
+from agentlog.projections import (
     AnnotationRef,
     ContentBlock,
     DocumentBlock,
@@ -20,20 +33,6 @@ from projections import (
     ToolResultBlock,
     generate_id,
 )
-
-from ._common import (
-    ModelAnswer,
-    Tools,
-    agentflow_calls,
-    as_dict,
-    dumps,
-    function_schemas,
-    media_url,
-    parse_arguments,
-    result_text,
-    usage_of,
-)
-from .errors import ModelResponseError, ModelStreamError
 
 __all__ = ["ResponsesStream", "from_response", "responses_tools", "to_responses_input"]
 

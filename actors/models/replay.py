@@ -3,10 +3,10 @@ produced, found by the request hash its `model_called` recorded."""
 
 from __future__ import annotations
 
-from events import EventStore, MessageAppended, ModelCalled, last_position
-from events.errors import ThreadNotFoundError
-from events.record import EventRecord
-from projections import Message
+from agentlog.events import EventStore, MessageAppended, ModelCalled, last_position
+from agentlog.events.errors import ThreadNotFoundError
+from agentlog.events.record import EventRecord
+from agentlog.projections import Message
 
 __all__ = ["LoggedAnswers"]
 

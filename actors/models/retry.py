@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Literal
 
-from .errors import ModelResponseError
+from agentlog.actors.models.errors import ModelResponseError
 
 Verdict = Literal["retry", "refuse", "raise"]
 

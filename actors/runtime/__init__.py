@@ -2,12 +2,12 @@
 events and timers, with live subscriptions, injected input, cancellation and statistics;
 double-texting, state shared between runs, and goals."""
 
-from .facts import SharedStateError
-from .goals import Constraint, Goal, SuccessCriterion, record_outcome
-from .listeners import event_input, timer_input
-from .runtime import AgentRuntime, create_agent_runtime
-from .shared import SharedState, shared_state
-from .spec import (
+from agentlog.actors.runtime.facts import SharedStateError
+from agentlog.actors.runtime.goals import Constraint, Goal, SuccessCriterion, record_outcome
+from agentlog.actors.runtime.listeners import event_input, timer_input
+from agentlog.actors.runtime.runtime import AgentRuntime, create_agent_runtime
+from agentlog.actors.runtime.shared import SharedState, shared_state
+from agentlog.actors.runtime.spec import (
     AgentRuntimeError,
     EntryPoint,
     IdempotencyKeyMismatchError,
@@ -23,7 +23,7 @@ from .spec import (
     UnknownEntryPointError,
     UnknownRunError,
 )
-from .timers import Schedule
+from agentlog.actors.runtime.timers import Schedule
 
 __all__ = [
     "AgentRuntime",

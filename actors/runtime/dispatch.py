@@ -16,26 +16,30 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from events import Claim, EventRecord
-from events.errors import AgentlogError, ClaimLostError, StoreError, ThreadBusyError
-from events.kinds import Resumed, RunStarted, TriggerDispatched, TriggerFinished
-from projections import ExecutionStatus, IllegalTransitionError, StopRequestStatus
-from projections.edge import to_builtins
-from projections.messages import is_message_dict
-
-from ..command import Command
-from ..redact import redact
-from ..steps import TRIGGER_KEY
-from .ledger import TriggerState
-from .rollback import roll_back, rolled_back
-from .shared import RunScope, _scope
-from .spec import retry_can_fix
-from .workers import check_no_workers_running, give_lease, take_lease, take_worker_id
+from agentlog.actors.engine.command import Command
+from agentlog.actors.engine.redact import redact
+from agentlog.actors.engine.steps import TRIGGER_KEY
+from agentlog.actors.runtime.ledger import TriggerState
+from agentlog.actors.runtime.rollback import roll_back, rolled_back
+from agentlog.actors.runtime.shared import RunScope, _scope
+from agentlog.actors.runtime.spec import retry_can_fix
+from agentlog.actors.runtime.workers import (
+    check_no_workers_running,
+    give_lease,
+    take_lease,
+    take_worker_id,
+)
+from agentlog.events import Claim, EventRecord
+from agentlog.events.errors import AgentlogError, ClaimLostError, StoreError, ThreadBusyError
+from agentlog.events.kinds import Resumed, RunStarted, TriggerDispatched, TriggerFinished
+from agentlog.projections import ExecutionStatus, IllegalTransitionError, StopRequestStatus
+from agentlog.projections.edge import to_builtins
+from agentlog.projections.messages import is_message_dict
 
 if TYPE_CHECKING:
-    from ..compiled import CompiledGraph
-    from .runtime import AgentRuntime
-    from .spec import EntryPoint
+    from agentlog.actors.engine.compiled import CompiledGraph
+    from agentlog.actors.runtime.runtime import AgentRuntime
+    from agentlog.actors.runtime.spec import EntryPoint
 
 _log = logging.getLogger(__name__)
 
@@ -781,7 +785,7 @@ class Dispatcher:
     def _nothing_to_cancel(
         thread_id: str, status: ExecutionStatus | None, ended: str | None
     ) -> Exception:
-        from .spec import UnknownRunError
+        from agentlog.actors.runtime.spec import UnknownRunError
 
         return UnknownRunError(
             f"the run on thread {thread_id!r} has ended "

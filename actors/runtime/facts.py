@@ -8,10 +8,9 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from events import EventRecord, EventStore
-from events.kinds import OutcomeRecorded, SharedWritten
-
-from .spec import AgentRuntimeError
+from agentlog.actors.runtime.spec import AgentRuntimeError
+from agentlog.events import EventRecord, EventStore
+from agentlog.events.kinds import OutcomeRecorded, SharedWritten
 
 
 class SharedStateError(AgentRuntimeError):

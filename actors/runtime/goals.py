@@ -8,11 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from events.kinds import OutcomeRecorded
-
-from ..context import current_context
-from .facts import Facts, Metric
-from .spec import RegistrationError
+from agentlog.actors.engine.context import current_context
+from agentlog.actors.runtime.facts import Facts, Metric
+from agentlog.actors.runtime.spec import RegistrationError
+from agentlog.events.kinds import OutcomeRecorded
 
 Aggregate = Literal["last", "sum", "count", "min", "max", "mean"]
 AGGREGATES: tuple[str, ...] = ("last", "sum", "count", "min", "max", "mean")
@@ -131,7 +130,7 @@ def record_outcome(
         )
     if not _number(value) and not isinstance(value, bool):
         raise RegistrationError(f"an outcome's value is a number or a bool, got {value!r}")
-    from .shared import _scope
+    from agentlog.actors.runtime.shared import _scope
 
     context = current_context()
     metric, goal = criterion_or_metric, goal_id

@@ -10,11 +10,10 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
-from events import Claim, EventRecord, EventStore, Snapshot
-from events.errors import ConcurrencyError, StoreError
-from events.kinds import Event
-
-from .ledger import SNAPSHOT_TYPE, Ledger
+from agentlog.actors.runtime.ledger import SNAPSHOT_TYPE, Ledger
+from agentlog.events import Claim, EventRecord, EventStore, Snapshot
+from agentlog.events.errors import ConcurrencyError, StoreError
+from agentlog.events.kinds import Event
 
 Then = Callable[[list[EventRecord] | None], None]
 """What follows a record's commit: told its records, or None when the append failed."""

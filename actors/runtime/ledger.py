@@ -18,10 +18,14 @@ from typing import Any
 
 import msgspec
 
-from events import EventRecord
-from events.kinds import TriggerAccepted, TriggerDispatched, TriggerFinished, TriggerListening
-
-from .keys import request_digest
+from agentlog.actors.runtime.keys import request_digest
+from agentlog.events import EventRecord
+from agentlog.events.kinds import (
+    TriggerAccepted,
+    TriggerDispatched,
+    TriggerFinished,
+    TriggerListening,
+)
 
 SNAPSHOT_TYPE = "agentlog.runtime.Ledger/1"
 """The state type of the ledger's snapshots (a new shape takes a new version: an older

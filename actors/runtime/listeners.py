@@ -18,16 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from events import EventRecord, EventStore
-from events.follow import commit_signal, follow
-from events.kinds import Forked, RunStarted, ThreadCreated
-from projections import Message
-from projections.edge import to_builtins
-
-from .spec import EntryPoint
+from agentlog.actors.runtime.spec import EntryPoint
+from agentlog.events import EventRecord, EventStore
+from agentlog.events.follow import commit_signal, follow
+from agentlog.events.kinds import Forked, RunStarted, ThreadCreated
+from agentlog.projections import Message
+from agentlog.projections.edge import to_builtins
 
 if TYPE_CHECKING:
-    from .runtime import AgentRuntime
+    from agentlog.actors.runtime.runtime import AgentRuntime
 
 _log = logging.getLogger("agentlog.runtime")
 

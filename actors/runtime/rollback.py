@@ -2,7 +2,8 @@
 state is set back to what it was before that run began.
 
 The whole rollback is one commit on the thread: the results of the open tool calls (as
-`actors.ending` decides: committed, abandoned or not run), `run_cancelled` (unless the run
+`agentlog.actors.engine.ending` decides: committed, abandoned or not run), `run_cancelled` (unless
+the run
 was cancelled already), `run_superseded` naming the run, then `messages_replaced` and
 `state_updated(replace=True)` carrying the state as it was (decided when the rollback is
 committed, so the fold stays pure). Steps keep counting, the superseded run stays in the log
@@ -14,21 +15,20 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from events import EventStore, ThreadBusyError, ThreadNotFoundError
-from events.kinds import (
+from agentlog.actors.engine.ending import closing_events
+from agentlog.events import EventStore, ThreadBusyError, ThreadNotFoundError
+from agentlog.events.kinds import (
     Event,
     MessagesReplaced,
     RunCancelled,
     RunSuperseded,
     StateUpdated,
 )
-from projections import ExecutionStatus, Fold
-from projections.edge import to_builtins
-
-from ..ending import closing_events
+from agentlog.projections import ExecutionStatus, Fold
+from agentlog.projections.edge import to_builtins
 
 if TYPE_CHECKING:
-    from ..compiled import CompiledGraph
+    from agentlog.actors.engine.compiled import CompiledGraph
 
 RETRY_S = 0.02
 """How often a rollback looks again for a thread still held by a worker finishing its call."""

@@ -20,33 +20,17 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, Self
 
-from events import EventRecord, EventStore
-from events.errors import InvalidAppendError, StoreError, ThreadBusyError
-from events.follow import last_position
-from events.kinds import (
-    Event,
-    MessageAppended,
-    TriggerAccepted,
-    TriggerDispatched,
-    TriggerFinished,
-    TriggerListening,
-)
-from events.store import check_thread_id
-from projections import ExecutionStatus, IllegalTransitionError, StopRequestStatus
-from projections.edge import to_builtins
-from projections.fold import before_first_run
-
-from ..command import Command
-from ..errors import NothingToResumeError, UnreadResumeValueError
-from ..results import ResponseGranularity, run_result
-from .dispatch import Dispatcher
-from .facts import Facts
-from .goals import Goal
-from .journal import RuntimeJournal
-from .keys import request_digest
-from .ledger import WORKER_PREFIX, Ledger, TriggerState
-from .listeners import Listeners
-from .spec import (
+from agentlog.actors.engine.command import Command
+from agentlog.actors.engine.errors import NothingToResumeError, UnreadResumeValueError
+from agentlog.actors.engine.results import ResponseGranularity, run_result
+from agentlog.actors.runtime.dispatch import Dispatcher
+from agentlog.actors.runtime.facts import Facts
+from agentlog.actors.runtime.goals import Goal
+from agentlog.actors.runtime.journal import RuntimeJournal
+from agentlog.actors.runtime.keys import request_digest
+from agentlog.actors.runtime.ledger import WORKER_PREFIX, Ledger, TriggerState
+from agentlog.actors.runtime.listeners import Listeners
+from agentlog.actors.runtime.spec import (
     MULTITASK_STRATEGIES,
     EntryPoint,
     IdempotencyKeyMismatchError,
@@ -63,12 +47,27 @@ from .spec import (
     UnknownEntryPointError,
     UnknownRunError,
 )
-from .timers import Schedule
-from .watching import Handler, Subscriber, Watching, _deliver
-from .workers import Follower
+from agentlog.actors.runtime.timers import Schedule
+from agentlog.actors.runtime.watching import Handler, Subscriber, Watching, _deliver
+from agentlog.actors.runtime.workers import Follower
+from agentlog.events import EventRecord, EventStore
+from agentlog.events.errors import InvalidAppendError, StoreError, ThreadBusyError
+from agentlog.events.follow import last_position
+from agentlog.events.kinds import (
+    Event,
+    MessageAppended,
+    TriggerAccepted,
+    TriggerDispatched,
+    TriggerFinished,
+    TriggerListening,
+)
+from agentlog.events.store import check_thread_id
+from agentlog.projections import ExecutionStatus, IllegalTransitionError, StopRequestStatus
+from agentlog.projections.edge import to_builtins
+from agentlog.projections.fold import before_first_run
 
 if TYPE_CHECKING:
-    from ..compiled import CompiledGraph
+    from agentlog.actors.engine.compiled import CompiledGraph
 
 _log = logging.getLogger(__name__)
 
@@ -153,7 +152,7 @@ class AgentRuntime(Watching):
 
     def add_graph(self, graph_id: str, app: CompiledGraph[Any]) -> None:
         """Register a compiled graph under `graph_id`; it must be compiled on this store."""
-        from ..compiled import CompiledGraph
+        from agentlog.actors.engine.compiled import CompiledGraph
 
         if not isinstance(graph_id, str) or not graph_id.strip():
             raise RegistrationError(f"a graph id is a non-empty string, got {graph_id!r}")
@@ -482,7 +481,7 @@ class AgentRuntime(Watching):
             )
         recordable = _recordable(input, resume)
         if not resume and input is not None and entry.graph_id in self.graphs:
-            from ..steps import check_input_fields
+            from agentlog.actors.engine.steps import check_input_fields
 
             check_input_fields(self.graphs[entry.graph_id].app.graph.state_cls, recordable)
         self._check_started()  # again: the runtime may have stopped during the reads above
@@ -558,7 +557,7 @@ class AgentRuntime(Watching):
         """A run that completed just before its rollback landed keeps its completion: the
         rollback wrote nothing on the thread, so the trigger's recorded end is set right
         (completed, not cancelled), and a restart has no rollback left to finish."""
-        from .rollback import outran
+        from agentlog.actors.runtime.rollback import outran
 
         to_seq = state.rolled_back_to
         if state.outcome != "cancelled" or to_seq is None:
@@ -1003,7 +1002,7 @@ class AgentRuntime(Watching):
         """Progress towards a goal (the only one when there is one) from the outcomes in
         the log: overall, per criterion, constraint violations and metrics; now or as of
         a past position (hive: `get_goal_progress`)."""
-        from .goals import progress
+        from agentlog.actors.runtime.goals import progress
 
         if not self.goals:
             raise RegistrationError("no goal is added: AgentRuntime(..., goal=Goal(...))")
@@ -1151,7 +1150,7 @@ def create_agent_runtime(
 def _recordable(input: Any, resume: bool) -> Any:
     """The input as the builtins the trigger records; refused (typed, nothing written) when
     it is no input a run takes or cannot be recorded."""
-    from ..steps import checked_input
+    from agentlog.actors.engine.steps import checked_input
 
     if not resume:
         checked_input(input)

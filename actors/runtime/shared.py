@@ -24,17 +24,16 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from events import ConcurrencyError
-from events.kinds import SharedWritten
-from projections.edge import to_builtins
-
-from ..context import current_context
-from .facts import SharedStateError, apply_op
-from .spec import SHARED_THREAD_PREFIX
+from agentlog.actors.engine.context import current_context
+from agentlog.actors.runtime.facts import SharedStateError, apply_op
+from agentlog.actors.runtime.spec import SHARED_THREAD_PREFIX
+from agentlog.events import ConcurrencyError
+from agentlog.events.kinds import SharedWritten
+from agentlog.projections.edge import to_builtins
 
 if TYPE_CHECKING:
-    from .runtime import AgentRuntime
-    from .spec import EntryPoint
+    from agentlog.actors.runtime.runtime import AgentRuntime
+    from agentlog.actors.runtime.spec import EntryPoint
 
 Op = Literal["set", "increment", "append", "merge"]
 

@@ -7,13 +7,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from events import EventRecord
-from events.errors import AgentlogError
-from events.kinds import KINDS
-from projections import IllegalTransitionError
-
-from ..threads import RUNTIME_THREAD, internal_thread
-from ..threads import SHARED_THREAD_PREFIX as SHARED_THREAD_PREFIX
+from agentlog.actors.engine.threads import RUNTIME_THREAD, internal_thread
+from agentlog.actors.engine.threads import SHARED_THREAD_PREFIX as SHARED_THREAD_PREFIX
+from agentlog.events import EventRecord
+from agentlog.events.errors import AgentlogError
+from agentlog.events.kinds import KINDS
+from agentlog.projections import IllegalTransitionError
 
 Trigger = Literal["api", "event", "timer", "webhook"]
 MultitaskStrategy = Literal["reject", "enqueue", "interrupt", "rollback"]

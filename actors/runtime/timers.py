@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 from croniter import CroniterError, croniter
 
-from .spec import EntryPoint, RegistrationError
+from agentlog.actors.runtime.spec import EntryPoint, RegistrationError
 
 MAX_MISSED = 1_000
 """Missed cron slots counted at most (a record says "1000" for "1000 or more")."""

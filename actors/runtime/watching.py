@@ -12,15 +12,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from events import EventRecord, EventStore
-from events.follow import commit_signal, follow, last_position
-
-from .spec import EntryPoint, RegistrationError
+from agentlog.actors.runtime.spec import EntryPoint, RegistrationError
+from agentlog.events import EventRecord, EventStore
+from agentlog.events.follow import commit_signal, follow, last_position
 
 if TYPE_CHECKING:
-    from .ledger import Ledger
-    from .listeners import Listeners
-    from .spec import RuntimeConfig
+    from agentlog.actors.runtime.ledger import Ledger
+    from agentlog.actors.runtime.listeners import Listeners
+    from agentlog.actors.runtime.spec import RuntimeConfig
 
 _log = logging.getLogger(__name__)
 

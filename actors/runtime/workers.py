@@ -25,12 +25,12 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from events import Claim, EventRecord, ThreadBusyError
-from events.errors import StoreError
-from events.kinds import TriggerAccepted, TriggerDispatched, TriggerFinished
+from agentlog.events import Claim, EventRecord, ThreadBusyError
+from agentlog.events.errors import StoreError
+from agentlog.events.kinds import TriggerAccepted, TriggerDispatched, TriggerFinished
 
 if TYPE_CHECKING:
-    from .runtime import AgentRuntime
+    from agentlog.actors.runtime.runtime import AgentRuntime
 
 _log = logging.getLogger(__name__)
 

@@ -5,7 +5,8 @@ crashes or pauses at a chosen commit), `waiting` (`until`, `wait_for_record`: wa
 happened, never on the clock) and `checks` (`assert_replays`, and the steps a
 counterexample script takes) need nothing beyond agentlog; `graph_machine` needs hypothesis
 (`pip install 'agentlog[testing]'`). Every name loads on first use (PEP 562), so the pytest
-plugin (`actors.testing.plugin`), which pytest loads in every session, costs nothing until a
+plugin (`agentlog.actors.testing.plugin`), which pytest loads in every session, costs nothing until
+a
 test asks for one of its fixtures.
 """
 
@@ -15,8 +16,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .checks import assert_replays, paused_at, restart
-    from .doubles import (
+    from agentlog.actors.testing.checks import assert_replays, paused_at, restart
+    from agentlog.actors.testing.doubles import (
         FakeClock,
         MemoryEventStore,
         RecordedCall,
@@ -31,10 +32,10 @@ if TYPE_CHECKING:
         seeded_ids,
         tool_call,
     )
-    from .faults import FaultyStore, SimulatedCrashError, When
-    from .machine import GraphMachine, graph_machine
-    from .report import MachineFailure, comparable
-    from .waiting import (
+    from agentlog.actors.testing.faults import FaultyStore, SimulatedCrashError, When
+    from agentlog.actors.testing.machine import GraphMachine, graph_machine
+    from agentlog.actors.testing.report import MachineFailure, comparable
+    from agentlog.actors.testing.waiting import (
         WaitTimeoutError,
         until,
         until_blocking,

@@ -12,15 +12,14 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from events import EventStore
-from events.errors import AgentlogError
-from projections import AgentState, replay, state_at, verify_snapshots
-from projections.invariants import thread_findings
-
-from .faults import FaultyStore
+from agentlog.actors.testing.faults import FaultyStore
+from agentlog.events import EventStore
+from agentlog.events.errors import AgentlogError
+from agentlog.projections import AgentState, replay, state_at, verify_snapshots
+from agentlog.projections.invariants import thread_findings
 
 if TYPE_CHECKING:
-    from ..compiled import CompiledGraph
+    from agentlog.actors.engine.compiled import CompiledGraph
 
 T = TypeVar("T")
 

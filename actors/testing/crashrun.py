@@ -1,6 +1,7 @@
 """Run one call of a user's graph in this process and SIGKILL it at a chosen commit.
 
-    python -m actors.testing.crashrun MODULE:FACTORY DB THREAD COMMIT WHEN CALL_JSON NOW SEED
+    python -m agentlog.actors.testing.crashrun MODULE:FACTORY DB THREAD COMMIT WHEN CALL_JSON NOW
+    SEED
 
 The graph state machine starts this for a crash "sigkill": a real process death, with
 nothing flushed or released on the way out. `CALL_JSON` is {"input": value} or
@@ -17,12 +18,11 @@ import json
 import sys
 from typing import Any
 
-from events import SQLiteEventStore
-from events.errors import AgentlogError
-
-from ..command import Command
-from .doubles import FakeClock, seeded_ids
-from .faults import FaultyStore
+from agentlog.actors.engine.command import Command
+from agentlog.actors.testing.doubles import FakeClock, seeded_ids
+from agentlog.actors.testing.faults import FaultyStore
+from agentlog.events import SQLiteEventStore
+from agentlog.events.errors import AgentlogError
 
 
 def load_factory(spec: str) -> Any:

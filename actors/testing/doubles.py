@@ -6,8 +6,8 @@ every call and fails, hangs or is slow on the calls you name; `FakeClock` is tim
 only when told, for a store's `clock=` and for message timestamps; `seeded_ids` makes message
 ids and timestamps repeat exactly, so two runs of a graph write the same messages::
 
-    from actors.testing import FakeClock, MemoryEventStore, RecordingTool, ScriptedModel
-    from actors.testing import ask_tool, reply, seeded_ids
+    from agentlog.actors.testing import FakeClock, MemoryEventStore, RecordingTool, ScriptedModel
+    from agentlog.actors.testing import ask_tool, reply, seeded_ids
 
     clock = FakeClock()
     with seeded_ids(7, clock=clock):
@@ -35,10 +35,10 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from events import MemoryEventStore
-from events.errors import AgentlogError
-from projections import AgentState, Message, TextBlock, ToolCallBlock, generate_id
-from projections.messages import message_defaults
+from agentlog.events import MemoryEventStore
+from agentlog.events.errors import AgentlogError
+from agentlog.projections import AgentState, Message, TextBlock, ToolCallBlock, generate_id
+from agentlog.projections.messages import message_defaults
 
 __all__ = [
     "FakeClock",

@@ -24,10 +24,17 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, Self
 
-from events import Claim, EventRecord, EventStore, Snapshot, StoreUnavailableError, VerifyReport
-from events.claims import DEFAULT_LEASE, Holder, let_go
-from events.codec import Row
-from events.kinds import Event
+from agentlog.events import (
+    Claim,
+    EventRecord,
+    EventStore,
+    Snapshot,
+    StoreUnavailableError,
+    VerifyReport,
+)
+from agentlog.events.claims import DEFAULT_LEASE, Holder, let_go
+from agentlog.events.codec import Row
+from agentlog.events.kinds import Event
 
 When = Literal["before", "after"]
 """A commit boundary: just before the append reaches the store, or just after it committed."""

@@ -15,16 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from events import EventStore, MemoryEventStore, SQLiteEventStore
-from events.errors import AgentlogError
-from projections import AgentState, replay
-
-from .checks import reopen_after_crash
-from .doubles import FakeClock, RecordingTool, recording_tools
-from .faults import FaultyStore, SimulatedCrashError, When
+from agentlog.actors.testing.checks import reopen_after_crash
+from agentlog.actors.testing.doubles import FakeClock, RecordingTool, recording_tools
+from agentlog.actors.testing.faults import FaultyStore, SimulatedCrashError, When
+from agentlog.events import EventStore, MemoryEventStore, SQLiteEventStore
+from agentlog.events.errors import AgentlogError
+from agentlog.projections import AgentState, replay
 
 if TYPE_CHECKING:
-    from ..compiled import CompiledGraph
+    from agentlog.actors.engine.compiled import CompiledGraph
 
 Factory = Callable[[EventStore], "CompiledGraph[Any]"]
 """What the machine calls to build the app under test on a store (again after every crash)."""
@@ -167,7 +166,7 @@ class Lane:
     async def kill_during(self, spec: str, input: Any, commit: int, when: When) -> Outcome | None:
         """`crash_during` with a real death: the call runs in a child process (the factory
         imported by `spec`, "module:attribute") that SIGKILLs itself at the chosen commit."""
-        from ..command import Command
+        from agentlog.actors.engine.command import Command
 
         before = await self.inner.last_seq(self.thread_id)
         call = {"resume": input.resume} if isinstance(input, Command) else {"input": input}
@@ -182,7 +181,7 @@ class Lane:
         self.spawns += 1
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         child = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "actors.testing.crashrun", spec, str(self.path),
+            sys.executable, "-m", "agentlog.actors.testing.crashrun", spec, str(self.path),
             self.thread_id, str(commit), when, text, repr(self.clock.now), str(2**40 + self.spawns),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
         )  # fmt: skip

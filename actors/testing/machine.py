@@ -1,7 +1,7 @@
 """A hypothesis state machine for a user's own graph: the things that happen to a real thread,
 in random order, with the log's guarantees checked after each.
 
-    from actors.testing import graph_machine
+    from agentlog.actors.testing import graph_machine
 
     SupportMachine = graph_machine(build_support_app, name="SupportMachine",
                                    invariants=[refund_within_total])
@@ -20,7 +20,7 @@ The two must end in the same state (ids and times aside): that is what catches s
 outside the log (a module global, a counter in a closure, the wall clock). A failure names
 the broken invariant, shows the difference, and prints the shrunk steps, in agentlog's API and
 as a pytest test that fails the same way when pasted into a test file (`MachineFailure.test`,
-written by `actors.testing.script`).
+written by `agentlog.actors.testing.script`).
 
 hypothesis is needed (`pip install 'agentlog[testing]'`).
 """
@@ -37,22 +37,21 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from events.errors import AgentlogError, ThreadBusyError
-from projections import AgentState, Message, replay, step_seq, verify_snapshots
-from projections.invariants import thread_findings
-from projections.messages import message_defaults
-from projections.timetravel import fork_state
-
-from ..command import Command
-from ..portal import Portal
-from .checks import paused_at
-from .doubles import FakeClock, _SeededIds
-from .lanes import Factory, Lane, Outcome, StoreKind
-from .report import MachineFailure, comparable, difference
-from .script import Broken, Script, Step
+from agentlog.actors.engine.command import Command
+from agentlog.actors.engine.portal import Portal
+from agentlog.actors.testing.checks import paused_at
+from agentlog.actors.testing.doubles import FakeClock, _SeededIds
+from agentlog.actors.testing.lanes import Factory, Lane, Outcome, StoreKind
+from agentlog.actors.testing.report import MachineFailure, comparable, difference
+from agentlog.actors.testing.script import Broken, Script, Step
+from agentlog.events.errors import AgentlogError, ThreadBusyError
+from agentlog.projections import AgentState, Message, replay, step_seq, verify_snapshots
+from agentlog.projections.invariants import thread_findings
+from agentlog.projections.messages import message_defaults
+from agentlog.projections.timetravel import fork_state
 
 if TYPE_CHECKING:
-    from ..graph import StateGraph
+    from agentlog.actors.engine.graph import StateGraph
 
 T = TypeVar("T")
 
@@ -434,7 +433,7 @@ class GraphMachine(RuleBasedStateMachine):
 
     async def _check_snapshot(self, folded: AgentState, records: list[Any]) -> None:
         """Snapshot the head and fold it back: snapshot + tail must equal the replay."""
-        from projections import state_at, write_snapshot
+        from agentlog.projections import state_at, write_snapshot
 
         lane = self.main
         head = records[-1]
@@ -569,11 +568,11 @@ def graph_machine(
     rules; `store` is "memory" (fast) or "sqlite" (a real file, reopened after each crash).
     `crashes="in-process"` (the default) kills the app at a commit by refusing every write
     after it and dropping its claims, which is weaker than a real death (see
-    `actors.testing.faults`); "sigkill" runs each crashing call in a child process that
+    `agentlog.actors.testing.faults`); "sigkill" runs each crashing call in a child process that
     SIGKILLs itself there (a SQLite store, a factory importable by name, JSON inputs; slow).
     Give `name` the variable you assign it to, so the steps hypothesis prints can be run.
     """
-    from ..graph import StateGraph
+    from agentlog.actors.engine.graph import StateGraph
 
     if isinstance(factory, StateGraph):
         if crashes == "sigkill":
@@ -687,9 +686,8 @@ def _compiler(graph: Any) -> Factory:
 
 def _node_names(factory: Factory) -> list[str]:
     """The graph's nodes, from an app built on a throwaway store."""
-    from events import MemoryEventStore
-
-    from ..compiled import CompiledGraph
+    from agentlog.actors.engine.compiled import CompiledGraph
+    from agentlog.events import MemoryEventStore
 
     store = MemoryEventStore()
     app = factory(store)

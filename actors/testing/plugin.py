@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from events import EventStore
-    from projections import AgentState
-
-    from ..compiled import CompiledGraph
+    from agentlog.actors.engine.compiled import CompiledGraph
+    from agentlog.events import EventStore
+    from agentlog.projections import AgentState
 
 
 def _finish(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -50,7 +49,7 @@ def agentlog_store_kind() -> str:
 @pytest.fixture
 def agentlog_sqlite_store(tmp_path: Path) -> Iterator[EventStore]:
     """A SQLite event store on a file in the test's temporary directory, closed afterwards."""
-    from events import SQLiteEventStore
+    from agentlog.events import SQLiteEventStore
 
     store = SQLiteEventStore(tmp_path / "agentlog.db")
     yield store
@@ -60,7 +59,7 @@ def agentlog_sqlite_store(tmp_path: Path) -> Iterator[EventStore]:
 @pytest.fixture
 def agentlog_memory_store() -> EventStore:
     """An in-memory event store (the same contract as SQLite, nothing on disk)."""
-    from events import MemoryEventStore
+    from agentlog.events import MemoryEventStore
 
     return MemoryEventStore()
 
@@ -88,8 +87,8 @@ def agentlog_graph() -> Any:
 @pytest.fixture
 def agentlog_app(agentlog_graph: Any, agentlog_store: EventStore) -> Iterator[CompiledGraph[Any]]:
     """The app under test: `agentlog_graph` compiled onto `agentlog_store`."""
-    from ..compiled import CompiledGraph
-    from ..graph import StateGraph
+    from agentlog.actors.engine.compiled import CompiledGraph
+    from agentlog.actors.engine.graph import StateGraph
 
     if isinstance(agentlog_graph, StateGraph):
         app: Any = agentlog_graph.compile(agentlog_store)
@@ -127,7 +126,7 @@ class ReplayCheck:
     async def async_(
         self, app: Any, thread_id: str, state_cls: type[AgentState] | None = None
     ) -> AgentState:
-        from .checks import assert_replays
+        from agentlog.actors.testing.checks import assert_replays
 
         return await assert_replays(app, thread_id, state_cls)
 

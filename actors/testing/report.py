@@ -6,8 +6,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from events.errors import AgentlogError
-from projections import AgentState
+from agentlog.events.errors import AgentlogError
+from agentlog.projections import AgentState
 
 IDS = frozenset({"id", "message_id", "call_id", "tool_call_id", "run_id"})
 """Keys whose values are ids: compared by where they first appear, not by value."""

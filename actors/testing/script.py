@@ -138,13 +138,13 @@ class Script:
         name = re.sub(r"\W+", "_", getattr(self.machine, "__name__", "machine")).lower()
         self.build = self._build_expr(getattr(self.machine, "factory", None))
         differential = broken == "shadow"
-        self.need("actors.testing", "FaultyStore")
+        self.need("agentlog.actors.testing", "FaultyStore")
         if self.kind == "sqlite":
-            self.need("events", "SQLiteEventStore")
+            self.need("agentlog.events", "SQLiteEventStore")
             path = 'tmp_path / f"log-{crashes}.db"' if differential else 'tmp_path / "log.db"'
             opening = ["path = " + path, 'store = FaultyStore(SQLiteEventStore(path), "t")']
         else:
-            self.need("events", "MemoryEventStore")
+            self.need("agentlog.events", "MemoryEventStore")
             opening = ['store = FaultyStore(MemoryEventStore(), "t")']
         body = [*opening, f"app = {self.build}(store)", 'config = {"thread_id": "t"}']
         body.append("try:")
@@ -156,7 +156,7 @@ class Script:
             restart = f"restart({self.build}, "
             body.extend(_indent([line.replace("restart(build, ", restart) for line in lines]))
         if broken == "log":
-            checker = self.need("actors.testing", "assert_replays")
+            checker = self.need("agentlog.actors.testing", "assert_replays")
             body.append(f'    return await {checker}(app, config["thread_id"])')
         else:
             body.append("    return await app.aget_state(config)")
@@ -174,7 +174,7 @@ class Script:
         outer.extend(_indent(body))
         outer.append("")
         if differential:
-            same = self.need("actors.testing", "comparable")
+            same = self.need("agentlog.actors.testing", "comparable")
             outer += [
                 "crashed = asyncio.run(thread(crashes=True))",
                 "calm = asyncio.run(thread(crashes=False))",
@@ -203,10 +203,10 @@ class Script:
 
 
 _HELPERS = [
-    ("actors.testing", "restart", "restart("),
-    ("actors.testing", "paused_at", "paused_at("),
-    ("actors", "ThreadBusyError", "ThreadBusyError"),
-    ("events.errors", "AgentlogError", "AgentlogError"),
+    ("agentlog.actors.testing", "restart", "restart("),
+    ("agentlog.actors.testing", "paused_at", "paused_at("),
+    ("agentlog.actors", "ThreadBusyError", "ThreadBusyError"),
+    ("agentlog.events.errors", "AgentlogError", "AgentlogError"),
 ]
 """What a step's code may use, and the text that shows it does."""
 

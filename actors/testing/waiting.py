@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from events.errors import AgentlogError
+from agentlog.events.errors import AgentlogError
 
 T = TypeVar("T")
 
@@ -83,7 +83,7 @@ async def wait_for_record(
     accepts, given the record), and return the `count`-th; the log is the truth, so a test
     waits on it rather than guessing how long a commit takes."""
 
-    from events.errors import ThreadNotFoundError
+    from agentlog.events.errors import ThreadNotFoundError
 
     async def found() -> Any:
         try:
@@ -124,7 +124,7 @@ async def until_idle(runtime: Any, *, timeout: float = GUARD_S) -> None:
     What a test awaits before asserting that nothing more comes (an event trigger that must
     not fire, a restart that must repeat nothing), instead of sleeping and hoping.
     """
-    from events.follow import last_position
+    from agentlog.events.follow import last_position
 
     listens = any(e.trigger == "event" for e in runtime.entries.values())
 

@@ -40,9 +40,9 @@ import _common as common  # noqa: E402
 import workload  # noqa: E402
 from workload import Loop, first_input  # noqa: E402
 
-from actors import END, StateGraph  # noqa: E402
-from events import SQLiteEventStore  # noqa: E402
-from projections import AgentState, Message  # noqa: E402
+from agentlog.actors import END, StateGraph  # noqa: E402
+from agentlog.events import SQLiteEventStore  # noqa: E402
+from agentlog.projections import AgentState, Message  # noqa: E402
 
 SYSTEM = "agentlog"
 THREAD = "bench"

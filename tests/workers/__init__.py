@@ -20,7 +20,7 @@ def append_line(path: str, line: str, *, durable: bool = True) -> None:
 def shipping_graph(ship: Any) -> Any:
     """ "support": an agent asking once for `ship()` (call id `ship-<thread>`), a ToolNode
     running it, the agent confirming: the graph the runtime and server workers run."""
-    from projections import AgentState, Message, TextBlock, ToolCallBlock, ToolResultBlock
+    from agentlog.projections import AgentState, Message, TextBlock, ToolCallBlock, ToolResultBlock
     from tests.helpers import agent_with_tools
 
     def agent(state: AgentState) -> list[Message]:
@@ -38,9 +38,9 @@ def shipping_runtime(store: Any, ship: Any, tick_s: float, config: Any = None) -
     """A runtime over "support" (`shipping_graph(ship)`, entry point "api") and "audit" (one
     node noting each run), started by every `run_completed` of "support" (entry point
     "after") and by a timer every `tick_s` seconds ("tick")."""
-    from actors import END, StateGraph
-    from actors.runtime import AgentRuntime, EntryPoint
-    from projections import AgentState, Message
+    from agentlog.actors import END, StateGraph
+    from agentlog.actors.runtime import AgentRuntime, EntryPoint
+    from agentlog.projections import AgentState, Message
 
     def note(state: AgentState) -> list[Message]:
         return [Message.text_message("noted", role="assistant")]

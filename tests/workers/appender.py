@@ -13,7 +13,13 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from events import ConcurrencyError, NodeEntered, SQLiteEventStore, StateUpdated, StepAdvanced
+from agentlog.events import (
+    ConcurrencyError,
+    NodeEntered,
+    SQLiteEventStore,
+    StateUpdated,
+    StepAdvanced,
+)
 
 
 async def main(db: str, thread: str, steps: int, retry: bool) -> None:

@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from actors import END, CompiledGraph, StateGraph, ToolNode
-from events import EventStore, SQLiteEventStore
-from projections import AgentState, Message, TextBlock, ToolCallBlock, ToolResultBlock
+from agentlog.actors import END, CompiledGraph, StateGraph, ToolNode
+from agentlog.events import EventStore, SQLiteEventStore
+from agentlog.projections import AgentState, Message, TextBlock, ToolCallBlock, ToolResultBlock
 from tests.workers import append_line
 
 CALL_ID = "call-1"

@@ -27,10 +27,10 @@ import sys
 import time
 from typing import Any
 
-from actors import END, CompiledGraph, StateGraph
-from actors.tools import ToolNode
-from events import EventStore, SQLiteEventStore, ThreadBusyError
-from projections import AgentState, Message, TextBlock, ToolCallBlock
+from agentlog.actors import END, CompiledGraph, StateGraph
+from agentlog.actors.tools.node import ToolNode
+from agentlog.events import EventStore, SQLiteEventStore, ThreadBusyError
+from agentlog.projections import AgentState, Message, TextBlock, ToolCallBlock
 from tests.workers import append_line
 
 SECOND_INPUT = "second input"

@@ -18,9 +18,9 @@ import threading
 import time
 from typing import Any
 
-from actors import END, CompiledGraph, StateGraph
-from events import EventStore, SQLiteEventStore
-from projections import AgentState, Message
+from agentlog.actors import END, CompiledGraph, StateGraph
+from agentlog.events import EventStore, SQLiteEventStore
+from agentlog.projections import AgentState, Message
 
 FAILURE = "failure raised after ainvoke returned"
 

@@ -19,10 +19,10 @@ import json
 import sys
 from typing import Any
 
-from actors import END, CompiledGraph, StateGraph
-from actors.tools import ToolNode
-from events import EventStore, SQLiteEventStore
-from projections import AgentState, ExecutionStatus, Message, TextBlock, ToolCallBlock
+from agentlog.actors import END, CompiledGraph, StateGraph
+from agentlog.actors.tools.node import ToolNode
+from agentlog.events import EventStore, SQLiteEventStore
+from agentlog.projections import AgentState, ExecutionStatus, Message, TextBlock, ToolCallBlock
 from tests.workers import append_line
 
 TURNS = 6

@@ -14,9 +14,9 @@ import sys
 import time
 from typing import Any
 
-from actors import Callbacks, Invocation, Occurrence
-from events import SQLiteEventStore
-from projections import AgentState, Message
+from agentlog.actors import Callbacks, Invocation, Occurrence
+from agentlog.events import SQLiteEventStore
+from agentlog.projections import AgentState, Message
 from tests.helpers import line
 from tests.workers import append_line
 

@@ -23,9 +23,9 @@ import random
 import sys
 from typing import Any
 
-from actors import END, CompiledGraph, StateGraph, ToolNode
-from events import SQLiteEventStore
-from projections import AgentState, Message, TextBlock, ToolCallBlock
+from agentlog.actors import END, CompiledGraph, StateGraph, ToolNode
+from agentlog.events import SQLiteEventStore
+from agentlog.projections import AgentState, Message, TextBlock, ToolCallBlock
 from tests.workers import append_line
 
 STEPS = 30

@@ -10,9 +10,9 @@ from typing import Any
 
 import openai
 
-from actors.models import ModelNode, ModelRetry
-from events import SQLiteEventStore
-from projections import Message
+from agentlog.actors.models import ModelNode, ModelRetry
+from agentlog.events import SQLiteEventStore
+from agentlog.projections import Message
 from tests.helpers import agent_with_tools
 
 QUESTION = "My order A-1042 arrived damaged. Can I get my money back?"

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from events import ConcurrencyError, NodeEntered, StateUpdated, StepAdvanced
-from events.postgres import PostgresEventStore
+from agentlog.events import ConcurrencyError, NodeEntered, StateUpdated, StepAdvanced
+from agentlog.events.stores.postgres import PostgresEventStore
 
 
 async def main(dsn: str, schema: str, thread: str, steps: int, name: str) -> None:

@@ -30,7 +30,7 @@ async def create_schema(schema: str) -> None:
     """Create `schema` at the current version, as `agentlog db upgrade` does."""
     import asyncpg
 
-    from events.postgres_schema import upgrade_schema
+    from agentlog.events.stores.postgres_schema import upgrade_schema
 
     conn = await asyncpg.connect(DSN)
     try:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from events import NodeEntered, StepAdvanced, StoreUnavailableError
-from events.postgres import PostgresEventStore
+from agentlog.events import NodeEntered, StepAdvanced, StoreUnavailableError
+from agentlog.events.stores.postgres import PostgresEventStore
 
 
 async def writer(store: PostgresEventStore, thread: str, appends: int) -> None:

@@ -35,10 +35,10 @@ import signal  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from actors import END, StateGraph  # noqa: E402
-from actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig  # noqa: E402
-from events import open_store  # noqa: E402
-from projections import AgentState, Message  # noqa: E402
+from agentlog.actors import END, StateGraph  # noqa: E402
+from agentlog.actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig  # noqa: E402
+from agentlog.events import open_store  # noqa: E402
+from agentlog.projections import AgentState, Message  # noqa: E402
 from tests.workers import append_line  # noqa: E402
 
 
@@ -87,7 +87,7 @@ def build(store: Any, folder: Path, worker_id: str) -> AgentRuntime:
     runtime = AgentRuntime(store, config)
     runtime.add_graph("g", graph.compile(store))
     runtime.register_entry_point(EntryPoint(id="api", graph_id="g"))
-    logging.getLogger("actors.runtime.dispatch").addHandler(_GaveUp(marks, worker_id))
+    logging.getLogger("agentlog.actors.runtime.dispatch").addHandler(_GaveUp(marks, worker_id))
     return runtime
 
 

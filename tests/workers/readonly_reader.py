@@ -17,7 +17,7 @@ import json
 import sys
 from typing import Any
 
-from events import AgentlogError, NodeEntered, Snapshot, SQLiteEventStore
+from agentlog.events import AgentlogError, NodeEntered, Snapshot, SQLiteEventStore
 
 
 async def main(db: str) -> dict[str, Any]:

@@ -17,10 +17,10 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from actors.runtime import AgentRuntime
-from actors.testing import until_idle
-from events import SQLiteEventStore
-from events.follow import last_position
+from agentlog.actors.runtime import AgentRuntime
+from agentlog.actors.testing import until_idle
+from agentlog.events import SQLiteEventStore
+from agentlog.events.follow import last_position
 from tests.workers import append_line, shipping_runtime
 
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import os
 
-from actors import END, StateGraph
-from actors.runtime import AgentRuntime, EntryPoint
-from events import EventStore, SQLiteEventStore
-from projections import AgentState, Message
+from agentlog.actors import END, StateGraph
+from agentlog.actors.runtime import AgentRuntime, EntryPoint
+from agentlog.events import EventStore, SQLiteEventStore
+from agentlog.projections import AgentState, Message
 
 
 def build(store: EventStore) -> AgentRuntime:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import os
 
-from actors.runtime import AgentRuntime, EntryPoint
-from events import EventStore
+from agentlog.actors.runtime import AgentRuntime, EntryPoint
+from agentlog.events import EventStore
 from tests.workers import append_line, shipping_graph
 
 SECRET = "whsec_c2VydmUtdGVzdC1zZWNyZXQ="

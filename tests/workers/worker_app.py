@@ -17,8 +17,8 @@ import os
 import signal
 import sys
 
-from actors.runtime import AgentRuntime, RuntimeConfig
-from events import EventStore, open_store
+from agentlog.actors.runtime import AgentRuntime, RuntimeConfig
+from agentlog.events import EventStore, open_store
 from tests.workers import append_line, shipping_runtime
 
 

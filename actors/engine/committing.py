@@ -1,0 +1,535 @@
+"""Committing a run's events: one step's outputs in one append, fenced by the run's claim,
+folded into the live state the moment they land, published to its stream, snapshotted."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from agentlog.actors.engine.errors import (
+    GraphError,
+    ThreadBusyError,
+)
+from agentlog.actors.tools.node import is_tool_node
+from agentlog.events import (
+    AgentlogError,
+    ConcurrencyError,
+    ContextSummarized,
+    EventRecord,
+    InterruptRaised,
+    MessageAppended,
+    MessagesRemoved,
+    MessagesReplaced,
+    NodeEntered,
+    Resumed,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    StepAdvanced,
+    StopRequested,
+    ToolCallStarted,
+)
+from agentlog.events.kinds import Event, RunCancelled
+from agentlog.projections import (
+    END,
+    AgentState,
+    BaseContextManager,
+    ExecutionStatus,
+    Fold,
+    InvalidStateUpdateError,
+    Message,
+    MessageContextManager,
+    RemoteToolCallBlock,
+    StopRequestStatus,
+    StreamChunk,
+    StreamEvent,
+    check_pairs,
+    fold_at,
+    to_builtins,
+)
+from agentlog.projections.context import dropped
+from agentlog.projections.fold import (
+    uncommitted_record,
+)
+
+if TYPE_CHECKING:
+    pass
+from agentlog.actors.engine.callbacks import LIFECYCLE_HOOKS, Occurrence, call_hook
+from agentlog.actors.engine.run import COMMIT_ATTEMPTS, Engine, Run, S, _log, elapsed_ms
+from agentlog.actors.engine.view import node_view
+from agentlog.actors.tools.node import pending_calls
+from agentlog.projections.snapshots import SnapshotWriter
+
+TRIMMER = "runtime"
+"""The actor of a context manager's trim: the engine's own record, beside a step's."""
+
+Build = Callable[[], list[Event] | Awaitable[list[Event]]]
+"""Builds a commit's events (folding them ahead), or a coroutine that does."""
+
+
+class Committing(Engine[S]):
+    """The commit path of the engine."""
+
+    context_manager: BaseContextManager[Any] | None = None
+    """Bounds the context the nodes see (`compile(context_manager=...)`): a commit that
+    leaves it over its bound carries the trim."""
+
+    async def _commit_step(
+        self,
+        run: Run[S],
+        node: str,
+        events: list[Event],
+        goto: str | None,
+        pause: InterruptRaised | None = None,
+        *,
+        ending: bool = False,
+        started: float | None = None,
+        changed_by: str | None = None,
+    ) -> None:
+        """Outputs, `step_advanced` and any pause after the node, in one commit.
+
+        The pause is the node's own (`state.set_interrupt`), else a wait for the client's
+        tool calls the node's messages ask for, else an `interrupt_after` breakpoint.
+        `ending` (the node called `state.complete()`) sends the run to END. `started` is when
+        the node was handed its input: the step's duration runs from it to the commit's build.
+        """
+        async with run.writing:
+            await self._commit_step_unlocked(
+                run, node, events, goto, pause, ending, started, changed_by
+            )
+
+    async def _commit_step_unlocked(
+        self,
+        run: Run[S],
+        node: str,
+        events: list[Event],
+        goto: str | None,
+        pause: InterruptRaised | None,
+        ending: bool = False,
+        started: float | None = None,
+        changed_by: str | None = None,
+    ) -> None:
+        """See `_commit_step`; the outputs a hook changed are recorded as `changed_by`'s."""
+        entering: list[Event] = []
+        trim: list[Event] = []
+        target = END
+        base = 0
+
+        def outputs() -> None:
+            nonlocal base
+            base = run.fold.seq
+            run.fold.apply_decided(self._scratch(run, events, base))  # routing sees the outputs
+
+        async def trimmed() -> list[Event]:
+            outputs()
+            found = await self._trim(run, events)
+            if found:
+                run.fold.apply_decided(self._scratch(run, found, base + len(events)))
+            return rest(found)
+
+        def build() -> list[Event]:
+            outputs()
+            return rest([])
+
+        def rest(found: list[Event]) -> list[Event]:
+            """Route from the state the outputs (and the trim) leave; the step's tail."""
+            nonlocal entering, target, trim
+            trim = found
+            fold = run.fold
+            if ending:
+                target = END
+            else:
+                target = goto if goto is not None else self._route(node, fold.state)
+                if goto is not None:
+                    self.graph.check_goto(node, goto)
+            if target != END and target not in self.graph.nodes:
+                raise GraphError(f"node {node!r} chose to go to {target!r}, which is no node")
+            remote = _remote_calls(events)
+            if remote and pause is None and target == END:
+                target = node  # the results come back to the node that asked for them
+            took = None if started is None else elapsed_ms(started)
+            tail: list[Event] = [
+                StepAdvanced(
+                    step=fold.state.execution_meta.step + 1, next_node=target, duration_ms=took
+                )
+            ]
+            if pause is not None:
+                tail.append(pause)
+            elif remote:
+                data = {"tool_calls": [to_builtins(c) for c in remote]}
+                tail.append(
+                    InterruptRaised(node=node, reason=REMOTE_TOOL_CALL, when="after", data=data)
+                )
+            elif node in self.interrupt_after:
+                tail.append(InterruptRaised(node=node, reason="interrupt_after", when="after"))
+            entering = self._entering(run, tail, target)
+            tail.extend(entering)
+            fold.apply_decided(self._scratch(run, tail, base + len(events) + len(trim)))
+            return [*events, *trim, *tail]
+
+        actors = None
+        if changed_by is not None or self.context_manager is not None:
+            writer = node if changed_by is None else changed_by
+
+            def actors(batch: list[Event]) -> tuple[str, ...]:
+                others = len(batch) - len(events) - len(trim)
+                return (writer,) * len(events) + (TRIMMER,) * len(trim) + (node,) * others
+
+        chosen: Build = build if self.context_manager is None else trimmed
+        records = await self._commit_built(run, chosen, actor=node, actors=actors)
+        if entering:
+            run.ahead = (target, records[len(records) - len(entering) + 1 :])
+            run.started_ahead.update(e.call_id for e in entering if isinstance(e, ToolCallStarted))
+
+    async def _commit(
+        self, run: Run[S], events: Sequence[Event], *, actor: str
+    ) -> list[EventRecord]:
+        """Decide, append and fold `events`; a concurrent stop request is folded in first."""
+        async with run.writing:
+            return await self._commit_unlocked(run, events, actor=actor)
+
+    async def _commit_unlocked(
+        self, run: Run[S], events: Sequence[Event], *, actor: str
+    ) -> list[EventRecord]:
+        def build() -> list[Event]:
+            run.fold.apply_decided(self._scratch(run, events, run.fold.seq))
+            return list(events)
+
+        if self.context_manager is None:
+            return await self._commit_built(run, build, actor=actor)
+
+        async def trimmed() -> list[Event]:
+            base = run.fold.seq
+            run.fold.apply_decided(self._scratch(run, events, base))
+            trim = await self._trim(run, events)
+            if trim:
+                run.fold.apply_decided(self._scratch(run, trim, base + len(events)))
+            return [*events, *trim]
+
+        def actors(batch: list[Event]) -> tuple[str, ...]:
+            return (actor,) * len(events) + (TRIMMER,) * (len(batch) - len(events))
+
+        return await self._commit_built(run, trimmed, actor=actor, actors=actors)
+
+    async def _trim(self, run: Run[S], events: Sequence[Event]) -> list[Event]:
+        """The events trimming the context after `events` were folded in, if it is over the
+        context manager's bound: the messages it drops (`messages_removed`, the log keeps
+        them), and the new summary when there is one (`context_summarized`). A manager that
+        reorders or rewrites messages replaces the context (`messages_replaced`, or a
+        `context_summarized` carrying it). Only a commit that adds messages, and does not
+        end the run, or that starts or resumes a run or enters a node, is trimmed: a node
+        never starts on a context over the bound, even after a human edit."""
+        manager = self.context_manager
+        if manager is None or not any(isinstance(e, _GROWS_OR_STARTS) for e in events):
+            return []
+        if any(isinstance(e, RunCompleted | RunFailed | RunCancelled) for e in events):
+            return []
+        state = run.fold.state
+        before = list(state.context)
+        if isinstance(manager, MessageContextManager):
+            kept = manager.trimmed(before)
+            if kept is None:
+                return []
+            summary = await manager.summary(dropped(before, kept), state.context_summary)
+        else:  # the seed's protocol: hand it a copy of the state, take the context it leaves
+            try:
+                after = await manager.atrim_context(state.model_copy(deep=True))
+            except Exception as exc:
+                raise ContextTrimError(
+                    f"{type(manager).__name__}.atrim_context raised {type(exc).__name__}: "
+                    f"{exc}; the commit it was trimming was not made, so running the "
+                    "thread again trims again"
+                ) from exc
+            kept, summary = _trimmed_state(manager, after)
+            if kept == before and summary == state.context_summary:
+                return []
+        who = (
+            repr(manager) if isinstance(manager, MessageContextManager) else type(manager).__name__
+        )
+        try:
+            check_pairs(before, kept, f"the trim by {who}")
+        except InvalidStateUpdateError as exc:
+            raise ContextTrimError(f"{exc}; a context manager must keep them together") from exc
+        new_summary = summary is not None and summary != state.context_summary
+        ids = [m.message_id for m in before]
+        if _subsequence(kept, before) and len(set(ids)) == len(ids):
+            staying = {m.message_id for m in kept}
+            gone = [i for i in ids if i not in staying]
+            out: list[Event] = []
+            if gone:
+                reason = f"context trimmed by {who}: {len(kept)} of {len(before)} messages kept"
+                out.append(MessagesRemoved(message_ids=gone, reason=reason))
+            if new_summary:
+                out.append(ContextSummarized(summary=summary or ""))
+            return out
+        messages = [to_builtins(m) for m in kept]
+        if new_summary:
+            return [ContextSummarized(summary=summary or "", messages=messages)]
+        return [MessagesReplaced(messages=messages)]
+
+    async def _commit_built(
+        self,
+        run: Run[S],
+        build: Build,
+        *,
+        actor: str,
+        actors: Callable[[list[Event]], tuple[str, ...]] | None = None,
+    ) -> list[EventRecord]:
+        """The run's one commit loop: `build` checks its events and folds them into the run's
+        fold ahead of the append (so routing can read them); the append then lands them, or,
+        when a stop request came in between, the fold catches up and `build` runs again.
+        Anything else that goes wrong reloads the fold from the log, so it never holds an
+        event the log does not."""
+        for _ in range(COMMIT_ATTEMPTS):
+            base = run.fold.seq
+            try:
+                built = build()
+                batch = await built if inspect.isawaitable(built) else built
+                who = actor if actors is None else actors(batch)
+                records = await self._append(run, batch, base, who)
+            except ConcurrencyError:
+                await self._catch_up(run, base)
+                continue
+            except BaseException:
+                run.fold = await self._load(run.thread_id)
+                raise
+            fold = run.fold
+            fold.seq, fold.hash = records[-1].seq, records[-1].hash
+            if any(r.event != e for r, e in zip(records, batch, strict=True)):
+                run.fold = await self._load(run.thread_id)  # keep the canonical decoded values
+            await self._after_commit(run, records)
+            return records
+        raise ThreadBusyError(f"thread {run.thread_id!r} kept moving while {actor!r} wrote to it")
+
+    @staticmethod
+    async def _append(
+        run: Run[S], events: Sequence[Event], expected_seq: int, actor: str | tuple[str, ...]
+    ) -> list[EventRecord]:
+        """Append under the run's claim; if the run is cancelled meanwhile, the append goes
+        on and `run.committing` lets the abandon record wait for it."""
+        run.committing = run.journal.submit(
+            run.thread_id,
+            events,
+            expected_seq=expected_seq,
+            run_id=run.run_id,
+            actor=actor,
+            claim=run.claim,
+        )
+        return await asyncio.shield(run.committing)
+
+    async def _catch_up(self, run: Run[S], since: int) -> None:
+        """Reload after another writer appended; only a stop request may come from outside."""
+        async for record in self.store.read(run.thread_id, since + 1):
+            if not isinstance(record.event, StopRequested):
+                same_run = "the same run id" if record.run_id == run.run_id else "another run id"
+                raise ThreadBusyError(
+                    f"thread {run.thread_id!r} was changed by another writer ({record.actor!r} "
+                    f"appended {record.kind!r} at seq {record.seq}, under {same_run}) while run "
+                    f"{run.run_id} expected the thread to end at seq {since}; two runs must not "
+                    "share a thread at once"
+                )
+        run.fold = await self._load(run.thread_id)
+
+    async def _lifecycle(self, records: Sequence[EventRecord]) -> None:
+        """Call the lifecycle hook of each committed record that has one, in order."""
+        hooks = self.callbacks
+        if hooks is None:
+            return
+        for record in records:
+            hook = LIFECYCLE_HOOKS.get(record.kind)
+            if hook is not None and hook in self.hooked:
+                occurrence = Occurrence(hook, record.thread_id, record.run_id, record)
+                await call_hook(hooks, hook, occurrence)
+
+    async def _after_commit(self, run: Run[S], records: list[EventRecord]) -> None:
+        for record in records:
+            if isinstance(record.event, MessageAppended):
+                run.own.add(record.event.message.get("message_id"))  # type: ignore[arg-type]
+        if run.stream is not None:
+            await self._publish(run, records)
+        every = self.snapshot_every
+        if every:
+            if run.snapshots is None:
+                run.snapshots = SnapshotWriter(self.store, run.thread_id)
+            run.snapshots.observe(records)
+            if run.fold.seq // every > run.last_snapshot // every:
+                self._snapshot(run)
+        if self.hooked:
+            await self._lifecycle(records)  # last: a hook sees what the log says
+
+    def _snapshot(self, run: Run[S]) -> None:
+        """Snapshot the run's state as it stands, in the background (its references into the
+        log are taken now; the run folds on meanwhile)."""
+        if run.snapshots is None or not run.fold.hash:
+            return
+        run.last_snapshot = run.fold.seq
+        try:
+            saving = run.snapshots.snapshot(run.fold.seq, run.fold.state, hash=run.fold.hash)
+        except AgentlogError as exc:
+            _log.warning("snapshot of %r at seq %d skipped: %s", run.thread_id, run.fold.seq, exc)
+            return
+        task = asyncio.ensure_future(saving)
+        run.background.add(task)
+        task.add_done_callback(partial(_snapshot_done, run.background))
+
+    async def _publish(self, run: Run[S], records: list[EventRecord]) -> None:
+        assert run.stream is not None
+        for record in records:
+            event = record.event
+            if isinstance(event, MessageAppended):
+                message = Message.model_validate(event.message)
+                chunk = StreamChunk(
+                    event=StreamEvent.MESSAGE,
+                    message=message,
+                    thread_id=run.thread_id,
+                    run_id=run.run_id,
+                )
+            elif record.kind in (
+                "step_advanced",
+                "state_updated",
+                "messages_removed",
+                "messages_replaced",
+                "message_replaced",
+                "context_summarized",
+                "interrupt_raised",
+                "run_completed",
+                "stopped",
+                "run_failed",
+            ):
+                data = {
+                    "kind": record.kind,
+                    "seq": record.seq,
+                    "actor": record.actor,
+                    **msgspec.to_builtins(event, builtin_types=(bytes, bytearray)),
+                }
+                chunk = StreamChunk(
+                    event=StreamEvent.UPDATES, data=data, thread_id=run.thread_id, run_id=run.run_id
+                )
+            else:
+                continue
+            await run.stream.tell(chunk)
+
+    def _route(self, node: str, state: S) -> str:
+        if node in self.graph.edges:
+            return self.graph.edges[node]
+        branch = self.graph.branches.get(node)
+        if branch is None:
+            return END
+        target = branch.resolve(branch.condition(node_view(state)), node)
+        if target != END and target not in self.graph.nodes:
+            raise GraphError(f"the condition after {node!r} chose {target!r}, which is no node")
+        return target
+
+    @staticmethod
+    def _scratch(run: Run[S], events: Sequence[Event], base: int) -> list[EventRecord]:
+        """The records `events` will be once appended by the run: same seqs, same run id."""
+        return Committing._scratch_records(run.thread_id, events, base, run.run_id)
+
+    @staticmethod
+    def _scratch_records(
+        thread_id: str | None, events: Sequence[Event], base: int, run_id: str | None = None
+    ) -> list[EventRecord]:
+        return [
+            uncommitted_record(e, base + i + 1, thread_id, run_id) for i, e in enumerate(events)
+        ]
+
+    def _entering(self, run: Run[S], tail: Sequence[Event], target: str) -> list[Event]:
+        """The events entering `target` in the same commit as the step before it, when it is
+        sure to run next: its `node_entered`, and, for a tool node, the start of each call.
+
+        Not when the run pauses, ends, stops or reaches its recursion limit first, or when
+        `target` has a breakpoint before it: then the next step enters it on its own.
+        """
+        meta = run.fold.state.execution_meta
+        if (
+            target == END
+            or target not in self.graph.nodes
+            or target in self.interrupt_before
+            or meta.status != ExecutionStatus.RUNNING
+            or meta.stop_current_execution != StopRequestStatus.NONE
+            or run.taken + 1 >= run.recursion_limit
+            or any(isinstance(e, InterruptRaised) for e in tail)
+        ):
+            return []
+        events: list[Event] = [NodeEntered(node=target)]
+        if is_tool_node(self.graph.nodes[target]):
+            events += [
+                ToolCallStarted(call_id=c.id, name=c.name, args=to_builtins(c.args), node=target)
+                for c in pending_calls(run.fold.state)
+            ]
+        return events
+
+    async def _load(self, thread_id: str) -> Fold[S]:
+        if await self.store.last_seq(thread_id) == 0:
+            return Fold.new(self.graph.state_cls)
+        return await fold_at(self.store, thread_id, state_cls=self.graph.state_cls)
+
+
+def _snapshot_done(tasks: set[asyncio.Task[Any]], task: asyncio.Task[Any]) -> None:
+    tasks.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        _log.warning("snapshot failed: %s", task.exception())
+
+
+_GROWS_OR_STARTS = (MessageAppended, RunStarted, Resumed, NodeEntered)
+"""The events after which a commit is trimmed: the context grew, or a node is about to run."""
+
+
+class ContextTrimError(GraphError):
+    """A context manager's trim would break a tool call from its result, or a custom
+    manager returned something other than the state it was handed."""
+
+
+def _trimmed_state(manager: BaseContextManager[Any], after: object) -> tuple[list[Message], Any]:
+    """The context and summary a custom manager's `atrim_context` left, or a
+    `ContextTrimError` naming the manager when it returned anything but such a state."""
+    who = f"{type(manager).__name__}.atrim_context"
+    context = getattr(after, "context", None)
+    if not isinstance(after, AgentState) or not isinstance(context, list):
+        raise ContextTrimError(
+            f"{who} returned {type(after).__name__} {after!r:.60}, not the state it was "
+            "given: set state.context to the messages to keep, and return the state"
+        )
+    odd = next((m for m in context if not isinstance(m, Message)), None)
+    if odd is not None:
+        raise ContextTrimError(
+            f"{who} left {type(odd).__name__} {odd!r:.60} in state.context: the context "
+            "holds Message objects only (keep some of those it was given)"
+        )
+    summary = after.context_summary
+    if summary is not None and not isinstance(summary, str):
+        raise ContextTrimError(
+            f"{who} set state.context_summary to {type(summary).__name__} {summary!r:.60}: "
+            "a summary is text (or None)"
+        )
+    return list(context), summary
+
+
+def _subsequence(part: list[Message], whole: list[Message]) -> bool:
+    """True when `part` is `whole` with some messages left out, order kept, none changed."""
+    items = iter(whole)
+    return all(any(x is y or x == y for y in items) for x in part)
+
+
+REMOTE_TOOL_CALL = "remote_tool_call"
+"""The interrupt reason of a run waiting for the results of its client's tool calls."""
+
+
+def _remote_calls(events: Sequence[Event]) -> list[RemoteToolCallBlock]:
+    """The client's tool calls that the messages of `events` ask for and do not answer."""
+    calls: list[RemoteToolCallBlock] = []
+    answered: set[Any] = set()
+    for event in events:
+        if isinstance(event, MessageAppended):
+            for block in event.message.get("content") or ():
+                kind = block.get("type") if isinstance(block, dict) else None
+                if kind == "remote_tool_call" and event.message.get("role") == "assistant":
+                    calls.append(RemoteToolCallBlock.model_validate(block))
+                elif kind == "tool_result":
+                    answered.add(block.get("call_id"))
+    return [c for c in calls if c.id not in answered]

@@ -1,0 +1,598 @@
+"""`CompiledGraph`: a `StateGraph` run on the log, one committed step at a time.
+
+A step: append `node_entered` (committed before the node runs), run the node, turn its
+output into events, route, and append the outputs with `step_advanced` in one commit. The
+live state is the fold of exactly those events, so `replay(log) == live state` after every
+step; a crash before the commit re-runs the node, a crash after it loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import weakref
+from collections.abc import (
+    AsyncGenerator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+from agentlog.actors.engine.errors import (
+    BlockingCallError,
+    GraphError,
+    ThreadStillBusyError,
+)
+from agentlog.events import (
+    EventRecord,
+    EventStore,
+    InterruptRaised,
+    MemoryEventStore,
+    Resumed,
+    RunCompleted,
+    StepAdvanced,
+    StopRequested,
+    StoreError,
+    ThreadNotFoundError,
+)
+from agentlog.events.kinds import Event, RunCancelled
+from agentlog.projections import (
+    END,
+    BaseContextManager,
+    EventRow,
+    ExecutionStatus,
+    Fold,
+    IllegalTransitionError,
+    InvalidStateUpdateError,
+    StateDiff,
+    StepEntry,
+    StopRequestStatus,
+    StreamChunk,
+    diff,
+    edit_events,
+    event_history,
+    fork,
+    open_calls,
+    order_problems,
+    state_at_point,
+    state_history,
+)
+from agentlog.projections.fold import before_first_run, decide
+from agentlog.projections.messages import monotonic
+from agentlog.projections.snapshots import DEFAULT_SNAPSHOT_EVERY
+
+if TYPE_CHECKING:
+    from agentlog.actors.engine.graph import StateGraph
+from agentlog.actors.engine.callbacks import Callbacks, overridden
+from agentlog.actors.engine.ending import closing_events, goes_past
+from agentlog.actors.engine.journal import journal_for
+from agentlog.actors.engine.offload import InFlight
+from agentlog.actors.engine.portal import Portal
+from agentlog.actors.engine.results import ResponseGranularity, granularity, run_result
+from agentlog.actors.engine.run import (
+    DEFAULT_RECURSION_LIMIT,
+    S,
+    _log,
+    _thread_of,
+    _timeout,
+    run_config,
+)
+from agentlog.actors.engine.steps import StepLoop
+from agentlog.actors.engine.stream import END_OF_STREAM, RunStream
+from agentlog.projections.writer import write
+
+
+class CompiledGraph(StepLoop[S]):
+    """Run, stream, stop, resume and inspect threads of a graph, on an event store."""
+
+    def __init__(
+        self,
+        graph: StateGraph[S],
+        *,
+        store: EventStore | None = None,
+        interrupt_before: Sequence[str] = (),
+        interrupt_after: Sequence[str] = (),
+        recursion_limit: int = DEFAULT_RECURSION_LIMIT,
+        snapshot_every: int | None = DEFAULT_SNAPSHOT_EVERY,
+        node_concurrency: Mapping[str, int] | None = None,
+        node_timeout: float | None = None,
+        node_timeouts: Mapping[str, float | None] | None = None,
+        callbacks: Callbacks | None = None,
+        context_manager: BaseContextManager[Any] | None = None,
+    ) -> None:
+        graph.check()
+        names = (*interrupt_before, *interrupt_after, *(node_concurrency or {}))
+        for name in (*names, *(node_timeouts or {})):
+            if name not in graph.nodes:
+                raise GraphError(f"{name!r} is named in compile() but is not a node of the graph")
+        if recursion_limit < 1:
+            raise GraphError(f"recursion_limit must be >= 1, got {recursion_limit}")
+        self.graph = graph
+        self.store: EventStore = store if store is not None else MemoryEventStore()
+        self.interrupt_before = frozenset(interrupt_before)
+        self.interrupt_after = frozenset(interrupt_after)
+        self.recursion_limit = recursion_limit
+        self.snapshot_every = snapshot_every
+        self.node_concurrency = dict(node_concurrency or {})
+        if callbacks is not None and not isinstance(callbacks, Callbacks):
+            what = (
+                f"the class {callbacks.__name__}: pass an instance, {callbacks.__name__}()"
+                if isinstance(callbacks, type)
+                else type(callbacks).__name__
+            )
+            raise GraphError(
+                f"callbacks must be a Callbacks instance (subclass actors.Callbacks), got {what}"
+            )
+        self.callbacks = callbacks
+        self.hooked = overridden(callbacks)
+        if context_manager is not None and not isinstance(context_manager, BaseContextManager):
+            raise GraphError(
+                "context_manager must be a BaseContextManager (say "
+                "MessageContextManager(max_messages=20)), got "
+                f"{type(context_manager).__name__} {context_manager!r:.60}"
+            )
+        self.context_manager = context_manager
+        self.node_timeout = _timeout(node_timeout, "node_timeout")
+        self.node_timeouts = {
+            name: _timeout(limit, f"node_timeouts[{name!r}]")
+            for name, limit in (node_timeouts or {}).items()
+        }
+        self._slots: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]
+        ] = weakref.WeakKeyDictionary()
+        self._portal: Portal | None = None
+        self._left: set[InFlight] = set()
+
+    async def ainvoke(
+        self,
+        input: Any = None,
+        config: Mapping[str, Any] | None = None,
+        response_granularity: ResponseGranularity | str = ResponseGranularity.LOW,
+        *,
+        include_state: bool = False,
+    ) -> dict[str, Any]:
+        """Run (or resume) the thread until it ends, pauses or fails.
+
+        Returns Agentflow's shape for `response_granularity`: LOW `messages` (this call's)
+        and `token_usage`; PARTIAL adds `context` and `summary`; FULL adds `state`
+        (`include_state=True` adds it to any shape). Every shape also has `status` and,
+        when the run paused, `__interrupt__`.
+        """
+        shape = granularity(response_granularity)
+        result, _ = await self._ainvoke_to(input, config, shape, include_state=include_state)
+        return result
+
+    async def _ainvoke_to(
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None,
+        shape: ResponseGranularity = ResponseGranularity.LOW,
+        *,
+        include_state: bool = True,
+    ) -> tuple[dict[str, Any], int]:
+        """`ainvoke`'s result, and the thread's seq where this call left it (the runtime
+        records where each of its runs ends)."""
+        run = await self._run(input, config, stream=None)
+        return run_result(run.fold.state, run.own, shape, include_state=include_state), run.fold.seq
+
+    async def astream(
+        self, input: Any = None, config: Mapping[str, Any] | None = None
+    ) -> AsyncGenerator[StreamChunk, None]:
+        """Run like `ainvoke`, yielding message, update and state chunks as they commit.
+
+        A consumer that stops reading early abandons the run: it is recorded as stopped, and
+        `ainvoke(None, config)` resumes it.
+        """
+        config = run_config(config)
+        stream = RunStream(config["thread_id"]).start()
+        chunks = stream.subscribe()
+        task = asyncio.ensure_future(self._run(input, config, stream=stream))
+        why = "the astream consumer stopped reading before the run ended"
+        try:
+            while True:
+                chunk = await chunks.get()
+                if chunk is END_OF_STREAM:
+                    break
+                yield chunk
+            await task
+        except asyncio.CancelledError as exc:
+            if exc.args and exc.args[0]:
+                why = str(exc.args[0])  # the consumer itself was cancelled: say by what
+            raise
+        finally:
+            if not task.done():
+                task.cancel(why)
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            await stream.stop(drain=False)
+
+    async def aget_state(
+        self,
+        config: Mapping[str, Any],
+        at_step: int | None = None,
+        at_seq: int | None = None,
+    ) -> S:
+        """The thread's state, now or at a past step or seq, read from the log.
+
+        An unknown thread raises `ThreadNotFoundError`.
+        """
+        return await state_at_point(
+            self.store, _thread_of(config), self.graph.state_cls, at_step=at_step, at_seq=at_seq
+        )
+
+    async def aget_state_history(self, config: Mapping[str, Any]) -> list[StepEntry]:
+        """One entry per step, oldest first (`await entry.state()` loads its state)."""
+        return await state_history(self.store, _thread_of(config), self.graph.state_cls)
+
+    async def ahistory(
+        self, config: Mapping[str, Any], kinds: Sequence[str] | None = None
+    ) -> list[EventRow]:
+        """One row per event of the thread: seq, time, kind, actor, node and a summary."""
+        return await event_history(self.store, _thread_of(config), kinds)
+
+    async def adiff(
+        self, config: Mapping[str, Any], a: int, b: int, *, by: str = "step"
+    ) -> StateDiff:
+        """What changed between two points (steps, or seqs with by="seq")."""
+        return await diff(
+            self.store, _thread_of(config), a, b, by=by, state_cls=self.graph.state_cls
+        )
+
+    async def afork(
+        self,
+        config: Mapping[str, Any],
+        *,
+        at_step: int | None = None,
+        at_seq: int | None = None,
+        new_thread_id: str | None = None,
+    ) -> str:
+        """Branch the thread at a past point into a new thread; return the new thread id."""
+        return await fork(
+            self.store,
+            _thread_of(config),
+            at_step=at_step,
+            at_seq=at_seq,
+            new_thread_id=new_thread_id,
+            state_cls=self.graph.state_cls,
+            append=journal_for(self.store).append,
+        )
+
+    async def aupdate_state(
+        self,
+        config: Mapping[str, Any],
+        values: Mapping[str, Any],
+        as_node: str | None = None,
+        actor: str = "user",
+        reason: str | None = None,
+    ) -> list[EventRecord]:
+        """A human edit of the thread's state, recorded as who changed what and why.
+
+        A message whose `message_id` is already in the context replaces it (so a corrected
+        tool call is the one the tool node runs); others are appended. With `as_node`, the
+        edit is taken as that node's output: the run moves on to where that node routes and
+        pauses there, as LangGraph's `update_state(..., as_node=)` does. The thread is
+        claimed for the edit, so it never lands under a run in flight.
+        """
+        thread_id = _thread_of(config)
+        if as_node is not None and as_node not in self.graph.nodes:
+            known = ", ".join(sorted(self.graph.nodes))
+            raise GraphError(f"as_node={as_node!r} is not a node of the graph (nodes: {known})")
+
+        async def edit(fold: Fold[S]) -> list[Event]:
+            if fold.seq == 0:
+                raise ThreadNotFoundError(thread_id)
+            events = edit_events(fold.state, values, source=as_node or actor, reason=reason)
+            if as_node is not None:
+                events = await self._as_node(fold, as_node, events, actor)
+            self._check_order(fold, events)
+            return events
+
+        return await self.awrite_claimed(thread_id, edit, actor=actor, what="a state edit")
+
+    async def awrite_claimed(
+        self,
+        thread_id: str,
+        decide: Callable[[Fold[S]], list[Event] | Awaitable[list[Event]]],
+        *,
+        actor: str,
+        what: str,
+        run_id: str | Callable[[Fold[S]], str | None] | None = None,
+    ) -> list[EventRecord]:
+        """Append what `decide` makes of the thread as the log has it, holding the thread's
+        claim meanwhile, so it never lands under a run in flight (`ThreadBusyError` while
+        one runs). The one path of edits, cancels and deletions; `run_id` names the run the
+        records belong to (a cancel's, the run it ends)."""
+        claim = await self._claim(thread_id, f"{what} by {actor!r}")
+        try:
+            return await write(
+                self.store,
+                thread_id,
+                decide,
+                state_cls=self.graph.state_cls,
+                actor=actor,
+                run_id=run_id,
+                claim=claim,
+                append=journal_for(self.store).append,
+                what=what,
+            )
+        finally:
+            with contextlib.suppress(StoreError):
+                await self.store.release(claim)
+
+    async def _as_node(
+        self, fold: Fold[S], node: str, edit: list[Event], actor: str
+    ) -> list[Event]:
+        """The edit as `node`'s output: the step advances to where `node` routes, and pauses.
+
+        The calls the paused step had started are closed first, and, when the edit ends the
+        run, every call still open is answered right after the message that made it, before
+        the edit's own messages (the order every model provider demands).
+        """
+        meta = fold.state.execution_meta
+        if (
+            meta.status
+            not in (
+                ExecutionStatus.INTERRUPTED_BEFORE,
+                ExecutionStatus.INTERRUPTED_AFTER,
+                ExecutionStatus.ERROR,
+            )
+            and meta.stop_current_execution != StopRequestStatus.STOPPED
+        ):
+            raise IllegalTransitionError(
+                "state_updated",
+                f"as_node={node!r} applies to a paused or failed run; thread "
+                f"{meta.thread_id!r} is {meta.status.value}: send it new input instead",
+            )
+        paused_at = meta.interrupted_node or meta.current_node
+        resumed: list[Event] = [Resumed(value=None, by=actor, node=paused_at)]
+        scratch = Fold(fold.state, seq=fold.seq)
+        scratch.apply_all(self._scratch_records(meta.thread_id, [*resumed, *edit], fold.seq))
+        target = self._route(node, scratch.state)
+        ending = target == END
+        why = f"{actor!r} edited the state as {node!r} instead"
+        # the calls the edit answers or removes itself are left to it; the others are
+        # answered when the run ends, or when a message of the edit would come after them
+        still = {c.id for c in open_calls(scratch.state.context)}
+        handled = {c.id for c in open_calls(fold.state.context)} - still
+        passed = ending or goes_past(edit)
+        closing = await closing_events(self.store, fold, why, over=passed, skip=handled)
+        events: list[Event] = [*resumed, *closing, *edit]
+        events.append(StepAdvanced(step=meta.step + 1, next_node=target))
+        if ending:
+            # calls the edit itself made follow its own message: they never run
+            after = Fold(fold.state, seq=fold.seq)
+            after.apply_all(self._scratch_records(meta.thread_id, events, fold.seq))
+            events += await closing_events(self.store, after, why, over=True)
+            events.append(RunCompleted())
+        else:
+            reason = f"update_state as {node!r} by {actor!r}"
+            events.append(InterruptRaised(node=target, reason=reason, when="before"))
+        return events
+
+    def _check_order(self, fold: Fold[S], events: list[Event]) -> None:
+        """Refuse an edit after which a model provider would refuse the transcript: a message
+        between an assistant message's tool calls and their results."""
+        decide(fold.state, events, seq=fold.seq)  # a refusal of the gate's says it first
+        thread_id = fold.state.execution_meta.thread_id
+        scratch = Fold(fold.state, seq=fold.seq)
+        scratch.apply_all(self._scratch_records(thread_id, events, fold.seq))
+        problems = order_problems(scratch.state.context)
+        if len(problems) > len(order_problems(fold.state.context)):
+            raise InvalidStateUpdateError(
+                f"the edit would break the transcript: {problems[-1]}; answer the open tool "
+                "calls first (tool messages with their tool_call_id), or edit as_node=... to "
+                "end or redirect the run (its open calls are then answered as not run)"
+            )
+
+    async def astop(self, config: Mapping[str, Any], *, between_nodes: bool = False) -> bool:
+        """Ask the thread's run to pause; the request is recorded at once.
+
+        Between nodes the run pauses after the node that ran; a node still running when the
+        run looks (within a quarter second) is cancelled, or abandoned if it is a `def`, and
+        runs again on resume, unless `between_nodes`: then it finishes and commits first.
+        Works from any process sharing the store. Returns False, recording nothing, when
+        there is nothing to stop: the run has completed, failed or was cancelled, is paused
+        at an interrupt, is already stopped or stopping, or the thread has no run yet.
+        """
+        thread_id = _thread_of(config)
+        by = str(config.get("user", "user"))
+
+        def stop(fold: Fold[S]) -> list[Event]:
+            meta = fold.state.execution_meta
+            if fold.seq == 0:
+                raise ThreadNotFoundError(thread_id)
+            if (
+                meta.status
+                in (ExecutionStatus.COMPLETED, ExecutionStatus.ERROR, ExecutionStatus.CANCELLED)
+                or meta.is_interrupted()
+                or meta.stop_current_execution != StopRequestStatus.NONE
+                or before_first_run(meta)
+            ):
+                return []  # nothing to stop
+            return [StopRequested(by=by, between_nodes=between_nodes)]
+
+        records = await write(
+            self.store,
+            thread_id,
+            stop,
+            state_cls=self.graph.state_cls,
+            actor=by,
+            append=journal_for(self.store).append,
+            what="a stop request",
+        )
+        return bool(records)
+
+    async def acancel(
+        self, config: Mapping[str, Any], *, by: str = "user", reason: str | None = None
+    ) -> bool:
+        """End the thread's run on purpose, recording who and why: it is over and not
+        retried; new input starts a new run, and `ainvoke(None)` says there is nothing to
+        resume. Tool calls left without a result are answered as `agentlog.actors.engine.ending`
+        decides: a
+        committed result is kept, a call that had started is abandoned, others did not run.
+
+        The thread must be free: a run executing on it is cut short first (an agent
+        runtime's `cancel` does both), else `ThreadBusyError`. Returns False, recording
+        nothing, when the run has completed or was cancelled already.
+        """
+        thread_id = _thread_of(config)
+
+        async def cancel(fold: Fold[S]) -> list[Event]:
+            if fold.seq == 0:
+                raise ThreadNotFoundError(thread_id)
+            meta = fold.state.execution_meta
+            if meta.status in (ExecutionStatus.COMPLETED, ExecutionStatus.CANCELLED):
+                return []
+            why = f"the run was cancelled by {by!r}" + (f" ({reason})" if reason else "")
+            events = await closing_events(self.store, fold, why, over=True)
+            events.append(RunCancelled(by=by, reason=reason, node=meta.current_node))
+            return events
+
+        def ended(fold: Fold[S]) -> str | None:
+            run_id = fold.state.execution_meta.internal_data.get("run_id")
+            return str(run_id) if run_id else None  # the run the cancel ends
+
+        written = await self.awrite_claimed(
+            thread_id, cancel, actor=by, what="a cancel", run_id=ended
+        )
+        return bool(written)
+
+    def invoke(
+        self,
+        input: Any = None,
+        config: Mapping[str, Any] | None = None,
+        response_granularity: ResponseGranularity | str = ResponseGranularity.LOW,
+        *,
+        include_state: bool = False,
+    ) -> dict[str, Any]:
+        """Blocking `ainvoke`, for code without an event loop."""
+        granularity(response_granularity)  # a bad value fails here, not on the portal
+        result: dict[str, Any] = self._blocking(
+            self.ainvoke(input, config, response_granularity, include_state=include_state)
+        )
+        return result
+
+    def stream(
+        self, input: Any = None, config: Mapping[str, Any] | None = None
+    ) -> Iterator[StreamChunk]:
+        """Blocking `astream`."""
+        portal = self._get_portal()
+        yield from portal.iterate(self.astream(input, config))
+
+    def get_state(
+        self, config: Mapping[str, Any], at_step: int | None = None, at_seq: int | None = None
+    ) -> S:
+        """Blocking `aget_state`."""
+        state: S = self._blocking(self.aget_state(config, at_step, at_seq))
+        return state
+
+    def get_state_history(self, config: Mapping[str, Any]) -> list[StepEntry]:
+        """Blocking `aget_state_history`."""
+        entries: list[StepEntry] = self._blocking(self.aget_state_history(config))
+        return entries
+
+    def fork(self, config: Mapping[str, Any], **point: Any) -> str:
+        """Blocking `afork`."""
+        return str(self._blocking(self.afork(config, **point)))
+
+    def update_state(
+        self, config: Mapping[str, Any], values: Mapping[str, Any], **how: Any
+    ) -> None:
+        """Blocking `aupdate_state`."""
+        self._blocking(self.aupdate_state(config, values, **how))
+
+    def stop(self, config: Mapping[str, Any]) -> bool:
+        """Blocking `astop`."""
+        return bool(self._blocking(self.astop(config)))
+
+    async def await_idle(self, config: Mapping[str, Any], *, timeout: float | None = None) -> None:
+        """Wait until nothing owns the thread: no run or edit, and no `def` node or tool an
+        earlier run left running (after `astop`, a cancel or Ctrl-C), in this process or any
+        other sharing the store. `ThreadStillBusyError` (naming the owner) after `timeout`
+        seconds; None waits as long as it takes."""
+        thread_id = _thread_of(config)
+        limit = _timeout(timeout, "timeout")
+        deadline = None if limit is None else monotonic() + limit
+        while True:
+            holder = await self.store.holder(thread_id)
+            now = time.time()
+            if holder is None or not holder.alive(now):
+                return
+            left = None if deadline is None else deadline - monotonic()
+            if left is not None and left <= 0:
+                busy = holder.busy_error(thread_id, now)
+                raise ThreadStillBusyError(f"still busy after {limit:g}s: {busy}")
+            await asyncio.sleep(IDLE_POLL_S if left is None else min(IDLE_POLL_S, left))
+
+    def wait_idle(self, config: Mapping[str, Any], *, timeout: float | None = None) -> None:
+        """Blocking `await_idle`."""
+        self._blocking(self.await_idle(config, timeout=timeout))
+
+    async def aclose(self) -> None:
+        """Close what the graph owns: wait for the `def` work its runs left running to
+        return (each keeps its thread claimed until then), then stop the private event loop
+        of the blocking methods. The store is the caller's to close."""
+        left = list(self._left)
+        if left:
+            _log.warning("closing graph: waiting for %s to return", _describe(left))
+            await asyncio.gather(*(work.done() for work in left))
+        portal, self._portal = self._portal, None
+        if portal is not None:
+            await asyncio.to_thread(portal.close)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def _blocking(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._get_portal().call(coro)
+        coro.close()
+        raise BlockingCallError(
+            "the blocking graph methods cannot run inside an event loop: await the a-prefixed "
+            "form (ainvoke, astream, aget_state, astop) instead"
+        )
+
+    def _get_portal(self) -> Portal:
+        if self._portal is None:
+            self._portal = Portal()
+            weakref.finalize(self, self._portal.close)
+        return self._portal
+
+    def close(self) -> None:
+        """Blocking `aclose`: stop the private event loop of the blocking methods, if they
+        started one, once the `def` work the graph's runs left running has returned."""
+        if self._portal is not None:
+            self._portal.close()  # first: a run cut short by it leaves its work here
+            self._portal = None
+        left = list(self._left)
+        if left:
+            _log.warning("closing graph: waiting for %s to return", _describe(left))
+            for work in left:
+                work.wait_done()
+
+
+IDLE_POLL_S = 0.02
+"""How often `await_idle` looks at the thread's owner (it may be another process)."""
+
+
+def _describe(left: list[InFlight]) -> str:
+    return "; ".join(label for work in left for label in work.running()) or "work of ended runs"
+
+
+__all__ = ["CompiledGraph", "run_config"]

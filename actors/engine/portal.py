@@ -1,0 +1,86 @@
+"""The blocking methods' private event loop, in a daemon thread."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncGenerator, Coroutine, Iterator
+from typing import Any
+
+from agentlog.projections import (
+    StreamChunk,
+)
+
+CANCEL_GRACE_S = 10.0
+"""How long closing the portal waits for what still runs on its loop to settle."""
+
+
+class Portal:
+    """A private event loop in a daemon thread, serving the blocking methods."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="agentlog-portal", daemon=True
+        )
+        self.thread.start()
+
+    def call(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """Run `coro` on the portal's loop and wait; Ctrl-C abandons it, recorded as such.
+
+        On Ctrl-C (or any exception in the waiting thread) the task is cancelled with the
+        cause as its reason, and the exception goes on once the run has recorded how it
+        ended (however long a busy machine takes: a clock here would lose the record); a
+        second Ctrl-C skips that wait.
+        """
+        done = threading.Event()
+        tasks: list[asyncio.Task[Any]] = []
+
+        def start() -> None:
+            task = self.loop.create_task(coro)
+            task.add_done_callback(lambda _: done.set())
+            tasks.append(task)
+
+        self.loop.call_soon_threadsafe(start)
+        try:
+            done.wait()
+        except BaseException as exc:
+            cause = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else type(exc).__name__
+            why = f"{cause} interrupted the blocking call waiting for the run"
+            self.loop.call_soon_threadsafe(lambda: tasks[0].cancel(why))
+            done.wait()
+            raise
+        return tasks[0].result()
+
+    def iterate(self, agen: AsyncGenerator[StreamChunk, None]) -> Iterator[StreamChunk]:
+        try:
+            while True:
+                try:
+                    yield self.call(agen.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            self.call(agen.aclose())
+
+    def close(self) -> None:
+        """Stop the loop and its thread, then close the loop (its selector and wake-up
+        sockets are file descriptors: a process making many portals would run out)."""
+        if self.loop.is_running():
+            settled = asyncio.run_coroutine_threadsafe(_settle(), self.loop)
+            with contextlib.suppress(Exception):
+                settled.result(timeout=CANCEL_GRACE_S)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=5)
+        if not self.thread.is_alive() and not self.loop.is_closed():
+            self.loop.close()
+
+
+async def _settle() -> None:
+    """Cancel what still runs on the portal's loop and finish its async generators."""
+    here = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not here]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.get_running_loop().shutdown_asyncgens()

@@ -1,0 +1,81 @@
+"""What `ainvoke` returns: Agentflow's result shapes, chosen by `response_granularity`."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from enum import StrEnum
+from typing import Any
+
+from agentlog.events.errors import InvalidArgumentError
+from agentlog.projections import AgentState, Message, interrupt_summary
+
+
+class ResponseGranularity(StrEnum):
+    """How much `ainvoke` returns, by Agentflow's names.
+
+    LOW: this call's messages and their token usage. PARTIAL: also the whole context and
+    its summary. FULL: the state itself instead.
+    """
+
+    LOW = "low"
+    PARTIAL = "partial"
+    FULL = "full"
+
+
+def granularity(value: ResponseGranularity | str) -> ResponseGranularity:
+    """`value` as a `ResponseGranularity`, or a `ValueError` naming the accepted ones."""
+    try:
+        return ResponseGranularity(value)
+    except ValueError:
+        accepted = ", ".join(repr(g.value) for g in ResponseGranularity)
+        raise InvalidArgumentError(
+            f"response_granularity must be one of {accepted} (or a ResponseGranularity), "
+            f"got {value!r}"
+        ) from None
+
+
+def token_usage(messages: Collection[Message]) -> dict[str, int]:
+    """Token totals over `messages`, from each one's `usages`; zeros when none carries any."""
+    inputs = outputs = reasoning = 0
+    for message in messages:
+        usage = message.usages
+        if usage is not None:
+            inputs += usage.prompt_tokens
+            outputs += usage.completion_tokens
+            reasoning += usage.reasoning_tokens
+    return {
+        "total_input_tokens": inputs,
+        "total_output_tokens": outputs,
+        "total_reasoning_tokens": reasoning,
+        "total_tokens": inputs + outputs,
+    }
+
+
+def run_result(
+    state: AgentState,
+    own: Collection[str | int],
+    shape: ResponseGranularity,
+    *,
+    include_state: bool = False,
+) -> dict[str, Any]:
+    """The result of a call: the shape's keys, the run's status, and, when it paused, why.
+
+    `messages` are this call's own (its input, and what the nodes added after it) that are
+    still in the context, in context order; `status` and `__interrupt__` (LangGraph's key)
+    come with every shape.
+    """
+    messages = [m for m in state.context if m.message_id in own] if own else []
+    result: dict[str, Any] = {}
+    if shape is ResponseGranularity.PARTIAL:
+        result["context"] = list(state.context)
+        result["summary"] = state.context_summary
+    elif shape is ResponseGranularity.FULL or include_state:
+        result["state"] = state
+    result["messages"] = messages
+    result["token_usage"] = token_usage(messages)
+    meta = state.execution_meta
+    result["status"] = meta.status.value
+    pause = interrupt_summary(meta)  # a stop, too, pauses
+    if pause is not None:
+        result["__interrupt__"] = [pause]
+    return result

@@ -1,0 +1,106 @@
+"""agentlog: an event-sourced agent-graph runtime where the log is the truth.
+
+The everyday names are here: `from agentlog import StateGraph, ToolNode, AgentState, Message,
+SQLiteEventStore`. The layers are subpackages: `agentlog.events` (the log and its stores),
+`agentlog.projections` (state folded from the log) and `agentlog.actors` (the engine, the
+runtime, the command line and the HTTP server).
+
+Every name loads on first use (PEP 562), so `import agentlog` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from agentlog.actors import __all__ as _ACTOR_NAMES
+
+if TYPE_CHECKING:
+    from agentlog.actors import (
+        END,
+        REMOVE_ALL_MESSAGES,
+        START,
+        AgentRuntime,
+        Command,
+        CompiledGraph,
+        EntryPoint,
+        GraphError,
+        GraphInterrupt,
+        NodeContext,
+        RemoveMessage,
+        RuntimeConfig,
+        StateGraph,
+        ToolNode,
+        create_agent_runtime,
+        current_context,
+        interrupt,
+    )
+    from agentlog.events import (
+        AgentlogError,
+        EventRecord,
+        EventStore,
+        MemoryEventStore,
+        SQLiteEventStore,
+        open_store,
+    )
+    from agentlog.events.stores.postgres import PostgresEventStore
+    from agentlog.projections import (
+        AgentState,
+        ExecutionStatus,
+        Message,
+        add_messages,
+        append_items,
+        replace_messages,
+        replace_value,
+        state_at,
+        state_history,
+    )
+
+_HOMES: dict[str, str] = {
+    **dict.fromkeys(_ACTOR_NAMES, "agentlog.actors"),
+    **dict.fromkeys(
+        (
+            "AgentState",
+            "ExecutionStatus",
+            "Message",
+            "add_messages",
+            "append_items",
+            "replace_messages",
+            "replace_value",
+            "state_at",
+            "state_history",
+        ),
+        "agentlog.projections",
+    ),
+    **dict.fromkeys(
+        (
+            "AgentlogError",
+            "EventRecord",
+            "EventStore",
+            "MemoryEventStore",
+            "SQLiteEventStore",
+            "open_store",
+        ),
+        "agentlog.events",
+    ),
+    "PostgresEventStore": "agentlog.events.stores.postgres",
+}
+"""Each public name and the module it is imported from on first use."""
+
+__all__ = sorted(set(_HOMES) - {"PostgresEventStore"})
+"""`PostgresEventStore` is left out so a star import never needs asyncpg."""
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name from its layer on first access, then keep it here."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The module's attributes with the public names not imported yet."""
+    return sorted(set(globals()) | set(_HOMES))

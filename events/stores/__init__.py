@@ -1,0 +1,1 @@
+"""The store backends: SQLite (the default), PostgreSQL and memory."""
