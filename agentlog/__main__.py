@@ -1,0 +1,5 @@
+"""`python -m agentlog`: the command line."""
+
+from agentlog.actors.cli import main
+
+main()
