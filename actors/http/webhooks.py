@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse, Response
 
 from agentlog.actors.engine.errors import GraphError
 from agentlog.actors.http.limits import MAX_DEPTH, nesting_within, too_deep_message
+from agentlog.actors.runtime.facade import RuntimeFacade
 from agentlog.actors.runtime.spec import (
     EntryPoint,
     InvalidTriggerInputError,
@@ -445,7 +446,7 @@ async def receive(
         message = webhook_message(entry, delivery_id, text, parsed)
         key = (entry.id, delivery_id)
         async with _LOCKS.setdefault(runtime, _KeyLocks()).hold(key):
-            duplicate = (entry.id, _sender(entry), delivery_id) in runtime.ledger.keys
+            duplicate = RuntimeFacade(runtime).knows_key(entry.id, _sender(entry), delivery_id)
             thread_id = await _trigger(runtime, entry, message, delivery_id)
     except WebhookRejected as exc:
         return _error(exc)
