@@ -18,8 +18,8 @@ from agentlog.projections import AgentState
 
 
 def runtime_of(request: Request) -> RuntimeFacade:
-    """The runtime the app serves (`create_app` keeps it in `app.state.runtime`)."""
-    return cast(RuntimeFacade, request.app.state.runtime)
+    """The runtime the app serves (`create_app` keeps it in `app.state.facade`)."""
+    return cast(RuntimeFacade, request.app.state.facade)
 
 
 async def principal(

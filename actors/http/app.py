@@ -72,7 +72,7 @@ def create_app(
     # set when the server begins to shut down (`agentlog serve` sets it): open event streams
     # end at once, so a drain waits for no stream and cancels none
     app.state.draining = asyncio.Event()
-    app.state.runtime = rt  # what the routes call (`access.Runtime`)
+    app.state.facade = rt  # what the routes call (`access.Runtime`)
     app.state.tokens = tokens  # who a request acts as (`access.Who`)
     errors.install(app)
     hooks = [e.path for e in rt.webhook_entries() if e.path]
