@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import inspect
+import re
 import unittest
 from pathlib import Path
 from typing import Any
@@ -105,3 +106,14 @@ def test_page_runs(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
             runner.run(_close_stores(document.namespace))
     if skipped:
         print(f"{_page_id(page)}: {ran} blocks ran, skipped: {'; '.join(skipped)}")
+
+
+NAMED_PATH = re.compile(r"`((?:actors|events|projections|tests|bench)/[\w./-]*\.(?:py|md|json))")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_page_id)
+def test_every_file_a_page_names_exists(page: Path) -> None:
+    """A page that points at `actors/engine/steps.py` is pointing at a file that is there, so
+    a move of the code shows up here rather than in a reader's confusion."""
+    named = set(NAMED_PATH.findall(page.read_text()))
+    assert not {path for path in named if not (ROOT / path).exists()}
