@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import importlib
 import inspect
 import re
 import unittest
@@ -117,3 +118,29 @@ def test_every_file_a_page_names_exists(page: Path) -> None:
     a move of the code shows up here rather than in a reader's confusion."""
     named = set(NAMED_PATH.findall(page.read_text()))
     assert not {path for path in named if not (ROOT / path).exists()}
+
+
+NAMED_OBJECT = re.compile(r"`(agentlog(?:\.\w+)+)")
+
+
+def _resolves(name: str) -> bool:
+    """Whether a dotted name is an importable module or an attribute of one."""
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for part in parts[cut:]:
+            if not hasattr(found, part):
+                return False
+            found = getattr(found, part)
+        return True
+    return False
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_page_id)
+def test_every_name_a_page_gives_exists(page: Path) -> None:
+    """`agentlog.actors.engine.ending.closing_events` in a page is a name a reader can import."""
+    named = set(NAMED_OBJECT.findall(page.read_text()))
+    assert not {name for name in named if not _resolves(name)}
