@@ -38,6 +38,7 @@ from agentlog.projections.edge import state_data, to_builtins
 from agentlog.projections.errors import ProjectionError
 from agentlog.projections.fold import Fold, gc_paused
 from agentlog.projections.messages import Message
+from agentlog.projections.names import current_name
 from agentlog.projections.state import AgentState
 
 S = TypeVar("S", bound=AgentState)
@@ -108,7 +109,7 @@ async def _fold_from_snapshot(
             snapshot is not None
             and snapshot.hash
             and snapshot.digest  # checked by the store against what it read
-            and snapshot.state_type == state_type_name(state_cls)
+            and current_name(snapshot.state_type) == state_type_name(state_cls)
         ):
             try:
                 state: S | None = None
