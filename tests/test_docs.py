@@ -109,7 +109,9 @@ def test_page_runs(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         print(f"{_page_id(page)}: {ran} blocks ran, skipped: {'; '.join(skipped)}")
 
 
-NAMED_PATH = re.compile(r"`((?:actors|events|projections|tests|bench|tools)/[\w./-]*\.(?:py|md|json))")
+NAMED_PATH = re.compile(
+    r"`((?:actors|events|projections|tests|bench|tools)/[\w./-]*\.(?:py|md|json|txt))"
+)
 
 
 @pytest.mark.parametrize("page", PAGES, ids=_page_id)
