@@ -4,8 +4,8 @@ Every node, tool node and stream is an asyncio actor; one journal actor per stor
 the log. Build a `StateGraph`, `compile` it onto a store, and run threads with
 `ainvoke` / `astream`.
 
-The names below load on first use (PEP 562), so `import actors.cli` or `import actors._actor`
-does not build the graph engine and the state models: the command line starts quickly.
+The names below load on first use (PEP 562), so `import agentlog.actors.cli` does not build
+the graph engine and the state models: the command line starts quickly.
 """
 
 from __future__ import annotations

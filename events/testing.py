@@ -17,7 +17,8 @@ claim as another process would (the built-in stores have theirs here)::
             await store.put_claim_row(thread_id, holder)  # however MyEventStore keeps claims
 
 The suite needs pytest and pytest-asyncio (`pip install agentlog[testing]`), with
-`asyncio_mode = "auto"` or the fixture declared with `pytest_asyncio.fixture`; `import events`
+`asyncio_mode = "auto"` or the fixture declared with `pytest_asyncio.fixture`;
+`import agentlog.events`
 needs neither, and nothing in the package imports this module.
 """
 
