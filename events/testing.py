@@ -18,8 +18,7 @@ claim as another process would (the built-in stores have theirs here)::
 
 The suite needs pytest and pytest-asyncio (`pip install agentlog[testing]`), with
 `asyncio_mode = "auto"` or the fixture declared with `pytest_asyncio.fixture`;
-`import agentlog.events`
-needs neither, and nothing in the package imports this module.
+`import agentlog.events` needs neither, and nothing in the package imports this module.
 """
 
 from __future__ import annotations

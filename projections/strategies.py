@@ -6,8 +6,7 @@ accepts or must refuse. Every value drawn is one the log stores exactly: ints wi
 text without lone surrogates, bytes, NaN, the infinities and -0.0; compare round trips with
 `same`, which is exact where `==` is not.
 
-This module imports hypothesis (install `agentlog[testing]`); `import agentlog.projections`
-does not.
+It imports hypothesis (install `agentlog[testing]`); `import agentlog.projections` does not.
 """
 
 from __future__ import annotations
