@@ -327,6 +327,29 @@ def _set_interrupt(
     meta.interrupt_data = data
 
 
+def status_after(event: BaseEvent) -> ExecutionStatus | None:
+    """The status a run stands in once `event` is folded, for the kinds that end or pause a
+    run (`ENDS_RUN`); None for every other kind. The fold sets a thread's status from here,
+    and a reader that scans records without folding them (a step's status in
+    `state_history`) asks here too, so a run's lifecycle is decided in one place."""
+    if isinstance(event, InterruptRaised | Stopped):
+        before = event.when == "before"
+        return ExecutionStatus.INTERRUPTED_BEFORE if before else ExecutionStatus.INTERRUPTED_AFTER
+    if isinstance(event, RunCompleted):
+        return ExecutionStatus.COMPLETED
+    if isinstance(event, RunFailed):
+        return ExecutionStatus.ERROR
+    if isinstance(event, RunCancelled):
+        return ExecutionStatus.CANCELLED
+    return None
+
+
+def _ended(event: BaseEvent) -> ExecutionStatus:
+    status = status_after(event)
+    assert status is not None, type(event).KIND
+    return status
+
+
 def _clear_interrupt(meta: ExecutionState) -> None:
     meta.interrupted_node = None
     meta.interrupt_reason = None
@@ -394,13 +417,8 @@ def _state_updated(fold: Fold[Any], e: StateUpdated, r: EventRecord) -> None:
 
 @_handles(InterruptRaised)
 def _interrupt_raised(fold: Fold[Any], e: InterruptRaised, r: EventRecord) -> None:
-    status = (
-        ExecutionStatus.INTERRUPTED_BEFORE
-        if e.when == "before"
-        else ExecutionStatus.INTERRUPTED_AFTER
-    )
     meta = fold.state.execution_meta
-    _set_interrupt(meta, e.node, e.reason, status, e.data)
+    _set_interrupt(meta, e.node, e.reason, _ended(e), e.data)
     if e.by_node:
         meta.internal_data[AWAITING_KEY] = True
     else:
@@ -438,12 +456,8 @@ def _stopped(fold: Fold[Any], e: Stopped, r: EventRecord) -> None:
     data: dict[str, Any] = {"source": "stop", **meta.internal_data.pop(STOP_KEY, {})}
     if e.in_flight:
         data["in_flight"] = list(e.in_flight)
-    status = (
-        ExecutionStatus.INTERRUPTED_AFTER
-        if e.when == "after"
-        else ExecutionStatus.INTERRUPTED_BEFORE
-    )
-    _set_interrupt(meta, e.node or meta.current_node, e.reason or "stop_requested", status, data)
+    reason = e.reason or StopRequestStatus.STOP_REQUESTED.value
+    _set_interrupt(meta, e.node or meta.current_node, reason, _ended(e), data)
 
 
 @_handles(ToolCallStarted)
@@ -473,13 +487,13 @@ def _context_summarized(fold: Fold[Any], e: ContextSummarized, r: EventRecord) -
 def _run_completed(fold: Fold[Any], e: RunCompleted, r: EventRecord) -> None:
     meta = fold.state.execution_meta
     meta.current_node = END
-    meta.status = ExecutionStatus.COMPLETED
+    meta.status = _ended(e)
 
 
 @_handles(RunFailed)
 def _run_failed(fold: Fold[Any], e: RunFailed, r: EventRecord) -> None:
     meta = fold.state.execution_meta
-    meta.status = ExecutionStatus.ERROR
+    meta.status = _ended(e)
     meta.internal_data["error"] = f"{e.error_type}: {e.message}"
     meta.internal_data["failed_node"] = e.node
 
@@ -488,7 +502,7 @@ def _run_failed(fold: Fold[Any], e: RunFailed, r: EventRecord) -> None:
 def _run_cancelled(fold: Fold[Any], e: RunCancelled, r: EventRecord) -> None:
     meta = fold.state.execution_meta
     _clear_interrupt(meta)
-    meta.status = ExecutionStatus.CANCELLED
+    meta.status = _ended(e)
     meta.stop_current_execution = StopRequestStatus.NONE
     meta.internal_data.pop(STOP_KEY, None)
     meta.internal_data["cancelled"] = {"by": e.by, "reason": e.reason, "node": e.node}
@@ -775,7 +789,7 @@ def _check_answers(context: list[Message], batch: list[Message], event: MessageA
             )
 
 
-def _check_closed(context: list[Message], kind: str = "run_completed") -> None:
+def _check_closed(context: list[Message], kind: str = RunCompleted.KIND) -> None:
     waiting = open_calls(context)
     if waiting:
         names = ", ".join(f"{c.name} ({c.id})" for c in waiting)

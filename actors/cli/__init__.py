@@ -44,6 +44,8 @@ from agentlog.events import (
     EventRecord,
     EventStore,
     Forked,
+    InterruptRaised,
+    StepAdvanced,
     StoreNotFoundError,
     VerifyReport,
     open_store,
@@ -243,7 +245,7 @@ async def _from_end(store: EventStore, thread_id: str, point: int, by: str) -> i
         first, last = 0, await store.last_seq(thread_id)
     else:
         first = await _first_step(store, thread_id)
-        last = first + len(await store.seqs_of_kind(thread_id, "step_advanced"))
+        last = first + len(await store.seqs_of_kind(thread_id, StepAdvanced.KIND))
     resolved = last + 1 + point
     if resolved < first:
         raise CliError(
@@ -960,7 +962,7 @@ def demo(
             line.append("  ")
             line.append_text(render.message_line(message))
             _print(line)
-        elif chunk.data and chunk.data.get("kind") == "interrupt_raised":
+        elif chunk.data and chunk.data.get("kind") == InterruptRaised.KIND:
             line = Text("  ")
             line.append("paused", style="yellow")
             line.append(f" before {render.inert(repr(chunk.data['node']))}: awaiting approval")

@@ -24,6 +24,8 @@ from rich.console import Console, Group, RenderableType
 from rich.markup import escape
 from rich.text import Text
 
+from agentlog.events.kinds import ModelCalled, StepAdvanced
+
 if TYPE_CHECKING:
     from rich.table import Table
 
@@ -280,7 +282,7 @@ def history_json(
             "tool": r.tool,
             "fork_point": r.fork_point,
         }
-        call = usage.call_at(r.seq) if usage is not None and r.kind == "model_called" else None
+        call = usage.call_at(r.seq) if usage is not None and r.kind == ModelCalled.KIND else None
         if call is not None:
             row["tokens"] = {"step": call.step, "model": call.model, **call.usage.json()}
         out.append(row)
@@ -289,7 +291,7 @@ def history_json(
 
 def _row_parts(r: EventRow, usage: UsageReport | None) -> tuple[float | None, str, str | None]:
     """A row's duration, summary and status; a model call's from its usage when known."""
-    call = usage.call_at(r.seq) if usage is not None and r.kind == "model_called" else None
+    call = usage.call_at(r.seq) if usage is not None and r.kind == ModelCalled.KIND else None
     if call is None:
         return r.duration_ms, r.summary, r.status
     return call.usage.latency_ms, call_brief(call), call.status
@@ -814,7 +816,7 @@ def step_records_view(
     """What led to a step: its records, one summarised row each (the last `STEP_RECORDS`
     unless the bounds are full); with `usage`, its model calls' tokens and latency."""
     span = f" (seq {rows[0].seq} to {rows[-1].seq})" if rows else ""
-    took = next((r.duration_ms for r in rows if r.kind == "step_advanced"), None)
+    took = next((r.duration_ms for r in rows if r.kind == StepAdvanced.KIND), None)
     span += f", took {duration(took)}" if took is not None else ""
     table = _table(f"step {step}: {len(rows)} records{span}", "seq", "duration")
     table.columns[0].justify = "right"
