@@ -86,6 +86,7 @@ from agentlog.projections.state import (
     StopRequestStatus,
 )
 from agentlog.projections.transcript import calls_of, context_events
+from agentlog.projections.usage import counted, tokens_of
 from agentlog.projections.views import PointOutOfRangeError, fold_at, state_at
 from agentlog.projections.writer import Append, write
 
@@ -588,13 +589,8 @@ def _model_called(event: ModelCalled) -> str:
     said = f"{event.provider}:{event.model} attempt {event.attempt} {event.status}"
     if event.params.get("answered_from_log"):
         return said + ", answered from the log"
-    usage = event.usage or {}
-    tokens = usage.get("total_tokens")
-    if tokens is None and usage:
-        counted = [v for k, v in usage.items() if k.endswith("tokens") and isinstance(v, int)]
-        tokens = sum(counted) if counted else None
-    if tokens is not None:
-        said += f", {tokens} tokens"
+    if counted(event.usage):
+        said += f", {tokens_of(event.usage).total} tokens"
     said += f", {event.latency_ms:.0f} ms"
     if event.error:
         said += f": {event.error}"[:SUMMARY_CHARS]

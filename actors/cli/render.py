@@ -466,32 +466,13 @@ class UsageReport:
         return sum((u for _, n, _, u in self.steps if n == step), Usage())
 
 
-_INPUT_KEYS = ("prompt_tokens", "input_tokens")
-_OUTPUT_KEYS = ("completion_tokens", "output_tokens")
-_DETAIL_KEYS = ("completion_tokens_details", "output_tokens_details")
-
-
-def _count(usage: dict[str, Any], keys: Sequence[str]) -> int | None:
-    for key in keys:
-        value = usage.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None
-
-
 def token_usage(usage: dict[str, Any] | None) -> tuple[int, int, int, int]:
     """(input, output, total, reasoning) tokens of a recorded usage, in OpenAI's names
-    (prompt/completion) or Anthropic's (input/output); a count not given is 0."""
-    if not isinstance(usage, dict):
-        return 0, 0, 0, 0
-    given = _count(usage, _INPUT_KEYS), _count(usage, _OUTPUT_KEYS)
-    took_in, took_out = given[0] or 0, given[1] or 0
-    total = _count(usage, ("total_tokens",))
-    reasoning = _count(usage, ("reasoning_tokens",))
-    for key in _DETAIL_KEYS:
-        if reasoning is None and isinstance(usage.get(key), dict):
-            reasoning = _count(usage[key], ("reasoning_tokens",))
-    return took_in, took_out, total if total is not None else took_in + took_out, reasoning or 0
+    (prompt/completion) or Anthropic's (input/output); a count not given is 0. The one
+    reading is `agentlog.projections.usage.tokens_of`."""
+    from agentlog.projections.usage import tokens_of
+
+    return tokens_of(usage).astuple()
 
 
 def usage_report(records: Sequence[EventRecord]) -> UsageReport:

@@ -8,6 +8,7 @@ from typing import Any
 
 from agentlog.events.errors import InvalidArgumentError
 from agentlog.projections import AgentState, Message, interrupt_summary
+from agentlog.projections.usage import message_tokens
 
 
 class ResponseGranularity(StrEnum):
@@ -35,19 +36,14 @@ def granularity(value: ResponseGranularity | str) -> ResponseGranularity:
 
 
 def token_usage(messages: Collection[Message]) -> dict[str, int]:
-    """Token totals over `messages`, from each one's `usages`; zeros when none carries any."""
-    inputs = outputs = reasoning = 0
-    for message in messages:
-        usage = message.usages
-        if usage is not None:
-            inputs += usage.prompt_tokens
-            outputs += usage.completion_tokens
-            reasoning += usage.reasoning_tokens
+    """Token totals over `messages`, from each one's `usages`; zeros when none carries any.
+    `total_tokens` is Agentflow's: input + output, whatever total a provider stated."""
+    tokens = message_tokens(messages)
     return {
-        "total_input_tokens": inputs,
-        "total_output_tokens": outputs,
-        "total_reasoning_tokens": reasoning,
-        "total_tokens": inputs + outputs,
+        "total_input_tokens": tokens.input,
+        "total_output_tokens": tokens.output,
+        "total_reasoning_tokens": tokens.reasoning,
+        "total_tokens": tokens.input_plus_output,
     }
 
 
