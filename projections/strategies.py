@@ -41,6 +41,7 @@ from agentlog.events.kinds import (
     ToolCallFinished,
     ToolCallStarted,
 )
+from agentlog.events.verify_export import same as exactly_same
 from agentlog.projections.edge import message_appended, state_updated
 from agentlog.projections.fold import CONTEXT_FIELDS, TOOL_CALLS_KEY, before_first_run, field_plan
 from agentlog.projections.messages import (
@@ -149,26 +150,13 @@ def _objects(max_leaves: int = 8) -> st.SearchStrategy[dict[str, Any]]:
 
 
 def same(a: Any, b: Any) -> bool:
-    """Exact equality for round trips: types match, NaN equals NaN, -0.0 differs from 0.0.
+    """Exact equality for round trips: types match, NaN equals NaN, -0.0 differs from 0.0,
+    object keys in order, models field by field (`agentlog.events.verify_export.same`).
 
     `==` is too lenient for a round trip (1 == 1.0 == True, -0.0 == 0.0) and too strict for
-    NaN. Models are compared field by field.
+    NaN.
     """
-    if isinstance(a, BaseModel) and isinstance(b, BaseModel):
-        if type(a) is not type(b):
-            return False
-        return all(same(getattr(a, k), getattr(b, k)) for k in type(a).model_fields)
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, float):
-        if math.isnan(a) or math.isnan(b):
-            return math.isnan(a) and math.isnan(b)
-        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)
+    return exactly_same(a, b, ordered=True)
 
 
 # ---- messages ----------------------------------------------------------------------------

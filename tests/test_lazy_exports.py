@@ -20,7 +20,7 @@ def test_a_name_is_imported_once_then_kept_and_an_unknown_one_refused() -> None:
 
     assert lazy.load("dumps") is json.dumps and lazy.load("Head") is Head
     assert namespace == {"dumps": json.dumps, "Head": Head}
-    with pytest.raises(AttributeError, match="module 'agentlog.events' has no attribute 'nope'"):
+    with pytest.raises(AttributeError, match=r"module 'agentlog\.events' has no attribute 'nope'"):
         lazy.load("nope")
 
 
