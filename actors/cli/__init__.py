@@ -334,17 +334,9 @@ async def _thread_info(store: EventStore, thread_id: str) -> render.ThreadInfo:
             state = point.state
     except (AgentlogError, ValueError) as exc:
         return render.ThreadInfo(thread_id, records, at, error=f"unreadable: {type(exc).__name__}")
-    meta = state.execution_meta
-    stop = meta.stop_current_execution.value
-    return render.ThreadInfo(
-        thread_id,
-        records,
-        at,
-        meta.status.value,
-        None if stop == "none" else stop,
-        meta.step,
-        meta.current_node,
-    )
+    from agentlog.projections import present
+
+    return render.ThreadInfo(thread_id, records, at, **present.run_position(state.execution_meta))
 
 
 def _check_kinds(kinds: list[str] | None) -> list[str] | None:

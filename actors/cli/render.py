@@ -41,9 +41,6 @@ if TYPE_CHECKING:
 TABLE_ROWS = 2000
 """Past this many rows a timeline prints as plain aligned lines rather than a rich table."""
 
-BUILTIN_FIELDS = ("context", "execution_meta")
-"""AgentState fields shown on their own; every other field is a custom field."""
-
 TEXT_LIMIT = 2000
 """Characters of one text (a message, a field value) shown before it is cut."""
 
@@ -592,7 +589,9 @@ def _usage_cells(u: Usage) -> list[Text]:
 
 
 def message_json(message: Message) -> dict[str, Any]:
-    return message.model_dump(mode="json")
+    from agentlog.projections import present
+
+    return present.message(message)
 
 
 def message_line(message: Message, limit: int | None = TEXT_LIMIT) -> Text:
@@ -633,9 +632,9 @@ def stop_summary(meta: ExecutionState) -> str | None:
 
 def custom_fields(state: AgentState) -> dict[str, Any]:
     """The fields besides the messages and the execution metadata, as JSON builtins."""
-    names = [name for name in type(state).model_fields if name not in BUILTIN_FIELDS]
-    data = state.model_dump(mode="json", include=set(names))  # not the whole context
-    return {name: data[name] for name in names}
+    from agentlog.projections import present
+
+    return present.fields(state)
 
 
 def _point_notes(point: OpenState | None) -> dict[str, Any]:
@@ -651,26 +650,13 @@ def state_json(
     point: OpenState | None = None,
     usage: UsageReport | None = None,
 ) -> dict[str, Any]:
-    """The state at a point for machines; with `usage` (the thread's model calls up to the
-    point), `tokens` per call, step, run and in all."""
-    from agentlog.projections import StopRequestStatus
+    """The state at a point for machines (`agentlog.projections.present.state`); with `usage`
+    (the thread's model calls up to the point), `tokens` per call, step, run and in all."""
+    from agentlog.projections import present
 
-    meta = state.execution_meta
-    stop = meta.stop_current_execution
-    fields = custom_fields(state)
-    for name in point.unset if point is not None else ():
-        fields.pop(name, None)
+    unset = point.unset if point is not None else ()
     return {
-        "thread_id": thread_id,
-        "seq": seq,
-        "step": meta.step,
-        "status": meta.status.value,
-        "stop": None if stop == StopRequestStatus.NONE else stop.value,
-        "node": meta.current_node,
-        "interrupt": _interrupt(state),
-        "messages": [message_json(m) for m in state.context],
-        "fields": fields,
-        "state": state.model_dump(mode="json"),
+        **present.state(thread_id, seq, state, unset),
         **_point_notes(point),
         **({} if usage is None else {"tokens": usage_json(usage)}),
     }

@@ -7,7 +7,7 @@ from enum import StrEnum
 from typing import Any
 
 from agentlog.events.errors import InvalidArgumentError
-from agentlog.projections import AgentState, Message, interrupt_summary
+from agentlog.projections import AgentState, Message, present
 from agentlog.projections.usage import message_tokens
 
 
@@ -61,17 +61,10 @@ def run_result(
     come with every shape.
     """
     messages = [m for m in state.context if m.message_id in own] if own else []
-    result: dict[str, Any] = {}
-    if shape is ResponseGranularity.PARTIAL:
-        result["context"] = list(state.context)
-        result["summary"] = state.context_summary
-    elif shape is ResponseGranularity.FULL or include_state:
-        result["state"] = state
-    result["messages"] = messages
-    result["token_usage"] = token_usage(messages)
-    meta = state.execution_meta
-    result["status"] = meta.status.value
-    pause = interrupt_summary(meta)  # a stop, too, pauses
-    if pause is not None:
-        result["__interrupt__"] = [pause]
-    return result
+    return present.run_result(
+        state,
+        messages,
+        token_usage(messages),
+        context=shape is ResponseGranularity.PARTIAL,
+        whole_state=shape is ResponseGranularity.FULL or include_state,
+    )
