@@ -18,6 +18,8 @@ setup: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/python tools/line_budget.py
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

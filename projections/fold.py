@@ -64,6 +64,7 @@ from agentlog.projections.errors import (
     InvalidStateUpdateError,
     UnfoldableRecordError,
 )
+from agentlog.projections.lifecycle import ended
 from agentlog.projections.messages import Message
 from agentlog.projections.reducers import add_messages
 from agentlog.projections.state import (
@@ -327,29 +328,6 @@ def _set_interrupt(
     meta.interrupt_data = data
 
 
-def status_after(event: BaseEvent) -> ExecutionStatus | None:
-    """The status a run stands in once `event` is folded, for the kinds that end or pause a
-    run (`ENDS_RUN`); None for every other kind. The fold sets a thread's status from here,
-    and a reader that scans records without folding them (a step's status in
-    `state_history`) asks here too, so a run's lifecycle is decided in one place."""
-    if isinstance(event, InterruptRaised | Stopped):
-        before = event.when == "before"
-        return ExecutionStatus.INTERRUPTED_BEFORE if before else ExecutionStatus.INTERRUPTED_AFTER
-    if isinstance(event, RunCompleted):
-        return ExecutionStatus.COMPLETED
-    if isinstance(event, RunFailed):
-        return ExecutionStatus.ERROR
-    if isinstance(event, RunCancelled):
-        return ExecutionStatus.CANCELLED
-    return None
-
-
-def _ended(event: BaseEvent) -> ExecutionStatus:
-    status = status_after(event)
-    assert status is not None, type(event).KIND
-    return status
-
-
 def _clear_interrupt(meta: ExecutionState) -> None:
     meta.interrupted_node = None
     meta.interrupt_reason = None
@@ -418,7 +396,7 @@ def _state_updated(fold: Fold[Any], e: StateUpdated, r: EventRecord) -> None:
 @_handles(InterruptRaised)
 def _interrupt_raised(fold: Fold[Any], e: InterruptRaised, r: EventRecord) -> None:
     meta = fold.state.execution_meta
-    _set_interrupt(meta, e.node, e.reason, _ended(e), e.data)
+    _set_interrupt(meta, e.node, e.reason, ended(e), e.data)
     if e.by_node:
         meta.internal_data[AWAITING_KEY] = True
     else:
@@ -457,7 +435,7 @@ def _stopped(fold: Fold[Any], e: Stopped, r: EventRecord) -> None:
     if e.in_flight:
         data["in_flight"] = list(e.in_flight)
     reason = e.reason or StopRequestStatus.STOP_REQUESTED.value
-    _set_interrupt(meta, e.node or meta.current_node, reason, _ended(e), data)
+    _set_interrupt(meta, e.node or meta.current_node, reason, ended(e), data)
 
 
 @_handles(ToolCallStarted)
@@ -487,13 +465,13 @@ def _context_summarized(fold: Fold[Any], e: ContextSummarized, r: EventRecord) -
 def _run_completed(fold: Fold[Any], e: RunCompleted, r: EventRecord) -> None:
     meta = fold.state.execution_meta
     meta.current_node = END
-    meta.status = _ended(e)
+    meta.status = ended(e)
 
 
 @_handles(RunFailed)
 def _run_failed(fold: Fold[Any], e: RunFailed, r: EventRecord) -> None:
     meta = fold.state.execution_meta
-    meta.status = _ended(e)
+    meta.status = ended(e)
     meta.internal_data["error"] = f"{e.error_type}: {e.message}"
     meta.internal_data["failed_node"] = e.node
 
@@ -502,7 +480,7 @@ def _run_failed(fold: Fold[Any], e: RunFailed, r: EventRecord) -> None:
 def _run_cancelled(fold: Fold[Any], e: RunCancelled, r: EventRecord) -> None:
     meta = fold.state.execution_meta
     _clear_interrupt(meta)
-    meta.status = _ended(e)
+    meta.status = ended(e)
     meta.stop_current_execution = StopRequestStatus.NONE
     meta.internal_data.pop(STOP_KEY, None)
     meta.internal_data["cancelled"] = {"by": e.by, "reason": e.reason, "node": e.node}

@@ -32,6 +32,7 @@ from agentlog.events import (
 from agentlog.events.kinds import FIELD_KINDS
 from agentlog.projections.fold import CONTEXT_FIELDS, Fold, gc_paused
 from agentlog.projections.messages import Message
+from agentlog.projections.names import current_name
 from agentlog.projections.reducers import (
     add_messages,
     append_items,
@@ -44,6 +45,7 @@ from agentlog.projections.views import PointOutOfRangeError, state_at
 __all__ = [
     "LIBRARY_REDUCERS",
     "OpenState",
+    "library_reducer",
     "open_state_class",
     "open_states",
     "reducer_name",
@@ -131,6 +133,11 @@ LIBRARY_REDUCERS: dict[str, Callable[[Any, Any], Any]] = {
 """The library's reducers by recorded name, as functions of stored (builtin) values."""
 
 
+def library_reducer(recorded: str | None) -> Callable[[Any, Any], Any] | None:
+    """The library reducer a record names (by today's name or a legacy one), or None."""
+    return None if recorded is None else LIBRARY_REDUCERS.get(current_name(recorded))
+
+
 # ---- the open class ----------------------------------------------------------------------------
 
 
@@ -163,7 +170,7 @@ def open_state_class(
     """
     definitions: dict[str, Any] = {}
     for name, reducer in fields.items():
-        fn = LIBRARY_REDUCERS.get(reducer or "", _replace)
+        fn = library_reducer(reducer) or _replace
         if name == "context":
             context_fn = add_messages if fn is _add_messages else replace_messages
             definitions[name] = (Annotated[list[Message], context_fn], [])
@@ -334,7 +341,7 @@ def _fold_point(
             note = NOTE_UNRECORDED
         else:
             reducer = scan.declared[name]
-            if reducer is None or reducer in LIBRARY_REDUCERS:
+            if reducer is None or library_reducer(reducer) is not None:
                 continue
             note = _note_user(reducer)
         # Exact when nothing reduced it since the last whole value (a snapshot or a fork).

@@ -43,7 +43,7 @@ def status(meta: ExecutionState) -> str:
 
 
 def stop(meta: ExecutionState) -> str | None:
-    """ "stop_requested" or "stopped" when someone asked the run to stop; None otherwise."""
+    """The stop status (`StopRequestStatus`) once someone asked the run to stop; else None."""
     asked = meta.stop_current_execution
     return None if asked == StopRequestStatus.NONE else asked.value
 

@@ -66,10 +66,10 @@ from agentlog.projections.fold import (
     TOOL_CALLS_KEY,
     Fold,
     before_first_run,
-    status_after,
     unfoldable,
 )
 from agentlog.projections.generic import state_fields
+from agentlog.projections.lifecycle import status_after
 from agentlog.projections.messages import (
     ErrorBlock,
     Message,

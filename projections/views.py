@@ -34,10 +34,12 @@ from pydantic import TypeAdapter, ValidationError
 from agentlog.events.errors import InvalidArgumentError, ThreadNotFoundError
 from agentlog.events.record import EventRecord, Snapshot
 from agentlog.events.store import EventStore
+from agentlog.projections.copies import copy_message
 from agentlog.projections.edge import state_data, to_builtins
 from agentlog.projections.errors import ProjectionError
 from agentlog.projections.fold import Fold, gc_paused
-from agentlog.projections.messages import Message, copy_message
+from agentlog.projections.messages import Message
+from agentlog.projections.names import current_name
 from agentlog.projections.state import AgentState
 
 S = TypeVar("S", bound=AgentState)
@@ -108,7 +110,7 @@ async def _fold_from_snapshot(
             snapshot is not None
             and snapshot.hash
             and snapshot.digest  # checked by the store against what it read
-            and snapshot.state_type == state_type_name(state_cls)
+            and current_name(snapshot.state_type) == state_type_name(state_cls)
         ):
             try:
                 state: S | None = None

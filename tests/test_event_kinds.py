@@ -96,7 +96,7 @@ def test_a_kind_that_ends_a_run_is_one_the_fold_gives_a_status() -> None:
     import pytest
 
     from agentlog.events.kinds import kinds_where
-    from agentlog.projections.fold import status_after
+    from agentlog.projections.lifecycle import status_after
 
     ending = {cls.KIND for cls in EVENT_TYPES if cls.ENDS_RUN}
     assert kinds_where("ENDS_RUN") == ending

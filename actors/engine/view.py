@@ -7,8 +7,8 @@ import copy
 from typing import Any, TypeVar
 
 from agentlog.projections import AgentState
+from agentlog.projections.copies import copy_message
 from agentlog.projections.fold import copy_meta
-from agentlog.projections.messages import copy_message
 from agentlog.projections.views import SharedContext
 
 __all__ = ["copy_message", "node_view"]

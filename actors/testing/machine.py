@@ -454,11 +454,10 @@ class GraphMachine(RuleBasedStateMachine):
         finished: set[str] = set()
         asked_again: dict[str, int] = {}
         for record in records:
-            call = str(getattr(record.event, "call_id", ""))
             if isinstance(record.event, ToolCallFinished):
-                finished.add(call)
-            elif isinstance(record.event, ToolCallStarted) and call in finished:
-                started[call] = record.seq
+                finished.add(record.event.call_id)
+            elif isinstance(record.event, ToolCallStarted) and record.event.call_id in finished:
+                started[record.event.call_id] = record.seq
             elif isinstance(record.event, MessageAppended):
                 for block in record.event.message.get("content") or []:
                     called = isinstance(block, dict) and block.get("type") == "tool_call"
