@@ -10,8 +10,9 @@ the graph engine and the state models: the command line starts quickly.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from agentlog.events.lazy import LazyExports
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.actor import Actor, ActorFailed, ActorStoppedError, AskTimeoutError
@@ -158,16 +159,14 @@ __all__ = [
 ]
 
 
+_lazy = LazyExports(__name__, _HOMES, globals())
+
+
 def __getattr__(name: str) -> Any:
     """Import a public name from its module on first access, then keep it here."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+    return _lazy.load(name)
 
 
 def __dir__() -> list[str]:
     """The module's attributes with the public names not imported yet."""
-    return sorted(set(globals()) | set(__all__))
+    return _lazy.names()

@@ -29,6 +29,7 @@ from agentlog.events import (
     StateUpdated,
     ThreadNotFoundError,
 )
+from agentlog.events.kinds import FIELD_KINDS
 from agentlog.projections.fold import CONTEXT_FIELDS, Fold, gc_paused
 from agentlog.projections.messages import Message
 from agentlog.projections.names import current_name
@@ -255,7 +256,7 @@ async def open_states(
             )
     top = max(seqs, default=0)
     bearing: set[int] = set()
-    for kind in ("run_started", "forked", "state_updated"):
+    for kind in FIELD_KINDS:
         bearing.update(s for s in await store.seqs_of_kind(thread_id, kind) if s <= top)
     records: list[EventRecord] | None = None
     scan = _Scan()

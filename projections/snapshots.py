@@ -510,7 +510,7 @@ class _Fields:
 async def _scan_fields(store: EventStore, thread_id: str, top: int) -> _Fields:
     fields = _Fields({}, {})
     bearing: list[int] = []
-    for kind in ("run_started", "forked", "state_updated"):
+    for kind in (RunStarted.KIND, Forked.KIND, StateUpdated.KIND):  # FIELD_KINDS
         bearing += [s for s in await store.seqs_of_kind(thread_id, kind) if s <= top]
     for seq in sorted(bearing):
         async for record in store.read(thread_id, seq, seq):
