@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentlog.actors.http import app as http
+from agentlog.actors.http import shapes as http
 from agentlog.actors.http.limits import shown
 from agentlog.events import MemoryEventStore
 from agentlog.events.kinds import (
@@ -50,11 +50,10 @@ async def _state(events: list[Event]) -> AgentState:
 
 @pytest.mark.parametrize("life", list(LIVES))
 async def test_the_http_shapes_are_the_presenters(life: str) -> None:
-    """The HTTP API's thread and state, built by its own functions today, equal the
-    presenter's: the server can call `present.thread` and `present.thread_state`."""
+    """The HTTP API's thread and state are the presenter's, with what the server may show."""
     state = await _state(LIVES[life])
     values, why = shown(state)
-    assert present.thread_state("t", state, values=values, values_error=why) == http._state(
+    assert present.thread_state("t", state, values=values, values_error=why) == http.state_json(
         "t", state
     )
     assert present.thread(
@@ -63,10 +62,10 @@ async def test_the_http_shapes_are_the_presenters(life: str) -> None:
         state,
         values=values,
         values_error=why,
-        metadata=http._shown_metadata(state),
+        metadata=http.shown_metadata(state),
         created_at=1.0,
         updated_at=2.0,
-    ) == http._thread("t", "g", state, 1.0, 2.0)
+    ) == http.thread_json("t", "g", state, 1.0, 2.0)
 
 
 async def test_the_pieces_say_the_folds_answers() -> None:
@@ -109,7 +108,7 @@ async def test_a_record_shaped_for_each_reader() -> None:
     assert list(whole)[:8] == list(present.RECORD_KEYS) and whole["event"]["kind"] == (
         "message_appended"
     )
-    sse = http._sse_record(record, "run-1")
+    sse = http.sse_record(record, "run-1")
     said = json.loads(sse.split("data: ", 1)[1])
     assert said == present.record_event(record, "run-1")
     update: dict[str, Any] = present.record_update(record)

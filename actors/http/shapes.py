@@ -7,15 +7,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import msgspec
-
 from agentlog.actors.http.errors import classify
 from agentlog.actors.http.limits import MAX_DEPTH, nesting_within, showable, shown
-from agentlog.actors.runtime.facade import StepEntry, TriggerState, created_metadata, hidden
+from agentlog.actors.runtime.facade import StepEntry, TriggerState, created_metadata
 from agentlog.events import EventRecord
-from agentlog.projections import AgentState, ExecutionStatus
+from agentlog.projections import AgentState, present
 from agentlog.projections.edge import to_builtins
-from agentlog.projections.timetravel import interrupt_summary
 
 
 def thread_json(
@@ -25,22 +22,18 @@ def thread_json(
     created_at: float | None = None,
     updated_at: float | None = None,
 ) -> dict[str, Any]:
-    meta = state.execution_meta
     values, unshown = shown(state)
-    return {
-        "thread_id": thread_id,
-        "graph_id": graph,
-        "created_at": created_at,
-        "updated_at": updated_at,
-        "metadata": created_metadata(state) if unshown is None else shown_metadata(state),
-        "status": meta.status.value,
-        "step": meta.step,
-        "hidden": hidden(state),
-        "interrupts": [p] if (p := interrupt_summary(meta)) else [],
-        "messages": len(state.context),
-        "values": values,
-        **({"values_error": unshown} if unshown else {}),
-    }
+    metadata = created_metadata(state) if unshown is None else shown_metadata(state)
+    return present.thread(
+        thread_id,
+        graph,
+        state,
+        values=values,
+        values_error=unshown,
+        metadata=metadata,
+        created_at=created_at,
+        updated_at=updated_at,
+    )
 
 
 def unreadable_json(thread_id: str, graph: str, exc: Exception) -> dict[str, Any]:
@@ -57,19 +50,8 @@ def shown_metadata(state: AgentState) -> dict[str, Any]:
 
 
 def state_json(thread_id: str, state: AgentState) -> dict[str, Any]:
-    meta = state.execution_meta
-    pause = interrupt_summary(meta)
-    done = meta.status in (ExecutionStatus.COMPLETED, ExecutionStatus.CANCELLED)
     values, unshown = shown(state)
-    return {
-        "thread_id": thread_id,
-        "values": values,
-        **({"values_error": unshown} if unshown else {}),
-        "next": [] if done else [meta.current_node],
-        "step": meta.step,
-        "status": meta.status.value,
-        "interrupts": [pause] if pause else [],
-    }
+    return present.thread_state(thread_id, state, values=values, values_error=unshown)
 
 
 def step_json(entry: StepEntry) -> dict[str, Any]:
@@ -121,16 +103,7 @@ def run_json(trigger: TriggerState, running: bool) -> dict[str, Any]:
 
 def record_json(record: EventRecord, run_id: str | None) -> dict[str, Any]:
     """A record of the log, naming its run (the API's run id)."""
-    return {
-        "position": record.position,
-        "thread_id": record.thread_id,
-        "run_id": run_id,
-        "seq": record.seq,
-        "kind": record.kind,
-        "actor": record.actor,
-        "at": record.at,
-        "event": msgspec.to_builtins(record.event),
-    }
+    return present.record_event(record, run_id)
 
 
 def sse_record(record: EventRecord, run_id: str | None) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 
@@ -23,6 +22,7 @@ from agentlog.actors.http.errors import ApiError
 from agentlog.actors.http.shapes import unreadable_json
 from agentlog.actors.http.tokens import Forbidden, Principal
 from agentlog.actors.runtime.facade import RuntimeFacade, created_metadata, hidden
+from agentlog.events.verify_export import same
 from agentlog.projections import AgentState
 
 router = APIRouter()
@@ -117,11 +117,6 @@ def has_metadata(state: AgentState, wanted: dict[str, Any]) -> bool:
     """Whether the thread's creation metadata holds every key of `wanted`, equal."""
     metadata = created_metadata(state)
     return all(key in metadata and same(metadata[key], value) for key, value in wanted.items())
-
-
-def same(a: Any, b: Any) -> bool:
-    """Equal as JSON values (so true is not 1, nor 1 true)."""
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
 @router.delete(
