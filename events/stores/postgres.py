@@ -324,18 +324,18 @@ class PostgresEventStore(BaseEventStore):
         """One statement on a pooled connection, its failures made typed errors."""
 
         async def run() -> Any:
-            lost: BaseException | None = None
             try:
                 async with self._pool.acquire() as conn:
                     try:
                         return await getattr(conn, method)(sql, *args)
-                    except _LOST as exc:
-                        lost = exc  # what the error names, even if closing fails in turn
-                        with contextlib.suppress(*_LOST):
+                    except _LOST:
+                        # the pool replaces it: the next call reconnects (a connection the
+                        # pool already took back refuses terminate(): the loss is what counts)
+                        with contextlib.suppress(asyncpg.InterfaceError):
                             conn.terminate()
                         raise
             except (asyncpg.PostgresError, *_LOST) as exc:
-                raise self._error(lost or exc, "nothing was written") from lost or exc
+                raise self._error(exc, "nothing was written") from exc
 
         return await self._call(run())
 
