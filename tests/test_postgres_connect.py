@@ -120,7 +120,12 @@ async def test_a_backend_killed_mid_statement_is_named_and_the_next_call_reconne
         assert killed
         with pytest.raises(StoreUnavailableError) as info:
             await asyncio.wait_for(slow, timeout=60)
-        assert "administrator command" in str(info.value), info.value
+        # asyncpg reports the kill as the server said it ("terminating connection due to
+        # administrator command") or, when the loss lands mid-protocol on a busy machine, as
+        # its own InternalClientError: either way the error says the connection was lost
+        said = str(info.value)
+        assert "connection to PostgreSQL was lost" in said, said
+        assert "administrator command" in said or "InternalClientError" in said, said
         assert "terminate()" not in str(info.value)
         assert await store.threads() == []  # the next call reconnects
 
