@@ -7,7 +7,7 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
 
 import msgspec
 
@@ -18,7 +18,6 @@ from agentlog.actors.engine.errors import (
 from agentlog.actors.tools.node import is_tool_node
 from agentlog.events import (
     AgentlogError,
-    ConcurrencyError,
     ContextSummarized,
     EventRecord,
     InterruptRaised,
@@ -60,7 +59,8 @@ from agentlog.projections.fold import (
 if TYPE_CHECKING:
     pass
 from agentlog.actors.engine.callbacks import LIFECYCLE_HOOKS, Occurrence, call_hook
-from agentlog.actors.engine.run import COMMIT_ATTEMPTS, Engine, Run, S, _log, elapsed_ms
+from agentlog.actors.engine.commit import commit
+from agentlog.actors.engine.run import Engine, Run, S, _log, elapsed_ms
 from agentlog.actors.engine.view import node_view
 from agentlog.actors.tools.node import pending_calls
 from agentlog.projections.snapshots import SnapshotWriter
@@ -280,45 +280,28 @@ class Committing(Engine[S]):
         actor: str,
         actors: Callable[[list[Event]], tuple[str, ...]] | None = None,
     ) -> list[EventRecord]:
-        """The run's one commit loop: `build` checks its events and folds them into the run's
-        fold ahead of the append (so routing can read them); the append then lands them, or,
-        when a stop request came in between, the fold catches up and `build` runs again.
-        Anything else that goes wrong reloads the fold from the log, so it never holds an
-        event the log does not."""
-        for _ in range(COMMIT_ATTEMPTS):
-            base = run.fold.seq
-            try:
-                built = build()
-                batch = await built if inspect.isawaitable(built) else built
-                who = actor if actors is None else actors(batch)
-                records = await self._append(run, batch, base, who)
-            except ConcurrencyError:
-                await self._catch_up(run, base)
-                continue
-            except BaseException:
-                run.fold = await self._load(run.thread_id)
-                raise
-            fold = run.fold
-            fold.seq, fold.hash = records[-1].seq, records[-1].hash
-            if any(r.event != e for r, e in zip(records, batch, strict=True)):
-                run.fold = await self._load(run.thread_id)  # keep the canonical decoded values
-            await self._after_commit(run, records)
-            return records
-        raise ThreadBusyError(f"thread {run.thread_id!r} kept moving while {actor!r} wrote to it")
+        """Commit what `build` makes through the commit path (`agentlog.actors.engine.commit`):
+        `build` checks its events and folds them into the run's fold ahead of the append (so
+        routing can read them); the append then lands them, or, when a stop request came in
+        between, the fold catches up and `build` runs again. Anything else that goes wrong
+        reloads the fold from the log, so it never holds an event the log does not."""
+        writer = _RunWrite(self, run, build, actor, actors)
+        return await commit(writer, thread_id=run.thread_id, what=f"a commit by {actor!r}")
 
-    @staticmethod
     async def _append(
-        run: Run[S], events: Sequence[Event], expected_seq: int, actor: str | tuple[str, ...]
+        self, run: Run[S], events: Sequence[Event], expected_seq: int, actor: str | tuple[str, ...]
     ) -> list[EventRecord]:
         """Append under the run's claim; if the run is cancelled meanwhile, the append goes
         on and `run.committing` lets the abandon record wait for it."""
-        run.committing = run.journal.submit(
-            run.thread_id,
-            events,
-            expected_seq=expected_seq,
-            run_id=run.run_id,
-            actor=actor,
-            claim=run.claim,
+        run.committing = asyncio.ensure_future(
+            self.store.append(
+                run.thread_id,
+                events,
+                expected_seq=expected_seq,
+                run_id=run.run_id,
+                actor=actor,
+                claim=run.claim,
+            )
         )
         return await asyncio.shield(run.committing)
 
@@ -468,6 +451,50 @@ class Committing(Engine[S]):
         if await self.store.last_seq(thread_id) == 0:
             return Fold.new(self.graph.state_cls)
         return await fold_at(self.store, thread_id, state_cls=self.graph.state_cls)
+
+
+class _RunWrite(Generic[S]):
+    """A run's side of a commit: its live fold, folded ahead by the build, caught up when a
+    stop request won the race, reloaded from the log when anything else failed."""
+
+    __slots__ = ("actor", "actors", "batch", "engine", "make", "run")
+
+    def __init__(
+        self,
+        engine: Committing[S],
+        run: Run[S],
+        make: Build,
+        actor: str,
+        actors: Callable[[list[Event]], tuple[str, ...]] | None,
+    ) -> None:
+        self.engine, self.run, self.make, self.actor, self.actors = engine, run, make, actor, actors
+        self.batch: list[Event] = []
+
+    async def base(self) -> int:
+        return self.run.fold.seq
+
+    async def build(self, base: int) -> list[Event]:
+        made = self.make()
+        self.batch = await made if inspect.isawaitable(made) else made
+        return self.batch
+
+    async def append(self, events: Sequence[Event], base: int) -> list[EventRecord]:
+        who = self.actor if self.actors is None else self.actors(self.batch)
+        return await self.engine._append(self.run, events, base, who)
+
+    async def landed(self, records: list[EventRecord]) -> None:
+        run = self.run
+        fold = run.fold
+        fold.seq, fold.hash = records[-1].seq, records[-1].hash
+        if any(r.event != e for r, e in zip(records, self.batch, strict=True)):
+            run.fold = await self.engine._load(run.thread_id)  # the canonical decoded values
+        await self.engine._after_commit(run, records)
+
+    async def lost(self, base: int) -> None:
+        await self.engine._catch_up(self.run, base)
+
+    async def failed(self) -> None:
+        self.run.fold = await self.engine._load(self.run.thread_id)
 
 
 def _snapshot_done(tasks: set[asyncio.Task[Any]], task: asyncio.Task[Any]) -> None:

@@ -79,10 +79,10 @@ from agentlog.actors.engine.callbacks import (
     call_hook,
     recovered,
 )
+from agentlog.actors.engine.commit import write
 from agentlog.actors.engine.committing import Committing
 from agentlog.actors.engine.ending import closing_events, goes_past
 from agentlog.actors.engine.guard import Guard
-from agentlog.actors.engine.journal import journal_for
 from agentlog.actors.engine.nodes import NodeActor, RunNode, output_events, resume_values
 from agentlog.actors.engine.offload import InFlight
 from agentlog.actors.engine.redact import redact
@@ -100,7 +100,6 @@ from agentlog.actors.engine.run import (
 from agentlog.actors.engine.stream import END_OF_STREAM, RunStream
 from agentlog.actors.engine.view import node_view
 from agentlog.actors.tools.node import pending_calls
-from agentlog.projections.writer import write
 
 TRIGGER_KEY = "trigger_id"
 """The config key by which an agent runtime names the trigger a call carries out."""
@@ -380,7 +379,6 @@ class StepLoop(Committing[S]):
                 actor="runtime",
                 run_id=run_id_of,
                 claim=claim,
-                append=journal_for(self.store).append,
                 what="the record of an abandoned run",
             )
         except Exception as exc:
@@ -420,7 +418,6 @@ class StepLoop(Committing[S]):
             str(meta.internal_data.get("run_id") or ""),
             config,
             fold,
-            journal_for(self.store),
             stream,
             claim=claim,
             in_flight=in_flight,
