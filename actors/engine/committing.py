@@ -29,6 +29,7 @@ from agentlog.events import (
     RunCompleted,
     RunFailed,
     RunStarted,
+    Snapshot,
     StepAdvanced,
     StopRequested,
     ToolCallStarted,
@@ -352,13 +353,17 @@ class Committing(Engine[S]):
             return
         run.last_snapshot = run.fold.seq
         try:
-            saving = run.snapshots.snapshot(run.fold.seq, run.fold.state, hash=run.fold.hash)
+            building = run.snapshots.build(run.fold.seq, run.fold.state, hash=run.fold.hash)
         except AgentlogError as exc:
             _log.warning("snapshot of %r at seq %d skipped: %s", run.thread_id, run.fold.seq, exc)
             return
-        task = asyncio.ensure_future(saving)
+        task = asyncio.ensure_future(self._save_snapshot(building))
         run.background.add(task)
         task.add_done_callback(partial(_snapshot_done, run.background))
+
+    async def _save_snapshot(self, building: Awaitable[Snapshot]) -> None:
+        """The commit path's snapshot step: store the snapshot the projection made."""
+        await self.store.save_snapshot(await building)
 
     async def _publish(self, run: Run[S], records: list[EventRecord]) -> None:
         assert run.stream is not None
