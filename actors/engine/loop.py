@@ -60,6 +60,7 @@ from agentlog.actors.engine.callbacks import (
     call_hook,
     recovered,
 )
+from agentlog.actors.engine.committing import RunCommits
 from agentlog.actors.engine.ending import closing_events, goes_past
 from agentlog.actors.engine.guard import Guard
 from agentlog.actors.engine.nodes import NodeActor, RunNode, output_events, resume_values
@@ -79,7 +80,12 @@ class RunLoop(Run[S]):
     """One call's run: its state (the fields of `Run`) and the loop of its steps."""
 
     engine: StepLoop[S] = field(kw_only=True, repr=False)
-    """The compiled graph the call runs: its settings, its store and its commit path."""
+    """The compiled graph the call runs: its settings and its store."""
+    commits: RunCommits[S] = field(init=False, repr=False)
+    """The run's side of the commit path: every record of this call is committed by it."""
+
+    def __post_init__(self) -> None:
+        self.commits = RunCommits(self.engine, self)
 
     async def fail_for_hook(self, error: HookError) -> None:
         """Record that a hook failed the run, if the run can still fail (a hook raising after
@@ -98,14 +104,14 @@ class RunLoop(Run[S]):
             duration_ms=self.elapsed_ms(),
         )
         with contextlib.suppress(AgentlogError):
-            await self.engine._commit(self, [failed], actor=error.hook.split(".")[0])
+            await self.commits.commit([failed], actor=error.hook.split(".")[0])
 
     async def steps(self) -> None:
         while True:
             meta = self.fold.state.execution_meta
             node = meta.current_node
             if meta.is_stopped_requested():
-                await self.engine._commit(self, [self.stop_between(node)], actor="runtime")
+                await self.commits.commit([self.stop_between(node)], actor="runtime")
                 return
             if node == END:
                 await self.complete()
@@ -114,7 +120,7 @@ class RunLoop(Run[S]):
             passed = node == self.skip_interrupt_before or (entered and entered["node"] == node)
             if node in self.engine.interrupt_before and not passed:
                 event = InterruptRaised(node=node, reason="interrupt_before", when="before")
-                await self.engine._commit(self, [event], actor="runtime")
+                await self.commits.commit([event], actor="runtime")
                 return
             self.skip_interrupt_before = None
             if self.taken >= self.recursion_limit:
@@ -124,8 +130,7 @@ class RunLoop(Run[S]):
                     "recursion_limit in compile() or in the call's config if the graph really "
                     "needs more"
                 )
-                await self.engine._commit(
-                    self,
+                await self.commits.commit(
                     [
                         RunFailed(
                             node=node,
@@ -166,8 +171,8 @@ class RunLoop(Run[S]):
                 self.thread_id,
                 ", ".join(c.id for c in waiting),
             )
-        await self.engine._commit(
-            self, [*events, RunCompleted(duration_ms=self.elapsed_ms())], actor="runtime"
+        await self.commits.commit(
+            [*events, RunCompleted(duration_ms=self.elapsed_ms())], actor="runtime"
         )
 
     async def step(self, node: str) -> None:
@@ -185,16 +190,16 @@ class RunLoop(Run[S]):
                 r async for r in self.engine.store.read(self.thread_id, entered["seq"] + 1)
             ]
             if not self.cut_short:
-                await self.engine._commit(self, [NodeEntered(node=node)], actor=node)
+                await self.commits.commit([NodeEntered(node=node)], actor=node)
         else:
-            await self.engine._commit(self, [NodeEntered(node=node)], actor=node)
+            await self.commits.commit([NodeEntered(node=node)], actor=node)
         self.cut_short = False
         resume = resume_values(self.fold.state.execution_meta.internal_data.get(RESUME_KEY))
         context = NodeContext(
             self.thread_id,
             self.run_id,
             node,
-            partial(self.engine._commit, self, actor=node),
+            partial(self.commits.commit, actor=node),
             step_records,
             self.in_flight,
             self.dispatched,
@@ -227,7 +232,7 @@ class RunLoop(Run[S]):
                     data=to_builtins(signal.data),
                     by_node=True,
                 )
-                await self.engine._commit(self, [*context.recorded, event], actor=node)
+                await self.commits.commit([*context.recorded, event], actor=node)
                 return
             except ActorStoppedError:
                 if guard.disarm() is None:
@@ -264,8 +269,8 @@ class RunLoop(Run[S]):
             events = await self.passed_calls(node, events) + events
             if context.recorded:
                 events = [*context.recorded, *events]
-            await self.engine._commit_step(
-                self, node, events, goto, pause, ending=ending, started=began, changed_by=changed_by
+            await self.commits.commit_step(
+                node, events, goto, pause, ending=ending, started=began, changed_by=changed_by
             )
             self.last_node = node
         except (ThreadBusyError, asyncio.CancelledError, NodeTimeoutError):
@@ -282,7 +287,7 @@ class RunLoop(Run[S]):
             )
             # the model calls it made are facts; its writes and outcomes go with its retry
             facts = [e for e in context.recorded if isinstance(e, ModelCalled)]
-            await self.engine._commit(self, [*facts, failed], actor="runtime")
+            await self.commits.commit([*facts, failed], actor="runtime")
             if isinstance(exc, GraphError | HookError):
                 raise  # the graph's wiring or a hook is at fault, and the error says which
             raise NodeError(node, exc) from exc
@@ -337,7 +342,7 @@ class RunLoop(Run[S]):
                     duration_ms=self.elapsed_ms(),
                 ),
             ]
-            await self.engine._commit(self, events, actor="runtime")
+            await self.commits.commit(events, actor="runtime")
             return
         limit = guard.timeout or 0.0
         error = NodeTimeoutError(node, limit)
@@ -352,7 +357,7 @@ class RunLoop(Run[S]):
         closing = await closing_events(
             self.engine.store, self.fold, why, over=False, never_ran=self.never_ran()
         )
-        await self.engine._commit(self, [*closing, failed], actor="runtime")
+        await self.commits.commit([*closing, failed], actor="runtime")
         raise error
 
     def node_actor(self, node: str) -> NodeActor:

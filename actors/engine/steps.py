@@ -156,11 +156,11 @@ class StepLoop(Committing[S]):
             )
             run, opening = await self._begin(input, config, stream, claim, in_flight, started)
             if opening:  # `run` is known first, so a cancellation here is recorded after it
-                await self._commit(run, opening, actor=str(config.get("user", "user")))
+                await run.commits.commit(opening, actor=str(config.get("user", "user")))
             if not run.idle:
                 await run.steps()
                 if run.fold.seq - run.last_snapshot >= SNAPSHOT_AT_REST:
-                    self._snapshot(run)  # the next load of the thread starts from here
+                    run.commits.snapshot()  # the next load of the thread starts from here
             if stream is not None:
                 await stream.tell(
                     StreamChunk(
