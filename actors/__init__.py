@@ -1,8 +1,8 @@
 """The runtime: actors, the graph engine and the command line.
 
-Every node, tool node and stream is an asyncio actor; one journal actor per store writes
-the log. Build a `StateGraph`, `compile` it onto a store, and run threads with
-`ainvoke` / `astream`.
+Every node, tool node and stream is an asyncio actor; every write reaches the log through
+one commit path (`agentlog.actors.engine.commit`). Build a `StateGraph`, `compile` it onto
+a store, and run threads with `ainvoke` / `astream`.
 
 The names below load on first use (PEP 562), so `import agentlog.actors.cli` does not build
 the graph engine and the state models: the command line starts quickly.

@@ -10,7 +10,7 @@ round by round (A B C ... A B C ...), medians reported:
   function that does nothing. hop_raw_us: `loop.run_in_executor` on the same executor.
 * append_us: one durable append of one step's records (the very batches the engine commits
   in the def-tool loop, captured from an in-memory run) through `SQLiteEventStore.append`
-  from the loop; append_journal_us: the same through the journal actor, as runs do.
+  from the loop, as runs commit (no journal actor in between: the store group-commits).
   sqlite_raw_us: the same rows committed by stdlib sqlite3 on the calling thread (BEGIN
   IMMEDIATE, head SELECT, INSERTs, head row, COMMIT: bench/steps.py's baseline), no hop.
 * engine_memory_async_us: a whole step of the loop on `MemoryEventStore` with the nodes made
@@ -20,8 +20,8 @@ round by round (A B C ... A B C ...), medians reported:
 * langgraph_none_us: LangGraph with no checkpointer, the same loop, through its driver in
   its own venv (bench/peers/langgraph_driver.py), one process per round.
 
-The floor is hop x nodes per step (1: the router runs on the loop) + append through the
-journal; the best ratio against LangGraph a durable engine can reach on this machine is
+The floor is hop x nodes per step (1: the router runs on the loop) + append; the best
+ratio against LangGraph a durable engine can reach on this machine is
 langgraph_none_us / floor_us. floor_ideal_us puts a store that costs nothing beyond SQLite
 in its place (two hops, the node's and the writer's, + sqlite_raw_us); with today's
 bookkeeping (engine_memory_async_us) added, floor_with_bookkeeping_us is what the engine
@@ -46,7 +46,6 @@ import _common as common
 import steps
 import workload
 
-from agentlog.actors.engine.journal import journal_for
 from agentlog.actors.engine.offload import InFlight, executor
 from agentlog.events import MemoryEventStore, SQLiteEventStore
 from agentlog.events.kinds import Event
@@ -103,14 +102,12 @@ async def step_batches(n: int) -> list[tuple[list[Event], Any]]:
     return store.batches[1:-1]
 
 
-async def append_each(
-    path: Path, batches: list[tuple[list[Event], Any]], *, journal: bool
-) -> float:
+async def append_each(path: Path, batches: list[tuple[list[Event], Any]]) -> float:
     """Seconds per append: each step batch appended in turn to a fresh SQLite store."""
     thread = steps.THREAD
     async with SQLiteEventStore(path) as store:
         claim = await store.claim(thread)
-        append = journal_for(store).append if journal else store.append
+        append = store.append
         seq = 0
         start = time.perf_counter()
         for events, actor in batches:
@@ -199,9 +196,8 @@ def main() -> None:
         for r in range(args.rounds):
             add("hop", asyncio.run(hop_inflight(ops)))
             add("hop_raw", asyncio.run(hop_raw(ops)))
-            add("append", asyncio.run(append_each(tmp / f"a{r}.db", batches, journal=False)))
-            add("append_journal", asyncio.run(append_each(tmp / f"j{r}.db", batches, journal=True)))
-            add("sqlite_raw", sqlite_raw(tmp / f"j{r}.db", tmp / f"raw{r}.db"))
+            add("append", asyncio.run(append_each(tmp / f"a{r}.db", batches)))
+            add("sqlite_raw", sqlite_raw(tmp / f"a{r}.db", tmp / f"raw{r}.db"))
             add("engine_memory_async", asyncio.run(engine_memory(n, sync_nodes=False)))
             add("engine_memory_def", asyncio.run(engine_memory(n, sync_nodes=True)))
             add("agentlog", asyncio.run(agentlog_sqlite(tmp / f"s{r}.db", n)))
@@ -211,7 +207,7 @@ def main() -> None:
             common.log(f"round {r + 1}/{args.rounds}: {shown}")
 
     us = {f"{k}_us": round(statistics.median(v) * 1e6, 1) for k, v in samples.items()}
-    floor = us["hop_us"] * NODES_PER_STEP + us["append_journal_us"]
+    floor = us["hop_us"] * NODES_PER_STEP + us["append_us"]
     ideal = us["hop_us"] * (NODES_PER_STEP + 1) + us["sqlite_raw_us"]
     with_bookkeeping = floor + us["engine_memory_async_us"]
     result: dict[str, Any] = {

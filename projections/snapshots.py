@@ -332,8 +332,16 @@ class SnapshotWriter:
     def snapshot(
         self, seq: int, state: AgentState, *, hash: str, at: float = 0.0
     ) -> Awaitable[Snapshot]:
-        """Take a snapshot of `state`, the thread's state after record `seq` (chain hash
-        `hash`), and store it when the returned awaitable runs.
+        """`build` the snapshot and store it when the returned awaitable runs (the engine's
+        commit path builds and stores them itself; this is for callers outside a run)."""
+        return self._save(self.build(seq, state, hash=hash, at=at))
+
+    def build(
+        self, seq: int, state: AgentState, *, hash: str, at: float = 0.0
+    ) -> Awaitable[Snapshot]:
+        """The snapshot of `state`, the thread's state after record `seq` (chain hash
+        `hash`), made when the returned awaitable runs (reading the log when the references
+        must be rebuilt); storing it is the caller's.
 
         What the snapshot needs of `state` is taken now, before this returns (its fields as
         builtins, its list of messages), so the caller may fold on at once and await the
@@ -360,8 +368,8 @@ class SnapshotWriter:
         )
         refs = self._refs
         if refs is not None and refs.seq == seq and refs.hash == hash:
-            return self._save(self._snapshot_of(capture, refs))  # followed up to here
-        return self._write(capture)
+            return _ready(self._snapshot_of(capture, refs))  # followed up to here
+        return self._rebuilt(capture)
 
     def _snapshot_of(self, capture: _Capture, refs: _Refs) -> Snapshot:
         """The snapshot, with the chain hash of each record it points to as the commits
@@ -380,12 +388,13 @@ class SnapshotWriter:
             record_hashes={seq: hashes[seq] for seq in targets if seq in hashes},
         )
 
-    async def _save(self, snapshot: Snapshot) -> Snapshot:
+    async def _save(self, building: Awaitable[Snapshot]) -> Snapshot:
+        snapshot = await building
         await self.store.save_snapshot(snapshot)
         return snapshot
 
-    async def _write(self, capture: _Capture) -> Snapshot:
-        """Rebuild the references up to the snapshot from the store, store the snapshot, then
+    async def _rebuilt(self, capture: _Capture) -> Snapshot:
+        """Rebuild the references up to the snapshot from the store, make the snapshot, then
         follow on to the last record observed and keep following from there."""
         if self._lock is None:
             self._lock = asyncio.Lock()
@@ -398,7 +407,7 @@ class SnapshotWriter:
                 raise ChainBrokenError(
                     self.thread_id, capture.seq, "its hash differs from the state's to snapshot"
                 )
-            snapshot = await self._save(self._snapshot_of(capture, refs))
+            snapshot = self._snapshot_of(capture, refs)
             try:
                 while refs.seq < self._observed:  # what committed meanwhile
                     await self._follow(refs, self._observed, capture.custom_context)
@@ -431,6 +440,10 @@ class SnapshotWriter:
         async for record in self.store.read(self.thread_id, refs.seq + 1, seq, after_hash=anchor):
             refs.apply(record, custom_context)
         return refs
+
+
+async def _ready(snapshot: Snapshot) -> Snapshot:
+    return snapshot
 
 
 def write_snapshot(

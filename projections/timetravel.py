@@ -9,14 +9,15 @@ from __future__ import annotations
 import contextlib
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pydantic import ValidationError
 
 from agentlog.events import (
     Claim,
+    ConcurrencyError,
     EventRecord,
     EventStore,
     Forked,
@@ -66,6 +67,7 @@ from agentlog.projections.fold import (
     TOOL_CALLS_KEY,
     Fold,
     before_first_run,
+    decide,
     unfoldable,
 )
 from agentlog.projections.generic import state_fields
@@ -88,7 +90,6 @@ from agentlog.projections.state import (
 from agentlog.projections.transcript import calls_of, context_events
 from agentlog.projections.usage import counted, tokens_of
 from agentlog.projections.views import PointOutOfRangeError, fold_at, state_at
-from agentlog.projections.writer import Append, write
 
 S = TypeVar("S", bound=AgentState)
 
@@ -838,7 +839,7 @@ def fork_state(state: S, thread_id: str, seq: int) -> S:
     return state
 
 
-async def fork(
+async def fork_event(
     store: EventStore,
     thread_id: str,
     *,
@@ -846,13 +847,9 @@ async def fork(
     at_seq: int | None = None,
     new_thread_id: str | None = None,
     state_cls: type[AgentState] = AgentState,
-    actor: str = "user",
-    append: Append | None = None,
-) -> str:
-    """A new thread starting from the state at a point of `thread_id`; the source is untouched.
-
-    `append` is the write path to use (the engine passes its journal's; the store's by
-    default)."""
+) -> tuple[str, Forked]:
+    """What a fork of `thread_id` at a point writes (reading only): the new thread's id and
+    its first record, `forked`. `fork_build` makes the write of it."""
     seq = await point_seq(store, thread_id, at_step=at_step, at_seq=at_seq)
     if seq is not None and seq < 1:
         raise PointOutOfRangeError(
@@ -870,17 +867,53 @@ async def fork(
         state=state_data(state),
         fields=state_fields(state_cls),
     )
+    return new_id, event
 
-    def start(target: Fold[AgentState]) -> list[Event]:
+
+def fork_build(new_id: str, event: Forked) -> Callable[[Fold[S]], list[Event]]:
+    """The build of a fork's write: its `forked` record, on a thread that must not exist."""
+
+    def start(target: Fold[S]) -> list[Event]:
         if target.seq:
-            raise IllegalTransitionError(
-                Forked.KIND, f"thread {new_id!r} already exists; pick a new id"
-            )
+            raise _exists(new_id)
         return [event]
 
-    await write(
-        store, new_id, start, state_cls=state_cls, actor=actor, append=append, what="a fork"
-    )
+    return start
+
+
+def _exists(new_id: str) -> IllegalTransitionError:
+    return IllegalTransitionError(Forked.KIND, f"thread {new_id!r} already exists; pick a new id")
+
+
+async def fork(
+    store: EventStore,
+    thread_id: str,
+    *,
+    at_step: int | None = None,
+    at_seq: int | None = None,
+    new_thread_id: str | None = None,
+    state_cls: type[AgentState] = AgentState,
+    actor: str = "user",
+    append: Append | None = None,
+) -> str:
+    """A new thread starting from the state at a point of `thread_id`; the source is untouched.
+
+    One append (through `append`, the store's by default) after seq 0: there is no race to
+    build again, as a thread made meanwhile under the same id refuses the fork either way.
+    A graph's `afork` writes through the engine's commit path.
+    """
+    new_id, event = await fork_event(
+        store, thread_id, at_step=at_step, at_seq=at_seq, new_thread_id=new_thread_id,
+        state_cls=state_cls,
+    )  # fmt: skip
+    if await store.last_seq(new_id):
+        raise _exists(new_id)
+    decide(state_cls(), [event], seq=0)
+    put: Any = append if append is not None else store.append
+    try:
+        await put(new_id, [event], expected_seq=0, actor=actor)
+    except ConcurrencyError:
+        raise _exists(new_id) from None
     return new_id
 
 
@@ -924,16 +957,31 @@ async def update_state(
     state_cls: type[AgentState] = AgentState,
     claim: Claim | None = None,
 ) -> list[EventRecord]:
-    """A human edit (see `edit_events`), recorded with who and why, fenced by `claim`."""
+    """A human edit (see `edit_events`), recorded with who and why, fenced by `claim`: one
+    append after the state it was built on (`ConcurrencyError` when another writer got there
+    first). A graph's `aupdate_state` writes through the engine's commit path, which builds
+    it again then."""
+    if await store.last_seq(thread_id) == 0:
+        raise ThreadNotFoundError(thread_id)
+    fold = await fold_at(store, thread_id, None, state_cls)
+    events = edit_events(fold.state, values, source=as_node or actor, reason=reason)
+    decide(fold.state, events, seq=fold.seq)
+    return await store.append(thread_id, events, expected_seq=fold.seq, actor=actor, claim=claim)
 
-    def edit(fold: Fold[AgentState]) -> list[Event]:
-        if fold.seq == 0:
-            raise ThreadNotFoundError(thread_id)
-        return edit_events(fold.state, values, source=as_node or actor, reason=reason)
 
-    return await write(
-        store, thread_id, edit, state_cls=state_cls, actor=actor, claim=claim, what="an edit"
-    )
+class Append(Protocol):
+    """The append a fork goes through: a store's, or one of the same shape."""
+
+    def __call__(
+        self,
+        thread_id: str,
+        events: Sequence[Event],
+        *,
+        expected_seq: int,
+        run_id: str | None = ...,
+        actor: str | Sequence[str | None] | None = ...,
+        claim: Claim | None = ...,
+    ) -> Awaitable[list[EventRecord]]: ...
 
 
 __all__ = [
@@ -950,6 +998,8 @@ __all__ = [
     "event_history",
     "execution_record",
     "fork",
+    "fork_build",
+    "fork_event",
     "inside_commits",
     "interrupt_summary",
     "message_brief",

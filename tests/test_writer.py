@@ -8,9 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from agentlog.events import SQLiteEventStore, StateUpdated
+from agentlog.actors.engine.commit import RETRY, RetryRule, write
+from agentlog.events import (
+    ClaimLostError,
+    ConcurrencyError,
+    SQLiteEventStore,
+    StateUpdated,
+    ThreadBusyError,
+)
 from agentlog.projections import AgentState, Fold, IllegalTransitionError, fork
-from agentlog.projections.writer import write
 from tests.helpers import step_events, text_event
 
 
@@ -73,3 +79,57 @@ async def test_a_build_that_returns_nothing_writes_nothing(tmp_path: Path) -> No
 
 def _refuse(fold: Fold[AgentState]) -> list[StateUpdated]:
     raise ValueError("refused")
+
+
+async def test_a_write_that_keeps_losing_the_race_gives_up_after_the_rule_s_tries(
+    tmp_path: Path,
+) -> None:
+    async with SQLiteEventStore(tmp_path / "r.db") as store:
+        await store.append("t", [text_event("hi")], expected_seq=0)
+        tries: list[int] = []
+
+        async def always_beaten(thread_id: str, events: object, **kwargs: object) -> object:
+            tries.append(1)
+            raise ConcurrencyError(thread_id, 1, 2)
+
+        with pytest.raises(ThreadBusyError, match="gave up after"):
+            await write(
+                store,
+                "t",
+                lambda fold: [StateUpdated(values={"context_summary": "x"})],
+                state_cls=AgentState,
+                actor="x",
+                append=always_beaten,
+            )
+        assert len(tries) == RETRY.races
+        assert await store.last_seq("t") == 1
+
+
+async def test_a_busy_thread_is_waited_out_a_lost_claim_never() -> None:
+    rule = RetryRule(busy_wait_s=0.001, max_busy_wait_s=0.002)
+    calls: list[str] = []
+
+    async def busy_twice() -> str:
+        calls.append("try")
+        if len(calls) < 3:
+            raise ThreadBusyError("held by a def node still running")
+        return "done"
+
+    assert await rule.while_busy(busy_twice) == "done"
+    assert len(calls) == 3
+
+    async def lost() -> str:
+        calls.append("lost")
+        raise ClaimLostError("taken over")
+
+    with pytest.raises(ClaimLostError):
+        await rule.while_busy(lost)
+    assert calls.count("lost") == 1, "a lost claim is never tried again"
+
+    async def always_busy() -> str:
+        raise ThreadBusyError("held")
+
+    async def no_longer_wanted() -> bool:
+        return False
+
+    assert await rule.while_busy(always_busy, still=no_longer_wanted) is None

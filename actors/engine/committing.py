@@ -7,7 +7,7 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
 
 import msgspec
 
@@ -18,7 +18,6 @@ from agentlog.actors.engine.errors import (
 from agentlog.actors.tools.node import is_tool_node
 from agentlog.events import (
     AgentlogError,
-    ConcurrencyError,
     ContextSummarized,
     EventRecord,
     InterruptRaised,
@@ -30,6 +29,7 @@ from agentlog.events import (
     RunCompleted,
     RunFailed,
     RunStarted,
+    Snapshot,
     StepAdvanced,
     StopRequested,
     ToolCallStarted,
@@ -60,7 +60,8 @@ from agentlog.projections.fold import (
 if TYPE_CHECKING:
     pass
 from agentlog.actors.engine.callbacks import LIFECYCLE_HOOKS, Occurrence, call_hook
-from agentlog.actors.engine.run import COMMIT_ATTEMPTS, Engine, Run, S, _log, elapsed_ms
+from agentlog.actors.engine.commit import commit
+from agentlog.actors.engine.run import Engine, Run, S, _log, elapsed_ms
 from agentlog.actors.engine.view import node_view
 from agentlog.actors.tools.node import pending_calls
 from agentlog.projections.snapshots import SnapshotWriter
@@ -73,15 +74,60 @@ Build = Callable[[], list[Event] | Awaitable[list[Event]]]
 
 
 class Committing(Engine[S]):
-    """The commit path of the engine."""
+    """What the commits of every run of a graph share: its context manager, its routing,
+    its lifecycle hooks and loading a thread's fold (each run commits through its own
+    `RunCommits`)."""
 
     context_manager: BaseContextManager[Any] | None = None
     """Bounds the context the nodes see (`compile(context_manager=...)`): a commit that
     leaves it over its bound carries the trim."""
 
-    async def _commit_step(
+    async def _lifecycle(self, records: Sequence[EventRecord]) -> None:
+        """Call the lifecycle hook of each committed record that has one, in order."""
+        hooks = self.callbacks
+        if hooks is None:
+            return
+        for record in records:
+            hook = LIFECYCLE_HOOKS.get(record.kind)
+            if hook is not None and hook in self.hooked:
+                occurrence = Occurrence(hook, record.thread_id, record.run_id, record)
+                await call_hook(hooks, hook, occurrence)
+
+    def _route(self, node: str, state: S) -> str:
+        if node in self.graph.edges:
+            return self.graph.edges[node]
+        branch = self.graph.branches.get(node)
+        if branch is None:
+            return END
+        target = branch.resolve(branch.condition(node_view(state)), node)
+        if target != END and target not in self.graph.nodes:
+            raise GraphError(f"the condition after {node!r} chose {target!r}, which is no node")
+        return target
+
+    @staticmethod
+    def _scratch_records(
+        thread_id: str | None, events: Sequence[Event], base: int, run_id: str | None = None
+    ) -> list[EventRecord]:
+        return [
+            uncommitted_record(e, base + i + 1, thread_id, run_id) for i, e in enumerate(events)
+        ]
+
+    async def _load(self, thread_id: str) -> Fold[S]:
+        if await self.store.last_seq(thread_id) == 0:
+            return Fold.new(self.graph.state_cls)
+        return await fold_at(self.store, thread_id, state_cls=self.graph.state_cls)
+
+
+class RunCommits(Generic[S]):
+    """A run's side of the commit path: its commits (a step's outputs, the run's own
+    records), each built on the run's live fold, trimmed by the context manager, appended
+    under the run's claim, then folded, published, snapshotted and handed to the hooks."""
+
+    def __init__(self, engine: Committing[S], run: Run[S]) -> None:
+        self.engine, self.run = engine, run
+
+    async def commit_step(
         self,
-        run: Run[S],
         node: str,
         events: list[Event],
         goto: str | None,
@@ -98,14 +144,11 @@ class Committing(Engine[S]):
         `ending` (the node called `state.complete()`) sends the run to END. `started` is when
         the node was handed its input: the step's duration runs from it to the commit's build.
         """
-        async with run.writing:
-            await self._commit_step_unlocked(
-                run, node, events, goto, pause, ending, started, changed_by
-            )
+        async with self.run.writing:
+            await self._commit_step_unlocked(node, events, goto, pause, ending, started, changed_by)
 
     async def _commit_step_unlocked(
         self,
-        run: Run[S],
         node: str,
         events: list[Event],
         goto: str | None,
@@ -122,14 +165,14 @@ class Committing(Engine[S]):
 
         def outputs() -> None:
             nonlocal base
-            base = run.fold.seq
-            run.fold.apply_decided(self._scratch(run, events, base))  # routing sees the outputs
+            base = self.run.fold.seq
+            self.run.fold.apply_decided(self._scratch(events, base))  # routing sees the outputs
 
         async def trimmed() -> list[Event]:
             outputs()
-            found = await self._trim(run, events)
+            found = await self._trim(events)
             if found:
-                run.fold.apply_decided(self._scratch(run, found, base + len(events)))
+                self.run.fold.apply_decided(self._scratch(found, base + len(events)))
             return rest(found)
 
         def build() -> list[Event]:
@@ -140,14 +183,14 @@ class Committing(Engine[S]):
             """Route from the state the outputs (and the trim) leave; the step's tail."""
             nonlocal entering, target, trim
             trim = found
-            fold = run.fold
+            fold = self.run.fold
             if ending:
                 target = END
             else:
-                target = goto if goto is not None else self._route(node, fold.state)
+                target = goto if goto is not None else self.engine._route(node, fold.state)
                 if goto is not None:
-                    self.graph.check_goto(node, goto)
-            if target != END and target not in self.graph.nodes:
+                    self.engine.graph.check_goto(node, goto)
+            if target != END and target not in self.engine.graph.nodes:
                 raise GraphError(f"node {node!r} chose to go to {target!r}, which is no node")
             remote = _remote_calls(events)
             if remote and pause is None and target == END:
@@ -165,58 +208,56 @@ class Committing(Engine[S]):
                 tail.append(
                     InterruptRaised(node=node, reason=REMOTE_TOOL_CALL, when="after", data=data)
                 )
-            elif node in self.interrupt_after:
+            elif node in self.engine.interrupt_after:
                 tail.append(InterruptRaised(node=node, reason="interrupt_after", when="after"))
-            entering = self._entering(run, tail, target)
+            entering = self._entering(tail, target)
             tail.extend(entering)
-            fold.apply_decided(self._scratch(run, tail, base + len(events) + len(trim)))
+            fold.apply_decided(self._scratch(tail, base + len(events) + len(trim)))
             return [*events, *trim, *tail]
 
         actors = None
-        if changed_by is not None or self.context_manager is not None:
+        if changed_by is not None or self.engine.context_manager is not None:
             writer = node if changed_by is None else changed_by
 
             def actors(batch: list[Event]) -> tuple[str, ...]:
                 others = len(batch) - len(events) - len(trim)
                 return (writer,) * len(events) + (TRIMMER,) * len(trim) + (node,) * others
 
-        chosen: Build = build if self.context_manager is None else trimmed
-        records = await self._commit_built(run, chosen, actor=node, actors=actors)
+        chosen: Build = build if self.engine.context_manager is None else trimmed
+        records = await self._commit_built(chosen, actor=node, actors=actors)
         if entering:
-            run.ahead = (target, records[len(records) - len(entering) + 1 :])
-            run.started_ahead.update(e.call_id for e in entering if isinstance(e, ToolCallStarted))
+            self.run.ahead = (target, records[len(records) - len(entering) + 1 :])
+            self.run.started_ahead.update(
+                e.call_id for e in entering if isinstance(e, ToolCallStarted)
+            )
 
-    async def _commit(
-        self, run: Run[S], events: Sequence[Event], *, actor: str
-    ) -> list[EventRecord]:
+    async def commit(self, events: Sequence[Event], *, actor: str) -> list[EventRecord]:
         """Decide, append and fold `events`; a concurrent stop request is folded in first."""
-        async with run.writing:
-            return await self._commit_unlocked(run, events, actor=actor)
+        async with self.run.writing:
+            return await self._commit_unlocked(events, actor=actor)
 
-    async def _commit_unlocked(
-        self, run: Run[S], events: Sequence[Event], *, actor: str
-    ) -> list[EventRecord]:
+    async def _commit_unlocked(self, events: Sequence[Event], *, actor: str) -> list[EventRecord]:
         def build() -> list[Event]:
-            run.fold.apply_decided(self._scratch(run, events, run.fold.seq))
+            self.run.fold.apply_decided(self._scratch(events, self.run.fold.seq))
             return list(events)
 
-        if self.context_manager is None:
-            return await self._commit_built(run, build, actor=actor)
+        if self.engine.context_manager is None:
+            return await self._commit_built(build, actor=actor)
 
         async def trimmed() -> list[Event]:
-            base = run.fold.seq
-            run.fold.apply_decided(self._scratch(run, events, base))
-            trim = await self._trim(run, events)
+            base = self.run.fold.seq
+            self.run.fold.apply_decided(self._scratch(events, base))
+            trim = await self._trim(events)
             if trim:
-                run.fold.apply_decided(self._scratch(run, trim, base + len(events)))
+                self.run.fold.apply_decided(self._scratch(trim, base + len(events)))
             return [*events, *trim]
 
         def actors(batch: list[Event]) -> tuple[str, ...]:
             return (actor,) * len(events) + (TRIMMER,) * (len(batch) - len(events))
 
-        return await self._commit_built(run, trimmed, actor=actor, actors=actors)
+        return await self._commit_built(trimmed, actor=actor, actors=actors)
 
-    async def _trim(self, run: Run[S], events: Sequence[Event]) -> list[Event]:
+    async def _trim(self, events: Sequence[Event]) -> list[Event]:
         """The events trimming the context after `events` were folded in, if it is over the
         context manager's bound: the messages it drops (`messages_removed`, the log keeps
         them), and the new summary when there is one (`context_summarized`). A manager that
@@ -224,12 +265,12 @@ class Committing(Engine[S]):
         `context_summarized` carrying it). Only a commit that adds messages, and does not
         end the run, or that starts or resumes a run or enters a node, is trimmed: a node
         never starts on a context over the bound, even after a human edit."""
-        manager = self.context_manager
+        manager = self.engine.context_manager
         if manager is None or not any(isinstance(e, _GROWS_OR_STARTS) for e in events):
             return []
         if any(isinstance(e, RunCompleted | RunFailed | RunCancelled) for e in events):
             return []
-        state = run.fold.state
+        state = self.run.fold.state
         before = list(state.context)
         if isinstance(manager, MessageContextManager):
             kept = manager.trimmed(before)
@@ -274,57 +315,40 @@ class Committing(Engine[S]):
 
     async def _commit_built(
         self,
-        run: Run[S],
         build: Build,
         *,
         actor: str,
         actors: Callable[[list[Event]], tuple[str, ...]] | None = None,
     ) -> list[EventRecord]:
-        """The run's one commit loop: `build` checks its events and folds them into the run's
-        fold ahead of the append (so routing can read them); the append then lands them, or,
-        when a stop request came in between, the fold catches up and `build` runs again.
-        Anything else that goes wrong reloads the fold from the log, so it never holds an
-        event the log does not."""
-        for _ in range(COMMIT_ATTEMPTS):
-            base = run.fold.seq
-            try:
-                built = build()
-                batch = await built if inspect.isawaitable(built) else built
-                who = actor if actors is None else actors(batch)
-                records = await self._append(run, batch, base, who)
-            except ConcurrencyError:
-                await self._catch_up(run, base)
-                continue
-            except BaseException:
-                run.fold = await self._load(run.thread_id)
-                raise
-            fold = run.fold
-            fold.seq, fold.hash = records[-1].seq, records[-1].hash
-            if any(r.event != e for r, e in zip(records, batch, strict=True)):
-                run.fold = await self._load(run.thread_id)  # keep the canonical decoded values
-            await self._after_commit(run, records)
-            return records
-        raise ThreadBusyError(f"thread {run.thread_id!r} kept moving while {actor!r} wrote to it")
+        """Commit what `build` makes through the commit path (`agentlog.actors.engine.commit`):
+        `build` checks its events and folds them into the run's fold ahead of the append (so
+        routing can read them); the append then lands them, or, when a stop request came in
+        between, the fold catches up and `build` runs again. Anything else that goes wrong
+        reloads the fold from the log, so it never holds an event the log does not."""
+        writer = _RunWrite(self, build, actor, actors)
+        return await commit(writer, thread_id=self.run.thread_id, what=f"a commit by {actor!r}")
 
-    @staticmethod
     async def _append(
-        run: Run[S], events: Sequence[Event], expected_seq: int, actor: str | tuple[str, ...]
+        self, events: Sequence[Event], expected_seq: int, actor: str | tuple[str, ...]
     ) -> list[EventRecord]:
         """Append under the run's claim; if the run is cancelled meanwhile, the append goes
-        on and `run.committing` lets the abandon record wait for it."""
-        run.committing = run.journal.submit(
-            run.thread_id,
-            events,
-            expected_seq=expected_seq,
-            run_id=run.run_id,
-            actor=actor,
-            claim=run.claim,
+        on and `self.run.committing` lets the abandon record wait for it."""
+        self.run.committing = asyncio.ensure_future(
+            self.engine.store.append(
+                self.run.thread_id,
+                events,
+                expected_seq=expected_seq,
+                run_id=self.run.run_id,
+                actor=actor,
+                claim=self.run.claim,
+            )
         )
-        return await asyncio.shield(run.committing)
+        return await asyncio.shield(self.run.committing)
 
-    async def _catch_up(self, run: Run[S], since: int) -> None:
+    async def _catch_up(self, since: int) -> None:
         """Reload after another writer appended; only a stop request may come from outside."""
-        async for record in self.store.read(run.thread_id, since + 1):
+        run = self.run
+        async for record in self.engine.store.read(run.thread_id, since + 1):
             if not isinstance(record.event, StopRequested):
                 same_run = "the same run id" if record.run_id == run.run_id else "another run id"
                 raise ThreadBusyError(
@@ -333,52 +357,49 @@ class Committing(Engine[S]):
                     f"{run.run_id} expected the thread to end at seq {since}; two runs must not "
                     "share a thread at once"
                 )
-        run.fold = await self._load(run.thread_id)
+        run.fold = await self.engine._load(run.thread_id)
 
-    async def _lifecycle(self, records: Sequence[EventRecord]) -> None:
-        """Call the lifecycle hook of each committed record that has one, in order."""
-        hooks = self.callbacks
-        if hooks is None:
-            return
-        for record in records:
-            hook = LIFECYCLE_HOOKS.get(record.kind)
-            if hook is not None and hook in self.hooked:
-                occurrence = Occurrence(hook, record.thread_id, record.run_id, record)
-                await call_hook(hooks, hook, occurrence)
-
-    async def _after_commit(self, run: Run[S], records: list[EventRecord]) -> None:
+    async def _after_commit(self, records: list[EventRecord]) -> None:
         for record in records:
             if isinstance(record.event, MessageAppended):
-                run.own.add(record.event.message.get("message_id"))  # type: ignore[arg-type]
-        if run.stream is not None:
-            await self._publish(run, records)
-        every = self.snapshot_every
+                self.run.own.add(record.event.message.get("message_id"))  # type: ignore[arg-type]
+        if self.run.stream is not None:
+            await self._publish(records)
+        every = self.engine.snapshot_every
         if every:
-            if run.snapshots is None:
-                run.snapshots = SnapshotWriter(self.store, run.thread_id)
-            run.snapshots.observe(records)
-            if run.fold.seq // every > run.last_snapshot // every:
-                self._snapshot(run)
-        if self.hooked:
-            await self._lifecycle(records)  # last: a hook sees what the log says
+            if self.run.snapshots is None:
+                self.run.snapshots = SnapshotWriter(self.engine.store, self.run.thread_id)
+            self.run.snapshots.observe(records)
+            if self.run.fold.seq // every > self.run.last_snapshot // every:
+                self.snapshot()
+        if self.engine.hooked:
+            await self.engine._lifecycle(records)  # last: a hook sees what the log says
 
-    def _snapshot(self, run: Run[S]) -> None:
+    def snapshot(self) -> None:
         """Snapshot the run's state as it stands, in the background (its references into the
         log are taken now; the run folds on meanwhile)."""
-        if run.snapshots is None or not run.fold.hash:
+        if self.run.snapshots is None or not self.run.fold.hash:
             return
-        run.last_snapshot = run.fold.seq
+        self.run.last_snapshot = self.run.fold.seq
         try:
-            saving = run.snapshots.snapshot(run.fold.seq, run.fold.state, hash=run.fold.hash)
+            building = self.run.snapshots.build(
+                self.run.fold.seq, self.run.fold.state, hash=self.run.fold.hash
+            )
         except AgentlogError as exc:
-            _log.warning("snapshot of %r at seq %d skipped: %s", run.thread_id, run.fold.seq, exc)
+            _log.warning(
+                "snapshot of %r at seq %d skipped: %s", self.run.thread_id, self.run.fold.seq, exc
+            )
             return
-        task = asyncio.ensure_future(saving)
-        run.background.add(task)
-        task.add_done_callback(partial(_snapshot_done, run.background))
+        task = asyncio.ensure_future(self._save_snapshot(building))
+        self.run.background.add(task)
+        task.add_done_callback(partial(_snapshot_done, self.run.background))
 
-    async def _publish(self, run: Run[S], records: list[EventRecord]) -> None:
-        assert run.stream is not None
+    async def _save_snapshot(self, building: Awaitable[Snapshot]) -> None:
+        """The commit path's snapshot step: store the snapshot the projection made."""
+        await self.engine.store.save_snapshot(await building)
+
+    async def _publish(self, records: list[EventRecord]) -> None:
+        assert self.run.stream is not None
         for record in records:
             event = record.event
             if isinstance(event, MessageAppended):
@@ -386,8 +407,8 @@ class Committing(Engine[S]):
                 chunk = StreamChunk(
                     event=StreamEvent.MESSAGE,
                     message=message,
-                    thread_id=run.thread_id,
-                    run_id=run.run_id,
+                    thread_id=self.run.thread_id,
+                    run_id=self.run.run_id,
                 )
             elif record.kind in (
                 "step_advanced",
@@ -408,66 +429,89 @@ class Committing(Engine[S]):
                     **msgspec.to_builtins(event, builtin_types=(bytes, bytearray)),
                 }
                 chunk = StreamChunk(
-                    event=StreamEvent.UPDATES, data=data, thread_id=run.thread_id, run_id=run.run_id
+                    event=StreamEvent.UPDATES,
+                    data=data,
+                    thread_id=self.run.thread_id,
+                    run_id=self.run.run_id,
                 )
             else:
                 continue
-            await run.stream.tell(chunk)
+            await self.run.stream.tell(chunk)
 
-    def _route(self, node: str, state: S) -> str:
-        if node in self.graph.edges:
-            return self.graph.edges[node]
-        branch = self.graph.branches.get(node)
-        if branch is None:
-            return END
-        target = branch.resolve(branch.condition(node_view(state)), node)
-        if target != END and target not in self.graph.nodes:
-            raise GraphError(f"the condition after {node!r} chose {target!r}, which is no node")
-        return target
-
-    @staticmethod
-    def _scratch(run: Run[S], events: Sequence[Event], base: int) -> list[EventRecord]:
+    def _scratch(self, events: Sequence[Event], base: int) -> list[EventRecord]:
         """The records `events` will be once appended by the run: same seqs, same run id."""
-        return Committing._scratch_records(run.thread_id, events, base, run.run_id)
+        return Committing._scratch_records(self.run.thread_id, events, base, self.run.run_id)
 
-    @staticmethod
-    def _scratch_records(
-        thread_id: str | None, events: Sequence[Event], base: int, run_id: str | None = None
-    ) -> list[EventRecord]:
-        return [
-            uncommitted_record(e, base + i + 1, thread_id, run_id) for i, e in enumerate(events)
-        ]
-
-    def _entering(self, run: Run[S], tail: Sequence[Event], target: str) -> list[Event]:
+    def _entering(self, tail: Sequence[Event], target: str) -> list[Event]:
         """The events entering `target` in the same commit as the step before it, when it is
         sure to run next: its `node_entered`, and, for a tool node, the start of each call.
 
         Not when the run pauses, ends, stops or reaches its recursion limit first, or when
         `target` has a breakpoint before it: then the next step enters it on its own.
         """
-        meta = run.fold.state.execution_meta
+        meta = self.run.fold.state.execution_meta
         if (
             target == END
-            or target not in self.graph.nodes
-            or target in self.interrupt_before
+            or target not in self.engine.graph.nodes
+            or target in self.engine.interrupt_before
             or meta.status != ExecutionStatus.RUNNING
             or meta.stop_current_execution != StopRequestStatus.NONE
-            or run.taken + 1 >= run.recursion_limit
+            or self.run.taken + 1 >= self.run.recursion_limit
             or any(isinstance(e, InterruptRaised) for e in tail)
         ):
             return []
         events: list[Event] = [NodeEntered(node=target)]
-        if is_tool_node(self.graph.nodes[target]):
+        if is_tool_node(self.engine.graph.nodes[target]):
             events += [
                 ToolCallStarted(call_id=c.id, name=c.name, args=to_builtins(c.args), node=target)
-                for c in pending_calls(run.fold.state)
+                for c in pending_calls(self.run.fold.state)
             ]
         return events
 
-    async def _load(self, thread_id: str) -> Fold[S]:
-        if await self.store.last_seq(thread_id) == 0:
-            return Fold.new(self.graph.state_cls)
-        return await fold_at(self.store, thread_id, state_cls=self.graph.state_cls)
+
+class _RunWrite(Generic[S]):
+    """A run's side of one commit: its live fold, folded ahead by the build, caught up when
+    a stop request won the race, reloaded from the log when anything else failed."""
+
+    __slots__ = ("actor", "actors", "batch", "commits", "make")
+
+    def __init__(
+        self,
+        commits: RunCommits[S],
+        make: Build,
+        actor: str,
+        actors: Callable[[list[Event]], tuple[str, ...]] | None,
+    ) -> None:
+        self.commits, self.make, self.actor, self.actors = commits, make, actor, actors
+        self.batch: list[Event] = []
+
+    async def base(self) -> int:
+        return self.commits.run.fold.seq
+
+    async def build(self, base: int) -> list[Event]:
+        made = self.make()
+        self.batch = await made if inspect.isawaitable(made) else made
+        return self.batch
+
+    async def append(self, events: Sequence[Event], base: int) -> list[EventRecord]:
+        who = self.actor if self.actors is None else self.actors(self.batch)
+        return await self.commits._append(events, base, who)
+
+    async def landed(self, records: list[EventRecord]) -> None:
+        commits = self.commits
+        run = commits.run
+        fold = run.fold
+        fold.seq, fold.hash = records[-1].seq, records[-1].hash
+        if any(r.event != e for r, e in zip(records, self.batch, strict=True)):
+            run.fold = await commits.engine._load(run.thread_id)  # the canonical decoded values
+        await commits._after_commit(records)
+
+    async def lost(self, base: int) -> None:
+        await self.commits._catch_up(base)
+
+    async def failed(self) -> None:
+        run = self.commits.run
+        run.fold = await self.commits.engine._load(run.thread_id)
 
 
 def _snapshot_done(tasks: set[asyncio.Task[Any]], task: asyncio.Task[Any]) -> None:

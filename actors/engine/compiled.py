@@ -57,7 +57,6 @@ from agentlog.projections import (
     diff,
     edit_events,
     event_history,
-    fork,
     open_calls,
     order_problems,
     state_at_point,
@@ -66,12 +65,13 @@ from agentlog.projections import (
 from agentlog.projections.fold import before_first_run, decide
 from agentlog.projections.messages import monotonic
 from agentlog.projections.snapshots import DEFAULT_SNAPSHOT_EVERY
+from agentlog.projections.timetravel import fork_build, fork_event
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.graph import StateGraph
 from agentlog.actors.engine.callbacks import Callbacks, overridden
+from agentlog.actors.engine.commit import write
 from agentlog.actors.engine.ending import closing_events, goes_past
-from agentlog.actors.engine.journal import journal_for
 from agentlog.actors.engine.offload import InFlight
 from agentlog.actors.engine.portal import Portal
 from agentlog.actors.engine.results import ResponseGranularity, granularity, run_result
@@ -85,7 +85,6 @@ from agentlog.actors.engine.run import (
 )
 from agentlog.actors.engine.steps import StepLoop
 from agentlog.actors.engine.stream import END_OF_STREAM, RunStream
-from agentlog.projections.writer import write
 
 
 class CompiledGraph(StepLoop[S]):
@@ -253,15 +252,19 @@ class CompiledGraph(StepLoop[S]):
         new_thread_id: str | None = None,
     ) -> str:
         """Branch the thread at a past point into a new thread; return the new thread id."""
-        return await fork(
+        new_id, event = await fork_event(
             self.store,
             _thread_of(config),
             at_step=at_step,
             at_seq=at_seq,
             new_thread_id=new_thread_id,
             state_cls=self.graph.state_cls,
-            append=journal_for(self.store).append,
         )
+        start = fork_build(new_id, event)
+        await write(
+            self.store, new_id, start, state_cls=self.graph.state_cls, actor="user", what="a fork"
+        )
+        return new_id
 
     async def aupdate_state(
         self,
@@ -318,7 +321,6 @@ class CompiledGraph(StepLoop[S]):
                 actor=actor,
                 run_id=run_id,
                 claim=claim,
-                append=journal_for(self.store).append,
                 what=what,
             )
         finally:
@@ -423,7 +425,6 @@ class CompiledGraph(StepLoop[S]):
             stop,
             state_cls=self.graph.state_cls,
             actor=by,
-            append=journal_for(self.store).append,
             what="a stop request",
         )
         return bool(records)

@@ -29,7 +29,6 @@ from agentlog.projections.snapshots import SnapshotWriter
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.graph import StateGraph
-from agentlog.actors.engine.journal import Journal
 from agentlog.actors.engine.nodes import NodeActor
 from agentlog.actors.engine.offload import InFlight
 from agentlog.actors.engine.stream import RunStream
@@ -38,7 +37,6 @@ S = TypeVar("S", bound=AgentState)
 T = TypeVar("T")
 _log = logging.getLogger("agentlog.runtime")
 DEFAULT_RECURSION_LIMIT = 25
-COMMIT_ATTEMPTS = 5
 
 
 @dataclass
@@ -47,7 +45,6 @@ class Run(Generic[S]):
     run_id: str
     config: dict[str, Any]
     fold: Fold[S]
-    journal: Journal
     stream: RunStream | None
     skip_interrupt_before: str | None = None
     idle: bool = False

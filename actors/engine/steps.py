@@ -6,36 +6,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from agentlog.actors.engine.actor import ActorStoppedError
 from agentlog.actors.engine.command import Command
-from agentlog.actors.engine.context import NodeContext
 from agentlog.actors.engine.errors import (
     GraphError,
-    GraphInterrupt,
-    NodeError,
-    NodeReportedError,
-    NodeTimeoutError,
     NothingToResumeError,
-    RecursionLimitError,
-    ThreadBusyError,
     UnreadResumeValueError,
 )
 from agentlog.actors.tools.node import is_tool_node
 from agentlog.events import (
-    AgentlogError,
     Claim,
-    EventRecord,
     Forked,
     InterruptRaised,
     MessageAppended,
-    ModelCalled,
-    NodeEntered,
     Resumed,
-    RunCompleted,
-    RunFailed,
     RunStarted,
     Stopped,
     StopRequested,
@@ -45,7 +31,6 @@ from agentlog.events import (
 from agentlog.events.claims import DEFAULT_LEASE
 from agentlog.events.kinds import ContextSummarized, Event, StateUpdated
 from agentlog.projections import (
-    END,
     START,
     AgentState,
     ExecutionState,
@@ -61,8 +46,6 @@ from agentlog.projections import (
 )
 from agentlog.projections.fold import (
     AWAITING_KEY,
-    ENTERED_KEY,
-    RESUME_KEY,
     before_first_run,
     decide,
 )
@@ -72,35 +55,27 @@ from agentlog.projections.messages import monotonic, new_run_id, normalize_input
 if TYPE_CHECKING:
     pass
 from agentlog.actors.engine.callbacks import (
-    INVOCATION_HOOKS,
     HookError,
-    Invocation,
-    InvocationType,
     call_hook,
-    recovered,
 )
+from agentlog.actors.engine.commit import write
 from agentlog.actors.engine.committing import Committing
 from agentlog.actors.engine.ending import closing_events, goes_past
-from agentlog.actors.engine.guard import Guard
-from agentlog.actors.engine.journal import journal_for
-from agentlog.actors.engine.nodes import NodeActor, RunNode, output_events, resume_values
+from agentlog.actors.engine.loop import RunLoop, _answered_ids
+from agentlog.actors.engine.nodes import output_events
 from agentlog.actors.engine.offload import InFlight
 from agentlog.actors.engine.redact import redact
 from agentlog.actors.engine.run import (
     ABANDONED_BY_CALLER,
-    Run,
     S,
     _log,
     _recursion_limit,
-    _timeout,
     elapsed_ms,
     finish,
     run_config,
 )
 from agentlog.actors.engine.stream import END_OF_STREAM, RunStream
-from agentlog.actors.engine.view import node_view
 from agentlog.actors.tools.node import pending_calls
-from agentlog.projections.writer import write
 
 TRIGGER_KEY = "trigger_id"
 """The config key by which an agent runtime names the trigger a call carries out."""
@@ -166,12 +141,12 @@ class StepLoop(Committing[S]):
 
     async def _run(
         self, input: Any, config: Mapping[str, Any] | None, stream: RunStream | None
-    ) -> Run[S]:
+    ) -> RunLoop[S]:
         started = monotonic()  # the call's start: run records measure from here
         config = run_config(config)
         thread_id = config["thread_id"]
         claim: Claim | None = None
-        run: Run[S] | None = None
+        run: RunLoop[S] | None = None
         in_flight = InFlight()
         recorded: asyncio.Future[None] | None = None
         try:
@@ -181,11 +156,11 @@ class StepLoop(Committing[S]):
             )
             run, opening = await self._begin(input, config, stream, claim, in_flight, started)
             if opening:  # `run` is known first, so a cancellation here is recorded after it
-                await self._commit(run, opening, actor=str(config.get("user", "user")))
+                await run.commits.commit(opening, actor=str(config.get("user", "user")))
             if not run.idle:
-                await self._steps(run)
+                await run.steps()
                 if run.fold.seq - run.last_snapshot >= SNAPSHOT_AT_REST:
-                    self._snapshot(run)  # the next load of the thread starts from here
+                    run.commits.snapshot()  # the next load of the thread starts from here
             if stream is not None:
                 await stream.tell(
                     StreamChunk(
@@ -208,7 +183,7 @@ class StepLoop(Committing[S]):
             raise
         except Exception as exc:
             if isinstance(exc, HookError) and run is not None:
-                await self._fail_for_hook(run, exc)
+                await run.fail_for_hook(exc)
             if stream is not None and stream.running:
                 await stream.tell(
                     StreamChunk(
@@ -225,25 +200,6 @@ class StepLoop(Committing[S]):
                 self._close_run(run, claim, in_flight, stream, recorded)
             )
             await finish(closing)
-
-    async def _fail_for_hook(self, run: Run[S], error: HookError) -> None:
-        """Record that a hook failed the run, if the run can still fail (a hook raising after
-        the run completed or paused is reported to the caller; the log already says how the
-        run came to rest)."""
-        run.fold = await self._load(run.thread_id)
-        meta = run.fold.state.execution_meta
-        if meta.status != ExecutionStatus.RUNNING or meta.stop_current_execution != (
-            StopRequestStatus.NONE
-        ):
-            return
-        failed = RunFailed(
-            node=meta.current_node,
-            error_type="HookError",
-            message=redact(str(error)),
-            duration_ms=run.elapsed_ms(),
-        )
-        with contextlib.suppress(AgentlogError):
-            await self._commit(run, [failed], actor=error.hook.split(".")[0])
 
     async def _claim(
         self,
@@ -273,7 +229,7 @@ class StepLoop(Committing[S]):
 
     async def _close_run(
         self,
-        run: Run[S] | None,
+        run: RunLoop[S] | None,
         claim: Claim | None,
         in_flight: InFlight,
         stream: RunStream | None,
@@ -323,7 +279,7 @@ class StepLoop(Committing[S]):
     async def _abandon(
         self,
         thread_id: str,
-        run: Run[S] | None,
+        run: RunLoop[S] | None,
         claim: Claim,
         in_flight: InFlight,
         why: str,
@@ -380,7 +336,6 @@ class StepLoop(Committing[S]):
                 actor="runtime",
                 run_id=run_id_of,
                 claim=claim,
-                append=journal_for(self.store).append,
                 what="the record of an abandoned run",
             )
         except Exception as exc:
@@ -399,7 +354,7 @@ class StepLoop(Committing[S]):
         claim: Claim,
         in_flight: InFlight,
         started: float,
-    ) -> tuple[Run[S], list[Event]]:
+    ) -> tuple[RunLoop[S], list[Event]]:
         """The run to make of this call, and the events that open it (to be committed)."""
         thread_id = config["thread_id"]
         command = input if isinstance(input, Command) else None
@@ -415,18 +370,18 @@ class StepLoop(Committing[S]):
         meta = fold.state.execution_meta
         user = str(config.get("user", "user"))
         trigger = config.get(TRIGGER_KEY)  # the runtime's trigger: its opening names it
-        run = Run(
+        run = RunLoop(
             thread_id,
             str(meta.internal_data.get("run_id") or ""),
             config,
             fold,
-            journal_for(self.store),
             stream,
             claim=claim,
             in_flight=in_flight,
             recursion_limit=_recursion_limit(config, self.recursion_limit),
             started=started,
             last_snapshot=fold.snapshot_seq,  # the thread's latest, not 0 for every run
+            engine=self,
         )
         resume = command.resume if command is not None else None
         paused = meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED
@@ -636,310 +591,10 @@ class StepLoop(Committing[S]):
             and bool(pending_calls(state))
         )
 
-    async def _steps(self, run: Run[S]) -> None:
-        while True:
-            meta = run.fold.state.execution_meta
-            node = meta.current_node
-            if meta.is_stopped_requested():
-                await self._commit(run, [self._stop_between(run, node)], actor="runtime")
-                return
-            if node == END:
-                await self._complete(run)
-                return
-            entered = meta.internal_data.get(ENTERED_KEY)
-            passed = node == run.skip_interrupt_before or (entered and entered["node"] == node)
-            if node in self.interrupt_before and not passed:
-                event = InterruptRaised(node=node, reason="interrupt_before", when="before")
-                await self._commit(run, [event], actor="runtime")
-                return
-            run.skip_interrupt_before = None
-            if run.taken >= run.recursion_limit:
-                message = (
-                    f"run {run.run_id} on thread {run.thread_id!r} reached its recursion limit "
-                    f"of {run.recursion_limit} steps before node {node!r}; raise "
-                    "recursion_limit in compile() or in the call's config if the graph really "
-                    "needs more"
-                )
-                await self._commit(
-                    run,
-                    [
-                        RunFailed(
-                            node=node,
-                            error_type="RecursionLimitError",
-                            message=message,
-                            duration_ms=run.elapsed_ms(),
-                        )
-                    ],
-                    actor="runtime",
-                )
-                raise RecursionLimitError(message)
-            if node not in self.graph.nodes:
-                raise GraphError(f"thread {run.thread_id!r} is at node {node!r}, not in this graph")
-            await self._step(run, node)
-            run.taken += 1
-            meta = run.fold.state.execution_meta
-            if meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED:
-                return
-
-    @staticmethod
-    def _stop_between(run: Run[S], node: str) -> Stopped:
-        """The stop of a run between nodes: after the node this call ran last, if any."""
-        if run.last_node is not None:
-            return Stopped(node=run.last_node, when="after", duration_ms=run.elapsed_ms())
-        return Stopped(node=node, when="before", duration_ms=run.elapsed_ms())
-
-    async def _complete(self, run: Run[S]) -> None:
-        """End the run; a tool call still open gets a result saying it never ran, first."""
-        why = "the graph reached its end without running this call"
-        events = await closing_events(self.store, run.fold, why, over=True)
-        if events:
-            waiting = open_calls(run.fold.state.context)
-            _log.warning(
-                "run %s on thread %r ended with tool call(s) %s unanswered: recorded as not run "
-                "(route assistant messages with tool calls to a ToolNode)",
-                run.run_id,
-                run.thread_id,
-                ", ".join(c.id for c in waiting),
-            )
-        await self._commit(
-            run, [*events, RunCompleted(duration_ms=run.elapsed_ms())], actor="runtime"
-        )
-
-    async def _step(self, run: Run[S], node: str) -> None:
-        meta = run.fold.state.execution_meta
-        entered = meta.internal_data.get(ENTERED_KEY)
-        ahead, run.ahead = run.ahead, None
-        step_records: list[EventRecord] = []
-        if ahead is not None and ahead[0] == node:
-            step_records = ahead[1]  # entered by the last step's commit, with its tool calls
-        elif entered and entered["node"] == node:
-            # The node's step began before (a crash, a pause, a failure): let the node see
-            # what it committed then (a tool node's finished calls). After a crash the step
-            # simply goes on; after a pause or a failure the log shows the node entered again.
-            step_records = [r async for r in self.store.read(run.thread_id, entered["seq"] + 1)]
-            if not run.cut_short:
-                await self._commit(run, [NodeEntered(node=node)], actor=node)
-        else:
-            await self._commit(run, [NodeEntered(node=node)], actor=node)
-        run.cut_short = False
-        resume = resume_values(run.fold.state.execution_meta.internal_data.get(RESUME_KEY))
-        context = NodeContext(
-            run.thread_id,
-            run.run_id,
-            node,
-            partial(self._commit, run, actor=node),
-            step_records,
-            run.in_flight,
-            run.dispatched,
-            self.callbacks if self.hooked & INVOCATION_HOOKS else None,
-            run.stream,
-            (run.fold.state.execution_meta.internal_data.get(ENTERED_KEY) or {}).get("seq", 0),
-        )
-        actor = self._node_actor(run, node)
-        requests: list[tuple[str, tuple[Any, ...]]] = []
-        hooks = self.callbacks if self.hooked & INVOCATION_HOOKS else None
-        changed_by: str | None = None  # the hook whose change the step's outputs carry
-        try:
-            view = node_view(run.fold.state, requests)
-            invocation = None
-            if hooks is not None and not is_tool_node(self.graph.nodes[node]):
-                invocation = Invocation(InvocationType.NODE, node, run.thread_id, run.run_id, view)
-                await call_hook(hooks, "before", invocation)
-            guard = Guard(self.store, run, node, actor, self._timeout_of(run, node))
-            began = monotonic()  # the step's start: its node is handed its input
-            try:
-                output = await actor.ask(RunNode(view, run.config, context, resume))
-            except GraphInterrupt as signal:
-                guard.disarm()
-                event = InterruptRaised(
-                    node=node,
-                    reason=str(signal.reason),
-                    when="before",
-                    data=to_builtins(signal.data),
-                    by_node=True,
-                )
-                await self._commit(run, [*context.recorded, event], actor=node)
-                return
-            except ActorStoppedError:
-                if guard.disarm() is None:
-                    raise
-                await self._cut(run, node, guard)
-                return
-            except Exception as exc:
-                guard.disarm()
-                if hooks is None or invocation is None or isinstance(exc, GraphError):
-                    raise
-                found = await call_hook(hooks, "on_error", invocation, exc)
-                if found is None:
-                    raise
-                recovery = recovered(found, f"{hooks.name}.on_error")
-                why = f"recovery by {hooks.name} after {type(exc).__name__}: {exc}"
-                output = [
-                    recovery.model_copy(update={"metadata": {**recovery.metadata, "recovery": why}})
-                ]
-                changed_by = hooks.name
-            guard.disarm()
-            if hooks is not None and invocation is not None:
-                replaced = await call_hook(hooks, "after", invocation, output)
-                if replaced is not None:
-                    output, changed_by = replaced, hooks.name
-            events, goto = output_events(
-                node,
-                output,
-                run.fold.state,
-                known=run.fold.message_ids,
-                waiting={c.id for c in pending_calls(run.fold.state)},
-                append=is_tool_node(self.graph.nodes[node]),
-            )
-            goto, pause, ending = _requested(node, requests, goto)
-            events = await self._passed_calls(run, node, events) + events
-            if context.recorded:
-                events = [*context.recorded, *events]
-            await self._commit_step(
-                run, node, events, goto, pause, ending=ending, started=began, changed_by=changed_by
-            )
-            run.last_node = node
-        except (ThreadBusyError, asyncio.CancelledError, NodeTimeoutError):
-            raise
-        except Exception as exc:
-            run.fold = await self._load(run.thread_id)
-            if run.fold.state.execution_meta.status == ExecutionStatus.ERROR:
-                raise  # a failure already recorded (a lifecycle hook raised after it)
-            failed = RunFailed(
-                node=node,
-                error_type=type(exc).__name__,
-                message=redact(str(exc)),
-                duration_ms=run.elapsed_ms(),
-            )
-            # the model calls it made are facts; its writes and outcomes go with its retry
-            facts = [e for e in context.recorded if isinstance(e, ModelCalled)]
-            await self._commit(run, [*facts, failed], actor="runtime")
-            if isinstance(exc, GraphError | HookError):
-                raise  # the graph's wiring or a hook is at fault, and the error says which
-            raise NodeError(node, exc) from exc
-
-    async def _passed_calls(self, run: Run[S], node: str, events: list[Event]) -> list[Event]:
-        """The answers of the open tool calls a node's output goes on past: a message it adds
-        would come between them and their results, an order no model provider takes, so
-        they are answered first, as not run (the graph did not route them to a tool node)."""
-        if not goes_past(events) or not open_calls(run.fold.state.context):
-            return []
-        why = f"node {node!r} went on without running this call"
-        skip = _answered_ids(events)
-        closing = await closing_events(self.store, run.fold, why, over=True, skip=skip)
-        if closing:
-            _log.warning(
-                "node %r of run %s on thread %r went on past unanswered tool call(s): recorded "
-                "as not run (route assistant messages with tool calls to a ToolNode)",
-                node,
-                run.run_id,
-                run.thread_id,
-            )
-        return closing
-
-    def _timeout_of(self, run: Run[S], node: str) -> float | None:
-        """The node's time limit: its own, else the call's `node_timeout`, else the graph's."""
-        if node in self.node_timeouts:
-            return self.node_timeouts[node]
-        return _timeout(run.config.get("node_timeout", self.node_timeout), "node_timeout")
-
-    async def _cut(self, run: Run[S], node: str, guard: Guard) -> None:
-        """Record a node cut short by a stop (paused before it) or by its time limit (failed).
-
-        A commit the node had under way lands first; tool calls it had started are closed
-        as abandoned, so no later run starts them again.
-        """
-        if run.committing is not None:
-            with contextlib.suppress(BaseException):
-                await run.committing
-        await guard.stopped()
-        run.fold = await self._load(run.thread_id)
-        if guard.fired == "stop":
-            why = "a stop request cancelled the node"
-            never_ran = run.never_ran()
-            events = [
-                *await closing_events(self.store, run.fold, why, over=False, never_ran=never_ran),
-                Stopped(
-                    node=node,
-                    when="before",
-                    in_flight=run.in_flight.running(),
-                    duration_ms=run.elapsed_ms(),
-                ),
-            ]
-            await self._commit(run, events, actor="runtime")
-            return
-        limit = guard.timeout or 0.0
-        error = NodeTimeoutError(node, limit)
-        why = f"node {node!r} ran past its timeout of {limit:g}s"
-        failed = RunFailed(
-            node=node,
-            error_type="NodeTimeoutError",
-            message=f"{why}; retryable",
-            status="timed_out",
-            duration_ms=run.elapsed_ms(),
-        )
-        closing = await closing_events(
-            self.store, run.fold, why, over=False, never_ran=run.never_ran()
-        )
-        await self._commit(run, [*closing, failed], actor="runtime")
-        raise error
-
-    def _node_actor(self, run: Run[S], node: str) -> NodeActor:
-        """The run's actor for `node`, started on first use and stopped when the run ends.
-
-        A node's concurrency limit holds across all runs of this graph on the event loop:
-        its actors share one semaphore.
-        """
-        actor = run.actors.get(node)
-        if actor is None:
-            limit = self.node_concurrency.get(node)
-            slots = None
-            if limit is not None:
-                per_loop = self._slots.setdefault(asyncio.get_running_loop(), {})
-                slots = per_loop.setdefault(node, asyncio.Semaphore(limit))
-            actor = NodeActor(node, self.graph.nodes[node], self.graph.dependencies, slots=slots)
-            run.actors[node] = actor.start()
-        return actor
-
-
-def _requested(
-    node: str, requests: Sequence[tuple[str, tuple[Any, ...]]], goto: str | None
-) -> tuple[str | None, InterruptRaised | None, bool]:
-    """What a node asked of the run through its state's methods: failing, a pause, the end."""
-    pause: InterruptRaised | None = None
-    ending = False
-    for method, args in requests:
-        if method == "error":
-            raise NodeReportedError(str(args[0]))
-        if method == "complete":
-            if goto is not None and goto != END:
-                raise GraphError(
-                    f"node {node!r} called state.complete() and returned Command(goto="
-                    f"{goto!r}): do one or the other"
-                )
-            ending = True
-        elif method == "set_interrupt":
-            at, reason, status, data = args
-            after = status == ExecutionStatus.INTERRUPTED_AFTER
-            pause = InterruptRaised(
-                node=at, reason=reason, when="after" if after else "before", data=to_builtins(data)
-            )
-    return goto, pause, ending
-
 
 def _waiting_remote(state: AgentState) -> list[RemoteToolCallBlock]:
     """The client's tool calls the context still waits for."""
     return [c for c in open_calls(state.context) if isinstance(c, RemoteToolCallBlock)]
-
-
-def _answered_ids(events: Sequence[Event]) -> set[Any]:
-    return {
-        block.get("call_id")
-        for event in events
-        if isinstance(event, MessageAppended)
-        for block in event.message.get("content") or ()
-        if isinstance(block, dict) and block.get("type") == "tool_result"
-    }
 
 
 def _answers_any(events: Sequence[Event], calls: Sequence[RemoteToolCallBlock]) -> bool:

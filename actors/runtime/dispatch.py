@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentlog.actors.engine.command import Command
+from agentlog.actors.engine.commit import RETRY
 from agentlog.actors.engine.redact import redact
 from agentlog.actors.engine.steps import TRIGGER_KEY
 from agentlog.actors.runtime.ledger import TriggerState
@@ -43,10 +44,8 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
-CLAIM_RETRY_S = 0.02
 STORE_RETRY_S = 1.0
 """How long a trigger whose dispatch the store failed waits before it is tried again."""
-"""How often a cancel looks again for a thread still held by a worker finishing its call."""
 
 
 @dataclass
@@ -457,26 +456,29 @@ class Dispatcher:
                 execution.running = True
                 if execution.lease is not None:  # the run starts only while its lease holds
                     config["claim_under"] = execution.lease
-            while True:
-                try:
-                    result, end_seq = await app._ainvoke_to(run_input, config)
-                except ClaimLostError as exc:
-                    # its claim was taken over (it looked dead): what it wrote stands and the
-                    # run may be another's now, so its input is never sent again
-                    await self._fenced(state, exc)
-                    return
-                except ThreadBusyError:
-                    # a def node cut short still holds the thread, or an edit does: nothing
-                    # was written; try again once it is free, if the trigger is still ours
-                    if not await self._still_ours(state):
-                        return
-                    await asyncio.sleep(CLAIM_RETRY_S)
-                    continue
-                except AgentlogError as exc:
-                    self._mark_ending(thread_id, state)
-                    await self._failed(state, attempt, exc)
-                    return
-                break
+
+            async def run() -> tuple[Any, int]:
+                return await app._ainvoke_to(run_input, config)
+
+            async def still_ours() -> bool:
+                return await self._still_ours(state)
+
+            try:
+                # a def node cut short still holds the thread, or an edit does: nothing was
+                # written; try again once it is free, if the trigger is still ours
+                ran = await RETRY.while_busy(run, still=still_ours)
+            except ClaimLostError as exc:
+                # its claim was taken over (it looked dead): what it wrote stands and the
+                # run may be another's now, so its input is never sent again
+                await self._fenced(state, exc)
+                return
+            except AgentlogError as exc:
+                self._mark_ending(thread_id, state)
+                await self._failed(state, attempt, exc)
+                return
+            if ran is None:
+                return
+            result, end_seq = ran
             self._mark_ending(thread_id, state)
             await self._ended(state, attempt, result, end_seq)
         except asyncio.CancelledError:
@@ -910,11 +912,11 @@ class Dispatcher:
         short keeps it until its worker returns). False: there was no run to end."""
         if await self.runtime.store.last_seq(thread_id) == 0:
             return False
-        while True:
-            try:
-                return await app.acancel({"thread_id": thread_id}, by=actor, reason=reason)
-            except ThreadBusyError:
-                await asyncio.sleep(CLAIM_RETRY_S)
+
+        async def cancel() -> bool:
+            return await app.acancel({"thread_id": thread_id}, by=actor, reason=reason)
+
+        return bool(await RETRY.while_busy(cancel))
 
     async def stop(self, *, abandon: bool) -> None:
         """Stop dispatching; pause running runs between nodes (or abandon them at once).

@@ -10,9 +10,10 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
+from agentlog.actors.engine.commit import commit
 from agentlog.actors.runtime.ledger import SNAPSHOT_TYPE, Ledger
 from agentlog.events import Claim, EventRecord, EventStore, Snapshot
-from agentlog.events.errors import ConcurrencyError, StoreError
+from agentlog.events.errors import StoreError
 from agentlog.events.kinds import Event
 
 Then = Callable[[list[EventRecord] | None], None]
@@ -101,24 +102,13 @@ class RuntimeJournal:
                 start += len(chunk)
 
     async def _append(self, events: list[Event], actors: list[str | None]) -> list[EventRecord]:
-        while True:
-            began = time.perf_counter()
-            try:
-                records = await self.store.append(
-                    self.thread_id,
-                    events,
-                    expected_seq=self.ledger.seq,
-                    actor=actors,
-                    claim=self.claim,
-                )
-            except ConcurrencyError:
-                await self.catch_up()  # someone else wrote (an older runtime): fold it in
-                continue
-            self.latencies.append(time.perf_counter() - began)
-            self.appended += len(records)
-            self.ledger.apply_all(records)
-            await self._snapshot_if_due(records[-1])
-            return records
+        """One batch, through the commit path: a race lost to another writer of the runtime
+        thread (an older runtime) folds its records in and appends after them."""
+        return await commit(
+            _LedgerWrite(self, events, actors),
+            thread_id=self.thread_id,
+            what="the runtime's record",
+        )
 
     async def catch_up(self) -> None:
         """Fold in the runtime thread's records the ledger has not seen, a page at a time
@@ -179,6 +169,40 @@ class RuntimeJournal:
         """Wait until every record asked for has been written."""
         while self._flushing is not None and not self._flushing.done():
             await asyncio.shield(self._flushing)
+
+
+class _LedgerWrite:
+    """The runtime journal's side of a commit: the ledger is its fold."""
+
+    def __init__(self, journal: RuntimeJournal, events: list[Event], actors: list[str | None]):
+        self.journal, self.events, self.actors = journal, events, actors
+        self.began = 0.0
+
+    async def base(self) -> int:
+        return self.journal.ledger.seq
+
+    async def build(self, base: int) -> list[Event]:
+        return self.events  # checked by those who asked for them, against the ledger
+
+    async def append(self, events: Sequence[Event], base: int) -> list[EventRecord]:
+        journal = self.journal
+        self.began = time.perf_counter()
+        return await journal.store.append(
+            journal.thread_id, events, expected_seq=base, actor=self.actors, claim=journal.claim
+        )
+
+    async def landed(self, records: list[EventRecord]) -> None:
+        journal = self.journal
+        journal.latencies.append(time.perf_counter() - self.began)
+        journal.appended += len(records)
+        journal.ledger.apply_all(records)
+        await journal._snapshot_if_due(records[-1])
+
+    async def lost(self, base: int) -> None:
+        await self.journal.catch_up()  # someone else wrote (an older runtime): fold it in
+
+    async def failed(self) -> None:
+        return None
 
 
 def _call(then: Then | None, records: list[EventRecord] | None) -> None:

@@ -12,11 +12,11 @@ and in `history`, and its tools' side effects are not undone.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
+from agentlog.actors.engine.commit import RETRY
 from agentlog.actors.engine.ending import closing_events
-from agentlog.events import EventStore, ThreadBusyError, ThreadNotFoundError
+from agentlog.events import EventRecord, EventStore, ThreadNotFoundError
 from agentlog.events.kinds import (
     Event,
     MessagesReplaced,
@@ -30,9 +30,6 @@ from agentlog.projections.edge import to_builtins
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.compiled import CompiledGraph
-
-RETRY_S = 0.02
-"""How often a rollback looks again for a thread still held by a worker finishing its call."""
 
 
 async def roll_back(
@@ -82,15 +79,12 @@ async def roll_back(
         ]
         return events
 
-    while True:
-        try:
-            written = await app.awrite_claimed(
-                thread_id, supersede, actor=by, what="a rollback", run_id=run_id
-            )
-        except ThreadBusyError:
-            await asyncio.sleep(RETRY_S)
-            continue
-        return bool(written)
+    async def write() -> list[EventRecord]:
+        return await app.awrite_claimed(
+            thread_id, supersede, actor=by, what="a rollback", run_id=run_id
+        )
+
+    return bool(await RETRY.while_busy(write))  # a worker finishing its call holds the thread
 
 
 async def rolled_back(store: EventStore, thread_id: str, to_seq: int) -> bool:

@@ -19,16 +19,17 @@ values after a crash and resume than it would have without one: reads are not re
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from agentlog.actors.engine.commit import commit
 from agentlog.actors.engine.context import current_context
 from agentlog.actors.runtime.facts import SharedStateError, apply_op
 from agentlog.actors.runtime.spec import SHARED_THREAD_PREFIX
-from agentlog.events import ConcurrencyError
-from agentlog.events.kinds import SharedWritten
+from agentlog.events import EventRecord
+from agentlog.events.kinds import Event, SharedWritten
 from agentlog.projections.edge import to_builtins
 
 if TYPE_CHECKING:
@@ -184,22 +185,46 @@ class SharedState:
         return await self._commit(event)
 
     async def _commit(self, event: SharedWritten) -> Any:
-        """Append a synchronized write on the key's thread, retrying a lost race; the key's
-        value after it (a write applied before, by this step's earlier life, is not redone)."""
+        """Append a synchronized write on the key's thread through the commit path (a lost
+        race reads again and retries); the key's value after it (a write applied before, by
+        this step's earlier life, is not redone)."""
         runtime = self.scope.runtime
-        store = runtime.store
-        thread = SHARED_THREAD_PREFIX + event.key
-        while True:
-            await runtime.catch_up()
-            if event.op_id in runtime.facts.applied:
-                return runtime.facts.applied[event.op_id]
-            apply_op(runtime.facts.values.get(event.key), event.op, event.value, event.key)
-            seq = await store.last_seq(thread)
-            try:
-                await store.append(
-                    thread, [event], expected_seq=seq, run_id=self.run_id, actor=self.node
-                )
-            except ConcurrencyError:
-                continue
-            await runtime.catch_up()
-            return runtime.facts.applied.get(event.op_id or "")
+        await commit(
+            _SharedWrite(runtime, event, self.run_id, self.node),
+            thread_id=SHARED_THREAD_PREFIX + event.key,
+            what=f"a synchronized {event.op} of {event.key!r}",
+        )
+        return runtime.facts.applied.get(event.op_id or "")
+
+
+class _SharedWrite:
+    """A synchronized write's side of a commit: the runtime's facts are its fold."""
+
+    def __init__(self, runtime: AgentRuntime, event: SharedWritten, run_id: str, node: str):
+        self.runtime, self.event, self.run_id, self.node = runtime, event, run_id, node
+        self.thread_id = SHARED_THREAD_PREFIX + event.key
+
+    async def base(self) -> int:
+        await self.runtime.catch_up()
+        return await self.runtime.store.last_seq(self.thread_id)
+
+    async def build(self, base: int) -> list[Event]:
+        event, facts = self.event, self.runtime.facts
+        if event.op_id in facts.applied:
+            return []  # applied before, by this step's earlier life
+        apply_op(facts.values.get(event.key), event.op, event.value, event.key)
+        return [event]
+
+    async def append(self, events: Sequence[Event], base: int) -> list[EventRecord]:
+        return await self.runtime.store.append(
+            self.thread_id, events, expected_seq=base, run_id=self.run_id, actor=self.node
+        )
+
+    async def landed(self, records: list[EventRecord]) -> None:
+        await self.runtime.catch_up()
+
+    async def lost(self, base: int) -> None:
+        return None  # the next attempt catches up first
+
+    async def failed(self) -> None:
+        return None

@@ -1,0 +1,415 @@
+"""The run loop: one object per call of a run, holding that call's state as its own fields
+and taking it through its steps (enter a node, run it, commit what it returns, go on), its
+cut (a stop or a time limit cutting a node short) and its failures. The engine (`StepLoop`)
+claims the thread, begins the run and makes its `RunLoop`; every commit goes through the
+engine's commit path (`agentlog.actors.engine.commit`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from agentlog.actors.engine.actor import ActorStoppedError
+from agentlog.actors.engine.context import NodeContext
+from agentlog.actors.engine.errors import (
+    GraphError,
+    GraphInterrupt,
+    NodeError,
+    NodeReportedError,
+    NodeTimeoutError,
+    RecursionLimitError,
+    ThreadBusyError,
+)
+from agentlog.actors.tools.node import is_tool_node
+from agentlog.events import (
+    AgentlogError,
+    EventRecord,
+    InterruptRaised,
+    MessageAppended,
+    ModelCalled,
+    NodeEntered,
+    RunCompleted,
+    RunFailed,
+    Stopped,
+)
+from agentlog.events.kinds import Event
+from agentlog.projections import (
+    END,
+    ExecutionStatus,
+    StopRequestStatus,
+    open_calls,
+    to_builtins,
+)
+from agentlog.projections.fold import (
+    ENTERED_KEY,
+    RESUME_KEY,
+)
+from agentlog.projections.messages import monotonic
+
+if TYPE_CHECKING:
+    from agentlog.actors.engine.steps import StepLoop
+from agentlog.actors.engine.callbacks import (
+    INVOCATION_HOOKS,
+    HookError,
+    Invocation,
+    InvocationType,
+    call_hook,
+    recovered,
+)
+from agentlog.actors.engine.committing import RunCommits
+from agentlog.actors.engine.ending import closing_events, goes_past
+from agentlog.actors.engine.guard import Guard
+from agentlog.actors.engine.nodes import NodeActor, RunNode, output_events, resume_values
+from agentlog.actors.engine.redact import redact
+from agentlog.actors.engine.run import (
+    Run,
+    S,
+    _log,
+    _timeout,
+)
+from agentlog.actors.engine.view import node_view
+from agentlog.actors.tools.node import pending_calls
+
+
+@dataclass(eq=False)
+class RunLoop(Run[S]):
+    """One call's run: its state (the fields of `Run`) and the loop of its steps."""
+
+    engine: StepLoop[S] = field(kw_only=True, repr=False)
+    """The compiled graph the call runs: its settings and its store."""
+    commits: RunCommits[S] = field(init=False, repr=False)
+    """The run's side of the commit path: every record of this call is committed by it."""
+
+    def __post_init__(self) -> None:
+        self.commits = RunCommits(self.engine, self)
+
+    async def fail_for_hook(self, error: HookError) -> None:
+        """Record that a hook failed the run, if the run can still fail (a hook raising after
+        the run completed or paused is reported to the caller; the log already says how the
+        run came to rest)."""
+        self.fold = await self.engine._load(self.thread_id)
+        meta = self.fold.state.execution_meta
+        if meta.status != ExecutionStatus.RUNNING or meta.stop_current_execution != (
+            StopRequestStatus.NONE
+        ):
+            return
+        failed = RunFailed(
+            node=meta.current_node,
+            error_type="HookError",
+            message=redact(str(error)),
+            duration_ms=self.elapsed_ms(),
+        )
+        with contextlib.suppress(AgentlogError):
+            await self.commits.commit([failed], actor=error.hook.split(".")[0])
+
+    async def steps(self) -> None:
+        while True:
+            meta = self.fold.state.execution_meta
+            node = meta.current_node
+            if meta.is_stopped_requested():
+                await self.commits.commit([self.stop_between(node)], actor="runtime")
+                return
+            if node == END:
+                await self.complete()
+                return
+            entered = meta.internal_data.get(ENTERED_KEY)
+            passed = node == self.skip_interrupt_before or (entered and entered["node"] == node)
+            if node in self.engine.interrupt_before and not passed:
+                event = InterruptRaised(node=node, reason="interrupt_before", when="before")
+                await self.commits.commit([event], actor="runtime")
+                return
+            self.skip_interrupt_before = None
+            if self.taken >= self.recursion_limit:
+                message = (
+                    f"run {self.run_id} on thread {self.thread_id!r} reached its recursion limit "
+                    f"of {self.recursion_limit} steps before node {node!r}; raise "
+                    "recursion_limit in compile() or in the call's config if the graph really "
+                    "needs more"
+                )
+                await self.commits.commit(
+                    [
+                        RunFailed(
+                            node=node,
+                            error_type="RecursionLimitError",
+                            message=message,
+                            duration_ms=self.elapsed_ms(),
+                        )
+                    ],
+                    actor="runtime",
+                )
+                raise RecursionLimitError(message)
+            if node not in self.engine.graph.nodes:
+                raise GraphError(
+                    f"thread {self.thread_id!r} is at node {node!r}, not in this graph"
+                )
+            await self.step(node)
+            self.taken += 1
+            meta = self.fold.state.execution_meta
+            if meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED:
+                return
+
+    def stop_between(self, node: str) -> Stopped:
+        """The stop of a run between nodes: after the node this call ran last, if any."""
+        if self.last_node is not None:
+            return Stopped(node=self.last_node, when="after", duration_ms=self.elapsed_ms())
+        return Stopped(node=node, when="before", duration_ms=self.elapsed_ms())
+
+    async def complete(self) -> None:
+        """End the run; a tool call still open gets a result saying it never ran, first."""
+        why = "the graph reached its end without running this call"
+        events = await closing_events(self.engine.store, self.fold, why, over=True)
+        if events:
+            waiting = open_calls(self.fold.state.context)
+            _log.warning(
+                "run %s on thread %r ended with tool call(s) %s unanswered: recorded as not run "
+                "(route assistant messages with tool calls to a ToolNode)",
+                self.run_id,
+                self.thread_id,
+                ", ".join(c.id for c in waiting),
+            )
+        await self.commits.commit(
+            [*events, RunCompleted(duration_ms=self.elapsed_ms())], actor="runtime"
+        )
+
+    async def step(self, node: str) -> None:
+        meta = self.fold.state.execution_meta
+        entered = meta.internal_data.get(ENTERED_KEY)
+        ahead, self.ahead = self.ahead, None
+        step_records: list[EventRecord] = []
+        if ahead is not None and ahead[0] == node:
+            step_records = ahead[1]  # entered by the last step's commit, with its tool calls
+        elif entered and entered["node"] == node:
+            # The node's step began before (a crash, a pause, a failure): let the node see
+            # what it committed then (a tool node's finished calls). After a crash the step
+            # simply goes on; after a pause or a failure the log shows the node entered again.
+            step_records = [
+                r async for r in self.engine.store.read(self.thread_id, entered["seq"] + 1)
+            ]
+            if not self.cut_short:
+                await self.commits.commit([NodeEntered(node=node)], actor=node)
+        else:
+            await self.commits.commit([NodeEntered(node=node)], actor=node)
+        self.cut_short = False
+        resume = resume_values(self.fold.state.execution_meta.internal_data.get(RESUME_KEY))
+        context = NodeContext(
+            self.thread_id,
+            self.run_id,
+            node,
+            partial(self.commits.commit, actor=node),
+            step_records,
+            self.in_flight,
+            self.dispatched,
+            self.engine.callbacks if self.engine.hooked & INVOCATION_HOOKS else None,
+            self.stream,
+            (self.fold.state.execution_meta.internal_data.get(ENTERED_KEY) or {}).get("seq", 0),
+        )
+        actor = self.node_actor(node)
+        requests: list[tuple[str, tuple[Any, ...]]] = []
+        hooks = self.engine.callbacks if self.engine.hooked & INVOCATION_HOOKS else None
+        changed_by: str | None = None  # the hook whose change the step's outputs carry
+        try:
+            view = node_view(self.fold.state, requests)
+            invocation = None
+            if hooks is not None and not is_tool_node(self.engine.graph.nodes[node]):
+                invocation = Invocation(
+                    InvocationType.NODE, node, self.thread_id, self.run_id, view
+                )
+                await call_hook(hooks, "before", invocation)
+            guard = Guard(self.engine.store, self, node, actor, self.timeout_of(node))
+            began = monotonic()  # the step's start: its node is handed its input
+            try:
+                output = await actor.ask(RunNode(view, self.config, context, resume))
+            except GraphInterrupt as signal:
+                guard.disarm()
+                event = InterruptRaised(
+                    node=node,
+                    reason=str(signal.reason),
+                    when="before",
+                    data=to_builtins(signal.data),
+                    by_node=True,
+                )
+                await self.commits.commit([*context.recorded, event], actor=node)
+                return
+            except ActorStoppedError:
+                if guard.disarm() is None:
+                    raise
+                await self.cut(node, guard)
+                return
+            except Exception as exc:
+                guard.disarm()
+                if hooks is None or invocation is None or isinstance(exc, GraphError):
+                    raise
+                found = await call_hook(hooks, "on_error", invocation, exc)
+                if found is None:
+                    raise
+                recovery = recovered(found, f"{hooks.name}.on_error")
+                why = f"recovery by {hooks.name} after {type(exc).__name__}: {exc}"
+                output = [
+                    recovery.model_copy(update={"metadata": {**recovery.metadata, "recovery": why}})
+                ]
+                changed_by = hooks.name
+            guard.disarm()
+            if hooks is not None and invocation is not None:
+                replaced = await call_hook(hooks, "after", invocation, output)
+                if replaced is not None:
+                    output, changed_by = replaced, hooks.name
+            events, goto = output_events(
+                node,
+                output,
+                self.fold.state,
+                known=self.fold.message_ids,
+                waiting={c.id for c in pending_calls(self.fold.state)},
+                append=is_tool_node(self.engine.graph.nodes[node]),
+            )
+            goto, pause, ending = _requested(node, requests, goto)
+            events = await self.passed_calls(node, events) + events
+            if context.recorded:
+                events = [*context.recorded, *events]
+            await self.commits.commit_step(
+                node, events, goto, pause, ending=ending, started=began, changed_by=changed_by
+            )
+            self.last_node = node
+        except (ThreadBusyError, asyncio.CancelledError, NodeTimeoutError):
+            raise
+        except Exception as exc:
+            self.fold = await self.engine._load(self.thread_id)
+            if self.fold.state.execution_meta.status == ExecutionStatus.ERROR:
+                raise  # a failure already recorded (a lifecycle hook raised after it)
+            failed = RunFailed(
+                node=node,
+                error_type=type(exc).__name__,
+                message=redact(str(exc)),
+                duration_ms=self.elapsed_ms(),
+            )
+            # the model calls it made are facts; its writes and outcomes go with its retry
+            facts = [e for e in context.recorded if isinstance(e, ModelCalled)]
+            await self.commits.commit([*facts, failed], actor="runtime")
+            if isinstance(exc, GraphError | HookError):
+                raise  # the graph's wiring or a hook is at fault, and the error says which
+            raise NodeError(node, exc) from exc
+
+    async def passed_calls(self, node: str, events: list[Event]) -> list[Event]:
+        """The answers of the open tool calls a node's output goes on past: a message it adds
+        would come between them and their results, an order no model provider takes, so
+        they are answered first, as not run (the graph did not route them to a tool node)."""
+        if not goes_past(events) or not open_calls(self.fold.state.context):
+            return []
+        why = f"node {node!r} went on without running this call"
+        skip = _answered_ids(events)
+        closing = await closing_events(self.engine.store, self.fold, why, over=True, skip=skip)
+        if closing:
+            _log.warning(
+                "node %r of run %s on thread %r went on past unanswered tool call(s): recorded "
+                "as not run (route assistant messages with tool calls to a ToolNode)",
+                node,
+                self.run_id,
+                self.thread_id,
+            )
+        return closing
+
+    def timeout_of(self, node: str) -> float | None:
+        """The node's time limit: its own, else the call's `node_timeout`, else the graph's."""
+        if node in self.engine.node_timeouts:
+            return self.engine.node_timeouts[node]
+        return _timeout(self.config.get("node_timeout", self.engine.node_timeout), "node_timeout")
+
+    async def cut(self, node: str, guard: Guard) -> None:
+        """Record a node cut short by a stop (paused before it) or by its time limit (failed).
+
+        A commit the node had under way lands first; tool calls it had started are closed
+        as abandoned, so no later run starts them again.
+        """
+        if self.committing is not None:
+            with contextlib.suppress(BaseException):
+                await self.committing
+        await guard.stopped()
+        self.fold = await self.engine._load(self.thread_id)
+        if guard.fired == "stop":
+            why = "a stop request cancelled the node"
+            never_ran = self.never_ran()
+            events = [
+                *await closing_events(
+                    self.engine.store, self.fold, why, over=False, never_ran=never_ran
+                ),
+                Stopped(
+                    node=node,
+                    when="before",
+                    in_flight=self.in_flight.running(),
+                    duration_ms=self.elapsed_ms(),
+                ),
+            ]
+            await self.commits.commit(events, actor="runtime")
+            return
+        limit = guard.timeout or 0.0
+        error = NodeTimeoutError(node, limit)
+        why = f"node {node!r} ran past its timeout of {limit:g}s"
+        failed = RunFailed(
+            node=node,
+            error_type="NodeTimeoutError",
+            message=f"{why}; retryable",
+            status="timed_out",
+            duration_ms=self.elapsed_ms(),
+        )
+        closing = await closing_events(
+            self.engine.store, self.fold, why, over=False, never_ran=self.never_ran()
+        )
+        await self.commits.commit([*closing, failed], actor="runtime")
+        raise error
+
+    def node_actor(self, node: str) -> NodeActor:
+        """The run's actor for `node`, started on first use and stopped when the run ends.
+
+        A node's concurrency limit holds across all runs of this graph on the event loop:
+        its actors share one semaphore.
+        """
+        actor = self.actors.get(node)
+        if actor is None:
+            limit = self.engine.node_concurrency.get(node)
+            slots = None
+            if limit is not None:
+                per_loop = self.engine._slots.setdefault(asyncio.get_running_loop(), {})
+                slots = per_loop.setdefault(node, asyncio.Semaphore(limit))
+            actor = NodeActor(
+                node, self.engine.graph.nodes[node], self.engine.graph.dependencies, slots=slots
+            )
+            self.actors[node] = actor.start()
+        return actor
+
+
+def _requested(
+    node: str, requests: Sequence[tuple[str, tuple[Any, ...]]], goto: str | None
+) -> tuple[str | None, InterruptRaised | None, bool]:
+    """What a node asked of the run through its state's methods: failing, a pause, the end."""
+    pause: InterruptRaised | None = None
+    ending = False
+    for method, args in requests:
+        if method == "error":
+            raise NodeReportedError(str(args[0]))
+        if method == "complete":
+            if goto is not None and goto != END:
+                raise GraphError(
+                    f"node {node!r} called state.complete() and returned Command(goto="
+                    f"{goto!r}): do one or the other"
+                )
+            ending = True
+        elif method == "set_interrupt":
+            at, reason, status, data = args
+            after = status == ExecutionStatus.INTERRUPTED_AFTER
+            pause = InterruptRaised(
+                node=at, reason=reason, when="after" if after else "before", data=to_builtins(data)
+            )
+    return goto, pause, ending
+
+
+def _answered_ids(events: Sequence[Event]) -> set[Any]:
+    return {
+        block.get("call_id")
+        for event in events
+        if isinstance(event, MessageAppended)
+        for block in event.message.get("content") or ()
+        if isinstance(block, dict) and block.get("type") == "tool_result"
+    }
