@@ -53,11 +53,10 @@ from agentlog.projections.reducers import (
     replace_messages,
     replace_value,
 )
+from agentlog.projections.snapshot_checks import SnapshotFinding, verify_snapshots
 from agentlog.projections.snapshots import (
     DEFAULT_SNAPSHOT_EVERY,
-    SnapshotFinding,
     SnapshotWriter,
-    verify_snapshots,
     write_snapshot,
 )
 from agentlog.projections.state import (
@@ -76,14 +75,12 @@ from agentlog.projections.timetravel import (
     diff,
     edit_events,
     event_history,
-    fork,
     interrupt_summary,
     point_seq,
     state_at_point,
     state_history,
     step_seq,
     summarize,
-    update_state,
 )
 from agentlog.projections.transcript import (
     check_pairs,
@@ -155,7 +152,6 @@ __all__ = [
     "edit_events",
     "event_history",
     "fold_at",
-    "fork",
     "generate_id",
     "interrupt_summary",
     "message_appended",
@@ -181,7 +177,6 @@ __all__ = [
     "to_builtins",
     "to_messages",
     "unpaired_results",
-    "update_state",
     "verify_snapshots",
     "write_snapshot",
 ]

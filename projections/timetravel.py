@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
 from agentlog.events import (
-    Claim,
-    ConcurrencyError,
     EventRecord,
     EventStore,
     Forked,
@@ -28,7 +25,6 @@ from agentlog.events.errors import InvalidArgumentError
 from agentlog.events.kinds import (
     ENDING_KINDS,
     OPENING_KINDS,
-    OUTPUT_KINDS,
     TIMED_KINDS,
     BaseEvent,
     ContextSummarized,
@@ -50,27 +46,16 @@ from agentlog.events.kinds import (
     Stopped,
     ThreadCreated,
     ToolCallFinished,
-    ToolCallStarted,
 )
 from agentlog.events.store import brief
-from agentlog.projections.edge import state_data, state_updated
+from agentlog.projections.commits import COMMIT_PARTS, inside_commits
+from agentlog.projections.edge import state_updated
 from agentlog.projections.errors import (
-    ForkPointInCommitError,
-    IllegalTransitionError,
     InvalidStateUpdateError,
 )
 from agentlog.projections.fold import (
-    AWAITING_KEY,
-    ENTERED_KEY,
-    RESUME_KEY,
-    STOP_KEY,
-    TOOL_CALLS_KEY,
-    Fold,
-    before_first_run,
-    decide,
     unfoldable,
 )
-from agentlog.projections.generic import state_fields
 from agentlog.projections.lifecycle import status_after
 from agentlog.projections.messages import (
     ErrorBlock,
@@ -79,13 +64,11 @@ from agentlog.projections.messages import (
     TextBlock,
     ToolResultBlock,
     context_items,
-    new_run_id,
 )
 from agentlog.projections.state import (
     AgentState,
     ExecutionState,
     ExecutionStatus,
-    StopRequestStatus,
 )
 from agentlog.projections.transcript import calls_of, context_events
 from agentlog.projections.usage import counted, tokens_of
@@ -347,7 +330,7 @@ async def event_history(
     if last is not None and records:  # the commit of the last row may go on past it
         async for record in store.read(thread_id, last + 1):
             records.append(record)
-            if record.kind not in _PARTS:
+            if record.kind not in COMMIT_PARTS:
                 break
     inside = inside_commits(records)
     return [replace(r, fork_point=False) if r.seq in inside else r for r in rows]
@@ -705,218 +688,6 @@ def compare_states(a_seq: int, b_seq: int, old: AgentState, new: AgentState) -> 
     )
 
 
-_PARTS = OUTPUT_KINDS
-"""Kinds a run writes in the same commit as the record that closes or opens it: a node's
-outputs and facts, a trim, the answers of calls closed as not run, a run's input."""
-
-_CLOSERS = frozenset({StepAdvanced.KIND, *ENDING_KINDS} - {RunCancelled.KIND})
-"""Kinds that end a commit of a run holding the records of its kinds `_PARTS` before them."""
-
-_OPENERS = OPENING_KINDS
-"""Kinds that open a run's commit, with the answers before and the input after them."""
-
-
-def inside_commits(records: Sequence[EventRecord]) -> set[int]:
-    """The seqs of `records` (a whole thread, in order) after which the thread never stood:
-    a later record was written in the same atomic commit, so a state there is half a commit.
-
-    Derived from what the log says of its commits: a step's outputs (and the facts its node
-    recorded, its trim, the calls answered as not run) commit with its `step_advanced`; a
-    run's end, stop, failure or a node's own pause commit with what closes its calls; a run
-    starts or resumes in one commit with its input; a tool node starts its calls in one
-    commit. `node_entered`, each tool call's `tool_call_finished` of a tool node (but a
-    closing as abandoned), edits and requests from outside are commits of their own. A
-    record of one commit carries its run. Not told apart (none runs a node again): an edit
-    of several messages, a cancel's closing of the calls, a step's tail entering the next
-    node.
-    """
-    inside: set[int] = set()
-    started: set[str] = set()  # the calls a tool node began: each one's end is its own commit
-    for i, record in enumerate(records):
-        if isinstance(record.event, ToolCallStarted):
-            started.add(record.event.call_id)
-            if i and isinstance(records[i - 1].event, ToolCallStarted):
-                inside.add(records[i - 1].seq)
-
-    def part(other: EventRecord, of: EventRecord) -> bool:
-        event = other.event  # a call's result, not its closing as abandoned, commits alone
-        own_end = isinstance(event, ToolCallFinished) and (
-            event.call_id in started and event.status != "abandoned"
-        )
-        return other.kind in _PARTS and other.run_id == of.run_id and not own_end
-
-    for i, record in enumerate(records):
-        if record.kind in _CLOSERS or record.kind in _OPENERS:
-            j = i - 1
-            while j >= 0 and part(records[j], record):
-                inside.add(records[j].seq)
-                j -= 1
-        if record.kind in _OPENERS:
-            j = i + 1
-            while j < len(records) and part(records[j], record):
-                inside.add(records[j - 1].seq)
-                j += 1
-    return inside
-
-
-_AROUND = 512
-"""How many records before a fork point are read to tell its commit (more when it is longer)."""
-
-
-async def _records_around(store: EventStore, thread_id: str, seq: int) -> list[EventRecord]:
-    """The records from `_AROUND` before `seq` to the first after it that is a fork point
-    whatever follows it (no output, opener or tool call start)."""
-    records = [r async for r in store.read(thread_id, max(1, seq - _AROUND), seq)]
-    async for record in store.read(thread_id, seq + 1):
-        records.append(record)
-        if record.kind not in _PARTS | _OPENERS | {ToolCallStarted.KIND}:
-            break
-    return records
-
-
-def _unstarted(records: Sequence[EventRecord]) -> bool:
-    """Whether a tool call's result in `records` has its start before them (then whether
-    it was a commit of its own is known from earlier records only)."""
-    started = {r.event.call_id for r in records if isinstance(r.event, ToolCallStarted)}
-    return any(
-        isinstance(r.event, ToolCallFinished) and r.event.call_id not in started for r in records
-    )
-
-
-async def check_fork_point(store: EventStore, thread_id: str, seq: int) -> None:
-    """Refuse a fork at `seq` when it lies inside a commit (see `inside_commits`), naming
-    the nearest fork points before and after it; nothing is written."""
-    records = await _records_around(store, thread_id, seq)
-    inside = inside_commits(records)
-    if records and records[0].seq > 1 and (records[0].seq in inside or _unstarted(records)):
-        records = [r async for r in store.read(thread_id)]  # the commits reach further back
-        inside = inside_commits(records)
-    if seq not in inside:
-        return
-    seqs = [r.seq for r in records if r.seq not in inside]
-    before = max((s for s in seqs if s < seq), default=None)
-    after = min((s for s in seqs if s > seq), default=None)
-    kind = next(r.kind for r in records if r.seq == seq)
-    ends = next((r for r in records if r.seq > seq and r.seq not in inside), None)
-    closed = f" (the commit ends with {ends.kind} at seq {ends.seq})" if ends else ""
-    points = " or ".join(f"seq {s}" for s in (before, after) if s is not None)
-    nearest = "the nearest fork points before and after it" if before and after else "the nearest"
-    raise ForkPointInCommitError(
-        f"cannot fork thread {thread_id!r} at seq {seq} ({kind}): it lies inside a commit"
-        f"{closed}, a point the thread never stood at; fork at {points}, {nearest}",
-        seq=seq,
-        before=before,
-        after=after,
-    )
-
-
-def fork_state(state: S, thread_id: str, seq: int) -> S:
-    """The state a fork of `thread_id` at `seq` starts from: the source's there, with a run
-    that was going paused before the node it was at (so the fork reads as what it is, takes
-    an edit `as_node=`, and `ainvoke(None)` goes on from there), under a run id of its own.
-
-    A step in flight starts over on the fork; a thread created and not yet run stays so. A
-    node paused in `interrupt()` keeps the answers it had (its next value answers the
-    question it waits on, as on the source).
-    """
-    state = state.model_copy(deep=True)
-    meta = state.execution_meta
-    internal = meta.internal_data
-    had_run = not before_first_run(meta)
-    dropped = (ENTERED_KEY, TOOL_CALLS_KEY, "run_id")
-    for key in dropped if internal.get(AWAITING_KEY) else (*dropped, RESUME_KEY):
-        internal.pop(key, None)
-    if not had_run:
-        return state
-    internal["run_id"] = new_run_id()  # the run the fork goes on with: never the source's
-    if meta.status == ExecutionStatus.RUNNING:
-        internal.pop(STOP_KEY, None)  # a stop asked of the source's run is not the fork's
-        meta.stop_current_execution = StopRequestStatus.NONE
-        meta.status = ExecutionStatus.INTERRUPTED_BEFORE
-        meta.interrupted_node = meta.current_node
-        meta.interrupt_reason = "forked"
-        meta.interrupt_data = {"source": "fork", "thread_id": thread_id, "seq": seq}
-    return state
-
-
-async def fork_event(
-    store: EventStore,
-    thread_id: str,
-    *,
-    at_step: int | None = None,
-    at_seq: int | None = None,
-    new_thread_id: str | None = None,
-    state_cls: type[AgentState] = AgentState,
-) -> tuple[str, Forked]:
-    """What a fork of `thread_id` at a point writes (reading only): the new thread's id and
-    its first record, `forked`. `fork_build` makes the write of it."""
-    seq = await point_seq(store, thread_id, at_step=at_step, at_seq=at_seq)
-    if seq is not None and seq < 1:
-        raise PointOutOfRangeError(
-            f"a fork of thread {thread_id!r} needs a point after its first record (at_seq >= 1, "
-            "or a step): before it there is no state to continue from"
-        )
-    if at_seq is not None and seq is not None:
-        await check_fork_point(store, thread_id, seq)
-    fold = await fold_at(store, thread_id, seq, state_cls)
-    state = fork_state(fold.state, thread_id, fold.seq)
-    new_id = new_thread_id or f"{thread_id}-fork-{uuid.uuid4().hex[:8]}"
-    event = Forked(
-        source_thread=thread_id,
-        source_seq=fold.seq,
-        state=state_data(state),
-        fields=state_fields(state_cls),
-    )
-    return new_id, event
-
-
-def fork_build(new_id: str, event: Forked) -> Callable[[Fold[S]], list[Event]]:
-    """The build of a fork's write: its `forked` record, on a thread that must not exist."""
-
-    def start(target: Fold[S]) -> list[Event]:
-        if target.seq:
-            raise _exists(new_id)
-        return [event]
-
-    return start
-
-
-def _exists(new_id: str) -> IllegalTransitionError:
-    return IllegalTransitionError(Forked.KIND, f"thread {new_id!r} already exists; pick a new id")
-
-
-async def fork(
-    store: EventStore,
-    thread_id: str,
-    *,
-    at_step: int | None = None,
-    at_seq: int | None = None,
-    new_thread_id: str | None = None,
-    state_cls: type[AgentState] = AgentState,
-    actor: str = "user",
-    append: Append | None = None,
-) -> str:
-    """A new thread starting from the state at a point of `thread_id`; the source is untouched.
-
-    One append (through `append`, the store's by default) after seq 0: there is no race to
-    build again, as a thread made meanwhile under the same id refuses the fork either way.
-    A graph's `afork` writes through the engine's commit path.
-    """
-    new_id, event = await fork_event(
-        store, thread_id, at_step=at_step, at_seq=at_seq, new_thread_id=new_thread_id,
-        state_cls=state_cls,
-    )  # fmt: skip
-    if await store.last_seq(new_id):
-        raise _exists(new_id)
-    decide(state_cls(), [event], seq=0)
-    put: Any = append if append is not None else store.append
-    try:
-        await put(new_id, [event], expected_seq=0, actor=actor)
-    except ConcurrencyError:
-        raise _exists(new_id) from None
-    return new_id
-
-
 def edit_events(
     state: AgentState,
     values: Mapping[str, Any],
@@ -946,44 +717,6 @@ def edit_events(
     return events
 
 
-async def update_state(
-    store: EventStore,
-    thread_id: str,
-    values: Mapping[str, Any],
-    *,
-    as_node: str | None = None,
-    actor: str = "user",
-    reason: str | None = None,
-    state_cls: type[AgentState] = AgentState,
-    claim: Claim | None = None,
-) -> list[EventRecord]:
-    """A human edit (see `edit_events`), recorded with who and why, fenced by `claim`: one
-    append after the state it was built on (`ConcurrencyError` when another writer got there
-    first). A graph's `aupdate_state` writes through the engine's commit path, which builds
-    it again then."""
-    if await store.last_seq(thread_id) == 0:
-        raise ThreadNotFoundError(thread_id)
-    fold = await fold_at(store, thread_id, None, state_cls)
-    events = edit_events(fold.state, values, source=as_node or actor, reason=reason)
-    decide(fold.state, events, seq=fold.seq)
-    return await store.append(thread_id, events, expected_seq=fold.seq, actor=actor, claim=claim)
-
-
-class Append(Protocol):
-    """The append a fork goes through: a store's, or one of the same shape."""
-
-    def __call__(
-        self,
-        thread_id: str,
-        events: Sequence[Event],
-        *,
-        expected_seq: int,
-        run_id: str | None = ...,
-        actor: str | Sequence[str | None] | None = ...,
-        claim: Claim | None = ...,
-    ) -> Awaitable[list[EventRecord]]: ...
-
-
 __all__ = [
     "TIMED_KINDS",
     "EventRow",
@@ -991,16 +724,11 @@ __all__ = [
     "StateDiff",
     "StepEntry",
     "ThreadNotFoundError",
-    "check_fork_point",
     "compare_states",
     "diff",
     "edit_events",
     "event_history",
     "execution_record",
-    "fork",
-    "fork_build",
-    "fork_event",
-    "inside_commits",
     "interrupt_summary",
     "message_brief",
     "message_text",
@@ -1012,5 +740,4 @@ __all__ = [
     "step_seq",
     "step_span",
     "summarize",
-    "update_state",
 ]

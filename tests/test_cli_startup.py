@@ -21,12 +21,13 @@ from typing import Any
 import pytest
 
 from agentlog.actors import END, StateGraph
+from agentlog.actors.engine.commit import fork_thread
 from agentlog.events import (
     EventStore,
     Forked,
     SQLiteEventStore,
 )
-from agentlog.projections import AgentState, Message, ToolCallBlock, fork, state_at
+from agentlog.projections import AgentState, Message, ToolCallBlock, state_at
 from tests.helpers import agent_with_tools
 
 from .helpers import ROOT
@@ -256,7 +257,9 @@ async def _real_threads(db: Path) -> list[str]:
                 {"messages": [Message.text_message("go")]}, {"thread_id": "failed"}
             )
         for seq in (2, await store.last_seq("done") - 1):
-            await fork(store, "done", at_seq=seq, new_thread_id=f"fork-{seq}")
+            await fork_thread(
+                store, "done", at_seq=seq, new_thread_id=f"fork-{seq}", state_cls=AgentState
+            )
         return await store.threads()
 
 

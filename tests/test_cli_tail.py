@@ -21,10 +21,11 @@ from typing import Any
 import pytest
 
 from agentlog.actors import END, StateGraph
+from agentlog.actors.engine.commit import fork_thread
 from agentlog.actors.runtime import AgentRuntime, EntryPoint
 from agentlog.events import NodeEntered, SQLiteEventStore, StateUpdated, StepAdvanced
 from agentlog.events.kinds import Event
-from agentlog.projections import AgentState, Message, fork, message_appended
+from agentlog.projections import AgentState, Message, message_appended
 
 from .helpers import ROOT, agentlog
 
@@ -302,7 +303,9 @@ async def _graphs_log(db: Path) -> dict[str, set[tuple[str, int]]]:
         alpha = [
             t.accepted.thread_id for t in ledger.triggers.values() if t.accepted.graph_id == "alpha"
         ]
-        forked = await fork(store, alpha[0], at_seq=2, new_thread_id="alpha-fork")
+        forked = await fork_thread(
+            store, alpha[0], at_seq=2, new_thread_id="alpha-fork", state_cls=AgentState
+        )
         plain = _graph("first").compile(store)
         await plain.ainvoke("hi", {"thread_id": "plain"})
         owner = {t.id: t.accepted.graph_id for t in ledger.triggers.values()}

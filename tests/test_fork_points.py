@@ -30,10 +30,10 @@ from agentlog.projections import (
     ToolCallBlock,
     ToolResultBlock,
     event_history,
+    forks,
     order_problems,
-    timetravel,
 )
-from agentlog.projections.timetravel import inside_commits
+from agentlog.projections.commits import inside_commits
 
 from .helpers import agentlog
 from .test_cli_commands import failed
@@ -330,7 +330,7 @@ async def test_a_fork_point_is_told_from_the_records_around_it_as_from_the_whole
 ) -> None:
     """`check_fork_point` reads a window around the seq (the whole log when the commits
     reach past it): its answers are those of the whole log's."""
-    monkeypatch.setattr(timetravel, "_AROUND", around)
+    monkeypatch.setattr(forks, "_AROUND", around)
     app = tool_graph([3, 1, 2], store=None, trim=True)
     await run_to_end(app, CFG, "go")
     records = [r async for r in app.store.read("t")]
@@ -338,7 +338,7 @@ async def test_a_fork_point_is_told_from_the_records_around_it_as_from_the_whole
     points = sorted({r.seq for r in records} - inside)
     for record in records:
         try:
-            await timetravel.check_fork_point(app.store, "t", record.seq)
+            await forks.check_fork_point(app.store, "t", record.seq)
         except ForkPointInCommitError as error:
             assert record.seq in inside
             assert error.before == max((s for s in points if s < record.seq), default=None)

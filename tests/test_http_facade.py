@@ -21,7 +21,6 @@ INTERNAL_MODULES = (
     "agentlog.actors.runtime.dispatch",
     "agentlog.actors.runtime.listeners",
     "agentlog.actors.runtime.journal",
-    "agentlog.actors.engine.journal",
     "agentlog.actors.engine.threads",
     "agentlog.events.follow",
     "agentlog.events.codec",

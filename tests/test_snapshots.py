@@ -57,7 +57,8 @@ from agentlog.projections import (
 )
 from agentlog.projections.fold import Fold
 from agentlog.projections.generic import reducer_name, state_fields
-from agentlog.projections.snapshots import SnapshotWriter, verify_snapshots, write_snapshot
+from agentlog.projections.snapshot_checks import verify_snapshots
+from agentlog.projections.snapshots import SnapshotWriter, write_snapshot
 
 from .fixtures.make_v1_fixture import DB as FIXTURE_DB
 from .fixtures.make_v1_fixture import FORK, THREAD, FixtureState

@@ -52,8 +52,8 @@ from agentlog.projections import (
     state_at,
     step_seq,
 )
+from agentlog.projections.commits import inside_commits
 from agentlog.projections.fold import ENTERED_KEY
-from agentlog.projections.timetravel import inside_commits
 
 from .helpers import agent_with_tools, line
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agentlog.actors.engine.commit import RETRY, RetryRule, write
+from agentlog.actors.engine.commit import RETRY, RetryRule, fork_thread, write
 from agentlog.events import (
     ClaimLostError,
     ConcurrencyError,
@@ -16,7 +16,7 @@ from agentlog.events import (
     StateUpdated,
     ThreadBusyError,
 )
-from agentlog.projections import AgentState, Fold, IllegalTransitionError, fork
+from agentlog.projections import AgentState, Fold, IllegalTransitionError
 from tests.helpers import step_events, text_event
 
 
@@ -56,8 +56,8 @@ async def test_two_forks_to_one_new_id_at_once_make_exactly_one_thread(tmp_path:
         for step in range(1, 4):
             seq = (await store.append("t", step_events(step), expected_seq=seq))[-1].seq
         outcomes = await asyncio.gather(
-            fork(store, "t", at_seq=3, new_thread_id="copy"),
-            fork(store, "t", at_seq=6, new_thread_id="copy"),
+            fork_thread(store, "t", at_seq=3, new_thread_id="copy", state_cls=AgentState),
+            fork_thread(store, "t", at_seq=6, new_thread_id="copy", state_cls=AgentState),
             return_exceptions=True,
         )
         made = [o for o in outcomes if o == "copy"]

@@ -707,7 +707,7 @@ def fork_command(
     as_json: AsJson = False,
 ) -> None:
     """Branch a thread at a step (or seq) into a new thread; print the new thread's id."""
-    from agentlog.projections import fork
+    from agentlog.actors.engine.commit import fork_thread
     from agentlog.projections.generic import open_states
 
     if step is None and seq is None:
@@ -735,7 +735,7 @@ def fork_command(
                 "(CompiledGraph.afork), or at a point where a snapshot holds its value"
             )
         state_cls = type(at.state)
-        return point, await fork(
+        return point, await fork_thread(
             store, thread, at_seq=point, new_thread_id=to, state_cls=state_cls, actor=who
         )
 
@@ -801,7 +801,7 @@ def verify_command(
     Exit status 3: every chain is intact but a thread breaks an invariant (see its lines).
     """
     from agentlog.projections.invariants import thread_findings
-    from agentlog.projections.snapshots import SnapshotFinding, verify_snapshots
+    from agentlog.projections.snapshot_checks import SnapshotFinding, verify_snapshots
 
     compare = snapshots if snapshots is not None else thread is not None
     found: list[SnapshotFinding] = []

@@ -32,6 +32,7 @@ from agentlog.events import (
 )
 from agentlog.events.kinds import Event
 from agentlog.projections.fold import Fold, decide
+from agentlog.projections.forks import fork_build, fork_event
 from agentlog.projections.state import AgentState
 from agentlog.projections.views import fold_at
 
@@ -269,4 +270,38 @@ async def write(
     return await commit(writer, thread_id=thread_id, what=what)
 
 
-__all__ = ["RETRY", "Append", "RetryRule", "ThreadWrite", "Writer", "commit", "write"]
+async def fork_thread(
+    store: EventStore,
+    thread_id: str,
+    *,
+    at_step: int | None = None,
+    at_seq: int | None = None,
+    new_thread_id: str | None = None,
+    state_cls: type[S],
+    actor: str = "user",
+) -> str:
+    """Branch `thread_id` at a past point into a new thread, through the commit path; its id.
+
+    The fork point is checked (`agentlog.projections.forks.fork_event`: never inside a
+    commit); a thread that exists under the new id, or is made meanwhile, refuses the fork
+    with `IllegalTransitionError`. The source thread is untouched.
+    """
+    new_id, event = await fork_event(
+        store, thread_id, at_step=at_step, at_seq=at_seq, new_thread_id=new_thread_id,
+        state_cls=state_cls,
+    )  # fmt: skip
+    await write(store, new_id, fork_build(new_id, event), state_cls=state_cls, actor=actor,
+                what="a fork")  # fmt: skip
+    return new_id
+
+
+__all__ = [
+    "RETRY",
+    "Append",
+    "RetryRule",
+    "ThreadWrite",
+    "Writer",
+    "commit",
+    "fork_thread",
+    "write",
+]

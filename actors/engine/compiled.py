@@ -65,12 +65,11 @@ from agentlog.projections import (
 from agentlog.projections.fold import before_first_run, decide
 from agentlog.projections.messages import monotonic
 from agentlog.projections.snapshots import DEFAULT_SNAPSHOT_EVERY
-from agentlog.projections.timetravel import fork_build, fork_event
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.graph import StateGraph
 from agentlog.actors.engine.callbacks import Callbacks, overridden
-from agentlog.actors.engine.commit import write
+from agentlog.actors.engine.commit import fork_thread, write
 from agentlog.actors.engine.ending import closing_events, goes_past
 from agentlog.actors.engine.offload import InFlight
 from agentlog.actors.engine.portal import Portal
@@ -252,7 +251,7 @@ class CompiledGraph(StepLoop[S]):
         new_thread_id: str | None = None,
     ) -> str:
         """Branch the thread at a past point into a new thread; return the new thread id."""
-        new_id, event = await fork_event(
+        return await fork_thread(
             self.store,
             _thread_of(config),
             at_step=at_step,
@@ -260,11 +259,6 @@ class CompiledGraph(StepLoop[S]):
             new_thread_id=new_thread_id,
             state_cls=self.graph.state_cls,
         )
-        start = fork_build(new_id, event)
-        await write(
-            self.store, new_id, start, state_cls=self.graph.state_cls, actor="user", what="a fork"
-        )
-        return new_id
 
     async def aupdate_state(
         self,

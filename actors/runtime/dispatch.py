@@ -1,9 +1,9 @@
 """Which accepted trigger runs next, running it, and what happens when it ends.
 
-Triggers wait in priority then arrival order. One starts when fewer than
-`max_concurrent_runs` execute, its entry point is under its `max_concurrent`, no run of its
-thread executes (a thread never has two), and its retry time, if any, has come. A run's end is
-recorded before anyone waiting for it hears of it.
+Triggers wait in priority then arrival order. One starts when fewer than `max_concurrent_runs`
+execute, its entry point is under its `max_concurrent`, no run of its thread executes (a
+thread never has two), and its retry time, if any, has come. A run's end is recorded before
+anyone waiting for it hears of it.
 """
 
 from __future__ import annotations
@@ -457,16 +457,14 @@ class Dispatcher:
                 if execution.lease is not None:  # the run starts only while its lease holds
                     config["claim_under"] = execution.lease
 
-            async def run() -> tuple[Any, int]:
-                return await app._ainvoke_to(run_input, config)
-
             async def still_ours() -> bool:
                 return await self._still_ours(state)
 
             try:
-                # a def node cut short still holds the thread, or an edit does: nothing was
-                # written; try again once it is free, if the trigger is still ours
-                ran = await RETRY.while_busy(run, still=still_ours)
+                # busy (a def node cut short, an edit): retried while the trigger is ours
+                ran = await RETRY.while_busy(
+                    lambda: app._ainvoke_to(run_input, config), still=still_ours
+                )
             except ClaimLostError as exc:
                 # its claim was taken over (it looked dead): what it wrote stands and the
                 # run may be another's now, so its input is never sent again
@@ -476,7 +474,7 @@ class Dispatcher:
                 self._mark_ending(thread_id, state)
                 await self._failed(state, attempt, exc)
                 return
-            if ran is None:
+            if ran is None:  # the trigger is no longer ours
                 return
             result, end_seq = ran
             self._mark_ending(thread_id, state)

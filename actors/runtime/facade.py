@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Literal
 
-from agentlog.actors.engine.journal import journal_for
+from agentlog.actors.engine.commit import fork_thread
 from agentlog.actors.engine.threads import internal_threads
 from agentlog.actors.runtime.ledger import TriggerState
 from agentlog.actors.runtime.spec import EntryPoint, MultitaskStrategy, UnknownRunError
@@ -23,7 +23,7 @@ from agentlog.events.follow import commit_signal, follow
 from agentlog.events.kinds import Event, ThreadCreated, ThreadHidden
 from agentlog.projections import AgentState
 from agentlog.projections.fold import CREATED_KEY, Fold
-from agentlog.projections.timetravel import StepEntry, fork
+from agentlog.projections.timetravel import StepEntry
 
 if TYPE_CHECKING:
     from agentlog.actors.runtime.runtime import AgentRuntime
@@ -205,14 +205,13 @@ class RuntimeFacade:
         """A new thread from the state at `at_step` (default: now); its id."""
         app = self.runtime.graphs[graph_id].app
         store = self.runtime.store
-        return await fork(
+        return await fork_thread(
             store,
             thread_id,
             at_step=at_step,
             new_thread_id=new_thread_id,
             state_cls=app.graph.state_cls,
             actor=actor,
-            append=journal_for(store).append,
         )
 
     # ---- runs -------------------------------------------------------------------------
