@@ -159,3 +159,22 @@ def test_few_blocks_are_skipped() -> None:
         f"{_page_id(page)}: {reason}" for page in PAGES for reason in SKIP.findall(page.read_text())
     ]
     assert len(skips) <= SKIPS_ALLOWED, "\n".join(skips)
+
+
+def test_the_site_builds_offline_with_warnings_as_errors(tmp_path: Path) -> None:
+    """`make docs`: every page, link and generated reference page builds, warnings failing."""
+    import subprocess
+    import sys
+
+    mkdocs = Path(sys.executable).with_name("mkdocs")
+    done = subprocess.run(
+        [str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    reference = tmp_path / "site" / "reference"
+    assert {p.name for p in reference.iterdir()} >= {"agentlog", "events", "projections"}
+    assert "SQLiteEventStore" in (reference / "events" / "index.html").read_text()
