@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test demo lint typecheck bench clean
+.PHONY: setup test test-fast demo lint typecheck bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,8 +22,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The slow tests (real subprocesses, many hypothesis examples) are spread over the workers by
+# worksteal: an idle worker takes queued tests from a busy one, so one long file no longer
+# sets the suite's length as it did under loadfile.
 test: lint typecheck $(STAMP)
-	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest -q -n auto --dist loadfile
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest -q -n auto --dist worksteal
+
+# The edit loop: no lint, no type check, no slow tests.
+test-fast: $(STAMP)
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest -q -n auto --dist worksteal -m "not slow"
 
 demo: $(STAMP)
 	$(BIN)/agentlog demo --db agentlog.db
