@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         until,
         until_blocking,
         until_idle,
+        wait_all_tasks_blocked,
         wait_for_line,
         wait_for_record,
     )
@@ -69,6 +70,7 @@ _HOMES = {
         "until",
         "until_blocking",
         "until_idle",
+        "wait_all_tasks_blocked",
         "wait_for_line",
         "wait_for_record",
     ],
@@ -103,6 +105,7 @@ __all__ = [
     "until",
     "until_blocking",
     "until_idle",
+    "wait_all_tasks_blocked",
     "wait_for_line",
     "wait_for_record",
 ]
