@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agentlog.actors.testing import until
+from agentlog.actors.testing import until, wait_all_tasks_blocked
 from agentlog.events import EventStore, NodeEntered, SQLiteEventStore
 from agentlog.events.claims import Holder
 from agentlog.events.kinds import Event
@@ -224,8 +224,11 @@ async def test_a_write_lock_held_elsewhere_never_blocks_the_loop(tmp_path: Path)
         other.execute("BEGIN IMMEDIATE")
         try:
             append = asyncio.ensure_future(store.append("t", step_events(1), expected_seq=3))
-            for _ in range(20):  # the loop turns while the append waits for the lock
-                await asyncio.sleep(0.01)
+            writer = store._writer
+            assert writer is not None
+            # the loop turns (this wait runs on it) while the append waits for the lock
+            await until(writer._in_use.locked, what="the append on the writer thread")
+            await wait_all_tasks_blocked()
             assert not append.done()
         finally:
             other.execute("COMMIT")
