@@ -49,8 +49,7 @@ RUN_DELAY_MS = 4
 TIMEOUT = 120.0
 KILL_WINDOW = (0.25, 0.7)
 """A kill lands between these fractions of an uninterrupted run's duration: mid-run."""
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("crash_many")]
-"""One worker runs them all: the coverage check at the end reads what every round found."""
+pytestmark = pytest.mark.slow
 
 
 # ---- processes -------------------------------------------------------------------------

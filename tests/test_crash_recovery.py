@@ -52,8 +52,7 @@ POINTS = GROUPS * PER_GROUP
 SECOND_KILL_EVERY = 3
 """Every third point also kills the first resumed process."""
 TIMEOUT = 60.0
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("crash_recovery")]
-"""One worker runs them all: the coverage check at the end reads what every point found."""
+pytestmark = pytest.mark.slow
 
 
 # ---- processes -------------------------------------------------------------------------
