@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-fast demo lint typecheck bench clean
+.PHONY: setup test test-fast demo docs lint typecheck bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,8 @@ setup: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/python tools/line_budget.py
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -36,6 +38,10 @@ test-fast: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/agentlog demo --db agentlog.db
 
+# The site from docs/ and the docstrings, offline, every warning an error, into site/.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --site-dir site
+
 # `make bench QUICK=1`: the smaller versions, one round of the side-by-side (about 7 minutes
 # on a 2-core VM, the peers' first install included).
 bench: $(STAMP)
@@ -46,4 +52,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/compare.py $(if $(QUICK),--quick,)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache agentlog.db*
+	rm -rf $(VENV) site .pytest_cache .hypothesis .mypy_cache .ruff_cache agentlog.db*

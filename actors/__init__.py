@@ -4,14 +4,15 @@ Every node, tool node and stream is an asyncio actor; one journal actor per stor
 the log. Build a `StateGraph`, `compile` it onto a store, and run threads with
 `ainvoke` / `astream`.
 
-The names below load on first use (PEP 562), so `import actors.cli` or `import actors._actor`
-does not build the graph engine and the state models: the command line starts quickly.
+The names below load on first use (PEP 562), so `import agentlog.actors.cli` does not build
+the graph engine and the state models: the command line starts quickly.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from agentlog.events.lazy import LazyExports
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.actor import Actor, ActorFailed, ActorStoppedError, AskTimeoutError
@@ -158,16 +159,14 @@ __all__ = [
 ]
 
 
+_lazy = LazyExports(__name__, _HOMES, globals())
+
+
 def __getattr__(name: str) -> Any:
     """Import a public name from its module on first access, then keep it here."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+    return _lazy.load(name)
 
 
 def __dir__() -> list[str]:
     """The module's attributes with the public names not imported yet."""
-    return sorted(set(globals()) | set(__all__))
+    return _lazy.names()

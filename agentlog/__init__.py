@@ -10,10 +10,10 @@ Every name loads on first use (PEP 562), so `import agentlog` stays cheap.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from agentlog.actors import __all__ as _ACTOR_NAMES
+from agentlog.events.lazy import LazyExports
 
 if TYPE_CHECKING:
     from agentlog.actors import (
@@ -91,16 +91,14 @@ __all__ = sorted(set(_HOMES) - {"PostgresEventStore"})
 """`PostgresEventStore` is left out so a star import never needs asyncpg."""
 
 
+_lazy = LazyExports(__name__, _HOMES, globals())
+
+
 def __getattr__(name: str) -> Any:
-    """Import a public name from its layer on first access, then keep it here."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+    """Import a public name from its module on first access, then keep it here."""
+    return _lazy.load(name)
 
 
 def __dir__() -> list[str]:
     """The module's attributes with the public names not imported yet."""
-    return sorted(set(globals()) | set(_HOMES))
+    return _lazy.names()

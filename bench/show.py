@@ -40,7 +40,7 @@ except ImportError:
 from agentlog.events import RunStarted, SQLiteEventStore, StepAdvanced
 from agentlog.events.kinds import Event
 from agentlog.projections import Message, message_appended, state_at, state_history
-from agentlog.projections.timetravel import _STATUS_AFTER, _STEP_BOUNDARY
+from agentlog.projections.timetravel import _STEP_BOUNDARY, step_status
 
 ROOT = Path(__file__).resolve().parent.parent
 HUGE_CHARS, QUICK_HUGE_CHARS = 10_000_000, 2_000_000
@@ -78,15 +78,15 @@ def rendered(thread: str, state: Any, bounds: render.Bounds) -> tuple[float, int
     return time.perf_counter() - start, len(out.getvalue())
 
 
-def forward_statuses(kinds: list[str]) -> dict[int, str]:
+def forward_statuses(events: list[Event]) -> dict[int, str]:
     """The former scan: from each step forward to the next boundary."""
     out: dict[int, str] = {}
-    for i, kind in enumerate(kinds):
-        if kind != "step_advanced":
+    for i, event in enumerate(events):
+        if not isinstance(event, StepAdvanced):
             continue
         status, j = "running", i + 1
-        while j < len(kinds) and kinds[j] not in _STEP_BOUNDARY:
-            status = _STATUS_AFTER.get(kinds[j], status)
+        while j < len(events) and events[j].KIND not in _STEP_BOUNDARY:
+            status = step_status(events[j]) or status
             j += 1
         out[i] = status
     return out
@@ -168,12 +168,13 @@ def bench_history(path: Path, rounds: int) -> dict[str, Any]:
             assert entries and all(e.status == "running" for e in entries)
             return seconds
 
-    async def kinds() -> list[str]:
+    async def events() -> list[Event]:
         async with SQLiteEventStore(path) as store:
-            return [r.kind async for r in store.read("steps")]
+            return [r.event async for r in store.read("steps")]
 
-    recorded = asyncio.run(kinds())
-    common.log(f"state_history of {recorded.count('step_advanced')} steps vs the former scan")
+    recorded = asyncio.run(events())
+    steps = sum(isinstance(e, StepAdvanced) for e in recorded)
+    common.log(f"state_history of {steps} steps vs the former scan")
     samples = common.alternate(
         rounds,
         {
@@ -183,7 +184,7 @@ def bench_history(path: Path, rounds: int) -> dict[str, Any]:
     )
     med = common.medians(samples)
     return {
-        "steps": recorded.count("step_advanced"),
+        "steps": steps,
         "state_history_ms": common.ms(med["state_history"]),
         "former_status_scan_alone_ms": common.ms(med["former_scan_only"]),
         "ratio_former_scan_to_whole_history": common.ratio(

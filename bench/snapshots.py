@@ -196,7 +196,7 @@ def sizes(path: Path, steps: int) -> dict[str, Any]:
 
 async def step_seqs(path: Path) -> list[int]:
     async with SQLiteEventStore(path, readonly=True) as store:
-        return await store.seqs_of_kind(THREAD, "step_advanced")
+        return await store.seqs_of_kind(THREAD, StepAdvanced.KIND)
 
 
 async def at_steps(

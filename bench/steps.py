@@ -58,7 +58,7 @@ from typing import Any
 import _common as common
 import workload
 
-from agentlog.events import SQLiteEventStore
+from agentlog.events import SQLiteEventStore, StepAdvanced
 from agentlog.projections import AgentState, state_at
 
 THREAD = "steps"
@@ -107,7 +107,7 @@ def read_shape(path: Path) -> Shape:
     steps: list[list[tuple[Any, ...]]] = [[]]
     for row in rows:
         steps[-1].append(row)
-        if row[kind] == "step_advanced":
+        if row[kind] == StepAdvanced.KIND:
             steps.append([])
     trailing = steps.pop()
     steps[-1].extend(trailing)  # run_completed rides with the last step

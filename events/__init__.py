@@ -62,6 +62,7 @@ from agentlog.events.kinds import (
     ToolCallStarted,
     kind_of,
 )
+from agentlog.events.lazy import LazyExports
 from agentlog.events.record import EventRecord, Snapshot, VerifyReport
 from agentlog.events.store import (
     AppendRequest,
@@ -85,13 +86,15 @@ _LAZY = {"PostgresEventStore": "agentlog.events.stores.postgres"}
 without asyncpg installed; left out of `__all__` so a star import never needs it."""
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'events' has no attribute {name!r}")
-    import importlib
+_lazy = LazyExports(__name__, _LAZY, globals())
 
-    return getattr(importlib.import_module(module), name)
+
+def __getattr__(name: str) -> object:
+    return _lazy.load(name)
+
+
+def __dir__() -> list[str]:
+    return _lazy.names()
 
 
 __all__ = [

@@ -21,7 +21,19 @@ from agentlog.events.errors import (
     SchemaVersionError,
     UnknownEventKindError,
 )
-from agentlog.events.kinds import KINDS, BaseEvent, Event, kind_of
+from agentlog.events.kinds import (
+    KINDS,
+    BaseEvent,
+    Event,
+    Resumed,
+    RunCompleted,
+    RunFailed,
+    StepAdvanced,
+    Stopped,
+    StopRequested,
+    ToolCallFinished,
+    kind_of,
+)
 from agentlog.events.record import EventRecord
 
 GENESIS_HASH = bytes(32)
@@ -42,14 +54,14 @@ def _unchanged(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 _BUILT_IN_UPCASTERS: dict[tuple[str, int], Upcaster] = {
-    ("stopped", 1): _unchanged,  # `when` added; version 1 stops were all "before"
-    ("stopped", 2): _unchanged,  # `duration_ms` added; None: not measured
-    ("step_advanced", 1): _unchanged,  # `duration_ms` added; None: not measured
-    ("run_completed", 1): _unchanged,  # `duration_ms` added; None: not measured
-    ("run_failed", 1): _unchanged,  # `status`, `duration_ms` added; version 1 was "failed"
-    ("tool_call_finished", 1): _unchanged,  # `message`, `update`, `goto` added
-    ("stop_requested", 1): _unchanged,  # `between_nodes` added; version 1 cut nodes short
-    ("resumed", 1): _unchanged,  # `node` added; None: not recorded
+    (Stopped.KIND, 1): _unchanged,  # `when` added; version 1 stops were all "before"
+    (Stopped.KIND, 2): _unchanged,  # `duration_ms` added; None: not measured
+    (StepAdvanced.KIND, 1): _unchanged,  # `duration_ms` added; None: not measured
+    (RunCompleted.KIND, 1): _unchanged,  # `duration_ms` added; None: not measured
+    (RunFailed.KIND, 1): _unchanged,  # `status`, `duration_ms` added; version 1 was "failed"
+    (ToolCallFinished.KIND, 1): _unchanged,  # `message`, `update`, `goto` added
+    (StopRequested.KIND, 1): _unchanged,  # `between_nodes` added; version 1 cut nodes short
+    (Resumed.KIND, 1): _unchanged,  # `node` added; None: not recorded
 }
 _upcasters.update(_BUILT_IN_UPCASTERS)
 _sha256 = hashlib.sha256

@@ -57,9 +57,30 @@ class BaseEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", gc=
     """Common base: the `kind` tag is the class's snake-case name; VERSION is its schema.
 
     Events are values that never form reference cycles, so the cyclic GC skips them.
+
+    The class-level traits below say what a kind is for, so a reader asks the kind
+    (`type(event).ENDS_RUN`, or the sets of kind names at the end of this module) instead of
+    listing kind names of its own. A kind sets the traits that hold for it.
     """
 
     VERSION: ClassVar[int] = 1
+    KIND: ClassVar[str] = ""
+    """The kind's name, its `kind` tag (set for each kind from its `tag`)."""
+    CARRIES_MESSAGES: ClassVar[bool] = False
+    """Its payload carries whole messages (see `agentlog.events.store.messages_of`)."""
+    SETS_FIELDS: ClassVar[bool] = False
+    """It declares or sets custom state fields (their reducers, or their values)."""
+    OPENS_RUN: ClassVar[bool] = False
+    """It starts or resumes a run: a run's commit that holds the run's input."""
+    ENDS_RUN: ClassVar[bool] = False
+    """It ends a run or pauses it (completed, failed, interrupted, stopped, cancelled)."""
+    TIMED: ClassVar[bool] = False
+    """It records one execution and how long it took: a node's step, a tool call."""
+    STEP_OUTPUT: ClassVar[bool] = False
+    """A node's output or a fact a run records: written in the same commit as the record
+    that closes (or opens) the run's step, never on its own by a run."""
+    RUNTIME_ONLY: ClassVar[bool] = False
+    """An agent runtime writes it only to its own thread, never to a run's thread."""
 
 
 class RunStarted(BaseEvent, tag="run_started", frozen=True):
@@ -69,6 +90,9 @@ class RunStarted(BaseEvent, tag="run_started", frozen=True):
     so the thread can be read without the state class (`agentlog.projections.generic`); None when
     the writer did not record it.
     """
+
+    OPENS_RUN: ClassVar[bool] = True
+    SETS_FIELDS: ClassVar[bool] = True
 
     entry_node: str = "__start__"
     input: JSON = None
@@ -91,6 +115,8 @@ class StepAdvanced(BaseEvent, tag="step_advanced", frozen=True):
     commit being built (None: not measured, as for a human edit). Version 2 added it.
     """
 
+    TIMED: ClassVar[bool] = True
+
     VERSION: ClassVar[int] = 2
 
     step: int
@@ -101,12 +127,18 @@ class StepAdvanced(BaseEvent, tag="step_advanced", frozen=True):
 class MessageAppended(BaseEvent, tag="message_appended", frozen=True):
     """One message joined the context (through the `add_messages` reducer)."""
 
+    CARRIES_MESSAGES: ClassVar[bool] = True
+    STEP_OUTPUT: ClassVar[bool] = True
+
     message: dict[str, JSON]
     reason: str | None = None
 
 
 class MessageReplaced(BaseEvent, tag="message_replaced", frozen=True):
     """The message with the same `message_id` was replaced in place (a human's correction)."""
+
+    CARRIES_MESSAGES: ClassVar[bool] = True
+    STEP_OUTPUT: ClassVar[bool] = True
 
     message: dict[str, JSON]
     reason: str | None = None
@@ -115,11 +147,16 @@ class MessageReplaced(BaseEvent, tag="message_replaced", frozen=True):
 class MessagesReplaced(BaseEvent, tag="messages_replaced", frozen=True):
     """The whole context was replaced (a trim, a summary, a human edit)."""
 
+    CARRIES_MESSAGES: ClassVar[bool] = True
+    STEP_OUTPUT: ClassVar[bool] = True
+
     messages: list[dict[str, JSON]]
 
 
 class MessagesRemoved(BaseEvent, tag="messages_removed", frozen=True):
     """The messages with these ids left the context (`RemoveMessage`); the log keeps them."""
+
+    STEP_OUTPUT: ClassVar[bool] = True
 
     message_ids: list[str | int]
     reason: str | None = None
@@ -128,6 +165,9 @@ class MessagesRemoved(BaseEvent, tag="messages_removed", frozen=True):
 class StateUpdated(BaseEvent, tag="state_updated", frozen=True):
     """Custom state fields changed, merged through each field's reducer; with `replace`
     (a rollback) set to the values as they are, reducers bypassed."""
+
+    SETS_FIELDS: ClassVar[bool] = True
+    STEP_OUTPUT: ClassVar[bool] = True
 
     values: dict[str, JSON]
     source: str = "node"
@@ -142,6 +182,8 @@ class InterruptRaised(BaseEvent, tag="interrupt_raised", frozen=True):
     value), false for a breakpoint set when the graph was compiled.
     """
 
+    ENDS_RUN: ClassVar[bool] = True
+
     node: str
     reason: str
     when: Literal["before", "after"] = "before"
@@ -154,6 +196,8 @@ class Resumed(BaseEvent, tag="resumed", frozen=True):
 
     `node` is the node it paused at (interrupted, stopped or failed at). Version 2 added it.
     """
+
+    OPENS_RUN: ClassVar[bool] = True
 
     VERSION: ClassVar[int] = 2
 
@@ -194,6 +238,8 @@ class Stopped(BaseEvent, tag="stopped", frozen=True):
     `duration_ms`.
     """
 
+    ENDS_RUN: ClassVar[bool] = True
+
     VERSION: ClassVar[int] = 3
 
     node: str | None = None
@@ -220,6 +266,9 @@ class ToolCallFinished(BaseEvent, tag="tool_call_finished", frozen=True):
     the tool node's step. Version 2 added these three; version 1 records have none.
     """
 
+    TIMED: ClassVar[bool] = True
+    STEP_OUTPUT: ClassVar[bool] = True
+
     VERSION: ClassVar[int] = 2
 
     call_id: str
@@ -236,6 +285,9 @@ class ToolCallFinished(BaseEvent, tag="tool_call_finished", frozen=True):
 class ContextSummarized(BaseEvent, tag="context_summarized", frozen=True):
     """The context was condensed: a new summary, and optionally the context that remains."""
 
+    CARRIES_MESSAGES: ClassVar[bool] = True
+    STEP_OUTPUT: ClassVar[bool] = True
+
     summary: str
     messages: list[dict[str, JSON]] | None = None
 
@@ -246,6 +298,8 @@ class RunCompleted(BaseEvent, tag="run_completed", frozen=True):
     `duration_ms` is how long the call that completed it ran, from its start (None: not
     measured). Version 2 added it.
     """
+
+    ENDS_RUN: ClassVar[bool] = True
 
     VERSION: ClassVar[int] = 2
 
@@ -259,6 +313,8 @@ class RunFailed(BaseEvent, tag="run_failed", frozen=True):
     `duration_ms` is how long the call that failed had run, from its start (None: not
     measured). Version 2 added both; a version 1 record is "failed".
     """
+
+    ENDS_RUN: ClassVar[bool] = True
 
     VERSION: ClassVar[int] = 2
 
@@ -275,6 +331,9 @@ class Forked(BaseEvent, tag="forked", frozen=True):
     `fields` is as in `RunStarted`: the custom fields' reducers, when recorded.
     """
 
+    CARRIES_MESSAGES: ClassVar[bool] = True
+    SETS_FIELDS: ClassVar[bool] = True
+
     source_thread: str
     source_seq: int
     state: dict[str, JSON]
@@ -287,6 +346,8 @@ class RunCancelled(BaseEvent, tag="run_cancelled", frozen=True):
 
     `node` is where it stood; `in_flight` names the node or tool calls cut short.
     """
+
+    ENDS_RUN: ClassVar[bool] = True
 
     by: str
     reason: str | None = None
@@ -302,6 +363,8 @@ class TriggerAccepted(BaseEvent, tag="trigger_accepted", frozen=True):
     `source_position` is the record an event trigger answered, `slot` a timer's slot and
     `missed` the earlier slots it stands for.
     """
+
+    RUNTIME_ONLY: ClassVar[bool] = True
 
     trigger_id: str
     entry_point: str
@@ -326,6 +389,8 @@ class TriggerDispatched(BaseEvent, tag="trigger_dispatched", frozen=True):
     """A runtime handed an accepted trigger to its graph; `thread_seq` is the thread's last
     seq at that moment (a restart that finds it unchanged knows the run never began)."""
 
+    RUNTIME_ONLY: ClassVar[bool] = True
+
     trigger_id: str
     attempt: int
     thread_seq: int
@@ -336,6 +401,8 @@ class TriggerFinished(BaseEvent, tag="trigger_finished", frozen=True):
     """How a triggered run's attempt ended: `outcome` is a `Status` ("completed",
     "failed", "cancelled", "rejected"), or "interrupted" when the run paused; a failure with
     `retry_at` is tried again then, from the log."""
+
+    RUNTIME_ONLY: ClassVar[bool] = True
 
     trigger_id: str
     outcome: str
@@ -355,6 +422,8 @@ class TriggerFinished(BaseEvent, tag="trigger_finished", frozen=True):
 class TriggerListening(BaseEvent, tag="trigger_listening", frozen=True):
     """An event or timer entry point began to listen: events after `position`, timer slots
     after `slot`. Recorded once, so a restart before its first firing misses nothing."""
+
+    RUNTIME_ONLY: ClassVar[bool] = True
 
     entry_point: str
     position: int | None = None
@@ -388,6 +457,8 @@ class ModelCalled(BaseEvent, tag="model_called", frozen=True):
     call produced (None for a failed attempt); `usage` holds token counts.
     """
 
+    STEP_OUTPUT: ClassVar[bool] = True
+
     node: str
     provider: str
     model: str
@@ -409,6 +480,8 @@ class OutcomeRecorded(BaseEvent, tag="outcome_recorded", frozen=True):
     """A node recorded an outcome towards a goal: `metric` (a criterion's metric name)
     reached `value` (a number, or a bool for a pass/fail criterion)."""
 
+    STEP_OUTPUT: ClassVar[bool] = True
+
     metric: str
     value: JSON
     node: str | None = None
@@ -418,6 +491,8 @@ class OutcomeRecorded(BaseEvent, tag="outcome_recorded", frozen=True):
 class SharedWritten(BaseEvent, tag="shared_written", frozen=True):
     """A run wrote a shared key (the runtime's state shared between runs): `op` applied to
     `value`, in commit order. `key` is namespaced (`graph/name`, or `*/name` when global)."""
+
+    STEP_OUTPUT: ClassVar[bool] = True
 
     key: str
     op: Literal["set", "increment", "append", "merge"]
@@ -450,6 +525,9 @@ Event: TypeAlias = BaseEvent
 EVENT_TYPES: tuple[type[BaseEvent], ...] = tuple(BaseEvent.__subclasses__())
 """Every event kind, in the order declared above: a kind is declared once, by its class."""
 
+for _type in EVENT_TYPES:
+    _type.KIND = str(_type.__struct_config__.tag)
+
 KINDS: dict[str, type[BaseEvent]] = {
     t.__struct_config__.tag: t  # type: ignore[misc]
     for t in EVENT_TYPES
@@ -457,6 +535,29 @@ KINDS: dict[str, type[BaseEvent]] = {
 """Event class by its `kind` string."""
 
 
+def kinds_where(trait: str) -> frozenset[str]:
+    """The names of the kinds for which the class-level `trait` (say "ENDS_RUN") holds."""
+    if not isinstance(getattr(BaseEvent, trait, None), bool):
+        raise AttributeError(f"{trait!r} is not a trait of event kinds")
+    return frozenset(t.KIND for t in EVENT_TYPES if getattr(t, trait))
+
+
+MESSAGE_KINDS: tuple[str, ...] = tuple(t.KIND for t in EVENT_TYPES if t.CARRIES_MESSAGES)
+"""Kinds whose payloads carry whole messages a snapshot's context may point to."""
+FIELD_KINDS = kinds_where("SETS_FIELDS")
+"""Kinds that declare or set custom state fields."""
+OPENING_KINDS = kinds_where("OPENS_RUN")
+"""Kinds that start or resume a run."""
+ENDING_KINDS = kinds_where("ENDS_RUN")
+"""Kinds that end or pause a run."""
+TIMED_KINDS = kinds_where("TIMED")
+"""Kinds that record one execution with its duration: node steps and tool calls."""
+OUTPUT_KINDS = kinds_where("STEP_OUTPUT")
+"""Kinds a run writes in the commit of the record that closes or opens its step."""
+RUNTIME_KINDS = kinds_where("RUNTIME_ONLY")
+"""Kinds an agent runtime writes only to its own thread."""
+
+
 def kind_of(event: BaseEvent) -> str:
     """The `kind` string of an event instance."""
-    return type(event).__struct_config__.tag  # type: ignore[return-value]
+    return type(event).KIND

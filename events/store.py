@@ -43,12 +43,14 @@ from agentlog.events.errors import (
 )
 from agentlog.events.kinds import (
     KINDS,
+    MESSAGE_KINDS,
     ContextSummarized,
     Event,
     Forked,
     MessageAppended,
     MessageReplaced,
     MessagesReplaced,
+    StopRequested,
 )
 from agentlog.events.record import EventRecord, Snapshot, VerifyReport
 
@@ -271,14 +273,6 @@ def _check_text(name: str, value: object) -> None:
 
 # ---- snapshots whose context points into the log ------------------------------------------
 
-MESSAGE_KINDS = (
-    "message_appended",
-    "message_replaced",
-    "messages_replaced",
-    "context_summarized",
-    "forked",
-)
-"""Kinds whose payloads carry whole messages a snapshot's context may point to."""
 
 ContextEntry = tuple[int, int] | dict[str, Any]
 """One message of a snapshot's context: `(seq, index)` of the message in the list that record
@@ -316,7 +310,7 @@ def messages_of(event: Event) -> list[Any] | None:
 
 Payload = tuple[int, str | None, int, bytes]
 """A record's `(seq, kind, version, payload)`, what a snapshot's context is read from; `kind`
-is None for "message_appended", the kind of nearly every message (no str made per row)."""
+is None for `MessageAppended`, the kind of nearly every message (no str made per row)."""
 
 Linked = tuple[Row, bytes | None]
 """A stored record that carries messages, with the chain hash of the record before it (None
@@ -395,7 +389,8 @@ _CARRIERS: dict[str, Any] = {
 }
 
 
-_APPENDED = _CARRIERS["message_appended"][1]
+_APPENDED = _CARRIERS[MessageAppended.KIND][1]
+_APPENDED_KIND = MessageAppended.KIND
 
 
 def _carried(thread_id: str, seq: int, kind: str, version: int, payload: bytes) -> list[Any]:
@@ -493,7 +488,7 @@ def _messages(
     try:
         for row in rows:
             row_seq = row.seq
-            if row.kind == "message_appended" and row.version == current:  # nearly every row
+            if row.kind == _APPENDED_KIND and row.version == current:  # nearly every row
                 carried[row_seq] = (decode(row.payload).message,)
             else:
                 carried[row_seq] = _carried(thread_id, row_seq, row.kind, row.version, row.payload)
@@ -576,7 +571,7 @@ class AppendRequest:
     @property
     def only_stop_requests(self) -> bool:
         """True when every event asks the thread's owner to stop (allowed to outsiders)."""
-        return all(e.kind == "stop_requested" for e in self.encoded)
+        return all(e.kind == StopRequested.KIND for e in self.encoded)
 
 
 class BaseEventStore(ABC):

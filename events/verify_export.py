@@ -255,16 +255,27 @@ def readable_payload(payload: bytes) -> Any:
         raise ValueError(str(exc)) from None
 
 
-def same(a: Any, b: Any) -> bool:
-    """Strict equality of JSON values: 1, 1.0 and true differ; lists and objects deeply."""
+def same(a: Any, b: Any, *, ordered: bool = False) -> bool:
+    """Exact equality, the project's one: types match (1, 1.0 and true differ, bytes are not
+    a bytearray), -0.0 differs from 0.0 and NaN equals NaN; lists, tuples and objects deeply,
+    object keys in the same order when `ordered` (a round trip keeps it); pydantic models
+    of the same class field by field. It lives here because this file imports nothing from
+    agentlog; the package imports it from here (`agentlog.events.verify_export.same`)."""
     if type(a) is not type(b):
         return False
-    if isinstance(a, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, float):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
         return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    if isinstance(a, dict):
+        keys = list(a) == list(b) if ordered else a.keys() == b.keys()
+        return keys and all(same(a[k], b[k], ordered=ordered) for k in a)
+    if isinstance(a, list | tuple):
+        pairs = zip(a, b, strict=False)
+        return len(a) == len(b) and all(same(x, y, ordered=ordered) for x, y in pairs)
+    fields = getattr(type(a), "model_fields", None)
+    if isinstance(fields, dict):  # a pydantic model (this file does not import pydantic)
+        return all(same(getattr(a, k), getattr(b, k), ordered=ordered) for k in fields)
     return bool(a == b)
 
 

@@ -64,6 +64,7 @@ from agentlog.projections.errors import (
     InvalidStateUpdateError,
     UnfoldableRecordError,
 )
+from agentlog.projections.lifecycle import ended
 from agentlog.projections.messages import Message
 from agentlog.projections.reducers import add_messages
 from agentlog.projections.state import (
@@ -394,13 +395,8 @@ def _state_updated(fold: Fold[Any], e: StateUpdated, r: EventRecord) -> None:
 
 @_handles(InterruptRaised)
 def _interrupt_raised(fold: Fold[Any], e: InterruptRaised, r: EventRecord) -> None:
-    status = (
-        ExecutionStatus.INTERRUPTED_BEFORE
-        if e.when == "before"
-        else ExecutionStatus.INTERRUPTED_AFTER
-    )
     meta = fold.state.execution_meta
-    _set_interrupt(meta, e.node, e.reason, status, e.data)
+    _set_interrupt(meta, e.node, e.reason, ended(e), e.data)
     if e.by_node:
         meta.internal_data[AWAITING_KEY] = True
     else:
@@ -438,12 +434,8 @@ def _stopped(fold: Fold[Any], e: Stopped, r: EventRecord) -> None:
     data: dict[str, Any] = {"source": "stop", **meta.internal_data.pop(STOP_KEY, {})}
     if e.in_flight:
         data["in_flight"] = list(e.in_flight)
-    status = (
-        ExecutionStatus.INTERRUPTED_AFTER
-        if e.when == "after"
-        else ExecutionStatus.INTERRUPTED_BEFORE
-    )
-    _set_interrupt(meta, e.node or meta.current_node, e.reason or "stop_requested", status, data)
+    reason = e.reason or StopRequestStatus.STOP_REQUESTED.value
+    _set_interrupt(meta, e.node or meta.current_node, reason, ended(e), data)
 
 
 @_handles(ToolCallStarted)
@@ -473,13 +465,13 @@ def _context_summarized(fold: Fold[Any], e: ContextSummarized, r: EventRecord) -
 def _run_completed(fold: Fold[Any], e: RunCompleted, r: EventRecord) -> None:
     meta = fold.state.execution_meta
     meta.current_node = END
-    meta.status = ExecutionStatus.COMPLETED
+    meta.status = ended(e)
 
 
 @_handles(RunFailed)
 def _run_failed(fold: Fold[Any], e: RunFailed, r: EventRecord) -> None:
     meta = fold.state.execution_meta
-    meta.status = ExecutionStatus.ERROR
+    meta.status = ended(e)
     meta.internal_data["error"] = f"{e.error_type}: {e.message}"
     meta.internal_data["failed_node"] = e.node
 
@@ -488,7 +480,7 @@ def _run_failed(fold: Fold[Any], e: RunFailed, r: EventRecord) -> None:
 def _run_cancelled(fold: Fold[Any], e: RunCancelled, r: EventRecord) -> None:
     meta = fold.state.execution_meta
     _clear_interrupt(meta)
-    meta.status = ExecutionStatus.CANCELLED
+    meta.status = ended(e)
     meta.stop_current_execution = StopRequestStatus.NONE
     meta.internal_data.pop(STOP_KEY, None)
     meta.internal_data["cancelled"] = {"by": e.by, "reason": e.reason, "node": e.node}
@@ -775,7 +767,7 @@ def _check_answers(context: list[Message], batch: list[Message], event: MessageA
             )
 
 
-def _check_closed(context: list[Message], kind: str = "run_completed") -> None:
+def _check_closed(context: list[Message], kind: str = RunCompleted.KIND) -> None:
     waiting = open_calls(context)
     if waiting:
         names = ", ".join(f"{c.name} ({c.id})" for c in waiting)

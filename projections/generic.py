@@ -29,8 +29,10 @@ from agentlog.events import (
     StateUpdated,
     ThreadNotFoundError,
 )
+from agentlog.events.kinds import FIELD_KINDS
 from agentlog.projections.fold import CONTEXT_FIELDS, Fold, gc_paused
 from agentlog.projections.messages import Message
+from agentlog.projections.names import current_name
 from agentlog.projections.reducers import (
     add_messages,
     append_items,
@@ -43,6 +45,7 @@ from agentlog.projections.views import PointOutOfRangeError, state_at
 __all__ = [
     "LIBRARY_REDUCERS",
     "OpenState",
+    "library_reducer",
     "open_state_class",
     "open_states",
     "reducer_name",
@@ -130,6 +133,11 @@ LIBRARY_REDUCERS: dict[str, Callable[[Any, Any], Any]] = {
 """The library's reducers by recorded name, as functions of stored (builtin) values."""
 
 
+def library_reducer(recorded: str | None) -> Callable[[Any, Any], Any] | None:
+    """The library reducer a record names (by today's name or a legacy one), or None."""
+    return None if recorded is None else LIBRARY_REDUCERS.get(current_name(recorded))
+
+
 # ---- the open class ----------------------------------------------------------------------------
 
 
@@ -162,7 +170,7 @@ def open_state_class(
     """
     definitions: dict[str, Any] = {}
     for name, reducer in fields.items():
-        fn = LIBRARY_REDUCERS.get(reducer or "", _replace)
+        fn = library_reducer(reducer) or _replace
         if name == "context":
             context_fn = add_messages if fn is _add_messages else replace_messages
             definitions[name] = (Annotated[list[Message], context_fn], [])
@@ -248,7 +256,7 @@ async def open_states(
             )
     top = max(seqs, default=0)
     bearing: set[int] = set()
-    for kind in ("run_started", "forked", "state_updated"):
+    for kind in FIELD_KINDS:
         bearing.update(s for s in await store.seqs_of_kind(thread_id, kind) if s <= top)
     records: list[EventRecord] | None = None
     scan = _Scan()
@@ -333,7 +341,7 @@ def _fold_point(
             note = NOTE_UNRECORDED
         else:
             reducer = scan.declared[name]
-            if reducer is None or reducer in LIBRARY_REDUCERS:
+            if reducer is None or library_reducer(reducer) is not None:
                 continue
             note = _note_user(reducer)
         # Exact when nothing reduced it since the last whole value (a snapshot or a fork).

@@ -85,8 +85,9 @@ from agentlog.events.store import (
 )
 from agentlog.projections.edge import state_data, to_builtins
 from agentlog.projections.fold import CONTEXT_FIELDS, Fold, field_plan, gc_paused
-from agentlog.projections.generic import LIBRARY_REDUCERS, open_state_class
+from agentlog.projections.generic import library_reducer, open_state_class
 from agentlog.projections.messages import Message
+from agentlog.projections.names import current_name
 from agentlog.projections.reducers import add_messages
 from agentlog.projections.state import AgentState
 from agentlog.projections.views import PointOutOfRangeError, _shares_context, state_type_name
@@ -498,18 +499,18 @@ class _Fields:
             return True
         if name == "context":
             reducer = self.declared.get("context")
-            return reducer is None or reducer in LIBRARY_REDUCERS
+            return reducer is None or library_reducer(reducer) is not None
         first = self.set_at.get(name)
         if first is None or first > seq or name not in self.declared:
             return False  # a default of the user's class, or reduced in a way not recorded
         reducer = self.declared[name]
-        return reducer is None or reducer in LIBRARY_REDUCERS
+        return reducer is None or library_reducer(reducer) is not None
 
 
 async def _scan_fields(store: EventStore, thread_id: str, top: int) -> _Fields:
     fields = _Fields({}, {})
     bearing: list[int] = []
-    for kind in ("run_started", "forked", "state_updated"):
+    for kind in (RunStarted.KIND, Forked.KIND, StateUpdated.KIND):  # FIELD_KINDS
         bearing += [s for s in await store.seqs_of_kind(thread_id, kind) if s <= top]
     for seq in sorted(bearing):
         async for record in store.read(thread_id, seq, seq):
@@ -685,7 +686,7 @@ class _Verifier:
                     f"record at that seq hashes to {fold.hash[:16]}...: every reader refuses it",
                 )
             ]
-        if self.fields is None and snapshot.state_type != state_type_name(cls):
+        if self.fields is None and current_name(snapshot.state_type) != state_type_name(cls):
             return [
                 self.finding(
                     "other_class",

@@ -6,7 +6,7 @@ accepts or must refuse. Every value drawn is one the log stores exactly: ints wi
 text without lone surrogates, bytes, NaN, the infinities and -0.0; compare round trips with
 `same`, which is exact where `==` is not.
 
-This module imports hypothesis (install `agentlog[testing]`); `import projections` does not.
+It imports hypothesis (install `agentlog[testing]`); `import agentlog.projections` does not.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from agentlog.events.kinds import (
     ToolCallFinished,
     ToolCallStarted,
 )
+from agentlog.events.verify_export import same as exactly_same
 from agentlog.projections.edge import message_appended, state_updated
 from agentlog.projections.fold import CONTEXT_FIELDS, TOOL_CALLS_KEY, before_first_run, field_plan
 from agentlog.projections.messages import (
@@ -149,26 +150,13 @@ def _objects(max_leaves: int = 8) -> st.SearchStrategy[dict[str, Any]]:
 
 
 def same(a: Any, b: Any) -> bool:
-    """Exact equality for round trips: types match, NaN equals NaN, -0.0 differs from 0.0.
+    """Exact equality for round trips: types match, NaN equals NaN, -0.0 differs from 0.0,
+    object keys in order, models field by field (`agentlog.events.verify_export.same`).
 
     `==` is too lenient for a round trip (1 == 1.0 == True, -0.0 == 0.0) and too strict for
-    NaN. Models are compared field by field.
+    NaN.
     """
-    if isinstance(a, BaseModel) and isinstance(b, BaseModel):
-        if type(a) is not type(b):
-            return False
-        return all(same(getattr(a, k), getattr(b, k)) for k in type(a).model_fields)
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, float):
-        if math.isnan(a) or math.isnan(b):
-            return math.isnan(a) and math.isnan(b)
-        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)
+    return exactly_same(a, b, ordered=True)
 
 
 # ---- messages ----------------------------------------------------------------------------
@@ -751,44 +739,46 @@ def refused_events(
         return step != run.step + 1
 
     choices: dict[str, Callable[[], Event]] = {
-        "step_advanced": lambda: StepAdvanced(
+        StepAdvanced.KIND: lambda: StepAdvanced(
             step=draw(st.integers(0, run.step + 9).filter(wrong_step))
         ),
-        "tool_call_finished": lambda: ToolCallFinished(call_id=fresh_call, name=draw(_names)),
-        "forked": lambda: Forked(source_thread=draw(text), source_seq=0, state={}),
-        "thread_created": lambda: ThreadCreated(
+        ToolCallFinished.KIND: lambda: ToolCallFinished(call_id=fresh_call, name=draw(_names)),
+        Forked.KIND: lambda: Forked(source_thread=draw(text), source_seq=0, state={}),
+        ThreadCreated.KIND: lambda: ThreadCreated(
             by=draw(_names), graph_id=draw(st.none() | _names), metadata=draw(_objects(4))
         ),
-        "messages_removed": lambda: MessagesRemoved(message_ids=[unknown_id]),
-        "message_replaced": lambda: MessageReplaced(
+        MessagesRemoved.KIND: lambda: MessagesRemoved(message_ids=[unknown_id]),
+        MessageReplaced.KIND: lambda: MessageReplaced(
             message=message_appended(Message.text_message("x", message_id=unknown_id)).message
         ),
-        "message_appended": lambda: MessageAppended(
+        MessageAppended.KIND: lambda: MessageAppended(
             message=message_appended(
                 Message.tool_message([ToolResultBlock(call_id=fresh_call, output="x")])
             ).message
         ),
-        "state_updated": lambda: StateUpdated(values={_missing_field(type(state)): draw(text)}),
+        StateUpdated.KIND: lambda: StateUpdated(values={_missing_field(type(state)): draw(text)}),
     }
     if not (run.paused or run.failed):
-        choices["resumed"] = lambda: Resumed(value=draw(data(max_leaves=4)))
+        choices[Resumed.KIND] = lambda: Resumed(value=draw(data(max_leaves=4)))
     if run.stop != StopRequestStatus.STOP_REQUESTED:
-        choices["stopped"] = lambda: Stopped(node=draw(st.none() | _names))
+        choices[Stopped.KIND] = lambda: Stopped(node=draw(st.none() | _names))
     if run.finished or run.stop != StopRequestStatus.NONE:
-        choices["stop_requested"] = lambda: StopRequested()
+        choices[StopRequested.KIND] = lambda: StopRequested()
     if run.finished or run.paused:
-        choices["node_entered"] = lambda: NodeEntered(node=draw(_names))
-        choices["tool_call_started"] = lambda: ToolCallStarted(
+        choices[NodeEntered.KIND] = lambda: NodeEntered(node=draw(_names))
+        choices[ToolCallStarted.KIND] = lambda: ToolCallStarted(
             call_id=fresh_call, name=draw(_names)
         )
-        choices["interrupt_raised"] = lambda: InterruptRaised(node=draw(_names), reason=draw(text))
-        choices["run_failed"] = lambda: RunFailed(
+        choices[InterruptRaised.KIND] = lambda: InterruptRaised(
+            node=draw(_names), reason=draw(text)
+        )
+        choices[RunFailed.KIND] = lambda: RunFailed(
             node=None, error_type=draw(_names), message=draw(text)
         )
     if run.finished or run.paused or run.open:
-        choices["run_completed"] = lambda: RunCompleted()
+        choices[RunCompleted.KIND] = lambda: RunCompleted()
     if not (run.finished or run.paused or before_first_run(state.execution_meta)):
-        choices["run_started"] = lambda: RunStarted(entry_node=START)
+        choices[RunStarted.KIND] = lambda: RunStarted(entry_node=START)
     names = list(choices) if kinds is None else [k for k in kinds if k in choices]
     if not names:
         raise ValueError(

@@ -25,6 +25,11 @@ from agentlog.events import (
 )
 from agentlog.events.errors import InvalidArgumentError
 from agentlog.events.kinds import (
+    ENDING_KINDS,
+    OPENING_KINDS,
+    OUTPUT_KINDS,
+    TIMED_KINDS,
+    BaseEvent,
     ContextSummarized,
     Event,
     MessageAppended,
@@ -64,6 +69,7 @@ from agentlog.projections.fold import (
     unfoldable,
 )
 from agentlog.projections.generic import state_fields
+from agentlog.projections.lifecycle import status_after
 from agentlog.projections.messages import (
     ErrorBlock,
     Message,
@@ -80,18 +86,25 @@ from agentlog.projections.state import (
     StopRequestStatus,
 )
 from agentlog.projections.transcript import calls_of, context_events
+from agentlog.projections.usage import counted, tokens_of
 from agentlog.projections.views import PointOutOfRangeError, fold_at, state_at
 from agentlog.projections.writer import Append, write
 
 S = TypeVar("S", bound=AgentState)
 
-_STATUS_AFTER = {
-    "interrupt_raised": "interrupted",
-    "stopped": "stopped",
-    "run_completed": "completed",
-    "run_failed": "error",
-    "run_cancelled": "cancelled",
-}
+
+def step_status(event: BaseEvent) -> str | None:
+    """What a step's history says of a run that `event` ends or pauses, as the one fold
+    decides it (`status_after`): "completed", "error", "cancelled", "interrupted", or
+    "stopped" for a pause a stop made; None for a kind that neither ends nor pauses a run."""
+    status = status_after(event)
+    if status not in _PAUSED:
+        return None if status is None else status.value
+    return "stopped" if isinstance(event, Stopped) else "interrupted"
+
+
+_PAUSED = (ExecutionStatus.INTERRUPTED_BEFORE, ExecutionStatus.INTERRUPTED_AFTER)
+_STEP = StepAdvanced.KIND
 
 
 async def step_seq(store: EventStore, thread_id: str, step: int) -> int:
@@ -100,10 +113,10 @@ async def step_seq(store: EventStore, thread_id: str, step: int) -> int:
     The step a thread starts from (0, or the source's step for a fork) names the state
     before its first node ran.
     """
-    seqs = await store.seqs_of_kind(thread_id, "step_advanced")
+    seqs = await store.seqs_of_kind(thread_id, StepAdvanced.KIND)
     base = await _base_step(store, thread_id)
     if step == base:
-        entered = await store.seqs_of_kind(thread_id, "node_entered")
+        entered = await store.seqs_of_kind(thread_id, NodeEntered.KIND)
         return entered[0] - 1 if entered else await store.last_seq(thread_id)
     index = step - base - 1
     if not 0 <= index < len(seqs):
@@ -193,10 +206,6 @@ class EventRow:
     fork_point: bool = True
 
 
-TIMED_KINDS = ("step_advanced", "tool_call_finished")
-"""The kinds whose durations `slowest` ranks: node steps and tool calls."""
-
-
 def execution_record(record: EventRecord) -> tuple[float | None, str | None]:
     """The duration (ms) and status a record carries as its execution record, if any.
 
@@ -228,7 +237,8 @@ def slowest(rows: Sequence[EventRow], n: int) -> list[EventRow]:
     return timed[:n]
 
 
-_STEP_BOUNDARY = ("node_entered", "run_started", "resumed", "forked")
+_STEP_BOUNDARY = frozenset({NodeEntered.KIND, Forked.KIND, *OPENING_KINDS})
+"""Kinds after which a step's status is no longer what the records after the step say."""
 
 
 async def state_history(
@@ -247,7 +257,7 @@ async def state_history(
     entries: list[StepEntry] = []
     start = 0
     for i, record in enumerate(records):
-        if record.kind != "step_advanced":
+        if not isinstance(record.event, StepAdvanced):
             continue
         status = after[i]
         span = records[start : i + 1]
@@ -280,13 +290,14 @@ def _status_after_steps(records: Sequence[EventRecord]) -> dict[int, str]:
     statuses: dict[int, str] = {}
     status: str | None = None
     for i in range(len(records) - 1, -1, -1):
-        kind = records[i].kind
-        if kind == "step_advanced":
+        record = records[i]
+        kind = record.kind
+        if kind == _STEP:
             statuses[i] = status or "running"
         if kind in _STEP_BOUNDARY:
             status = None
-        elif status is None and kind in _STATUS_AFTER:
-            status = _STATUS_AFTER[kind]
+        elif status is None and kind in ENDING_KINDS:
+            status = step_status(record.event)
     return statuses
 
 
@@ -312,7 +323,7 @@ async def event_history(
         event = record.event
         if isinstance(event, NodeEntered):
             node = event.node
-        elif record.kind == "forked":
+        elif isinstance(event, Forked):
             node = None
         replaced = messages.follow(record)
         if record.seq < first or (kinds and record.kind not in kinds):
@@ -578,13 +589,8 @@ def _model_called(event: ModelCalled) -> str:
     said = f"{event.provider}:{event.model} attempt {event.attempt} {event.status}"
     if event.params.get("answered_from_log"):
         return said + ", answered from the log"
-    usage = event.usage or {}
-    tokens = usage.get("total_tokens")
-    if tokens is None and usage:
-        counted = [v for k, v in usage.items() if k.endswith("tokens") and isinstance(v, int)]
-        tokens = sum(counted) if counted else None
-    if tokens is not None:
-        said += f", {tokens} tokens"
+    if counted(event.usage):
+        said += f", {tokens_of(event.usage).total} tokens"
     said += f", {event.latency_ms:.0f} ms"
     if event.error:
         said += f": {event.error}"[:SUMMARY_CHARS]
@@ -698,29 +704,14 @@ def compare_states(a_seq: int, b_seq: int, old: AgentState, new: AgentState) -> 
     )
 
 
-_PARTS = frozenset(
-    {
-        "message_appended",
-        "message_replaced",
-        "messages_removed",
-        "messages_replaced",
-        "context_summarized",
-        "state_updated",
-        "shared_written",
-        "outcome_recorded",
-        "model_called",
-        "tool_call_finished",
-    }
-)
+_PARTS = OUTPUT_KINDS
 """Kinds a run writes in the same commit as the record that closes or opens it: a node's
 outputs and facts, a trim, the answers of calls closed as not run, a run's input."""
 
-_CLOSERS = frozenset(
-    {"step_advanced", "run_completed", "run_failed", "stopped", "interrupt_raised"}
-)
+_CLOSERS = frozenset({StepAdvanced.KIND, *ENDING_KINDS} - {RunCancelled.KIND})
 """Kinds that end a commit of a run holding the records of its kinds `_PARTS` before them."""
 
-_OPENERS = frozenset({"run_started", "resumed"})
+_OPENERS = OPENING_KINDS
 """Kinds that open a run's commit, with the answers before and the input after them."""
 
 
@@ -741,9 +732,9 @@ def inside_commits(records: Sequence[EventRecord]) -> set[int]:
     inside: set[int] = set()
     started: set[str] = set()  # the calls a tool node began: each one's end is its own commit
     for i, record in enumerate(records):
-        if record.kind == "tool_call_started":
-            started.add(getattr(record.event, "call_id", ""))
-            if i and records[i - 1].kind == "tool_call_started":
+        if isinstance(record.event, ToolCallStarted):
+            started.add(record.event.call_id)
+            if i and isinstance(records[i - 1].event, ToolCallStarted):
                 inside.add(records[i - 1].seq)
 
     def part(other: EventRecord, of: EventRecord) -> bool:
@@ -777,7 +768,7 @@ async def _records_around(store: EventStore, thread_id: str, seq: int) -> list[E
     records = [r async for r in store.read(thread_id, max(1, seq - _AROUND), seq)]
     async for record in store.read(thread_id, seq + 1):
         records.append(record)
-        if record.kind not in _PARTS | _OPENERS | {"tool_call_started"}:
+        if record.kind not in _PARTS | _OPENERS | {ToolCallStarted.KIND}:
             break
     return records
 
@@ -883,7 +874,7 @@ async def fork(
     def start(target: Fold[AgentState]) -> list[Event]:
         if target.seq:
             raise IllegalTransitionError(
-                "forked", f"thread {new_id!r} already exists; pick a new id"
+                Forked.KIND, f"thread {new_id!r} already exists; pick a new id"
             )
         return [event]
 

@@ -34,10 +34,12 @@ from pydantic import TypeAdapter, ValidationError
 from agentlog.events.errors import InvalidArgumentError, ThreadNotFoundError
 from agentlog.events.record import EventRecord, Snapshot
 from agentlog.events.store import EventStore
+from agentlog.projections.copies import copy_message
 from agentlog.projections.edge import state_data, to_builtins
 from agentlog.projections.errors import ProjectionError
 from agentlog.projections.fold import Fold, gc_paused
 from agentlog.projections.messages import Message
+from agentlog.projections.names import current_name
 from agentlog.projections.state import AgentState
 
 S = TypeVar("S", bound=AgentState)
@@ -108,7 +110,7 @@ async def _fold_from_snapshot(
             snapshot is not None
             and snapshot.hash
             and snapshot.digest  # checked by the store against what it read
-            and snapshot.state_type == state_type_name(state_cls)
+            and current_name(snapshot.state_type) == state_type_name(state_cls)
         ):
             try:
                 state: S | None = None
@@ -348,18 +350,34 @@ class SharedContext(list[Message]):
     copies what is still shared).
     """
 
-    __slots__ = ("_shared",)
+    __slots__ = ("_owned", "_shared")
 
     def __init__(self, messages: Iterable[Message] = (), shared: Iterable[Message] = ()) -> None:
         super().__init__(messages)
         self._shared: dict[int, Message] = dict(zip(map(id, shared), shared, strict=False))
+        self._owned: set[int] | None = None
+
+    @classmethod
+    def copy_on_read(cls, messages: Iterable[Message]) -> SharedContext:
+        """A context every message of which is shared until read (a node's view of the
+        log's state): it costs a list copy to build, however long the context, and tracks
+        the copies it made instead of the messages it shares."""
+        context = cls(messages)
+        context._owned = set()
+        return context
 
     def _own(self, index: int) -> Message:
         item: Message = list.__getitem__(self, index)
-        if self._shared.pop(id(item), None) is None:
+        owned = self._owned
+        if owned is None:
+            if self._shared.pop(id(item), None) is None:
+                return item
+        elif id(item) in owned:
             return item
-        mine = Message.model_validate(item.model_dump())
+        mine = copy_message(item)
         list.__setitem__(self, index, mine)
+        if owned is not None:
+            owned.add(id(mine))
         return mine
 
     def originals(self) -> Iterator[Message]:

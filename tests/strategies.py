@@ -12,6 +12,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from agentlog.events.verify_export import same as exactly_same
+
 INT_MIN, INT_MAX = -(2**63), 2**64 - 1
 """The ints MessagePack stores natively."""
 
@@ -73,14 +75,4 @@ def same(a: Any, b: Any) -> bool:
     `==` is too lenient for a round trip (1 == 1.0 == True, b"x" == bytearray(b"x"),
     -0.0 == 0.0) and too strict for NaN; this is the comparison the tests need.
     """
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, float):
-        if math.isnan(a) or math.isnan(b):
-            return math.isnan(a) and math.isnan(b)
-        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)
+    return exactly_same(a, b, ordered=True)

@@ -41,3 +41,88 @@ async def test_thread_created_is_a_kind_stored_and_read_back_whole(tmp_path: Pat
     assert (record.kind, record.actor, record.event) == ("thread_created", "alice", event)
     assert msgspec.json.decode(encode_json(record.event), type=ThreadCreated) == event
     assert ThreadCreated(by="x").metadata == {} and ThreadCreated(by="x").graph_id is None
+
+
+# ---- traits: what a kind is for, declared on the kind ---------------------------------------
+
+
+def test_each_kind_knows_its_name() -> None:
+    for cls in EVENT_TYPES:
+        assert cls.__struct_config__.tag == cls.KIND  # type: ignore[misc]
+    assert BaseEvent.KIND == ""
+
+
+def test_the_traits_name_the_kinds_each_reader_used_to_list() -> None:
+    from agentlog.events import kinds
+
+    assert kinds.MESSAGE_KINDS == (
+        "message_appended",
+        "message_replaced",
+        "messages_replaced",
+        "context_summarized",
+        "forked",
+    )
+    assert {"run_started", "forked", "state_updated"} == kinds.FIELD_KINDS
+    assert {"run_started", "resumed"} == kinds.OPENING_KINDS
+    assert {
+        "run_completed",
+        "run_failed",
+        "interrupt_raised",
+        "stopped",
+        "run_cancelled",
+    } == kinds.ENDING_KINDS
+    assert {"step_advanced", "tool_call_finished"} == kinds.TIMED_KINDS
+    assert {
+        "trigger_accepted",
+        "trigger_dispatched",
+        "trigger_finished",
+        "trigger_listening",
+    } == kinds.RUNTIME_KINDS
+    assert {
+        "message_appended",
+        "message_replaced",
+        "messages_removed",
+        "messages_replaced",
+        "context_summarized",
+        "state_updated",
+        "shared_written",
+        "outcome_recorded",
+        "model_called",
+        "tool_call_finished",
+    } == kinds.OUTPUT_KINDS
+
+
+def test_a_kind_that_ends_a_run_is_one_the_fold_gives_a_status() -> None:
+    import pytest
+
+    from agentlog.events.kinds import kinds_where
+    from agentlog.projections.lifecycle import status_after
+
+    ending = {cls.KIND for cls in EVENT_TYPES if cls.ENDS_RUN}
+    assert kinds_where("ENDS_RUN") == ending
+    for cls in EVENT_TYPES:
+        assert (status_after(_sample(cls)) is not None) == cls.ENDS_RUN, cls.KIND
+    with pytest.raises(AttributeError, match="not a trait"):
+        kinds_where("VERSION")
+
+
+def _sample(cls: type[BaseEvent]) -> BaseEvent:
+    """An event of kind `cls`, its required fields filled with values of their types."""
+    import msgspec
+
+    info = msgspec.inspect.type_info(cls)
+    assert isinstance(info, msgspec.inspect.StructType)
+    values = {f.encode_name: _value(f.type) for f in info.fields if f.required}
+    return msgspec.convert(values, cls)
+
+
+def _value(kind: object) -> object:
+    import msgspec.inspect as mi
+
+    if isinstance(kind, mi.UnionType):
+        return None if kind.includes_none else _value(kind.types[0])
+    if isinstance(kind, mi.LiteralType):
+        return kind.values[0]
+    simple = {mi.StrType: "x", mi.IntType: 0, mi.FloatType: 0.0, mi.BoolType: False}
+    empty = {mi.DictType: {}, mi.ListType: [], mi.AnyType: None}
+    return {**simple, **empty}[type(kind)]  # type: ignore[index]

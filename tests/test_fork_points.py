@@ -264,10 +264,10 @@ async def test_the_timeline_marks_which_records_are_fork_points() -> None:
 def test_the_http_api_answers_a_fork_point_inside_a_commit_with_a_stable_code() -> None:
     """`POST /threads/{id}/copy` forks at steps, always fork points; the error the fork
     functions raise still has its own 422 code wherever a request reaches them."""
-    from agentlog.actors.http.app import _classify
+    from agentlog.actors.http.errors import classify
 
     error = ForkPointInCommitError("inside", seq=5, before=4, after=6)
-    assert _classify(error) == (422, "fork_point_in_commit", "inside")
+    assert classify(error) == (422, "fork_point_in_commit", "inside")
 
 
 async def test_a_stop_closing_started_calls_is_one_commit_and_forks_around_it_resume() -> None:

@@ -23,7 +23,15 @@ from pydantic import BaseModel, Field
 
 from agentlog.actors import END, StateGraph
 from agentlog.events import EventRecord, Forked, RunStarted, SQLiteEventStore
-from agentlog.events.kinds import Event
+from agentlog.events.kinds import (
+    ENDING_KINDS,
+    Event,
+    InterruptRaised,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    Stopped,
+)
 from agentlog.projections import AgentState, Message, append_items, state_at, take_snapshot
 from agentlog.projections.generic import (
     NOTE_UNRECORDED,
@@ -32,7 +40,7 @@ from agentlog.projections.generic import (
     reducer_name,
     state_fields,
 )
-from agentlog.projections.timetravel import _STATUS_AFTER, _STEP_BOUNDARY, _status_after_steps
+from agentlog.projections.timetravel import _STEP_BOUNDARY, _status_after_steps, step_status
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -269,6 +277,24 @@ async def _first(store: SQLiteEventStore, thread: str) -> Any:
 # ---- the step history's statuses ------------------------------------------------------------
 
 
+HISTORY_STATUS = {
+    "interrupt_raised": "interrupted",
+    "stopped": "stopped",
+    "run_completed": "completed",
+    "run_failed": "error",
+    "run_cancelled": "cancelled",
+}
+"""What a step's history says of a run each kind ends or pauses: the plain definition."""
+
+ENDS = {
+    "interrupt_raised": InterruptRaised(node="n", reason="r"),
+    "stopped": Stopped(node="n"),
+    "run_completed": RunCompleted(),
+    "run_failed": RunFailed(node="n", error_type="E", message="m"),
+    "run_cancelled": RunCancelled(by="x"),
+}
+
+
 def forward_statuses(kinds: list[str]) -> dict[int, str]:
     """The plain definition: scan forward from each step to the next boundary."""
     out: dict[int, str] = {}
@@ -277,7 +303,7 @@ def forward_statuses(kinds: list[str]) -> dict[int, str]:
             continue
         status, j = "running", i + 1
         while j < len(kinds) and kinds[j] not in _STEP_BOUNDARY:
-            status = _STATUS_AFTER.get(kinds[j], status)
+            status = HISTORY_STATUS.get(kinds[j], status)
             j += 1
         out[i] = status
     return out
@@ -286,9 +312,15 @@ def forward_statuses(kinds: list[str]) -> dict[int, str]:
 class _Kind:
     def __init__(self, kind: str) -> None:
         self.kind = kind
+        self.event = ENDS.get(kind)
 
 
-KIND_NAMES = ["step_advanced", "message_appended", *_STEP_BOUNDARY, *_STATUS_AFTER]
+KIND_NAMES = ["step_advanced", "message_appended", *sorted(_STEP_BOUNDARY), *HISTORY_STATUS]
+
+
+def test_the_kinds_that_end_a_run_are_the_ones_a_history_names() -> None:
+    assert ENDING_KINDS == set(HISTORY_STATUS) == set(ENDS)
+    assert {k: step_status(e) for k, e in ENDS.items()} == HISTORY_STATUS
 
 
 @given(st.lists(st.sampled_from(KIND_NAMES), max_size=60))

@@ -347,10 +347,10 @@ async def test_a_token_cannot_reach_another_graphs_thread_through_a_run(
 
 
 def test_a_refused_double_text_is_a_409_thread_busy() -> None:
-    from agentlog.actors.http.app import _classify
+    from agentlog.actors.http.errors import classify
     from agentlog.actors.runtime import ThreadBusyRunError
 
-    assert _classify(ThreadBusyRunError("busy"))[:2] == (409, "thread_busy")
+    assert classify(ThreadBusyRunError("busy"))[:2] == (409, "thread_busy")
 
 
 async def test_double_texting_over_http_reject_is_409_and_rollback_supersedes(

@@ -44,6 +44,8 @@ from agentlog.events import (
     EventRecord,
     EventStore,
     Forked,
+    InterruptRaised,
+    StepAdvanced,
     StoreNotFoundError,
     VerifyReport,
     open_store,
@@ -243,7 +245,7 @@ async def _from_end(store: EventStore, thread_id: str, point: int, by: str) -> i
         first, last = 0, await store.last_seq(thread_id)
     else:
         first = await _first_step(store, thread_id)
-        last = first + len(await store.seqs_of_kind(thread_id, "step_advanced"))
+        last = first + len(await store.seqs_of_kind(thread_id, StepAdvanced.KIND))
     resolved = last + 1 + point
     if resolved < first:
         raise CliError(
@@ -332,17 +334,9 @@ async def _thread_info(store: EventStore, thread_id: str) -> render.ThreadInfo:
             state = point.state
     except (AgentlogError, ValueError) as exc:
         return render.ThreadInfo(thread_id, records, at, error=f"unreadable: {type(exc).__name__}")
-    meta = state.execution_meta
-    stop = meta.stop_current_execution.value
-    return render.ThreadInfo(
-        thread_id,
-        records,
-        at,
-        meta.status.value,
-        None if stop == "none" else stop,
-        meta.step,
-        meta.current_node,
-    )
+    from agentlog.projections import present
+
+    return render.ThreadInfo(thread_id, records, at, **present.run_position(state.execution_meta))
 
 
 def _check_kinds(kinds: list[str] | None) -> list[str] | None:
@@ -960,7 +954,7 @@ def demo(
             line.append("  ")
             line.append_text(render.message_line(message))
             _print(line)
-        elif chunk.data and chunk.data.get("kind") == "interrupt_raised":
+        elif chunk.data and chunk.data.get("kind") == InterruptRaised.KIND:
             line = Text("  ")
             line.append("paused", style="yellow")
             line.append(f" before {render.inert(repr(chunk.data['node']))}: awaiting approval")

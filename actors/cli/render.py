@@ -24,6 +24,8 @@ from rich.console import Console, Group, RenderableType
 from rich.markup import escape
 from rich.text import Text
 
+from agentlog.events.kinds import ModelCalled, StepAdvanced
+
 if TYPE_CHECKING:
     from rich.table import Table
 
@@ -38,9 +40,6 @@ if TYPE_CHECKING:
 
 TABLE_ROWS = 2000
 """Past this many rows a timeline prints as plain aligned lines rather than a rich table."""
-
-BUILTIN_FIELDS = ("context", "execution_meta")
-"""AgentState fields shown on their own; every other field is a custom field."""
 
 TEXT_LIMIT = 2000
 """Characters of one text (a message, a field value) shown before it is cut."""
@@ -280,7 +279,7 @@ def history_json(
             "tool": r.tool,
             "fork_point": r.fork_point,
         }
-        call = usage.call_at(r.seq) if usage is not None and r.kind == "model_called" else None
+        call = usage.call_at(r.seq) if usage is not None and r.kind == ModelCalled.KIND else None
         if call is not None:
             row["tokens"] = {"step": call.step, "model": call.model, **call.usage.json()}
         out.append(row)
@@ -289,7 +288,7 @@ def history_json(
 
 def _row_parts(r: EventRow, usage: UsageReport | None) -> tuple[float | None, str, str | None]:
     """A row's duration, summary and status; a model call's from its usage when known."""
-    call = usage.call_at(r.seq) if usage is not None and r.kind == "model_called" else None
+    call = usage.call_at(r.seq) if usage is not None and r.kind == ModelCalled.KIND else None
     if call is None:
         return r.duration_ms, r.summary, r.status
     return call.usage.latency_ms, call_brief(call), call.status
@@ -464,32 +463,13 @@ class UsageReport:
         return sum((u for _, n, _, u in self.steps if n == step), Usage())
 
 
-_INPUT_KEYS = ("prompt_tokens", "input_tokens")
-_OUTPUT_KEYS = ("completion_tokens", "output_tokens")
-_DETAIL_KEYS = ("completion_tokens_details", "output_tokens_details")
-
-
-def _count(usage: dict[str, Any], keys: Sequence[str]) -> int | None:
-    for key in keys:
-        value = usage.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None
-
-
 def token_usage(usage: dict[str, Any] | None) -> tuple[int, int, int, int]:
     """(input, output, total, reasoning) tokens of a recorded usage, in OpenAI's names
-    (prompt/completion) or Anthropic's (input/output); a count not given is 0."""
-    if not isinstance(usage, dict):
-        return 0, 0, 0, 0
-    given = _count(usage, _INPUT_KEYS), _count(usage, _OUTPUT_KEYS)
-    took_in, took_out = given[0] or 0, given[1] or 0
-    total = _count(usage, ("total_tokens",))
-    reasoning = _count(usage, ("reasoning_tokens",))
-    for key in _DETAIL_KEYS:
-        if reasoning is None and isinstance(usage.get(key), dict):
-            reasoning = _count(usage[key], ("reasoning_tokens",))
-    return took_in, took_out, total if total is not None else took_in + took_out, reasoning or 0
+    (prompt/completion) or Anthropic's (input/output); a count not given is 0. The one
+    reading is `agentlog.projections.usage.tokens_of`."""
+    from agentlog.projections.usage import tokens_of
+
+    return tokens_of(usage).astuple()
 
 
 def usage_report(records: Sequence[EventRecord]) -> UsageReport:
@@ -609,7 +589,9 @@ def _usage_cells(u: Usage) -> list[Text]:
 
 
 def message_json(message: Message) -> dict[str, Any]:
-    return message.model_dump(mode="json")
+    from agentlog.projections import present
+
+    return present.message(message)
 
 
 def message_line(message: Message, limit: int | None = TEXT_LIMIT) -> Text:
@@ -650,9 +632,9 @@ def stop_summary(meta: ExecutionState) -> str | None:
 
 def custom_fields(state: AgentState) -> dict[str, Any]:
     """The fields besides the messages and the execution metadata, as JSON builtins."""
-    names = [name for name in type(state).model_fields if name not in BUILTIN_FIELDS]
-    data = state.model_dump(mode="json", include=set(names))  # not the whole context
-    return {name: data[name] for name in names}
+    from agentlog.projections import present
+
+    return present.fields(state)
 
 
 def _point_notes(point: OpenState | None) -> dict[str, Any]:
@@ -668,26 +650,13 @@ def state_json(
     point: OpenState | None = None,
     usage: UsageReport | None = None,
 ) -> dict[str, Any]:
-    """The state at a point for machines; with `usage` (the thread's model calls up to the
-    point), `tokens` per call, step, run and in all."""
-    from agentlog.projections import StopRequestStatus
+    """The state at a point for machines (`agentlog.projections.present.state`); with `usage`
+    (the thread's model calls up to the point), `tokens` per call, step, run and in all."""
+    from agentlog.projections import present
 
-    meta = state.execution_meta
-    stop = meta.stop_current_execution
-    fields = custom_fields(state)
-    for name in point.unset if point is not None else ():
-        fields.pop(name, None)
+    unset = point.unset if point is not None else ()
     return {
-        "thread_id": thread_id,
-        "seq": seq,
-        "step": meta.step,
-        "status": meta.status.value,
-        "stop": None if stop == StopRequestStatus.NONE else stop.value,
-        "node": meta.current_node,
-        "interrupt": _interrupt(state),
-        "messages": [message_json(m) for m in state.context],
-        "fields": fields,
-        "state": state.model_dump(mode="json"),
+        **present.state(thread_id, seq, state, unset),
         **_point_notes(point),
         **({} if usage is None else {"tokens": usage_json(usage)}),
     }
@@ -814,7 +783,7 @@ def step_records_view(
     """What led to a step: its records, one summarised row each (the last `STEP_RECORDS`
     unless the bounds are full); with `usage`, its model calls' tokens and latency."""
     span = f" (seq {rows[0].seq} to {rows[-1].seq})" if rows else ""
-    took = next((r.duration_ms for r in rows if r.kind == "step_advanced"), None)
+    took = next((r.duration_ms for r in rows if r.kind == StepAdvanced.KIND), None)
     span += f", took {duration(took)}" if took is not None else ""
     table = _table(f"step {step}: {len(rows)} records{span}", "seq", "duration")
     table.columns[0].justify = "right"

@@ -23,7 +23,6 @@ import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import TextIO
 
-import msgspec
 import typer
 
 from agentlog.actors.cli import _run, render
@@ -108,7 +107,9 @@ async def _of_graph(
 def record_json(record: EventRecord) -> str:
     """A record as one line of JSON: its envelope (position included) and its event; ASCII
     only, as every `--json` of the CLI, so no stored character reaches a terminal raw."""
-    return json.dumps(msgspec.to_builtins(record))
+    from agentlog.projections import present
+
+    return json.dumps(present.record(record))
 
 
 def record_line(record: EventRecord, summarize: Callable[[EventRecord], str]) -> str:

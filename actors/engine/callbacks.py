@@ -19,6 +19,14 @@ from typing import Any
 
 from agentlog.events import EventRecord
 from agentlog.events.errors import AgentlogError
+from agentlog.events.kinds import (
+    InterruptRaised,
+    Resumed,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    Stopped,
+)
 from agentlog.projections import AgentState, Message
 
 __all__ = [
@@ -69,12 +77,12 @@ class Occurrence:
 
 
 LIFECYCLE_HOOKS = {
-    "run_started": "on_run_start",
-    "run_completed": "on_run_end",
-    "run_failed": "on_run_error",
-    "interrupt_raised": "on_interrupt",
-    "resumed": "on_resume",
-    "stopped": "on_stop",
+    RunStarted.KIND: "on_run_start",
+    RunCompleted.KIND: "on_run_end",
+    RunFailed.KIND: "on_run_error",
+    InterruptRaised.KIND: "on_interrupt",
+    Resumed.KIND: "on_resume",
+    Stopped.KIND: "on_stop",
 }
 """The lifecycle hook each kind of event calls (a stop, and a caller going away, are stops)."""
 

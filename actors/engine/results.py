@@ -7,7 +7,8 @@ from enum import StrEnum
 from typing import Any
 
 from agentlog.events.errors import InvalidArgumentError
-from agentlog.projections import AgentState, Message, interrupt_summary
+from agentlog.projections import AgentState, Message, present
+from agentlog.projections.usage import message_tokens
 
 
 class ResponseGranularity(StrEnum):
@@ -35,19 +36,14 @@ def granularity(value: ResponseGranularity | str) -> ResponseGranularity:
 
 
 def token_usage(messages: Collection[Message]) -> dict[str, int]:
-    """Token totals over `messages`, from each one's `usages`; zeros when none carries any."""
-    inputs = outputs = reasoning = 0
-    for message in messages:
-        usage = message.usages
-        if usage is not None:
-            inputs += usage.prompt_tokens
-            outputs += usage.completion_tokens
-            reasoning += usage.reasoning_tokens
+    """Token totals over `messages`, from each one's `usages`; zeros when none carries any.
+    `total_tokens` is Agentflow's: input + output, whatever total a provider stated."""
+    tokens = message_tokens(messages)
     return {
-        "total_input_tokens": inputs,
-        "total_output_tokens": outputs,
-        "total_reasoning_tokens": reasoning,
-        "total_tokens": inputs + outputs,
+        "total_input_tokens": tokens.input,
+        "total_output_tokens": tokens.output,
+        "total_reasoning_tokens": tokens.reasoning,
+        "total_tokens": tokens.input_plus_output,
     }
 
 
@@ -65,17 +61,10 @@ def run_result(
     come with every shape.
     """
     messages = [m for m in state.context if m.message_id in own] if own else []
-    result: dict[str, Any] = {}
-    if shape is ResponseGranularity.PARTIAL:
-        result["context"] = list(state.context)
-        result["summary"] = state.context_summary
-    elif shape is ResponseGranularity.FULL or include_state:
-        result["state"] = state
-    result["messages"] = messages
-    result["token_usage"] = token_usage(messages)
-    meta = state.execution_meta
-    result["status"] = meta.status.value
-    pause = interrupt_summary(meta)  # a stop, too, pauses
-    if pause is not None:
-        result["__interrupt__"] = [pause]
-    return result
+    return present.run_result(
+        state,
+        messages,
+        token_usage(messages),
+        context=shape is ResponseGranularity.PARTIAL,
+        whole_state=shape is ResponseGranularity.FULL or include_state,
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from agentlog.events.errors import AgentlogError
+from agentlog.events.kinds import RUNTIME_KINDS
 from agentlog.events.store import EventStore
 
 RUNTIME_THREAD = "__runtime__"
@@ -18,13 +19,6 @@ RUNTIME_THREAD = "__runtime__"
 
 SHARED_THREAD_PREFIX = "__shared__/"
 """Synchronized shared keys live on threads named by this prefix and the key."""
-
-
-RUNTIME_KINDS = frozenset(
-    {"trigger_accepted", "trigger_dispatched", "trigger_finished", "trigger_listening"}
-)
-"""Kinds a runtime writes only to its own thread: a thread opening with one is a runtime's,
-whatever `runtime_thread` named it."""
 
 
 def internal_thread(

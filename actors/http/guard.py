@@ -12,6 +12,7 @@
   (which take text and check their own bodies) a non-empty body must be JSON (415
   `unsupported_media_type`) nesting at most `MAX_DEPTH` deep (400 `too_deep`), so no value
   that reads could not show is ever written.
+- **Size**: a body over the limit is refused with 413 (`BodyLimit`), counted as it arrives.
 """
 
 from __future__ import annotations
@@ -210,3 +211,54 @@ async def answer(send: Any, status: int, code: str, message: str, *, close: bool
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+class BodyLimit:
+    """Refuse a request body over `max_body` bytes with 413, whether it declares its length
+    or streams it: the bytes are counted as they arrive, never held beyond the limit."""
+
+    def __init__(self, app: Any, max_body: int) -> None:
+        self.app, self.max_body = app, max_body
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_body):
+            await self._refuse(send)
+            return
+        seen = 0
+        over = False
+
+        async def counted() -> Any:
+            nonlocal seen, over
+            if over:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body:  # the request is never handled: the answer is a 413
+                    over = True
+                    return {"type": "http.disconnect"}
+            return message
+
+        refused = False
+
+        async def sending(message: Any) -> None:
+            nonlocal refused
+            if over:
+                if not refused:
+                    refused = True
+                    await self._refuse(send)
+                return
+            await send(message)
+
+        await self.app(scope, counted, sending)
+        if over and not refused:
+            await self._refuse(send)
+
+    async def _refuse(self, send: Any) -> None:
+        message = f"request bodies are limited to {self.max_body} bytes"
+        await answer(send, 413, "body_too_large", message)

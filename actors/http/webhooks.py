@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse, Response
 
 from agentlog.actors.engine.errors import GraphError
 from agentlog.actors.http.limits import MAX_DEPTH, nesting_within, too_deep_message
+from agentlog.actors.runtime.facade import RuntimeFacade
 from agentlog.actors.runtime.spec import (
     EntryPoint,
     InvalidTriggerInputError,
@@ -427,6 +428,7 @@ async def receive(
         )
     if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 0:
         raise InvalidArgumentError(f"max_body is a number of bytes >= 0, got {max_body!r}")
+    rt = RuntimeFacade(runtime)
     methods = [m.upper() for m in entry.methods]
     if request.method.upper() not in methods:
         exc = WebhookRejected(
@@ -436,7 +438,7 @@ async def receive(
     try:
         body = await read_body(request, max_body)
         try:
-            delivery_id = verify_delivery(entry, request.headers, body, now=runtime.clock())
+            delivery_id = verify_delivery(entry, request.headers, body, now=rt.clock())
         except InvalidArgumentError:  # the entry point's own secret is malformed
             raise WebhookRejected(
                 500, "webhook_misconfigured", "this webhook's secret is malformed: fix it"
@@ -445,8 +447,8 @@ async def receive(
         message = webhook_message(entry, delivery_id, text, parsed)
         key = (entry.id, delivery_id)
         async with _LOCKS.setdefault(runtime, _KeyLocks()).hold(key):
-            duplicate = (entry.id, _sender(entry), delivery_id) in runtime.ledger.keys
-            thread_id = await _trigger(runtime, entry, message, delivery_id)
+            duplicate = rt.knows_key(entry.id, _sender(entry), delivery_id)
+            thread_id = await _trigger(rt, entry, message, delivery_id)
     except WebhookRejected as exc:
         return _error(exc)
     return JSONResponse(
@@ -460,11 +462,9 @@ def _sender(entry: EntryPoint) -> str:
     return f"webhook:{entry.id}"
 
 
-async def _trigger(
-    runtime: AgentRuntime, entry: EntryPoint, message: Message, delivery_id: str
-) -> str:
+async def _trigger(rt: RuntimeFacade, entry: EntryPoint, message: Message, delivery_id: str) -> str:
     try:
-        return await runtime.trigger(
+        return await rt.trigger(
             entry.id,
             {"messages": [message]},
             idempotency_key=delivery_id,

@@ -61,7 +61,7 @@ class LoggedAnswers:
         """Every completed call up to `position`, read through the `model_called` seqs."""
         for thread in threads:
             try:
-                seqs = await self.store.seqs_of_kind(thread, "model_called")
+                seqs = await self.store.seqs_of_kind(thread, ModelCalled.KIND)
             except ThreadNotFoundError:  # removed since the list was read
                 continue
             for seq in seqs:

@@ -21,6 +21,7 @@ from agentlog.events.kinds import (
     Event,
     MessagesReplaced,
     RunCancelled,
+    RunCompleted,
     RunSuperseded,
     StateUpdated,
 )
@@ -115,7 +116,8 @@ async def outran(store: EventStore, thread_id: str, to_seq: int) -> bool:
         if isinstance(record.event, RunSuperseded) and record.event.started_seq == to_seq + 1:
             return False
         run_id = run_id or record.run_id
-        completed = completed or (record.kind == "run_completed" and record.run_id == run_id)
+        ended = isinstance(record.event, RunCompleted) and record.run_id == run_id
+        completed = completed or ended
     return completed
 
 

@@ -12,8 +12,9 @@ test asks for one of its fixtures.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from agentlog.events.lazy import LazyExports
 
 if TYPE_CHECKING:
     from agentlog.actors.testing.checks import assert_replays, paused_at, restart
@@ -111,15 +112,13 @@ __all__ = [
 ]
 
 
+_lazy = LazyExports(__name__, _LAZY, globals())
+
+
 def __getattr__(name: str) -> Any:
     """Import a name's module (and, for the state machine, hypothesis) when it is asked for."""
-    home = _LAZY.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home, __name__), name)
-    globals()[name] = value
-    return value
+    return _lazy.load(name)
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    return _lazy.names()

@@ -20,6 +20,7 @@ from agentlog.actors.testing.doubles import FakeClock, RecordingTool, recording_
 from agentlog.actors.testing.faults import FaultyStore, SimulatedCrashError, When
 from agentlog.events import EventStore, MemoryEventStore, SQLiteEventStore
 from agentlog.events.errors import AgentlogError
+from agentlog.events.kinds import ENDING_KINDS, ToolCallFinished
 from agentlog.projections import AgentState, replay
 
 if TYPE_CHECKING:
@@ -29,9 +30,6 @@ Factory = Callable[[EventStore], "CompiledGraph[Any]"]
 """What the machine calls to build the app under test on a store (again after every crash)."""
 
 StoreKind = Literal["memory", "sqlite"]
-
-ENDINGS = frozenset({"run_completed", "run_failed", "interrupt_raised", "stopped"})
-"""Records that end a run: a crash after one of them left nothing to resume."""
 
 
 @dataclass(frozen=True)
@@ -119,8 +117,8 @@ class Lane:
         done: set[str] = set()
         for thread in await self.inner.threads():
             async for record in self.inner.read(thread):
-                if record.kind == "tool_call_finished":
-                    done.add(str(getattr(record.event, "call_id", "")))
+                if isinstance(record.event, ToolCallFinished):
+                    done.add(record.event.call_id)
         return frozenset(done)
 
     async def records(self) -> list[Any]:
@@ -208,7 +206,7 @@ class Lane:
             self.recovery = "retried"
             return await self.call(input)  # nothing of it was recorded: the caller retries
         kinds = {r.kind async for r in self.inner.read(self.thread_id, before + 1)}
-        if kinds & ENDINGS:
+        if kinds & ENDING_KINDS:  # a crash after a run ended left nothing to resume
             self.recovery = "ended"
             state = await self.state()
             assert state is not None

@@ -45,6 +45,7 @@ from agentlog.actors.testing.lanes import Factory, Lane, Outcome, StoreKind
 from agentlog.actors.testing.report import MachineFailure, comparable, difference
 from agentlog.actors.testing.script import Broken, Script, Step
 from agentlog.events.errors import AgentlogError, ThreadBusyError
+from agentlog.events.kinds import MessageAppended, ToolCallFinished, ToolCallStarted
 from agentlog.projections import AgentState, Message, replay, step_seq, verify_snapshots
 from agentlog.projections.invariants import thread_findings
 from agentlog.projections.messages import message_defaults
@@ -453,12 +454,11 @@ class GraphMachine(RuleBasedStateMachine):
         finished: set[str] = set()
         asked_again: dict[str, int] = {}
         for record in records:
-            call = str(getattr(record.event, "call_id", ""))
-            if record.kind == "tool_call_finished":
-                finished.add(call)
-            elif record.kind == "tool_call_started" and call in finished:
-                started[call] = record.seq
-            elif record.kind == "message_appended":
+            if isinstance(record.event, ToolCallFinished):
+                finished.add(record.event.call_id)
+            elif isinstance(record.event, ToolCallStarted) and record.event.call_id in finished:
+                started[record.event.call_id] = record.seq
+            elif isinstance(record.event, MessageAppended):
                 for block in record.event.message.get("content") or []:
                     called = isinstance(block, dict) and block.get("type") == "tool_call"
                     if called and str(block.get("id")) in finished:
