@@ -24,7 +24,7 @@ from agentlog.actors.testing import until
 from agentlog.events import open_store
 from tests.workers.pg_env import DSN, fresh_schema, needs_pg
 
-pytestmark = needs_pg
+pytestmark = [needs_pg, pytest.mark.slow]  # worker processes on PostgreSQL: 20-40 s each
 
 ROOT = Path(__file__).resolve().parent.parent
 WAIT = 120.0
