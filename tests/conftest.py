@@ -29,6 +29,12 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
+def examples(wanted: int) -> int:
+    """An explicit example count capped by the loaded profile: `ci` (40) bounds the suite's
+    time, `dev` (100) lets the count a test asks for through."""
+    return min(wanted, settings.default.max_examples)
+
+
 def ticking_clock() -> Callable[[], float]:
     """A clock read once per append: records of one commit share `at`, commits differ."""
     counter = itertools.count(1)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from agentlog.actors.engine.actor import Actor, ActorFailed, ActorStoppedError, AskTimeoutError
-from agentlog.actors.testing import until
+from agentlog.actors.testing import until, wait_all_tasks_blocked
 
 
 @dataclass(frozen=True)
@@ -22,16 +22,11 @@ class Boom:
 
 
 @dataclass(frozen=True)
-class Slow:
-    seconds: float
-
-
-@dataclass(frozen=True)
 class Held:
     """Handled until the test sets the actor's `release`; `holding` is set once in hand."""
 
 
-class Counter(Actor[Add | Boom | Slow | Held, int]):
+class Counter(Actor[Add | Boom | Held, int]):
     def __init__(self, **kwargs: object) -> None:
         super().__init__("counter", **kwargs)  # type: ignore[arg-type]
         self.total = 0
@@ -48,15 +43,13 @@ class Counter(Actor[Add | Boom | Slow | Held, int]):
     async def on_failure(self, message: object, error: BaseException) -> None:
         self.events.append(f"failure:{error}")
 
-    async def receive(self, message: Add | Boom | Slow | Held) -> int:
+    async def receive(self, message: Add | Boom | Held) -> int:
         match message:
             case Add(n):
                 self.total += n
                 self.seen.append(n)
             case Boom(why):
                 raise ValueError(why)
-            case Slow(seconds):
-                await asyncio.sleep(seconds)
             case Held():
                 self.holding.set()
                 await self.release.wait()
@@ -130,10 +123,14 @@ async def test_ask_times_out_with_a_typed_error() -> None:
 
 async def test_stop_drains_queued_messages_by_default() -> None:
     actor = Counter().start()
-    await actor.tell(Slow(0.05))
+    await actor.tell(Held())
+    await actor.holding.wait()  # busy: what comes next queues
     pending = [asyncio.ensure_future(actor.ask(Add(i))) for i in range(3)]
-    await asyncio.sleep(0)
-    await actor.stop()
+    stopping = asyncio.ensure_future(actor.stop())
+    await wait_all_tasks_blocked()  # the stop waits for the queue it drains
+    assert not stopping.done()
+    actor.release.set()
+    await stopping
     assert [await p for p in pending] == [0, 1, 3]
 
 

@@ -71,19 +71,36 @@ async def test_cancel_refuses_a_thread_a_run_still_holds() -> None:
     await run
 
 
+class _StopSeen(MemoryEventStore):
+    """Tells when a read of the log (the running node's stop watch) met a stop request."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stop_seen = asyncio.Event()
+
+    async def read(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        async for record in super().read(*args, **kwargs):
+            if record.kind == "stop_requested":
+                self.stop_seen.set()
+            yield record
+
+
 async def test_a_stop_between_nodes_lets_the_running_node_commit() -> None:
-    entered = asyncio.Event()
+    entered, release = asyncio.Event(), asyncio.Event()
 
     async def slow(state: AgentState) -> list[Message]:
         entered.set()
-        await asyncio.sleep(0.6)  # longer than the stop watch's first look
+        await release.wait()  # held until the stop watch has looked and seen the stop
         return [Message.text_message("slow finished", role="assistant")]
 
-    store = MemoryEventStore()
+    store = _StopSeen()
     app = line(("slow", slow), ("next", answer)).compile(store)
     run = asyncio.ensure_future(app.ainvoke("go", {"thread_id": "t"}))
     await entered.wait()
     assert await app.astop({"thread_id": "t"}, between_nodes=True)
+    await store.stop_seen.wait()  # the watch saw it and left the node running
+    assert not run.done()
+    release.set()
     result = await run
     state = replay(await records(store))
     assert [m.text() for m in state.context] == ["go", "slow finished"]

@@ -92,6 +92,16 @@ def claim_row(db: Path, thread: str) -> tuple[str, int, str] | None:
     return None if row is None else (row[0], row[1], row[2])
 
 
+def beat_of(db: Path, thread: str) -> float:
+    """The heartbeat_at of the thread's claim in the file, read behind the store's back."""
+    conn = sqlite3.connect(db, timeout=10)
+    try:
+        row = conn.execute("SELECT heartbeat_at FROM claims WHERE thread_id = ?", (thread,))
+        return float(row.fetchone()[0])
+    finally:
+        conn.close()
+
+
 def records(db: Path, thread: str) -> list[tuple[int, str | None, str | None, str]]:
     """(seq, run_id, actor, kind) of every record of the thread."""
     conn = sqlite3.connect(db, timeout=10)
@@ -128,7 +138,6 @@ def reaper() -> Iterator[list[subprocess.Popen[str]]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("delay", [0.0, 0.4])
 @pytest.mark.parametrize("arrival", ["while_thinking", "while_charging"])
 @pytest.mark.parametrize("second", ["resume", "input"])
 def test_a_second_process_is_refused_before_it_writes_and_the_charge_runs_once(
@@ -136,32 +145,35 @@ def test_a_second_process_is_refused_before_it_writes_and_the_charge_runs_once(
     reaper: list[subprocess.Popen[str]],
     second: str,
     arrival: str,
-    delay: float,
 ) -> None:
     """Process B asks for a thread process A is running: refused with nothing written.
 
     B arrives either while A's agent node still thinks (the thread is claimed, the charge
-    has not started) or while A's sync tool is charging, `delay` seconds after that point.
-    B resumes (`ainvoke(None)`) or sends new input. Either way it must get ThreadBusyError
-    naming A, write nothing, and the card is charged exactly once. Once A is done, B's same
-    call succeeds.
+    has not started) or while A's sync tool is charging: A is held at that point (its gates
+    stay shut) until B has had its answer. B resumes (`ainvoke(None)`) or sends new input.
+    Either way it must get ThreadBusyError naming A, write nothing, and the card is charged
+    exactly once. Once A is done, B's same call succeeds.
     """
-    db, effects = tmp_path / "log.db", tmp_path / "effects"
-    a = worker("claim_run", str(db), str(effects), "t", "start", "1.5", "--think", "1.0")
+    db, effects, gate = tmp_path / "log.db", tmp_path / "effects", tmp_path / "gate"
+    gate.mkdir()
+    a = worker("claim_run", str(db), str(effects), "t", "start", "0", "--gate", str(gate))
     b = worker("claim_run", str(db), str(effects), "t", second, "0.1", wait_go=True)
     reaper += [a, b]
     wait_line(a, "ready")
     wait_line(b, "ready")
     until_blocking(lambda: (row := claim_row(db, "t")) is not None and row[1] == a.pid)
+    until_blocking(lambda: lines(gate / "progress") == ["thinking"])
     if arrival == "while_charging":
+        (gate / "think-go").touch()
         until_blocking(lambda: lines(effects) == ["start charge-1"])
     else:
         assert lines(effects) == [], "the charge started before the thread was even checked"
-    time.sleep(delay)
     before = records(db, "t")
     go(b)
     code_b, out_b, err_b = finish(b)
     after_b = records(db, "t")
+    (gate / "think-go").touch()
+    (gate / "charge-go").touch()
     code_a, out_a, err_a = finish(a)
 
     assert code_b == 3, (out_b, err_b)
@@ -264,9 +276,14 @@ async def test_a_claim_left_by_a_closed_store_dies_with_its_process(tmp_path: Pa
     store = SQLiteEventStore(db)
     await store.claim("t", lease=0.3)
     await store.close()
-    before = claim_row(db, "t")
-    await asyncio.sleep(0.4)
-    assert claim_row(db, "t") == before  # nothing renews nor drops it after close
+    before = claim_row(db, "t"), beat_of(db, "t")
+    async with SQLiteEventStore(db) as witness:  # a live claim of the same lease beats on
+        await witness.claim("w", lease=0.3)
+        first = beat_of(db, "w")
+        await until(lambda: beat_of(db, "w") > first, what="the witness claim's next beats")
+        second = beat_of(db, "w")
+        await until(lambda: beat_of(db, "w") > second, what="the witness claim's next beats")
+    assert (claim_row(db, "t"), beat_of(db, "t")) == before  # nothing renews nor drops it
     async with SQLiteEventStore(db) as other:
         holder = await other.holder("t")
         assert holder is not None and holder.alive(time.time())
@@ -383,8 +400,10 @@ async def test_a_claims_heartbeat_is_real_time_whatever_the_stores_clock(tmp_pat
 
 async def test_a_short_lease_added_later_is_renewed_in_time(tmp_path: Path) -> None:
     async with SQLiteEventStore(tmp_path / "log.db") as store:
+        claimed = time.time()
         await store.claim("long", lease=30.0)  # the heartbeat thread now sleeps ~10 s
-        await asyncio.sleep(0.1)  # lets it fall asleep: shorter only weakens, never fails, this
+        # once it has beaten the long claim it falls asleep (a beat later is the same test)
+        await until(lambda: beat_of(tmp_path / "log.db", "long") > claimed, what="a first beat")
         await store.claim("short", lease=0.6)
         first = await store.holder("short")
         assert first is not None

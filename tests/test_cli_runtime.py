@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from agentlog.actors.runtime.ledger import Ledger
+from agentlog.actors.testing import until_blocking
 from agentlog.events import MessageAppended, SQLiteEventStore
 from agentlog.events.follow import last_position
 
@@ -264,10 +265,9 @@ def test_ids_from_user_code_are_shown_inert(tmp_path: Path) -> None:
     db = tmp_path / "app.db"
     running = Runtime(db, f"{APP}:hostile")  # not a terminal: the table once, at the stop
     try:
-        deadline = time.monotonic() + PATIENCE
-        while not positions(db):  # its start records where the timer listens from
-            assert time.monotonic() < deadline, "the runtime did not start"
-            time.sleep(0.05)
+        until_blocking(  # its start records where the timer listens from
+            lambda: positions(db), timeout=PATIENCE, interval=0.05, what="the runtime to start"
+        )
         running.proc.send_signal(signal.SIGTERM)
         out, err = running.proc.communicate(timeout=PATIENCE)
     finally:

@@ -23,6 +23,7 @@ import pytest
 from agentlog.actors import END, StateGraph
 from agentlog.actors.engine.commit import fork_thread
 from agentlog.actors.runtime import AgentRuntime, EntryPoint
+from agentlog.actors.testing import until_blocking
 from agentlog.events import NodeEntered, SQLiteEventStore, StateUpdated, StepAdvanced
 from agentlog.events.kinds import Event
 from agentlog.projections import AgentState, Message, message_appended
@@ -155,11 +156,11 @@ def test_by_default_tail_starts_at_the_end_and_from_resumes_after_a_position(
     append(db, "t", steps(2))
     with tail("--db", db, "--json") as running:
         # It prints nothing of the 4 records before it; commit until it shows it follows.
-        for _ in range(int(PATIENCE / 0.05)):
+        def shows_a_new_commit() -> bool:
             append(db, "t", [StateUpdated(values={"n": 1})])
-            if running.ready_lines():
-                break
-            time.sleep(0.05)
+            return bool(running.ready_lines())
+
+        until_blocking(shows_a_new_commit, timeout=PATIENCE, interval=0.05, what="tail to follow")
         shown = json.loads(running.lines(1)[0])
         code, _, err = running.stop(signal.SIGINT)
     assert (code, err) == (0, "")
@@ -361,13 +362,12 @@ def test_sigint_ends_it_at_once_while_its_reader_has_stopped_reading(tmp_path: P
         assert running.proc.stdout is not None
         fd = running.proc.stdout.fileno()
         capacity = fcntl.fcntl(fd, 1032)  # F_GETPIPE_SZ
-        deadline = time.monotonic() + PATIENCE
         waiting = bytearray(4)
-        while True:  # until the pipe is full: tail now waits for its reader
+
+        def pipe_full() -> bool:  # tail now waits for its reader
             fcntl.ioctl(fd, termios.FIONREAD, waiting)
-            if int.from_bytes(waiting, sys.byteorder) > capacity - 4096:
-                break
-            assert time.monotonic() < deadline, "tail never filled its pipe"
-            time.sleep(0.01)
+            return int.from_bytes(waiting, sys.byteorder) > capacity - 4096
+
+        until_blocking(pipe_full, timeout=PATIENCE, what="tail to fill its pipe")
         running.proc.send_signal(signal.SIGINT)
         assert running.proc.wait(timeout=PATIENCE) == 0

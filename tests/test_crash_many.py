@@ -35,6 +35,7 @@ from typing import Any
 
 import pytest
 
+from agentlog.actors.testing import until_blocking
 from agentlog.events import SQLiteEventStore
 from agentlog.projections import Message
 from tests.workers.many_threads import STEPS, build_graph, call_ids, thread_ids, uses_tools
@@ -231,9 +232,12 @@ def kill_and_resume(reference: Reference, tmp: Path, seed: int, every: int, mode
     wait_ready(proc)
     # Kill once the log holds that share of an uninterrupted run's records: the kill lands
     # mid-run however loaded the machine is (a fixed delay could miss the run entirely).
-    deadline = time.monotonic() + TIMEOUT
-    while records_in(db) < target and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.002)
+    until_blocking(
+        lambda: records_in(db) >= target or proc.poll() is not None,
+        timeout=TIMEOUT,
+        interval=0.002,
+        what=f"the log to hold {target} records",
+    )
     assert proc.poll() is None, f"{where}: the run ended before the kill"
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=TIMEOUT)

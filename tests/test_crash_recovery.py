@@ -1,9 +1,10 @@
 """Crash recovery of the graph engine: SIGKILL a real run anywhere, resume it, compare.
 
 A scripted agent graph with tools (tests/workers/graph_run.py) runs on a real SQLite file
-in a subprocess. Each kill point kills it with SIGKILL after a delay spread over the run,
-sometimes kills the resumed process too, then resumes to the end, and checks what
-DESIGN.md promises ("The step, and why crashes are harmless"):
+in a subprocess. Each kill point kills it with SIGKILL at a moment spread over the run, told
+by what the run has done (the records committed to its log, the side effects written), not
+by the clock, sometimes kills the resumed process too, then resumes to the end, and checks
+what DESIGN.md promises ("The step, and why crashes are harmless"):
 
 - the final state equals that of an uninterrupted run (message timestamps and the run id
   aside), read through the engine (snapshot + tail) and replayed from the whole log;
@@ -20,8 +21,8 @@ import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from agentlog.actors.testing import until_blocking
 from agentlog.events import (
     NodeEntered,
     SQLiteEventStore,
@@ -46,7 +48,7 @@ THREAD = "crash-thread"
 GROUPS = 6
 PER_GROUP = 10
 POINTS = GROUPS * PER_GROUP
-"""Kill points: point i kills after about i/POINTS of the run (groups interleave)."""
+"""Kill points: point i kills about i/POINTS into the run (groups interleave)."""
 SECOND_KILL_EVERY = 3
 """Every third point also kills the first resumed process."""
 TIMEOUT = 60.0
@@ -74,10 +76,49 @@ def finish(db: Path, effects: Path, what: str) -> None:
     )
 
 
-def kill_after(proc: subprocess.Popen[str], delay: float) -> bool:
-    """SIGKILL `proc` `delay` seconds after it is ready; False if it had already finished."""
+@dataclass(frozen=True)
+class Moment:
+    """When to kill: once the thread's log holds `records` records, or the side-effect file
+    `effects` lines (0 and 0: as soon as the process is ready)."""
+
+    records: int = 0
+    effects: int = 0
+
+    def __str__(self) -> str:
+        if self.effects:
+            return f"side effect {self.effects}"
+        return f"record {self.records}" if self.records else "start"
+
+
+def logged(db: Path) -> int:
+    """How many records the thread's log holds, read behind the writer's back."""
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    except sqlite3.OperationalError:
+        return 0  # not created yet
+    try:
+        row = conn.execute("SELECT last_seq FROM threads WHERE thread_id = ?", (THREAD,))
+        found = row.fetchone()
+    except sqlite3.OperationalError:  # no schema yet
+        return 0
+    finally:
+        conn.close()
+    return int(found[0]) if found else 0
+
+
+def kill_at(proc: subprocess.Popen[str], moment: Moment, db: Path, effects: Path) -> bool:
+    """SIGKILL `proc` as soon as the run reached `moment` (seen by polling its log and its
+    side-effect file); False if it had already finished."""
     wait_ready(proc)
-    time.sleep(delay)
+
+    def reached() -> bool:
+        if proc.poll() is not None:
+            return True
+        if moment.effects:
+            return sum(executions(effects).values()) >= moment.effects
+        return logged(db) >= moment.records
+
+    until_blocking(reached, interval=0.001, what=f"the run to reach {moment}")
     finished_first = proc.poll() is not None
     if not finished_first:
         os.kill(proc.pid, signal.SIGKILL)
@@ -154,24 +195,21 @@ def executions(effects: Path) -> Counter[str]:
 
 @dataclass(frozen=True)
 class Reference:
-    duration: float
     dump: dict[str, Any]
     log: LogView
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
-    """An uninterrupted run: its duration (ready to done), final state and log."""
-    dumps, durations, logs = [], [], []
+    """An uninterrupted run: its final state and log."""
+    dumps, logs = [], []
     for attempt in range(2):  # twice: the graph itself must be deterministic
         tmp = tmp_path_factory.mktemp(f"reference-{attempt}")
         db, effects = tmp / "run.db", tmp / "effects.txt"
         proc = spawn(db, effects)
         wait_ready(proc)
-        begin = time.perf_counter()
         assert proc.stdout is not None
         done = proc.stdout.readline()
-        durations.append(time.perf_counter() - begin)
         _, err = proc.communicate(timeout=TIMEOUT)
         assert proc.returncode == 0 and done.strip() == "done", err
         dumper = spawn(db, effects, "dump")
@@ -186,7 +224,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
     assert log.verified is None, log.verified
     assert log.state == dumps[0] and log.replayed == dumps[0]
     assert dumps[0]["execution_meta"]["status"] == "completed"
-    return Reference(duration=min(durations), dump=dumps[0], log=log)
+    return Reference(dump=dumps[0], log=log)
 
 
 def test_reference_run_uses_tools_on_every_turn(reference: Reference) -> None:
@@ -203,7 +241,7 @@ def test_reference_run_uses_tools_on_every_turn(reference: Reference) -> None:
 class Kill:
     """One SIGKILL and what the log held at that instant."""
 
-    delay: float
+    moment: Moment
     last_kind: str | None
     inside: str | None
     """The node whose step had begun and not committed (None: between steps)."""
@@ -220,12 +258,17 @@ LANDED: dict[int, list[Kill]] = {}
 def kill_point(point: int, reference: Reference, tmp: Path) -> None:
     rng = random.Random(point)
     db, effects = tmp / f"p{point}.db", tmp / f"p{point}.effects"
-    # Spread over the run, with a little overshoot so a few kills land after it ended;
+    # Spread over the run: odd points after a side effect (between it and its result),
+    # even ones after a record, up to the last (a few kills land after the run ended);
     # point 0 kills at once, most likely before the run's first commit.
-    first = reference.duration * 1.05 * (point + rng.random()) / POINTS if point else 0.0
-    delays = [first]
-    if point % SECOND_KILL_EVERY == 0:  # also kill the process resuming it, mid-way
-        delays.append(max(reference.duration - first, 0.02) * rng.uniform(0.0, 0.9))
+    records, calls = len(reference.log.kinds), len(call_ids())
+    if point == 0:
+        first = Moment()
+    elif point % 2:
+        first = Moment(effects=1 + (point * calls) // POINTS)
+    else:
+        first = Moment(records=1 + (point * records) // POINTS)
+    moments = [first]
     kills: list[Kill] = []
     ran_at_kill: dict[str, int] = {}
     """Per call cut short: how many times it had run when it was last cut short."""
@@ -241,9 +284,14 @@ def kill_point(point: int, reference: Reference, tmp: Path) -> None:
         )
 
     log_tail: list[str] = []
-    for number, delay in enumerate(delays):
-        what = f"point {point}, process {number + 1} killed at {delay * 1000:.1f} ms"
-        killed = kill_after(spawn(db, effects), delay)
+    log = LogView()
+    for number in range(2 if point % SECOND_KILL_EVERY == 0 else 1):
+        if number:  # also kill the process resuming it, a few records further on
+            moment = Moment(records=len(log.kinds) + rng.randint(1, max(records // 4, 1)))
+            moments.append(moment)
+        moment = moments[-1]
+        what = f"point {point}, process {number + 1} killed at {moment}"
+        killed = kill_at(spawn(db, effects), moment, db, effects)
         check_no_rerun(what, log_tail)
         if not killed:
             break  # it ran to the end before the kill
@@ -251,7 +299,7 @@ def kill_point(point: int, reference: Reference, tmp: Path) -> None:
         in_flight = frozenset(log.started - log.finished)
         last = log.kinds[-1] if log.kinds else None
         again = frozenset(c for c in in_flight if ran[c])
-        kills.append(Kill(delay, last, log.inside, in_flight, again))
+        kills.append(Kill(moment, last, log.inside, in_flight, again))
         assert not set(ran) - log.started, f"{what}: a call ran before it was recorded started"
         assert all(ran[c] >= 1 for c in log.finished), f"{what}: finished without running"
         for call in in_flight:
@@ -262,7 +310,7 @@ def kill_point(point: int, reference: Reference, tmp: Path) -> None:
     finish(db, effects, f"point {point}, the last resume")  # a no-op if it had ended
     check_no_rerun(f"point {point}, the last resume", log_tail)
     LANDED[point] = kills
-    where = f"point {point} (kills at {[f'{k.delay * 1000:.1f} ms' for k in kills]})"
+    where = f"point {point} (kills at {[str(k.moment) for k in kills]})"
     final = read_log(db, full=True)
     assert final.verified is None, f"{where}: the hash chain does not verify: {final.verified}"
     assert final.state == reference.dump, f"{where}: final state differs from the reference"

@@ -34,6 +34,7 @@ from agentlog.actors import (
     ThreadStillBusyError,
     ToolNode,
 )
+from agentlog.actors.testing import until, wait_all_tasks_blocked
 from agentlog.events import (
     EventRecord,
     EventStore,
@@ -76,11 +77,7 @@ def kinds(log: list[EventRecord]) -> list[str]:
 
 async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
     """Wait until `check()` is true, or fail naming `what` after WAIT seconds."""
-    deadline = time.monotonic() + WAIT
-    while not await check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting until {what}")
-        await asyncio.sleep(0.01)
+    await until(check, timeout=WAIT, what=what)
 
 
 async def until_free(store: EventStore, thread_id: str = "t1") -> None:
@@ -169,7 +166,7 @@ class AsyncCharge:
             self.events.append(f"start {amount}")
             self.started.set()
             try:
-                await asyncio.sleep(WAIT * 4)
+                await asyncio.Event().wait()  # never ends: only a cancel gets past
                 self.events.append(f"finish {amount}")
                 return f"charged {amount}"
             finally:
@@ -370,11 +367,12 @@ async def test_ctrl_c_on_invoke_is_recorded_and_never_charges_twice(
     proc = worker(db, journal, mode, str(go))
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        deadline = time.monotonic() + WAIT
-        while not (journal.exists() and "start" in journal.read_text()):
+
+        def started() -> bool:
             assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the tool never started"
-            await asyncio.sleep(0.01)
+            return journal.exists() and "start" in journal.read_text()
+
+        await until(started, timeout=WAIT, what="the tool to start")
         proc.send_signal(signal.SIGINT)
 
         async with SQLiteEventStore(db) as store:
@@ -680,8 +678,14 @@ async def test_a_run_cancelled_at_any_moment_leaves_the_thread_free_for_the_next
     old engine let such a late append break the next resume with ThreadBusyError)."""
     rng = random.Random(seed)
 
+    async def turns(n: int) -> None:
+        """Let the event loop go round `n` times: a moment counted in the loop's turns (a
+        whole run here takes a few thousand), the same on a busy machine as on an idle one."""
+        for _ in range(n):
+            await asyncio.sleep(0)
+
     async def talk(state: AgentState) -> list[Message]:
-        await asyncio.sleep(rng.random() * 0.002)
+        await turns(rng.randrange(3))
         return [Message.text_message(f"turn {len(state.context)}", role="assistant")]
 
     graph: StateGraph[AgentState] = StateGraph()
@@ -695,7 +699,7 @@ async def test_a_run_cancelled_at_any_moment_leaves_the_thread_free_for_the_next
     async with SQLiteEventStore(tmp_path / "log.db") as store:
         app = graph.compile(store=store, recursion_limit=100)
         first = asyncio.ensure_future(app.ainvoke("hi", CFG))
-        await asyncio.sleep(rng.random() * 0.04)
+        await turns(rng.randrange(4000))
         first.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await first
@@ -774,6 +778,20 @@ async def test_a_store_closing_under_a_running_node_ends_its_stop_watch_quietly(
     monkeypatch.setattr("agentlog.actors.engine.guard.STOP_POLL_S", 0.02)
     started, release = threading.Event(), threading.Event()
 
+    class CountingReads(SQLiteEventStore):
+        """Counts the reads of the log (the stop watch's looks), and those that failed."""
+
+        looks = failed = 0
+
+        async def read(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+            self.looks += 1
+            try:
+                async for record in super().read(*args, **kwargs):
+                    yield record
+            except Exception:
+                self.failed += 1
+                raise
+
     def slow(state: AgentState) -> dict[str, Any]:
         started.set()
         release.wait(WAIT)
@@ -783,15 +801,17 @@ async def test_a_store_closing_under_a_running_node_ends_its_stop_watch_quietly(
     builder.add_node("slow", slow)
     builder.set_entry_point("slow")
     builder.add_edge("slow", END)
-    store = SQLiteEventStore(tmp_path / "app.db")
+    store = CountingReads(tmp_path / "app.db")
     await store.open()
     graph = builder.compile(store=store)
     run = asyncio.create_task(graph.ainvoke(pay(), config=CFG))
     await asyncio.to_thread(started.wait, WAIT)
-    await asyncio.sleep(0.1)  # the watch has looked in the log a few times
+    looked = store.looks
+    await until(lambda: store.looks >= looked + 3, what="the watch to look a few times")
     caplog.set_level("WARNING", logger="agentlog.actors")
     await store.close()
-    await asyncio.sleep(0.1)  # and looks again, at a closed store
+    await until(lambda: store.failed, what="the watch to meet the closed store")
+    await wait_all_tasks_blocked()  # and to have taken what it found
     release.set()
     with contextlib.suppress(Exception):
         await run

@@ -143,7 +143,7 @@ async def test_durations_never_change_what_replay_gives(tmp_path: Path) -> None:
 
 async def test_a_timed_out_node_fails_the_run_as_timed_out(tmp_path: Path) -> None:
     async def slow(state: AgentState) -> None:
-        await asyncio.sleep(60)
+        await asyncio.Event().wait()  # never ends: the node's timeout cuts it
 
     def boom(state: AgentState) -> None:
         raise ValueError("no")

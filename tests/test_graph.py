@@ -590,7 +590,10 @@ async def test_tool_node_runs_every_call_at_once_and_turns_errors_into_results(
 ) -> None:
     arrived: list[str] = []
     everyone = asyncio.Event()
-    delays = {"x": 0.01, "y": 0.02, "z": 0.03}  # results land in a known order
+
+    async def missing_has_failed() -> None:
+        """The call of no tool fails at once: the others end only once its failure is in."""
+        await wait_for_record(store, "t1", "tool_call_finished", timeout=WAIT)
 
     async def slow(tag: str) -> str:
         """Waits until the other slow calls have started too."""
@@ -598,12 +601,12 @@ async def test_tool_node_runs_every_call_at_once_and_turns_errors_into_results(
         if len(arrived) == 3:
             everyone.set()
         await asyncio.wait_for(everyone.wait(), WAIT)  # times out when calls run one by one
-        await asyncio.sleep(delays[tag])
+        await missing_has_failed()
         return f"slow {tag}"
 
     async def boom(reason: str) -> str:
         """Always fails."""
-        await asyncio.sleep(0.04)
+        await missing_has_failed()
         raise ValueError(reason)
 
     calls = [

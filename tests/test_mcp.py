@@ -294,7 +294,7 @@ async def test_a_server_printing_other_things_on_stdout_fails_at_once_saying_so(
 
 
 async def test_a_server_that_never_answers_the_handshake_times_out_naming_the_limit() -> None:
-    silent = StdioServer(sys.executable, ["-c", "import time; time.sleep(60)"], name="mute")
+    silent = StdioServer(sys.executable, ["-c", "import sys; sys.stdin.read()"], name="mute")
     with pytest.raises(McpConnectionError, match=r"'mute' did not complete .* within 0\.5 s"):
         async with mcp_tools(replace(silent, connect_timeout=0.5)):
             pass
@@ -305,7 +305,7 @@ import asyncio, sys
 from agentlog.actors.tools.mcp import StdioServer, mcp_tools
 
 async def main():
-    silent = StdioServer(sys.executable, ["-c", "import time; time.sleep(60)"])
+    silent = StdioServer(sys.executable, ["-c", "import sys; sys.stdin.read()"])
     try:
         async with asyncio.timeout(0.5):  # the caller gives up during the handshake
             async with mcp_tools(silent):

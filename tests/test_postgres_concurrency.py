@@ -121,6 +121,7 @@ async def test_killing_backends_mid_run_fails_loudly_or_carries_on(schema: str) 
     procs = [spawn("pg_writer", schema, f"k{i}", 4, 60) for i in range(2)]
     failures: list[Exception] = []
     async with PostgresEventStore(DSN, schema=schema) as store:
+        tries, ended = [0], [0]
 
         async def local(thread: str) -> None:
             for _ in range(40):
@@ -131,12 +132,18 @@ async def test_killing_backends_mid_run_fails_loudly_or_carries_on(schema: str) 
                     )
                 except StoreUnavailableError as exc:
                     failures.append(exc)
-                    await asyncio.sleep(0.02)
+                tries[0] += 1
+            ended[0] += 1
 
         async def killer() -> int:
+            """Eight rounds of kills spread over the local appends (one per 12 tries of the
+            120), not over the clock: each lands amid appends however busy the machine is."""
             killed = 0
-            for _ in range(8):
-                await asyncio.sleep(0.15)
+            for round_ in range(8):
+                await until(
+                    lambda: tries[0] >= 12 * (round_ + 1) or ended[0] == 3,  # noqa: B023
+                    what="more local appends",
+                )
                 rows = await table(
                     schema,
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
@@ -196,15 +203,18 @@ async def test_a_commit_elsewhere_wakes_a_follower_by_notify(schema: str) -> Non
         PostgresEventStore(DSN, schema=schema) as reader,
         PostgresEventStore(DSN, schema=schema) as writer,
     ):
-        records = follow(reader, poll_s=60.0)  # a poll would come far too late
+        # the reader hears the writer's commits (its LISTEN is up) before the follower starts
+        [warm] = await writer.append("w", [NodeEntered(node="w")], expected_seq=0)
+        await until(lambda: reader.commit_signal.position >= warm.position, what="a NOTIFY")
+        records = follow(reader, after=warm.position, poll_s=60.0)  # a poll comes too late
         first = asyncio.ensure_future(anext(records))
-        await asyncio.sleep(0.3)  # the follower read the empty log and waits
-        assert not first.done()
+        await until(lambda: reader.commit_signal.waiting_loops(), what="the follower to wait")
+        assert not first.done()  # it read the empty log and waits
         [written] = await writer.append("t", [NodeEntered(node="n")], expected_seq=0)
         got = await asyncio.wait_for(first, 60)  # woken by NOTIFY from the other store
         assert got == written
         second = asyncio.ensure_future(anext(records))
-        await asyncio.sleep(0.1)
+        await until(lambda: reader.commit_signal.waiting_loops(), what="the follower to wait")
         await writer.append("t", [NodeEntered(node="m")], expected_seq=1)
         assert (await asyncio.wait_for(second, 60)).seq == 2
         await records.aclose()

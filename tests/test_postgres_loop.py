@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import gc
+import sys
 import threading
 import warnings
 
 import pytest
 
-from agentlog.actors.testing import until_blocking
+from agentlog.actors.testing import until, until_blocking
 from agentlog.events import StoreClosedError
 from agentlog.events.stores.postgres_loop import LoopThread
 
@@ -70,11 +71,13 @@ def test_stopping_twice_while_it_winds_down_still_finishes_the_work() -> None:
     """Two closes at once: the second stop must not cut short the first one's wind-down
     (a task slow to finish after its cancel is still seen to the end)."""
 
+    torn_down = threading.Event()
+
     async def slow_to_cancel() -> None:
         try:
             await asyncio.Event().wait()
-        finally:
-            await asyncio.sleep(0.3)  # a connection's teardown on cancel
+        finally:  # a connection's teardown on cancel, lasting until the second stop waits
+            await until(torn_down.is_set, what="the test to end the teardown")
 
     thread = LoopThread("test-loop")
     future = thread.submit(slow_to_cancel())
@@ -83,7 +86,19 @@ def test_stopping_twice_while_it_winds_down_still_finishes_the_work() -> None:
     until_blocking(lambda: thread._ended)  # the first stop is winding down
     second = threading.Thread(target=thread.stop)
     second.start()
+    until_blocking(lambda: _joining(second), what="the second stop to wait for the thread")
+    torn_down.set()
     first.join(10)
     second.join(10)
     assert future.cancelled()  # settled: nothing was left pending when the loop closed
     assert thread.loop.is_closed()
+
+
+def _joining(thread: threading.Thread) -> bool:
+    """Whether `thread` is blocked joining another thread (what a second stop does)."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    while frame is not None:
+        if frame.f_code.co_name == "_wait_for_tstate_lock" or frame.f_code.co_name == "join":
+            return True
+        frame = frame.f_back
+    return False

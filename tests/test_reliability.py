@@ -8,11 +8,11 @@ import random
 import signal
 import sqlite3
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
+from agentlog.actors.testing import until_blocking
 from agentlog.events import (
     ConcurrencyError,
     NodeEntered,
@@ -88,7 +88,14 @@ def test_sigkill_mid_append_leaves_only_whole_steps(tmp_path: Path, seed: int) -
     for attempt in range(2):
         proc = spawn(str(db), "t", "100000")
         wait_ready(proc)
-        time.sleep(rng.uniform(0.01, 0.25))
+        # killed once it has appended a (seeded) number of records more: mid-append, at a
+        # moment told by its progress rather than by a clock a busy machine slows down
+        target = records_in(db) + rng.randint(1, 400)
+        until_blocking(
+            lambda: records_in(db) >= target or proc.poll() is not None,  # noqa: B023
+            interval=0.001,
+            what=f"{target} records",
+        )
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
         assert proc.returncode == -signal.SIGKILL
@@ -118,3 +125,17 @@ def test_bad_database_file_is_refused_untouched(tmp_path: Path) -> None:
         asyncio.run(open_it())
     assert foreign.read_bytes() == before
     assert not Path(f"{foreign}-wal").exists()
+
+
+def records_in(db: Path) -> int:
+    """How many records the live database holds (a read-only look, as another process)."""
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    except sqlite3.Error:
+        return 0
+    try:
+        return int(conn.execute("SELECT count(*) FROM events").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+    finally:
+        conn.close()

@@ -7,14 +7,15 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from agentlog.actors.testing import until_blocking
 from agentlog.events import SQLiteEventStore
 from tests.helpers import ROOT, spawn_worker, wait_ready
 
@@ -22,14 +23,18 @@ RUNS = 50
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("delay", [0.1, 0.7])
+@pytest.mark.parametrize("moment", ["at-once", "after-a-tool-result"])
 def test_a_killed_runtime_restarts_and_every_run_completes_exactly_once(
-    tmp_path: Path, delay: float
+    tmp_path: Path, moment: str
 ) -> None:
+    """Killed as soon as its runs are accepted (no call has ended: they take 0.2 s at
+    least), or once a tool result is committed (most calls are still running)."""
     db, effects = tmp_path / "runtime.db", tmp_path / "effects.log"
     first = spawn_worker("runtime_app", db, effects, "first", str(RUNS))
     wait_ready(first)
-    time.sleep(delay)
+    later = moment == "after-a-tool-result"
+    if later:
+        until_blocking(lambda: tool_results(db) > 0, what="a tool result in the log")
     os.kill(first.pid, signal.SIGKILL)
     first.wait(timeout=30)
     second = subprocess.run(
@@ -40,7 +45,22 @@ def test_a_killed_runtime_restarts_and_every_run_completes_exactly_once(
     assert second.returncode == 0, second.stderr[-3000:]
     restart_position = int(second.stdout.split()[0])
     assert second.stdout.split()[-1] == "done"
-    asyncio.run(check(db, effects, restart_position, expect_done=delay > 0.5))
+    asyncio.run(check(db, effects, restart_position, expect_done=later))
+
+
+def tool_results(db: Path) -> int:
+    """How many tool results the live database holds (a read-only look, as another process)."""
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    except sqlite3.Error:
+        return 0
+    try:
+        sql = "SELECT count(*) FROM events WHERE kind = 'tool_call_finished'"
+        return int(conn.execute(sql).fetchone()[0])
+    except sqlite3.Error:
+        return 0
+    finally:
+        conn.close()
 
 
 async def check(db: Path, effects: Path, restart_position: int, expect_done: bool) -> None:

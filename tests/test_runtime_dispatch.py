@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agentlog.actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig
-from agentlog.actors.testing import until, wait_for_record
+from agentlog.actors.testing import until, wait_all_tasks_blocked, wait_for_record
 from agentlog.events import MemoryEventStore, SQLiteEventStore
 from agentlog.events.errors import StoreUnavailableError
 from agentlog.events.kinds import TriggerAccepted, TriggerFinished
@@ -110,7 +110,7 @@ async def test_a_thread_s_inputs_run_in_the_order_they_were_accepted() -> None:
         await store.held.wait()
         await until(lambda: "t" not in runtime.dispatcher.executing)
         c = asyncio.ensure_future(runtime.submit("api", "C", thread_id="t"))
-        await asyncio.sleep(0.05)
+        await wait_all_tasks_blocked()  # C queued behind B's held acceptance
         store.go.set()
         for accepted in (await b, await c):
             await runtime.wait_for(accepted.trigger_id, timeout=60)
@@ -129,7 +129,7 @@ async def test_a_stop_while_an_acceptance_commits_leaves_the_run_to_the_next_run
         submitted = asyncio.ensure_future(runtime.submit("api", "go"))  # a new thread
         await store.held.wait()
         stopping = asyncio.ensure_future(runtime.stop(cancel=cancel))
-        await asyncio.sleep(0.05)
+        await wait_all_tasks_blocked()  # the stop waits on the acceptance being committed
         store.go.set()
         accepted = await submitted
         await stopping

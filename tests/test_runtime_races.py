@@ -20,7 +20,7 @@ from agentlog.actors.runtime import (
     ThreadBusyRunError,
     UnknownRunError,
 )
-from agentlog.actors.testing import until
+from agentlog.actors.testing import until, wait_all_tasks_blocked
 from agentlog.events import MemoryEventStore, SQLiteEventStore
 from agentlog.events.kinds import TriggerAccepted
 from tests.helpers import line
@@ -44,9 +44,9 @@ async def test_a_caller_leaving_mid_acceptance_keeps_its_key_taken(named: bool) 
         first = asyncio.ensure_future(runtime.submit("api", "one", idempotency_key="k", **where))
         await store.held.wait()  # its acceptance is being appended
         second = asyncio.ensure_future(runtime.submit("api", "one", idempotency_key="k", **where))
-        await asyncio.sleep(0.01)
+        await wait_all_tasks_blocked()  # the second waits on the first's key
         first.cancel()  # the client hung up; its acceptance still commits
-        await asyncio.sleep(0.01)
+        await wait_all_tasks_blocked()
         store.go.set()
         got = await second
         await runtime.wait(got.thread_id, timeout=WAIT)
@@ -62,15 +62,16 @@ async def test_a_caller_leaving_mid_acceptance_still_makes_its_thread_busy() -> 
         first = asyncio.ensure_future(runtime.submit("api", "one", thread_id="t"))
         await store.held.wait()
         first.cancel()
-        await asyncio.sleep(0.01)
+        await wait_all_tasks_blocked()
         try:
             with pytest.raises(ThreadBusyRunError):
                 second = runtime.submit("api", "two", thread_id="t", multitask_strategy="reject")
                 await asyncio.wait_for(second, timeout=5)  # accepted, it waits on the first
         finally:
             store.go.set()
-        while "t" not in runtime.ledger.by_thread:  # the acceptance commits on its own
-            await asyncio.sleep(0.005)
+        await until(  # the acceptance commits on its own
+            lambda: "t" in runtime.ledger.by_thread, what="the acceptance to commit"
+        )
         await runtime.wait("t", timeout=WAIT)
         state = await runtime.graphs["g"].app.aget_state({"thread_id": "t"})
         assert [m.text() for m in state.context] == ["one", "ok one"]
@@ -91,9 +92,11 @@ async def test_a_cancel_arriving_as_the_run_completes_leaves_it_completed() -> N
         app._ainvoke_to = held  # type: ignore[method-assign]
         thread = await runtime.trigger("api", "hi")
         await returned.wait()
-        asyncio.get_running_loop().call_later(0.2, gate.set)
+        cancelling = asyncio.ensure_future(runtime.cancel(thread, reason="too late"))
+        await wait_all_tasks_blocked()  # the cancel waits on the run it came too late for
+        gate.set()
         with pytest.raises(UnknownRunError, match="completed"):
-            await runtime.cancel(thread, reason="too late")
+            await cancelling
         assert (await runtime.wait(thread, timeout=WAIT))["status"] == "completed"
         ends = [
             r.event.outcome for r in await _runtime_records(store) if r.kind == "trigger_finished"
@@ -118,8 +121,10 @@ async def test_an_input_waits_for_an_earlier_one_to_be_retried_on_its_thread() -
     runtime.register_entry_point(EntryPoint(id="api", graph_id="g", retry=retry))
     async with store, runtime:
         a = await runtime.submit("api", "A", thread_id="t")
-        while runtime.ledger.triggers[a.trigger_id].retry_at is None:
-            await asyncio.sleep(0.005)
+        await until(
+            lambda: runtime.ledger.triggers[a.trigger_id].retry_at is not None,
+            what="A's retry to be scheduled",
+        )
         with pytest.raises(ThreadBusyRunError):  # A is not over: the thread is busy
             await runtime.submit("api", "C", thread_id="t", multitask_strategy="reject")
         b = await runtime.submit("api", "B", thread_id="t", multitask_strategy="enqueue")
@@ -133,17 +138,24 @@ async def test_an_input_waits_for_an_earlier_one_to_be_retried_on_its_thread() -
 async def test_a_restarted_runtime_dispatches_nothing_before_its_recovery(
     tmp_path: Path,
 ) -> None:
+    entered, release = asyncio.Event(), asyncio.Event()
+
     async def node(state: Any) -> list[Any]:
-        await asyncio.sleep(0.05)
+        entered.set()
+        if not release.is_set():  # the warm run is held until the runtime stopped
+            await release.wait()
         return said(state)
 
     for attempt in range(8):  # the race is won some of the time on the code before
         async with SQLiteEventStore(tmp_path / f"log{attempt}.db") as store:
+            entered.clear()
+            release.clear()
             runtime = runtime_on(store, node)
             await runtime.start()
             warm = await runtime.trigger("api", "warm")
-            await asyncio.sleep(0.01)
+            await entered.wait()
             await runtime.stop(cancel=True)  # the warm run is cut short: in flight in the log
+            release.set()
             starting = asyncio.ensure_future(runtime.start())
             while not runtime.started:
                 await asyncio.sleep(0)
@@ -163,16 +175,17 @@ async def test_a_submit_caught_by_a_stop_records_nothing(tmp_path: Path) -> None
     async with SQLiteEventStore(tmp_path / "log.db") as store:
         runtime = runtime_on(store)
         await runtime.start()
-        original, gate = store.last_seq, asyncio.Event()
+        original, gate, reached = store.last_seq, asyncio.Event(), asyncio.Event()
 
         async def slow_last_seq(thread_id: str, *args: Any, **kwargs: Any) -> int:
             if thread_id == "late":
+                reached.set()
                 await gate.wait()
             return await original(thread_id, *args, **kwargs)
 
         store.last_seq = slow_last_seq  # type: ignore[method-assign]
         submit = asyncio.ensure_future(runtime.submit("api", "hi", thread_id="late"))
-        await asyncio.sleep(0.05)
+        await reached.wait()
         await runtime.stop()
         gate.set()
         with pytest.raises(RuntimeNotStartedError):
@@ -189,7 +202,7 @@ async def test_a_cancel_right_after_new_input_on_a_finished_thread_cancels_it(
 
     async def node(state: Any) -> list[Any]:
         if state.context[-1].text().startswith("b"):
-            await asyncio.sleep(5)
+            await asyncio.Event().wait()  # until cancelled
         return said(state)
 
     async with (
@@ -210,14 +223,14 @@ async def test_a_cancel_before_a_dispatch_is_recorded_never_calls_the_trigger_co
 
     async def node(state: Any) -> list[Any]:
         if state.context[-1].text() == "x":
-            await asyncio.sleep(5)
+            await asyncio.Event().wait()  # until cancelled
         return said(state)
 
     store = MemoryEventStore()
     async with store, runtime_on(store, node) as runtime:
         await runtime.trigger_and_wait("api", "a", thread_id="t", timeout=WAIT)
         await runtime.submit("api", "x", thread_id="t")
-        await asyncio.sleep(0.2)
+        await until(lambda: _running(runtime), what="x to run")
         await runtime.cancel("t")
         original, gate, hit = store.last_seq, asyncio.Event(), asyncio.Event()
         armed = [True]
@@ -233,7 +246,7 @@ async def test_a_cancel_before_a_dispatch_is_recorded_never_calls_the_trigger_co
         b = await runtime.submit("api", "b", thread_id="t")
         await hit.wait()
         cancelling = asyncio.ensure_future(runtime.cancel("t", reason="never mind"))
-        await asyncio.sleep(0.05)
+        await wait_all_tasks_blocked()
         gate.set()
         await cancelling
         ends = [
@@ -259,18 +272,22 @@ async def test_a_cancel_the_store_failed_to_record_puts_the_queued_input_back() 
                     raise StoreError("the connection was lost (once)")
             return await super().append(thread_id, events, **kw)
 
+    release = asyncio.Event()
+
     async def node(state: Any) -> list[Any]:
-        await asyncio.sleep(0.3)
+        if state.context[-1].text() == "a":
+            await release.wait()  # a runs until the failed cancel is over
         return said(state)
 
     store = FailsOneCancel()
     async with store, runtime_on(store, node) as runtime:
         await runtime.submit("api", "a", thread_id="t")
         b = await runtime.submit("api", "b", thread_id="t", multitask_strategy="enqueue")
-        await asyncio.sleep(0.05)
+        await until(lambda: _running(runtime), what="a to run")
         store.armed = True
         with pytest.raises(StoreError):
             await runtime.cancel("t")
+        release.set()
         c = await runtime.submit("api", "c", thread_id="t", multitask_strategy="enqueue")
         assert (await runtime.wait_for(b.trigger_id, timeout=WAIT))["status"] == "completed"
         assert (await runtime.wait_for(c.trigger_id, timeout=WAIT))["status"] == "completed"
@@ -289,11 +306,8 @@ async def test_a_run_returning_while_its_cancel_commits_is_not_called_completed_
         store = HeldStore()
         async with store, runtime_on(store, node) as runtime:
             a = await runtime.submit("api", "one", thread_id="t")
-            while not (
-                runtime.dispatcher.executing.get("t") and runtime.dispatcher.executing["t"].running
-            ):
-                await asyncio.sleep(0.002)
-            await asyncio.sleep(0.01)
+            await until(lambda: _running(runtime), what="the run to run")
+            await wait_all_tasks_blocked()
             store.hold(
                 lambda events: any(
                     isinstance(e, TriggerFinished) and e.outcome == "cancelled" for e in events
@@ -302,7 +316,7 @@ async def test_a_run_returning_while_its_cancel_commits_is_not_called_completed_
             cancelling = asyncio.ensure_future(runtime.cancel("t"))
             await asyncio.wait_for(store.held.wait(), 5)
             gate.set()  # the run returns while the cancel's end commits
-            await asyncio.sleep(0.05)
+            await wait_all_tasks_blocked()
             store.go.set()
             await cancelling
             ends = [
@@ -357,7 +371,7 @@ async def test_a_rollback_of_a_run_not_yet_dispatched_sets_nothing_back(paused: 
         newer = asyncio.ensure_future(
             runtime.submit("api", "new", thread_id="t", multitask_strategy="rollback")
         )
-        await asyncio.sleep(0.05)
+        await wait_all_tasks_blocked()
         store.go.set()
         c = await newer
         await runtime.wait_for(c.trigger_id, timeout=WAIT)

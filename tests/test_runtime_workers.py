@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ import pytest
 
 from agentlog.actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig, dispatch
 from agentlog.actors.runtime.ledger import Ledger
-from agentlog.actors.testing import wait_for_record
+from agentlog.actors.testing import WaitTimeoutError, until, wait_for_record
 from agentlog.events import (
     MemoryEventStore,
     SQLiteEventStore,
@@ -131,19 +131,18 @@ async def shared_workers_survive_a_kill(address: str, effects: Path, runs: int) 
                 for i in range(runs)
             ]
             await here.stop()  # its own runs pause between nodes: the others take them over
-            deadline = time.monotonic() + WAIT
-            killed = False
-            while time.monotonic() < deadline:
+
+            async def finished(count: int) -> bool:
                 ledger = await ledger_of(store)
-                done = [t for t in ledger.triggers.values() if t.accepted.entry_point == "api"]
-                finished = [t for t in done if t.done]
-                if not killed and len(finished) >= runs // 5:
-                    procs["w1"].send_signal(signal.SIGKILL)
-                    procs["w1"].wait(10)
-                    killed = True
-                if killed and len(finished) == runs:
-                    break
-                await asyncio.sleep(0.2)
+                api = [t for t in ledger.triggers.values() if t.accepted.entry_point == "api"]
+                return len([t for t in api if t.done]) >= count
+
+            await until(lambda: finished(runs // 5), timeout=WAIT, what="a fifth of the runs")
+            procs["w1"].send_signal(signal.SIGKILL)
+            procs["w1"].wait(10)
+            killed = True
+            with contextlib.suppress(WaitTimeoutError):  # what did not end is reported below
+                await until(lambda: finished(runs), timeout=WAIT, what="every run to end")
             ledger = await ledger_of(store)
             api = [t for t in ledger.triggers.values() if t.accepted.entry_point == "api"]
             odd = [t for t in api if t.outcome != "completed"]
@@ -156,7 +155,13 @@ async def shared_workers_survive_a_kill(address: str, effects: Path, runs: int) 
                 tail = [(r.kind, r.actor) async for r in store.read(odd[0].accepted.thread_id)]
                 pytest.fail(f"{len(odd)} run(s) did not complete; {odd[0].id}: {told}; {tail}")
             assert killed
-            await asyncio.sleep(1.0)  # the audit runs of the last completions
+
+            async def all_ended() -> bool:  # the audit runs of the last completions
+                triggers = (await ledger_of(store)).triggers.values()
+                audits = [t for t in triggers if t.accepted.entry_point == "after"]
+                return len(audits) >= runs and all(t.done for t in audits)
+
+            await until(all_ended, timeout=WAIT, what="every audit run to end")
             for name in ("w2", "w3"):
                 procs[name].send_signal(signal.SIGTERM)
             for name in ("w2", "w3"):

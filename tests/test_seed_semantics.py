@@ -130,7 +130,8 @@ async def test_a_stop_cancels_a_slow_async_node_which_runs_again_on_resume(
         journal.write("start")
         started.set()
         try:
-            await asyncio.sleep(60 if len(attempts) == 2 else 0)  # the reference run is first
+            if len(attempts) == 2:  # the reference run is first; this one never ends
+                await asyncio.Event().wait()
         except asyncio.CancelledError:
             journal.write("cancelled")
             raise
@@ -229,7 +230,8 @@ async def test_a_node_timeout_fails_the_step_recorded_and_a_retry_runs_it_again(
         attempts.append(1)
         journal.write("start")
         try:
-            await asyncio.sleep(60 if len(attempts) == 2 else 0)
+            if len(attempts) == 2:  # the reference run is first; this one never ends
+                await asyncio.Event().wait()
         except asyncio.CancelledError:
             journal.write("cancelled")
             raise
@@ -257,20 +259,25 @@ async def test_a_node_timeout_fails_the_step_recorded_and_a_retry_runs_it_again(
 
 
 async def test_timeouts_per_node_and_per_call(store: SQLiteEventStore) -> None:
+    gate = asyncio.Event()
+
     async def slow(state: AgentState) -> list[Message]:
-        await asyncio.sleep(0.4)
+        await gate.wait()  # opened once the bounded runs have timed out
         return [said("slow done", "m-slow")]
 
     graph = three_steps(slow)
     exempt = graph.compile(store, node_timeout=0.1, node_timeouts={"slow": None})
-    out = await exempt.ainvoke("go", {"thread_id": "exempt"})
-    assert out["status"] == "completed"
+    exempt_run = asyncio.ensure_future(exempt.ainvoke("go", {"thread_id": "exempt"}))
     bounded = graph.compile(store)
     with pytest.raises(NodeTimeoutError):
         await bounded.ainvoke("go", {"thread_id": "per-call", "node_timeout": 0.1})
     own = graph.compile(store, node_timeouts={"slow": 0.1})
     with pytest.raises(NodeTimeoutError):
         await own.ainvoke("go", {"thread_id": "per-node"})
+    assert not exempt_run.done()  # it waited longer than the timeouts that cut the others
+    gate.set()
+    out = await exempt_run
+    assert out["status"] == "completed"
 
 
 @pytest.mark.parametrize("bad", [0, -1, "5", True])
@@ -292,7 +299,7 @@ async def test_a_timed_out_tool_call_is_recorded_abandoned_and_never_run_again(
     async def charge(amount: int) -> str:
         """Charge the card."""
         runs.append("charge")
-        await asyncio.sleep(60)
+        await asyncio.Event().wait()  # never ends: the node's timeout cuts it
         return "charged"
 
     def agent(state: AgentState) -> list[Message]:

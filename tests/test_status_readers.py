@@ -56,6 +56,7 @@ from agentlog.projections import (
 )
 from agentlog.projections.fold import TOOL_CALLS_KEY, Fold, decide, uncommitted_record
 from agentlog.projections.transcript import open_calls
+from tests.conftest import examples
 from tests.helpers import line
 
 PATIENCE = 120.0
@@ -498,7 +499,12 @@ def check_readers(events: list[BaseEvent], db: Path) -> None:
     }
 
 
-@settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=examples(60),
+    deadline=None,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
 @given(accepted_sequences())
 def test_every_reader_says_the_same_status(
     tmp_path_factory: pytest.TempPathFactory, events: list[BaseEvent]

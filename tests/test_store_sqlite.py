@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -10,10 +11,12 @@ from typing import Any
 
 import pytest
 
-from agentlog.actors.testing import until
+from agentlog.actors.testing import until, wait_all_tasks_blocked
 from agentlog.events import EventStore, NodeEntered, SQLiteEventStore
+from agentlog.events.claims import Holder
+from agentlog.events.kinds import Event
 from agentlog.events.stores import sqlite
-from agentlog.events.testing import StoreConformance
+from agentlog.events.testing import StoreConformance, rewritten_row
 
 from .helpers import step_events
 
@@ -23,6 +26,34 @@ class TestSQLiteStore(StoreConformance):
     async def store(self, tmp_path: Path) -> AsyncIterator[EventStore]:
         async with SQLiteEventStore(tmp_path / "log.db") as store:
             yield store
+
+    async def forge_holder(self, store: EventStore, thread_id: str, holder: Holder) -> None:
+        assert isinstance(store, SQLiteEventStore)
+        await store.open()
+        conn = sqlite3.connect(store.path, timeout=10)
+        with conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO claims (thread_id, token, host, pid, started, "
+                "heartbeat_at, lease, purpose) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    thread_id, holder.token, holder.host, holder.pid, holder.started,
+                    holder.heartbeat_at, holder.lease, holder.purpose,
+                ),
+            )  # fmt: skip
+        conn.close()
+
+    async def alter_record(
+        self, store: EventStore, thread_id: str, seq: int, event: Event, rehash: bool = False
+    ) -> None:
+        assert isinstance(store, SQLiteEventStore)
+        row = await rewritten_row(store, thread_id, seq, event, rehash)
+        conn = sqlite3.connect(store.path, timeout=10)
+        with conn:
+            conn.execute(
+                "UPDATE events SET payload = ?, hash = ? WHERE thread_id = ? AND seq = ?",
+                (row.payload, row.hash, thread_id, seq),
+            )
+        conn.close()
 
 
 async def test_records_survive_reopening(tmp_path: Path) -> None:
@@ -193,8 +224,11 @@ async def test_a_write_lock_held_elsewhere_never_blocks_the_loop(tmp_path: Path)
         other.execute("BEGIN IMMEDIATE")
         try:
             append = asyncio.ensure_future(store.append("t", step_events(1), expected_seq=3))
-            for _ in range(20):  # the loop turns while the append waits for the lock
-                await asyncio.sleep(0.01)
+            writer = store._writer
+            assert writer is not None
+            # the loop turns (this wait runs on it) while the append waits for the lock
+            await until(writer._in_use.locked, what="the append on the writer thread")
+            await wait_all_tasks_blocked()
             assert not append.done()
         finally:
             other.execute("COMMIT")

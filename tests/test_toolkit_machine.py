@@ -82,6 +82,7 @@ def test_the_wall_clock_is_found_as_state_outside_the_log(tmp_path: Path) -> Non
     assert "answered at" in pasted.stdout
 
 
+@pytest.mark.slow  # a hypothesis search and shrink through real crashes: 30-60 s
 def test_a_counter_in_a_closure_is_found_through_a_crash(tmp_path: Path) -> None:
     """Each app counts alone, so only a crash (and the app it rebuilds) shows the bug."""
     with pytest.raises(MachineFailure) as failure:
@@ -103,6 +104,7 @@ def test_a_reused_tool_call_id_is_named_as_the_cause() -> None:
     assert "each tool call needs an id of its own" in failure.value.detail
 
 
+@pytest.mark.slow  # a hypothesis search and shrink through real crashes: 30-60 s
 def test_a_user_invariant_broken_after_a_sequence_shrinks_to_a_test_that_fails(
     tmp_path: Path,
 ) -> None:
@@ -330,6 +332,7 @@ def test_the_benchmark_says_what_it_measures() -> None:
     assert "agentlog_share" in said
 
 
+@pytest.mark.slow  # a hypothesis search and shrink through real crashes: 30-60 s
 def test_the_test_printed_for_a_state_graph_compiles_it_by_its_name(tmp_path: Path) -> None:
     with pytest.raises(MachineFailure) as failure:
         run_state_machine_as_test(graph_machine(counting_graph, name="Given"), settings=HUNT)

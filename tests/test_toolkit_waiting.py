@@ -15,6 +15,7 @@ from agentlog.actors.testing import (
     until,
     until_blocking,
     until_idle,
+    wait_all_tasks_blocked,
     wait_for_line,
     wait_for_record,
 )
@@ -62,7 +63,7 @@ async def test_wait_for_record_waits_for_a_commit_on_a_thread_not_yet_created(
     graph.add_edge("agent", END)
     async with SQLiteEventStore(tmp_path / "log.db") as store:
         waiting = asyncio.ensure_future(wait_for_record(store, "t", "run_completed"))
-        await asyncio.sleep(0)  # the waiter reads before the thread exists
+        await wait_all_tasks_blocked()  # the waiter has read: the thread does not exist yet
         assert not waiting.done()
         await graph.compile(store).ainvoke("go", {"thread_id": "t"})
         record = await waiting
@@ -104,3 +105,40 @@ async def test_until_idle_returns_once_event_triggers_have_answered_and_run(
             await until_idle(runtime)  # the audit run the completion started has finished
             assert runtime.stats()["entry_points"]["after"]["completed"] == 1
             assert runtime.stats()["executing"] == runtime.stats()["queued"] == 0
+
+
+async def test_wait_all_tasks_blocked_returns_once_the_others_wait() -> None:
+    gate, reached, steps = asyncio.Event(), asyncio.Event(), []
+
+    async def walker() -> None:
+        for k in range(50):  # many turns of the loop before it blocks
+            steps.append(k)
+            await asyncio.sleep(0)
+        reached.set()
+        await gate.wait()
+        steps.append("released")
+
+    task = asyncio.ensure_future(walker())
+    await wait_all_tasks_blocked()
+    assert reached.is_set() and len(steps) == 50  # it got as far as it could, and waits
+    gate.set()
+    await wait_all_tasks_blocked()
+    assert steps[-1] == "released" and task.done()
+
+
+async def test_wait_all_tasks_blocked_counts_a_sleeping_task_as_blocked() -> None:
+    sleeper = asyncio.ensure_future(asyncio.sleep(60))
+    await asyncio.wait_for(wait_all_tasks_blocked(), timeout=5)
+    assert not sleeper.done()
+    sleeper.cancel()
+
+
+async def test_wait_all_tasks_blocked_names_a_loop_that_never_rests() -> None:
+    async def spinner() -> None:
+        while True:
+            await asyncio.sleep(0)
+
+    task = asyncio.ensure_future(spinner())
+    with pytest.raises(WaitTimeoutError, match="every other task to block"):
+        await wait_all_tasks_blocked(timeout=0.05)
+    task.cancel()

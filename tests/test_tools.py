@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from agentlog.actors.engine.context import NodeContext
 from agentlog.actors.engine.errors import GraphError, GraphInterrupt
+from agentlog.actors.testing import until
 from agentlog.actors.tools.node import ToolNode
 from agentlog.events import EventRecord, ToolCallFinished, ToolCallStarted, kind_of
 from agentlog.events.kinds import Event
@@ -247,12 +248,11 @@ async def test_calls_run_concurrently_and_each_result_is_committed_as_it_ends() 
     async def slow(n: int) -> int:
         # Only finishes if `fast` runs while `slow` is waiting: sequential calls would time out.
         await asyncio.wait_for(b_running.wait(), timeout=2)
-        await asyncio.sleep(0.2)
+        await until(lambda: len(log.commits) == 2, what="fast's result committed")
         return n
 
     async def fast(n: int) -> int:
         b_running.set()
-        await asyncio.sleep(0.01)
         return n
 
     log = FakeLog()
@@ -485,11 +485,14 @@ async def test_calls_already_answered_in_the_context_are_not_run_again() -> None
 
 
 async def test_an_interrupt_from_a_tool_pauses_the_node_after_the_others_are_recorded() -> None:
+    asked = asyncio.Event()
+
     async def ask_human(question: str) -> str:
+        asked.set()
         raise GraphInterrupt("needs approval", {"question": question})
 
     async def lookup() -> str:
-        await asyncio.sleep(0.05)
+        await asked.wait()  # ends after the interrupt was raised
         return "found"
 
     log = FakeLog()

@@ -8,24 +8,23 @@ is short (1.5 s) so that the repetitions fit in CI; AGENTLOG_FENCE_REPS sets the
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from agentlog.actors.runtime.ledger import Ledger
+from agentlog.actors.testing import until
 from agentlog.events import open_store
 from tests.workers.pg_env import DSN, fresh_schema, needs_pg
 
-pytestmark = needs_pg
+pytestmark = [needs_pg, pytest.mark.slow]  # worker processes on PostgreSQL: 20-40 s each
 
 ROOT = Path(__file__).resolve().parent.parent
 WAIT = 120.0
@@ -84,14 +83,6 @@ def trigger(proc: subprocess.Popen[str], thread: str) -> None:
 
 def lines(path: Path) -> list[list[str]]:
     return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
-
-
-async def until(check: Callable[[], object], what: str) -> None:
-    """Poll `check` until it is true; fail after `WAIT` seconds (a guard, not a sync)."""
-    deadline = time.monotonic() + WAIT
-    while not check():
-        assert time.monotonic() < deadline, f"waited {WAIT:g} s for {what}"
-        await asyncio.sleep(0.02)
 
 
 async def runtime_ledger(store: object) -> tuple[Ledger, collections.Counter[str]]:
@@ -161,27 +152,30 @@ async def test_a_worker_frozen_past_its_lease_gives_its_trigger_up(tmp_path: Pat
                     threads += batch
                     for thread in batch:
                         trigger(procs[specs[len(threads) // PER_ROUND % 2][0]], thread)
-                    await until(lambda: all(holders(t) for t in batch), "every run to start")  # noqa: B023
+                    await until(
+                        lambda: all(holders(t) for t in batch),  # noqa: B023
+                        timeout=WAIT,
+                        what="every run to start",
+                    )
                     name = holders(batch[0])[0]
                     taken = [t for t in batch if holders(t)[0] == name]
                     procs[name].send_signal(signal.SIGSTOP)
                     await until(
                         lambda: all(len(set(holders(t))) == 2 for t in taken),  # noqa: B023
-                        f"the runs of frozen {name} to be taken over",
+                        timeout=WAIT,
+                        what=f"the runs of frozen {name} to be taken over",
                     )
                     for thread in batch:
                         (tmp_path / f"go-{thread}").touch()
-                    deadline = time.monotonic() + WAIT
-                    while not await ended(batch):
-                        assert time.monotonic() < deadline, f"{batch} never ended"
-                        await asyncio.sleep(0.02)
+                    await until(lambda: ended(batch), timeout=WAIT, what=f"{batch} to end")  # noqa: B023
                     procs[name].send_signal(signal.SIGCONT)
                     await until(
                         lambda: all(
                             ["gave-up", t, name] in lines(marks) or ran_again(t)  # noqa: B023
                             for t in taken  # noqa: B023
                         ),
-                        f"{name} to give {taken} up once awake",
+                        timeout=WAIT,
+                        what=f"{name} to give {taken} up once awake",
                     )
                     taken_over += len(taken)
             await check_once_each(store, tmp_path, threads)
@@ -204,17 +198,17 @@ async def test_a_clock_45_s_off_takes_no_run_from_a_live_worker(
             with workers(dsn, tmp_path, specs, hold_s=1.0) as procs:
                 for i, thread in enumerate(threads):
                     trigger(procs[specs[i % 2][0]], thread)
-                deadline = time.monotonic() + WAIT
-                while True:
+
+                async def all_done() -> collections.Counter[str] | None:
                     ledger, dispatched = await runtime_ledger(store)
-                    if len(ledger.triggers) == len(threads) and all(
+                    done = len(ledger.triggers) == len(threads) and all(
                         t.done for t in ledger.triggers.values()
-                    ):
-                        break
-                    assert time.monotonic() < deadline, "the runs never ended"
-                    await asyncio.sleep(0.05)
+                    )
+                    return dispatched if done else None
+
+                dispatched = await until(all_done, timeout=WAIT, what="the runs to end")
             assert set(dispatched.values()) == {1}, dispatched  # none taken over
             assert not [m for m in lines(tmp_path / "marks") if m[0] == "gave-up"]
-            ledger = await check_once_each(store, tmp_path, threads)
+            await check_once_each(store, tmp_path, threads)
             runners = {m[2] for m in lines(tmp_path / "marks") if m[0] == "hold"}
             assert runners == {"wa", "wb"}, runners  # both ran runs: the skew met live work

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         until,
         until_blocking,
         until_idle,
+        wait_all_tasks_blocked,
         wait_for_line,
         wait_for_record,
     )
@@ -70,6 +71,7 @@ _HOMES = {
         "until",
         "until_blocking",
         "until_idle",
+        "wait_all_tasks_blocked",
         "wait_for_line",
         "wait_for_record",
     ],
@@ -104,6 +106,7 @@ __all__ = [
     "until",
     "until_blocking",
     "until_idle",
+    "wait_all_tasks_blocked",
     "wait_for_line",
     "wait_for_record",
 ]

@@ -138,6 +138,32 @@ async def until_idle(runtime: Any, *, timeout: float = GUARD_S) -> None:
     assert settled
 
 
+async def wait_all_tasks_blocked(*, rounds: int = 3, timeout: float = GUARD_S) -> None:
+    """Return once every other task on this event loop is blocked: waiting on an event, a
+    lock, a future or a timer, with nothing ready to run (`trio.testing`'s helper of the
+    same name, for asyncio).
+
+    What a test awaits between starting a task and acting on the point it must have reached
+    ("B is now queued behind A's commit"), instead of sleeping long enough for it to get
+    there. The loop must have nothing to run for `rounds` turns in a row, so callbacks of
+    ready I/O get their turn too. Work on another thread (`asyncio.to_thread`, a store's
+    writer thread) is beyond it: a task waiting for a thread counts as blocked, so await the
+    thread's result some other way (`until`) when the point lies past one.
+    """
+    loop = asyncio.get_running_loop()
+    ready = getattr(loop, "_ready", None)  # the ready queue: asyncio's own loops have it
+    deadline = time.monotonic() + timeout
+    quiet = 0
+    while quiet < rounds:
+        await asyncio.sleep(0)
+        if ready is None or len(ready) == 0:  # another loop implementation: the turns alone
+            quiet += 1
+        else:
+            quiet = 0
+            if time.monotonic() >= deadline:
+                raise WaitTimeoutError(_late("every other task to block", timeout))
+
+
 def _named(predicate: Callable[..., Any]) -> str:
     return getattr(predicate, "__qualname__", None) or repr(predicate)
 

@@ -14,6 +14,7 @@ prints "ready" once the store is open, and "result <status>" when `invoke` retur
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import signal
@@ -23,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentlog.actors import END, CompiledGraph, StateGraph, ToolNode
+from agentlog.actors.testing import WaitTimeoutError, until_blocking
 from agentlog.events import EventStore, SQLiteEventStore
 from agentlog.projections import AgentState, Message, TextBlock, ToolCallBlock, ToolResultBlock
 from tests.workers import append_line
@@ -110,9 +112,8 @@ def wait(hold: str) -> None:
     try:
         seconds = float(hold)
     except ValueError:
-        deadline = time.monotonic() + 600  # only a guard against a test that died
-        while not os.path.exists(hold) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        with contextlib.suppress(WaitTimeoutError):  # the guard: a test that died
+            until_blocking(lambda: os.path.exists(hold), timeout=600, what="the test's go")
         return
     time.sleep(seconds)
 

@@ -1,7 +1,7 @@
 """A worker process for the claim tests: a graph whose sync tool "charges a card".
 
 usage: python -m tests.workers.claim_run DB EFFECTS THREAD start|resume|input SECONDS
-       [--think S] [--wait-go]
+       [--think S] [--wait-go] [--gate DIR]
 
 Each user message makes the scripted agent call the `charge` tool once (call id
 `charge-<n>` for the n-th user message); the tool, a sync function run on a worker thread,
@@ -9,7 +9,10 @@ appends "start <call_id>" to EFFECTS (fsync'ed), sleeps SECONDS, then appends
 "done <call_id>", so a test can see whether a charge ran twice or overlapped. After the
 tool's answer the agent replies in text and the run ends. With --think, the agent node
 sleeps S seconds before asking for the charge (a model thinking), which leaves a window in
-which the thread is claimed but the tool has not started.
+which the thread is claimed but the tool has not started. With --gate DIR, the phases wait
+on the test instead of the clock: the agent, about to ask for the first charge, appends
+"thinking" to DIR/progress and waits for the file DIR/think-go; the tool, once it has
+written "start", waits for DIR/charge-go (SECONDS and --think are then not slept).
 
 `start` runs the thread with a first user message, `input` sends another user message
 ("second input"), `resume` calls `ainvoke(None)`. The worker prints "ready" once its store
@@ -25,9 +28,11 @@ import argparse
 import asyncio
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from agentlog.actors import END, CompiledGraph, StateGraph
+from agentlog.actors.testing import until_blocking
 from agentlog.actors.tools.node import ToolNode
 from agentlog.events import EventStore, SQLiteEventStore, ThreadBusyError
 from agentlog.projections import AgentState, Message, TextBlock, ToolCallBlock
@@ -40,10 +45,23 @@ def _record(path: str, line: str) -> None:
     append_line(path, line)
 
 
+def _held(gate: str | None, name: str, seconds: float) -> None:
+    """Wait for the test to create `gate`/`name` if there is a gate, else sleep `seconds`."""
+    if gate is None:
+        time.sleep(seconds)  # a stand-in for slow work: no test relies on its length
+    else:
+        until_blocking((Path(gate) / name).exists, what=f"the test to open {name}")
+
+
 def build_graph(
-    store: EventStore, effects: str, seconds: float, think: float = 0.0
+    store: EventStore,
+    effects: str,
+    seconds: float,
+    think: float = 0.0,
+    gate: str | None = None,
 ) -> CompiledGraph[AgentState]:
-    """The one-tool agent on `store`; its tool writes to `effects` and takes `seconds`."""
+    """The one-tool agent on `store`; its tool writes to `effects` and takes `seconds` (or
+    waits for the test to open its gate)."""
 
     def charge(amount: int, call_id: str) -> str:
         """Charge a card (a side effect that must never run twice at once).
@@ -53,7 +71,7 @@ def build_graph(
             call_id: the id of this call, for the side-effect file.
         """
         _record(effects, f"start {call_id}")
-        time.sleep(seconds)
+        _held(gate, "charge-go", seconds)
         _record(effects, f"done {call_id}")
         return f"charged {amount}"
 
@@ -69,7 +87,9 @@ def build_graph(
                 timestamp=0.0,
             )
             return {"messages": [reply]}
-        time.sleep(think)
+        if gate is not None:
+            append_line(str(Path(gate) / "progress"), "thinking")
+        _held(gate, "think-go", think)
         call_id = f"charge-{users}"
         call = ToolCallBlock(id=call_id, name="charge", args={"amount": 10, "call_id": call_id})
         ask = Message(message_id=f"a-{users}", role="assistant", content=[call], timestamp=0.0)
@@ -94,7 +114,7 @@ async def main(args: argparse.Namespace) -> int:
         print("ready", flush=True)
         if args.wait_go:
             await asyncio.to_thread(sys.stdin.readline)
-        graph = build_graph(store, args.effects, args.seconds, args.think)
+        graph = build_graph(store, args.effects, args.seconds, args.think, args.gate)
         mode = args.mode
         if mode == "start":
             value: Any = {"messages": [Message.text_message("first input", message_id="u-1")]}
@@ -123,4 +143,5 @@ if __name__ == "__main__":
     parser.add_argument("seconds", type=float)
     parser.add_argument("--think", type=float, default=0.0)
     parser.add_argument("--wait-go", action="store_true")
+    parser.add_argument("--gate", default=None)
     sys.exit(asyncio.run(main(parser.parse_args())))

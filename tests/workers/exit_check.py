@@ -13,12 +13,13 @@ closes the store from a fresh event loop, and prints the agentlog threads still 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import threading
-import time
 from typing import Any
 
 from agentlog.actors import END, CompiledGraph, StateGraph
+from agentlog.actors.testing import WaitTimeoutError, until_blocking
 from agentlog.events import EventStore, SQLiteEventStore
 from agentlog.projections import AgentState, Message
 
@@ -43,12 +44,17 @@ def agentlog_threads(wait: float = 30.0) -> list[str]:
     """The names of this process's agentlog threads still alive once only the shared
     executor's ("agentlog-sync", which may stay) are left, or after `wait` s (a failure
     guard, below the test's own timeout: a busy machine may take a while to end them)."""
-    deadline = time.monotonic() + wait
-    while True:
-        names = sorted(t.name for t in threading.enumerate() if t.name.startswith("agentlog"))
-        if all(n.startswith("agentlog-sync") for n in names) or time.monotonic() > deadline:
-            return names
-        time.sleep(0.02)
+
+    def names() -> list[str]:
+        return sorted(t.name for t in threading.enumerate() if t.name.startswith("agentlog"))
+
+    with contextlib.suppress(WaitTimeoutError):  # the guard ran out: say who is left
+        until_blocking(
+            lambda: all(n.startswith("agentlog-sync") for n in names()),
+            timeout=wait,
+            what="agentlog's threads to end",
+        )
+    return names()
 
 
 INPUT = {"messages": [Message.text_message("hello", message_id="u-1")]}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
+import threading
 from typing import Any
 
 from agentlog.actors import Callbacks, Invocation, Occurrence
@@ -40,21 +40,28 @@ class Journaled(Callbacks):
         append_line(self.journal, "on_run_end")
 
 
-def step(name: str) -> Any:
+HELD_FROM = 6
+"""In `run` mode, the steps from this one on never end (the test kills the process before
+them): the kill lands mid-run however long the steps before take."""
+
+
+def step(name: str, held: bool) -> Any:
     def node(state: AgentState) -> list[Message]:
-        time.sleep(0.05)
+        if held:
+            threading.Event().wait()  # until killed
         return [Message.text_message(name, role="assistant", message_id=f"m-{name}")]
 
     return node
 
 
-def graph() -> Any:
-    return line(*((f"n{i}", step(f"n{i}")) for i in range(STEPS)))
+def graph(mode: str = "resume") -> Any:
+    steps = ((f"n{i}", step(f"n{i}", mode == "run" and i >= HELD_FROM)) for i in range(STEPS))
+    return line(*steps)
 
 
 async def main(db: str, journal: str, mode: str) -> None:
     async with SQLiteEventStore(db) as store:
-        app = graph().compile(store, callbacks=Journaled(journal))
+        app = graph(mode).compile(store, callbacks=Journaled(journal))
         if mode == "run":
             print("ready", flush=True)
             await app.ainvoke(Message.text_message("go", message_id="m-go"), {"thread_id": "t"})

@@ -37,6 +37,7 @@ from typing import Any  # noqa: E402
 
 from agentlog.actors import END, StateGraph  # noqa: E402
 from agentlog.actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig  # noqa: E402
+from agentlog.actors.testing import until  # noqa: E402
 from agentlog.events import open_store  # noqa: E402
 from agentlog.projections import AgentState, Message  # noqa: E402
 from tests.workers import append_line  # noqa: E402
@@ -65,8 +66,7 @@ def build(store: Any, folder: Path, worker_id: str) -> AgentRuntime:
     async def hold(state: AgentState) -> list[Message]:
         thread = state.execution_meta.thread_id
         append_line(marks, f"hold {thread} {worker_id} {os.getpid()}")
-        while not (folder / f"go-{thread}").exists():
-            await asyncio.sleep(0.01)
+        await until((folder / f"go-{thread}").exists, timeout=600, what=f"go-{thread}")
         await asyncio.sleep(hold_s)
         return [Message.text_message("held", role="assistant")]
 

@@ -46,7 +46,7 @@ async def main(db: str, effects: str, phase: str, runs: int) -> None:
             ]
             if phase == "first":
                 print("ready", flush=True)
-                await asyncio.sleep(3600)
+                await asyncio.Event().wait()  # runs until killed
             for thread in threads:
                 await runtime.wait(thread, timeout=120)
             await until_idle(runtime)  # the event triggers of the last completions

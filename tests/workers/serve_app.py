@@ -14,6 +14,7 @@ import asyncio
 import os
 
 from agentlog.actors.runtime import AgentRuntime, EntryPoint
+from agentlog.actors.testing import until
 from agentlog.events import EventStore
 from tests.workers import append_line, shipping_graph
 
@@ -27,8 +28,8 @@ def build(store: EventStore) -> AgentRuntime:
         hold = os.environ.get("AGENTLOG_TEST_HOLD")
         if started:
             append_line(started, f"started {tool_call_id}")
-        while hold and not os.path.exists(hold):
-            await asyncio.sleep(0.01)  # held until the test releases it (or kills the server)
+        if hold:  # held until the test releases it (or kills the server)
+            await until(lambda: os.path.exists(hold), timeout=600, what="the test's release")
         await asyncio.sleep(0.3)  # simulated work: no outcome depends on its length
         effects = os.environ.get("AGENTLOG_TEST_EFFECTS")
         if effects:
