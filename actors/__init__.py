@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agentlog.events.lazy import LazyExports
+from agentlog.lazy import LazyExports
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.actor import Actor, ActorFailed, ActorStoppedError, AskTimeoutError

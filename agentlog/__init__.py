@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from agentlog.actors import __all__ as _ACTOR_NAMES
-from agentlog.events.lazy import LazyExports
+from agentlog.lazy import LazyExports
 
 if TYPE_CHECKING:
     from agentlog.actors import (

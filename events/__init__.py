@@ -62,7 +62,6 @@ from agentlog.events.kinds import (
     ToolCallStarted,
     kind_of,
 )
-from agentlog.events.lazy import LazyExports
 from agentlog.events.record import EventRecord, Snapshot, VerifyReport
 from agentlog.events.store import (
     AppendRequest,
@@ -80,6 +79,7 @@ from agentlog.events.urls import (
     UnsupportedBackendError,
     open_store,
 )
+from agentlog.lazy import LazyExports
 
 _LAZY = {"PostgresEventStore": "agentlog.events.stores.postgres"}
 """Names imported on first use (`agentlog.events.PostgresEventStore`), so `import events` works

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from agentlog.events.lazy import LazyExports
+from agentlog.lazy import LazyExports
 
 
 def test_a_name_is_imported_once_then_kept_and_an_unknown_one_refused() -> None:

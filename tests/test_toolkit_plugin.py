@@ -92,7 +92,7 @@ def test_the_plugin_is_an_entry_point_that_imports_nothing_of_agentlog() -> None
         "ours = sorted(m for m in sys.modules if m.split('.')[0] in "
         "('agentlog', 'pydantic', 'hypothesis'))\n"
         "assert ours == ['agentlog', 'agentlog.actors', 'agentlog.actors.testing', "
-        "'agentlog.actors.testing.plugin'], ours\n"
+        "'agentlog.actors.testing.plugin', 'agentlog.lazy'], ours\n"
         "import agentlog.actors.testing\n"
         "assert agentlog.actors.testing.ScriptedModel.__name__ == 'ScriptedModel'\n"
         "assert 'hypothesis' not in sys.modules\n"
