@@ -36,7 +36,7 @@ from agentlog.events import (
     StopRequested,
     ToolCallStarted,
 )
-from agentlog.events.kinds import Event, RunCancelled
+from agentlog.events.kinds import Event, MessageReplaced, RunCancelled, StateUpdated, Stopped
 from agentlog.projections import (
     END,
     AgentState,
@@ -354,18 +354,7 @@ class RunCommits(Generic[S]):
                     thread_id=self.run.thread_id,
                     run_id=self.run.run_id,
                 )
-            elif record.kind in (
-                "step_advanced",
-                "state_updated",
-                "messages_removed",
-                "messages_replaced",
-                "message_replaced",
-                "context_summarized",
-                "interrupt_raised",
-                "run_completed",
-                "stopped",
-                "run_failed",
-            ):
+            elif record.kind in _UPDATE_KINDS:
                 data = {
                     "kind": record.kind,
                     "seq": record.seq,
@@ -463,6 +452,24 @@ def _snapshot_done(tasks: set[asyncio.Task[Any]], task: asyncio.Task[Any]) -> No
     if not task.cancelled() and task.exception() is not None:
         _log.warning("snapshot failed: %s", task.exception())
 
+
+_UPDATE_KINDS = frozenset(
+    kind.KIND
+    for kind in (
+        StepAdvanced,
+        StateUpdated,
+        MessagesRemoved,
+        MessagesReplaced,
+        MessageReplaced,
+        ContextSummarized,
+        InterruptRaised,
+        RunCompleted,
+        Stopped,
+        RunFailed,
+    )
+)
+"""The kinds a run's stream publishes as updates (an appended message is a message chunk):
+a step, a change to the state, and the run coming to rest."""
 
 _GROWS_OR_STARTS = (MessageAppended, RunStarted, Resumed, NodeEntered)
 """The events after which a commit is trimmed: the context grew, or a node is about to run."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from agentlog.actors.engine.ending import closing_events, goes_past
 from agentlog.actors.engine.run import Engine, S, scratch_records
 from agentlog.events import InterruptRaised, Resumed, RunCompleted, StepAdvanced
-from agentlog.events.kinds import Event
+from agentlog.events.kinds import Event, StateUpdated
 from agentlog.projections import (
     END,
     ExecutionStatus,
@@ -41,7 +41,7 @@ async def as_node_edit(
         and meta.stop_current_execution != StopRequestStatus.STOPPED
     ):
         raise IllegalTransitionError(
-            "state_updated",
+            StateUpdated.KIND,
             f"as_node={node!r} applies to a paused or failed run; thread "
             f"{meta.thread_id!r} is {meta.status.value}: send it new input instead",
         )

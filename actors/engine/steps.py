@@ -153,7 +153,7 @@ async def open_run(run: RunLoop[S], input: Any) -> list[Event]:
     resuming = paused or meta.status == ExecutionStatus.ERROR
     if resume is not None and not resuming:
         raise IllegalTransitionError(
-            "resumed",
+            Resumed.KIND,
             f"thread {thread_id!r} is not paused or failed: there is nothing to resume",
         )
     check_resume_value(engine.graph, thread_id, fold.state, resume)
