@@ -81,7 +81,7 @@ async def test_a_cancel_arriving_as_the_run_completes_leaves_it_completed() -> N
     store = MemoryEventStore()
     async with store, runtime_on(store) as runtime:
         app = runtime.graphs["g"].app
-        original, returned, gate = app._ainvoke_to, asyncio.Event(), asyncio.Event()
+        original, returned, gate = app.ainvoke_to, asyncio.Event(), asyncio.Event()
 
         async def held(*args: Any, **kwargs: Any) -> Any:
             result = await original(*args, **kwargs)
@@ -89,7 +89,7 @@ async def test_a_cancel_arriving_as_the_run_completes_leaves_it_completed() -> N
             await gate.wait()
             return result
 
-        app._ainvoke_to = held  # type: ignore[method-assign]
+        app.ainvoke_to = held  # type: ignore[method-assign]
         thread = await runtime.trigger("api", "hi")
         await returned.wait()
         cancelling = asyncio.ensure_future(runtime.cancel(thread, reason="too late"))
@@ -544,7 +544,7 @@ async def test_recovery_never_takes_a_persons_edit_for_the_progress_of_a_run_cut
                 began.set()  # dispatched; the process dies before the run's first commit
                 await never.wait()
 
-            app._ainvoke_to = cut_before_it_writes  # type: ignore[method-assign]
+            app.ainvoke_to = cut_before_it_writes  # type: ignore[method-assign]
             two = await runtime.submit("api", "two", thread_id="t")
             await asyncio.wait_for(began.wait(), WAIT)
             await runtime.stop(cancel=True)

@@ -7,15 +7,17 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Generic
+from typing import Any, Generic
 
 import msgspec
 
+from agentlog.actors.engine.commit import commit
 from agentlog.actors.engine.errors import (
     GraphError,
     ThreadBusyError,
 )
-from agentlog.actors.tools.node import is_tool_node
+from agentlog.actors.engine.run import Engine, Run, S, _log, elapsed_ms, scratch_records
+from agentlog.actors.tools.node import is_tool_node, pending_calls
 from agentlog.events import (
     AgentlogError,
     ContextSummarized,
@@ -34,13 +36,12 @@ from agentlog.events import (
     StopRequested,
     ToolCallStarted,
 )
-from agentlog.events.kinds import Event, RunCancelled
+from agentlog.events.kinds import Event, MessageReplaced, RunCancelled, StateUpdated, Stopped
 from agentlog.projections import (
     END,
     AgentState,
     BaseContextManager,
     ExecutionStatus,
-    Fold,
     InvalidStateUpdateError,
     Message,
     MessageContextManager,
@@ -49,21 +50,9 @@ from agentlog.projections import (
     StreamChunk,
     StreamEvent,
     check_pairs,
-    fold_at,
     to_builtins,
 )
 from agentlog.projections.context import dropped
-from agentlog.projections.fold import (
-    uncommitted_record,
-)
-
-if TYPE_CHECKING:
-    pass
-from agentlog.actors.engine.callbacks import LIFECYCLE_HOOKS, Occurrence, call_hook
-from agentlog.actors.engine.commit import commit
-from agentlog.actors.engine.run import Engine, Run, S, _log, elapsed_ms
-from agentlog.actors.engine.view import node_view
-from agentlog.actors.tools.node import pending_calls
 from agentlog.projections.snapshots import SnapshotWriter
 
 TRIMMER = "runtime"
@@ -73,57 +62,12 @@ Build = Callable[[], list[Event] | Awaitable[list[Event]]]
 """Builds a commit's events (folding them ahead), or a coroutine that does."""
 
 
-class Committing(Engine[S]):
-    """What the commits of every run of a graph share: its context manager, its routing,
-    its lifecycle hooks and loading a thread's fold (each run commits through its own
-    `RunCommits`)."""
-
-    context_manager: BaseContextManager[Any] | None = None
-    """Bounds the context the nodes see (`compile(context_manager=...)`): a commit that
-    leaves it over its bound carries the trim."""
-
-    async def _lifecycle(self, records: Sequence[EventRecord]) -> None:
-        """Call the lifecycle hook of each committed record that has one, in order."""
-        hooks = self.callbacks
-        if hooks is None:
-            return
-        for record in records:
-            hook = LIFECYCLE_HOOKS.get(record.kind)
-            if hook is not None and hook in self.hooked:
-                occurrence = Occurrence(hook, record.thread_id, record.run_id, record)
-                await call_hook(hooks, hook, occurrence)
-
-    def _route(self, node: str, state: S) -> str:
-        if node in self.graph.edges:
-            return self.graph.edges[node]
-        branch = self.graph.branches.get(node)
-        if branch is None:
-            return END
-        target = branch.resolve(branch.condition(node_view(state)), node)
-        if target != END and target not in self.graph.nodes:
-            raise GraphError(f"the condition after {node!r} chose {target!r}, which is no node")
-        return target
-
-    @staticmethod
-    def _scratch_records(
-        thread_id: str | None, events: Sequence[Event], base: int, run_id: str | None = None
-    ) -> list[EventRecord]:
-        return [
-            uncommitted_record(e, base + i + 1, thread_id, run_id) for i, e in enumerate(events)
-        ]
-
-    async def _load(self, thread_id: str) -> Fold[S]:
-        if await self.store.last_seq(thread_id) == 0:
-            return Fold.new(self.graph.state_cls)
-        return await fold_at(self.store, thread_id, state_cls=self.graph.state_cls)
-
-
 class RunCommits(Generic[S]):
     """A run's side of the commit path: its commits (a step's outputs, the run's own
     records), each built on the run's live fold, trimmed by the context manager, appended
     under the run's claim, then folded, published, snapshotted and handed to the hooks."""
 
-    def __init__(self, engine: Committing[S], run: Run[S]) -> None:
+    def __init__(self, engine: Engine[S], run: Run[S]) -> None:
         self.engine, self.run = engine, run
 
     async def commit_step(
@@ -187,7 +131,7 @@ class RunCommits(Generic[S]):
             if ending:
                 target = END
             else:
-                target = goto if goto is not None else self.engine._route(node, fold.state)
+                target = goto if goto is not None else self.engine.route(node, fold.state)
                 if goto is not None:
                     self.engine.graph.check_goto(node, goto)
             if target != END and target not in self.engine.graph.nodes:
@@ -357,7 +301,7 @@ class RunCommits(Generic[S]):
                     f"{run.run_id} expected the thread to end at seq {since}; two runs must not "
                     "share a thread at once"
                 )
-        run.fold = await self.engine._load(run.thread_id)
+        run.fold = await self.engine.load(run.thread_id)
 
     async def _after_commit(self, records: list[EventRecord]) -> None:
         for record in records:
@@ -373,7 +317,7 @@ class RunCommits(Generic[S]):
             if self.run.fold.seq // every > self.run.last_snapshot // every:
                 self.snapshot()
         if self.engine.hooked:
-            await self.engine._lifecycle(records)  # last: a hook sees what the log says
+            await self.engine.lifecycle(records)  # last: a hook sees what the log says
 
     def snapshot(self) -> None:
         """Snapshot the run's state as it stands, in the background (its references into the
@@ -410,18 +354,7 @@ class RunCommits(Generic[S]):
                     thread_id=self.run.thread_id,
                     run_id=self.run.run_id,
                 )
-            elif record.kind in (
-                "step_advanced",
-                "state_updated",
-                "messages_removed",
-                "messages_replaced",
-                "message_replaced",
-                "context_summarized",
-                "interrupt_raised",
-                "run_completed",
-                "stopped",
-                "run_failed",
-            ):
+            elif record.kind in _UPDATE_KINDS:
                 data = {
                     "kind": record.kind,
                     "seq": record.seq,
@@ -440,7 +373,7 @@ class RunCommits(Generic[S]):
 
     def _scratch(self, events: Sequence[Event], base: int) -> list[EventRecord]:
         """The records `events` will be once appended by the run: same seqs, same run id."""
-        return Committing._scratch_records(self.run.thread_id, events, base, self.run.run_id)
+        return scratch_records(self.run.thread_id, events, base, self.run.run_id)
 
     def _entering(self, tail: Sequence[Event], target: str) -> list[Event]:
         """The events entering `target` in the same commit as the step before it, when it is
@@ -503,7 +436,7 @@ class _RunWrite(Generic[S]):
         fold = run.fold
         fold.seq, fold.hash = records[-1].seq, records[-1].hash
         if any(r.event != e for r, e in zip(records, self.batch, strict=True)):
-            run.fold = await commits.engine._load(run.thread_id)  # the canonical decoded values
+            run.fold = await commits.engine.load(run.thread_id)  # the canonical decoded values
         await commits._after_commit(records)
 
     async def lost(self, base: int) -> None:
@@ -511,7 +444,7 @@ class _RunWrite(Generic[S]):
 
     async def failed(self) -> None:
         run = self.commits.run
-        run.fold = await self.commits.engine._load(run.thread_id)
+        run.fold = await self.commits.engine.load(run.thread_id)
 
 
 def _snapshot_done(tasks: set[asyncio.Task[Any]], task: asyncio.Task[Any]) -> None:
@@ -519,6 +452,24 @@ def _snapshot_done(tasks: set[asyncio.Task[Any]], task: asyncio.Task[Any]) -> No
     if not task.cancelled() and task.exception() is not None:
         _log.warning("snapshot failed: %s", task.exception())
 
+
+_UPDATE_KINDS = frozenset(
+    kind.KIND
+    for kind in (
+        StepAdvanced,
+        StateUpdated,
+        MessagesRemoved,
+        MessagesReplaced,
+        MessageReplaced,
+        ContextSummarized,
+        InterruptRaised,
+        RunCompleted,
+        Stopped,
+        RunFailed,
+    )
+)
+"""The kinds a run's stream publishes as updates (an appended message is a message chunk):
+a step, a change to the state, and the run coming to rest."""
 
 _GROWS_OR_STARTS = (MessageAppended, RunStarted, Resumed, NodeEntered)
 """The events after which a commit is trimmed: the context grew, or a node is about to run."""

@@ -22,7 +22,7 @@ from collections.abc import (
     Sequence,
 )
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Generic, Self
 
 from agentlog.actors.engine.errors import (
     BlockingCallError,
@@ -32,24 +32,17 @@ from agentlog.actors.engine.errors import (
 from agentlog.events import (
     EventRecord,
     EventStore,
-    InterruptRaised,
-    MemoryEventStore,
-    Resumed,
-    RunCompleted,
-    StepAdvanced,
     StopRequested,
     StoreError,
     ThreadNotFoundError,
 )
 from agentlog.events.kinds import Event, RunCancelled
 from agentlog.projections import (
-    END,
+    AgentState,
     BaseContextManager,
     EventRow,
     ExecutionStatus,
     Fold,
-    IllegalTransitionError,
-    InvalidStateUpdateError,
     StateDiff,
     StepEntry,
     StopRequestStatus,
@@ -57,37 +50,41 @@ from agentlog.projections import (
     diff,
     edit_events,
     event_history,
-    open_calls,
-    order_problems,
     state_at_point,
     state_history,
 )
-from agentlog.projections.fold import before_first_run, decide
+from agentlog.projections.fold import before_first_run
 from agentlog.projections.messages import monotonic
 from agentlog.projections.snapshots import DEFAULT_SNAPSHOT_EVERY
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.graph import StateGraph
-from agentlog.actors.engine.callbacks import Callbacks, overridden
+from agentlog.actors.engine.callbacks import Callbacks
 from agentlog.actors.engine.commit import fork_thread, write
-from agentlog.actors.engine.ending import closing_events, goes_past
+from agentlog.actors.engine.edits import as_node_edit, check_order
+from agentlog.actors.engine.ending import closing_events
+from agentlog.actors.engine.loop import RunLoop
 from agentlog.actors.engine.offload import InFlight
 from agentlog.actors.engine.portal import Portal
 from agentlog.actors.engine.results import ResponseGranularity, granularity, run_result
 from agentlog.actors.engine.run import (
     DEFAULT_RECURSION_LIMIT,
+    Engine,
     S,
     _log,
     _thread_of,
     _timeout,
     run_config,
 )
-from agentlog.actors.engine.steps import StepLoop
+from agentlog.actors.engine.steps import check_resume_value
 from agentlog.actors.engine.stream import END_OF_STREAM, RunStream
 
 
-class CompiledGraph(StepLoop[S]):
-    """Run, stream, stop, resume and inspect threads of a graph, on an event store."""
+class CompiledGraph(Generic[S]):
+    """Run, stream, stop, resume and inspect threads of a graph, on an event store.
+
+    The public face of the engine it holds (`engine`: the graph, its store, its settings);
+    each call's run is a `RunLoop` of its own, every write goes through the commit path."""
 
     def __init__(
         self,
@@ -104,48 +101,80 @@ class CompiledGraph(StepLoop[S]):
         callbacks: Callbacks | None = None,
         context_manager: BaseContextManager[Any] | None = None,
     ) -> None:
-        graph.check()
-        names = (*interrupt_before, *interrupt_after, *(node_concurrency or {}))
-        for name in (*names, *(node_timeouts or {})):
-            if name not in graph.nodes:
-                raise GraphError(f"{name!r} is named in compile() but is not a node of the graph")
-        if recursion_limit < 1:
-            raise GraphError(f"recursion_limit must be >= 1, got {recursion_limit}")
-        self.graph = graph
-        self.store: EventStore = store if store is not None else MemoryEventStore()
-        self.interrupt_before = frozenset(interrupt_before)
-        self.interrupt_after = frozenset(interrupt_after)
-        self.recursion_limit = recursion_limit
-        self.snapshot_every = snapshot_every
-        self.node_concurrency = dict(node_concurrency or {})
-        if callbacks is not None and not isinstance(callbacks, Callbacks):
-            what = (
-                f"the class {callbacks.__name__}: pass an instance, {callbacks.__name__}()"
-                if isinstance(callbacks, type)
-                else type(callbacks).__name__
-            )
-            raise GraphError(
-                f"callbacks must be a Callbacks instance (subclass actors.Callbacks), got {what}"
-            )
-        self.callbacks = callbacks
-        self.hooked = overridden(callbacks)
-        if context_manager is not None and not isinstance(context_manager, BaseContextManager):
-            raise GraphError(
-                "context_manager must be a BaseContextManager (say "
-                "MessageContextManager(max_messages=20)), got "
-                f"{type(context_manager).__name__} {context_manager!r:.60}"
-            )
-        self.context_manager = context_manager
-        self.node_timeout = _timeout(node_timeout, "node_timeout")
-        self.node_timeouts = {
-            name: _timeout(limit, f"node_timeouts[{name!r}]")
-            for name, limit in (node_timeouts or {}).items()
-        }
-        self._slots: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]
-        ] = weakref.WeakKeyDictionary()
+        self.engine: Engine[S] = Engine(
+            graph,
+            store=store,
+            interrupt_before=interrupt_before,
+            interrupt_after=interrupt_after,
+            recursion_limit=recursion_limit,
+            snapshot_every=snapshot_every,
+            node_concurrency=node_concurrency,
+            node_timeout=node_timeout,
+            node_timeouts=node_timeouts,
+            callbacks=callbacks,
+            context_manager=context_manager,
+        )
         self._portal: Portal | None = None
-        self._left: set[InFlight] = set()
+
+    @property
+    def graph(self) -> StateGraph[S]:
+        """The graph compiled."""
+        return self.engine.graph
+
+    @property
+    def store(self) -> EventStore:
+        """The event store the graph's threads are written to."""
+        return self.engine.store
+
+    @property
+    def callbacks(self) -> Callbacks | None:
+        """The hooks given to `compile(callbacks=...)`."""
+        return self.engine.callbacks
+
+    @property
+    def context_manager(self) -> BaseContextManager[Any] | None:
+        """The bound on the context the nodes see (`compile(context_manager=...)`)."""
+        return self.engine.context_manager
+
+    @property
+    def interrupt_before(self) -> frozenset[str]:
+        """The nodes a run pauses before."""
+        return self.engine.interrupt_before
+
+    @property
+    def interrupt_after(self) -> frozenset[str]:
+        """The nodes a run pauses after."""
+        return self.engine.interrupt_after
+
+    @property
+    def recursion_limit(self) -> int:
+        """The steps a call may take, unless its config says otherwise."""
+        return self.engine.recursion_limit
+
+    @property
+    def snapshot_every(self) -> int | None:
+        """How many records apart a run snapshots its thread (None: never on its own)."""
+        return self.engine.snapshot_every
+
+    @property
+    def node_concurrency(self) -> dict[str, int]:
+        """The nodes that run at most so many at once, across the graph's runs."""
+        return self.engine.node_concurrency
+
+    @property
+    def node_timeout(self) -> float | None:
+        """The time limit of a node, in seconds, unless its own or the call's says otherwise."""
+        return self.engine.node_timeout
+
+    @property
+    def node_timeouts(self) -> dict[str, float | None]:
+        """The nodes with a time limit of their own."""
+        return self.engine.node_timeouts
+
+    @property
+    def hooked(self) -> frozenset[str]:
+        """The hooks `callbacks` overrides: the only ones the engine calls."""
+        return self.engine.hooked
 
     async def ainvoke(
         self,
@@ -163,10 +192,10 @@ class CompiledGraph(StepLoop[S]):
         when the run paused, `__interrupt__`.
         """
         shape = granularity(response_granularity)
-        result, _ = await self._ainvoke_to(input, config, shape, include_state=include_state)
+        result, _ = await self.ainvoke_to(input, config, shape, include_state=include_state)
         return result
 
-    async def _ainvoke_to(
+    async def ainvoke_to(
         self,
         input: Any,
         config: Mapping[str, Any] | None,
@@ -178,6 +207,14 @@ class CompiledGraph(StepLoop[S]):
         records where each of its runs ends)."""
         run = await self._run(input, config, stream=None)
         return run_result(run.fold.state, run.own, shape, include_state=include_state), run.fold.seq
+
+    async def _run(
+        self, input: Any, config: Mapping[str, Any] | None, stream: RunStream | None
+    ) -> RunLoop[S]:
+        """Live one call's run, from its claim to the thread given back (`RunLoop.live`)."""
+        run = RunLoop.of(self.engine, run_config(config), stream)
+        await run.live(input)
+        return run
 
     async def astream(
         self, input: Any = None, config: Mapping[str, Any] | None = None
@@ -286,8 +323,8 @@ class CompiledGraph(StepLoop[S]):
                 raise ThreadNotFoundError(thread_id)
             events = edit_events(fold.state, values, source=as_node or actor, reason=reason)
             if as_node is not None:
-                events = await self._as_node(fold, as_node, events, actor)
-            self._check_order(fold, events)
+                events = await as_node_edit(self.engine, fold, as_node, events, actor)
+            check_order(fold, events)
             return events
 
         return await self.awrite_claimed(thread_id, edit, actor=actor, what="a state edit")
@@ -305,7 +342,7 @@ class CompiledGraph(StepLoop[S]):
         claim meanwhile, so it never lands under a run in flight (`ThreadBusyError` while
         one runs). The one path of edits, cancels and deletions; `run_id` names the run the
         records belong to (a cancel's, the run it ends)."""
-        claim = await self._claim(thread_id, f"{what} by {actor!r}")
+        claim = await self.engine.claim(thread_id, f"{what} by {actor!r}")
         try:
             return await write(
                 self.store,
@@ -321,70 +358,10 @@ class CompiledGraph(StepLoop[S]):
             with contextlib.suppress(StoreError):
                 await self.store.release(claim)
 
-    async def _as_node(
-        self, fold: Fold[S], node: str, edit: list[Event], actor: str
-    ) -> list[Event]:
-        """The edit as `node`'s output: the step advances to where `node` routes, and pauses.
-
-        The calls the paused step had started are closed first, and, when the edit ends the
-        run, every call still open is answered right after the message that made it, before
-        the edit's own messages (the order every model provider demands).
-        """
-        meta = fold.state.execution_meta
-        if (
-            meta.status
-            not in (
-                ExecutionStatus.INTERRUPTED_BEFORE,
-                ExecutionStatus.INTERRUPTED_AFTER,
-                ExecutionStatus.ERROR,
-            )
-            and meta.stop_current_execution != StopRequestStatus.STOPPED
-        ):
-            raise IllegalTransitionError(
-                "state_updated",
-                f"as_node={node!r} applies to a paused or failed run; thread "
-                f"{meta.thread_id!r} is {meta.status.value}: send it new input instead",
-            )
-        paused_at = meta.interrupted_node or meta.current_node
-        resumed: list[Event] = [Resumed(value=None, by=actor, node=paused_at)]
-        scratch = Fold(fold.state, seq=fold.seq)
-        scratch.apply_all(self._scratch_records(meta.thread_id, [*resumed, *edit], fold.seq))
-        target = self._route(node, scratch.state)
-        ending = target == END
-        why = f"{actor!r} edited the state as {node!r} instead"
-        # the calls the edit answers or removes itself are left to it; the others are
-        # answered when the run ends, or when a message of the edit would come after them
-        still = {c.id for c in open_calls(scratch.state.context)}
-        handled = {c.id for c in open_calls(fold.state.context)} - still
-        passed = ending or goes_past(edit)
-        closing = await closing_events(self.store, fold, why, over=passed, skip=handled)
-        events: list[Event] = [*resumed, *closing, *edit]
-        events.append(StepAdvanced(step=meta.step + 1, next_node=target))
-        if ending:
-            # calls the edit itself made follow its own message: they never run
-            after = Fold(fold.state, seq=fold.seq)
-            after.apply_all(self._scratch_records(meta.thread_id, events, fold.seq))
-            events += await closing_events(self.store, after, why, over=True)
-            events.append(RunCompleted())
-        else:
-            reason = f"update_state as {node!r} by {actor!r}"
-            events.append(InterruptRaised(node=target, reason=reason, when="before"))
-        return events
-
-    def _check_order(self, fold: Fold[S], events: list[Event]) -> None:
-        """Refuse an edit after which a model provider would refuse the transcript: a message
-        between an assistant message's tool calls and their results."""
-        decide(fold.state, events, seq=fold.seq)  # a refusal of the gate's says it first
-        thread_id = fold.state.execution_meta.thread_id
-        scratch = Fold(fold.state, seq=fold.seq)
-        scratch.apply_all(self._scratch_records(thread_id, events, fold.seq))
-        problems = order_problems(scratch.state.context)
-        if len(problems) > len(order_problems(fold.state.context)):
-            raise InvalidStateUpdateError(
-                f"the edit would break the transcript: {problems[-1]}; answer the open tool "
-                "calls first (tool messages with their tool_call_id), or edit as_node=... to "
-                "end or redirect the run (its open calls are then answered as not run)"
-            )
+    def check_resume_value(self, thread_id: str, state: AgentState, value: Any) -> None:
+        """Refuse a resume value nothing would read (`UnreadResumeValueError`): only a node
+        paused in `interrupt()` receives one."""
+        check_resume_value(self.graph, thread_id, state, value)
 
     async def astop(self, config: Mapping[str, Any], *, between_nodes: bool = False) -> bool:
         """Ask the thread's run to pause; the request is recorded at once.
@@ -533,7 +510,7 @@ class CompiledGraph(StepLoop[S]):
         """Close what the graph owns: wait for the `def` work its runs left running to
         return (each keeps its thread claimed until then), then stop the private event loop
         of the blocking methods. The store is the caller's to close."""
-        left = list(self._left)
+        left = list(self.engine.left)
         if left:
             _log.warning("closing graph: waiting for %s to return", _describe(left))
             await asyncio.gather(*(work.done() for work in left))
@@ -575,7 +552,7 @@ class CompiledGraph(StepLoop[S]):
         if self._portal is not None:
             self._portal.close()  # first: a run cut short by it leaves its work here
             self._portal = None
-        left = list(self._left)
+        left = list(self.engine.left)
         if left:
             _log.warning("closing graph: waiting for %s to return", _describe(left))
             for work in left:

@@ -102,6 +102,17 @@ async def closing_events(
     return events
 
 
+def answered_ids(events: Sequence[Event]) -> set[Any]:
+    """The ids of the tool calls the messages of `events` answer."""
+    return {
+        block.get("call_id")
+        for event in events
+        if isinstance(event, MessageAppended)
+        for block in event.message.get("content") or ()
+        if isinstance(block, dict) and block.get("type") == "tool_result"
+    }
+
+
 def goes_past(events: Sequence[Event]) -> bool:
     """Whether `events` add a message that is no tool result: it would come after the calls
     the context waits for, so those must be answered before it."""

@@ -1,8 +1,9 @@
 """The run loop: one object per call of a run, holding that call's state as its own fields
 and taking it through its steps (enter a node, run it, commit what it returns, go on), its
-cut (a stop or a time limit cutting a node short) and its failures. The engine (`StepLoop`)
-claims the thread, begins the run and makes its `RunLoop`; every commit goes through the
-engine's commit path (`agentlog.actors.engine.commit`)."""
+cut (a stop or a time limit cutting a node short) and its failures. Its life: it claims the
+thread, begins the run (`agentlog.actors.engine.steps` opens it), runs its steps, records an
+abandon, gives the thread back; every commit goes through the commit path
+(`agentlog.actors.engine.commit`)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,21 @@ import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentlog.actors.engine.actor import ActorStoppedError
+from agentlog.actors.engine.callbacks import (
+    INVOCATION_HOOKS,
+    HookError,
+    Invocation,
+    InvocationType,
+    call_hook,
+    recovered,
+)
+from agentlog.actors.engine.commit import write
+from agentlog.actors.engine.committing import RunCommits
 from agentlog.actors.engine.context import NodeContext
+from agentlog.actors.engine.ending import answered_ids, closing_events, goes_past
 from agentlog.actors.engine.errors import (
     GraphError,
     GraphInterrupt,
@@ -24,74 +36,221 @@ from agentlog.actors.engine.errors import (
     RecursionLimitError,
     ThreadBusyError,
 )
-from agentlog.actors.tools.node import is_tool_node
+from agentlog.actors.engine.guard import Guard
+from agentlog.actors.engine.nodes import NodeActor, RunNode, output_events, resume_values
+from agentlog.actors.engine.redact import redact
+from agentlog.actors.engine.run import (
+    ABANDONED_BY_CALLER,
+    Engine,
+    Run,
+    S,
+    _log,
+    _timeout,
+    finish,
+)
+from agentlog.actors.engine.steps import SNAPSHOT_AT_REST, open_run
+from agentlog.actors.engine.stream import END_OF_STREAM, RunStream
+from agentlog.actors.engine.view import node_view
+from agentlog.actors.tools.node import is_tool_node, pending_calls
 from agentlog.events import (
     AgentlogError,
     EventRecord,
     InterruptRaised,
-    MessageAppended,
     ModelCalled,
     NodeEntered,
     RunCompleted,
     RunFailed,
     Stopped,
+    StopRequested,
 )
+from agentlog.events.claims import DEFAULT_LEASE
 from agentlog.events.kinds import Event
 from agentlog.projections import (
     END,
     ExecutionStatus,
+    Fold,
     StopRequestStatus,
+    StreamChunk,
+    StreamEvent,
     open_calls,
     to_builtins,
 )
 from agentlog.projections.fold import (
     ENTERED_KEY,
     RESUME_KEY,
+    before_first_run,
 )
 from agentlog.projections.messages import monotonic
-
-if TYPE_CHECKING:
-    from agentlog.actors.engine.steps import StepLoop
-from agentlog.actors.engine.callbacks import (
-    INVOCATION_HOOKS,
-    HookError,
-    Invocation,
-    InvocationType,
-    call_hook,
-    recovered,
-)
-from agentlog.actors.engine.committing import RunCommits
-from agentlog.actors.engine.ending import closing_events, goes_past
-from agentlog.actors.engine.guard import Guard
-from agentlog.actors.engine.nodes import NodeActor, RunNode, output_events, resume_values
-from agentlog.actors.engine.redact import redact
-from agentlog.actors.engine.run import (
-    Run,
-    S,
-    _log,
-    _timeout,
-)
-from agentlog.actors.engine.view import node_view
-from agentlog.actors.tools.node import pending_calls
 
 
 @dataclass(eq=False)
 class RunLoop(Run[S]):
-    """One call's run: its state (the fields of `Run`) and the loop of its steps."""
+    """One call's run: its state (the fields of `Run`) and its whole life: claim the thread,
+    begin (open or resume) the run, its steps, a cut, an abandon, and the thread given back."""
 
-    engine: StepLoop[S] = field(kw_only=True, repr=False)
-    """The compiled graph the call runs: its settings and its store."""
+    engine: Engine[S] = field(kw_only=True, repr=False)
+    """What the call runs on: the graph, its settings and its store."""
     commits: RunCommits[S] = field(init=False, repr=False)
     """The run's side of the commit path: every record of this call is committed by it."""
+    begun: bool = field(default=False, kw_only=True)
+    """Whether `begin` made this the run of the call (before, it only holds the claim)."""
 
     def __post_init__(self) -> None:
         self.commits = RunCommits(self.engine, self)
+
+    @classmethod
+    def of(cls, engine: Engine[S], config: dict[str, Any], stream: RunStream | None) -> RunLoop[S]:
+        """The run of a call with `config` (checked by `run_config`), not yet begun."""
+        fold = Fold.new(engine.graph.state_cls)  # `begin` loads the thread's
+        return cls(config["thread_id"], "", config, fold, stream, engine=engine)
+
+    async def live(self, input: Any) -> None:
+        """The call's whole run: claim the thread, begin the run with `input`, run its
+        steps; however it ends, the thread is given back (and an abandon recorded)."""
+        thread_id, stream = self.thread_id, self.stream
+        recorded: asyncio.Future[None] | None = None
+        try:
+            await self.claim_thread()
+            opening = await self.begin(input)
+            if opening:  # begun first, so a cancellation here is recorded after it
+                await self.commits.commit(opening, actor=str(self.config.get("user", "user")))
+            if not self.idle:
+                await self.steps()
+                if self.fold.seq - self.last_snapshot >= SNAPSHOT_AT_REST:
+                    self.commits.snapshot()  # the next load of the thread starts from here
+            if stream is not None:
+                await stream.tell(
+                    StreamChunk(
+                        event=StreamEvent.STATE,
+                        state=self.fold.snapshot_state(),
+                        thread_id=thread_id,
+                        run_id=self.run_id,
+                    )
+                )
+        except asyncio.CancelledError as exc:
+            if self.claim is None:
+                raise
+            why = str(exc.args[0]) if exc.args and exc.args[0] else ABANDONED_BY_CALLER
+            recorded = asyncio.ensure_future(self.abandon(why))
+            with contextlib.suppress(asyncio.CancelledError):
+                await finish(recorded)
+            raise
+        except Exception as exc:
+            if isinstance(exc, HookError) and self.begun:
+                await self.fail_for_hook(exc)
+            if stream is not None and stream.running:
+                await stream.tell(
+                    StreamChunk(
+                        event=StreamEvent.ERROR,
+                        thread_id=thread_id,
+                        data={"error": type(exc).__name__, "message": redact(str(exc))},
+                    )
+                )
+            raise
+        finally:
+            # Finished whatever comes: the caller hears of the run's end only once the thread
+            # is free (or handed to the sync work still holding it).
+            await finish(asyncio.ensure_future(self.close(recorded)))
+
+    async def claim_thread(self) -> None:
+        """Claim the run's thread, as the config says (`lease_s`, `claim_under`)."""
+        name = self.engine.graph.name
+        purpose = "a run" if name is None else f"a run of graph {name!r}"
+        lease = self.config.get("lease_s", DEFAULT_LEASE)
+        self.claim = await self.engine.claim(
+            self.thread_id, purpose, lease, self.config.get("claim_under")
+        )
+
+    async def begin(self, input: Any) -> list[Event]:
+        """Open or resume the run the input makes of the thread (`open_run`); the events
+        that open it, to be committed."""
+        opening = await open_run(self, input)
+        self.begun = True
+        return opening
+
+    async def close(self, recorded: asyncio.Future[None] | None) -> None:
+        """After the run, however it ended: stop its actors and snapshots, free the thread."""
+        if recorded is not None:
+            with contextlib.suppress(BaseException):
+                await recorded
+        for actor in self.actors.values():
+            await actor.stop(drain=False)
+        if self.background:
+            await asyncio.gather(*self.background, return_exceptions=True)
+        if self.claim is not None:
+            await self.engine.release(self.claim, self.in_flight)
+        if self.stream is not None:
+            with contextlib.suppress(ActorStoppedError):
+                await self.stream.tell(END_OF_STREAM)
+
+    async def abandon(self, why: str) -> None:
+        """Record that the caller went away mid-run, and what was in flight: a stop.
+
+        Tool calls started and not finished are closed as abandoned (their results, if they
+        ever come, are discarded), so no later run starts them again.
+        """
+        assert self.claim is not None
+        engine, in_flight = self.engine, self.in_flight
+        for actor in self.actors.values():
+            await actor.stop(drain=False)  # an async node is cancelled for real
+        if self.committing is not None:
+            with contextlib.suppress(BaseException):
+                await self.committing  # a commit under way lands first: record after it
+        # named before the record: whoever reads that the run stopped learns what still runs
+        await engine.label_in_flight(self.claim, in_flight)
+
+        async def record(fold: Fold[S]) -> list[Event]:
+            meta = fold.state.execution_meta
+            paused = (
+                meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED
+            )
+            if fold.seq == 0 or paused or meta.status in _AT_REST or before_first_run(meta):
+                return []  # nothing was written, or the run had already come to rest
+            never_ran = self.never_ran()
+            events = await closing_events(engine.store, fold, why, over=False, never_ran=never_ran)
+            if meta.stop_current_execution == StopRequestStatus.NONE:
+                events.append(StopRequested(by="runtime", reason=why))
+            events.append(
+                Stopped(
+                    node=meta.current_node,
+                    reason=f"abandoned: {why}",
+                    in_flight=in_flight.running(),
+                    duration_ms=self.elapsed_ms(),
+                )
+            )
+            return events
+
+        def run_id_of(fold: Fold[S]) -> str | None:
+            if self.begun:
+                return self.run_id
+            return fold.state.execution_meta.internal_data.get("run_id")
+
+        try:
+            records = await write(
+                engine.store,
+                self.thread_id,
+                record,
+                state_cls=engine.graph.state_cls,
+                actor="runtime",
+                run_id=run_id_of,
+                claim=self.claim,
+                what="the record of an abandoned run",
+            )
+        except Exception as exc:
+            _log.warning(
+                "could not record that the run on %r was abandoned: %s", self.thread_id, exc
+            )
+            return
+        try:
+            await engine.lifecycle(records)  # the caller is gone: a hook's failure is logged
+        except HookError as exc:
+            _log.warning("a hook failed after the run on %r was abandoned: %s", self.thread_id, exc)
 
     async def fail_for_hook(self, error: HookError) -> None:
         """Record that a hook failed the run, if the run can still fail (a hook raising after
         the run completed or paused is reported to the caller; the log already says how the
         run came to rest)."""
-        self.fold = await self.engine._load(self.thread_id)
+        self.fold = await self.engine.load(self.thread_id)
         meta = self.fold.state.execution_meta
         if meta.status != ExecutionStatus.RUNNING or meta.stop_current_execution != (
             StopRequestStatus.NONE
@@ -276,7 +435,7 @@ class RunLoop(Run[S]):
         except (ThreadBusyError, asyncio.CancelledError, NodeTimeoutError):
             raise
         except Exception as exc:
-            self.fold = await self.engine._load(self.thread_id)
+            self.fold = await self.engine.load(self.thread_id)
             if self.fold.state.execution_meta.status == ExecutionStatus.ERROR:
                 raise  # a failure already recorded (a lifecycle hook raised after it)
             failed = RunFailed(
@@ -299,7 +458,7 @@ class RunLoop(Run[S]):
         if not goes_past(events) or not open_calls(self.fold.state.context):
             return []
         why = f"node {node!r} went on without running this call"
-        skip = _answered_ids(events)
+        skip = answered_ids(events)
         closing = await closing_events(self.engine.store, self.fold, why, over=True, skip=skip)
         if closing:
             _log.warning(
@@ -327,7 +486,7 @@ class RunLoop(Run[S]):
             with contextlib.suppress(BaseException):
                 await self.committing
         await guard.stopped()
-        self.fold = await self.engine._load(self.thread_id)
+        self.fold = await self.engine.load(self.thread_id)
         if guard.fired == "stop":
             why = "a stop request cancelled the node"
             never_ran = self.never_ran()
@@ -371,7 +530,7 @@ class RunLoop(Run[S]):
             limit = self.engine.node_concurrency.get(node)
             slots = None
             if limit is not None:
-                per_loop = self.engine._slots.setdefault(asyncio.get_running_loop(), {})
+                per_loop = self.engine.slots.setdefault(asyncio.get_running_loop(), {})
                 slots = per_loop.setdefault(node, asyncio.Semaphore(limit))
             actor = NodeActor(
                 node, self.engine.graph.nodes[node], self.engine.graph.dependencies, slots=slots
@@ -405,11 +564,5 @@ def _requested(
     return goto, pause, ending
 
 
-def _answered_ids(events: Sequence[Event]) -> set[Any]:
-    return {
-        block.get("call_id")
-        for event in events
-        if isinstance(event, MessageAppended)
-        for block in event.message.get("content") or ()
-        if isinstance(block, dict) and block.get("type") == "tool_result"
-    }
+_AT_REST = (ExecutionStatus.COMPLETED, ExecutionStatus.ERROR, ExecutionStatus.CANCELLED)
+"""A run in these has come to rest: a caller going away leaves nothing to record."""

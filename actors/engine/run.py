@@ -1,15 +1,23 @@
-"""The state of one call of a run, the engine's settings every part reads, and a call's config."""
+"""The state of one call of a run, the engine every part shares (its settings, its store,
+claims, loads and routing), and a call's config."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from agentlog.actors.engine.callbacks import Callbacks
+from agentlog.actors.engine.callbacks import (
+    LIFECYCLE_HOOKS,
+    Callbacks,
+    Occurrence,
+    call_hook,
+    overridden,
+)
 from agentlog.actors.engine.errors import (
     GraphError,
     MissingThreadIdError,
@@ -18,20 +26,29 @@ from agentlog.events import (
     Claim,
     EventRecord,
     EventStore,
+    MemoryEventStore,
+    StoreError,
 )
+from agentlog.events.claims import DEFAULT_LEASE
+from agentlog.events.kinds import Event
 from agentlog.events.store import brief, check_thread_id
 from agentlog.projections import (
+    END,
     AgentState,
+    BaseContextManager,
     Fold,
+    fold_at,
 )
+from agentlog.projections.fold import uncommitted_record
 from agentlog.projections.messages import monotonic
-from agentlog.projections.snapshots import SnapshotWriter
+from agentlog.projections.snapshots import DEFAULT_SNAPSHOT_EVERY, SnapshotWriter
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.graph import StateGraph
 from agentlog.actors.engine.nodes import NodeActor
 from agentlog.actors.engine.offload import InFlight
 from agentlog.actors.engine.stream import RunStream
+from agentlog.actors.engine.view import node_view
 
 S = TypeVar("S", bound=AgentState)
 T = TypeVar("T")
@@ -112,24 +129,162 @@ def elapsed_ms(since: float) -> float:
 
 
 class Engine(Generic[S]):
-    """What the parts of the engine share: the graph, its store and how it was compiled."""
+    """What every part of the engine shares, held by a `CompiledGraph`: the graph, its store,
+    how it was compiled (its settings, hooks and context manager), the node slots and the
+    sync work its runs left running; and what reads them alone: loading a thread's fold,
+    routing, claiming a thread, calling the lifecycle hooks. No method takes a run: each
+    call's run is its own `RunLoop`."""
 
-    graph: StateGraph[S]
-    store: EventStore
-    interrupt_before: frozenset[str]
-    interrupt_after: frozenset[str]
-    recursion_limit: int
-    snapshot_every: int | None
-    node_concurrency: dict[str, int]
-    node_timeout: float | None
-    node_timeouts: dict[str, float | None]
-    callbacks: Callbacks | None
-    hooked: frozenset[str]
-    """The hooks `callbacks` overrides: the only ones the engine calls."""
-    _slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]]
-    _left: set[InFlight]
-    """Sync work runs of this graph left running when they ended (each keeps its thread
-    claimed until it returns)."""
+    def __init__(
+        self,
+        graph: StateGraph[S],
+        *,
+        store: EventStore | None = None,
+        interrupt_before: Sequence[str] = (),
+        interrupt_after: Sequence[str] = (),
+        recursion_limit: int = DEFAULT_RECURSION_LIMIT,
+        snapshot_every: int | None = DEFAULT_SNAPSHOT_EVERY,
+        node_concurrency: Mapping[str, int] | None = None,
+        node_timeout: float | None = None,
+        node_timeouts: Mapping[str, float | None] | None = None,
+        callbacks: Callbacks | None = None,
+        context_manager: BaseContextManager[Any] | None = None,
+    ) -> None:
+        graph.check()
+        names = (*interrupt_before, *interrupt_after, *(node_concurrency or {}))
+        for name in (*names, *(node_timeouts or {})):
+            if name not in graph.nodes:
+                raise GraphError(f"{name!r} is named in compile() but is not a node of the graph")
+        if recursion_limit < 1:
+            raise GraphError(f"recursion_limit must be >= 1, got {recursion_limit}")
+        self.graph = graph
+        self.store: EventStore = store if store is not None else MemoryEventStore()
+        self.interrupt_before = frozenset(interrupt_before)
+        self.interrupt_after = frozenset(interrupt_after)
+        self.recursion_limit = recursion_limit
+        self.snapshot_every = snapshot_every
+        self.node_concurrency = dict(node_concurrency or {})
+        if callbacks is not None and not isinstance(callbacks, Callbacks):
+            what = (
+                f"the class {callbacks.__name__}: pass an instance, {callbacks.__name__}()"
+                if isinstance(callbacks, type)
+                else type(callbacks).__name__
+            )
+            raise GraphError(
+                f"callbacks must be a Callbacks instance (subclass actors.Callbacks), got {what}"
+            )
+        self.callbacks = callbacks
+        self.hooked = overridden(callbacks)
+        """The hooks `callbacks` overrides: the only ones the engine calls."""
+        if context_manager is not None and not isinstance(context_manager, BaseContextManager):
+            raise GraphError(
+                "context_manager must be a BaseContextManager (say "
+                "MessageContextManager(max_messages=20)), got "
+                f"{type(context_manager).__name__} {context_manager!r:.60}"
+            )
+        self.context_manager = context_manager
+        """Bounds the context the nodes see (`compile(context_manager=...)`): a commit that
+        leaves it over its bound carries the trim."""
+        self.node_timeout = _timeout(node_timeout, "node_timeout")
+        self.node_timeouts = {
+            name: _timeout(limit, f"node_timeouts[{name!r}]")
+            for name, limit in (node_timeouts or {}).items()
+        }
+        self.slots: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]
+        ] = weakref.WeakKeyDictionary()
+        """A node's concurrency limit per event loop: one semaphore its actors share."""
+        self.left: set[InFlight] = set()
+        """Sync work runs of this graph left running when they ended (each keeps its thread
+        claimed until it returns)."""
+
+    async def load(self, thread_id: str) -> Fold[S]:
+        """The thread's fold as the log has it (from its latest snapshot)."""
+        if await self.store.last_seq(thread_id) == 0:
+            return Fold.new(self.graph.state_cls)
+        return await fold_at(self.store, thread_id, state_cls=self.graph.state_cls)
+
+    def route(self, node: str, state: S) -> str:
+        """Where the run goes after `node`, from `state`: its edge, or its branch's choice."""
+        if node in self.graph.edges:
+            return self.graph.edges[node]
+        branch = self.graph.branches.get(node)
+        if branch is None:
+            return END
+        target = branch.resolve(branch.condition(node_view(state)), node)
+        if target != END and target not in self.graph.nodes:
+            raise GraphError(f"the condition after {node!r} chose {target!r}, which is no node")
+        return target
+
+    async def lifecycle(self, records: Sequence[EventRecord]) -> None:
+        """Call the lifecycle hook of each committed record that has one, in order."""
+        hooks = self.callbacks
+        if hooks is None:
+            return
+        for record in records:
+            hook = LIFECYCLE_HOOKS.get(record.kind)
+            if hook is not None and hook in self.hooked:
+                occurrence = Occurrence(hook, record.thread_id, record.run_id, record)
+                await call_hook(hooks, hook, occurrence)
+
+    async def claim(
+        self,
+        thread_id: str,
+        purpose: str,
+        lease: float = DEFAULT_LEASE,
+        under: Claim | None = None,
+    ) -> Claim:
+        """Claim the thread (`lease`: how long another host waits for a silent owner, the
+        config's `lease_s`; `under`: only while that claim holds, the config's
+        `claim_under`); a cancellation mid-claim gives back the claim it obtained before it
+        goes on, so the caller's next call finds the thread free."""
+        claiming = asyncio.ensure_future(
+            self.store.claim(thread_id, purpose=purpose, lease=lease, under=under)
+        )
+        try:
+            return await asyncio.shield(claiming)
+        except asyncio.CancelledError:
+            await finish(asyncio.ensure_future(self._give_back(claiming)))
+            raise
+
+    async def _give_back(self, claiming: asyncio.Future[Claim]) -> None:
+        """Release the claim `claiming` obtains, once it has (nothing if it failed)."""
+        with contextlib.suppress(BaseException):
+            claim = await claiming
+            await self.store.release(claim)
+
+    async def release(self, claim: Claim, in_flight: InFlight) -> None:
+        """Give the thread up, or, while sync work of the run still runs, once it returns."""
+        if await self.label_in_flight(claim, in_flight):
+            self.left.add(in_flight)  # `aclose` waits for it
+
+            def release() -> None:
+                self.left.discard(in_flight)
+                self.store.release_threadsafe(claim)
+
+            in_flight.leave(claim.thread_id, release)
+            return
+        with contextlib.suppress(StoreError):
+            await self.store.release(claim)
+
+    async def label_in_flight(self, claim: Claim, in_flight: InFlight) -> bool:
+        """Make the claim name the sync work of the run still running (what a caller
+        refused meanwhile waits for); False when there is none."""
+        running = in_flight.running()
+        if running:
+            with contextlib.suppress(StoreError):
+                await self.store.relabel(
+                    claim,
+                    f"{', '.join(running)} of an earlier run, still running on a worker thread",
+                )
+        return bool(running)
+
+
+def scratch_records(
+    thread_id: str | None, events: Sequence[Event], base: int, run_id: str | None = None
+) -> list[EventRecord]:
+    """The records `events` will be once appended after seq `base`, folded ahead of it."""
+    return [uncommitted_record(e, base + i + 1, thread_id, run_id) for i, e in enumerate(events)]
 
 
 ABANDONED_BY_CALLER = (

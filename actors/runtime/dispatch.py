@@ -463,7 +463,7 @@ class Dispatcher:
             try:
                 # busy (a def node cut short, an edit): retried while the trigger is ours
                 ran = await RETRY.while_busy(
-                    lambda: app._ainvoke_to(run_input, config), still=still_ours
+                    lambda: app.ainvoke_to(run_input, config), still=still_ours
                 )
             except ClaimLostError as exc:
                 # its claim was taken over (it looked dead): what it wrote stands and the
