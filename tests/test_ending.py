@@ -63,6 +63,9 @@ class Mail:
         self.sync = sync
         self.thread_gate = threading.Event()
         """What a `def` lookup (`sync`) waits on, on its worker thread."""
+        self.thread_entered = threading.Event()
+        """Set once the `def` lookup runs on its worker thread (its start record may come
+        first: a busy machine can run the cancel before the executor runs the function)."""
 
     def graph(self) -> Any:
         async def send_email(to: str) -> str:
@@ -77,6 +80,7 @@ class Mail:
 
         def lookup_sync(query: str) -> str:
             """Look something up (slowly)."""
+            self.thread_entered.set()
             assert self.thread_gate.wait(GUARD_S), "the test never let the lookup return"
             return f"found {query}"
 
@@ -160,6 +164,7 @@ async def test_a_runtime_cancel_waits_for_a_def_lookup_and_still_calls_it_abando
     try:
         await runtime.trigger("chat", "mail bo", thread_id="t")
         await mail.email_sent_lookup_running()
+        await until(mail.thread_entered.is_set, what="the def lookup on its worker thread")
         cancelling = asyncio.ensure_future(runtime.cancel("t", actor="alice"))
 
         async def abandoned() -> bool:
