@@ -57,12 +57,12 @@ def issue_refund(order_id: str, amount: float) -> dict[str, object]:
     return {"order_id": order_id, "refunded": amount, "reference": f"RF-{order_id}"}
 
 
-def _results(state: AgentState) -> dict[str, object]:
-    found: dict[str, object] = {}
+def _results(state: AgentState) -> dict[str, ToolResultBlock]:
+    found: dict[str, ToolResultBlock] = {}
     for message in state.context:
         for block in message.content:
             if isinstance(block, ToolResultBlock) and message.metadata.get("tool_name"):
-                found[str(message.metadata["tool_name"])] = block.output
+                found[str(message.metadata["tool_name"])] = block
     return found
 
 
@@ -77,7 +77,7 @@ def support_model(state: AgentState) -> list[Message]:
         )
         content: list[ContentBlock] = [TextBlock(text="Let me look up order A-1042."), call]
     elif "issue_refund" not in results:
-        order = results["lookup_order"]
+        order = results["lookup_order"].output
         total = order["total"] if isinstance(order, dict) else 0.0
         call = ToolCallBlock(
             id=f"{thread}-refund", name="issue_refund", args={"order_id": "A-1042", "amount": total}
@@ -86,8 +86,11 @@ def support_model(state: AgentState) -> list[Message]:
             TextBlock(text=f"The order arrived damaged; I propose a refund of {total}."),
             call,
         ]
+    elif results["issue_refund"].is_error:  # refused at the breakpoint, or failed: say so
+        why = results["issue_refund"].output
+        content = [TextBlock(text=f"The refund was not issued: {why}")]
     else:
-        refund = results["issue_refund"]
+        refund = results["issue_refund"].output
         reference = refund.get("reference") if isinstance(refund, dict) else "?"
         content = [TextBlock(text=f"Done: your refund is on its way (reference {reference}).")]
     return [Message(message_id=f"{thread}-a{turn}", role="assistant", content=content)]
