@@ -55,7 +55,6 @@ from agentlog.projections import (
 )
 from agentlog.projections.fold import before_first_run
 from agentlog.projections.messages import monotonic
-from agentlog.projections.snapshots import DEFAULT_SNAPSHOT_EVERY
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.graph import StateGraph
@@ -68,7 +67,6 @@ from agentlog.actors.engine.offload import InFlight
 from agentlog.actors.engine.portal import Portal
 from agentlog.actors.engine.results import ResponseGranularity, granularity, run_result
 from agentlog.actors.engine.run import (
-    DEFAULT_RECURSION_LIMIT,
     Engine,
     S,
     _log,
@@ -86,34 +84,9 @@ class CompiledGraph(Generic[S]):
     The public face of the engine it holds (`engine`: the graph, its store, its settings);
     each call's run is a `RunLoop` of its own, every write goes through the commit path."""
 
-    def __init__(
-        self,
-        graph: StateGraph[S],
-        *,
-        store: EventStore | None = None,
-        interrupt_before: Sequence[str] = (),
-        interrupt_after: Sequence[str] = (),
-        recursion_limit: int = DEFAULT_RECURSION_LIMIT,
-        snapshot_every: int | None = DEFAULT_SNAPSHOT_EVERY,
-        node_concurrency: Mapping[str, int] | None = None,
-        node_timeout: float | None = None,
-        node_timeouts: Mapping[str, float | None] | None = None,
-        callbacks: Callbacks | None = None,
-        context_manager: BaseContextManager[Any] | None = None,
-    ) -> None:
-        self.engine: Engine[S] = Engine(
-            graph,
-            store=store,
-            interrupt_before=interrupt_before,
-            interrupt_after=interrupt_after,
-            recursion_limit=recursion_limit,
-            snapshot_every=snapshot_every,
-            node_concurrency=node_concurrency,
-            node_timeout=node_timeout,
-            node_timeouts=node_timeouts,
-            callbacks=callbacks,
-            context_manager=context_manager,
-        )
+    def __init__(self, engine: Engine[S]) -> None:
+        """Built by `StateGraph.compile`, which checks the graph and its settings."""
+        self.engine = engine
         self._portal: Portal | None = None
 
     @property

@@ -35,6 +35,7 @@ from agentlog.actors.engine.command import (
 )
 from agentlog.actors.engine.compiled import CompiledGraph
 from agentlog.actors.engine.errors import GraphError
+from agentlog.actors.engine.run import Engine
 from agentlog.actors.tools.node import ToolNode, is_tool_node
 from agentlog.events import EventStore
 from agentlog.projections import END, START, AgentState, BaseContextManager
@@ -282,17 +283,19 @@ class StateGraph(Generic[S]):
         messages dropped, the new summary), and the log keeps every message.
         """
         return CompiledGraph(
-            self,
-            store=store,
-            interrupt_before=interrupt_before,
-            interrupt_after=interrupt_after,
-            recursion_limit=recursion_limit,
-            snapshot_every=snapshot_every,
-            node_concurrency=node_concurrency,
-            node_timeout=node_timeout,
-            node_timeouts=node_timeouts,
-            callbacks=callbacks,
-            context_manager=context_manager,
+            Engine(
+                self,
+                store=store,
+                interrupt_before=interrupt_before,
+                interrupt_after=interrupt_after,
+                recursion_limit=recursion_limit,
+                snapshot_every=snapshot_every,
+                node_concurrency=node_concurrency,
+                node_timeout=node_timeout,
+                node_timeouts=node_timeouts,
+                callbacks=callbacks,
+                context_manager=context_manager,
+            )
         )
 
 
