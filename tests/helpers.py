@@ -157,3 +157,18 @@ def counted_digest_compares(monkeypatch: Any) -> list[tuple[Any, Any]]:
 
     monkeypatch.setattr(hmac, "compare_digest", counting)
     return compared
+
+
+def records_in(db: Path) -> int:
+    """How many records the live database holds now (a read-only look, as another process
+    would take it; 0 while the file cannot be read yet)."""
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    except sqlite3.Error:
+        return 0
+    try:
+        return int(conn.execute("SELECT count(*) FROM events").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+    finally:
+        conn.close()

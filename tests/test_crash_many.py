@@ -25,7 +25,6 @@ import os
 import random
 import shutil
 import signal
-import sqlite3
 import subprocess
 import time
 from collections import Counter
@@ -40,7 +39,7 @@ from agentlog.events import SQLiteEventStore
 from agentlog.projections import Message
 from tests.workers.many_threads import STEPS, build_graph, call_ids, thread_ids, uses_tools
 
-from .helpers import normalized, spawn_worker, wait_ready
+from .helpers import normalized, records_in, spawn_worker, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 THREADS = 100
@@ -193,20 +192,6 @@ def test_reference_run_has_tool_and_talk_threads(reference: Reference) -> None:
 
 
 # ---- kills -------------------------------------------------------------------------------
-
-
-def records_in(db: Path) -> int:
-    """How many records the live database holds now (a read-only look, as another process)."""
-    try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
-    except sqlite3.Error:
-        return 0
-    try:
-        return int(conn.execute("SELECT count(*) FROM events").fetchone()[0])
-    except sqlite3.Error:
-        return 0
-    finally:
-        conn.close()
 
 
 @dataclass

@@ -21,7 +21,7 @@ from agentlog.events import (
     StepAdvanced,
 )
 
-from .helpers import spawn_worker, wait_ready
+from .helpers import records_in, spawn_worker, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -125,17 +125,3 @@ def test_bad_database_file_is_refused_untouched(tmp_path: Path) -> None:
         asyncio.run(open_it())
     assert foreign.read_bytes() == before
     assert not Path(f"{foreign}-wal").exists()
-
-
-def records_in(db: Path) -> int:
-    """How many records the live database holds (a read-only look, as another process)."""
-    try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
-    except sqlite3.Error:
-        return 0
-    try:
-        return int(conn.execute("SELECT count(*) FROM events").fetchone()[0])
-    except sqlite3.Error:
-        return 0
-    finally:
-        conn.close()
