@@ -48,24 +48,39 @@ async def _state(events: list[Event]) -> AgentState:
     return replay([r async for r in store.read("t")], AgentState)
 
 
+EXPECTED_HTTP: dict[str, tuple[str, list[str], bool]] = {
+    # life: (status, next, paused)
+    "idle": ("idle", ["__start__"], False),
+    "running": ("running", ["b"], False),
+    "interrupted": ("interrupted_before", ["b"], True),
+    "stopped": ("interrupted_after", ["b"], True),
+    "completed": ("completed", [], False),
+    "cancelled": ("cancelled", [], False),
+}
+
+
 @pytest.mark.parametrize("life", list(LIVES))
-async def test_the_http_shapes_are_the_presenters(life: str) -> None:
-    """The HTTP API's thread and state are the presenter's, with what the server may show."""
+async def test_the_http_shapes_say_what_the_fold_says(life: str) -> None:
+    """The HTTP API's thread and state, shaped by the presenter: the status, the next node
+    (none once the run is over), the pause, and the values the server may show."""
     state = await _state(LIVES[life])
+    status, next_nodes, paused = EXPECTED_HTTP[life]
     values, why = shown(state)
-    assert present.thread_state("t", state, values=values, values_error=why) == http.state_json(
-        "t", state
-    )
-    assert present.thread(
-        "t",
-        "g",
-        state,
-        values=values,
-        values_error=why,
-        metadata=http.shown_metadata(state),
-        created_at=1.0,
-        updated_at=2.0,
-    ) == http.thread_json("t", "g", state, 1.0, 2.0)
+    answer = http.state_json("t", state)
+    assert answer == {
+        "thread_id": "t",
+        "values": values,
+        "next": next_nodes,
+        "step": state.execution_meta.step,
+        "status": status,
+        "interrupts": answer["interrupts"],
+    }
+    assert why is None and bool(answer["interrupts"]) == paused
+    thread = http.thread_json("t", "g", state, 1.0, 2.0)
+    assert (thread["status"], thread["interrupts"]) == (status, answer["interrupts"])
+    assert thread["messages"] == len(state.context) and thread["hidden"] is False
+    assert (thread["created_at"], thread["updated_at"], thread["graph_id"]) == (1.0, 2.0, "g")
+    assert thread["metadata"] == ({"k": [1, True]} if life == "idle" else {})
 
 
 async def test_the_pieces_say_the_folds_answers() -> None:
