@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from agentlog.actors.engine.graph import StateGraph
 from agentlog.actors.engine.callbacks import Callbacks
 from agentlog.actors.engine.commit import fork_thread, write
+from agentlog.actors.engine.drawing import DrawableGraph, describe
 from agentlog.actors.engine.edits import as_node_edit, check_order
 from agentlog.actors.engine.ending import closing_events
 from agentlog.actors.engine.loop import RunLoop
@@ -186,6 +187,15 @@ class CompiledGraph(Streaming, Generic[S]):
         run = RunLoop.of(self.engine, run_config(config), stream)
         await run.live(input)
         return run
+
+    def get_graph(
+        self, config: Mapping[str, Any] | None = None, *, xray: bool | int = False
+    ) -> DrawableGraph:
+        """The graph's nodes and edges, conditional ones marked, to look at or draw
+        (`get_graph().draw_mermaid()`). `config` and `xray` are LangGraph's parameters: the
+        drawing does not depend on a call's config, and `xray` (drawing subgraphs inside
+        their nodes) has nothing to expand, a node being one function."""
+        return describe(self.graph)
 
     async def aget_state(
         self,

@@ -39,6 +39,7 @@ from agentlog.events.kinds import (
     StepAdvanced,
 )
 from agentlog.projections import (
+    END,
     AgentState,
     Message,
     ReasoningBlock,
@@ -352,7 +353,7 @@ class ModeProjection:
             "config": config,
             "values": self.values_of(state),
             "metadata": {"source": source, "step": meta.step, "run_id": last.run_id},
-            "next": present.next_nodes(meta),
+            "next": [n for n in present.next_nodes(meta) if n != END],
             "interrupts": present.interrupts(meta),
         }
         parts = []
