@@ -9,6 +9,7 @@ from typing import Any
 
 from agentlog.actors.engine.context import NodeContext, NotInNodeError, current_context
 from agentlog.actors.engine.modes import StreamMode
+from agentlog.projections import Message
 
 StreamWriter = Callable[[Any], None]
 """A node's writer: hands one item to the consumers of the run's `custom` mode."""
@@ -54,7 +55,8 @@ async def emit_message_chunk(
 ) -> None:
     """Hand a message chunk (a token delta, in whatever message type the caller speaks: a
     LangChain `AIMessageChunk` as is) to the consumers of the `messages` mode, with the
-    node's metadata (`langgraph_node`, `langgraph_step`, ...) and `metadata` added.
+    node's metadata (`langgraph_node`, `langgraph_step`, ...) and `metadata` added. The
+    chunk's id (a `Message`'s `message_id`, else its `id`) marks that message as streamed.
 
     The hook for a model adapter that streams tokens itself: agentlog's own model nodes
     publish their deltas as `StreamChunk`s (`NodeContext.publish`), which the stream turns
@@ -67,7 +69,7 @@ async def emit_message_chunk(
     projection = None if stream is None else stream.projection
     if stream is None or projection is None or not projection.wants(StreamMode.MESSAGES):
         return
-    chunk_id = getattr(chunk, "id", None)
+    chunk_id = chunk.message_id if isinstance(chunk, Message) else getattr(chunk, "id", None)
     if chunk_id is not None:
         projection.streamed_ids.add(chunk_id)
     await stream.tell(projection.message_part(chunk, context.node, **metadata))
