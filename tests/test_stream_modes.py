@@ -19,7 +19,7 @@ from agentlog.actors import (
     StreamWriterOutsideNodeError,
     emit_message_chunk,
 )
-from agentlog.actors.engine.modes import state_values
+from agentlog.actors.engine.modes import ModeProjection, StreamMode, shaped, state_values
 from agentlog.events import MemoryEventStore, ThreadNotFoundError
 from agentlog.projections import add_messages
 from agentlog.projections.fold import field_plan
@@ -197,6 +197,19 @@ async def test_subgraphs_puts_the_namespace_first() -> None:
     assert one == [((), {"progress": "a"}), ((), "from b")]
     several = await collect(two_steps(), stream_mode=["custom"], subgraphs=True)
     assert several == [((), "custom", {"progress": "a"}), ((), "custom", "from b")]
+
+
+def test_a_nested_projection_names_its_namespace_in_its_parts() -> None:
+    root = ModeProjection(frozenset({StreamMode.CUSTOM}), "t1")
+    child = root.nested("sub:1", frozenset({"x"})).nested("inner:2")
+    part = child.part(StreamMode.CUSTOM, "hello")
+    assert part.ns == ("sub:1", "inner:2") and child.checkpoint_ns == "sub:1|inner:2"
+    assert shaped(part, several=True, subgraphs=True, version="v1") == (
+        ("sub:1", "inner:2"),
+        "custom",
+        "hello",
+    )
+    assert shaped(part, several=False, subgraphs=False, version="v2")["ns"] == part.ns
 
 
 async def test_v2_yields_typed_dicts() -> None:

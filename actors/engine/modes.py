@@ -178,6 +178,19 @@ class ModeProjection:
     """Ids of the messages whose chunks were handed over (`emit_message_chunk`): not
     yielded again whole when their step commits."""
 
+    def nested(self, segment: str, nodes: frozenset[str] = frozenset()) -> ModeProjection:
+        """The projection of a run nested in this one (a subgraph's, with `nodes`): the same
+        modes, thread and shapes, its namespace one `segment` deeper (LangGraph spells a
+        segment `node:task_id`)."""
+        return ModeProjection(
+            self.modes,
+            self.thread_id,
+            nodes,
+            (*self.ns, segment),
+            values_of=self.values_of,
+            message_of=self.message_of,
+        )
+
     def wants(self, *modes: StreamMode) -> bool:
         return any(m in self.modes for m in modes)
 

@@ -86,8 +86,9 @@ class RunStream(Actor["StreamChunk | Part", None]):
     async def tell_written(self) -> None:
         """Deliver the parts written from the event loop's thread, if no tell did already."""
         async with self._order:
-            for part in self._take_written():
-                await super().tell(part)
+            with contextlib.suppress(ActorError):  # the run's stream ended meanwhile
+                for part in self._take_written():
+                    await super().tell(part)
 
     def _take_written(self) -> list[Part]:
         written, self._written = self._written, []
