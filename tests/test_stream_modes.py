@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentlog import END, AgentState, Message, StateGraph, get_stream_writer
+from agentlog import END, AgentState, Command, Message, StateGraph, get_stream_writer, interrupt
 from agentlog.actors import (
     InvalidStreamModeError,
     StreamWriterOutsideNodeError,
@@ -175,6 +175,22 @@ async def test_an_interrupt_is_said_in_updates_and_values() -> None:
     assert paused["__interrupt__"][0]["node"] == "b"
     v2 = await collect(app, {"thread_id": "t2"}, stream_mode="values", version="v2")
     assert [len(part["interrupts"]) for part in v2] == [0, 0, 1]
+
+
+async def test_a_node_that_asks_pauses_the_stream_and_its_resume_streams_its_update() -> None:
+    def ask(state: Counted) -> dict[str, Any]:
+        answer = interrupt("how many?")
+        return {"count": int(answer)}
+
+    graph: StateGraph[Counted] = StateGraph(Counted)
+    graph.add_node("ask", ask).set_entry_point("ask").add_edge("ask", END)
+    app = graph.compile()
+    paused = await collect(app, stream_mode="updates")
+    [(only, pending)] = [next(iter(c.items())) for c in paused]
+    assert only == "__interrupt__" and pending[0]["node"] == "ask"
+    resumed = await collect(app, input=Command(resume="5"), stream_mode=["updates", "values"])
+    assert resumed[-2:] == [("updates", {"ask": {"count": 5}}), ("values", resumed[-1][1])]
+    assert resumed[-1][1]["count"] == 5
 
 
 # ---- shapes ------------------------------------------------------------------------------------
