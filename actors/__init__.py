@@ -42,8 +42,14 @@ if TYPE_CHECKING:
         UnreadResumeValueError,
     )
     from agentlog.actors.engine.graph import StateGraph
+    from agentlog.actors.engine.modes import InvalidStreamModeError, StreamMode
     from agentlog.actors.engine.nodes import interrupt
     from agentlog.actors.engine.results import ResponseGranularity
+    from agentlog.actors.engine.writer import (
+        StreamWriterOutsideNodeError,
+        emit_message_chunk,
+        get_stream_writer,
+    )
     from agentlog.actors.runtime import (
         AgentRuntime,
         Constraint,
@@ -94,6 +100,11 @@ _HOMES: dict[str, str] = {
     "StateGraph": "agentlog.actors.engine.graph",
     "interrupt": "agentlog.actors.engine.nodes",
     "ResponseGranularity": "agentlog.actors.engine.results",
+    "InvalidStreamModeError": "agentlog.actors.engine.modes",
+    "StreamMode": "agentlog.actors.engine.modes",
+    "StreamWriterOutsideNodeError": "agentlog.actors.engine.writer",
+    "emit_message_chunk": "agentlog.actors.engine.writer",
+    "get_stream_writer": "agentlog.actors.engine.writer",
     "AgentRuntime": "agentlog.actors.runtime",
     "EntryPoint": "agentlog.actors.runtime",
     "RetryPolicy": "agentlog.actors.runtime",
@@ -128,6 +139,7 @@ __all__ = [
     "GraphInterrupt",
     "HookError",
     "InputRejectedError",
+    "InvalidStreamModeError",
     "Invocation",
     "InvocationType",
     "MissingThreadIdError",
@@ -144,6 +156,8 @@ __all__ = [
     "RetryPolicy",
     "RuntimeConfig",
     "StateGraph",
+    "StreamMode",
+    "StreamWriterOutsideNodeError",
     "SuccessCriterion",
     "ThreadBusyError",
     "ThreadStillBusyError",
@@ -153,6 +167,8 @@ __all__ = [
     "UnreadResumeValueError",
     "create_agent_runtime",
     "current_context",
+    "emit_message_chunk",
+    "get_stream_writer",
     "interrupt",
     "record_outcome",
     "shared_state",

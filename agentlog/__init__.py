@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         ToolNode,
         create_agent_runtime,
         current_context,
+        get_stream_writer,
         interrupt,
     )
     from agentlog.events import (

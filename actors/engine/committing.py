@@ -344,6 +344,11 @@ class RunCommits(Generic[S]):
 
     async def _publish(self, records: list[EventRecord]) -> None:
         assert self.run.stream is not None
+        projection = self.run.stream.projection
+        if projection is not None:  # a consumer asked for stream modes: their parts
+            for part in projection.committed(records, self.run.fold.state):
+                await self.run.stream.tell(part)
+            return
         for record in records:
             event = record.event
             if isinstance(event, MessageAppended):

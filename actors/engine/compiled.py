@@ -13,11 +13,9 @@ import contextlib
 import time
 import weakref
 from collections.abc import (
-    AsyncGenerator,
     Awaitable,
     Callable,
     Coroutine,
-    Iterator,
     Mapping,
     Sequence,
 )
@@ -46,7 +44,6 @@ from agentlog.projections import (
     StateDiff,
     StepEntry,
     StopRequestStatus,
-    StreamChunk,
     diff,
     edit_events,
     event_history,
@@ -60,6 +57,7 @@ if TYPE_CHECKING:
     from agentlog.actors.engine.graph import StateGraph
 from agentlog.actors.engine.callbacks import Callbacks
 from agentlog.actors.engine.commit import fork_thread, write
+from agentlog.actors.engine.drawing import DrawableGraph, describe
 from agentlog.actors.engine.edits import as_node_edit, check_order
 from agentlog.actors.engine.ending import closing_events
 from agentlog.actors.engine.loop import RunLoop
@@ -75,10 +73,11 @@ from agentlog.actors.engine.run import (
     run_config,
 )
 from agentlog.actors.engine.steps import check_resume_value
-from agentlog.actors.engine.stream import END_OF_STREAM, RunStream
+from agentlog.actors.engine.stream import RunStream
+from agentlog.actors.engine.streaming import Streaming
 
 
-class CompiledGraph(Generic[S]):
+class CompiledGraph(Streaming, Generic[S]):
     """Run, stream, stop, resume and inspect threads of a graph, on an event store.
 
     The public face of the engine it holds (`engine`: the graph, its store, its settings);
@@ -189,36 +188,14 @@ class CompiledGraph(Generic[S]):
         await run.live(input)
         return run
 
-    async def astream(
-        self, input: Any = None, config: Mapping[str, Any] | None = None
-    ) -> AsyncGenerator[StreamChunk, None]:
-        """Run like `ainvoke`, yielding message, update and state chunks as they commit.
-
-        A consumer that stops reading early abandons the run: it is recorded as stopped, and
-        `ainvoke(None, config)` resumes it.
-        """
-        config = run_config(config)
-        stream = RunStream(config["thread_id"]).start()
-        chunks = stream.subscribe()
-        task = asyncio.ensure_future(self._run(input, config, stream=stream))
-        why = "the astream consumer stopped reading before the run ended"
-        try:
-            while True:
-                chunk = await chunks.get()
-                if chunk is END_OF_STREAM:
-                    break
-                yield chunk
-            await task
-        except asyncio.CancelledError as exc:
-            if exc.args and exc.args[0]:
-                why = str(exc.args[0])  # the consumer itself was cancelled: say by what
-            raise
-        finally:
-            if not task.done():
-                task.cancel(why)
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-            await stream.stop(drain=False)
+    def get_graph(
+        self, config: Mapping[str, Any] | None = None, *, xray: bool | int = False
+    ) -> DrawableGraph:
+        """The graph's nodes and edges, conditional ones marked, to look at or draw
+        (`get_graph().draw_mermaid()`). `config` and `xray` are LangGraph's parameters: the
+        drawing does not depend on a call's config, and `xray` (drawing subgraphs inside
+        their nodes) has nothing to expand, a node being one function."""
+        return describe(self.graph)
 
     async def aget_state(
         self,
@@ -422,13 +399,6 @@ class CompiledGraph(Generic[S]):
             self.ainvoke(input, config, response_granularity, include_state=include_state)
         )
         return result
-
-    def stream(
-        self, input: Any = None, config: Mapping[str, Any] | None = None
-    ) -> Iterator[StreamChunk]:
-        """Blocking `astream`."""
-        portal = self._get_portal()
-        yield from portal.iterate(self.astream(input, config))
 
     def get_state(
         self, config: Mapping[str, Any], at_step: int | None = None, at_seq: int | None = None

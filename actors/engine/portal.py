@@ -6,11 +6,9 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncGenerator, Coroutine, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
-from agentlog.projections import (
-    StreamChunk,
-)
+T = TypeVar("T")
 
 CANCEL_GRACE_S = 10.0
 """How long closing the portal waits for what still runs on its loop to settle."""
@@ -53,7 +51,7 @@ class Portal:
             raise
         return tasks[0].result()
 
-    def iterate(self, agen: AsyncGenerator[StreamChunk, None]) -> Iterator[StreamChunk]:
+    def iterate(self, agen: AsyncGenerator[T, None]) -> Iterator[T]:
         try:
             while True:
                 try:
