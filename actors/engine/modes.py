@@ -167,6 +167,12 @@ class ModeProjection:
     ns: tuple[str, ...] = ()
     values_of: Callable[[AgentState], Any] = state_values
     message_of: Callable[[Message], Any] = lambda message: message
+    update_of: Callable[[dict[str, Any]], Any] = lambda update: update
+    """Shapes one node's update (a front renames its fields, shapes its messages)."""
+    interrupts_of: Callable[[AgentState], tuple[Any, ...]] = lambda state: tuple(
+        present.interrupts(state.execution_meta)
+    )
+    """The pauses a paused run shows (a front shows its own `Interrupt`s)."""
     step: int | None = None
     """The step counter as the last commit left it (None until the first commit)."""
     node: str | None = None
@@ -189,6 +195,8 @@ class ModeProjection:
             (*self.ns, segment),
             values_of=self.values_of,
             message_of=self.message_of,
+            update_of=self.update_of,
+            interrupts_of=self.interrupts_of,
         )
 
     def wants(self, *modes: StreamMode) -> bool:
@@ -328,10 +336,10 @@ class ModeProjection:
                 else:
                     reducer = plan.get(name, (None, None))[1]
                     into[name] = value if reducer is None else reducer(into[name], value)
-        return by_node or {node: {}}
+        return {k: self.update_of(v) for k, v in by_node.items()} or {node: {}}
 
     def _paused(self, state: AgentState) -> list[Part]:
-        pending = tuple(present.interrupts(state.execution_meta))
+        pending = self.interrupts_of(state)
         parts: list[Part] = []
         if self.wants(StreamMode.UPDATES):
             parts.append(self.part(StreamMode.UPDATES, {"__interrupt__": pending}))

@@ -1,0 +1,25 @@
+"""LangGraph's API over agentlog's engine: state schemas as LangGraph writes them, and a
+compiled graph that answers in LangGraph's shapes (`agentlog.langgraph` re-exports it with
+every other name a port needs)."""
+
+from agentlog.actors.langgraph.compiled import CompiledStateGraph
+from agentlog.actors.langgraph.graph import StateGraph
+from agentlog.actors.langgraph.schema import SchemaError
+from agentlog.actors.langgraph.types import (
+    Interrupt,
+    PregelTask,
+    Runtime,
+    StateSnapshot,
+    interrupt,
+)
+
+__all__ = [
+    "CompiledStateGraph",
+    "Interrupt",
+    "PregelTask",
+    "Runtime",
+    "SchemaError",
+    "StateGraph",
+    "StateSnapshot",
+    "interrupt",
+]

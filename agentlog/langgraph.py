@@ -1,0 +1,53 @@
+"""Every name a LangGraph program needs, in one module: a port turns
+`from langgraph.<anything> import X` into `from agentlog.langgraph import X`.
+
+`StateGraph` here takes LangGraph's state schemas (a `TypedDict`, a dataclass, a pydantic
+model) and its compiled graph answers in LangGraph's shapes; agentlog's own
+`agentlog.StateGraph` (AgentState, `context`) compiles to the same engine and log.
+"""
+
+from __future__ import annotations
+
+from agentlog.actors import (
+    REMOVE_ALL_MESSAGES,
+    Command,
+    GraphError,
+    RemoveMessage,
+    ToolNode,
+    get_stream_writer,
+)
+from agentlog.actors.langgraph import (
+    CompiledStateGraph,
+    Interrupt,
+    PregelTask,
+    Runtime,
+    SchemaError,
+    StateGraph,
+    StateSnapshot,
+    interrupt,
+)
+from agentlog.events import MemoryEventStore, SQLiteEventStore
+from agentlog.projections import END, START
+from agentlog.projections.reducers import add_messages
+
+__all__ = [
+    "END",
+    "REMOVE_ALL_MESSAGES",
+    "START",
+    "Command",
+    "CompiledStateGraph",
+    "GraphError",
+    "Interrupt",
+    "MemoryEventStore",
+    "PregelTask",
+    "RemoveMessage",
+    "Runtime",
+    "SQLiteEventStore",
+    "SchemaError",
+    "StateGraph",
+    "StateSnapshot",
+    "ToolNode",
+    "add_messages",
+    "get_stream_writer",
+    "interrupt",
+]

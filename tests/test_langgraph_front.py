@@ -1,0 +1,234 @@
+"""The LangGraph front (`agentlog.langgraph`): LangGraph's state schemas and return shapes over
+agentlog's engine and log."""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Annotated, Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import BaseModel
+from typing_extensions import TypedDict
+
+from agentlog.events import SQLiteEventStore
+from agentlog.langgraph import (
+    END,
+    START,
+    Command,
+    GraphError,
+    Interrupt,
+    SchemaError,
+    StateGraph,
+    StateSnapshot,
+    add_messages,
+    interrupt,
+)
+from agentlog.projections import Message
+
+
+class Notes(TypedDict):
+    messages: Annotated[list[Any], add_messages]
+    topic: str
+    notes: Annotated[list[str], operator.add]
+
+
+def plan(state: Notes) -> dict[str, Any]:
+    return {"notes": [f"planned {state['topic']}"], "messages": [("ai", f"on {state['topic']}")]}
+
+
+def review(state: Notes) -> dict[str, Any]:
+    answer = interrupt({"question": "ok?", "notes": state["notes"]})
+    return {"notes": [f"review: {answer}"]}
+
+
+def reviewed(checkpointer: Any = None) -> Any:
+    builder = StateGraph(Notes)
+    builder.add_node("plan", plan)
+    builder.add_node("review", review)
+    builder.add_edge(START, "plan")
+    builder.add_edge("plan", "review")
+    builder.add_edge("review", END)
+    return builder.compile(checkpointer)
+
+
+def texts(values: dict[str, Any]) -> list[str]:
+    return [m.text() if isinstance(m, Message) else m.content for m in values["messages"]]
+
+
+def test_invoke_returns_the_values_and_pauses_with_an_interrupt() -> None:
+    graph = reviewed()
+    config = {"configurable": {"thread_id": "t1"}}
+    paused = graph.invoke({"topic": "refunds", "messages": [("user", "hi")]}, config)
+    assert paused["topic"] == "refunds" and paused["notes"] == ["planned refunds"]
+    assert texts(paused) == ["hi", "on refunds"]
+    (pause,) = paused["__interrupt__"]
+    assert isinstance(pause, Interrupt)
+    assert pause.value == {"question": "ok?", "notes": ["planned refunds"]}
+    done = graph.invoke(Command(resume="yes"), config)
+    assert "__interrupt__" not in done
+    assert done["notes"] == ["planned refunds", "review: yes"]
+
+
+def test_a_pause_is_resumed_by_its_id() -> None:
+    graph = reviewed()
+    config = {"configurable": {"thread_id": "t-id"}}
+    pause = graph.invoke({"topic": "a"}, config)["__interrupt__"][0]
+    assert graph.get_state(config).interrupts == (pause,)
+    done = graph.invoke(Command(resume={pause.id: "by id"}), config)
+    assert done["notes"][-1] == "review: by id"
+
+
+def test_get_state_is_a_snapshot_with_checkpoint_ids(tmp_path: Any) -> None:
+    graph = reviewed(SQLiteEventStore(tmp_path / "lg.db"))
+    config = {"configurable": {"thread_id": "t2"}}
+    graph.invoke({"topic": "x"}, config)
+    snapshot = graph.get_state(config)
+    assert isinstance(snapshot, StateSnapshot)
+    assert snapshot.next == ("review",)
+    assert snapshot.tasks[0].name == "review" and snapshot.tasks[0].interrupts
+    checkpoint = snapshot.config["configurable"]["checkpoint_id"]
+    graph.invoke(Command(resume="ok"), config)
+    after = graph.get_state(config)
+    assert after.next == () and after.interrupts == ()
+    assert after.values["notes"] == ["planned x", "review: ok"]
+    then = graph.get_state({"configurable": {"thread_id": "t2", "checkpoint_id": checkpoint}})
+    assert then.values == snapshot.values
+    history = list(graph.get_state_history(config))
+    assert history[0].values == after.values
+    assert [s.next for s in history][-1] != ()
+    with pytest.raises(GraphError, match="checkpoint_id"):
+        graph.get_state({"configurable": {"thread_id": "t2", "checkpoint_id": "zz"}})
+
+
+def test_without_a_checkpointer_invoke_needs_no_thread_and_with_one_it_does(tmp_path: Any) -> None:
+    def count(state: Notes) -> dict[str, Any]:
+        return {"notes": ["one"]}
+
+    builder = StateGraph(Notes)
+    builder.add_node("count", count)
+    builder.add_edge(START, "count")
+    builder.add_edge("count", END)
+    assert builder.compile().invoke({"topic": "t"}) == {
+        "messages": [],
+        "topic": "t",
+        "notes": ["one"],
+    }
+    with pytest.raises(GraphError, match="thread"):
+        builder.compile(SQLiteEventStore(tmp_path / "t.db")).invoke({"topic": "t"})
+
+
+def test_the_updates_stream_speaks_langgraph() -> None:
+    graph = reviewed()
+    parts = list(graph.stream({"topic": "s"}, {"configurable": {"thread_id": "t3"}}))
+    assert parts[0]["plan"]["notes"] == ["planned s"]
+    assert [m.text() for m in parts[0]["plan"]["messages"]] == ["on s"]
+    assert isinstance(parts[-1]["__interrupt__"][0], Interrupt)
+    values = list(
+        graph.stream(
+            Command(resume="v"), {"configurable": {"thread_id": "t3"}}, stream_mode="values"
+        )
+    )
+    assert values[-1]["notes"] == ["planned s", "review: v"]
+
+
+@dataclasses.dataclass
+class Counter:
+    total: Annotated[int, operator.add] = 0
+    label: str = "none"
+
+
+class Model(BaseModel):
+    items: Annotated[list[int], operator.add] = []
+    last: int | None = None
+
+
+def test_a_dataclass_and_a_model_are_handed_to_nodes_as_themselves() -> None:
+    seen: list[Any] = []
+
+    def bump(state: Counter) -> dict[str, Any]:
+        seen.append(state)
+        return {"total": 2, "label": "bumped"}
+
+    builder = StateGraph(Counter)
+    builder.add_node("bump", bump)
+    builder.add_edge(START, "bump")
+    builder.add_edge("bump", END)
+    assert builder.compile().invoke({"total": 1}) == {"total": 3, "label": "bumped"}
+    assert isinstance(seen[0], Counter) and seen[0].total == 1
+
+    def add(state: Model) -> dict[str, Any]:
+        assert isinstance(state, Model)
+        return {"items": [len(state.items)], "last": len(state.items)}
+
+    builder2 = StateGraph(Model)
+    builder2.add_node("add", add)
+    builder2.add_edge(START, "add")
+    builder2.add_edge("add", END)
+    assert builder2.compile().invoke({"items": [7]}) == {"items": [7, 1], "last": 1}
+
+
+def test_nodes_get_config_and_runtime_context() -> None:
+    from agentlog.langgraph import Runtime
+
+    def node(
+        state: Notes, config: dict[str, Any], runtime: Runtime[dict[str, str]]
+    ) -> dict[str, Any]:
+        thread = config["configurable"]["thread_id"]
+        return {"notes": [f"{thread}:{runtime.context['user']}"]}
+
+    builder = StateGraph(Notes, context_schema=dict)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    builder.add_edge("node", END)
+    out = builder.compile().invoke(
+        {"topic": "c"}, {"configurable": {"thread_id": "ctx"}}, context={"user": "ana"}
+    )
+    assert out["notes"] == ["ctx:ana"]
+
+
+def test_bad_schemas_and_nodes_are_refused_with_the_fix() -> None:
+    with pytest.raises(SchemaError, match="TypedDict"):
+        StateGraph(42)
+    with pytest.raises(SchemaError, match="names no keys"):
+        StateGraph(dict)
+
+    class Clash(TypedDict):
+        context: str
+
+    with pytest.raises(SchemaError, match="rename it"):
+        StateGraph(Clash)
+
+    def stateless(*, config: Any) -> None:
+        return None
+
+    with pytest.raises(GraphError, match="first argument"):
+        StateGraph(Notes).add_node("n", stateless)
+
+    def needs(state: Notes, db: Any) -> None:
+        return None
+
+    with pytest.raises(GraphError, match="'db'"):
+        StateGraph(Notes).add_node("n", needs)
+    with pytest.raises(GraphError, match="checkpointer="):
+        StateGraph(Notes).compile(checkpointer=object())
+
+
+@given(st.lists(st.integers(-5, 5), max_size=6), st.lists(st.text(max_size=3), max_size=3))
+def test_values_read_from_the_log_equal_the_live_result(adds: list[int], words: list[str]) -> None:
+    """replay == live through the front: what invoke returns is what get_state reads back."""
+
+    def step(state: Model) -> dict[str, Any]:
+        return {"items": adds, "last": len(words)}
+
+    builder = StateGraph(Model)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    builder.add_edge("step", END)
+    graph = builder.compile()
+    config = {"configurable": {"thread_id": "p"}}
+    live = graph.invoke({"items": [len(w) for w in words]}, config)
+    assert graph.get_state(config).values == live
+    assert live["items"] == [len(w) for w in words] + adds
