@@ -30,6 +30,11 @@ from agentlog.events import MemoryEventStore, SQLiteEventStore
 from agentlog.projections import END, START
 from agentlog.projections.reducers import add_messages
 
+InMemorySaver = MemoryEventStore
+"""LangGraph's in-memory checkpointer is agentlog's in-memory log: its records are the
+checkpoints, so a port keeps `compile(checkpointer=InMemorySaver())` as it is."""
+MemorySaver = MemoryEventStore
+
 __all__ = [
     "END",
     "REMOVE_ALL_MESSAGES",
@@ -37,8 +42,10 @@ __all__ = [
     "Command",
     "CompiledStateGraph",
     "GraphError",
+    "InMemorySaver",
     "Interrupt",
     "MemoryEventStore",
+    "MemorySaver",
     "PregelTask",
     "RemoveMessage",
     "Runtime",
