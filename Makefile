@@ -15,6 +15,12 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# LangGraph's pinned venv: tests/test_langgraph_ports.py runs its programs there too.
+PEERS := .bench-venvs/langgraph/.installed
+$(PEERS): bench/venvs.py | $(STAMP)
+	$(BIN)/python bench/venvs.py langgraph
+	touch $@
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -27,8 +33,8 @@ typecheck: $(STAMP)
 # A file's tests stay on one worker (loadfile): the kill-coverage checks of test_crash_recovery
 # and test_crash_many read what every test of their file found in the same process, and are
 # skipped when worksteal or load spread them (measured: no faster on 2 cores either).
-test: lint typecheck $(STAMP)
-	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest -q -n auto --dist loadfile
+test: lint typecheck $(STAMP) $(PEERS)
+	AGENTLOG_PEERS=required HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest -q -n auto --dist loadfile
 
 # The edit loop: no lint, no type check, no slow tests (those two files are all slow, so the
 # tests may be spread one by one).
