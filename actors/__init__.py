@@ -56,6 +56,8 @@ if TYPE_CHECKING:
         record_outcome,
         shared_state,
     )
+    from agentlog.actors.tools.condition import tools_condition
+    from agentlog.actors.tools.langchain import chat_model_node
     from agentlog.actors.tools.node import ToolNode, ToolUnusableError
     from agentlog.projections import END, REMOVE_ALL_MESSAGES, START, RemoveMessage
 
@@ -106,6 +108,8 @@ _HOMES: dict[str, str] = {
     "shared_state": "agentlog.actors.runtime",
     "ToolNode": "agentlog.actors.tools.node",
     "ToolUnusableError": "agentlog.actors.tools.node",
+    "tools_condition": "agentlog.actors.tools.condition",
+    "chat_model_node": "agentlog.actors.tools.langchain",
 }
 """Each public name and the module it is imported from on first use."""
 
@@ -151,11 +155,13 @@ __all__ = [
     "ToolNode",
     "ToolUnusableError",
     "UnreadResumeValueError",
+    "chat_model_node",
     "create_agent_runtime",
     "current_context",
     "interrupt",
     "record_outcome",
     "shared_state",
+    "tools_condition",
 ]
 
 

@@ -31,9 +31,11 @@ if TYPE_CHECKING:
         RuntimeConfig,
         StateGraph,
         ToolNode,
+        chat_model_node,
         create_agent_runtime,
         current_context,
         interrupt,
+        tools_condition,
     )
     from agentlog.events import (
         AgentlogError,
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
         AgentState,
         ExecutionStatus,
         Message,
+        MessagesState,
         add_messages,
         append_items,
         replace_messages,
@@ -63,6 +66,7 @@ _HOMES: dict[str, str] = {
             "AgentState",
             "ExecutionStatus",
             "Message",
+            "MessagesState",
             "add_messages",
             "append_items",
             "replace_messages",

@@ -503,7 +503,7 @@ class McpTool:
             input_schema=schema,
             output_schema=tool.output_schema,
             session=session,
-            validator=_validator(schema),
+            validator=schema_validator(schema),
         )
 
     def schema(self) -> dict[str, Any]:
@@ -515,13 +515,7 @@ class McpTool:
         self, args: dict[str, Any], state: AgentState, context: NodeContext, call_id: str = ""
     ) -> tuple[list[Any], dict[str, Any]]:
         """The call's arguments, checked against the server's schema (the server checks too)."""
-        if self.validator is not None:
-            problems = sorted(self.validator.iter_errors(args), key=lambda e: list(e.path))
-            if problems:
-                said = "; ".join(
-                    f"{'.'.join(map(str, p.path)) or '(arguments)'}: {p.message}" for p in problems
-                )
-                raise ToolArgumentsError(f"invalid arguments for {self.name!r}: {said}")
+        check_arguments(self.name, self.validator, args)
         return [], dict(args)
 
     async def call(
@@ -545,17 +539,31 @@ def _distinct(server: Server, tools: list[McpTool]) -> None:
             )
 
 
-def _validator(schema: dict[str, Any]) -> Any:
-    """A JSON Schema validator for `schema`, or None when the schema itself is not valid (the
-    server is then left to check the arguments)."""
-    import jsonschema  # type: ignore[import-untyped]
-
+def schema_validator(schema: dict[str, Any]) -> Any:
+    """A JSON Schema validator for `schema`, or None when the schema itself is not valid, or
+    jsonschema is not installed (the tool's own side is then left to check the arguments)."""
+    try:
+        import jsonschema  # type: ignore[import-untyped]
+    except ImportError:
+        return None
     try:
         cls = jsonschema.validators.validator_for(schema)
         cls.check_schema(schema)
     except jsonschema.SchemaError:
         return None
     return cls(schema)
+
+
+def check_arguments(name: str, validator: Any, args: dict[str, Any]) -> None:
+    """`ToolArgumentsError` naming each way `args` fails `validator` (None checks nothing)."""
+    if validator is None:
+        return
+    problems = sorted(validator.iter_errors(args), key=lambda e: list(e.path))
+    if problems:
+        said = "; ".join(
+            f"{'.'.join(map(str, p.path)) or '(arguments)'}: {p.message}" for p in problems
+        )
+        raise ToolArgumentsError(f"invalid arguments for {name!r}: {said}")
 
 
 @contextlib.asynccontextmanager
