@@ -127,7 +127,7 @@ def _content_of(message: BaseMessage, role: str) -> list[Any]:
         if all(isinstance(t, str) for t in texts):
             output: Any = "".join(texts)
         else:
-            output = [t.model_dump(mode="json") if hasattr(t, "model_dump") else t for t in texts]
+            output = [t.model_dump() if hasattr(t, "model_dump") else t for t in texts]
         failed = getattr(message, "status", "success") == "error"
         call_id = str(getattr(message, "tool_call_id", "") or "")
         if not call_id:
@@ -142,13 +142,18 @@ def _content_of(message: BaseMessage, role: str) -> list[Any]:
 
 
 def _part(part: Any) -> Any:
-    """One LangChain content part in a form `_content_blocks` reads: a `reasoning` or
-    `thinking` part (from reasoning models) as a reasoning block, the rest as they are."""
-    if isinstance(part, Mapping) and part.get("type") in ("reasoning", "thinking"):
-        summary = part.get("reasoning", part.get("thinking", part.get("summary", "")))
-        if isinstance(summary, str):
-            return ReasoningBlock(summary=summary)
-    return part
+    """One LangChain content part in a form `_content_blocks` reads: a provider's reasoning
+    part (`reasoning` text, Anthropic's `thinking`, OpenAI's list of summary texts) as a
+    reasoning block, the rest (our own blocks among them) as they are."""
+    if not isinstance(part, Mapping) or part.get("type") not in ("reasoning", "thinking"):
+        return part
+    summary = part.get("summary")
+    if isinstance(summary, str):
+        return part  # one of ours
+    found = part.get("reasoning", part.get("thinking"))
+    if isinstance(summary, list):
+        found = "".join(str(s.get("text", "")) for s in summary if isinstance(s, Mapping))
+    return ReasoningBlock(summary=found) if isinstance(found, str) else part
 
 
 def _blocks(message: BaseMessage, parts: list[Any]) -> list[Any]:
@@ -265,7 +270,7 @@ def _lc_content(blocks: Iterable[Any]) -> Any:
         elif isinstance(block, ImageBlock) and _plain_url(block):
             parts.append({"type": "image_url", "image_url": {"url": block.media.url}})
         else:
-            parts.append(block.model_dump(mode="json"))
+            parts.append(block.model_dump())
     return parts
 
 

@@ -151,11 +151,13 @@ def chat_model_node(
     if tools is not None:
         schemas = getattr(tools, "schemas", None)
         given = schemas() if callable(schemas) else list(tools)
-        if not hasattr(model, "bind_tools"):
+        try:
+            model = model.bind_tools(given)
+        except (AttributeError, NotImplementedError) as exc:
             raise GraphError(
-                f"{type(model).__name__} has no bind_tools, so tools= cannot be given to it"
-            )
-        model = model.bind_tools(given)
+                f"{type(model).__name__} cannot bind tools (bind_tools: {type(exc).__name__}), "
+                "so tools= cannot be given to it: use a chat model that supports tool calling"
+            ) from exc
 
     async def call_model(state: AgentState) -> dict[str, list[Any]]:
         reply = await model.ainvoke(to_langchain_messages(state.context))
