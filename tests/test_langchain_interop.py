@@ -253,6 +253,33 @@ async def test_a_node_may_return_a_langchain_message_in_any_form_a_message_takes
     assert state.context[1].metadata["name"] == "bot"
 
 
+@st.composite
+def _conversations(draw: st.DrawFn) -> list[Message]:
+    """Messages without tool traffic (a stored transcript must pair calls and results),
+    ids unique across the conversation."""
+    drawn = draw(st.lists(shared_messages(), min_size=1, max_size=4))
+    plain = [m for m in drawn if m.role != "tool" and not m.tool_calls()]
+    return [
+        m.model_copy(update={"message_id": f"m{i}-{m.message_id}"}) for i, m in enumerate(plain)
+    ]
+
+
+@settings(max_examples=25, deadline=None)
+@given(_conversations())
+async def test_a_graph_fed_langchain_messages_stores_them_as_converted_and_replays_the_same(
+    messages: list[Message],
+) -> None:
+    lc = to_langchain_messages(messages)
+    half = len(lc) // 2
+
+    def node(state: AgentState) -> Any:
+        return {"messages": lc[half:]}
+
+    _, state = await _run(node, {"messages": [HumanMessage("start", id="h0"), *lc[:half]]})
+    stored = [_shared(m) for m in state.context[1:]]
+    assert same(stored, [_shared(m) for m in messages])
+
+
 async def test_a_node_returning_a_foreign_object_still_fails_naming_it() -> None:
     from agentlog.actors.engine.errors import NodeError
 
