@@ -25,8 +25,11 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agentlog.projections.messages import (
+    AudioBlock,
+    DocumentBlock,
     ImageBlock,
     InvalidMessageError,
+    MediaRef,
     Message,
     ReasoningBlock,
     RemoveMessage,
@@ -34,6 +37,7 @@ from agentlog.projections.messages import (
     TokenUsages,
     ToolCallBlock,
     ToolResultBlock,
+    VideoBlock,
     _content_blocks,
     generate_id,
 )
@@ -144,8 +148,13 @@ def _content_of(message: BaseMessage, role: str) -> list[Any]:
 def _part(part: Any) -> Any:
     """One LangChain content part in a form `_content_blocks` reads: a provider's reasoning
     part (`reasoning` text, Anthropic's `thinking`, OpenAI's list of summary texts) as a
-    reasoning block, the rest (our own blocks among them) as they are."""
-    if not isinstance(part, Mapping) or part.get("type") not in ("reasoning", "thinking"):
+    reasoning block, LangChain's standard media blocks as ours, the rest (our own blocks
+    among them) as they are."""
+    if not isinstance(part, Mapping):
+        return part
+    if part.get("type") in _MEDIA and "media" not in part:
+        return _media_part(part)
+    if part.get("type") not in ("reasoning", "thinking"):
         return part
     summary = part.get("summary")
     if isinstance(summary, str):
@@ -154,6 +163,26 @@ def _part(part: Any) -> Any:
     if isinstance(summary, list):
         found = "".join(str(s.get("text", "")) for s in summary if isinstance(s, Mapping))
     return ReasoningBlock(summary=found) if isinstance(found, str) else part
+
+
+_MEDIA = {"image": ImageBlock, "audio": AudioBlock, "video": VideoBlock, "file": DocumentBlock}
+"""LangChain's standard media blocks (`{"type": "image", "url": ...}`) and ours for them."""
+
+
+def _media_part(part: Mapping[str, Any]) -> Any:
+    """A standard media block by URL, base64 data or file id (LangChain 1's keys, or 0.3's
+    `source_type` with `data` / `id`) as our block; anything else as it is."""
+    source = part.get("source_type")
+    url = part.get("url")
+    data = part.get("base64") or (part.get("data") if source == "base64" else None)
+    file_id = part.get("file_id") or (part.get("id") if source == "id" else None)
+    kind = "url" if url else "data" if data else "file_id" if file_id else None
+    if kind is None:
+        return part
+    media = MediaRef(
+        kind=kind, url=url, data_base64=data, file_id=file_id, mime_type=part.get("mime_type")
+    )
+    return _MEDIA[str(part["type"])](media=media)
 
 
 def _blocks(message: BaseMessage, parts: list[Any]) -> list[Any]:

@@ -172,6 +172,44 @@ def test_each_langchain_message_kind_becomes_its_role_with_ids_calls_usage_and_n
     assert (result.call_id, result.output, result.is_error) == ("c1", "2", False)
 
 
+def test_langchains_media_and_reasoning_parts_become_our_blocks() -> None:
+    from agentlog.projections import DocumentBlock, ImageBlock, ReasoningBlock
+
+    human = HumanMessage(
+        [
+            {"type": "text", "text": "look"},
+            {"type": "image", "url": "https://x/cat.png"},
+            {"type": "image", "source_type": "base64", "data": "AAA=", "mime_type": "image/png"},
+            {"type": "file", "file_id": "file-1"},
+            {"type": "image_url", "image_url": {"url": "https://x/dog.png"}},
+        ]
+    )
+    (message,) = to_messages(human)
+    kinds = [type(b) for b in message.content]
+    assert kinds == [TextBlock, ImageBlock, ImageBlock, DocumentBlock, ImageBlock]
+    media = [b.media for b in message.content if isinstance(b, ImageBlock | DocumentBlock)]
+    assert [(m.kind, m.url, m.data_base64, m.file_id) for m in media] == [
+        ("url", "https://x/cat.png", None, None),
+        ("data", None, "AAA=", None),
+        ("file_id", None, None, "file-1"),
+        ("url", "https://x/dog.png", None, None),
+    ]
+    thinking = AIMessage(
+        [
+            {"type": "thinking", "thinking": "hmm"},
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "so"}]},
+            {"type": "tool_use", "id": "c", "name": "f", "input": {}},
+            "ok",
+        ]
+    )
+    (answer,) = to_messages(thinking)
+    assert answer.content == [
+        ReasoningBlock(summary="hmm"),
+        ReasoningBlock(summary="so"),
+        TextBlock(text="ok"),
+    ]
+
+
 def test_a_chunk_is_stored_as_a_whole_message_with_its_parsed_tool_calls() -> None:
     chunk = AIMessageChunk(
         "on it",
@@ -516,6 +554,7 @@ async def test_a_chat_model_with_bound_tools_loops_through_the_tool_node_and_end
     ]
     assert result["messages"][-1].text() == "2 + 3 = 5"
     assert result["messages"][1].usages.total_tokens == 6
+    assert result["token_usage"]["total_input_tokens"] == 4  # LangChain's usage_metadata counts
     assert [t["function"]["name"] for t in model.bound] == ["add"]
     live = await app.aget_state(CFG)
     assert isinstance(live, MessagesState)
