@@ -503,6 +503,37 @@ async def test_a_committed_langchain_tool_result_is_never_run_again() -> None:
     assert all(isinstance(e, ToolCallFinished) for e in log.events)
 
 
+async def test_a_plain_tool_may_answer_with_langchain_messages() -> None:
+    from agentlog import Command
+
+    def lookup(q: str, tool_call_id: str) -> ToolMessage:
+        """Look it up."""
+        return ToolMessage(f"found {q}", tool_call_id=tool_call_id, id=f"answer-{q}")
+
+    def note(text: str, tool_call_id: str) -> Command[str]:
+        """Take a note."""
+        return Command(
+            update={
+                "messages": [
+                    ToolMessage("noted", tool_call_id=tool_call_id, id="noted"),
+                    HumanMessage(f"remember {text}", id="memo"),
+                ]
+            }
+        )
+
+    log = FakeLog()
+    state = asking(("c1", "lookup", {"q": "x"}), ("c2", "note", {"text": "y"}))
+    out = await ToolNode([lookup, note]).run(state, log.context)
+    assert not isinstance(out, list)
+    messages = out.update["messages"]  # type: ignore[index]
+    assert [(m.message_id, m.role) for m in messages] == [
+        ("answer-x", "tool"),
+        ("noted", "tool"),
+        ("memo", "user"),
+    ]
+    assert result_of(messages[0]).output == "found x"
+
+
 def test_something_neither_a_function_nor_a_tool_is_refused_naming_both() -> None:
     with pytest.raises(GraphError, match="named function or a LangChain tool"):
         ToolNode([42])  # type: ignore[list-item]

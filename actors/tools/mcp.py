@@ -539,6 +539,21 @@ def _distinct(server: Server, tools: list[McpTool]) -> None:
             )
 
 
+MCP_HINT = (
+    ": MCP servers give their tools inside a block, `async with mcp_tools(server) as "
+    "tools:`, then ToolNode([*tools]) (run the graph within that block)"
+)
+"""What a `ToolNode` given an MCP server instead of its tools says to do."""
+
+
+def is_mcp_setup(value: object) -> bool:
+    """True for an MCP server's address, or an `mcp_tools(...)` block not yet entered: what
+    a hurried user hands a `ToolNode` instead of the tools the block yields."""
+    if isinstance(value, StdioServer | HttpServer):
+        return True
+    return isinstance(value, contextlib.AbstractAsyncContextManager)
+
+
 def schema_validator(schema: dict[str, Any]) -> Any:
     """A JSON Schema validator for `schema`, or None when the schema itself is not valid, or
     jsonschema is not installed (the tool's own side is then left to check the arguments)."""

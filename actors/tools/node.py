@@ -13,7 +13,6 @@ those records, so a step run again answers exactly as it did the first time.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import re
 import types
@@ -49,6 +48,7 @@ from agentlog.projections import (
     ToolResultBlock,
     to_builtins,
 )
+from agentlog.projections.langchain import read_foreign
 from agentlog.projections.messages import context_items, monotonic
 
 __all__ = [
@@ -236,19 +236,21 @@ class ToolNode:
     ready tools (`ToolLike`: a `Tool`, an MCP server's from `mcp_tools`), in any mix."""
 
     def __init__(self, tools: Sequence[Callable[..., Any] | ToolLike]) -> None:
+        from agentlog.actors.tools.mcp import MCP_HINT, is_mcp_setup
+
         self.tools: dict[str, ToolLike] = {}
         if (
             isinstance(tools, str | bytes | Mapping)
             or not isinstance(tools, Iterable)
-            or _is_mcp_setup(tools)
+            or is_mcp_setup(tools)
         ):
             raise GraphError(
                 f"ToolNode takes a list of tools, got {type(tools).__name__} {tools!r:.60}"
-                f"{_MCP_HINT if _is_mcp_setup(tools) else ': ToolNode([get_weather])'}"
+                f"{MCP_HINT if is_mcp_setup(tools) else ': ToolNode([get_weather])'}"
             )
         for fn in tools:
-            if _is_mcp_setup(fn):
-                raise GraphError(f"ToolNode got {type(fn).__name__}, not a tool{_MCP_HINT}")
+            if is_mcp_setup(fn):
+                raise GraphError(f"ToolNode got {type(fn).__name__}, not a tool{MCP_HINT}")
             tool: ToolLike = (
                 fn if isinstance(fn, ToolLike) else _foreign(fn) or Tool.from_function(fn)
             )
@@ -369,22 +371,6 @@ class ToolNode:
         else:  # the hook's change is recorded as the hook's
             await context.commit([result], actor=changed_by)
         return result
-
-
-_MCP_HINT = (
-    ": MCP servers give their tools inside a block, `async with mcp_tools(server) as "
-    "tools:`, then ToolNode([*tools]) (run the graph within that block)"
-)
-
-
-def _is_mcp_setup(value: object) -> bool:
-    """True for an MCP server's address, or an `mcp_tools(...)` block not yet entered: what
-    a hurried user hands a `ToolNode` instead of the tools the block yields."""
-    from agentlog.actors.tools.mcp import HttpServer, StdioServer
-
-    if isinstance(value, StdioServer | HttpServer):
-        return True
-    return isinstance(value, contextlib.AbstractAsyncContextManager)
 
 
 def _foreign(value: object) -> ToolLike | None:
@@ -535,6 +521,7 @@ def _returned(call: ToolCallBlock, value: Any, state: AgentState) -> _Returned:
     returns a message pays for gathering those ids."""
     if isinstance(value, Command):
         return _command_returned(call, value, _known_ids(state))
+    value = read_foreign(value)  # a LangChain message, as ours
     if isinstance(value, Message):
         return _Returned(message=_recorded(call, _result_message(call, value, _known_ids(state))))
     return _Returned(output=_plain(value))
