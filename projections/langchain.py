@@ -58,6 +58,15 @@ _ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"
 
 _CHAT_ROLES = {**_ROLES, "user": "user", "assistant": "assistant", "developer": "system"}
 
+_CHUNKS = {
+    "AIMessageChunk": "ai",
+    "HumanMessageChunk": "human",
+    "SystemMessageChunk": "system",
+    "ToolMessageChunk": "tool",
+    "ChatMessageChunk": "chat",
+}
+"""A streamed chunk's `type` and the message it is a piece of (stored as a whole message)."""
+
 _REASONING_KEY = "reasoning_content"
 """Where `Message.reasoning` travels in `additional_kwargs` (the key several providers use)."""
 
@@ -103,7 +112,7 @@ def from_langchain(message: BaseMessage) -> Message | RemoveMessage:
 
 
 def _role_of(message: BaseMessage) -> str:
-    kind = "ai" if message.type == "AIMessageChunk" else message.type
+    kind = _CHUNKS.get(message.type, message.type)
     if kind == "chat":
         given = str(getattr(message, "role", ""))
         if given in _CHAT_ROLES:

@@ -218,6 +218,17 @@ def test_a_chunk_is_stored_as_a_whole_message_with_its_parsed_tool_calls() -> No
     )
     (message,) = to_messages(chunk)
     assert (message.role, message.delta, message.message_id) == ("assistant", False, "run-1")
+    from langchain_core.messages import HumanMessageChunk, ToolMessageChunk
+
+    human, tool_part = to_messages(
+        [HumanMessageChunk("hi"), ToolMessageChunk("4", tool_call_id="c9")]
+    )
+    assert (human.role, human.text(), tool_part.role, tool_part.text()) == (
+        "user",
+        "hi",
+        "tool",
+        "4",
+    )
     assert message.tool_calls() == [ToolCallBlock(id="c9", name="add", args={"a": 2})]
 
 
