@@ -62,6 +62,8 @@ if TYPE_CHECKING:
         record_outcome,
         shared_state,
     )
+    from agentlog.actors.tools.condition import tools_condition
+    from agentlog.actors.tools.langchain import chat_model_node
     from agentlog.actors.tools.node import ToolNode, ToolUnusableError
     from agentlog.projections import END, REMOVE_ALL_MESSAGES, START, RemoveMessage
 
@@ -117,6 +119,8 @@ _HOMES: dict[str, str] = {
     "shared_state": "agentlog.actors.runtime",
     "ToolNode": "agentlog.actors.tools.node",
     "ToolUnusableError": "agentlog.actors.tools.node",
+    "tools_condition": "agentlog.actors.tools.condition",
+    "chat_model_node": "agentlog.actors.tools.langchain",
 }
 """Each public name and the module it is imported from on first use."""
 
@@ -165,6 +169,7 @@ __all__ = [
     "ToolNode",
     "ToolUnusableError",
     "UnreadResumeValueError",
+    "chat_model_node",
     "create_agent_runtime",
     "current_context",
     "emit_message_chunk",
@@ -172,6 +177,7 @@ __all__ = [
     "interrupt",
     "record_outcome",
     "shared_state",
+    "tools_condition",
 ]
 
 

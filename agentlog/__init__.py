@@ -31,10 +31,12 @@ if TYPE_CHECKING:
         RuntimeConfig,
         StateGraph,
         ToolNode,
+        chat_model_node,
         create_agent_runtime,
         current_context,
         get_stream_writer,
         interrupt,
+        tools_condition,
     )
     from agentlog.events import (
         AgentlogError,
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
         AgentState,
         ExecutionStatus,
         Message,
+        MessagesState,
         add_messages,
         append_items,
         replace_messages,
@@ -64,6 +67,7 @@ _HOMES: dict[str, str] = {
             "AgentState",
             "ExecutionStatus",
             "Message",
+            "MessagesState",
             "add_messages",
             "append_items",
             "replace_messages",

@@ -17,6 +17,7 @@ from agentlog.projections.errors import (
     IllegalTransitionError,
     InvalidStateUpdateError,
     ProjectionError,
+    StateKeyError,
     StateMethodError,
     UnfoldableRecordError,
 )
@@ -65,6 +66,7 @@ from agentlog.projections.state import (
     AgentState,
     ExecutionState,
     ExecutionStatus,
+    MessagesState,
     StopRequestStatus,
 )
 from agentlog.projections.stream import StreamChunk, StreamEvent
@@ -123,6 +125,7 @@ __all__ = [
     "MediaRef",
     "Message",
     "MessageContextManager",
+    "MessagesState",
     "PointOutOfRangeError",
     "ProjectionError",
     "ReasoningBlock",
@@ -131,6 +134,7 @@ __all__ = [
     "SnapshotFinding",
     "SnapshotWriter",
     "StateDiff",
+    "StateKeyError",
     "StateMethodError",
     "StepEntry",
     "StopRequestStatus",

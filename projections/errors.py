@@ -58,3 +58,10 @@ class ForkPointInCommitError(ProjectionError, InvalidArgumentError):
     def __init__(self, message: str, *, seq: int, before: int | None, after: int | None) -> None:
         self.seq, self.before, self.after = seq, before, after
         super().__init__(message)
+
+
+class StateKeyError(ProjectionError, KeyError):
+    """`state[key]` names no field of the state (the message lists the fields)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""

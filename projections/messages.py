@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
@@ -358,7 +358,8 @@ ACCEPTED_INPUT = (
     "a str (one user message), a Message, a dict such as {'role': 'user', 'content': 'hi'} "
     "(OpenAI style: role user/assistant/system/tool, content a str or a list of "
     "{'type': 'text', 'text': ...} parts, tool_calls on an assistant message, tool_call_id on "
-    "a tool message), a Message's own dict form, or a list of these"
+    "a tool message), a Message's own dict form, a LangChain message (agentlog[langchain]), or "
+    "a list of these"
 )
 """The forms `to_messages` accepts, quoted by its errors."""
 
@@ -371,20 +372,8 @@ _OWN_KEYS = set(Message.model_fields)
 MESSAGE_KEYS = frozenset(_OPENAI_KEYS | _OWN_KEYS)
 """Keys a message dict may have; a dict with `role` and only these keys is a message."""
 
-_BLOCK_TYPES = {
-    "text",
-    "image",
-    "audio",
-    "video",
-    "document",
-    "data",
-    "tool_call",
-    "remote_tool_call",
-    "tool_result",
-    "reasoning",
-    "annotation",
-    "error",
-}
+_BLOCK_TYPES = {b.model_fields["type"].default for b in get_args(get_args(ContentBlock)[0])}
+"""The `type` of each content block."""
 
 
 _BLOCK: TypeAdapter[ContentBlock] = TypeAdapter(ContentBlock)
@@ -410,6 +399,7 @@ def context_items(value: Any) -> list[Message | RemoveMessage]:
 
 def _read(value: Any, *, markers: bool) -> list[Message | RemoveMessage]:
     def one(item: Any) -> Message | RemoveMessage:
+        item = _foreign(item)
         return item if markers and isinstance(item, RemoveMessage) else _one_message(item)
 
     if isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray):
@@ -432,6 +422,7 @@ def normalize_input(value: Any) -> Any:
     """Input to a run as the engine takes it: messages in any `to_messages` form become
     `list[Message]`; in a dict of state fields, `messages` / `context` (lists) are read the
     same way and the other fields are left as they are; None and an `AgentState` pass through."""
+    value = _foreign(value)
     if value is None or isinstance(value, Message):
         return None if value is None else [value]
     if isinstance(value, Mapping) and not is_message_dict(value):
@@ -462,6 +453,15 @@ def normalize_input(value: Any) -> Any:
 def _why(exc: InvalidMessageError) -> str:
     """The first part of an error's message, without the list of accepted forms."""
     return str(exc).split("; messages can be given as ", 1)[0]
+
+
+def _foreign(value: Any) -> Any:
+    """A message of another library (LangChain's) as ours; anything else as it is."""
+    if isinstance(value, BaseModel) and not isinstance(value, Message | RemoveMessage):
+        from agentlog.projections.langchain import read_foreign
+
+        return read_foreign(value)
+    return value
 
 
 def _one_message(value: Any) -> Message:

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, PrivateAttr, field_validator
 
-from agentlog.projections.errors import StateMethodError
+from agentlog.projections.errors import StateKeyError, StateMethodError
 from agentlog.projections.messages import Message
 from agentlog.projections.reducers import add_messages
 
@@ -234,3 +234,37 @@ class AgentState(BaseModel):
     def is_stopped_requested(self) -> bool:
         """See `ExecutionState.is_stopped_requested`."""
         return self.execution_meta.is_stopped_requested()
+
+
+class MessagesState(AgentState):
+    """An `AgentState` that also answers to LangGraph's name for its messages: `messages`
+    reads the context, as `state.messages` and as `state["messages"]`; `state["x"]` reads
+    any other field. A node updates it as any state, `{"messages": [...]}` included.
+
+    Subclass it to add fields, as LangGraph's `MessagesState` is subclassed.
+    """
+
+    @property
+    def messages(self) -> list[Message]:
+        """The message context (`self.context`)."""
+        return self.context
+
+    def __getitem__(self, key: str) -> Any:
+        """`state["messages"]` is the context; `state[name]` any other field's value."""
+        if key == "messages":
+            return self.context
+        if key in type(self).model_fields:
+            return getattr(self, key)
+        raise StateKeyError(
+            f"{type(self).__name__} has no field {key!r}: its fields are 'messages' and "
+            f"{', '.join(map(repr, type(self).model_fields))}"
+        )
+
+    def __contains__(self, key: object) -> bool:
+        return key == "messages" or key in type(self).model_fields
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """`state[key]`, or `default` when the state has no such field."""
+        if key not in self:
+            return default
+        return self[key]

@@ -23,6 +23,7 @@ from agentlog.projections import (
     state_updated,
 )
 from agentlog.projections.fold import field_plan
+from agentlog.projections.langchain import is_langchain_message
 from agentlog.projections.messages import RemoveMessage, context_items
 from agentlog.projections.transcript import context_events
 
@@ -173,14 +174,14 @@ def output_events(
         return _state_events(node, output, state, how), goto
     if isinstance(output, Mapping):
         return _mapping_events(node, output, state, how), goto
-    if isinstance(output, Message | RemoveMessage):
+    if isinstance(output, Message | RemoveMessage) or is_langchain_message(output):
         output = [output]
     if (
         isinstance(output, Sequence)
         and not isinstance(output, str | bytes)
-        and all(isinstance(m, Message | RemoveMessage) for m in output)
+        and all(isinstance(m, Message | RemoveMessage) or is_langchain_message(m) for m in output)
     ):
-        return _context_events(output, state, how), goto
+        return _context_events(context_items(output), state, how), goto
     raise NodeReturnError(node, output)
 
 

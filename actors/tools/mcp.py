@@ -503,7 +503,7 @@ class McpTool:
             input_schema=schema,
             output_schema=tool.output_schema,
             session=session,
-            validator=_validator(schema),
+            validator=schema_validator(schema),
         )
 
     def schema(self) -> dict[str, Any]:
@@ -515,13 +515,7 @@ class McpTool:
         self, args: dict[str, Any], state: AgentState, context: NodeContext, call_id: str = ""
     ) -> tuple[list[Any], dict[str, Any]]:
         """The call's arguments, checked against the server's schema (the server checks too)."""
-        if self.validator is not None:
-            problems = sorted(self.validator.iter_errors(args), key=lambda e: list(e.path))
-            if problems:
-                said = "; ".join(
-                    f"{'.'.join(map(str, p.path)) or '(arguments)'}: {p.message}" for p in problems
-                )
-                raise ToolArgumentsError(f"invalid arguments for {self.name!r}: {said}")
+        check_arguments(self.name, self.validator, args)
         return [], dict(args)
 
     async def call(
@@ -545,17 +539,46 @@ def _distinct(server: Server, tools: list[McpTool]) -> None:
             )
 
 
-def _validator(schema: dict[str, Any]) -> Any:
-    """A JSON Schema validator for `schema`, or None when the schema itself is not valid (the
-    server is then left to check the arguments)."""
-    import jsonschema  # type: ignore[import-untyped]
+MCP_HINT = (
+    ": MCP servers give their tools inside a block, `async with mcp_tools(server) as "
+    "tools:`, then ToolNode([*tools]) (run the graph within that block)"
+)
+"""What a `ToolNode` given an MCP server instead of its tools says to do."""
 
+
+def is_mcp_setup(value: object) -> bool:
+    """True for an MCP server's address, or an `mcp_tools(...)` block not yet entered: what
+    a hurried user hands a `ToolNode` instead of the tools the block yields."""
+    if isinstance(value, StdioServer | HttpServer):
+        return True
+    return isinstance(value, contextlib.AbstractAsyncContextManager)
+
+
+def schema_validator(schema: dict[str, Any]) -> Any:
+    """A JSON Schema validator for `schema`, or None when the schema itself is not valid, or
+    jsonschema is not installed (the tool's own side is then left to check the arguments)."""
+    try:
+        import jsonschema  # type: ignore[import-untyped]
+    except ImportError:
+        return None
     try:
         cls = jsonschema.validators.validator_for(schema)
         cls.check_schema(schema)
     except jsonschema.SchemaError:
         return None
     return cls(schema)
+
+
+def check_arguments(name: str, validator: Any, args: dict[str, Any]) -> None:
+    """`ToolArgumentsError` naming each way `args` fails `validator` (None checks nothing)."""
+    if validator is None:
+        return
+    problems = sorted(validator.iter_errors(args), key=lambda e: list(e.path))
+    if problems:
+        said = "; ".join(
+            f"{'.'.join(map(str, p.path)) or '(arguments)'}: {p.message}" for p in problems
+        )
+        raise ToolArgumentsError(f"invalid arguments for {name!r}: {said}")
 
 
 @contextlib.asynccontextmanager

@@ -13,7 +13,6 @@ those records, so a step run again answers exactly as it did the first time.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import re
 import types
@@ -36,6 +35,7 @@ from agentlog.actors.engine.command import Command
 from agentlog.actors.engine.context import NodeContext
 from agentlog.actors.engine.errors import GraphError, GraphInterrupt, ToolCommandConflictError
 from agentlog.actors.engine.redact import redact
+from agentlog.actors.tools.docstrings import args_section
 from agentlog.events.errors import AgentlogError
 from agentlog.events.kinds import Event, ToolCallFinished, ToolCallStarted
 from agentlog.projections import (
@@ -48,6 +48,7 @@ from agentlog.projections import (
     ToolResultBlock,
     to_builtins,
 )
+from agentlog.projections.langchain import read_foreign
 from agentlog.projections.messages import context_items, monotonic
 
 __all__ = [
@@ -72,7 +73,6 @@ INJECTED = frozenset({"state", "config", "context", "tool_call_id"})
 key, since a call cut short by a crash runs again on resume (at least once)."""
 
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_ARG_LINE = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 
 
 class UnknownToolError(AgentlogError, LookupError):
@@ -117,7 +117,7 @@ class Tool:
         """Describe `fn` from its signature, type hints and docstring."""
         name = getattr(fn, "__name__", None)
         if not isinstance(name, str) or not callable(fn):
-            raise GraphError(f"a tool must be a named function, got {fn!r}")
+            raise GraphError(f"a tool must be a named function or a LangChain tool, got {fn!r}")
         if not _TOOL_NAME.fullmatch(name):
             raise GraphError(
                 f"tool name {name!r} is not one model providers accept (letters, digits, _ "
@@ -128,7 +128,7 @@ class Tool:
         except Exception as exc:
             raise GraphError(f"tool {name!r}: cannot resolve its type hints ({exc})") from exc
         doc = inspect.getdoc(fn) or ""
-        arg_docs, params = _args_section(doc), tuple(inspect.signature(fn).parameters.values())
+        arg_docs, params = args_section(doc), tuple(inspect.signature(fn).parameters.values())
         fields: dict[str, Any] = {}
         for i, p in enumerate(params):
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
@@ -198,10 +198,9 @@ class Tool:
 @runtime_checkable
 class ToolLike(Protocol):
     """What a tool node needs of a tool: a `Tool` made from a function, or one that lives
-    elsewhere (an MCP server's, `agentlog.actors.tools.mcp`). `bind` checks a model's arguments and
-    raises
-    (`ToolArgumentsError`, or pydantic's `ValidationError`) when they do not fit; `call` runs
-    the tool with what `bind` returned."""
+    elsewhere (an MCP server's, a LangChain or Composio tool). `bind` checks a model's arguments
+    and raises (`ToolArgumentsError`, or pydantic's `ValidationError`) when they do not fit;
+    `call` runs the tool with what `bind` returned."""
 
     @property
     def name(self) -> str:
@@ -233,25 +232,28 @@ class ToolLike(Protocol):
 class ToolNode:
     """A graph node that runs the tool calls of the last assistant message concurrently.
 
-    `tools` are functions (described from their signatures) or ready tools (`ToolLike`:
-    a `Tool`, or the tools of an MCP server from `agentlog.actors.tools.mcp.mcp_tools`), in any mix.
-    """
+    `tools` are functions (described from their signatures), LangChain tools (`@tool`), or
+    ready tools (`ToolLike`: a `Tool`, an MCP server's from `mcp_tools`), in any mix."""
 
     def __init__(self, tools: Sequence[Callable[..., Any] | ToolLike]) -> None:
+        from agentlog.actors.tools.mcp import MCP_HINT, is_mcp_setup
+
         self.tools: dict[str, ToolLike] = {}
         if (
             isinstance(tools, str | bytes | Mapping)
             or not isinstance(tools, Iterable)
-            or _is_mcp_setup(tools)
+            or is_mcp_setup(tools)
         ):
             raise GraphError(
                 f"ToolNode takes a list of tools, got {type(tools).__name__} {tools!r:.60}"
-                f"{_MCP_HINT if _is_mcp_setup(tools) else ': ToolNode([get_weather])'}"
+                f"{MCP_HINT if is_mcp_setup(tools) else ': ToolNode([get_weather])'}"
             )
         for fn in tools:
-            if _is_mcp_setup(fn):
-                raise GraphError(f"ToolNode got {type(fn).__name__}, not a tool{_MCP_HINT}")
-            tool: ToolLike = fn if isinstance(fn, ToolLike) else Tool.from_function(fn)
+            if is_mcp_setup(fn):
+                raise GraphError(f"ToolNode got {type(fn).__name__}, not a tool{MCP_HINT}")
+            tool: ToolLike = (
+                fn if isinstance(fn, ToolLike) else _foreign(fn) or Tool.from_function(fn)
+            )
             if tool.name in self.tools:
                 first, second = _origin(self.tools[tool.name]), _origin(tool)
                 mcp = any(hasattr(t, "remote_name") for t in (tool, self.tools[tool.name]))
@@ -371,20 +373,11 @@ class ToolNode:
         return result
 
 
-_MCP_HINT = (
-    ": MCP servers give their tools inside a block, `async with mcp_tools(server) as "
-    "tools:`, then ToolNode([*tools]) (run the graph within that block)"
-)
+def _foreign(value: object) -> ToolLike | None:
+    """The `ToolLike` of another library's tool (a LangChain `BaseTool`); None otherwise."""
+    from agentlog.actors.tools.langchain import langchain_tool_of
 
-
-def _is_mcp_setup(value: object) -> bool:
-    """True for an MCP server's address, or an `mcp_tools(...)` block not yet entered: what
-    a hurried user hands a `ToolNode` instead of the tools the block yields."""
-    from agentlog.actors.tools.mcp import HttpServer, StdioServer
-
-    if isinstance(value, StdioServer | HttpServer):
-        return True
-    return isinstance(value, contextlib.AbstractAsyncContextManager)
+    return langchain_tool_of(value)
 
 
 def _origin(tool: ToolLike) -> str:
@@ -528,6 +521,7 @@ def _returned(call: ToolCallBlock, value: Any, state: AgentState) -> _Returned:
     returns a message pays for gathering those ids."""
     if isinstance(value, Command):
         return _command_returned(call, value, _known_ids(state))
+    value = read_foreign(value)  # a LangChain message, as ours
     if isinstance(value, Message):
         return _Returned(message=_recorded(call, _result_message(call, value, _known_ids(state))))
     return _Returned(output=_plain(value))
@@ -674,33 +668,6 @@ def _plain(output: Any) -> Any:
     except Exception:
         return repr(output)
     return plain
-
-
-def _args_section(doc: str) -> dict[str, str]:
-    """Per-parameter descriptions from a Google-style `Args:` section."""
-    found: dict[str, str] = {}
-    lines = doc.splitlines()
-    start = next((i for i, s in enumerate(lines) if s.strip() in ("Args:", "Arguments:")), -1)
-    if start < 0:
-        return found
-    header_indent = len(lines[start]) - len(lines[start].lstrip())
-    entry_indent: int | None = None
-    current: str | None = None
-    for line in lines[start + 1 :]:
-        if not line.strip():
-            continue
-        indent = len(line) - len(line.lstrip())
-        if indent <= header_indent:
-            break
-        if entry_indent is None:
-            entry_indent = indent
-        match = _ARG_LINE.match(line.strip())
-        if indent == entry_indent and match:
-            current = match.group(1)
-            found[current] = match.group(2).strip()
-        elif current is not None:
-            found[current] = f"{found[current]} {line.strip()}".strip()
-    return found
 
 
 def is_tool_node(fn: object) -> bool:
