@@ -15,6 +15,7 @@ from agentlog.actors import (
     RemoveMessage,
     ToolNode,
     get_stream_writer,
+    tools_condition,
 )
 from agentlog.actors.langgraph import (
     CompiledStateGraph,
@@ -27,7 +28,7 @@ from agentlog.actors.langgraph import (
     interrupt,
 )
 from agentlog.events import MemoryEventStore, SQLiteEventStore
-from agentlog.projections import END, START
+from agentlog.projections import END, START, MessagesState
 from agentlog.projections.reducers import add_messages
 
 InMemorySaver = MemoryEventStore
@@ -46,6 +47,7 @@ __all__ = [
     "Interrupt",
     "MemoryEventStore",
     "MemorySaver",
+    "MessagesState",
     "PregelTask",
     "RemoveMessage",
     "Runtime",
@@ -57,4 +59,5 @@ __all__ = [
     "add_messages",
     "get_stream_writer",
     "interrupt",
+    "tools_condition",
 ]

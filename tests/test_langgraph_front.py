@@ -124,7 +124,7 @@ def test_the_updates_stream_speaks_langgraph() -> None:
     graph = reviewed()
     parts = list(graph.stream({"topic": "s"}, {"configurable": {"thread_id": "t3"}}))
     assert parts[0]["plan"]["notes"] == ["planned s"]
-    assert [m.text() for m in parts[0]["plan"]["messages"]] == ["on s"]
+    assert texts(parts[0]["plan"]) == ["on s"]
     assert isinstance(parts[-1]["__interrupt__"][0], Interrupt)
     values = list(
         graph.stream(
