@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentlog.actors.engine.context import NodeContext, NotInNodeError, current_context
-from agentlog.actors.engine.modes import StreamMode
+from agentlog.actors.engine.modes import ModeProjection, StreamMode
 from agentlog.projections import Message
 
 StreamWriter = Callable[[Any], None]
@@ -50,6 +50,33 @@ def _no_one_listens(value: Any) -> None:
     """The writer when no consumer reads the `custom` mode."""
 
 
+def message_writer() -> StreamWriter | None:
+    """The writer of message chunks for the node running here (`emit_message_chunk`'s
+    blocking twin, for code in a `def` node's worker thread, such as a chat model's token
+    callback); None when no one reads the `messages` mode or no node runs here."""
+    try:
+        context = current_context()
+    except NotInNodeError:
+        return None
+    stream = context.stream
+    projection = None if stream is None else stream.projection
+    if stream is None or projection is None or not projection.wants(StreamMode.MESSAGES):
+        return None
+
+    def write(chunk: Any) -> None:
+        _mark_streamed(projection, chunk)
+        stream.write(projection.message_part(chunk, context.node))
+
+    return write
+
+
+def _mark_streamed(projection: ModeProjection, chunk: Any) -> None:
+    """The chunk's message is streamed: not yielded again whole when its step commits."""
+    chunk_id = chunk.message_id if isinstance(chunk, Message) else getattr(chunk, "id", None)
+    if chunk_id is not None:
+        projection.streamed_ids.add(chunk_id)
+
+
 async def emit_message_chunk(
     chunk: Any, *, context: NodeContext | None = None, **metadata: Any
 ) -> None:
@@ -69,7 +96,5 @@ async def emit_message_chunk(
     projection = None if stream is None else stream.projection
     if stream is None or projection is None or not projection.wants(StreamMode.MESSAGES):
         return
-    chunk_id = chunk.message_id if isinstance(chunk, Message) else getattr(chunk, "id", None)
-    if chunk_id is not None:
-        projection.streamed_ids.add(chunk_id)
+    _mark_streamed(projection, chunk)
     await stream.tell(projection.message_part(chunk, context.node, **metadata))

@@ -137,6 +137,9 @@ class StateGraph:
                 f"PostgresEventStore(dsn) or MemoryEventStore()), got "
                 f"{type(checkpointer).__name__}; the store's log is the checkpoint"
             )
+        for node in self._nodes:
+            if self.builder.successors(node) == set():
+                self.builder.add_edge(node, END)  # as in LangGraph: nothing follows, the run ends
         if debug:
             warnings.warn("debug=True prints nothing here: use stream_mode='debug'", stacklevel=2)
         if name is not None:

@@ -13,6 +13,7 @@ from agentlog.actors.engine.command import Command
 from agentlog.actors.engine.errors import GraphError
 from agentlog.actors.engine.writer import get_stream_writer
 from agentlog.actors.langgraph.schema import MESSAGES, Schema
+from agentlog.actors.langgraph.tokens import tokens_streamed
 from agentlog.actors.langgraph.types import Runtime
 from agentlog.projections import AgentState, Message
 
@@ -91,14 +92,16 @@ def wrap_node(name: str, fn: Callable[..., Any], shapes: Shapes) -> Callable[...
     if _is_async(fn):
 
         async def run_async(state: AgentState, config: Mapping[str, Any]) -> Any:
-            return shapes.update(
-                await fn(shapes.node_input(state), **_extras(wants, config, shapes))
-            )
+            with tokens_streamed():
+                return shapes.update(
+                    await fn(shapes.node_input(state), **_extras(wants, config, shapes))
+                )
 
         return _named(run_async, fn)
 
     def run(state: AgentState, config: Mapping[str, Any]) -> Any:
-        return shapes.update(fn(shapes.node_input(state), **_extras(wants, config, shapes)))
+        with tokens_streamed():
+            return shapes.update(fn(shapes.node_input(state), **_extras(wants, config, shapes)))
 
     return _named(run, fn)
 
