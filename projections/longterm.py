@@ -113,7 +113,8 @@ class SearchItem(Item):
 
 
 def check_namespace(namespace: object, what: str = "namespace") -> Namespace:
-    """`namespace` as a tuple of labels, or `InvalidNamespaceError` saying what is wrong."""
+    """`namespace` as a tuple of labels, or `InvalidNamespaceError` saying what is wrong (a
+    namespace has a label at least; a prefix or path may have none)."""
     if isinstance(namespace, str) or not isinstance(namespace, tuple | list):
         raise InvalidNamespaceError(
             f"a {what} is a tuple of strings such as ('memories', 'user-42'), got "
@@ -125,6 +126,8 @@ def check_namespace(namespace: object, what: str = "namespace") -> Namespace:
             )
         )
     labels = tuple(namespace)
+    if not labels and what == "namespace":
+        raise InvalidNamespaceError("a namespace has one label at least, such as ('memories',)")
     for label in labels:
         if not isinstance(label, str) or not label:
             raise InvalidNamespaceError(

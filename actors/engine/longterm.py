@@ -244,7 +244,7 @@ class LogStore(BaseStore):
         limit: int = 10,
         offset: int = 0,
     ) -> list[SearchItem]:
-        prefix = check_namespace(namespace_prefix, "namespace prefix") if namespace_prefix else ()
+        prefix = check_namespace(namespace_prefix, "namespace prefix")
         conditions = check_filter(filter)
         if query is not None and not isinstance(query, str):
             raise InvalidNamespaceError(f"query is text or None, got {query!r:.60}")
@@ -353,6 +353,10 @@ class LogStore(BaseStore):
         if self._portal is not None:
             self._portal.close()
             self._portal = None
+
+    async def aclose(self) -> None:
+        """`close`, awaited off the event loop."""
+        await asyncio.to_thread(self.close)
 
 
 class InMemoryStore(LogStore):

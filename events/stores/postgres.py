@@ -269,7 +269,7 @@ class PostgresEventStore(BaseEventStore):
             await pool.close()
             raise
         if self._opened:  # first uses raced each other here: the first one opened the store
-            return await pool.close()
+            return await pool.close()  # type: ignore[no-any-return]
         self._pool = pool
         self._wake = asyncio.Event()
         self._writer_task = asyncio.get_running_loop().create_task(self._write_loop())
