@@ -205,3 +205,29 @@ def test_what_is_neither_log_nor_long_term_store_is_refused_at_compile_time(
     with pytest.raises(PersistenceError, match=named) as raised:
         graph.compile(**kwargs)
     assert isinstance(raised.value, GraphError) and isinstance(raised.value, TypeError)
+
+
+async def test_a_tool_run_by_a_tool_node_reaches_the_store_and_writes_as_the_tool_node() -> None:
+    from agentlog.projections import TextBlock, ToolCallBlock
+
+    from .helpers import agent_with_tools
+
+    def save_note(text: str) -> str:
+        """Save a note for later."""
+        get_store().put(("notes",), "last", {"text": text})
+        return "saved"
+
+    def agent(state: AgentState) -> list[Message]:
+        if state.context[-1].role == "tool":
+            return [said("done")]
+        call = ToolCallBlock(id="c1", name="save_note", args={"text": "buy milk"})
+        return [Message(role="assistant", content=[TextBlock(text="saving"), call])]
+
+    memory = InMemoryStore()
+    app = agent_with_tools(agent, [save_note]).compile(store=memory)
+    result = await app.ainvoke("note it", CFG)
+    assert result["messages"][-1].text() == "done"
+    item = await memory.aget(("notes",), "last")
+    assert item is not None and item.value == {"text": "buy milk"}
+    assert [r.actor for r in await store_records(memory)] == ["tools"]
+    await memory.aclose()
