@@ -13,6 +13,7 @@ Search is not semantic: there are no embeddings. `query` is a plain text match (
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -302,7 +303,7 @@ def _when(at: float) -> datetime:
 @dataclass
 class StoreIndex:
     """A store thread's records folded into its items, up to `seq` (whose chain hash is
-    `hash`). Namespaces and keys keep the order they were first written in (a key deleted
+    `hash`). Namespaces and keys keep the order they were first put in (a key deleted
     and put again goes last), which is the order of a search without a query.
 
     `applied` maps the op id of each write a node made (see `StoreItemPut.op_id`) to what it
@@ -349,12 +350,12 @@ class StoreIndex:
 
     def get(self, namespace: Namespace, key: str, now: float | None = None) -> Item | None:
         """The item under `key` in `namespace`, None when there is none (or it expired by
-        `now`)."""
+        `now`). Items hold copies: changing one changes nothing stored."""
         entry = self.items.get(namespace, {}).get(key)
         if entry is None or not entry.alive(now):
             return None
         return Item(
-            value=entry.value, key=key, namespace=namespace,
+            value=copy.deepcopy(entry.value), key=key, namespace=namespace,
             created_at=_when(entry.created), updated_at=_when(entry.updated),
         )  # fmt: skip
 
@@ -385,7 +386,7 @@ class StoreIndex:
             found.sort(key=lambda hit: -(hit[0] or 0.0))  # stable: ties keep written order
         return [
             SearchItem(
-                value=entry.value,
+                value=copy.deepcopy(entry.value),
                 key=key,
                 namespace=namespace,
                 score=score,

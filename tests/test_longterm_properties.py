@@ -35,14 +35,14 @@ Model = dict[tuple[str, ...], dict[str, dict[str, Any]]]
 
 
 def model_of(sequence: list[Op]) -> Model:
-    """What the store should hold: dicts keep the order keys were first written in."""
+    """What the store should hold: dicts keep the order namespaces and keys were first put
+    in (a delete of what was never put changes nothing)."""
     model: Model = {}
     for op, _, namespace, key, value in sequence:
-        keys = model.setdefault(namespace, {})
         if op == "put":
-            keys[key] = value
+            model.setdefault(namespace, {})[key] = value
         else:
-            keys.pop(key, None)
+            model.get(namespace, {}).pop(key, None)
     return model
 
 

@@ -44,6 +44,9 @@ class StoreContract:
         )
         assert first.created_at == first.updated_at
         assert first.created_at.tzinfo is UTC
+        first.value["theme"] = "changed by the reader"  # a copy: nothing stored changes
+        again = await store.aget(("users", "1"), "prefs")
+        assert again is not None and again.value == {"theme": "dark"}
         await store.aput(("users", "1"), "prefs", {"theme": "light"})
         second = await store.aget(("users", "1"), "prefs")
         assert second is not None and second.value == {"theme": "light"}
@@ -72,7 +75,7 @@ class StoreContract:
         await store.aput(("docs", "x"), "3", {"kind": "note", "n": 3, "text": "red pear"})
         await store.aput(("other",), "4", {"kind": "note", "n": 4})
         keys = [i.key for i in await store.asearch(("docs",))]
-        assert keys == ["1", "3", "2"]  # namespaces, then keys, in the order first written
+        assert keys == ["1", "3", "2"]  # namespaces, then keys, in the order first put
         assert [i.key for i in await store.asearch(())] == ["1", "3", "2", "4"]
         assert [i.key for i in await store.asearch(("docs", "x"))] == ["1", "3"]
         assert [i.key for i in await store.asearch(("docs",), filter={"kind": "note"})] == [

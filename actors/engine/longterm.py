@@ -225,14 +225,19 @@ class LogStore(BaseStore):
     def _fold(self, records: Sequence[EventRecord]) -> None:
         with self._folding:
             for record in records:
-                if (
-                    record.seq == self.index.seq + 1
-                ):  # a record another caller folded first is skipped
+                if record.seq == self.index.seq + 1:  # one another caller folded is skipped
                     self.index.apply(record)
+
+    async def _read(self, answer: Callable[[StoreIndex], T]) -> T:
+        """`answer` from the index caught up to the thread's head, while no caller folds
+        (a write landing from another thread never changes the index under a read)."""
+        index = await self.catch_up()
+        with self._folding:
+            return answer(index)
 
     async def aget(self, namespace: Namespace, key: str) -> Item | None:
         namespace, key = check_namespace(namespace), check_key(key)
-        return (await self.catch_up()).get(namespace, key, self.clock())
+        return await self._read(lambda index: index.get(namespace, key, self.clock()))
 
     async def asearch(
         self,
@@ -249,9 +254,15 @@ class LogStore(BaseStore):
         if query is not None and not isinstance(query, str):
             raise InvalidNamespaceError(f"query is text or None, got {query!r:.60}")
         limit, offset = check_page(limit, offset)
-        index = await self.catch_up()
-        return index.search(
-            prefix, query=query, filter=conditions, limit=limit, offset=offset, now=self.clock()
+        return await self._read(
+            lambda index: index.search(
+                prefix,
+                query=query,
+                filter=conditions,
+                limit=limit,
+                offset=offset,
+                now=self.clock(),
+            )
         )
 
     async def alist_namespaces(
@@ -271,11 +282,16 @@ class LogStore(BaseStore):
         ):
             raise InvalidNamespaceError(f"max_depth is an int >= 1 or None, got {max_depth!r:.60}")
         limit, offset = check_page(limit, offset)
-        index = await self.catch_up()
-        return index.list_namespaces(
-            prefix=paths[0], suffix=paths[1], max_depth=max_depth, limit=limit, offset=offset,
-            now=self.clock(),
-        )  # fmt: skip
+        return await self._read(
+            lambda index: index.list_namespaces(
+                prefix=paths[0],
+                suffix=paths[1],
+                max_depth=max_depth,
+                limit=limit,
+                offset=offset,
+                now=self.clock(),
+            )
+        )
 
     # ---- writes -----------------------------------------------------------------------------
 
