@@ -327,3 +327,27 @@ async def test_a_store_on_a_thread_of_its_own_keeps_apart_from_the_default_one()
     assert await LogStore(log).aget(("u",), "k") is None
     assert await LogStore(log, thread="__store__/tenant-a").aget(("u",), "k") is not None
     assert internal_thread("__store__/tenant-a") and not internal_thread("__storefront")
+
+
+async def test_a_store_record_altered_behind_the_stores_back_is_refused_by_readers(
+    tmp_path: Path,
+) -> None:
+    import msgspec
+
+    from agentlog.events import ChainBrokenError
+
+    from .helpers import edit_db
+
+    db = tmp_path / "log.db"
+    async with SQLiteEventStore(db) as log:
+        await LogStore(log).aput(("u",), "limit", {"amount": 100})
+        await LogStore(log).aput(("u",), "other", {"amount": 1})
+    forged = StoreItemPut(namespace=["u"], key="limit", value={"amount": 1_000_000})
+    payload = msgspec.msgpack.encode(forged)
+    edit_db(
+        db, "UPDATE events SET payload = ? WHERE thread_id = ? AND seq = 1", payload, STORE_THREAD
+    )
+    async with SQLiteEventStore(db) as log:
+        with pytest.raises(ChainBrokenError):
+            await LogStore(log).aget(("u",), "limit")
+        assert not (await log.verify(STORE_THREAD)).ok

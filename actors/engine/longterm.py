@@ -215,7 +215,8 @@ class LogStore(BaseStore):
         """Fold the records committed to the store's thread since the index last read it,
         each checked against its hash link (from the last record the index folded)."""
         head = await self.event_store.last_seq(self.thread_id)
-        seq, last_hash = self.index.seq, self.index.hash
+        with self._folding:
+            seq, last_hash = self.index.seq, self.index.hash
         if head > seq:
             after = bytes.fromhex(last_hash) if last_hash is not None else None
             read = self.event_store.read(self.thread_id, seq + 1, head, after_hash=after)
