@@ -231,3 +231,44 @@ async def test_a_tool_run_by_a_tool_node_reaches_the_store_and_writes_as_the_too
     assert item is not None and item.value == {"text": "buy milk"}
     assert [r.actor for r in await store_records(memory)] == ["tools"]
     await memory.aclose()
+
+
+@pytest.mark.slow
+async def test_a_process_killed_after_a_nodes_store_writes_does_not_repeat_them_on_resume(
+    tmp_path: Any,
+) -> None:
+    import asyncio
+    import signal
+
+    from tests.workers.store_crash import build
+
+    from .helpers import spawn_worker, wait_ready
+
+    db = tmp_path / "crash.db"
+    proc = spawn_worker("store_crash", db, "t")
+    try:
+        await asyncio.to_thread(wait_ready, proc)  # the node's writes have committed
+        proc.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(proc.wait, 30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    async with SQLiteEventStore(db) as log:
+        assert [r.kind async for r in log.read("t")][-1] == "node_entered"  # no step commit
+        app = build(log, hold=False, more=True)
+        result = await app.ainvoke(None, CFG)
+        writes = [r async for r in log.read(STORE_THREAD)]
+        assert result["status"] == "completed"
+        assert [(r.kind, r.event.key) for r in writes] == [  # type: ignore[attr-defined]
+            ("store_item_put", "a"),
+            ("store_item_deleted", "gone"),
+            ("store_item_put", "b"),
+            ("store_item_put", "c"),  # the second life's own write
+        ]
+        assert len({r.event.op_id.rsplit(":", 1)[0] for r in writes}) == 1  # type: ignore[attr-defined]
+        memory = app.long_term_store
+        assert memory is not None
+        assert [i.key for i in await memory.asearch(("notes",))] == ["a", "b", "c"]
+        assert (await log.verify(STORE_THREAD)).ok and (await log.verify("t")).ok
+        await app.aclose()
+        await memory.aclose()  # type: ignore[attr-defined]
