@@ -16,6 +16,7 @@ from agentlog.actors import InMemoryStore, InvalidNamespaceError, Item, LogStore
 from agentlog.actors.engine.errors import BlockingCallError
 from agentlog.actors.engine.threads import STORE_THREAD, internal_thread
 from agentlog.events import EventStore, MemoryEventStore, SQLiteEventStore, StoreItemPut
+from agentlog.projections.timetravel import summarize
 
 from .workers.pg_env import DSN, fresh_schema, needs_pg
 
@@ -152,6 +153,8 @@ class StoreContract:
         assert isinstance(records[0].event, StoreItemPut) and records[0].event.value == {"v": 1}
         report = await log.verify(STORE_THREAD)
         assert report.ok and report.records_checked == 2
+        said = [summarize(r) for r in records]  # what `agentlog history __store__` shows
+        assert said == ['put u k {"v": 1}', "deleted u k"]
         assert internal_thread(STORE_THREAD)
 
     async def test_a_store_reopened_on_the_same_log_gives_the_same_answers(
