@@ -135,7 +135,7 @@ def one_node(fn: Any) -> Any:
     graph.add_node("agent", fn)
     graph.set_entry_point("agent")
     graph.add_edge("agent", END)
-    return graph.compile(store=MemoryEventStore())
+    return graph.compile(checkpointer=MemoryEventStore())
 
 
 async def steps(server: FakeProvider, rounds: int, n: int) -> dict[str, Any]:

@@ -81,6 +81,9 @@ class BaseEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", gc=
     that closes (or opens) the run's step, never on its own by a run."""
     RUNTIME_ONLY: ClassVar[bool] = False
     """An agent runtime writes it only to its own thread, never to a run's thread."""
+    STORE_WRITE: ClassVar[bool] = False
+    """It changes the long-term store (`agentlog.actors.engine.longterm`): written only to
+    the store's own thread, never to a run's thread, each write a commit of its own."""
 
 
 class RunStarted(BaseEvent, tag="run_started", frozen=True):
@@ -519,6 +522,37 @@ class RunSuperseded(BaseEvent, tag="run_superseded", frozen=True):
     just before it."""
 
 
+class StoreItemPut(BaseEvent, tag="store_item_put", frozen=True):
+    """`value` was put under `key` in `namespace` of the long-term store (`BaseStore.put`).
+
+    `index`: what a text query reads (None: all its text, False: nothing, a list: those
+    fields); `ttl`: minutes it lives. A node's write names it, and `op_id` its step (thread,
+    seq of `node_entered`) and place in it: a step run again after a crash skips it."""
+
+    STORE_WRITE: ClassVar[bool] = True
+
+    namespace: list[str]
+    key: str
+    value: dict[str, JSON]
+    index: list[str] | bool | None = None
+    ttl: float | None = None
+    node: str | None = None
+    op_id: str | None = None
+
+
+class StoreItemDeleted(BaseEvent, tag="store_item_deleted", frozen=True):
+    """The item under `key` in `namespace` of the long-term store was deleted (LangGraph's
+    `BaseStore.delete`); the log keeps the values it held. `node` and `op_id` as for
+    `StoreItemPut`."""
+
+    STORE_WRITE: ClassVar[bool] = True
+
+    namespace: list[str]
+    key: str
+    node: str | None = None
+    op_id: str | None = None
+
+
 Event: TypeAlias = BaseEvent
 """Any event; narrow it by class (`isinstance`, `match event: case RunStarted(): ...`)."""
 
@@ -556,6 +590,8 @@ OUTPUT_KINDS = kinds_where("STEP_OUTPUT")
 """Kinds a run writes in the commit of the record that closes or opens its step."""
 RUNTIME_KINDS = kinds_where("RUNTIME_ONLY")
 """Kinds an agent runtime writes only to its own thread."""
+STORE_KINDS = kinds_where("STORE_WRITE")
+"""Kinds a long-term store writes to its own thread."""
 
 
 def kind_of(event: BaseEvent) -> str:

@@ -52,10 +52,6 @@ from agentlog.events.kinds import (
     ThreadHidden,
     ToolCallFinished,
     ToolCallStarted,
-    TriggerAccepted,
-    TriggerDispatched,
-    TriggerFinished,
-    TriggerListening,
     kind_of,
 )
 from agentlog.events.record import EventRecord
@@ -498,12 +494,12 @@ def _thread_hidden(fold: Fold[Any], e: ThreadHidden, r: EventRecord) -> None:
     fold.state.execution_meta.internal_data["hidden"] = {"by": e.by, "reason": e.reason}
 
 
-def _runtime_record(fold: Fold[Any], e: BaseEvent, r: EventRecord) -> None:
-    """A runtime's own record: it lives in the runtime's thread and changes no agent state."""
+def _own_thread_record(fold: Fold[Any], e: BaseEvent, r: EventRecord) -> None:
+    """A record of a runtime's own thread, or of a long-term store's: no agent state changes."""
 
 
-for _kind in (TriggerAccepted, TriggerDispatched, TriggerFinished, TriggerListening):
-    _handles(_kind)(_runtime_record)
+for _kind in [t for t in EVENT_TYPES if t.RUNTIME_ONLY or t.STORE_WRITE]:
+    _handles(_kind)(_own_thread_record)
 
 
 def _fact(fold: Fold[Any], e: BaseEvent, r: EventRecord) -> None:

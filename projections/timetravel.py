@@ -14,13 +14,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from agentlog.events import (
-    EventRecord,
-    EventStore,
-    Forked,
-    Snapshot,
-    ThreadNotFoundError,
-)
+from agentlog.events import EventRecord, EventStore, Forked, Snapshot, ThreadNotFoundError
 from agentlog.events.errors import InvalidArgumentError
 from agentlog.events.kinds import (
     ENDING_KINDS,
@@ -44,6 +38,8 @@ from agentlog.events.kinds import (
     StateUpdated,
     StepAdvanced,
     Stopped,
+    StoreItemDeleted,
+    StoreItemPut,
     ThreadCreated,
     ToolCallFinished,
 )
@@ -53,9 +49,7 @@ from agentlog.projections.edge import state_updated
 from agentlog.projections.errors import (
     InvalidStateUpdateError,
 )
-from agentlog.projections.fold import (
-    unfoldable,
-)
+from agentlog.projections.fold import unfoldable
 from agentlog.projections.lifecycle import status_after
 from agentlog.projections.messages import (
     ErrorBlock,
@@ -559,6 +553,11 @@ def _summarize(record: EventRecord, replaced: dict[str, Any] | None) -> str:
         if event.in_flight:
             said += f"; cut short: {', '.join(event.in_flight)}"
         return said
+    if isinstance(event, StoreItemPut | StoreItemDeleted):
+        where = f"{'/'.join(event.namespace)} {event.key}"
+        if isinstance(event, StoreItemPut):
+            return f"put {where} {_json(event.value)[:SUMMARY_CHARS]}"
+        return f"deleted {where}"
     if isinstance(event, RunSuperseded):
         return f"run {event.run_id} rolled back by {event.by} to seq {event.started_seq - 1}"
     fields = event.__struct_fields__

@@ -371,7 +371,7 @@ async def test_work_that_outlives_its_store_still_frees_the_thread(tmp_path: Pat
     graph = agent_with_tools(agent, [slow])
     db = tmp_path / "log.db"
     async with SQLiteEventStore(db) as store:
-        app = graph.compile(store=store)
+        app = graph.compile(checkpointer=store)
         run = asyncio.ensure_future(app.ainvoke("go", {"thread_id": "t"}))
         assert await asyncio.to_thread(started.wait, 10)
         run.cancel()  # the caller leaves while the tool runs on its worker thread
@@ -386,7 +386,7 @@ async def test_work_that_outlives_its_store_still_frees_the_thread(tmp_path: Pat
             return await store.holder("t") is None
 
         await until(released)  # released on a connection of its own
-        out = await graph.compile(store=store).ainvoke(None, {"thread_id": "t"})
+        out = await graph.compile(checkpointer=store).ainvoke(None, {"thread_id": "t"})
         assert out["status"] == "completed"
 
 

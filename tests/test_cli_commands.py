@@ -125,7 +125,7 @@ async def build(db: Path) -> None:
         graph.set_entry_point("agent")
         graph.add_conditional_edges("agent", route, {"tools": "tools", END: END})
         graph.add_edge("tools", "agent")
-        app = graph.compile(store=store, interrupt_before=["tools"])
+        app = graph.compile(checkpointer=store, interrupt_before=["tools"])
         t1 = {"thread_id": "t1"}
         await app.ainvoke({"messages": [Message.text_message("weather in Oslo?")]}, t1)
         await app.aupdate_state(t1, {"context_summary": "asks about Oslo"}, actor="alice")
@@ -138,7 +138,7 @@ async def build(db: Path) -> None:
         notes.set_entry_point("note")
         notes.add_edge("note", END)
         start = {"messages": [Message.text_message("hi")]}
-        await notes.compile(store=store).ainvoke(start, {"thread_id": "custom"})
+        await notes.compile(checkpointer=store).ainvoke(start, {"thread_id": "custom"})
 
 
 @pytest.fixture(scope="module")

@@ -99,7 +99,7 @@ def heavy(modules: list[str]) -> list[str]:
 async def _small_log(db: Path) -> None:
     """Two threads a real graph wrote: one completed, one paused before its tools."""
     async with SQLiteEventStore(db) as store:
-        app = _agent().compile(store=store, interrupt_before=["tools"])
+        app = _agent().compile(checkpointer=store, interrupt_before=["tools"])
         await app.ainvoke({"messages": [Message.text_message("weather?")]}, {"thread_id": "a"})
         await app.ainvoke(None, {"thread_id": "a"})
         await app.ainvoke({"messages": [Message.text_message("again?")]}, {"thread_id": "b"})
@@ -244,7 +244,7 @@ async def _real_threads(db: Path) -> list[str]:
         raise RuntimeError("the node broke")
 
     async with SQLiteEventStore(db) as store:
-        app = _agent().compile(store=store, interrupt_before=["tools"])
+        app = _agent().compile(checkpointer=store, interrupt_before=["tools"])
         await app.ainvoke({"messages": [Message.text_message("weather?")]}, {"thread_id": "done"})
         await app.ainvoke(None, {"thread_id": "done"})
         await app.ainvoke({"messages": [Message.text_message("weather?")]}, {"thread_id": "paused"})
@@ -253,7 +253,7 @@ async def _real_threads(db: Path) -> list[str]:
         failing.set_entry_point("boom")
         failing.add_edge("boom", END)
         with pytest.raises(Exception, match="the node broke"):
-            await failing.compile(store=store).ainvoke(
+            await failing.compile(checkpointer=store).ainvoke(
                 {"messages": [Message.text_message("go")]}, {"thread_id": "failed"}
             )
         for seq in (2, await store.last_seq("done") - 1):

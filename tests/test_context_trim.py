@@ -61,7 +61,7 @@ class Agent:
 async def talk(manager: BaseContextManager[Any], turns: int) -> tuple[Any, Agent, Any]:
     store = MemoryEventStore()
     agent = Agent()
-    app = agent_with_tools(agent, [lookup]).compile(store=store, context_manager=manager)
+    app = agent_with_tools(agent, [lookup]).compile(checkpointer=store, context_manager=manager)
     config = {"thread_id": "t"}
     for i in range(turns):
         await app.ainvoke({"messages": [Message.text_message(f"question {i}")]}, config)
@@ -120,7 +120,7 @@ async def test_the_input_commit_is_trimmed_before_the_first_node_runs() -> None:
     store = MemoryEventStore()
     agent = Agent()
     app = agent_with_tools(agent, [lookup]).compile(
-        store=store, context_manager=MessageContextManager(max_messages=2)
+        checkpointer=store, context_manager=MessageContextManager(max_messages=2)
     )
     many = [Message.text_message(f"q{i}") for i in range(5)]
     await app.ainvoke({"messages": many}, {"thread_id": "t"})
@@ -134,7 +134,7 @@ async def test_a_run_resumed_after_a_human_edit_starts_on_a_bounded_context() ->
     store = MemoryEventStore()
     agent = Agent()
     app = agent_with_tools(agent, [lookup]).compile(
-        store=store,
+        checkpointer=store,
         context_manager=MessageContextManager(max_messages=2),
         interrupt_before=["agent"],
     )
@@ -165,7 +165,9 @@ class KeepLast(BaseContextManager[AgentState]):
 
 async def test_a_manager_that_splits_a_tool_call_fails_the_step_naming_itself() -> None:
     store = MemoryEventStore()
-    app = agent_with_tools(Agent(), [lookup]).compile(store=store, context_manager=KeepLast())
+    app = agent_with_tools(Agent(), [lookup]).compile(
+        checkpointer=store, context_manager=KeepLast()
+    )
     with pytest.raises(ContextTrimError, match="the trim by KeepLast would leave the result"):
         await app.ainvoke({"messages": [Message.text_message("q")]}, {"thread_id": "t"})
     state = await app.aget_state({"thread_id": "t"})
@@ -235,7 +237,9 @@ async def test_a_custom_manager_returning_no_state_fails_the_step_naming_it(
     result: Any, said: str
 ) -> None:
     store = MemoryEventStore()
-    app = agent_with_tools(Agent(), [lookup]).compile(store=store, context_manager=Odd(result))
+    app = agent_with_tools(Agent(), [lookup]).compile(
+        checkpointer=store, context_manager=Odd(result)
+    )
     with pytest.raises(ContextTrimError, match=rf"Odd\.atrim_context .*{said}"):
         await app.ainvoke({"messages": [Message.text_message("q")]}, {"thread_id": "t"})
     assert await store.last_seq("t") == 0  # the run's first commit was refused whole
@@ -253,7 +257,7 @@ async def test_a_failing_summariser_or_manager_is_named_and_records_no_partial_t
 
     store = MemoryEventStore()
     manager = MessageContextManager(max_messages=1, summarizer=summarise)
-    app = agent_with_tools(Agent(), [lookup]).compile(store=store, context_manager=manager)
+    app = agent_with_tools(Agent(), [lookup]).compile(checkpointer=store, context_manager=manager)
     config = {"thread_id": "t"}
     await app.ainvoke({"messages": [Message.text_message("q0")]}, config)
     with pytest.raises(ContextSummaryError) as caught:
@@ -272,7 +276,7 @@ async def test_a_failing_summariser_or_manager_is_named_and_records_no_partial_t
         raise ValueError("boom")
 
     store = MemoryEventStore()
-    app = agent_with_tools(Agent(), [lookup]).compile(store=store, context_manager=Odd(boom))
+    app = agent_with_tools(Agent(), [lookup]).compile(checkpointer=store, context_manager=Odd(boom))
     with pytest.raises(ContextTrimError, match=r"Odd\.atrim_context raised ValueError: boom"):
         await app.ainvoke({"messages": [Message.text_message("q")]}, config)
 
@@ -394,7 +398,7 @@ def trimmed_loop(store: Any) -> Any:
     """The agent loop, compiled with a context of at most two user turns."""
     manager: MessageContextManager[AgentState] = MessageContextManager(max_messages=2)
     graph = agent_with_tools(answer_or_look_up, [lookup])
-    return graph.compile(store=store, context_manager=manager, interrupt_before=["tools"])
+    return graph.compile(checkpointer=store, context_manager=manager, interrupt_before=["tools"])
 
 
 def no_node_saw_more_than_two_turns(state: AgentState) -> bool:

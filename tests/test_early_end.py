@@ -697,7 +697,7 @@ async def test_a_run_cancelled_at_any_moment_leaves_the_thread_free_for_the_next
         {"talk": "talk", END: END},
     )
     async with SQLiteEventStore(tmp_path / "log.db") as store:
-        app = graph.compile(store=store, recursion_limit=100)
+        app = graph.compile(checkpointer=store, recursion_limit=100)
         first = asyncio.ensure_future(app.ainvoke("hi", CFG))
         await turns(rng.randrange(4000))
         first.cancel()
@@ -741,7 +741,7 @@ def talk_graph(store: EventStore) -> CompiledGraph[AgentState]:
     graph.add_node("talk", talk)
     graph.set_entry_point("talk")
     graph.add_edge("talk", END)
-    return graph.compile(store=store)
+    return graph.compile(checkpointer=store)
 
 
 @pytest.mark.parametrize("call", ["ainvoke", "aupdate_state", "acancel"])
@@ -803,7 +803,7 @@ async def test_a_store_closing_under_a_running_node_ends_its_stop_watch_quietly(
     builder.add_edge("slow", END)
     store = CountingReads(tmp_path / "app.db")
     await store.open()
-    graph = builder.compile(store=store)
+    graph = builder.compile(checkpointer=store)
     run = asyncio.create_task(graph.ainvoke(pay(), config=CFG))
     await asyncio.to_thread(started.wait, WAIT)
     looked = store.looks

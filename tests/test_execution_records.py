@@ -92,7 +92,7 @@ async def run_graph(db: Path, thread_id: str = "t") -> tuple[AgentState, list[Ev
     async with SQLiteEventStore(db) as store:
         out = (
             await build()
-            .compile(store=store)
+            .compile(checkpointer=store)
             .ainvoke("weather?", {"thread_id": thread_id}, include_state=True)
         )
         return out["state"], await records_of(store, thread_id)

@@ -109,7 +109,7 @@ async def recorded(store: SQLiteEventStore, thread: str, fields: Any) -> str:
 def build(db: Path, state_cls: type[AgentState] = Desk, *, with_fields: bool = True) -> str:
     async def run() -> str:
         async with SQLiteEventStore(db) as store:
-            app = graph(state_cls).compile(store=store)
+            app = graph(state_cls).compile(checkpointer=store)
             await app.ainvoke({"messages": [Message.text_message("go")]}, {"thread_id": "d"})
             fields = state_fields(state_cls) if with_fields else None
             return await recorded(store, "d", fields)
@@ -256,7 +256,7 @@ def test_a_fork_of_a_custom_thread_reads_back_with_the_open_class(tmp_path: Path
     thread = build(db, Plain)
 
     async def fork_in_python(store: SQLiteEventStore) -> list[EventRecord]:
-        app = graph(Plain).compile(store=store)
+        app = graph(Plain).compile(checkpointer=store)
         new = await app.afork({"thread_id": thread}, at_step=2)
         return [r async for r in store.read(new)]
 

@@ -189,7 +189,7 @@ async def test_compile_without_a_store_runs_on_its_own_memory_store() -> None:
     assert await second.store.threads() == []
     assert await first.store.threads() == ["t1"]
     given = MemoryEventStore()
-    assert graph.compile(store=given).store is given
+    assert graph.compile(checkpointer=given).store is given
 
 
 def _unknown_target() -> StateGraph[AgentState]:
@@ -251,7 +251,7 @@ async def test_add_node_by_function_and_set_entry_point_is_an_edge_from_start() 
 async def test_weather_agent_runs_to_end_and_the_log_tells_the_whole_story(
     store: EventStore,
 ) -> None:
-    app = weather_graph().compile(store=store)
+    app = weather_graph().compile(checkpointer=store)
     out = await app.ainvoke(inputs("weather in Oslo?"), CFG, include_state=True)
 
     state = out["state"]
@@ -308,7 +308,7 @@ async def test_node_entered_is_committed_before_the_node_runs(store: EventStore)
 
     graph = line(("first", look), ("second", look))
     graph.register("log", store)
-    app = graph.compile(store=store)
+    app = graph.compile(checkpointer=store)
     await app.ainvoke(inputs("go"), CFG)
 
     assert seen == [
@@ -437,7 +437,7 @@ async def test_every_supported_return_kind_is_merged_into_the_state(store: Event
         ("empty", empty),
         state_cls=NotesState,
     )
-    app = graph.compile(store=store)
+    app = graph.compile(checkpointer=store)
     out = await app.ainvoke(inputs("hi"), CFG, include_state=True)
     state = out["state"]
     assert isinstance(state, NotesState)
@@ -621,7 +621,7 @@ async def test_tool_node_runs_every_call_at_once_and_turns_errors_into_results(
         return [asks(*calls)]
 
     graph = line(("plan", plan), ("tools", ToolNode([slow, boom])))
-    app = graph.compile(store=store)
+    app = graph.compile(checkpointer=store)
     out = await asyncio.wait_for(app.ainvoke(inputs("go"), CFG, include_state=True), WAIT * 2)
 
     tool_messages = [m for m in out["messages"] if m.role == "tool"]
@@ -671,7 +671,7 @@ async def test_tool_node_with_many_calls_finishing_together(store: EventStore) -
     async def plan(state: AgentState) -> list[Message]:
         return [asks(*((f"c{i}", "echo", {"n": i}) for i in range(7)))]
 
-    app = line(("plan", plan), ("tools", ToolNode([echo]))).compile(store=store)
+    app = line(("plan", plan), ("tools", ToolNode([echo]))).compile(checkpointer=store)
     out = await app.ainvoke(inputs("go"), CFG, include_state=True)
     outputs = [m.content[0].output for m in out["messages"] if m.role == "tool"]  # type: ignore[union-attr]
     assert outputs == list(range(7))
@@ -707,7 +707,7 @@ def summary(chunk: StreamChunk) -> tuple[str, str]:
 async def test_astream_yields_messages_updates_and_the_final_state_in_order(
     store: EventStore,
 ) -> None:
-    app = line(("a", replying("from a")), ("b", replying("from b"))).compile(store=store)
+    app = line(("a", replying("from a")), ("b", replying("from b"))).compile(checkpointer=store)
     chunks = [c async for c in app.astream(inputs("hi"), CFG)]
     assert [summary(c) for c in chunks] == [
         ("message", "hi"),
@@ -799,7 +799,7 @@ async def test_astop_is_recorded_at_once_and_honoured_at_the_next_node_boundary(
         await release.wait()
         return [said("a finished")]
 
-    app = line(("a", a), ("b", replying("b", ran))).compile(store=store)
+    app = line(("a", a), ("b", replying("b", ran))).compile(checkpointer=store)
     task = asyncio.create_task(app.ainvoke(inputs("go"), CFG, include_state=True))
     await asyncio.wait_for(started.wait(), WAIT)
 
@@ -884,7 +884,7 @@ async def test_astop_after_a_run_completed_leaves_the_thread_usable() -> None:
 
 
 async def test_interrupt_before_pauses_and_a_plain_ainvoke_resumes(store: EventStore) -> None:
-    app = weather_graph().compile(store=store, interrupt_before=["tools"])
+    app = weather_graph().compile(checkpointer=store, interrupt_before=["tools"])
     out = await app.ainvoke(inputs("weather in Oslo?"), CFG, include_state=True)
 
     meta = out["state"].execution_meta
@@ -960,7 +960,7 @@ async def test_interrupt_before_a_node_in_a_loop_pauses_every_time() -> None:
 
 
 async def test_interrupt_after_pauses_once_the_step_is_committed(store: EventStore) -> None:
-    app = weather_graph().compile(store=store, interrupt_after=["agent"])
+    app = weather_graph().compile(checkpointer=store, interrupt_after=["agent"])
     out = await app.ainvoke(inputs("weather?"), CFG, include_state=True)
     meta = out["state"].execution_meta
     assert meta.status == ExecutionStatus.INTERRUPTED_AFTER
@@ -995,7 +995,7 @@ async def async_approval(state: AgentState) -> list[Message]:
 async def test_a_node_interrupt_pauses_and_command_resume_hands_it_the_value(
     store: EventStore, approve: Callable[..., Any]
 ) -> None:
-    app = line(("approve", approve), ("after", replying("after"))).compile(store=store)
+    app = line(("approve", approve), ("after", replying("after"))).compile(checkpointer=store)
     out = await app.ainvoke(inputs("pay"), CFG, include_state=True)
     meta = out["state"].execution_meta
     assert meta.status == ExecutionStatus.INTERRUPTED_BEFORE
@@ -1047,7 +1047,7 @@ async def test_a_resume_value_is_given_once_then_the_node_may_interrupt_again() 
 
 
 async def test_a_completed_thread_given_new_input_starts_a_new_run(store: EventStore) -> None:
-    app = weather_graph().compile(store=store)
+    app = weather_graph().compile(checkpointer=store)
     first = await app.ainvoke(inputs("weather?"), CFG)
     before = await log_of(store)
     second = await app.ainvoke(inputs("and again?"), CFG, include_state=True)
@@ -1106,7 +1106,7 @@ async def test_a_raising_node_fails_the_run_and_a_later_ainvoke_retries_it(
     flaky = Flaky(1, boom, asynchronous)
     ran: list[str] = []
     app = line(("a", replying("a", ran)), ("b", flaky.node()), ("c", replying("c", ran)))
-    app = app.compile(store=store)
+    app = app.compile(checkpointer=store)
     with pytest.raises(NodeError) as caught:
         await app.ainvoke(inputs("go"), CFG)
     assert caught.value.node == "b"
@@ -1168,7 +1168,7 @@ async def test_the_recursion_limit_fails_the_run_and_is_recorded(store: EventSto
 
     graph = StateGraph().add_node("spin", replying("round")).set_entry_point("spin")
     graph.add_conditional_edges("spin", again, {"spin": "spin", "done": END})
-    app = graph.compile(store=store, recursion_limit=3)
+    app = graph.compile(checkpointer=store, recursion_limit=3)
     with pytest.raises(RecursionLimitError, match="3"):
         await app.ainvoke(inputs("go"), CFG)
     records = await log_of(store)
@@ -1213,7 +1213,7 @@ async def test_a_second_ainvoke_on_a_busy_thread_gets_thread_busy_error(
         await release.wait()
         return [said("held")]
 
-    app = line(("hold", hold)).compile(store=store)
+    app = line(("hold", hold)).compile(checkpointer=store)
     first = asyncio.create_task(app.ainvoke(inputs("one"), CFG))
     await asyncio.wait_for(started["t1"].wait(), WAIT)
     before = await log_of(store)
@@ -1270,7 +1270,7 @@ async def test_two_apps_on_one_store_do_not_run_one_thread_twice(store: EventSto
         return [said("held")]
 
     graph = line(("hold", hold))
-    first_app, second_app = graph.compile(store=store), graph.compile(store=store)
+    first_app, second_app = graph.compile(checkpointer=store), graph.compile(checkpointer=store)
     first = asyncio.create_task(first_app.ainvoke(inputs("one"), {**CFG, "who": 1}))
     await asyncio.wait_for(started[1].wait(), WAIT)
     second = asyncio.create_task(second_app.ainvoke(inputs("two"), {**CFG, "who": 2}))
@@ -1307,7 +1307,7 @@ async def test_a_cancelled_run_resumes_without_rerunning_finished_tool_calls(
     async def plan(state: AgentState) -> list[Message]:
         return [asks(("c1", "fast", {"n": 1}), ("c2", "slow", {"n": 2}))]
 
-    app = line(("plan", plan), ("tools", ToolNode([fast, slow]))).compile(store=store)
+    app = line(("plan", plan), ("tools", ToolNode([fast, slow]))).compile(checkpointer=store)
     task = asyncio.create_task(app.ainvoke(inputs("go"), CFG))
     await asyncio.wait_for(stuck.wait(), WAIT)
     await wait_for_record(store, CFG["thread_id"], "tool_call_finished")
@@ -1353,13 +1353,13 @@ async def test_a_cancelled_run_resumes_without_rerunning_finished_tool_calls(
 
 async def test_state_read_through_snapshots_equals_the_replay(tmp_path: Path) -> None:
     async with SQLiteEventStore(tmp_path / "snap.db") as store:
-        app = weather_graph(NotesState).compile(store=store, snapshot_every=2)
+        app = weather_graph(NotesState).compile(checkpointer=store, snapshot_every=2)
         for turn in ("one", "two", "three"):
             out = await app.ainvoke(inputs(turn), CFG, include_state=True)
             await check_replay(app, returned=out["state"])
         assert await store.load_snapshot("t1") is not None
     async with SQLiteEventStore(tmp_path / "snap.db") as reopened:
-        again = weather_graph(NotesState).compile(store=reopened)
+        again = weather_graph(NotesState).compile(checkpointer=reopened)
         assert await again.aget_state(CFG) == out["state"]
 
 
@@ -1368,7 +1368,7 @@ async def test_state_read_through_snapshots_equals_the_replay(tmp_path: Path) ->
 
 def test_invoke_get_state_and_stream_block_without_an_event_loop() -> None:
     store = MemoryEventStore()
-    app = weather_graph().compile(store=store, interrupt_before=["tools"])
+    app = weather_graph().compile(checkpointer=store, interrupt_before=["tools"])
     out = app.invoke(inputs("weather?"), CFG, include_state=True)
     assert out["state"].execution_meta.status == ExecutionStatus.INTERRUPTED_BEFORE
     assert app.get_state(CFG) == out["state"]
@@ -1402,7 +1402,7 @@ def test_stop_blocks_until_recorded_and_the_run_pauses_at_the_boundary(
         assert release.wait(WAIT)
         return [said("a finished")]
 
-    app = line(("a", a), ("b", replying("b", ran))).compile(store=store)
+    app = line(("a", a), ("b", replying("b", ran))).compile(checkpointer=store)
     result: dict[str, Any] = {}
     worker = threading.Thread(target=lambda: result.update(out=app.invoke(inputs("go"), CFG)))
     try:

@@ -111,7 +111,7 @@ def test_random_graphs_replay_to_the_live_state(graph: Any, inputs: list[str]) -
         builder.add_conditional_edges(name, make_router(sorted(choices)), choices)
     builder.set_entry_point(names[0])
     app = builder.compile(
-        store=store,
+        checkpointer=store,
         interrupt_before=[names[i] for i in interrupts],
         recursion_limit=limit,
     )
@@ -225,7 +225,7 @@ def test_every_tool_call_ends_with_exactly_one_result(graph: Any, inputs: int, e
     async def drive(path: Path) -> None:
         async with SQLiteEventStore(path) as store:
             app = builder.compile(
-                store=store,
+                checkpointer=store,
                 interrupt_before=[target(i) for i in interrupts],
                 recursion_limit=limit,
             )

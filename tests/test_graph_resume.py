@@ -94,13 +94,13 @@ async def test_the_resume_value_survives_a_crash_after_it_was_recorded() -> None
         seen.append(interrupt("approve?"))
         return []
 
-    app = line(("gate", gate)).compile(store=store)
+    app = line(("gate", gate)).compile(checkpointer=store)
     await app.ainvoke({"messages": [user("go")]}, CFG)
     # The process died right after committing the resume, before the node ran again.
     await store.append(
         "t1", [Resumed(value="yes", by="user")], expected_seq=await store.last_seq("t1")
     )
-    fresh = line(("gate", gate)).compile(store=store)  # a new process, the same log
+    fresh = line(("gate", gate)).compile(checkpointer=store)  # a new process, the same log
     out = await fresh.ainvoke(None, CFG, include_state=True)
     assert seen == ["yes"]
     assert out["state"].execution_meta.status == ExecutionStatus.COMPLETED

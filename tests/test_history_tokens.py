@@ -79,13 +79,13 @@ async def thread_with_calls() -> tuple[MemoryEventStore, list[Any]]:
         ]
     )
     graph = line(("agent", first), ("again", first))
-    app = graph.compile(store=store)
+    app = graph.compile(checkpointer=store)
     config = {"thread_id": "t"}
     await app.ainvoke({"messages": [Message.text_message("hi")]}, config)
     second = Model([[called(10, 5, 100.0, anthropic=True)], [called(20, 5, 100.0)]])
     await (
         line(("agent", second), ("again", second))
-        .compile(store=store)
+        .compile(checkpointer=store)
         .ainvoke({"messages": [Message.text_message("more")]}, config)
     )
     records = [r async for r in store.read("t")]
@@ -119,7 +119,7 @@ async def test_a_report_totals_each_step_and_each_run() -> None:
 async def test_a_failed_step_counts_its_calls_towards_the_step_run_again() -> None:
     store = MemoryEventStore()
     model = Model([[called(7, 1, 10.0)], [called(8, 2, 20.0)]], fail_first=True)
-    app = line(("agent", model)).compile(store=store)
+    app = line(("agent", model)).compile(checkpointer=store)
     with pytest.raises(NodeError):
         await app.ainvoke({"messages": [Message.text_message("x")]}, {"thread_id": "t"})
     await app.ainvoke(None, {"thread_id": "t"})
@@ -213,7 +213,7 @@ async def test_the_commands_print_tokens(tmp_path: Any) -> None:
     db = tmp_path / "log.db"
     async with SQLiteEventStore(db) as store:
         model = Model([[called(100, 20, 50.0, status="failed"), called(100, 20, 400.0)]])
-        app = line(("agent", model)).compile(store=store)
+        app = line(("agent", model)).compile(checkpointer=store)
         await app.ainvoke({"messages": [Message.text_message("hi")]}, {"thread_id": "t"})
     table = agentlog("history", "t", "--db", db)
     assert table.returncode == 0, table.stderr

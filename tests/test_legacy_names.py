@@ -128,7 +128,7 @@ async def test_recorded_library_reducers_resolve_without_the_state_class(
 async def test_a_paused_legacy_thread_resumes_and_forks_with_todays_code(
     store: SQLiteEventStore,
 ) -> None:
-    app = build_graph().compile(store=store, snapshot_every=4)
+    app = build_graph().compile(checkpointer=store, snapshot_every=4)
     await app.ainvoke(Command(resume="no"), {"thread_id": PAUSED})
     state = await state_at(store, PAUSED, state_cls=LegacyState)
     assert state.status == "no"

@@ -94,7 +94,7 @@ async def run_with(tools: list[Any], *turns: list[tuple[str, dict[str, Any]]]) -
     """Run the scripted agent with `tools` to its end; the store, the run's state and the
     finished calls by id."""
     store = MemoryEventStore()
-    app = agent_with_tools(scripted_agent(*turns), tools).compile(store=store)
+    app = agent_with_tools(scripted_agent(*turns), tools).compile(checkpointer=store)
     await app.ainvoke({"messages": [Message.text_message("go")]}, config={"thread_id": "t"})
     state = await app.aget_state({"thread_id": "t"})
     records = [r async for r in store.read("t")]
@@ -474,7 +474,7 @@ async def test_hooks_run_around_mcp_calls_as_around_local_ones() -> None:
     store = MemoryEventStore()
     async with mcp_tools(stdio_server()) as tools:
         app = agent_with_tools(scripted_agent([("explode", {"reason": "x"})]), tools).compile(
-            store=store, callbacks=Recover()
+            checkpointer=store, callbacks=Recover()
         )
         await app.ainvoke({"messages": [Message.text_message("go")]}, {"thread_id": "t"})
     assert seen == ["before explode", "error McpToolError"]

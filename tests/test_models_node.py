@@ -73,7 +73,7 @@ def node(client: Any, sleeps: Sleeps | None = None, **kwargs: Any) -> ModelNode:
 
 
 def app(model: ModelNode, store: MemoryEventStore | None = None) -> Any:
-    return agent_with_tools(model, [lookup_order]).compile(store=store or MemoryEventStore())
+    return agent_with_tools(model, [lookup_order]).compile(checkpointer=store or MemoryEventStore())
 
 
 async def model_calls(graph: Any) -> list[ModelCalled]:

@@ -33,7 +33,7 @@ def one_node(fn: Any) -> Any:
     builder.set_entry_point("agent")
     builder.add_edge("agent", END)
     store = MemoryEventStore()
-    return builder.compile(store=store), store
+    return builder.compile(checkpointer=store), store
 
 
 async def kinds(store: MemoryEventStore) -> list[str]:

@@ -54,3 +54,22 @@ class TestPostgresStore(StoreConformance):
             "WHERE thread_id = $3 AND seq = $4",
             row.payload, row.hash, thread_id, seq,
         )  # fmt: skip
+
+
+async def test_many_first_uses_at_once_open_the_store_once() -> None:
+    """A fresh store used by many callers at once opens once: one writer, every append lands."""
+    import asyncio
+
+    from agentlog.events.stores.postgres import PostgresEventStore
+
+    from .helpers import step_events
+
+    async with fresh_schema() as schema:
+        store = PostgresEventStore(DSN, schema=schema)
+        try:
+            await asyncio.gather(
+                *(store.append(f"t{i}", step_events(1), expected_seq=0) for i in range(20))
+            )
+            assert sorted(await store.threads()) == sorted(f"t{i}" for i in range(20))
+        finally:
+            await store.close()

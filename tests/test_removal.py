@@ -149,7 +149,7 @@ def once_then(first: Message, then: Message) -> Callable[[AgentState], list[Mess
 async def answered_thread(store: SQLiteEventStore) -> Any:
     """A completed thread: u1, a1 (calls c1), the tool's result of c1, then a final answer."""
     app = agent_with_tools(once_then(calling("a1", "c1"), said("done", "a2")), [weather]).compile(
-        store=store
+        checkpointer=store
     )
     await app.ainvoke([user("weather?", "u1")], CFG)
     state = await app.aget_state(CFG)
@@ -176,7 +176,7 @@ async def answered_thread(store: SQLiteEventStore) -> Any:
 async def test_a_node_removes_a_message_and_the_log_keeps_it(
     store: SQLiteEventStore, returned: Callable[[], Any]
 ) -> None:
-    app = line(("trim", lambda state: returned())).compile(store=store)
+    app = line(("trim", lambda state: returned())).compile(checkpointer=store)
     await app.ainvoke([user("old", "u1"), user("new", "u2")], CFG)
     state = await replayed(app, store)
     assert ids(state) == ["u2"]
@@ -194,7 +194,7 @@ async def test_a_removal_and_a_new_message_in_one_update(store: SQLiteEventStore
     def trim(state: AgentState) -> dict[str, Any]:
         return {"messages": [RemoveMessage("u1"), said("hello", "a1")]}
 
-    app = line(("trim", trim)).compile(store=store)
+    app = line(("trim", trim)).compile(checkpointer=store)
     await app.ainvoke([user("old", "u1"), user("new", "u2")], CFG)
     state = await replayed(app, store)
     assert ids(state) == ["u2", "a1"]
@@ -218,7 +218,7 @@ async def test_remove_all_then_new_messages_replaces_the_context(store: SQLiteEv
         # Messages before the marker go too: it removes everything before it.
         return [said("dropped", "x0"), RemoveMessage(REMOVE_ALL_MESSAGES), said("fresh", "a1")]
 
-    app = line(("restart", restart)).compile(store=store)
+    app = line(("restart", restart)).compile(checkpointer=store)
     await app.ainvoke([user("old", "u1"), user("new", "u2")], CFG)
     state = await replayed(app, store)
     assert ids(state) == ["a1"]
@@ -229,7 +229,9 @@ async def test_remove_all_then_new_messages_replaces_the_context(store: SQLiteEv
 
 
 async def test_remove_all_alone_empties_the_context(store: SQLiteEventStore) -> None:
-    app = line(("wipe", lambda state: [RemoveMessage(REMOVE_ALL_MESSAGES)])).compile(store=store)
+    app = line(("wipe", lambda state: [RemoveMessage(REMOVE_ALL_MESSAGES)])).compile(
+        checkpointer=store
+    )
     await app.ainvoke([user("old", "u1")], CFG)
     state = await replayed(app, store)
     assert state.context == []
@@ -243,7 +245,7 @@ async def test_a_removed_id_may_join_again(store: SQLiteEventStore) -> None:
     def recall(state: AgentState) -> Any:
         return [user("back again", "u1")]
 
-    app = line(("forget", forget), ("recall", recall)).compile(store=store)
+    app = line(("forget", forget), ("recall", recall)).compile(checkpointer=store)
     await app.ainvoke([user("old", "u1"), user("new", "u2")], CFG)
     state = await replayed(app, store)
     assert ids(state) == ["u2", "u1"]
@@ -273,7 +275,7 @@ SHAPES = [keep_last_list, keep_last_dict, keep_last_state]
 async def test_a_declared_replace_messages_replaces_the_context(
     store: SQLiteEventStore, node: Callable[[AgentState], Any]
 ) -> None:
-    app = line(("window", node), state_cls=Window).compile(store=store)
+    app = line(("window", node), state_cls=Window).compile(checkpointer=store)
     await app.ainvoke([user("old", "u1"), user("new", "u2")], CFG)
     state = await replayed(app, store, Window)
     assert ids(state) == ["u2"]
@@ -285,7 +287,7 @@ async def test_a_declared_replace_messages_replaces_the_context(
 async def test_with_add_messages_a_shorter_context_removes_nothing(
     store: SQLiteEventStore, node: Callable[[AgentState], Any]
 ) -> None:
-    app = line(("window", node)).compile(store=store)
+    app = line(("window", node)).compile(checkpointer=store)
     await app.ainvoke([user("old", "u1"), user("new", "u2")], CFG)
     state = await replayed(app, store)
     assert ids(state) == ["u1", "u2"]  # Agentflow's merge: only new ids count
@@ -298,7 +300,7 @@ async def test_a_replacing_node_cannot_drop_a_result_and_keep_its_call(
     def drop_result(state: AgentState) -> Any:
         return [m for m in state.context if m.role != "tool"]
 
-    app = line(("window", drop_result), state_cls=Window).compile(store=store)
+    app = line(("window", drop_result), state_cls=Window).compile(checkpointer=store)
     with pytest.raises(NodeError) as raised:
         await app.ainvoke([user("q", "u1"), calling("a1", "c1"), answer("c1", "r1")], CFG)
     assert isinstance(raised.value.__cause__, InvalidStateUpdateError)
@@ -318,7 +320,7 @@ async def test_a_summary_and_a_trim_commit_together_in_the_step(store: SQLiteEve
             "messages": [RemoveMessage("u1"), RemoveMessage("u2")],
         }
 
-    app = line(("summarize", summarize)).compile(store=store)
+    app = line(("summarize", summarize)).compile(checkpointer=store)
     await app.ainvoke([user("hi", "u1"), user("hello", "u2"), user("so?", "u3")], CFG)
     state = await replayed(app, store)
     assert ids(state) == ["u3"]
@@ -346,7 +348,7 @@ async def test_a_summary_and_a_trim_commit_together_in_the_step(store: SQLiteEve
 
 
 async def test_aupdate_state_records_a_removal_with_its_reason(store: SQLiteEventStore) -> None:
-    app = line(("noop", lambda state: None)).compile(store=store)
+    app = line(("noop", lambda state: None)).compile(checkpointer=store)
     await app.ainvoke([user("my card is 4242", "u1"), user("hello", "u2")], CFG)
     before = await store.last_seq("t")
     records = await app.aupdate_state(
@@ -377,7 +379,7 @@ async def test_aupdate_state_records_a_removal_with_its_reason(store: SQLiteEven
 async def test_removing_an_id_not_in_the_context_is_refused_and_writes_nothing(
     store: SQLiteEventStore,
 ) -> None:
-    app = line(("noop", lambda state: None)).compile(store=store)
+    app = line(("noop", lambda state: None)).compile(checkpointer=store)
     await app.ainvoke([user("hello", "u1")], CFG)
     await app.aupdate_state(CFG, {"messages": [RemoveMessage("u1")]})
     length = await store.last_seq("t")
@@ -391,7 +393,7 @@ async def test_removing_an_id_not_in_the_context_is_refused_and_writes_nothing(
 async def test_a_node_removing_an_unknown_id_fails_and_removes_nothing(
     store: SQLiteEventStore,
 ) -> None:
-    app = line(("trim", lambda state: [RemoveMessage("nope")])).compile(store=store)
+    app = line(("trim", lambda state: [RemoveMessage("nope")])).compile(checkpointer=store)
     with pytest.raises(NodeError) as raised:
         await app.ainvoke([user("hello", "u1")], CFG)
     assert isinstance(raised.value.__cause__, InvalidStateUpdateError)
@@ -449,7 +451,7 @@ async def test_an_open_call_may_leave_with_its_message(store: SQLiteEventStore) 
 
     tracked.__name__ = "weather"
     agent = once_then(calling("a1", "c1"), said("done", "a2"))
-    app = agent_with_tools(agent, [tracked]).compile(store=store, interrupt_before=["tools"])
+    app = agent_with_tools(agent, [tracked]).compile(checkpointer=store, interrupt_before=["tools"])
     await app.ainvoke([user("weather?", "u1")], CFG)
     paused = await app.aget_state(CFG)
     assert paused.execution_meta.status == ExecutionStatus.INTERRUPTED_BEFORE
@@ -476,7 +478,7 @@ async def test_run_completed_is_refused_while_a_call_is_open(store: SQLiteEventS
 
 
 async def test_the_engine_closes_open_calls_before_completing(store: SQLiteEventStore) -> None:
-    app = line(("agent", lambda state: [calling("a1", "c1", "c2")])).compile(store=store)
+    app = line(("agent", lambda state: [calling("a1", "c1", "c2")])).compile(checkpointer=store)
     await app.ainvoke([user("weather?", "u1")], CFG)
     state = await replayed(app, store)
     assert state.execution_meta.status == ExecutionStatus.COMPLETED
@@ -504,7 +506,7 @@ async def test_state_before_a_removal_and_a_fork_from_it_give_the_message_back(
     def trim(state: AgentState) -> Any:
         return [RemoveMessage("u1")]
 
-    app = line(("chat", chat), ("trim", trim)).compile(store=store)
+    app = line(("chat", chat), ("trim", trim)).compile(checkpointer=store)
     await app.ainvoke([user("hello", "u1")], CFG)
     assert ids(await replayed(app, store)) == ["a1"]
     assert ids(await app.aget_state(CFG, at_step=1)) == ["u1", "a1"]
@@ -539,7 +541,7 @@ async def test_a_human_edit_cannot_split_a_call_from_its_result(
 
 
 async def test_a_node_cannot_append_a_result_without_its_call(store: SQLiteEventStore) -> None:
-    app = line(("orphan", lambda state: [answer("ghost", "r1")])).compile(store=store)
+    app = line(("orphan", lambda state: [answer("ghost", "r1")])).compile(checkpointer=store)
     with pytest.raises(NodeError) as raised:
         await app.ainvoke([user("hi", "u1")], CFG)
     assert isinstance(raised.value.__cause__, InvalidStateUpdateError)
@@ -552,7 +554,7 @@ async def test_remove_all_may_bring_a_new_tool_call(store: SQLiteEventStore) -> 
             return [RemoveMessage(REMOVE_ALL_MESSAGES), keep, calling("a1", "c1")]
         return [said("done", "a2")]
 
-    app = agent_with_tools(agent, [weather]).compile(store=store)
+    app = agent_with_tools(agent, [weather]).compile(checkpointer=store)
     await app.ainvoke([user("old", "u0"), user("weather?", "u1")], CFG)
     state = await replayed(app, store)
     assert [m.role for m in state.context] == ["user", "assistant", "tool", "assistant"]
@@ -563,7 +565,7 @@ async def test_a_tool_node_works_under_replace_messages(store: SQLiteEventStore)
         return [*state.context, said("done", "a2")]
 
     graph = agent_with_tools(agent, [weather], Window)
-    app = graph.compile(store=store, interrupt_before=["agent"])
+    app = graph.compile(checkpointer=store, interrupt_before=["agent"])
     await app.ainvoke([user("weather?", "u1")], CFG)
     # The call joins by a human edit as the agent (an edit appends), so only the tool step
     # meets the reducer.
@@ -583,7 +585,7 @@ async def test_a_call_id_reused_in_a_later_turn_still_gets_its_result(
             return [calling(f"a{turn}", "call_0")]  # providers that number calls per reply
         return [Message.text_message("done", role="assistant")]
 
-    app = agent_with_tools(agent, [weather]).compile(store=store)
+    app = agent_with_tools(agent, [weather]).compile(checkpointer=store)
     await app.ainvoke([user("weather?", "u1")], CFG)
     await app.ainvoke([user("and now?", "u2")], CFG)
     state = await replayed(app, store)

@@ -86,7 +86,7 @@ async def test_the_fixture_opens_verifies_and_replays_to_the_recorded_state(db: 
 
 async def test_time_travel_reads_the_fixture_as_its_writer_did(db: Path) -> None:
     async with SQLiteEventStore(db) as store:
-        app = build_graph().compile(store=store)
+        app = build_graph().compile(checkpointer=store)
         source, fork = {"thread_id": THREAD}, {"thread_id": FORK}
         history = await app.aget_state_history(source)
         assert [(e.step, e.node, e.status) for e in history] == [
@@ -114,7 +114,7 @@ async def test_time_travel_reads_the_fixture_as_its_writer_did(db: Path) -> None
 async def test_the_fixture_thread_goes_on_under_todays_runtime(db: Path) -> None:
     async with SQLiteEventStore(db) as store:
         before = await records_of(store, THREAD)
-        app = build_graph().compile(store=store)
+        app = build_graph().compile(checkpointer=store)
         config = {"thread_id": THREAD}
         out = await app.ainvoke({"messages": [Message.text_message("and Bergen?")]}, config)
         assert out["messages"][-1].text() == "answer: sunny in Oslo"

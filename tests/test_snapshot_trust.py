@@ -35,7 +35,7 @@ async def built(path: Path) -> tuple[int, int]:
     """A thread of RUNS runs with snapshots at rest; the newest snapshot's seq, and the seq of
     the first user message (one the snapshot references)."""
     async with SQLiteEventStore(path) as store:
-        app = line(("reply", reply)).compile(store=store)
+        app = line(("reply", reply)).compile(checkpointer=store)
         for n in range(RUNS):
             await app.ainvoke({"messages": [Message.text_message(f"refund order {n}")]}, CFG)
         assert await store.last_seq(THREAD) == RECORDS

@@ -805,7 +805,7 @@ async def test_short_runs_snapshot_a_thread_at_rest_once_every_64_records(
 
     store: Any = MemoryEventStore() if kind == "memory" else SQLiteEventStore(tmp_path / "s.db")
     async with store:
-        app = line(("echo", echo)).compile(store=store)
+        app = line(("echo", echo)).compile(checkpointer=store)
         for n in range(40):
             await app.ainvoke(f"order {n}", {"thread_id": "t"})
         last = await store.last_seq("t")

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from agentlog.actors.cli import app as cli
-from agentlog.actors.engine.threads import RUNTIME_KINDS
+from agentlog.actors.engine.threads import RUNTIME_KINDS, STORE_KINDS
 from agentlog.actors.http import create_app
 from agentlog.actors.runtime import AgentRuntime, EntryPoint, RuntimeConfig, shared_state
 from agentlog.events import SQLiteEventStore
@@ -424,8 +424,8 @@ def accepted_sequences(draw: st.DrawFn) -> list[BaseEvent]:
             kinds = st.sampled_from(OPENERS) | kinds
         kind = draw(kinds, label="kind")
         event = draw(event_of(kind, fold), label=kind.__name__)
-        if not events and kind_of(event) in RUNTIME_KINDS:
-            continue  # a thread opening with one is a runtime's own (actors.threads), not "t"
+        if not events and kind_of(event) in RUNTIME_KINDS | STORE_KINDS:
+            continue  # a thread opening with one is a runtime's or a store's (actors.threads)
         try:
             decide(fold.state, [event], seq=fold.seq)
         except (IllegalTransitionError, InvalidStateUpdateError):

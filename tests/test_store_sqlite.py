@@ -155,7 +155,7 @@ def test_one_store_serves_two_event_loops_at_once(tmp_path: Path) -> None:
     graph.set_entry_point("reply")
     graph.add_edge("reply", END)
     store = SQLiteEventStore(tmp_path / "log.db")
-    apps = [graph.compile(store=store), graph.compile(store=store)]
+    apps = [graph.compile(checkpointer=store), graph.compile(checkpointer=store)]
     done: list[str] = []
 
     def drive(k: int) -> None:

@@ -176,7 +176,7 @@ async def drive(
     flat = [s for run, _ in plan for s in run] or [("quiet", False, None)]
     script = Script([op for op, _, _ in flat], {i for i, (_, p, _) in enumerate(flat) if p})
     paused_edits = {i: e for i, (_, _, e) in enumerate(flat)}
-    app = tally_graph(script, store).compile(store=store, snapshot_every=snapshot_every)
+    app = tally_graph(script, store).compile(checkpointer=store, snapshot_every=snapshot_every)
     stops: list[tuple[int, Tally]] = []
     done = Drive(app, script, stops)
 
@@ -398,7 +398,7 @@ def weather_graph(state_cls: type[AgentState] = AgentState) -> StateGraph[Any]:
 
 
 async def test_history_has_one_entry_per_step_covering_the_log(store: EventStore) -> None:
-    app = weather_graph().compile(store=store, interrupt_before=["tools"])
+    app = weather_graph().compile(checkpointer=store, interrupt_before=["tools"])
     question = Message.text_message("weather?")
     await app.ainvoke({"messages": [question]}, CFG)
 
@@ -667,7 +667,7 @@ async def test_loading_any_point_reads_only_the_records_after_the_nearest_snapsh
     store = counting_store
     script = Script(["say", "note", "quiet"])
     app = tally_graph(script, store).compile(
-        store=store, snapshot_every=every, recursion_limit=steps + 1
+        checkpointer=store, snapshot_every=every, recursion_limit=steps + 1
     )
     await app.ainvoke({"target": steps}, CFG)
     last = await store.last_seq("t")
@@ -732,7 +732,7 @@ async def test_snapshots_are_written_off_the_step_path() -> None:
         {"work": "work", "finish": "finish"},
     )
     graph.add_edge("finish", END)
-    app = graph.compile(store=store, snapshot_every=4)
+    app = graph.compile(checkpointer=store, snapshot_every=4)
     out = await asyncio.wait_for(app.ainvoke({"target": 6}, CFG, include_state=True), timeout=5)
     assert out["state"].execution_meta.status == ExecutionStatus.COMPLETED
     assert saved, "no snapshot was taken"
@@ -748,7 +748,7 @@ async def test_snapshots_are_written_off_the_step_path() -> None:
 async def test_a_fork_with_a_chosen_id_continues_with_tools_and_leaves_the_source(
     store: EventStore,
 ) -> None:
-    app = weather_graph().compile(store=store)
+    app = weather_graph().compile(checkpointer=store)
     await app.ainvoke({"messages": [Message.text_message("weather?")]}, CFG)
     source = await log_of(store)
     new_id = await app.afork(CFG, at_step=1, new_thread_id="branch")
@@ -829,7 +829,7 @@ async def test_a_fork_that_took_no_step_yet_answers_at_its_own_step() -> None:
 
 
 async def test_points_out_of_range_are_refused(store: EventStore) -> None:
-    app = weather_graph().compile(store=store)
+    app = weather_graph().compile(checkpointer=store)
     await app.ainvoke({"messages": [Message.text_message("weather?")]}, CFG)
     last = await store.last_seq("t")
     for point in ({"at_step": 4}, {"at_step": 99}, {"at_step": -2}, {"at_seq": last + 1}):
@@ -853,7 +853,7 @@ async def test_points_out_of_range_are_refused(store: EventStore) -> None:
 
 
 async def test_an_unknown_thread_is_refused_by_every_time_travel_call(store: EventStore) -> None:
-    app = weather_graph(Tally).compile(store=store)
+    app = weather_graph(Tally).compile(checkpointer=store)
     nope = {"thread_id": "nope"}
     calls = [
         app.aget_state(nope, at_step=0),
@@ -881,7 +881,7 @@ async def test_naming_a_point_twice_is_a_value_error() -> None:
 
 
 async def test_a_fork_onto_an_existing_thread_is_refused(store: EventStore) -> None:
-    app = weather_graph().compile(store=store)
+    app = weather_graph().compile(checkpointer=store)
     await app.ainvoke({"messages": [Message.text_message("weather?")]}, CFG)
     await app.ainvoke({"messages": [Message.text_message("other")]}, {"thread_id": "other"})
     before = {t: await log_of(store, t) for t in await store.threads()}
@@ -901,7 +901,7 @@ async def test_a_fork_onto_an_existing_thread_is_refused(store: EventStore) -> N
     ids=["unknown", "unknown-with-known", "bad-value", "meta", "empty"],
 )
 async def test_an_invalid_edit_writes_nothing(store: EventStore, values: dict[str, Any]) -> None:
-    app = weather_graph(Tally).compile(store=store)
+    app = weather_graph(Tally).compile(checkpointer=store)
     await app.ainvoke({"messages": [Message.text_message("weather?")]}, CFG)
     before = await log_of(store)
     error = ValueError if not values else InvalidStateUpdateError

@@ -68,7 +68,7 @@ def build(
     graph = agent_with_tools(agent, tools, state_cls)
     graph.add_node("other", other)
     graph.add_edge("other", END)
-    return graph.compile(store=store)
+    return graph.compile(checkpointer=store)
 
 
 async def log_of(store: SQLiteEventStore) -> list[EventRecord]:

@@ -373,7 +373,7 @@ async def db(tmp_path: Path) -> AsyncIterator[Path]:
 async def test_graph_values_survive_snapshots_replay_and_reopen(db: Path) -> None:
     cfg = {"thread_id": "v"}
     async with SQLiteEventStore(db) as store:
-        app = values_graph().compile(store=store, snapshot_every=2)
+        app = values_graph().compile(checkpointer=store, snapshot_every=2)
         out = await app.ainvoke({"messages": [Message.text_message("go")]}, cfg, include_state=True)
         state: Values = out["state"]
         assert same(state.blob, b"\x00\xff") and math.isnan(state.number)
@@ -407,14 +407,14 @@ async def test_graph_values_survive_snapshots_replay_and_reopen(db: Path) -> Non
         assert (await store.verify("v")).ok
 
     async with SQLiteEventStore(db) as reopened:
-        again = values_graph().compile(store=reopened)
+        again = values_graph().compile(checkpointer=reopened)
         assert same(fields(await again.aget_state(cfg)), fields(replayed))
 
 
 async def test_graph_fork_keeps_exact_values(db: Path) -> None:
     cfg = {"thread_id": "v"}
     async with SQLiteEventStore(db) as store:
-        app = values_graph().compile(store=store, snapshot_every=2)
+        app = values_graph().compile(checkpointer=store, snapshot_every=2)
         await app.ainvoke({"messages": [Message.text_message("go")]}, cfg)
         source = await app.aget_state(cfg)
         new_id = await app.afork(cfg, new_thread_id="v2")
@@ -438,7 +438,7 @@ async def test_graph_refuses_an_unstorable_node_output_naming_the_field(
     graph.add_edge("emit", END)
     cfg = {"thread_id": "bad"}
     async with SQLiteEventStore(db) as store:
-        app = graph.compile(store=store, snapshot_every=2)
+        app = graph.compile(checkpointer=store, snapshot_every=2)
         for _ in range(2):  # a retry fails the same clear way, and never half-writes
             with pytest.raises(NodeError, match=why) as caught:
                 await app.ainvoke({"messages": [Message.text_message("go")]}, cfg)

@@ -285,7 +285,7 @@ def threads_command(
         bool,
         typer.Option(
             "--all",
-            help="Also list the runtime's own threads (__runtime__..., __shared__/...).",
+            help="Also list the internal threads (__runtime__..., __shared__/..., __store__).",
         ),
     ] = False,
 ) -> None:

@@ -55,6 +55,7 @@ from agentlog.projections.messages import monotonic
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.graph import StateGraph
+    from agentlog.actors.engine.longterm import BaseStore
 from agentlog.actors.engine.callbacks import Callbacks
 from agentlog.actors.engine.commit import fork_thread, write
 from agentlog.actors.engine.drawing import DrawableGraph, describe
@@ -95,8 +96,19 @@ class CompiledGraph(Streaming, Generic[S]):
 
     @property
     def store(self) -> EventStore:
-        """The event store the graph's threads are written to."""
+        """The event store the graph's threads are written to (its `checkpointer`)."""
         return self.engine.store
+
+    @property
+    def checkpointer(self) -> EventStore:
+        """The event log the graph's threads are written to (`compile(checkpointer=...)`):
+        the same as `store`, by LangGraph's name."""
+        return self.engine.store
+
+    @property
+    def long_term_store(self) -> BaseStore | None:
+        """The long-term store its nodes reach (`compile(store=...)`), or None."""
+        return self.engine.long_term_store
 
     @property
     def callbacks(self) -> Callbacks | None:

@@ -14,6 +14,7 @@ from agentlog.projections import StreamChunk
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.callbacks import Callbacks
+    from agentlog.actors.engine.longterm import BaseStore
     from agentlog.actors.engine.stream import RunStream
 
 RECORDABLE: tuple[type[Event], ...] = (ModelCalled, OutcomeRecorded, SharedWritten)
@@ -57,6 +58,10 @@ class NodeContext:
     recorded: list[Event] = field(default_factory=list)
     """Facts this node recorded (`record`): they ride in its step's commit, before its
     outputs, so a step that never commits leaves none of them behind."""
+    store: BaseStore | None = None
+    """The long-term store the graph was compiled with (`get_store()`), or None."""
+    store_writes: int = 0
+    """How many long-term store writes this step has made: each write's place in it."""
 
     def record(self, event: Event) -> None:
         """Add a fact (a model call, an outcome, a shared write) to this node's step commit.

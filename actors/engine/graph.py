@@ -13,7 +13,7 @@ import functools
 import inspect
 import types
 import unicodedata
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import (
     Any,
@@ -35,6 +35,8 @@ from agentlog.actors.engine.command import (
 )
 from agentlog.actors.engine.compiled import CompiledGraph
 from agentlog.actors.engine.errors import GraphError
+from agentlog.actors.engine.longterm import BaseStore
+from agentlog.actors.engine.persistence import persistence
 from agentlog.actors.engine.run import Engine
 from agentlog.actors.tools.node import ToolNode, is_tool_node
 from agentlog.events import EventStore
@@ -183,8 +185,10 @@ class StateGraph(Generic[S]):
             return self.branches[source].targets() or set()
         return set()
 
-    def check(self) -> None:
-        """Refuse a graph that could never run to END, naming what is wrong."""
+    def check(self, injected: Collection[str] = ()) -> None:
+        """Refuse a graph that could never run to END, naming what is wrong; `injected`
+        names the parameters compile hands the nodes beside state, config and the
+        registered dependencies (`store`, with a long-term store)."""
         if START not in self.edges:
             raise GraphError("the graph has no entry point: call set_entry_point(node)")
         known = set(self.nodes) | {END}
@@ -203,7 +207,7 @@ class StateGraph(Generic[S]):
                     )
         for name, fn in self.nodes.items():
             if not is_tool_node(fn):
-                _check_parameters(name, fn, self.dependencies)  # type: ignore[arg-type]
+                _check_parameters(name, fn, [*self.dependencies, *injected])  # type: ignore[arg-type]
         for name in self.nodes:
             if (
                 name not in self.edges
@@ -260,11 +264,12 @@ class StateGraph(Generic[S]):
 
     def compile(
         self,
-        store: EventStore | None = None,
+        checkpointer: EventStore | None = None,
         interrupt_before: Sequence[str] = (),
         interrupt_after: Sequence[str] = (),
         recursion_limit: int = 25,
         *,
+        store: BaseStore | EventStore | None = None,
         snapshot_every: int | None = DEFAULT_SNAPSHOT_EVERY,
         node_concurrency: Mapping[str, int] | None = None,
         node_timeout: float | None = None,
@@ -272,7 +277,9 @@ class StateGraph(Generic[S]):
         callbacks: Callbacks | None = None,
         context_manager: BaseContextManager[Any] | None = None,
     ) -> CompiledGraph[S]:
-        """Check the graph and bind it to a store (in memory when none is given).
+        """Check the graph and bind it to its event log, `checkpointer` (in memory when none
+        is given), and to the long-term store its nodes reach, `store` (`get_store()`, or a
+        node parameter named `store`; see `agentlog.actors.engine.persistence`).
 
         `node_timeout` (seconds) bounds every node's step, `node_timeouts` one node's (None:
         no limit for it); a call's config may set `node_timeout` too, as in Agentflow. A node
@@ -282,10 +289,12 @@ class StateGraph(Generic[S]):
         the nodes see: a commit that leaves it over the bound also records the trim (the
         messages dropped, the new summary), and the log keeps every message.
         """
+        log, long_term = persistence(checkpointer, store)
         return CompiledGraph(
             Engine(
                 self,
-                store=store,
+                store=log,
+                long_term_store=long_term,
                 interrupt_before=interrupt_before,
                 interrupt_after=interrupt_after,
                 recursion_limit=recursion_limit,
@@ -425,7 +434,7 @@ def _given_destinations(name: str, given: Sequence[str] | Mapping[str, Any]) -> 
     return tuple(dict.fromkeys(values))
 
 
-def _check_parameters(name: str, fn: NodeFn, dependencies: Mapping[str, Any]) -> None:
+def _check_parameters(name: str, fn: NodeFn, dependencies: Collection[str]) -> None:
     """Every required parameter of a node must be injectable."""
     try:
         params = inspect.signature(fn).parameters.values()
@@ -439,7 +448,12 @@ def _check_parameters(name: str, fn: NodeFn, dependencies: Mapping[str, Any]) ->
             "config",
             *dependencies,
         ):
+            fix = (
+                "compile the graph with a long-term store: compile(store=InMemoryStore())"
+                if param.name == "store"
+                else f"graph.register({param.name!r}, value)"
+            )
             raise GraphError(
                 f"node {name!r} needs parameter {param.name!r}, which is neither state, "
-                f"config nor a registered dependency: graph.register({param.name!r}, value)"
+                f"config nor a registered dependency: {fix}"
             )

@@ -365,6 +365,7 @@ class RunLoop(Run[S]):
             self.engine.callbacks if self.engine.hooked & INVOCATION_HOOKS else None,
             self.stream,
             (self.fold.state.execution_meta.internal_data.get(ENTERED_KEY) or {}).get("seq", 0),
+            store=self.engine.long_term_store,
         )
         actor = self.node_actor(node)
         requests: list[tuple[str, tuple[Any, ...]]] = []
@@ -533,7 +534,7 @@ class RunLoop(Run[S]):
                 per_loop = self.engine.slots.setdefault(asyncio.get_running_loop(), {})
                 slots = per_loop.setdefault(node, asyncio.Semaphore(limit))
             actor = NodeActor(
-                node, self.engine.graph.nodes[node], self.engine.graph.dependencies, slots=slots
+                node, self.engine.graph.nodes[node], self.engine.dependencies, slots=slots
             )
             self.actors[node] = actor.start()
         return actor

@@ -45,6 +45,7 @@ from agentlog.projections.snapshots import DEFAULT_SNAPSHOT_EVERY, SnapshotWrite
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.graph import StateGraph
+    from agentlog.actors.engine.longterm import BaseStore
 from agentlog.actors.engine.nodes import NodeActor
 from agentlog.actors.engine.offload import InFlight
 from agentlog.actors.engine.stream import RunStream
@@ -149,16 +150,30 @@ class Engine(Generic[S]):
         node_timeouts: Mapping[str, float | None] | None = None,
         callbacks: Callbacks | None = None,
         context_manager: BaseContextManager[Any] | None = None,
+        long_term_store: BaseStore | None = None,
     ) -> None:
-        graph.check()
+        graph.check(injected=("store",) if long_term_store is not None else ())
         names = (*interrupt_before, *interrupt_after, *(node_concurrency or {}))
         for name in (*names, *(node_timeouts or {})):
             if name not in graph.nodes:
                 raise GraphError(f"{name!r} is named in compile() but is not a node of the graph")
         if recursion_limit < 1:
             raise GraphError(f"recursion_limit must be >= 1, got {recursion_limit}")
+        if long_term_store is not None and "store" in graph.dependencies:
+            raise GraphError(
+                "the graph registered a dependency named 'store' and was compiled with a "
+                "long-term store, which nodes also receive as 'store': rename the dependency"
+            )
         self.graph = graph
         self.store: EventStore = store if store is not None else MemoryEventStore()
+        """The event log: every thread of the graph is written here (`checkpointer=`)."""
+        self.long_term_store = long_term_store
+        """The long-term store (`compile(store=...)`): `get_store()`, a `store` parameter."""
+        self.dependencies: dict[str, Any] = {
+            **graph.dependencies,
+            **({"store": long_term_store} if long_term_store is not None else {}),
+        }
+        """What nodes receive by parameter name beside state, config and context."""
         self.interrupt_before = frozenset(interrupt_before)
         self.interrupt_after = frozenset(interrupt_after)
         self.recursion_limit = recursion_limit

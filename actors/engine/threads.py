@@ -1,17 +1,19 @@
 """The threads a runtime keeps for itself beside its users' threads, by name: its record of
 triggers (`RuntimeConfig.runtime_thread`, "__runtime__" by default, with the lease and worker
-threads under it) and the shared keys' threads ("__shared__/<key>"). No run, fork or client
-may create one (`RuntimeConfig.is_internal` asks here), and listings of the users' threads
-(`agentlog threads`, `POST /threads/search`) leave them out. A reader that does not know the
-runtime's configured name tells its thread by the log itself: it opens with a runtime record
-(`RUNTIME_KINDS`). A light module: the command line reads it without loading the runtime."""
+threads under it), the shared keys' threads ("__shared__/<key>") and the long-term stores'
+("__store__" unless named). No run, fork or client may create one
+(`RuntimeConfig.is_internal` asks here), and listings of the users' threads (`agentlog
+threads`, `POST /threads/search`) leave them out. A reader that does not know the configured
+name tells such a thread by the log itself: it opens with a runtime record (`RUNTIME_KINDS`)
+or a store write (`STORE_KINDS`). A light module: the command line reads it without loading
+the runtime."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 from agentlog.events.errors import AgentlogError
-from agentlog.events.kinds import RUNTIME_KINDS
+from agentlog.events.kinds import RUNTIME_KINDS, STORE_KINDS
 from agentlog.events.store import EventStore
 
 RUNTIME_THREAD = "__runtime__"
@@ -20,6 +22,9 @@ RUNTIME_THREAD = "__runtime__"
 SHARED_THREAD_PREFIX = "__shared__/"
 """Synchronized shared keys live on threads named by this prefix and the key."""
 
+STORE_THREAD = "__store__"
+"""A long-term store's thread (`agentlog.actors.engine.longterm.LogStore`), unless named."""
+
 
 def internal_thread(
     thread_id: str, runtime_thread: str = RUNTIME_THREAD, first_kind: str | None = None
@@ -27,10 +32,10 @@ def internal_thread(
     """Whether `thread_id` is one of the runtime's own threads, not a user's: by its name, or
     by the kind of its first record (`first_kind`, when the caller has read it)."""
     return (
-        thread_id == runtime_thread
-        or thread_id.startswith(runtime_thread + "/")
-        or thread_id.startswith(SHARED_THREAD_PREFIX)
-        or first_kind in RUNTIME_KINDS
+        thread_id.startswith(runtime_thread + "/")
+        or thread_id.startswith((SHARED_THREAD_PREFIX, STORE_THREAD + "/"))
+        or thread_id in (runtime_thread, STORE_THREAD)
+        or first_kind in RUNTIME_KINDS | STORE_KINDS
     )
 
 

@@ -134,7 +134,7 @@ def support_graph(store: EventStore, model: str | None = None) -> CompiledGraph[
     )
     graph.add_edge("lookup", "agent")
     graph.add_edge("refund", "agent")
-    return graph.compile(store=store, interrupt_before=["refund"])
+    return graph.compile(checkpointer=store, interrupt_before=["refund"])
 
 
 async def run_demo(

@@ -240,8 +240,6 @@ class PostgresEventStore(BaseEventStore):
         return await self.open()
 
     async def _open_here(self) -> None:
-        if self._opened:
-            return
         if self._closing:
             raise StoreClosedError(f"{self._where} was closed while opening")
         settings = dict(self._settings)
@@ -270,6 +268,8 @@ class PostgresEventStore(BaseEventStore):
         except BaseException:
             await pool.close()
             raise
+        if self._opened:  # first uses raced each other here: the first one opened the store
+            return await pool.close()  # type: ignore[no-any-return]
         self._pool = pool
         self._wake = asyncio.Event()
         self._writer_task = asyncio.get_running_loop().create_task(self._write_loop())

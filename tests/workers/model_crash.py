@@ -28,7 +28,7 @@ def build(store: SQLiteEventStore, port: int) -> Any:
     client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-test")
     retry = ModelRetry(attempts=2, base_delay=0.01)
     model = ModelNode(client, model="test-model", tools=[lookup_order], stream=True, retry=retry)
-    return agent_with_tools(model, [lookup_order]).compile(store=store)
+    return agent_with_tools(model, [lookup_order]).compile(checkpointer=store)
 
 
 async def run(db: str, port: int, thread: str) -> None:
