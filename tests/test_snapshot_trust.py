@@ -77,7 +77,7 @@ from tests.test_snapshot_trust import CFG, reply
 async def main():
     out = {}
     async with SQLiteEventStore(sys.argv[1]) as store:
-        app = line(("reply", reply)).compile(store=store)
+        app = line(("reply", reply)).compile(checkpointer=store)
         for name, call in (
             ("aget_state", lambda: app.aget_state(CFG)),
             ("ainvoke", lambda: app.ainvoke({"messages": [Message.text_message("more")]}, CFG)),

@@ -64,7 +64,7 @@ def two_steps(store: MemoryEventStore | None = None) -> Any:
     graph: StateGraph[Counted] = StateGraph(Counted)
     graph.add_node("a", a).add_node("b", b)
     graph.set_entry_point("a").add_edge("a", "b").add_edge("b", END)
-    return graph.compile(store=store or MemoryEventStore())
+    return graph.compile(checkpointer=store or MemoryEventStore())
 
 
 async def collect(

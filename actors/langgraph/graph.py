@@ -17,7 +17,6 @@ from agentlog.actors.langgraph.compiled import CompiledStateGraph
 from agentlog.actors.langgraph.nodes import Shapes, wrap_node, wrap_router
 from agentlog.actors.langgraph.schema import schema_of
 from agentlog.actors.tools.node import is_tool_node
-from agentlog.events import EventStore
 from agentlog.projections import END, START, Message
 
 
@@ -131,12 +130,6 @@ class StateGraph:
     ) -> CompiledStateGraph:
         """Bind the graph to its log (`checkpointer=`: an agentlog event store, memory when
         omitted) and its long-term store (`store=`)."""
-        if checkpointer is not None and not isinstance(checkpointer, EventStore):
-            raise GraphError(
-                f"checkpointer= takes an agentlog event store (SQLiteEventStore(path), "
-                f"PostgresEventStore(dsn) or MemoryEventStore()), got "
-                f"{type(checkpointer).__name__}; the store's log is the checkpoint"
-            )
         for node in self._nodes:
             if self.builder.successors(node) == set():
                 self.builder.add_edge(node, END)  # as in LangGraph: nothing follows, the run ends
@@ -146,6 +139,7 @@ class StateGraph:
             self.builder.name = name
         compiled = self.builder.compile(
             checkpointer,
+            store=store,
             interrupt_before=list(interrupt_before or ()),
             interrupt_after=list(interrupt_after or ()),
             **settings,

@@ -11,6 +11,7 @@ from typing import Any
 
 from agentlog.actors.engine.command import Command
 from agentlog.actors.engine.errors import GraphError
+from agentlog.actors.engine.longterm import LongTermStoreError, get_store
 from agentlog.actors.engine.writer import get_stream_writer
 from agentlog.actors.langgraph.schema import MESSAGES, Schema
 from agentlog.actors.langgraph.tokens import tokens_streamed
@@ -30,7 +31,6 @@ class Shapes:
 
     schema: Schema
     messages_out: Callable[[list[Message]], Any]
-    store: Any = None
 
     def message_out(self, message: Message) -> Any:
         return self.messages_out([message])[0]
@@ -155,16 +155,24 @@ def _extras(wants: Sequence[str], config: Mapping[str, Any], shapes: Shapes) -> 
         if name == "config":
             given[name] = runnable_config(config)
         elif name == "store":
-            given[name] = shapes.store
+            given[name] = _store()
         elif name == "writer":
             given[name] = get_stream_writer()
         else:
             given[name] = Runtime(
                 context=config.get(CONTEXT_KEY),
-                store=shapes.store,
+                store=_store(),
                 stream_writer=get_stream_writer(),
             )
     return given
+
+
+def _store() -> Any:
+    """The graph's long-term store, None when it was compiled without one (as LangGraph)."""
+    try:
+        return get_store()
+    except LongTermStoreError:
+        return None
 
 
 def runnable_config(config: Mapping[str, Any]) -> dict[str, Any]:
