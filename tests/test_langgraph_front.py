@@ -101,6 +101,11 @@ def test_get_state_is_a_snapshot_with_checkpoint_ids(tmp_path: Any) -> None:
     assert [s.next for s in history][-1] != ()
     with pytest.raises(GraphError, match="checkpoint_id"):
         graph.get_state({"configurable": {"thread_id": "t2", "checkpoint_id": "zz"}})
+    # the time a snapshot was made is the time its record was written, whenever it is read
+    assert graph.get_state(config).created_at == after.created_at == history[0].created_at
+    assert history[-1].created_at <= history[0].created_at
+    with pytest.raises(GraphError, match="afork"):
+        graph.invoke(None, {"configurable": {"thread_id": "t2", "checkpoint_id": checkpoint}})
 
 
 def test_without_a_checkpointer_invoke_needs_no_thread_and_with_one_it_does(tmp_path: Any) -> None:

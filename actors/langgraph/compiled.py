@@ -137,9 +137,12 @@ class CompiledStateGraph:
         if seq is None:
             seq = await self.graph_engine.store.last_seq(thread_id)
         if seq == 0:
-            return self._snapshot(thread_id, 0, self.shapes.schema.state_cls(), None)
+            return self._snapshot(thread_id, 0, self.shapes.schema.state_cls(), None, None)
         state = await self.graph_engine.aget_state({"thread_id": thread_id}, at_seq=seq)
-        return self._snapshot(thread_id, seq, state, None)
+        at = None
+        async for record in self.graph_engine.store.read(thread_id, seq, seq):
+            at = record.at
+        return self._snapshot(thread_id, seq, state, None, at)
 
     def get_state(self, config: Mapping[str, Any], *, subgraphs: bool = False) -> StateSnapshot:
         return self.graph_engine.call(self.aget_state(config))
@@ -153,7 +156,7 @@ class CompiledStateGraph:
         for entry in entries:
             state = await entry.state()
             snapshots.append(
-                self._snapshot(thread_id, entry.last_seq, state, parent, step=entry.step)
+                self._snapshot(thread_id, entry.last_seq, state, parent, entry.at, step=entry.step)
             )
             parent = entry.last_seq
         return snapshots[::-1]
@@ -185,6 +188,12 @@ class CompiledStateGraph:
 
     def _config(self, config: Mapping[str, Any] | None, context: Any) -> dict[str, Any]:
         out: dict[str, Any] = dict(config or {})
+        if _checkpoint_of(out) is not None:
+            raise GraphError(
+                "a run cannot start from a checkpoint_id on its own thread here: every "
+                "thread's log only grows; branch the past into a new thread with "
+                "graph.graph_engine.afork(config, at_seq=int(checkpoint_id)) and run that"
+            )
         has_thread = "thread_id" in out or "thread_id" in (out.get("configurable") or {})
         if not has_thread:
             if self.checkpointed:
@@ -227,6 +236,7 @@ class CompiledStateGraph:
         seq: int,
         state: AgentState,
         parent: int | None,
+        at: float | None,
         *,
         step: int | None = None,
     ) -> StateSnapshot:
@@ -242,7 +252,7 @@ class CompiledStateGraph:
             next=nxt,
             config=_config_at(thread_id, seq),
             metadata={"source": "loop", "step": meta.step if step is None else step, "parents": {}},
-            created_at=datetime.now(UTC).isoformat() if seq else None,
+            created_at=None if at is None else datetime.fromtimestamp(at, UTC).isoformat(),
             parent_config=_config_at(thread_id, parent) if parent else None,
             tasks=tasks,
             interrupts=pending,
