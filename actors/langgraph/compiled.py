@@ -136,29 +136,33 @@ class CompiledStateGraph:
         seq = _checkpoint_of(config)
         if seq is None:
             seq = await self.graph_engine.store.last_seq(thread_id)
+        return await self._snapshot_at(thread_id, seq, None)
+
+    async def _snapshot_at(
+        self, thread_id: str, seq: int, parent: int | None, step: int | None = None
+    ) -> StateSnapshot:
         if seq == 0:
             return self._snapshot(thread_id, 0, self.shapes.schema.state_cls(), None, None)
         state = await self.graph_engine.aget_state({"thread_id": thread_id}, at_seq=seq)
         at = None
         async for record in self.graph_engine.store.read(thread_id, seq, seq):
             at = record.at
-        return self._snapshot(thread_id, seq, state, None, at)
+        return self._snapshot(thread_id, seq, state, parent, at, step=step)
 
     def get_state(self, config: Mapping[str, Any], *, subgraphs: bool = False) -> StateSnapshot:
         return self.graph_engine.call(self.aget_state(config))
 
     async def aget_state_history(self, config: Mapping[str, Any], **_: Any) -> list[StateSnapshot]:
-        """One snapshot per step, newest first, as LangGraph lists them."""
+        """One snapshot per step, newest first (the newest is the head, as `get_state`)."""
         thread_id = run_config(config)["thread_id"]
         entries = await self.graph_engine.aget_state_history({"thread_id": thread_id})
+        head = await self.graph_engine.store.last_seq(thread_id)
         snapshots: list[StateSnapshot] = []
         parent: int | None = None
-        for entry in entries:
-            state = await entry.state()
-            snapshots.append(
-                self._snapshot(thread_id, entry.last_seq, state, parent, entry.at, step=entry.step)
-            )
-            parent = entry.last_seq
+        for number, entry in enumerate(entries, 1):
+            seq = head if number == len(entries) else entry.last_seq
+            snapshots.append(await self._snapshot_at(thread_id, seq, parent, entry.step))
+            parent = seq
         return snapshots[::-1]
 
     def get_state_history(
