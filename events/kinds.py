@@ -124,6 +124,29 @@ class StepAdvanced(BaseEvent, tag="step_advanced", frozen=True):
     duration_ms: float | None = None
 
 
+class BranchEntered(BaseEvent, tag="branch_entered", frozen=True):
+    """One branch of a superstep is about to run: node `node` as branch `branch` (its place
+    in the step's planned tasks, `tasks_planned`) of step `step`. A superstep's branches are
+    entered together, in one commit before any of them runs, and its outputs are committed
+    together, in branch order, with its one `step_advanced`. A branch is named by (thread,
+    step, branch); a nested graph's namespace would be one more field beside them."""
+
+    node: str
+    branch: int
+    step: int
+
+
+class TasksPlanned(BaseEvent, tag="tasks_planned", frozen=True):
+    """What the next step runs when it is not one node alone: `tasks`, in branch order, each
+    `{"node": name}` or, for a `Send`, `{"node": name, "arg": input}`; `joins` holds, for each
+    node waiting for several nodes (`add_edge(["a", "b"], "c")`), the ones done so far.
+    Written right after the `step_advanced` (or `run_started`) whose next step it plans;
+    a plain one-node step writes none, so such logs read as before supersteps existed."""
+
+    tasks: list[dict[str, JSON]]
+    joins: dict[str, list[str]] = {}
+
+
 class MessageAppended(BaseEvent, tag="message_appended", frozen=True):
     """One message joined the context (through the `add_messages` reducer)."""
 

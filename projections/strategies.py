@@ -43,7 +43,8 @@ from agentlog.events.kinds import (
 )
 from agentlog.events.verify_export import same as exactly_same
 from agentlog.projections.edge import message_appended, state_updated
-from agentlog.projections.fold import CONTEXT_FIELDS, TOOL_CALLS_KEY, before_first_run, field_plan
+from agentlog.projections.fold import CONTEXT_FIELDS, before_first_run, field_plan
+from agentlog.projections.keys import TOOL_CALLS_KEY
 from agentlog.projections.messages import (
     AnnotationBlock,
     AnnotationRef,

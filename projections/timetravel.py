@@ -52,8 +52,6 @@ from agentlog.projections.commits import COMMIT_PARTS, inside_commits
 from agentlog.projections.edge import state_updated
 from agentlog.projections.errors import (
     InvalidStateUpdateError,
-)
-from agentlog.projections.fold import (
     unfoldable,
 )
 from agentlog.projections.lifecycle import status_after

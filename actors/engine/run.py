@@ -47,8 +47,8 @@ if TYPE_CHECKING:
     from agentlog.actors.engine.graph import StateGraph
 from agentlog.actors.engine.nodes import NodeActor
 from agentlog.actors.engine.offload import InFlight
+from agentlog.actors.engine.plan import plan
 from agentlog.actors.engine.stream import RunStream
-from agentlog.actors.engine.view import node_view
 
 S = TypeVar("S", bound=AgentState)
 T = TypeVar("T")
@@ -205,16 +205,10 @@ class Engine(Generic[S]):
         return await fold_at(self.store, thread_id, state_cls=self.graph.state_cls)
 
     def route(self, node: str, state: S) -> str:
-        """Where the run goes after `node`, from `state`: its edge, or its branch's choice."""
-        if node in self.graph.edges:
-            return self.graph.edges[node]
-        branch = self.graph.branches.get(node)
-        if branch is None:
-            return END
-        target = branch.resolve(branch.condition(node_view(state)), node)
-        if target != END and target not in self.graph.nodes:
-            raise GraphError(f"the condition after {node!r} chose {target!r}, which is no node")
-        return target
+        """Where the run goes after `node`, from `state`: its edge, or its branch's choice
+        (the first of the next step's tasks, when it fans out)."""
+        tasks = plan(self.graph, [(node, None)], state)[0]
+        return tasks[0].node if tasks else END
 
     async def lifecycle(self, records: Sequence[EventRecord]) -> None:
         """Call the lifecycle hook of each committed record that has one, in order."""
