@@ -22,6 +22,7 @@ a finished call is answered from the log, never run again.
 from __future__ import annotations
 
 import asyncio
+import copy
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -146,7 +147,8 @@ async def run_superstep(run: RunLoop[Any], tasks: list[Task]) -> None:
 async def _run_branch(run: RunLoop[Any], branch: _Branch, state: Any, resume: list[Any]) -> Any:
     """Run one branch's node on its input: the state (a copy of its own), or its `Send` arg."""
     engine, node = run.engine, branch.task.node
-    view = branch.task.arg if branch.task.sent else node_view(state, branch.requests)
+    # a Send's input is a copy: the recorded one stays as the log has it, whatever the node does
+    view = copy.deepcopy(branch.task.arg) if branch.task.sent else node_view(state, branch.requests)
     hooks = engine.callbacks if engine.hooked & INVOCATION_HOOKS else None
     if hooks is not None and not is_tool_node(engine.graph.nodes[node]):
         branch.invocation = Invocation(InvocationType.NODE, node, run.thread_id, run.run_id, view)
