@@ -328,3 +328,14 @@ async def test_a_node_may_send_by_command_and_a_branch_changing_its_input_change
     assert state.items == ["fan", "plain", "grab"]  # plain targets first, then the Sends
     planned = next(r.event for r in await records(app) if isinstance(r.event, TasksPlanned))
     assert planned.tasks == [{"node": "plain"}, {"node": "grab", "arg": {"n": 1}}]
+
+
+async def test_an_edit_as_a_fanning_out_node_goes_on_into_all_its_branches() -> None:
+    app = fan_graph().compile(interrupt_before=["a"])
+    config = {"thread_id": "t"}
+    await app.ainvoke({}, config)  # paused before a
+    await app.aupdate_state(config, {"items": ["edited"]}, as_node="a")
+    await app.ainvoke(None, config)
+    state: Notes = await app.aget_state(config)
+    assert state.items == ["edited", "b", "c", "d saw edited,b,c"]
+    assert replay(await records(app), Notes).model_dump() == state.model_dump()

@@ -5,8 +5,9 @@ transcript it leaves."""
 from __future__ import annotations
 
 from agentlog.actors.engine.ending import closing_events, goes_past
+from agentlog.actors.engine.plan import plan
 from agentlog.actors.engine.run import Engine, S, scratch_records
-from agentlog.events import InterruptRaised, Resumed, RunCompleted, StepAdvanced
+from agentlog.events import InterruptRaised, Resumed, RunCompleted, StepAdvanced, TasksPlanned
 from agentlog.events.kinds import Event, StateUpdated
 from agentlog.projections import (
     END,
@@ -49,7 +50,8 @@ async def as_node_edit(
     resumed: list[Event] = [Resumed(value=None, by=actor, node=paused_at)]
     scratch = Fold(fold.state, seq=fold.seq)
     scratch.apply_all(scratch_records(meta.thread_id, [*resumed, *edit], fold.seq))
-    target = engine.route(node, scratch.state)
+    tasks, joins, recorded = plan(engine.graph, [(node, None)], scratch.state)
+    target = tasks[0].node if tasks else END
     ending = target == END
     why = f"{actor!r} edited the state as {node!r} instead"
     # the calls the edit answers or removes itself are left to it; the others are
@@ -60,6 +62,8 @@ async def as_node_edit(
     closing = await closing_events(engine.store, fold, why, over=passed, skip=handled)
     events: list[Event] = [*resumed, *closing, *edit]
     events.append(StepAdvanced(step=meta.step + 1, next_node=target))
+    if recorded and tasks:  # the node fans out: the next step is all of its branches
+        events.append(TasksPlanned(tasks=[t.record() for t in tasks], joins=joins))
     if ending:
         # calls the edit itself made follow its own message: they never run
         after = Fold(fold.state, seq=fold.seq)

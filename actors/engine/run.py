@@ -33,7 +33,6 @@ from agentlog.events.claims import DEFAULT_LEASE
 from agentlog.events.kinds import Event
 from agentlog.events.store import brief, check_thread_id
 from agentlog.projections import (
-    END,
     AgentState,
     BaseContextManager,
     Fold,
@@ -47,7 +46,6 @@ if TYPE_CHECKING:
     from agentlog.actors.engine.graph import StateGraph
 from agentlog.actors.engine.nodes import NodeActor
 from agentlog.actors.engine.offload import InFlight
-from agentlog.actors.engine.plan import plan
 from agentlog.actors.engine.stream import RunStream
 
 S = TypeVar("S", bound=AgentState)
@@ -203,12 +201,6 @@ class Engine(Generic[S]):
         if await self.store.last_seq(thread_id) == 0:
             return Fold.new(self.graph.state_cls)
         return await fold_at(self.store, thread_id, state_cls=self.graph.state_cls)
-
-    def route(self, node: str, state: S) -> str:
-        """Where the run goes after `node`, from `state`: its edge, or its branch's choice
-        (the first of the next step's tasks, when it fans out)."""
-        tasks = plan(self.graph, [(node, None)], state)[0]
-        return tasks[0].node if tasks else END
 
     async def lifecycle(self, records: Sequence[EventRecord]) -> None:
         """Call the lifecycle hook of each committed record that has one, in order."""
