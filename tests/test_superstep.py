@@ -339,3 +339,32 @@ async def test_an_edit_as_a_fanning_out_node_goes_on_into_all_its_branches() -> 
     state: Notes = await app.aget_state(config)
     assert state.items == ["edited", "b", "c", "d saw edited,b,c"]
     assert replay(await records(app), Notes).model_dump() == state.model_dump()
+
+
+async def test_hooks_see_each_branch_and_may_recover_a_failing_one() -> None:
+    from agentlog.actors import Callbacks, Invocation
+    from agentlog.projections import Message
+
+    seen: list[str] = []
+
+    class Watch(Callbacks):
+        def before(self, invocation: Invocation) -> None:
+            seen.append(invocation.name)
+
+        def on_error(self, invocation: Invocation, error: Exception) -> Message:
+            return Message.text_message(f"recovered {invocation.name}", role="assistant")
+
+    def broken(state: Notes) -> None:
+        raise RuntimeError("down")
+
+    graph: StateGraph[Notes] = StateGraph(Notes)
+    graph.add_node("ok", adds("ok"))
+    graph.add_node("broken", broken)
+    for name in ("ok", "broken"):
+        graph.add_edge(START, name)
+        graph.add_edge(name, END)
+    app = graph.compile(callbacks=Watch())
+    state = await run(app)
+    assert sorted(seen) == ["broken", "ok"]
+    assert state.items == ["ok"]
+    assert [m.text() for m in state.context] == ["recovered broken"]

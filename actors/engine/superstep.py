@@ -27,9 +27,15 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from agentlog.actors.engine.actor import ActorStoppedError
-from agentlog.actors.engine.callbacks import INVOCATION_HOOKS, Invocation, InvocationType, call_hook
+from agentlog.actors.engine.callbacks import (
+    INVOCATION_HOOKS,
+    Invocation,
+    InvocationType,
+    call_hook,
+    recovered,
+)
 from agentlog.actors.engine.context import NodeContext
-from agentlog.actors.engine.errors import GraphInterrupt
+from agentlog.actors.engine.errors import GraphError, GraphInterrupt
 from agentlog.actors.engine.guard import Guard
 from agentlog.actors.engine.nodes import RunNode, output_events, resume_values
 from agentlog.actors.engine.plan import Task, check_merge, requested
@@ -155,8 +161,22 @@ async def _run_branch(run: RunLoop[Any], branch: _Branch, state: Any, resume: li
         await call_hook(hooks, "before", branch.invocation)
     actor = run.node_actor(node)
     branch.guard = Guard(engine.store, run, node, actor, run.timeout_of(node))
-    output = await actor.ask(RunNode(view, run.config, branch.context, resume))
-    branch.guard.disarm()
+    try:
+        output = await actor.ask(RunNode(view, run.config, branch.context, resume))
+    except (GraphInterrupt, ActorStoppedError, GraphError):
+        raise
+    except Exception as exc:
+        if hooks is None or branch.invocation is None:
+            raise
+        found = await call_hook(hooks, "on_error", branch.invocation, exc)
+        if found is None:
+            raise
+        recovery = recovered(found, f"{hooks.name}.on_error")
+        why = f"recovery by {hooks.name} after {type(exc).__name__}: {exc}"
+        metadata = {**recovery.metadata, "recovery": why}
+        return [recovery.model_copy(update={"metadata": metadata})]
+    finally:
+        branch.guard.disarm()
     if hooks is not None and branch.invocation is not None:
         replaced = await call_hook(hooks, "after", branch.invocation, output)
         if replaced is not None:
