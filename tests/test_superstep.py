@@ -368,3 +368,40 @@ async def test_hooks_see_each_branch_and_may_recover_a_failing_one() -> None:
     assert sorted(seen) == ["broken", "ok"]
     assert state.items == ["ok"]
     assert [m.text() for m in state.context] == ["recovered broken"]
+
+
+async def test_a_stop_during_a_superstep_cuts_every_branch_and_resume_runs_them_again() -> None:
+    started = asyncio.Event()
+    release = asyncio.Event()
+    runs: list[str] = []
+
+    async def slow(state: Notes) -> dict[str, Any]:
+        runs.append("slow")
+        started.set()
+        await release.wait()
+        return {"items": ["slow"]}
+
+    async def quick(state: Notes) -> dict[str, Any]:
+        runs.append("quick")
+        return {"items": ["quick"]}
+
+    graph: StateGraph[Notes] = StateGraph(Notes)
+    graph.add_node("slow", slow)
+    graph.add_node("quick", quick)
+    for name in ("slow", "quick"):
+        graph.add_edge(START, name)
+        graph.add_edge(name, END)
+    app = graph.compile()
+    config = {"thread_id": "t"}
+    running = asyncio.ensure_future(app.ainvoke({}, config))
+    await started.wait()
+    assert await app.astop(config)
+    paused = await asyncio.wait_for(running, 10)
+    assert paused["__interrupt__"][0]["reason"] == "stop_requested"
+    assert (await app.aget_state(config)).items == []  # nothing of the step committed
+    release.set()
+    await app.ainvoke(None, config)
+    state: Notes = await app.aget_state(config)
+    assert state.items == ["slow", "quick"]
+    assert runs == ["slow", "quick", "slow", "quick"]
+    assert replay(await records(app), Notes).model_dump() == state.model_dump()
