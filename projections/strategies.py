@@ -4,9 +4,8 @@ Messages with every content block kind, transcripts both major providers accept,
 `AgentState` or a subclass derived from its fields, and event sequences the gate (`decide`)
 accepts or must refuse. Every value drawn is one the log stores exactly: ints within 64 bits,
 text without lone surrogates, bytes, NaN, the infinities and -0.0; compare round trips with
-`same`, which is exact where `==` is not.
-
-It imports hypothesis (install `agentlog[testing]`); `import agentlog.projections` does not.
+`same`, which is exact where `==` is not. It imports hypothesis (install `agentlog[testing]`);
+`import agentlog.projections` does not.
 """
 
 from __future__ import annotations
