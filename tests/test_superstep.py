@@ -405,3 +405,16 @@ async def test_a_stop_during_a_superstep_cuts_every_branch_and_resume_runs_them_
     assert state.items == ["slow", "quick"]
     assert runs == ["slow", "quick", "slow", "quick"]
     assert replay(await records(app), Notes).model_dump() == state.model_dump()
+
+
+async def test_a_paused_superstep_names_each_of_its_branches_as_next() -> None:
+    from agentlog.projections.present import next_nodes
+
+    app = map_reduce().compile(interrupt_before=["write"])
+    await app.ainvoke({}, {"thread_id": "t"})
+    paused: Notes = await app.aget_state({"thread_id": "t"})
+    assert next_nodes(paused.execution_meta) == ["write", "write", "write"]  # one per Send
+    await app.ainvoke(None, {"thread_id": "t"})
+    done: Notes = await app.aget_state({"thread_id": "t"})
+    assert done.items == ["joke about cats", "joke about dogs", "joke about eels"]
+    assert next_nodes(done.execution_meta) == []
