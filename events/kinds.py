@@ -137,12 +137,16 @@ class BranchEntered(BaseEvent, tag="branch_entered", frozen=True):
 
 
 class TasksPlanned(BaseEvent, tag="tasks_planned", frozen=True):
-    """What the next step runs when it is not one node alone: `tasks`, in branch order, each
+    """What step `step` runs when it is not one node alone: `tasks`, in branch order, each
     `{"node": name}` or, for a `Send`, `{"node": name, "arg": input}`; `joins` holds, for each
     node waiting for several nodes (`add_edge(["a", "b"], "c")`), the ones done so far.
-    Written right after the `step_advanced` (or `run_started`) whose next step it plans;
-    a plain one-node step writes none, so such logs read as before supersteps existed."""
+    Written in the commit of the step before, just ahead of its `step_advanced` (or in the
+    commit opening the run, after its input); a plain one-node step is planned by
+    `step_advanced.next_node` alone, so such logs read as before supersteps existed."""
 
+    STEP_OUTPUT: ClassVar[bool] = True
+
+    step: int
     tasks: list[dict[str, JSON]]
     joins: dict[str, list[str]] = {}
 

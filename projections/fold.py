@@ -342,20 +342,19 @@ def _branch_entered(fold: Fold[Any], e: BranchEntered, r: EventRecord) -> None:
 
 @_handles(TasksPlanned)
 def _tasks_planned(fold: Fold[Any], e: TasksPlanned, r: EventRecord) -> None:
-    meta = fold.state.execution_meta
-    meta.internal_data[TASKS_KEY] = [dict(t) for t in e.tasks]
-    meta.internal_data[JOINS_KEY] = {k: list(v) for k, v in e.joins.items()}
-    first = e.tasks[0].get("node") if e.tasks else None
-    meta.current_node = first if isinstance(first, str) else meta.current_node
+    data = fold.state.execution_meta.internal_data  # kept until step `e.step` advances
+    data[TASKS_KEY] = {"step": e.step, "tasks": [dict(t) for t in e.tasks]}
+    data[JOINS_KEY] = {k: list(v) for k, v in e.joins.items()}
 
 
 @_handles(StepAdvanced)
 def _step_advanced(fold: Fold[Any], e: StepAdvanced, r: EventRecord) -> None:
     meta = fold.state.execution_meta
     meta.internal_data.pop(ENTERED_KEY, None)
-    meta.internal_data.pop(TASKS_KEY, None)
     meta.internal_data.pop(RESUME_KEY, None)
     meta.step += 1
+    if (meta.internal_data.get(TASKS_KEY) or {}).get("step") != meta.step + 1:
+        meta.internal_data.pop(TASKS_KEY, None)  # none planned for the step that follows
     if e.next_node is not None:
         meta.current_node = e.next_node
 

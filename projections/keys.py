@@ -22,7 +22,8 @@ ENTERED_KEY = "entered"
 """`internal_data` key of the node whose step has begun and not yet advanced: node and seq."""
 
 TASKS_KEY = "tasks"
-"""`internal_data` key of the next step's tasks when it is a superstep (`tasks_planned`)."""
+"""`internal_data` key of the tasks planned for a step (`tasks_planned`): `{"step", "tasks"}`,
+kept until that step advances."""
 
 JOINS_KEY = "joins"
 """`internal_data` key of the nodes each join (`add_edge([...], node)`) has seen done."""

@@ -60,9 +60,9 @@ def next_nodes(meta: ExecutionState) -> list[str]:
     `Send`); none once its run is over."""
     if meta.status in _OVER:
         return []
-    tasks = meta.internal_data.get(TASKS_KEY)
-    if tasks:
-        return [str(task.get("node")) for task in tasks]
+    planned = meta.internal_data.get(TASKS_KEY) or {}
+    if planned.get("step") == meta.step + 1:
+        return [str(task.get("node")) for task in planned["tasks"]]
     return [meta.current_node]
 
 

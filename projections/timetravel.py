@@ -27,6 +27,7 @@ from agentlog.events.kinds import (
     OPENING_KINDS,
     TIMED_KINDS,
     BaseEvent,
+    BranchEntered,
     ContextSummarized,
     Event,
     MessageAppended,
@@ -98,8 +99,9 @@ async def step_seq(store: EventStore, thread_id: str, step: int) -> int:
     seqs = await store.seqs_of_kind(thread_id, StepAdvanced.KIND)
     base = await _base_step(store, thread_id)
     if step == base:
-        entered = await store.seqs_of_kind(thread_id, NodeEntered.KIND)
-        return entered[0] - 1 if entered else await store.last_seq(thread_id)
+        found = await store.seqs_of_kind(thread_id, NodeEntered.KIND)
+        entered = found + await store.seqs_of_kind(thread_id, BranchEntered.KIND)
+        return min(entered) - 1 if entered else await store.last_seq(thread_id)
     index = step - base - 1
     if not 0 <= index < len(seqs):
         raise PointOutOfRangeError(
@@ -219,7 +221,7 @@ def slowest(rows: Sequence[EventRow], n: int) -> list[EventRow]:
     return timed[:n]
 
 
-_STEP_BOUNDARY = frozenset({NodeEntered.KIND, Forked.KIND, *OPENING_KINDS})
+_STEP_BOUNDARY = frozenset({NodeEntered.KIND, BranchEntered.KIND, Forked.KIND, *OPENING_KINDS})
 """Kinds after which a step's status is no longer what the records after the step say."""
 
 
@@ -303,7 +305,7 @@ async def event_history(
     async for record in store.read(thread_id, 1, last):
         records.append(record)
         event = record.event
-        if isinstance(event, NodeEntered):
+        if isinstance(event, NodeEntered | BranchEntered):
             node = event.node
         elif isinstance(event, Forked):
             node = None

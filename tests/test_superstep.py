@@ -72,7 +72,7 @@ async def test_two_edges_fan_out_into_one_step_and_a_join_waits_for_both() -> No
     assert state.execution_meta.step == 3  # a, then b and c together, then d
     log = await records(app)
     planned = [r.event for r in log if isinstance(r.event, TasksPlanned)]
-    assert planned == [TasksPlanned(tasks=[{"node": "b"}, {"node": "c"}], joins={})]
+    assert planned == [TasksPlanned(step=2, tasks=[{"node": "b"}, {"node": "c"}], joins={})]
     entered = [(r.event, r.actor) for r in log if isinstance(r.event, BranchEntered)]
     assert entered == [
         (BranchEntered(node="b", branch=0, step=2), "b"),
@@ -418,3 +418,16 @@ async def test_a_paused_superstep_names_each_of_its_branches_as_next() -> None:
     done: Notes = await app.aget_state({"thread_id": "t"})
     assert done.items == ["joke about cats", "joke about dogs", "joke about eels"]
     assert next_nodes(done.execution_meta) == []
+
+
+async def test_a_fork_before_a_superstep_goes_on_into_its_branches() -> None:
+    app = map_reduce().compile()
+    await run(app)
+    at_plan: Notes = await app.aget_state({"thread_id": "t"}, at_step=1)
+    assert at_plan.items == [] and at_plan.subjects == ["cats", "dogs", "eels"]
+    fork = {"thread_id": await app.afork({"thread_id": "t"}, at_step=1, new_thread_id="f")}
+    await app.ainvoke(None, fork)
+    state: Notes = await app.aget_state(fork)
+    assert state.items == ["joke about cats", "joke about dogs", "joke about eels"]
+    assert state.last == "joke about eels"
+    assert replay(await records(app, "f"), Notes).model_dump() == state.model_dump()

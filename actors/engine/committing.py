@@ -16,7 +16,7 @@ from agentlog.actors.engine.errors import (
     GraphError,
     ThreadBusyError,
 )
-from agentlog.actors.engine.plan import plan, planned_tasks
+from agentlog.actors.engine.plan import Task, is_superstep, plan
 from agentlog.actors.engine.run import Engine, Run, S, _log, elapsed_ms, scratch_records
 from agentlog.actors.tools.node import is_tool_node, pending_calls
 from agentlog.events import (
@@ -62,7 +62,6 @@ from agentlog.projections import (
     to_builtins,
 )
 from agentlog.projections.context import dropped
-from agentlog.projections.keys import TASKS_KEY
 from agentlog.projections.snapshots import SnapshotWriter
 
 TRIMMER = "runtime"
@@ -147,25 +146,26 @@ class RunCommits(Generic[S]):
             nonlocal entering, target, trim
             trim = found
             fold = self.run.fold
-            planned: TasksPlanned | None = None
+            tail: list[Event] = []
+            tasks: list[Task] = []
             if ending:
                 target = END
             else:
                 tasks, joins, recorded = plan(self.engine.graph, ran or [(node, goto)], fold.state)
                 target = tasks[0].node if tasks else END
-                if recorded and tasks:
-                    planned = TasksPlanned(tasks=[t.record() for t in tasks], joins=joins)
+                if recorded and tasks:  # the step after the one this commit closes
+                    step = fold.state.execution_meta.step + 2
+                    planned = [t.record() for t in tasks]
+                    tail.append(TasksPlanned(step=step, tasks=planned, joins=joins))
             remote = _remote_calls(events)
             if remote and pause is None and target == END:
                 target = node  # the results come back to the node that asked for them
             took = None if started is None else elapsed_ms(started)
-            tail: list[Event] = [
+            tail.append(
                 StepAdvanced(
                     step=fold.state.execution_meta.step + 1, next_node=target, duration_ms=took
                 )
-            ]
-            if planned is not None:
-                tail.append(planned)
+            )
             if pause is not None:
                 tail.append(pause)
             elif remote:
@@ -175,7 +175,7 @@ class RunCommits(Generic[S]):
                 )
             elif after := [n for n, _ in ran or [(node, goto)] if n in self.engine.interrupt_after]:
                 tail.append(InterruptRaised(node=after[0], reason="interrupt_after", when="after"))
-            if planned is None or planned_tasks({TASKS_KEY: planned.tasks}) is None:
+            if not is_superstep(tasks):
                 entering = self._entering(tail, target)
             tail.extend(entering)
             fold.apply_decided(self._scratch(tail, base + len(events) + len(trim)))

@@ -61,9 +61,10 @@ async def as_node_edit(
     passed = ending or goes_past(edit)
     closing = await closing_events(engine.store, fold, why, over=passed, skip=handled)
     events: list[Event] = [*resumed, *closing, *edit]
-    events.append(StepAdvanced(step=meta.step + 1, next_node=target))
     if recorded and tasks:  # the node fans out: the next step is all of its branches
-        events.append(TasksPlanned(tasks=[t.record() for t in tasks], joins=joins))
+        planned = [t.record() for t in tasks]
+        events.append(TasksPlanned(step=meta.step + 2, tasks=planned, joins=joins))
+    events.append(StepAdvanced(step=meta.step + 1, next_node=target))
     if ending:
         # calls the edit itself made follow its own message: they never run
         after = Fold(fold.state, seq=fold.seq)

@@ -273,7 +273,7 @@ class RunLoop(Run[S]):
                 await self.complete()
                 return
             entered = meta.internal_data.get(ENTERED_KEY)
-            tasks = planned_tasks(meta.internal_data)
+            tasks = planned_tasks(meta)
             nodes = [node] if tasks is None else [t.node for t in tasks]
             passed = self.skip_interrupt_before in nodes or (
                 entered and (tasks is not None or entered["node"] == node)

@@ -3,7 +3,7 @@ out, a condition naming several nodes, `Send`s, joins), and whether a superstep'
 may be merged.
 
 A step is one node, as before supersteps, unless its planner finds more: then the step's
-commit carries a `tasks_planned` record after its `step_advanced`, and the next step runs
+commit carries a `tasks_planned` record just before its `step_advanced`, and the next step runs
 those tasks as the branches of one superstep (`agentlog.actors.engine.superstep`).
 """
 
@@ -19,14 +19,14 @@ from agentlog.actors.engine.view import node_view
 from agentlog.actors.tools.node import is_tool_node
 from agentlog.events import ContextSummarized, InterruptRaised, StateUpdated
 from agentlog.events.kinds import Event
-from agentlog.projections import END, AgentState, ExecutionStatus, to_builtins
+from agentlog.projections import END, AgentState, ExecutionState, ExecutionStatus, to_builtins
 from agentlog.projections.fold import field_plan
 from agentlog.projections.keys import JOINS_KEY, TASKS_KEY
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.graph import StateGraph
 
-__all__ = ["Task", "check_merge", "plan", "planned_tasks", "requested"]
+__all__ = ["Task", "check_merge", "is_superstep", "plan", "planned_tasks", "requested"]
 
 
 @dataclass(frozen=True)
@@ -46,16 +46,19 @@ class Task:
         return cls(str(recorded["node"]), recorded.get("arg"), "arg" in recorded)
 
 
-def planned_tasks(internal_data: Mapping[str, Any]) -> list[Task] | None:
+def planned_tasks(meta: ExecutionState) -> list[Task] | None:
     """The tasks of the step the fold stands before, when it is a superstep (several tasks,
     or a `Send`); None for a plain one-node step."""
-    recorded = internal_data.get(TASKS_KEY)
-    if not recorded:
+    planned = meta.internal_data.get(TASKS_KEY)
+    if not planned or planned.get("step") != meta.step + 1:
         return None
-    tasks = [Task.of(t) for t in recorded]
-    if len(tasks) == 1 and not tasks[0].sent:
-        return None
-    return tasks
+    tasks = [Task.of(t) for t in planned["tasks"]]
+    return tasks if is_superstep(tasks) else None
+
+
+def is_superstep(tasks: Sequence[Task]) -> bool:
+    """Whether a step of `tasks` runs as branches (more than one, or a `Send`)."""
+    return len(tasks) > 1 or any(t.sent for t in tasks)
 
 
 def plan(

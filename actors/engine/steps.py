@@ -251,7 +251,8 @@ def _entry_planned(graph: StateGraph[Any], fold: Fold[Any], events: list[Event])
     opened = [*events]
     opened[index] = msgspec.structs.replace(events[index], entry_node=tasks[0].node)
     if recorded:
-        opened.append(TasksPlanned(tasks=[t.record() for t in tasks], joins=joins))
+        step = scratch.state.execution_meta.step + 1
+        opened.append(TasksPlanned(step=step, tasks=[t.record() for t in tasks], joins=joins))
     return opened
 
 

@@ -8,7 +8,7 @@ How the log records it, and why it keeps the guarantees of a step:
 * the branches run at once; what each returns is turned into events against the state
   before the step (each branch sees that state, never another branch's writes);
 * their outputs, in **branch order** (never completion order), with the step's one
-  `step_advanced` (and `tasks_planned` when the next step is a superstep too), go in one
+  `step_advanced` (after a `tasks_planned` when the next step is a superstep too), go in one
   commit through the run's commit path: the field reducers merge them as the fold applies
   them in that order, so replay and the live state agree by construction;
 * two branches writing one field that has no reducer fail the step (`InvalidUpdateError`)
