@@ -431,3 +431,17 @@ async def test_a_fork_before_a_superstep_goes_on_into_its_branches() -> None:
     assert state.items == ["joke about cats", "joke about dogs", "joke about eels"]
     assert state.last == "joke about eels"
     assert replay(await records(app, "f"), Notes).model_dump() == state.model_dump()
+
+
+async def test_a_breakpoint_after_a_branch_pauses_after_its_whole_step() -> None:
+    app = fan_graph().compile(interrupt_after=["c"])
+    config = {"thread_id": "t"}
+    await app.ainvoke({}, config)
+    paused: Notes = await app.aget_state(config)
+    assert paused.execution_meta.status == ExecutionStatus.INTERRUPTED_AFTER
+    assert paused.execution_meta.interrupted_node == "c"
+    assert paused.items == ["a", "b", "c"]  # both branches of the step committed
+    await app.ainvoke(None, config)
+    state: Notes = await app.aget_state(config)
+    assert state.items == ["a", "b", "c", "d saw a,b,c"]
+    assert replay(await records(app), Notes).model_dump() == state.model_dump()
