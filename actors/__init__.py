@@ -24,12 +24,13 @@ if TYPE_CHECKING:
         InvocationType,
         Occurrence,
     )
-    from agentlog.actors.engine.command import Command
+    from agentlog.actors.engine.command import Command, Send
     from agentlog.actors.engine.compiled import CompiledGraph
     from agentlog.actors.engine.context import NodeContext, NotInNodeError, current_context
     from agentlog.actors.engine.errors import (
         GraphError,
         GraphInterrupt,
+        InvalidUpdateError,
         MissingThreadIdError,
         NodeError,
         NodeReturnError,
@@ -94,6 +95,8 @@ _HOMES: dict[str, str] = {
     "InvocationType": "agentlog.actors.engine.callbacks",
     "Occurrence": "agentlog.actors.engine.callbacks",
     "Command": "agentlog.actors.engine.command",
+    "Send": "agentlog.actors.engine.command",
+    "InvalidUpdateError": "agentlog.actors.engine.errors",
     "CompiledGraph": "agentlog.actors.engine.compiled",
     "NodeContext": "agentlog.actors.engine.context",
     "NotInNodeError": "agentlog.actors.engine.context",
@@ -167,6 +170,7 @@ __all__ = [
     "InputRejectedError",
     "InvalidNamespaceError",
     "InvalidStreamModeError",
+    "InvalidUpdateError",
     "Invocation",
     "InvocationType",
     "Item",
@@ -187,6 +191,7 @@ __all__ = [
     "RetryPolicy",
     "RuntimeConfig",
     "SearchItem",
+    "Send",
     "StateGraph",
     "StreamMode",
     "StreamWriterOutsideNodeError",

@@ -6,51 +6,11 @@ nothing of agents; the projections validate them into models once, at the edge.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal, TypeAlias, get_args
+from typing import ClassVar, Literal, TypeAlias
 
 import msgspec
 
-JSON = Any
-"""A value made of builtins only (dict, list, str, int, float, bool, None)."""
-
-Status: TypeAlias = Literal[
-    "pending",
-    "processing",
-    "completed",
-    "failed",
-    "rejected",
-    "cancelled",
-    "abandoned",
-    "timed_out",
-    "answered_by_client",
-]
-"""How an execution (a node step, a run, a tool call) ended or stands: the one vocabulary
-every recorded status is drawn from. `STATUS_MEANINGS` says what each one means."""
-
-STATUS_MEANINGS: dict[str, str] = {
-    "pending": "recorded as to be run, not yet handed to its node or tool",
-    "processing": "handed to its node or tool and not yet finished",
-    "completed": "ran to its end and its result was recorded",
-    "failed": "raised, or broke a limit; a failed step is retried by the next invoke",
-    "rejected": "refused before it ran (a person or a rule said no); it never ran",
-    "cancelled": "ended on purpose by a person or program (cancel, double-texting): not retried",
-    "abandoned": (
-        "the caller went away or a stop cut it short while it ran; any result it still "
-        "returns is discarded, whether it took effect is unknown"
-    ),
-    "timed_out": "ran past its time limit (node_timeout): failed, and retried like a failure",
-    "answered_by_client": "a client tool call whose result the client sent back",
-}
-"""What each `Status` means (see "When a run ends early" in the design notes)."""
-
-ToolCallStatus: TypeAlias = Literal["completed", "failed", "abandoned"]
-"""The statuses a finished tool call records (a subset of `Status`)."""
-
-RunFailedStatus: TypeAlias = Literal["failed", "timed_out"]
-"""The statuses a failed run records (a subset of `Status`)."""
-
-STATUSES: tuple[str, ...] = get_args(Status)
-"""Every `Status`, in declared order."""
+from agentlog.events.statuses import JSON, RunFailedStatus, ToolCallStatus
 
 
 class BaseEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", gc=False):
@@ -125,6 +85,33 @@ class StepAdvanced(BaseEvent, tag="step_advanced", frozen=True):
     step: int
     next_node: str | None = None
     duration_ms: float | None = None
+
+
+class BranchEntered(BaseEvent, tag="branch_entered", frozen=True):
+    """One branch of a superstep is about to run: node `node` as branch `branch` (its place
+    in the step's planned tasks, `tasks_planned`) of step `step`. A superstep's branches are
+    entered together, in one commit before any of them runs, and its outputs are committed
+    together, in branch order, with its one `step_advanced`. A branch is named by (thread,
+    step, branch); a nested graph's namespace would be one more field beside them."""
+
+    node: str
+    branch: int
+    step: int
+
+
+class TasksPlanned(BaseEvent, tag="tasks_planned", frozen=True):
+    """What step `step` runs when it is not one node alone: `tasks`, in branch order, each
+    `{"node": name}` or, for a `Send`, `{"node": name, "arg": input}`; `joins` holds, for each
+    node waiting for several nodes (`add_edge(["a", "b"], "c")`), the ones done so far.
+    Written in the commit of the step before, just ahead of its `step_advanced` (or in the
+    commit opening the run, after its input); a plain one-node step is planned by
+    `step_advanced.next_node` alone, so such logs read as before supersteps existed."""
+
+    STEP_OUTPUT: ClassVar[bool] = True
+
+    step: int
+    tasks: list[dict[str, JSON]]
+    joins: dict[str, list[str]] = {}
 
 
 class MessageAppended(BaseEvent, tag="message_appended", frozen=True):

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 from agentlog.events.errors import (
     AgentlogError,
     CorruptRecordError,
     InvalidArgumentError,
     StoreError,
 )
+from agentlog.events.kinds import kind_of
+from agentlog.events.record import EventRecord
 
 
 class ProjectionError(AgentlogError):
@@ -65,3 +69,23 @@ class StateKeyError(ProjectionError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+def _loc_part(part: int | str) -> str:
+    """One step of a validation error's location: a stored key quoted when it is not plain
+    printable text, so the message carries no control character from the log."""
+    return part if isinstance(part, str) and part.isprintable() else repr(part)
+
+
+def unfoldable(record: EventRecord, exc: ValueError) -> UnfoldableRecordError:
+    """The typed error of a committed record the fold cannot take, naming thread and seq; a
+    validation error says where and what, never the stored value itself."""
+    if isinstance(exc, UnfoldableRecordError):
+        return exc
+    if isinstance(exc, ValidationError):
+        why = "; ".join(
+            f"{'.'.join(map(_loc_part, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors()[:3]
+        )
+    else:
+        why = str(exc)
+    return UnfoldableRecordError(record.thread_id, record.seq, kind_of(record.event), why)

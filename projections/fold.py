@@ -26,6 +26,7 @@ from pydantic import TypeAdapter, ValidationError
 from agentlog.events.kinds import (
     EVENT_TYPES,
     BaseEvent,
+    BranchEntered,
     ContextSummarized,
     Event,
     Forked,
@@ -48,6 +49,7 @@ from agentlog.events.kinds import (
     StepAdvanced,
     Stopped,
     StopRequested,
+    TasksPlanned,
     ThreadCreated,
     ThreadHidden,
     ToolCallFinished,
@@ -59,6 +61,19 @@ from agentlog.projections.errors import (
     IllegalTransitionError,
     InvalidStateUpdateError,
     UnfoldableRecordError,
+    _loc_part,
+    unfoldable,
+)
+from agentlog.projections.keys import (
+    AWAITING_KEY,
+    CREATED_KEY,
+    ENTERED_KEY,
+    JOINS_KEY,
+    RESUME_KEY,
+    RUN_KEYS,
+    STOP_KEY,
+    TASKS_KEY,
+    TOOL_CALLS_KEY,
 )
 from agentlog.projections.lifecycle import ended
 from agentlog.projections.messages import Message
@@ -76,25 +91,6 @@ S = TypeVar("S", bound=AgentState)
 
 CONTEXT_FIELDS = frozenset({"context", "messages"})
 """Names under which an update addresses the message context."""
-
-TOOL_CALLS_KEY = "pending_tool_calls"
-"""`internal_data` key of tool calls started and not yet finished."""
-
-RESUME_KEY = "resume"
-"""`internal_data` key of the values a node's interrupts were resumed with during its step,
-in order (`{"values": [...]}`), until the step advances."""
-
-AWAITING_KEY = "awaiting_resume"
-"""`internal_data` key set while a node-raised interrupt waits for its resume value."""
-
-STOP_KEY = "stop_request"
-"""`internal_data` key of who asked for a stop not yet honoured, and why."""
-
-CREATED_KEY = "created"
-"""`internal_data` key of who created the thread before its first run, and its metadata."""
-
-ENTERED_KEY = "entered"
-"""`internal_data` key of the node whose step has begun and not yet advanced: node and seq."""
 
 _validate_message = Message.model_validate
 
@@ -271,26 +267,6 @@ class Fold(Generic[S]):
                 setattr(self.state, name, reducer(copy.copy(getattr(self.state, name)), new))
 
 
-def _loc_part(part: int | str) -> str:
-    """One step of a validation error's location: a stored key quoted when it is not plain
-    printable text, so the message carries no control character from the log."""
-    return part if isinstance(part, str) and part.isprintable() else repr(part)
-
-
-def unfoldable(record: EventRecord, exc: ValueError) -> UnfoldableRecordError:
-    """The typed error of a committed record the fold cannot take, naming thread and seq; a
-    validation error says where and what, never the stored value itself."""
-    if isinstance(exc, UnfoldableRecordError):
-        return exc
-    if isinstance(exc, ValidationError):
-        why = "; ".join(
-            f"{'.'.join(map(_loc_part, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors()[:3]
-        )
-    else:
-        why = str(exc)
-    return UnfoldableRecordError(record.thread_id, record.seq, kind_of(record.event), why)
-
-
 # ---- the handlers: one per kind, each the record of one transition method ----------------
 
 Handler = Callable[["Fold[Any]", Any, EventRecord], None]
@@ -338,7 +314,7 @@ def _run_started(fold: Fold[Any], e: RunStarted, r: EventRecord) -> None:
     meta.stop_current_execution = StopRequestStatus.NONE
     meta.internal_data.pop("error", None)
     meta.internal_data.pop("failed_node", None)
-    for key in (TOOL_CALLS_KEY, ENTERED_KEY, RESUME_KEY, AWAITING_KEY, STOP_KEY):
+    for key in RUN_KEYS:
         meta.internal_data.pop(key, None)  # a paused run that new input superseded ends here
     meta.internal_data["run_id"] = r.run_id
     meta.thread_id = r.thread_id
@@ -354,12 +330,27 @@ def _node_entered(fold: Fold[Any], e: NodeEntered, r: EventRecord) -> None:
         meta.internal_data[ENTERED_KEY] = {"node": e.node, "seq": r.seq}
 
 
+@_handles(BranchEntered)
+def _branch_entered(fold: Fold[Any], e: BranchEntered, r: EventRecord) -> None:
+    meta = fold.state.execution_meta  # the superstep's start is its first branch's record
+    meta.internal_data.setdefault(ENTERED_KEY, {"node": meta.current_node, "seq": r.seq})
+
+
+@_handles(TasksPlanned)
+def _tasks_planned(fold: Fold[Any], e: TasksPlanned, r: EventRecord) -> None:
+    data = fold.state.execution_meta.internal_data  # kept until step `e.step` advances
+    data[TASKS_KEY] = {"step": e.step, "tasks": [dict(t) for t in e.tasks]}
+    data[JOINS_KEY] = {k: list(v) for k, v in e.joins.items()}
+
+
 @_handles(StepAdvanced)
 def _step_advanced(fold: Fold[Any], e: StepAdvanced, r: EventRecord) -> None:
     meta = fold.state.execution_meta
     meta.internal_data.pop(ENTERED_KEY, None)
     meta.internal_data.pop(RESUME_KEY, None)
     meta.step += 1
+    if (meta.internal_data.get(TASKS_KEY) or {}).get("step") != meta.step + 1:
+        meta.internal_data.pop(TASKS_KEY, None)  # none planned for the step that follows
     if e.next_node is not None:
         meta.current_node = e.next_node
 
@@ -560,7 +551,14 @@ def _check(meta: ExecutionState, event: Event, seq: int, state_cls: type[AgentSt
                 and not before_first_run(meta)
             ):
                 refuse("a run is already in progress on this thread; resume or finish it first")
-        case NodeEntered() | StepAdvanced() | InterruptRaised() | ToolCallStarted():
+        case (
+            NodeEntered()
+            | StepAdvanced()
+            | InterruptRaised()
+            | ToolCallStarted()
+            | BranchEntered()
+            | TasksPlanned()
+        ):
             if finished:
                 refuse(f"the run is {status.value}; start a new run first")
             if paused:

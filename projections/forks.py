@@ -25,16 +25,15 @@ from agentlog.projections.errors import (
     ForkPointInCommitError,
     IllegalTransitionError,
 )
-from agentlog.projections.fold import (
+from agentlog.projections.fold import Fold, before_first_run
+from agentlog.projections.generic import state_fields
+from agentlog.projections.keys import (
     AWAITING_KEY,
     ENTERED_KEY,
     RESUME_KEY,
     STOP_KEY,
     TOOL_CALLS_KEY,
-    Fold,
-    before_first_run,
 )
-from agentlog.projections.generic import state_fields
 from agentlog.projections.messages import (
     new_run_id,
 )

@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from agentlog.events.record import EventRecord
+from agentlog.projections.keys import TASKS_KEY
 from agentlog.projections.messages import Message
 from agentlog.projections.state import (
     AgentState,
@@ -55,8 +56,14 @@ def interrupts(meta: ExecutionState) -> list[dict[str, Any]]:
 
 
 def next_nodes(meta: ExecutionState) -> list[str]:
-    """The node the thread goes on from; none once its run is over."""
-    return [] if meta.status in _OVER else [meta.current_node]
+    """The nodes the thread goes on with (each branch of a planned superstep, a node per
+    `Send`); none once its run is over."""
+    if meta.status in _OVER:
+        return []
+    planned = meta.internal_data.get(TASKS_KEY) or {}
+    if planned.get("step") == meta.step + 1:
+        return [str(task.get("node")) for task in planned["tasks"]]
+    return [meta.current_node]
 
 
 def message(message: Message) -> dict[str, Any]:

@@ -4,9 +4,8 @@ Messages with every content block kind, transcripts both major providers accept,
 `AgentState` or a subclass derived from its fields, and event sequences the gate (`decide`)
 accepts or must refuse. Every value drawn is one the log stores exactly: ints within 64 bits,
 text without lone surrogates, bytes, NaN, the infinities and -0.0; compare round trips with
-`same`, which is exact where `==` is not.
-
-It imports hypothesis (install `agentlog[testing]`); `import agentlog.projections` does not.
+`same`, which is exact where `==` is not. It imports hypothesis (install `agentlog[testing]`);
+`import agentlog.projections` does not.
 """
 
 from __future__ import annotations
@@ -43,7 +42,8 @@ from agentlog.events.kinds import (
 )
 from agentlog.events.verify_export import same as exactly_same
 from agentlog.projections.edge import message_appended, state_updated
-from agentlog.projections.fold import CONTEXT_FIELDS, TOOL_CALLS_KEY, before_first_run, field_plan
+from agentlog.projections.fold import CONTEXT_FIELDS, before_first_run, field_plan
+from agentlog.projections.keys import TOOL_CALLS_KEY
 from agentlog.projections.messages import (
     AnnotationBlock,
     AnnotationRef,

@@ -21,6 +21,7 @@ from agentlog.events.kinds import (
     OPENING_KINDS,
     TIMED_KINDS,
     BaseEvent,
+    BranchEntered,
     ContextSummarized,
     Event,
     MessageAppended,
@@ -46,10 +47,7 @@ from agentlog.events.kinds import (
 from agentlog.events.store import brief
 from agentlog.projections.commits import COMMIT_PARTS, inside_commits
 from agentlog.projections.edge import state_updated
-from agentlog.projections.errors import (
-    InvalidStateUpdateError,
-)
-from agentlog.projections.fold import unfoldable
+from agentlog.projections.errors import InvalidStateUpdateError, unfoldable
 from agentlog.projections.lifecycle import status_after
 from agentlog.projections.messages import (
     ErrorBlock,
@@ -59,11 +57,7 @@ from agentlog.projections.messages import (
     ToolResultBlock,
     context_items,
 )
-from agentlog.projections.state import (
-    AgentState,
-    ExecutionState,
-    ExecutionStatus,
-)
+from agentlog.projections.state import AgentState, ExecutionState, ExecutionStatus
 from agentlog.projections.transcript import calls_of, context_events
 from agentlog.projections.usage import counted, tokens_of
 from agentlog.projections.views import PointOutOfRangeError, fold_at, state_at
@@ -94,8 +88,9 @@ async def step_seq(store: EventStore, thread_id: str, step: int) -> int:
     seqs = await store.seqs_of_kind(thread_id, StepAdvanced.KIND)
     base = await _base_step(store, thread_id)
     if step == base:
-        entered = await store.seqs_of_kind(thread_id, NodeEntered.KIND)
-        return entered[0] - 1 if entered else await store.last_seq(thread_id)
+        found = await store.seqs_of_kind(thread_id, NodeEntered.KIND)
+        entered = found + await store.seqs_of_kind(thread_id, BranchEntered.KIND)
+        return min(entered) - 1 if entered else await store.last_seq(thread_id)
     index = step - base - 1
     if not 0 <= index < len(seqs):
         raise PointOutOfRangeError(
@@ -215,7 +210,7 @@ def slowest(rows: Sequence[EventRow], n: int) -> list[EventRow]:
     return timed[:n]
 
 
-_STEP_BOUNDARY = frozenset({NodeEntered.KIND, Forked.KIND, *OPENING_KINDS})
+_STEP_BOUNDARY = frozenset({NodeEntered.KIND, BranchEntered.KIND, Forked.KIND, *OPENING_KINDS})
 """Kinds after which a step's status is no longer what the records after the step say."""
 
 
@@ -299,7 +294,7 @@ async def event_history(
     async for record in store.read(thread_id, 1, last):
         records.append(record)
         event = record.event
-        if isinstance(event, NodeEntered):
+        if isinstance(event, NodeEntered | BranchEntered):
             node = event.node
         elif isinstance(event, Forked):
             node = None

@@ -89,6 +89,7 @@ def test_the_traits_name_the_kinds_each_reader_used_to_list() -> None:
         "outcome_recorded",
         "model_called",
         "tool_call_finished",
+        "tasks_planned",
     } == kinds.OUTPUT_KINDS
 
 

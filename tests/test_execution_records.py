@@ -27,7 +27,7 @@ from agentlog.events import (
     ToolCallFinished,
 )
 from agentlog.events.codec import decode_event
-from agentlog.events.kinds import (
+from agentlog.events.statuses import (
     STATUS_MEANINGS,
     STATUSES,
     RunFailedStatus,

@@ -97,7 +97,10 @@ def test_bad_nodes_and_edges_are_refused_when_added() -> None:
     with pytest.raises(GraphError, match="needs a callable"):
         graph.add_node("lonely")
     graph.add_edge("a", END)
-    with pytest.raises(GraphError, match="already has an outgoing edge"):
+    with pytest.raises(GraphError, match="already an edge from 'a' to '__end__'"):
+        graph.add_edge("a", END)
+    graph.add_conditional_edges("a", route)  # an edge and a condition: both are followed
+    with pytest.raises(GraphError, match="already has a conditional edge"):
         graph.add_conditional_edges("a", route)
 
 

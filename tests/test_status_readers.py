@@ -54,7 +54,8 @@ from agentlog.projections import (
     state_at,
     state_history,
 )
-from agentlog.projections.fold import TOOL_CALLS_KEY, Fold, decide, uncommitted_record
+from agentlog.projections.fold import Fold, decide, uncommitted_record
+from agentlog.projections.keys import TOOL_CALLS_KEY
 from agentlog.projections.transcript import open_calls
 from tests.conftest import examples
 from tests.helpers import line

@@ -53,7 +53,7 @@ from agentlog.projections import (
     step_seq,
 )
 from agentlog.projections.commits import inside_commits
-from agentlog.projections.fold import ENTERED_KEY
+from agentlog.projections.keys import ENTERED_KEY
 
 from .helpers import agent_with_tools, line
 

@@ -16,6 +16,7 @@ from agentlog.actors.engine.errors import (
     GraphError,
     ThreadBusyError,
 )
+from agentlog.actors.engine.plan import Task, is_superstep, plan
 from agentlog.actors.engine.run import Engine, Run, S, _log, elapsed_ms, scratch_records
 from agentlog.actors.tools.node import is_tool_node, pending_calls
 from agentlog.events import (
@@ -36,7 +37,15 @@ from agentlog.events import (
     StopRequested,
     ToolCallStarted,
 )
-from agentlog.events.kinds import Event, MessageReplaced, RunCancelled, StateUpdated, Stopped
+from agentlog.events.kinds import (
+    BranchEntered,
+    Event,
+    MessageReplaced,
+    RunCancelled,
+    StateUpdated,
+    Stopped,
+    TasksPlanned,
+)
 from agentlog.projections import (
     END,
     AgentState,
@@ -80,8 +89,13 @@ class RunCommits(Generic[S]):
         ending: bool = False,
         started: float | None = None,
         changed_by: str | None = None,
+        ran: Sequence[tuple[str, Any]] | None = None,
+        owners: tuple[str, ...] | None = None,
     ) -> None:
         """Outputs, `step_advanced` and any pause after the node, in one commit.
+
+        A superstep's commit names the nodes that `ran` (each with its goto), which the
+        next step is planned from, and the `owners` (the node writing each of `events`).
 
         The pause is the node's own (`state.set_interrupt`), else a wait for the client's
         tool calls the node's messages ask for, else an `interrupt_after` breakpoint.
@@ -89,7 +103,9 @@ class RunCommits(Generic[S]):
         the node was handed its input: the step's duration runs from it to the commit's build.
         """
         async with self.run.writing:
-            await self._commit_step_unlocked(node, events, goto, pause, ending, started, changed_by)
+            await self._commit_step_unlocked(
+                node, events, goto, pause, ending, started, changed_by, ran, owners
+            )
 
     async def _commit_step_unlocked(
         self,
@@ -100,6 +116,8 @@ class RunCommits(Generic[S]):
         ending: bool = False,
         started: float | None = None,
         changed_by: str | None = None,
+        ran: Sequence[tuple[str, Any]] | None = None,
+        owners: tuple[str, ...] | None = None,
     ) -> None:
         """See `_commit_step`; the outputs a hook changed are recorded as `changed_by`'s."""
         entering: list[Event] = []
@@ -128,23 +146,26 @@ class RunCommits(Generic[S]):
             nonlocal entering, target, trim
             trim = found
             fold = self.run.fold
+            tail: list[Event] = []
+            tasks: list[Task] = []
             if ending:
                 target = END
             else:
-                target = goto if goto is not None else self.engine.route(node, fold.state)
-                if goto is not None:
-                    self.engine.graph.check_goto(node, goto)
-            if target != END and target not in self.engine.graph.nodes:
-                raise GraphError(f"node {node!r} chose to go to {target!r}, which is no node")
+                tasks, joins, recorded = plan(self.engine.graph, ran or [(node, goto)], fold.state)
+                target = tasks[0].node if tasks else END
+                if recorded and tasks:  # the step after the one this commit closes
+                    step = fold.state.execution_meta.step + 2
+                    planned = [t.record() for t in tasks]
+                    tail.append(TasksPlanned(step=step, tasks=planned, joins=joins))
             remote = _remote_calls(events)
             if remote and pause is None and target == END:
                 target = node  # the results come back to the node that asked for them
             took = None if started is None else elapsed_ms(started)
-            tail: list[Event] = [
+            tail.append(
                 StepAdvanced(
                     step=fold.state.execution_meta.step + 1, next_node=target, duration_ms=took
                 )
-            ]
+            )
             if pause is not None:
                 tail.append(pause)
             elif remote:
@@ -152,20 +173,22 @@ class RunCommits(Generic[S]):
                 tail.append(
                     InterruptRaised(node=node, reason=REMOTE_TOOL_CALL, when="after", data=data)
                 )
-            elif node in self.engine.interrupt_after:
-                tail.append(InterruptRaised(node=node, reason="interrupt_after", when="after"))
-            entering = self._entering(tail, target)
+            elif after := [n for n, _ in ran or [(node, goto)] if n in self.engine.interrupt_after]:
+                tail.append(InterruptRaised(node=after[0], reason="interrupt_after", when="after"))
+            if not is_superstep(tasks):
+                entering = self._entering(tail, target)
             tail.extend(entering)
             fold.apply_decided(self._scratch(tail, base + len(events) + len(trim)))
             return [*events, *trim, *tail]
 
         actors = None
-        if changed_by is not None or self.engine.context_manager is not None:
+        if changed_by is not None or self.engine.context_manager is not None or owners:
             writer = node if changed_by is None else changed_by
 
             def actors(batch: list[Event]) -> tuple[str, ...]:
                 others = len(batch) - len(events) - len(trim)
-                return (writer,) * len(events) + (TRIMMER,) * len(trim) + (node,) * others
+                mine = owners or (writer,) * len(events)
+                return mine + (TRIMMER,) * len(trim) + (node,) * others
 
         chosen: Build = build if self.engine.context_manager is None else trimmed
         records = await self._commit_built(chosen, actor=node, actors=actors)
@@ -175,18 +198,25 @@ class RunCommits(Generic[S]):
                 e.call_id for e in entering if isinstance(e, ToolCallStarted)
             )
 
-    async def commit(self, events: Sequence[Event], *, actor: str) -> list[EventRecord]:
-        """Decide, append and fold `events`; a concurrent stop request is folded in first."""
+    async def commit(
+        self, events: Sequence[Event], *, actor: str, owners: tuple[str, ...] | None = None
+    ) -> list[EventRecord]:
+        """Decide, append and fold `events`; a concurrent stop request is folded in first.
+        `owners` names the writer of each event when they are not all `actor`."""
         async with self.run.writing:
-            return await self._commit_unlocked(events, actor=actor)
+            return await self._commit_unlocked(events, actor=actor, owners=owners)
 
-    async def _commit_unlocked(self, events: Sequence[Event], *, actor: str) -> list[EventRecord]:
+    async def _commit_unlocked(
+        self, events: Sequence[Event], *, actor: str, owners: tuple[str, ...] | None = None
+    ) -> list[EventRecord]:
         def build() -> list[Event]:
             self.run.fold.apply_decided(self._scratch(events, self.run.fold.seq))
             return list(events)
 
         if self.engine.context_manager is None:
-            return await self._commit_built(build, actor=actor)
+            if owners is None:
+                return await self._commit_built(build, actor=actor)
+            return await self._commit_built(build, actor=actor, actors=lambda batch: owners)
 
         async def trimmed() -> list[Event]:
             base = self.run.fold.seq
@@ -197,7 +227,8 @@ class RunCommits(Generic[S]):
             return [*events, *trim]
 
         def actors(batch: list[Event]) -> tuple[str, ...]:
-            return (actor,) * len(events) + (TRIMMER,) * (len(batch) - len(events))
+            mine = owners or (actor,) * len(events)
+            return mine + (TRIMMER,) * (len(batch) - len(events))
 
         return await self._commit_built(trimmed, actor=actor, actors=actors)
 
@@ -476,7 +507,7 @@ _UPDATE_KINDS = frozenset(
 """The kinds a run's stream publishes as updates (an appended message is a message chunk):
 a step, a change to the state, and the run coming to rest."""
 
-_GROWS_OR_STARTS = (MessageAppended, RunStarted, Resumed, NodeEntered)
+_GROWS_OR_STARTS = (MessageAppended, RunStarted, Resumed, NodeEntered, BranchEntered)
 """The events after which a commit is trimmed: the context grew, or a node is about to run."""
 
 

@@ -5,8 +5,9 @@ transcript it leaves."""
 from __future__ import annotations
 
 from agentlog.actors.engine.ending import closing_events, goes_past
+from agentlog.actors.engine.plan import plan
 from agentlog.actors.engine.run import Engine, S, scratch_records
-from agentlog.events import InterruptRaised, Resumed, RunCompleted, StepAdvanced
+from agentlog.events import InterruptRaised, Resumed, RunCompleted, StepAdvanced, TasksPlanned
 from agentlog.events.kinds import Event, StateUpdated
 from agentlog.projections import (
     END,
@@ -49,7 +50,8 @@ async def as_node_edit(
     resumed: list[Event] = [Resumed(value=None, by=actor, node=paused_at)]
     scratch = Fold(fold.state, seq=fold.seq)
     scratch.apply_all(scratch_records(meta.thread_id, [*resumed, *edit], fold.seq))
-    target = engine.route(node, scratch.state)
+    tasks, joins, recorded = plan(engine.graph, [(node, None)], scratch.state)
+    target = tasks[0].node if tasks else END
     ending = target == END
     why = f"{actor!r} edited the state as {node!r} instead"
     # the calls the edit answers or removes itself are left to it; the others are
@@ -59,6 +61,9 @@ async def as_node_edit(
     passed = ending or goes_past(edit)
     closing = await closing_events(engine.store, fold, why, over=passed, skip=handled)
     events: list[Event] = [*resumed, *closing, *edit]
+    if recorded and tasks:  # the node fans out: the next step is all of its branches
+        planned = [t.record() for t in tasks]
+        events.append(TasksPlanned(step=meta.step + 2, tasks=planned, joins=joins))
     events.append(StepAdvanced(step=meta.step + 1, next_node=target))
     if ending:
         # calls the edit itself made follow its own message: they never run

@@ -29,7 +29,7 @@ from agentlog.projections import (
     open_calls,
     to_builtins,
 )
-from agentlog.projections.fold import ENTERED_KEY, TOOL_CALLS_KEY
+from agentlog.projections.keys import ENTERED_KEY, TOOL_CALLS_KEY
 from agentlog.projections.transcript import unique_id
 
 __all__ = ["abandoned_text", "closing_events", "goes_past", "not_run_text", "step_results"]

@@ -11,6 +11,7 @@ __all__ = [
     "BlockingCallError",
     "GraphError",
     "GraphInterrupt",
+    "InvalidUpdateError",
     "MissingThreadIdError",
     "NodeError",
     "NodeReportedError",
@@ -27,6 +28,12 @@ __all__ = [
 
 class GraphError(AgentlogError, ValueError):
     """The graph is malformed; the message names the node or edge at fault."""
+
+
+class InvalidUpdateError(GraphError):
+    """Two branches of one superstep wrote the same state field, and the field has no
+    reducer to merge their values: the step fails (nothing of it is committed). Give the
+    field a reducer (`Annotated[list[str], operator.add]`), or let one branch write it."""
 
 
 class NothingToResumeError(GraphError):

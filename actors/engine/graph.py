@@ -33,6 +33,7 @@ from agentlog.actors.engine.callbacks import Callbacks
 from agentlog.actors.engine.command import (
     Command as Command,  # re-exported: nodes import it from here
 )
+from agentlog.actors.engine.command import Send
 from agentlog.actors.engine.compiled import CompiledGraph
 from agentlog.actors.engine.errors import GraphError
 from agentlog.actors.engine.longterm import BaseStore
@@ -52,7 +53,8 @@ whose input starts a run (`user`), and the engine's own events (`runtime`)."""
 
 NodeFn = Callable[..., Any]
 """A node: a function (sync or async) or a `ToolNode`."""
-Condition = Callable[..., Hashable]
+Condition = Callable[..., Any]
+"""A condition on the state: it names the next node, several, or `Send`s (a list)."""
 
 
 @dataclass(frozen=True)
@@ -66,13 +68,18 @@ class ConditionalEdge:
         """The nodes it can lead to, or None when any node could be named."""
         return None if self.path_map is None else set(self.path_map.values())
 
+    def resolve_all(self, answer: Any, source: str) -> list[str | Send]:
+        """The nodes (and `Send`s) an answer names: one answer, or a list of them."""
+        answers = answer if isinstance(answer, list | tuple) else [answer]
+        return [a if isinstance(a, Send) else self.resolve(a, source) for a in answers]
+
     def resolve(self, answer: Hashable, source: str) -> str:
         """The node an answer of the condition names."""
         if self.path_map is None:
             if not isinstance(answer, str):
                 raise GraphError(
                     f"the condition after {source!r} returned {answer!r}; without a path_map "
-                    "it must return a node name"
+                    "it must return a node name, a list of them, or Send(node, arg)s"
                 )
             return answer
         if answer not in self.path_map:
@@ -97,6 +104,10 @@ class StateGraph(Generic[S]):
     """Where a node routing by `Command(goto=...)` declared it may go."""
     unread_annotations: dict[str, str] = field(default_factory=dict)
     """Nodes whose `Command[...]` return annotation could not be resolved, and why."""
+    fanout: dict[str, list[str]] = field(default_factory=dict)
+    """A node's further edges beyond its first (`edges`): all run in the next step."""
+    joins: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Nodes that run once each of several others has run (`add_edge([a, b], node)`)."""
 
     def __post_init__(self) -> None:
         check_state_class(self.state_cls)
@@ -138,11 +149,27 @@ class StateGraph(Generic[S]):
             self.unread_annotations[name] = unread
         return self
 
-    def add_edge(self, source: str, target: str) -> StateGraph[S]:
-        """After `source`, always go to `target`."""
-        if source in self.edges or source in self.branches:
-            raise GraphError(f"node {source!r} already has an outgoing edge")
-        self.edges[source] = target
+    def add_edge(self, source: str | Sequence[str], target: str) -> StateGraph[S]:
+        """After `source`, always go to `target`; a second edge from `source` fans out (both
+        targets run in the next step, concurrently). With a list of sources, `target` runs
+        once every one of them has run (a join)."""
+        if not isinstance(source, str):
+            sources = tuple(dict.fromkeys(source))
+            if not sources or not all(isinstance(n, str) for n in sources):
+                raise GraphError(f"add_edge({source!r}, {target!r}) needs node names to join")
+            if target in self.joins:
+                raise GraphError(
+                    f"node {target!r} already waits for {list(self.joins[target])}: give one "
+                    "add_edge([...], target) with every node it waits for"
+                )
+            self.joins[target] = sources
+            return self
+        if source not in self.edges:
+            self.edges[source] = target
+        elif target == self.edges[source] or target in self.fanout.get(source, ()):
+            raise GraphError(f"there is already an edge from {source!r} to {target!r}")
+        else:
+            self.fanout.setdefault(source, []).append(target)
         return self
 
     def set_entry_point(self, node: str) -> StateGraph[S]:
@@ -153,14 +180,21 @@ class StateGraph(Generic[S]):
         self,
         source: str,
         condition: Condition,
-        path_map: Mapping[Hashable, str] | None = None,
+        path_map: Mapping[Hashable, str] | Sequence[str] | None = None,
     ) -> StateGraph[S]:
-        """After `source`, go where `condition(state)` says (through `path_map` if given)."""
-        if source in self.edges or source in self.branches:
-            raise GraphError(f"node {source!r} already has an outgoing edge")
+        """After `source`, go where `condition(state)` says (through `path_map` if given): a
+        node, a list of nodes, or `Send(node, arg)`s, all run in the next step. A list as
+        `path_map` names the nodes the condition may return."""
+        if source in self.branches:
+            raise GraphError(f"node {source!r} already has a conditional edge")
         if not callable(condition):
             raise GraphError(f"the condition after {source!r} must be callable")
-        self.branches[source] = ConditionalEdge(condition, dict(path_map) if path_map else None)
+        mapping: dict[Hashable, str] | None = None
+        if isinstance(path_map, Mapping):
+            mapping = dict(path_map)
+        elif path_map:
+            mapping = {name: name for name in path_map}
+        self.branches[source] = ConditionalEdge(condition, mapping or None)
         return self
 
     def register(self, name: str, value: Any) -> StateGraph[S]:
@@ -179,19 +213,26 @@ class StateGraph(Generic[S]):
 
     def _edge_targets(self, source: str) -> set[str]:
         """Where the edges (not the declared destinations) of `source` lead."""
+        found = {t for t, sources in self.joins.items() if source in sources}
         if source in self.edges:
-            return {self.edges[source]}
+            found |= {self.edges[source], *self.fanout.get(source, ())}
         if source in self.branches:
-            return self.branches[source].targets() or set()
-        return set()
+            found |= self.branches[source].targets() or set()
+        return found
 
     def check(self, injected: Collection[str] = ()) -> None:
         """Refuse a graph that could never run to END, naming what is wrong; `injected`
         names the parameters compile hands the nodes beside state, config and the
         registered dependencies (`store`, with a long-term store)."""
-        if START not in self.edges:
+        if START not in self.edges and START not in self.branches:
             raise GraphError("the graph has no entry point: call set_entry_point(node)")
         known = set(self.nodes) | {END}
+        for target, sources in self.joins.items():
+            for name in (target, *sources):
+                if name not in self.nodes:
+                    raise GraphError(
+                        f"add_edge({list(sources)}, {target!r}) names {name!r}, no node"
+                    )
         for source in [*self.edges, *self.branches]:
             if source != START and source not in self.nodes:
                 raise GraphError(f"an edge leaves {source!r}, which is not a node of the graph")
@@ -209,10 +250,9 @@ class StateGraph(Generic[S]):
             if not is_tool_node(fn):
                 _check_parameters(name, fn, [*self.dependencies, *injected])  # type: ignore[arg-type]
         for name in self.nodes:
-            if (
-                name not in self.edges
-                and name not in self.branches
-                and not self.destinations.get(name)
+            joined = any(name in sources for sources in self.joins.values())
+            if not (name in self.edges or name in self.branches or joined) and not (
+                self.destinations.get(name)
             ):
                 raise GraphError(self._no_way_out(name))
         reaches_end = self._reaching_end()

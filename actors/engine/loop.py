@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
 from agentlog.actors.engine.actor import ActorStoppedError
 from agentlog.actors.engine.callbacks import (
@@ -31,13 +30,13 @@ from agentlog.actors.engine.errors import (
     GraphError,
     GraphInterrupt,
     NodeError,
-    NodeReportedError,
     NodeTimeoutError,
     RecursionLimitError,
     ThreadBusyError,
 )
 from agentlog.actors.engine.guard import Guard
 from agentlog.actors.engine.nodes import NodeActor, RunNode, output_events, resume_values
+from agentlog.actors.engine.plan import planned_tasks, requested
 from agentlog.actors.engine.redact import redact
 from agentlog.actors.engine.run import (
     ABANDONED_BY_CALLER,
@@ -50,6 +49,7 @@ from agentlog.actors.engine.run import (
 )
 from agentlog.actors.engine.steps import SNAPSHOT_AT_REST, open_run
 from agentlog.actors.engine.stream import END_OF_STREAM, RunStream
+from agentlog.actors.engine.superstep import run_superstep
 from agentlog.actors.engine.view import node_view
 from agentlog.actors.tools.node import is_tool_node, pending_calls
 from agentlog.events import (
@@ -75,11 +75,8 @@ from agentlog.projections import (
     open_calls,
     to_builtins,
 )
-from agentlog.projections.fold import (
-    ENTERED_KEY,
-    RESUME_KEY,
-    before_first_run,
-)
+from agentlog.projections.fold import before_first_run
+from agentlog.projections.keys import ENTERED_KEY, RESUME_KEY
 from agentlog.projections.messages import monotonic
 
 
@@ -276,9 +273,14 @@ class RunLoop(Run[S]):
                 await self.complete()
                 return
             entered = meta.internal_data.get(ENTERED_KEY)
-            passed = node == self.skip_interrupt_before or (entered and entered["node"] == node)
-            if node in self.engine.interrupt_before and not passed:
-                event = InterruptRaised(node=node, reason="interrupt_before", when="before")
+            tasks = planned_tasks(meta)
+            nodes = [node] if tasks is None else [t.node for t in tasks]
+            passed = self.skip_interrupt_before in nodes or (
+                entered and (tasks is not None or entered["node"] == node)
+            )
+            waits = next((n for n in nodes if n in self.engine.interrupt_before), None)
+            if waits is not None and not passed:
+                event = InterruptRaised(node=waits, reason="interrupt_before", when="before")
                 await self.commits.commit([event], actor="runtime")
                 return
             self.skip_interrupt_before = None
@@ -301,11 +303,12 @@ class RunLoop(Run[S]):
                     actor="runtime",
                 )
                 raise RecursionLimitError(message)
-            if node not in self.engine.graph.nodes:
-                raise GraphError(
-                    f"thread {self.thread_id!r} is at node {node!r}, not in this graph"
-                )
-            await self.step(node)
+            for name in nodes:
+                if name not in self.engine.graph.nodes:
+                    raise GraphError(
+                        f"thread {self.thread_id!r} is at node {name!r}, not in this graph"
+                    )
+            await (self.step(node) if tasks is None else run_superstep(self, tasks))
             self.taken += 1
             meta = self.fold.state.execution_meta
             if meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED:
@@ -425,7 +428,7 @@ class RunLoop(Run[S]):
                 waiting={c.id for c in pending_calls(self.fold.state)},
                 append=is_tool_node(self.engine.graph.nodes[node]),
             )
-            goto, pause, ending = _requested(node, requests, goto)
+            goto, pause, ending = requested(node, requests, goto)
             events = await self.passed_calls(node, events) + events
             if context.recorded:
                 events = [*context.recorded, *events]
@@ -436,21 +439,27 @@ class RunLoop(Run[S]):
         except (ThreadBusyError, asyncio.CancelledError, NodeTimeoutError):
             raise
         except Exception as exc:
-            self.fold = await self.engine.load(self.thread_id)
-            if self.fold.state.execution_meta.status == ExecutionStatus.ERROR:
-                raise  # a failure already recorded (a lifecycle hook raised after it)
-            failed = RunFailed(
-                node=node,
-                error_type=type(exc).__name__,
-                message=redact(str(exc)),
-                duration_ms=self.elapsed_ms(),
-            )
-            # the model calls it made are facts; its writes and outcomes go with its retry
-            facts = [e for e in context.recorded if isinstance(e, ModelCalled)]
-            await self.commits.commit([*facts, failed], actor="runtime")
-            if isinstance(exc, GraphError | HookError):
-                raise  # the graph's wiring or a hook is at fault, and the error says which
-            raise NodeError(node, exc) from exc
+            await self.fail_step(node, exc, context.recorded)
+
+    async def fail_step(self, node: str, exc: BaseException, recorded: list[Event]) -> NoReturn:
+        """Record that the step of `node` failed with `exc`, and raise what the caller hears."""
+        if isinstance(exc, ThreadBusyError | asyncio.CancelledError | NodeTimeoutError):
+            raise exc
+        self.fold = await self.engine.load(self.thread_id)
+        if self.fold.state.execution_meta.status == ExecutionStatus.ERROR:
+            raise exc  # a failure already recorded (a lifecycle hook raised after it)
+        failed = RunFailed(
+            node=node,
+            error_type=type(exc).__name__,
+            message=redact(str(exc)),
+            duration_ms=self.elapsed_ms(),
+        )
+        # the model calls it made are facts; its writes and outcomes go with its retry
+        facts = [e for e in recorded if isinstance(e, ModelCalled)]
+        await self.commits.commit([*facts, failed], actor="runtime")
+        if isinstance(exc, GraphError | HookError) or not isinstance(exc, Exception):
+            raise exc  # the graph's wiring or a hook is at fault, and the error says which
+        raise NodeError(node, exc) from exc
 
     async def passed_calls(self, node: str, events: list[Event]) -> list[Event]:
         """The answers of the open tool calls a node's output goes on past: a message it adds
@@ -538,31 +547,6 @@ class RunLoop(Run[S]):
             )
             self.actors[node] = actor.start()
         return actor
-
-
-def _requested(
-    node: str, requests: Sequence[tuple[str, tuple[Any, ...]]], goto: str | None
-) -> tuple[str | None, InterruptRaised | None, bool]:
-    """What a node asked of the run through its state's methods: failing, a pause, the end."""
-    pause: InterruptRaised | None = None
-    ending = False
-    for method, args in requests:
-        if method == "error":
-            raise NodeReportedError(str(args[0]))
-        if method == "complete":
-            if goto is not None and goto != END:
-                raise GraphError(
-                    f"node {node!r} called state.complete() and returned Command(goto="
-                    f"{goto!r}): do one or the other"
-                )
-            ending = True
-        elif method == "set_interrupt":
-            at, reason, status, data = args
-            after = status == ExecutionStatus.INTERRUPTED_AFTER
-            pause = InterruptRaised(
-                node=at, reason=reason, when="after" if after else "before", data=to_builtins(data)
-            )
-    return goto, pause, ending
 
 
 _AT_REST = (ExecutionStatus.COMPLETED, ExecutionStatus.ERROR, ExecutionStatus.CANCELLED)

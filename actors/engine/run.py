@@ -33,7 +33,6 @@ from agentlog.events.claims import DEFAULT_LEASE
 from agentlog.events.kinds import Event
 from agentlog.events.store import brief, check_thread_id
 from agentlog.projections import (
-    END,
     AgentState,
     BaseContextManager,
     Fold,
@@ -49,7 +48,6 @@ if TYPE_CHECKING:
 from agentlog.actors.engine.nodes import NodeActor
 from agentlog.actors.engine.offload import InFlight
 from agentlog.actors.engine.stream import RunStream
-from agentlog.actors.engine.view import node_view
 
 S = TypeVar("S", bound=AgentState)
 T = TypeVar("T")
@@ -218,18 +216,6 @@ class Engine(Generic[S]):
         if await self.store.last_seq(thread_id) == 0:
             return Fold.new(self.graph.state_cls)
         return await fold_at(self.store, thread_id, state_cls=self.graph.state_cls)
-
-    def route(self, node: str, state: S) -> str:
-        """Where the run goes after `node`, from `state`: its edge, or its branch's choice."""
-        if node in self.graph.edges:
-            return self.graph.edges[node]
-        branch = self.graph.branches.get(node)
-        if branch is None:
-            return END
-        target = branch.resolve(branch.condition(node_view(state)), node)
-        if target != END and target not in self.graph.nodes:
-            raise GraphError(f"the condition after {node!r} chose {target!r}, which is no node")
-        return target
 
     async def lifecycle(self, records: Sequence[EventRecord]) -> None:
         """Call the lifecycle hook of each committed record that has one, in order."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from agentlog.actors.engine.command import Command
 from agentlog.actors.engine.errors import (
     GraphError,
@@ -21,6 +23,7 @@ from agentlog.events import (
     MessageAppended,
     Resumed,
     RunStarted,
+    TasksPlanned,
     ThreadNotFoundError,
 )
 from agentlog.events.kinds import ContextSummarized, Event, StateUpdated
@@ -36,12 +39,9 @@ from agentlog.projections import (
     open_calls,
     to_builtins,
 )
-from agentlog.projections.fold import (
-    AWAITING_KEY,
-    before_first_run,
-    decide,
-)
+from agentlog.projections.fold import before_first_run, decide
 from agentlog.projections.generic import state_fields
+from agentlog.projections.keys import AWAITING_KEY
 from agentlog.projections.messages import new_run_id, normalize_input
 
 if TYPE_CHECKING:
@@ -50,7 +50,8 @@ if TYPE_CHECKING:
 from agentlog.actors.engine.callbacks import call_hook
 from agentlog.actors.engine.ending import answered_ids, closing_events, goes_past
 from agentlog.actors.engine.nodes import output_events
-from agentlog.actors.engine.run import Engine, S, _recursion_limit
+from agentlog.actors.engine.plan import plan
+from agentlog.actors.engine.run import Engine, S, _recursion_limit, scratch_records
 
 TRIGGER_KEY = "trigger_id"
 """The config key by which an agent runtime names the trigger a call carries out."""
@@ -225,7 +226,34 @@ async def open_run(run: RunLoop[S], input: Any) -> list[Event]:
     events.extend(inputs)
     if not run.run_id:
         run.run_id = _run_id(config)
+    if _fans_out_at_start(engine.graph) and "entry_node" not in config:
+        events = _entry_planned(engine.graph, fold, events)
     return events
+
+
+def _fans_out_at_start(graph: StateGraph[Any]) -> bool:
+    """Whether a run's first step may be other than the one node of `add_edge(START, node)`."""
+    return START in graph.fanout or START in graph.branches
+
+
+def _entry_planned(graph: StateGraph[Any], fold: Fold[Any], events: list[Event]) -> list[Event]:
+    """The opening `events` of a run whose first step fans out or is chosen by a condition on
+    its input: its `run_started` names the first task, and a `tasks_planned` after the input
+    records them all (the condition sees the state the input leaves)."""
+    index = next((i for i, e in enumerate(events) if isinstance(e, RunStarted)), None)
+    if index is None:
+        return events
+    scratch = Fold(fold.state)
+    scratch.apply_decided(scratch_records(fold.state.execution_meta.thread_id, events, fold.seq))
+    tasks, joins, recorded = plan(graph, [(START, None)], scratch.state)
+    if not tasks:
+        raise GraphError("the graph's entry chose END: a run must start at a node")
+    opened = [*events]
+    opened[index] = msgspec.structs.replace(events[index], entry_node=tasks[0].node)
+    if recorded:
+        step = scratch.state.execution_meta.step + 1
+        opened.append(TasksPlanned(step=step, tasks=[t.record() for t in tasks], joins=joins))
+    return opened
 
 
 def check_resume_value(
@@ -271,7 +299,7 @@ def _entry_node(graph: StateGraph[Any], config: Mapping[str, Any]) -> str:
     (`entry_node`, as an agent runtime's entry point asks)."""
     node = config.get("entry_node")
     if node is None:
-        return str(graph.edges[START])
+        return str(graph.edges.get(START, START))  # a condition at START: `_entry_planned`
     if node not in graph.nodes:
         known = ", ".join(sorted(graph.nodes))
         raise GraphError(f"entry_node {node!r} is not a node of the graph (nodes: {known})")

@@ -24,7 +24,7 @@ from agentlog.actors.langgraph.types import (
 )
 from agentlog.events import ThreadNotFoundError
 from agentlog.projections import END, AgentState
-from agentlog.projections.fold import RESUME_KEY
+from agentlog.projections.keys import RESUME_KEY
 from agentlog.projections.present import next_nodes
 
 T = TypeVar("T")

@@ -47,7 +47,10 @@ class Shapes:
     def values(self, state: AgentState) -> dict[str, Any]:
         return self.schema.values(state, self.messages_out)
 
-    def node_input(self, state: AgentState) -> Any:
+    def node_input(self, state: Any) -> Any:
+        """The state in the schema's shape; a `Send`'s argument is handed over as it is."""
+        if not isinstance(state, AgentState):
+            return state
         return self.schema.node_input(self.values(state))
 
     def update(self, output: Any) -> Any:

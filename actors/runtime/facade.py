@@ -22,7 +22,8 @@ from agentlog.events.errors import StoreClosedError
 from agentlog.events.follow import commit_signal, follow
 from agentlog.events.kinds import Event, ThreadCreated, ThreadHidden
 from agentlog.projections import AgentState
-from agentlog.projections.fold import CREATED_KEY, Fold
+from agentlog.projections.fold import Fold
+from agentlog.projections.keys import CREATED_KEY
 from agentlog.projections.timetravel import StepEntry
 
 if TYPE_CHECKING:
