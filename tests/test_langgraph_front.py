@@ -237,3 +237,17 @@ def test_values_read_from_the_log_equal_the_live_result(adds: list[int], words: 
     live = graph.invoke({"items": [len(w) for w in words]}, config)
     assert graph.get_state(config).values == live
     assert live["items"] == [len(w) for w in words] + adds
+
+
+def test_options_this_front_does_not_carry_out_are_refused_not_ignored() -> None:
+    from agentlog.actors.langgraph import UnsupportedOptionError
+
+    graph = reviewed()
+    config = {"configurable": {"thread_id": "opts"}}
+    with pytest.raises(UnsupportedOptionError, match="print_mode"):
+        graph.invoke({"topic": "a"}, config, print_mode="updates")
+    with pytest.raises(UnsupportedOptionError, match="stream"):
+        graph.invoke({"topic": "a"}, config, stream_mode="updates")
+    with pytest.raises(UnsupportedOptionError, match="defer"):
+        StateGraph(Notes).add_node("plan", plan, defer=True)
+    assert graph.get_state(config).values == {"messages": [], "notes": []}  # nothing written

@@ -2,7 +2,7 @@
 compiled graph that answers in LangGraph's shapes (`agentlog.langgraph` re-exports it with
 every other name a port needs)."""
 
-from agentlog.actors.langgraph.compiled import CompiledStateGraph
+from agentlog.actors.langgraph.compiled import CompiledStateGraph, UnsupportedOptionError
 from agentlog.actors.langgraph.graph import StateGraph
 from agentlog.actors.langgraph.schema import SchemaError
 from agentlog.actors.langgraph.types import (
@@ -21,5 +21,6 @@ __all__ = [
     "SchemaError",
     "StateGraph",
     "StateSnapshot",
+    "UnsupportedOptionError",
     "interrupt",
 ]

@@ -81,7 +81,9 @@ class CompiledStateGraph:
     ) -> dict[str, Any]:
         """Run (or resume) the thread until it ends or pauses; the state's values, with
         `__interrupt__` when a node paused it."""
-        _refuse_options(options, ("stream_mode", "durability", "output_keys", "print_mode"))
+        if options.pop("stream_mode", "values") != "values":
+            raise UnsupportedOptionError("invoke returns the values: use stream() for other modes")
+        refuse_options("invoke", options)
         config = self._config(config, context)
         result, _ = await self.graph_engine.ainvoke_to(await self._input(input, config), config)
         state: AgentState = result["state"]
@@ -109,7 +111,7 @@ class CompiledStateGraph:
     ) -> AsyncIterator[Any]:
         """Stream a run in LangGraph's modes (`updates` unless told), its values shaped as
         this graph's schema says."""
-        _refuse_options(options, ("durability", "output_keys", "print_mode"))
+        refuse_options("stream", options)
         config = self._config(config, context)
         parts = self.graph_engine.astream(
             await self._input(input, config),
@@ -283,11 +285,18 @@ def _config_at(thread_id: str, seq: int) -> dict[str, Any]:
     }
 
 
-def _refuse_options(options: Mapping[str, Any], known: tuple[str, ...]) -> None:
-    unknown = sorted(set(options) - set(known))
+class UnsupportedOptionError(GraphError, TypeError):
+    """A LangGraph option this front does not have (yet): refused, never ignored."""
+
+
+def refuse_options(call: str, options: Mapping[str, Any], ignored: Sequence[str] = ()) -> None:
+    """Refuse the options of `call` this front does not carry out (`ignored` ones change
+    nothing a program sees, and pass)."""
+    unknown = sorted(set(options) - set(ignored))
     if unknown:
-        raise GraphError(
-            f"this call does not take {', '.join(unknown)}; it takes {', '.join(known)}"
+        raise UnsupportedOptionError(
+            f"{call} got {', '.join(unknown)}, which agentlog.langgraph does not carry out; "
+            "leave it out (docs/langgraph.md lists what differs from LangGraph)"
         )
 
 

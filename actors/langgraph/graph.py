@@ -13,7 +13,7 @@ from typing import Any
 from agentlog.actors.engine.errors import GraphError
 from agentlog.actors.engine.graph import StateGraph as Builder
 from agentlog.actors.engine.graph import command_destinations
-from agentlog.actors.langgraph.compiled import CompiledStateGraph
+from agentlog.actors.langgraph.compiled import CompiledStateGraph, refuse_options
 from agentlog.actors.langgraph.nodes import Shapes, wrap_node, wrap_router
 from agentlog.actors.langgraph.schema import schema_of
 from agentlog.actors.tools.node import is_tool_node
@@ -148,13 +148,7 @@ class StateGraph:
 
 
 def _refuse_unsupported(name: str, options: Mapping[str, Any]) -> None:
-    known = {"metadata", "input_schema", "defer"}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise GraphError(
-            f"add_node({name!r}) got {', '.join(unknown)}, which this graph does not take; "
-            f"it takes destinations= (and ignores {', '.join(sorted(known))})"
-        )
+    refuse_options(f"add_node({name!r})", options, ignored=("metadata",))
 
 
 def _messages_out() -> Callable[[list[Message]], Any]:
