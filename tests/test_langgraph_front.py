@@ -27,6 +27,7 @@ from agentlog.langgraph import (
     interrupt,
 )
 from agentlog.projections import Message
+from agentlog.projections.errors import InvalidStateUpdateError
 
 
 class Notes(TypedDict):
@@ -217,6 +218,10 @@ def test_bad_schemas_and_nodes_are_refused_with_the_fix() -> None:
 
     with pytest.raises(GraphError, match="'db'"):
         StateGraph(Notes).add_node("n", needs)
+    with pytest.raises(GraphError, match="dict of the state's keys"):
+        reviewed().invoke("hi", {"configurable": {"thread_id": "bad"}})
+    with pytest.raises(InvalidStateUpdateError, match="no field 'tpoic'"):
+        reviewed().invoke({"tpoic": "typo"}, {"configurable": {"thread_id": "bad"}})
     with pytest.raises(GraphError, match="checkpointer="):
         StateGraph(Notes).compile(checkpointer=object())
 

@@ -219,6 +219,16 @@ class CompiledStateGraph:
             return self.shapes.update(input)
         if input is None:
             return None
+        if isinstance(input, str | bytes) or not (
+            isinstance(input, Mapping)
+            or hasattr(input, "__dataclass_fields__")
+            or hasattr(type(input), "model_fields")
+        ):
+            raise GraphError(
+                f"the input must be a dict of the state's keys (or a Command, or None to go "
+                f"on), got {type(input).__name__} {input!r:.60}; to send a message, write "
+                "{'messages': [('user', 'text')]}"
+            )
         return self.shapes.update(input)
 
     async def _resume_by_id(self, command: Command[Any], config: Mapping[str, Any]) -> Command[Any]:
