@@ -11,11 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import weakref
 from collections.abc import (
     Awaitable,
     Callable,
-    Coroutine,
     Mapping,
     Sequence,
 )
@@ -23,7 +21,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Self
 
 from agentlog.actors.engine.errors import (
-    BlockingCallError,
     GraphError,
     ThreadStillBusyError,
 )
@@ -63,7 +60,7 @@ from agentlog.actors.engine.edits import as_node_edit, check_order
 from agentlog.actors.engine.ending import closing_events
 from agentlog.actors.engine.loop import RunLoop
 from agentlog.actors.engine.offload import InFlight
-from agentlog.actors.engine.portal import Portal
+from agentlog.actors.engine.portal import BlockingCalls, Portal
 from agentlog.actors.engine.results import ResponseGranularity, granularity, run_result
 from agentlog.actors.engine.run import (
     Engine,
@@ -78,11 +75,14 @@ from agentlog.actors.engine.stream import RunStream
 from agentlog.actors.engine.streaming import Streaming
 
 
-class CompiledGraph(Streaming, Generic[S]):
+class CompiledGraph(BlockingCalls, Streaming, Generic[S]):
     """Run, stream, stop, resume and inspect threads of a graph, on an event store.
 
     The public face of the engine it holds (`engine`: the graph, its store, its settings);
     each call's run is a `RunLoop` of its own, every write goes through the commit path."""
+
+    BLOCKING_WHAT = "graph"
+    ASYNC_FORMS = "ainvoke, astream, aget_state, astop"
 
     def __init__(self, engine: Engine[S]) -> None:
         """Built by `StateGraph.compile`, which checks the graph and its settings."""
@@ -469,9 +469,7 @@ class CompiledGraph(Streaming, Generic[S]):
         if left:
             _log.warning("closing graph: waiting for %s to return", _describe(left))
             await asyncio.gather(*(work.done() for work in left))
-        portal, self._portal = self._portal, None
-        if portal is not None:
-            await asyncio.to_thread(portal.close)
+        await asyncio.to_thread(self._close_portal)
 
     async def __aenter__(self) -> Self:
         return self
@@ -484,29 +482,10 @@ class CompiledGraph(Streaming, Generic[S]):
     ) -> None:
         await self.aclose()
 
-    def _blocking(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return self._get_portal().call(coro)
-        coro.close()
-        raise BlockingCallError(
-            "the blocking graph methods cannot run inside an event loop: await the a-prefixed "
-            "form (ainvoke, astream, aget_state, astop) instead"
-        )
-
-    def _get_portal(self) -> Portal:
-        if self._portal is None:
-            self._portal = Portal()
-            weakref.finalize(self, self._portal.close)
-        return self._portal
-
     def close(self) -> None:
         """Blocking `aclose`: stop the private event loop of the blocking methods, if they
         started one, once the `def` work the graph's runs left running has returned."""
-        if self._portal is not None:
-            self._portal.close()  # first: a run cut short by it leaves its work here
-            self._portal = None
+        self._close_portal()  # first: a run cut short by it leaves its work here
         left = list(self.engine.left)
         if left:
             _log.warning("closing graph: waiting for %s to return", _describe(left))

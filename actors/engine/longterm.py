@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
@@ -41,8 +40,7 @@ import msgspec
 
 from agentlog.actors.engine.commit import commit
 from agentlog.actors.engine.context import NodeContext, _current, current_context
-from agentlog.actors.engine.errors import BlockingCallError
-from agentlog.actors.engine.portal import Portal
+from agentlog.actors.engine.portal import BlockingCalls, Portal
 from agentlog.actors.engine.threads import STORE_THREAD
 from agentlog.events import EventRecord, EventStore, MemoryEventStore
 from agentlog.events.codec import UnstorableValueError
@@ -176,7 +174,7 @@ class BaseStore(ABC):
         )
 
 
-class LogStore(BaseStore):
+class LogStore(BlockingCalls, BaseStore):
     """A long-term store kept on thread `thread` of `event_store` (see the module notes).
 
     Reads answer from an index folded from the thread (`index`), first caught up with the
@@ -184,6 +182,9 @@ class LogStore(BaseStore):
     its head has not moved). `clock` tells expired items (`put(..., ttl=minutes)`) from live
     ones: an item expires `ttl` minutes after the commit of its put; its records stay.
     """
+
+    BLOCKING_WHAT = "store"
+    ASYNC_FORMS = "aput, aget, asearch, adelete, alist_namespaces"
 
     def __init__(
         self,
@@ -346,30 +347,10 @@ class LogStore(BaseStore):
 
     # ---- blocking calls ---------------------------------------------------------------------
 
-    def _blocking(self, coro: Coroutine[Any, Any, T]) -> T:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            result: T = self._get_portal().call(coro)
-            return result
-        coro.close()
-        raise BlockingCallError(
-            "the blocking store methods cannot run inside an event loop: await the a-prefixed "
-            "form (aput, aget, asearch, adelete, alist_namespaces) instead"
-        )
-
-    def _get_portal(self) -> Portal:
-        if self._portal is None:
-            self._portal = Portal()
-            weakref.finalize(self, self._portal.close)
-        return self._portal
-
     def close(self) -> None:
         """Stop the private event loop of the blocking methods, if they started one (the
         event store stays open: it is its owner's to close)."""
-        if self._portal is not None:
-            self._portal.close()
-            self._portal = None
+        self._close_portal()
 
     async def aclose(self) -> None:
         """`close`, awaited off the event loop."""

@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import weakref
 from collections.abc import AsyncGenerator, Coroutine, Iterator
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
+
+from agentlog.actors.engine.errors import BlockingCallError
 
 T = TypeVar("T")
 
@@ -82,3 +85,39 @@ async def _settle() -> None:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     await asyncio.get_running_loop().shutdown_asyncgens()
+
+
+class BlockingCalls:
+    """The blocking twins of an object's async methods: each runs its coroutine on a private
+    portal started on first use, and refuses to run inside an event loop (where it would
+    block that loop), naming the a-prefixed forms to await instead."""
+
+    BLOCKING_WHAT: ClassVar[str] = "blocking"
+    """What the methods belong to, for the refusal ("graph", "store")."""
+    ASYNC_FORMS: ClassVar[str] = ""
+    """The a-prefixed forms to await instead, for the refusal."""
+    _portal: Portal | None = None
+
+    def _blocking(self, coro: Coroutine[Any, Any, T]) -> T:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            result: T = self._get_portal().call(coro)
+            return result
+        coro.close()
+        raise BlockingCallError(
+            f"the blocking {self.BLOCKING_WHAT} methods cannot run inside an event loop: "
+            f"await the a-prefixed form ({self.ASYNC_FORMS}) instead"
+        )
+
+    def _get_portal(self) -> Portal:
+        if self._portal is None:
+            self._portal = Portal()
+            weakref.finalize(self, self._portal.close)
+        return self._portal
+
+    def _close_portal(self) -> None:
+        """Stop the private event loop, if the blocking methods started one."""
+        portal, self._portal = self._portal, None
+        if portal is not None:
+            portal.close()
