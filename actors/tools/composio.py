@@ -26,11 +26,10 @@ from typing import Any
 
 from agentlog.actors.engine.context import NodeContext
 from agentlog.actors.engine.errors import GraphError
+from agentlog.actors.tools.described import SchemaTool, schema_validator
 from agentlog.actors.tools.langchain import langchain_tool_of
-from agentlog.actors.tools.mcp import check_arguments, schema_validator
 from agentlog.actors.tools.node import ToolLike
 from agentlog.events.errors import AgentlogError
-from agentlog.projections import AgentState
 
 __all__ = ["ComposioTool", "ComposioToolError", "composio_tools"]
 
@@ -40,7 +39,7 @@ class ComposioToolError(AgentlogError, RuntimeError):
 
 
 @dataclass(frozen=True)
-class ComposioTool:
+class ComposioTool(SchemaTool):
     """One Composio tool, as a `ToolNode` runs it (a `ToolLike`)."""
 
     name: str
@@ -49,18 +48,6 @@ class ComposioTool:
     client: Any = field(repr=False, compare=False)
     user_id: str | None = None
     validator: Any = field(default=None, repr=False, compare=False)
-
-    def schema(self) -> dict[str, Any]:
-        """The OpenAI function-tool form, as Composio gave it."""
-        function = {"name": self.name, "description": self.description}
-        return {"type": "function", "function": {**function, "parameters": self.parameters}}
-
-    def bind(
-        self, args: dict[str, Any], state: AgentState, context: NodeContext, call_id: str = ""
-    ) -> tuple[list[Any], dict[str, Any]]:
-        """The call's arguments, checked against the tool's schema (Composio checks too)."""
-        check_arguments(self.name, self.validator, args)
-        return [], dict(args)
 
     async def call(
         self, pos: list[Any], kw: dict[str, Any], context: NodeContext, call_id: str = ""

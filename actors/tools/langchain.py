@@ -20,7 +20,7 @@ from typing import Any
 
 from agentlog.actors.engine.context import NodeContext
 from agentlog.actors.engine.errors import GraphError
-from agentlog.actors.tools.mcp import check_arguments, schema_validator
+from agentlog.actors.tools.described import SchemaTool, check_arguments, schema_validator
 from agentlog.events.errors import AgentlogError
 from agentlog.projections import AgentState, Message
 from agentlog.projections.langchain import from_langchain, to_langchain_messages
@@ -42,7 +42,7 @@ def is_langchain_tool(value: object) -> bool:
 
 
 @dataclass(frozen=True)
-class LangChainTool:
+class LangChainTool(SchemaTool):
     """A LangChain `BaseTool` as a `ToolNode` runs it (a `ToolLike`)."""
 
     tool: Any = field(repr=False)
@@ -72,11 +72,6 @@ class LangChainTool:
             parameters=parameters,
             validator=schema_validator(parameters),
         )
-
-    def schema(self) -> dict[str, Any]:
-        """The OpenAI function-tool form of the tool."""
-        function = {"name": self.name, "description": self.description}
-        return {"type": "function", "function": {**function, "parameters": self.parameters}}
 
     def bind(
         self, args: dict[str, Any], state: AgentState, context: NodeContext, call_id: str = ""

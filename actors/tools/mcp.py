@@ -30,9 +30,9 @@ from urllib.parse import parse_qsl, urlsplit
 from agentlog.actors.engine.context import NodeContext
 from agentlog.actors.engine.errors import GraphError
 from agentlog.actors.engine.redact import MASK, Secret, known_secret, names_a_secret, redact
-from agentlog.actors.tools.node import ToolArgumentsError, ToolUnusableError
+from agentlog.actors.tools.described import SchemaTool, schema_validator
+from agentlog.actors.tools.node import ToolUnusableError
 from agentlog.events.errors import AgentlogError
-from agentlog.projections import AgentState
 
 __all__ = [
     "HttpServer",
@@ -469,7 +469,7 @@ def output_of(result: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class McpTool:
+class McpTool(SchemaTool):
     """One tool of an MCP server, as a `ToolNode` runs it (a `ToolLike`).
 
     `name` is what a model calls it (the server's name with the server's `prefix`, made
@@ -479,7 +479,8 @@ class McpTool:
     name: str
     remote_name: str
     description: str
-    input_schema: dict[str, Any]
+    parameters: dict[str, Any]
+    """The server's input schema for the tool."""
     output_schema: dict[str, Any] | None
     session: McpSession = field(repr=False, compare=False)
     validator: Any = field(default=None, repr=False, compare=False)
@@ -500,23 +501,11 @@ class McpTool:
             name=name,
             remote_name=remote,
             description=" ".join((tool.description or "").split()),
-            input_schema=schema,
+            parameters=schema,
             output_schema=tool.output_schema,
             session=session,
             validator=schema_validator(schema),
         )
-
-    def schema(self) -> dict[str, Any]:
-        """The OpenAI function-tool form, with the server's input schema as parameters."""
-        function = {"name": self.name, "description": self.description}
-        return {"type": "function", "function": {**function, "parameters": self.input_schema}}
-
-    def bind(
-        self, args: dict[str, Any], state: AgentState, context: NodeContext, call_id: str = ""
-    ) -> tuple[list[Any], dict[str, Any]]:
-        """The call's arguments, checked against the server's schema (the server checks too)."""
-        check_arguments(self.name, self.validator, args)
-        return [], dict(args)
 
     async def call(
         self, pos: list[Any], kw: dict[str, Any], context: NodeContext, call_id: str = ""
@@ -552,33 +541,6 @@ def is_mcp_setup(value: object) -> bool:
     if isinstance(value, StdioServer | HttpServer):
         return True
     return isinstance(value, contextlib.AbstractAsyncContextManager)
-
-
-def schema_validator(schema: dict[str, Any]) -> Any:
-    """A JSON Schema validator for `schema`, or None when the schema itself is not valid, or
-    jsonschema is not installed (the tool's own side is then left to check the arguments)."""
-    try:
-        import jsonschema  # type: ignore[import-untyped]
-    except ImportError:
-        return None
-    try:
-        cls = jsonschema.validators.validator_for(schema)
-        cls.check_schema(schema)
-    except jsonschema.SchemaError:
-        return None
-    return cls(schema)
-
-
-def check_arguments(name: str, validator: Any, args: dict[str, Any]) -> None:
-    """`ToolArgumentsError` naming each way `args` fails `validator` (None checks nothing)."""
-    if validator is None:
-        return
-    problems = sorted(validator.iter_errors(args), key=lambda e: list(e.path))
-    if problems:
-        said = "; ".join(
-            f"{'.'.join(map(str, p.path)) or '(arguments)'}: {p.message}" for p in problems
-        )
-        raise ToolArgumentsError(f"invalid arguments for {name!r}: {said}")
 
 
 @contextlib.asynccontextmanager
