@@ -111,6 +111,19 @@ def wait_ready(proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
         raise AssertionError(f"the worker did not get ready within {timeout}s: {line!r}\n{err}")
 
 
+def wait_done(proc: subprocess.Popen[str], what: str, timeout: float) -> None:
+    """Wait for a worker that runs a thread to its end: it must print "ready", then "done"."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"{what}: the resumed run hung for {timeout}s\n{out}\n{err}") from None
+    assert proc.returncode == 0 and out.split() == ["ready", "done"], (
+        f"{what}: the resumed run failed (exit {proc.returncode})\n{out}\n{err}"
+    )
+
+
 def agent_with_tools(
     agent: Callable[..., Any],
     tools: Sequence[Callable[..., Any]],

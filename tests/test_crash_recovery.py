@@ -41,7 +41,7 @@ from agentlog.events import (
 from agentlog.projections import Message, replay
 from tests.workers.graph_run import build_graph, call_ids, comparable
 
-from .helpers import normalized, spawn_worker, wait_ready
+from .helpers import normalized, spawn_worker, wait_done, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 THREAD = "crash-thread"
@@ -64,16 +64,7 @@ def spawn(db: Path, effects: Path, mode: str = "run") -> subprocess.Popen[str]:
 
 def finish(db: Path, effects: Path, what: str) -> None:
     """Run (or resume) the thread to its end in a new process; it must say "done"."""
-    proc = spawn(db, effects)
-    try:
-        out, err = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        pytest.fail(f"{what}: the resumed run hung for {TIMEOUT}s\n{out}\n{err}")
-    assert proc.returncode == 0 and out.split() == ["ready", "done"], (
-        f"{what}: the resumed run failed (exit {proc.returncode})\n{out}\n{err}"
-    )
+    wait_done(spawn(db, effects), what, TIMEOUT)
 
 
 @dataclass(frozen=True)

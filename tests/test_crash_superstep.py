@@ -27,7 +27,7 @@ from tests.test_crash_recovery import THREAD, TIMEOUT, Moment, executions, kill_
 from tests.workers.graph_run import comparable
 from tests.workers.superstep_run import CALLS, Report, build_graph
 
-from .helpers import spawn_worker
+from .helpers import spawn_worker, wait_done
 
 pytestmark = pytest.mark.slow
 
@@ -37,16 +37,7 @@ def spawn(db: Path, effects: Path) -> subprocess.Popen[str]:
 
 
 def finish(db: Path, effects: Path, what: str) -> None:
-    proc = spawn(db, effects)
-    try:
-        out, err = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        pytest.fail(f"{what}: the resumed run hung for {TIMEOUT}s\n{out}\n{err}")
-    assert proc.returncode == 0 and out.split() == ["ready", "done"], (
-        f"{what}: the resumed run failed (exit {proc.returncode})\n{out}\n{err}"
-    )
+    wait_done(spawn(db, effects), what, TIMEOUT)
 
 
 @dataclass(frozen=True)
