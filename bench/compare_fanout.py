@@ -25,6 +25,7 @@ FANOUT_RUNS, QUICK_FANOUT_RUNS = (500,), (100,)
 FANOUT_KEYS = [
     "runs_per_s",
     "run_ms",
+    "p90_ms",
     "first10_ms",
     "last10_ms",
     "ratio_last_first",

@@ -175,6 +175,7 @@ def fanout_figures(args: argparse.Namespace, result: fanout.FanoutResult) -> dic
         "seconds": round(result.seconds, 4),
         "runs_per_s": round(len(per) / result.seconds, 1),
         "run_ms": round(statistics.median(per) * 1000, 4),
+        "p90_ms": round(statistics.quantiles(per, n=10)[-1] * 1000, 4) if len(per) > 1 else None,
         "first10_ms": round(first * 1000, 4),
         "last10_ms": round(last * 1000, 4),
         "ratio_last_first": round(last / first, 3) if first else None,

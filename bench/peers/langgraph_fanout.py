@@ -93,6 +93,9 @@ def run_fanout(path: str, runs: int, branches: int, checkpointer: str, durabilit
         "seconds": round(seconds, 4),
         "runs_per_s": round(runs / seconds, 1),
         "run_ms": round(statistics.median(per_run) * 1000, 4),
+        "p90_ms": round(statistics.quantiles(per_run, n=10)[-1] * 1000, 4)
+        if len(per_run) > 1
+        else None,
         "first10_ms": round(first * 1000, 4),
         "last10_ms": round(last10 * 1000, 4),
         "ratio_last_first": round(last10 / first, 3) if first else None,
