@@ -612,7 +612,7 @@ def report(
 
 def report_fanout(cs: list[Contender], fan: dict[str, Any]) -> None:
     """The fan-out tables, on stderr."""
-    labels = [c.label for c in cs]
+    labels = [c.label for c in fanout.columns(cs)]
     for n, table in fan.items():
         same = table["same_result"]
         work = "same" if same["ok"] else f"DIFFERENT: {same}"
@@ -720,7 +720,8 @@ def main() -> None:
     goals = targets(steps["loop"])
     report(cs, steps, conc, fault, same, goals)
     report_fanout(cs, fan)
-    result = {**summary(steps, goals, meta), "fanout": fanout.summary(fan, meta["order"])}
+    fan_order = [c.label for c in fanout.columns(cs)]
+    result = {**summary(steps, goals, meta), "fanout": fanout.summary(fan, fan_order)}
     write("summary", result, {})
     print(json.dumps(result, separators=(",", ":")), flush=True)
 

@@ -34,12 +34,15 @@ for _path in (ROOT, ROOT / "bench"):  # agentlog; bench/peers/ as the package `p
 
 from peers.fanout_spec import (  # noqa: E402
     BRANCHES,
-    digest,
+    build,
     expected,
+    figures,
+    final_of,
     item,
     result_text,
-    right,
     summary_of,
+    thread_of,
+    time_runs,
     topic,
 )
 
@@ -47,7 +50,15 @@ from agentlog import END, START, AgentState, Send, StateGraph  # noqa: E402
 from agentlog.events import BranchEntered, SQLiteEventStore, StepAdvanced  # noqa: E402
 from agentlog.events.kinds import Event  # noqa: E402
 
-__all__ = ["BRANCHES", "FanState", "digest", "expected", "fanout_graph", "right", "run_fanout"]
+__all__ = [
+    "BRANCHES",
+    "FanState",
+    "expected",
+    "fanout_graph",
+    "figures",
+    "run_fanout",
+    "run_ported",
+]
 
 
 class FanState(AgentState):
@@ -150,12 +161,12 @@ async def run_fanout(
         for k in range(runs):
             began = time.perf_counter()
             out = await compiled.ainvoke(
-                {"topic": topic(k)}, {"thread_id": f"fan-{k}"}, include_state=True
+                {"topic": topic(k)}, {"thread_id": thread_of(k)}, include_state=True
             )
             per_run.append(time.perf_counter() - began)
             states.append(out["state"])
         seconds = time.perf_counter() - start
-        last = await compiled.aget_state({"thread_id": f"fan-{runs - 1}"})
+        last = await compiled.aget_state({"thread_id": thread_of(runs - 1)})
     return FanoutResult(
         seconds=seconds,
         per_run=per_run,
@@ -163,4 +174,22 @@ async def run_fanout(
         stored_last={"results": last.results, "summary": last.summary},
         steps_per_run=states[-1].execution_meta.step if states else 0,
         appends=appends,
+    )
+
+
+def run_ported(path: str | Path, runs: int, *, branches: int = BRANCHES) -> FanoutResult:
+    """The LangGraph columns' very graph (`fanout_spec.build`) from `agentlog.langgraph`,
+    run as the LangGraph driver runs it: sync `invoke` per run, the persistence line
+    `compile(checkpointer=SQLiteEventStore(path))` (the store opened on first use)."""
+    import agentlog.langgraph as api  # a port's one import
+
+    graph = build(api, branches).compile(checkpointer=SQLiteEventStore(path))
+    seconds, per_run, finals = time_runs(graph.invoke, runs)
+    last = graph.get_state({"configurable": {"thread_id": thread_of(runs - 1)}})
+    return FanoutResult(
+        seconds=seconds,
+        per_run=per_run,
+        finals=finals,
+        stored_last=final_of(last.values),
+        steps_per_run=3,  # plan, the branches, join (the front's values carry no step)
     )

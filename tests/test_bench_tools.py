@@ -21,6 +21,7 @@ import _common as common  # noqa: E402
 import compare_fanout  # noqa: E402
 import fanout  # noqa: E402
 import workload  # noqa: E402
+from peers import fanout_spec  # noqa: E402
 
 PEER = ROOT / ".bench-venvs" / "langgraph" / "bin" / "python"
 
@@ -150,12 +151,17 @@ def _driver(python: Path | str, driver: str, db: Path, *more: str) -> dict[str, 
     return result
 
 
-def test_the_agentlog_driver_runs_the_fanout_right_and_reports_its_commits(
-    tmp_path: Path,
+@pytest.mark.parametrize("front", ["agentlog", "langgraph"])
+def test_the_agentlog_driver_runs_the_fanout_right_on_either_front(
+    front: str, tmp_path: Path
 ) -> None:
-    timed = _driver(sys.executable, "agentlog_driver.py", tmp_path / "a.sqlite")
+    timed = _driver(sys.executable, "agentlog_driver.py", tmp_path / "a.sqlite", "--front", front)
     assert (timed["runs"], timed["runs_right"], timed["stored_right"]) == (3, 3, True)
-    assert timed["last_final"] == fanout.digest(fanout.expected(2))
+    assert timed["last_final"] == fanout_spec.digest(fanout.expected(2))
+    assert timed["steps_per_run"] == 3
+
+
+def test_the_agentlog_driver_reports_the_commits_of_a_fanout_step(tmp_path: Path) -> None:
     counted = _driver(
         sys.executable, "agentlog_driver.py", tmp_path / "c.sqlite", "--measure", "commits"
     )
@@ -180,7 +186,7 @@ def test_the_langgraph_driver_reduces_the_fanout_as_agentlog_does(
     result = _driver(PEER, "langgraph_driver.py", tmp_path / "l.sqlite", *column)
     assert (result["runs"], result["runs_right"]) == (3, 3)
     assert result["stored_right"] is (None if "none" in column else True)
-    assert result["last_final"] == fanout.digest(fanout.expected(2))
+    assert result["last_final"] == fanout_spec.digest(fanout.expected(2))
 
 
 def test_same_result_sees_a_system_that_reduced_differently() -> None:
@@ -188,3 +194,15 @@ def test_same_result_sees_a_system_that_reduced_differently() -> None:
     assert compare_fanout.same_result({"a": [good], "b": [good]})["ok"]
     assert not compare_fanout.same_result({"a": [good], "b": [{**good, "last_final": 2}]})["ok"]
     assert not compare_fanout.same_result({"a": [good], "b": [{**good, "runs_right": 2}]})["ok"]
+
+
+def test_the_fanout_columns_add_the_ported_program_after_agentlog() -> None:
+    import compare
+
+    cs = [compare.Contender("agentlog", "agentlog"), compare.Contender("langgraph-none", "x")]
+    labels = [(c.label, c.system, c.extra) for c in compare_fanout.columns(cs)]
+    assert labels == [
+        ("agentlog", "agentlog", []),
+        ("agentlog-langgraph", "agentlog", ["--front", "langgraph"]),
+        ("langgraph-none", "x", []),
+    ]

@@ -134,7 +134,8 @@ def w_loop(args: argparse.Namespace) -> dict[str, Any]:
 def w_fanout(args: argparse.Namespace) -> dict[str, Any]:
     """N runs of the fan-out graph (bench/fanout.py), each on a fresh thread; `--measure
     commits` makes it an untimed run counting the appends and commits of each run and of
-    each fan-out step."""
+    each fan-out step. `--front langgraph`: the LangGraph columns' own graph, ported to
+    `agentlog.langgraph` (fanout_spec.build), run with sync `invoke` as theirs is."""
     extra: dict[str, Any] = {}
     if args.measure == "commits":
         with common.CommitCounter() as counter:
@@ -156,35 +157,32 @@ def w_fanout(args: argparse.Namespace) -> dict[str, Any]:
             "commits_counted_by": "SQLite trace callback on the store's connections; a fan-out "
             "step spans the append entering its branches to the one with its step_advanced",
         }
+    elif args.front == "langgraph":
+        result = fanout.run_ported(args.db, args.n, branches=args.branches)
     else:
         result = asyncio.run(fanout.run_fanout(args.db, args.n, branches=args.branches))
-    figures = fanout_figures(args, result)
-    return {**base(args), "variant": "send", "measure": args.measure, **figures, **extra}
+    shown = fanout_figures(args, result)
+    return {
+        **base(args),
+        "variant": "send",
+        "front": args.front,
+        "measure": args.measure,
+        **shown,
+        **extra,
+    }
 
 
 def fanout_figures(args: argparse.Namespace, result: fanout.FanoutResult) -> dict[str, Any]:
     """The keys every driver reports for `fanout`, and whether every run reduced right."""
-    per = result.per_run
-    tenth = max(1, len(per) // 10)
-    first, last = statistics.median(per[:tenth]), statistics.median(per[-tenth:])
-    size = db_size(args.db)
-    return {
-        "runs": len(per),
-        "branches": args.branches,
-        "steps_per_run": result.steps_per_run,
-        "seconds": round(result.seconds, 4),
-        "runs_per_s": round(len(per) / result.seconds, 1),
-        "run_ms": round(statistics.median(per) * 1000, 4),
-        "p90_ms": round(statistics.quantiles(per, n=10)[-1] * 1000, 4) if len(per) > 1 else None,
-        "first10_ms": round(first * 1000, 4),
-        "last10_ms": round(last * 1000, 4),
-        "ratio_last_first": round(last / first, 3) if first else None,
-        "db_bytes": size,
-        "bytes_per_run": round(size / len(per), 1),
-        "runs_right": fanout.right(result.finals, args.branches),
-        "stored_right": result.stored_last == fanout.expected(len(per) - 1, args.branches),
-        "last_final": fanout.digest(result.finals[-1]),
-    }
+    out = fanout.figures(
+        result.seconds,
+        result.per_run,
+        result.finals,
+        args.branches,
+        result.stored_last,
+        db_size(args.db),
+    )
+    return {**out, "steps_per_run": result.steps_per_run}
 
 
 async def w_load(args: argparse.Namespace) -> dict[str, Any]:
@@ -367,6 +365,12 @@ def main() -> None:
     parser.add_argument("--variant", choices=workload.VARIANTS, default="def-tool")
     parser.add_argument("--measure", choices=("time", "commits", "profile"), default="time")
     parser.add_argument("--branches", type=int, default=fanout.BRANCHES, help="fanout: Sends")
+    parser.add_argument(
+        "--front",
+        choices=("agentlog", "langgraph"),
+        default="agentlog",
+        help="fanout: agentlog's StateGraph (AgentState), or the LangGraph-shaped front",
+    )
     args = parser.parse_args()
     if args.workload == "concurrency" and args.n == 200 and "--n" not in sys.argv:
         args.n = 10
