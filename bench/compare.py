@@ -4,8 +4,10 @@ Every system has a standalone driver in bench/peers/ run by its own venv's pytho
 .venv; peers: .bench-venvs/<name>, created here when missing or when their pinned packages
 changed) and printing one JSON line. The workload is the tool-calling agent loop of
 bench/peers/README.md, in two variants (the tool step a plain `def` node, or each system's
-`ToolNode`). Columns: agentlog (durable per step), LangGraph with no checkpointer at all,
-LangGraph `SqliteSaver` with durability "sync" and "async", Agentflow.
+`ToolNode`), and a fan-out: a `Send` map-reduce to 8 branches, N runs on fresh threads
+(bench/compare_fanout.py; Agentflow has no equivalent and is left out of it). Columns:
+agentlog (durable per step), LangGraph with no checkpointer at all, LangGraph `SqliteSaver`
+with durability "sync" and "async", Agentflow.
 
 Runs alternate between the systems (A B C ... A B C ...) on fresh temporary databases;
 medians are reported per system, and ratios agentlog / peer are taken per round (round i
@@ -20,6 +22,7 @@ stdout.
 
 Usage: .venv/bin/python bench/compare.py [--quick] [--rounds R] [--no-setup]
            [--variants def-tool,toolnode] [--peers-dir DIR]
+           [--workloads steps,concurrency,fault,concurrent,fanout]
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import compare_fanout as fanout
 from venvs import PACKAGES, VENVS, newest_python, setup_venv
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,6 +53,7 @@ START = time.perf_counter()
 
 SIZES, QUICK_SIZES = (200, 1000), (200,)
 VARIANTS = ("def-tool", "toolnode")
+WORKLOADS = ("steps", "concurrency", "fault", "concurrent", "fanout")  # steps: loop, load, history
 MAIN_VARIANT = "def-tool"  # load, history and concurrency run on it
 FAULT_VARIANT = "toolnode"  # each system's ToolNode: what a crash must not run twice
 # The issue's targets: (N, peer column, agentlog steps/s at least this many times the peer's).
@@ -583,23 +588,36 @@ def report(
         for key in ("history_ms", "states", "state_at_half_ms"):
             rows.append([key, *[cell(steps["history"][n].get(lbl), key) for lbl in labels]])
         print_table(f"load / history, N={n} ({MAIN_VARIANT})", header, rows)
-    rows = [[k, *[cell(conc.get(lbl), k) for lbl in labels]] for k in ("completed_steps",)]
-    rows.append(["steps_per_s", *[cell(conc.get(lbl), "steps_per_s") for lbl in labels]])
-    print_table("concurrency (200 threads x 10 steps, one store)", header, rows)
-    rows = []
-    for key in ("resumed_right", "duplicate_side_effects", "killed_mid_run", "kill_after_s"):
-        rows.append([key, *[cell(fault.get(lbl), key) for lbl in labels]])
-    print_table(f"fault: SIGKILL mid-run, then resume ({FAULT_VARIANT})", header, rows)
-    rows = [
-        ["outcome", *[str((same.get(lbl) or {}).get("outcome", "-")) for lbl in labels]],
-        ["error", *[str((same.get(lbl) or {}).get("error", "-"))[:40] for lbl in labels]],
-    ]
-    print_table("concurrent: two invocations of one thread at once", header, rows)
+    if conc:
+        rows = [[k, *[cell(conc.get(lbl), k) for lbl in labels]] for k in ("completed_steps",)]
+        rows.append(["steps_per_s", *[cell(conc.get(lbl), "steps_per_s") for lbl in labels]])
+        print_table("concurrency (200 threads x 10 steps, one store)", header, rows)
+    if fault:
+        rows = []
+        for key in ("resumed_right", "duplicate_side_effects", "killed_mid_run", "kill_after_s"):
+            rows.append([key, *[cell(fault.get(lbl), key) for lbl in labels]])
+        print_table(f"fault: SIGKILL mid-run, then resume ({FAULT_VARIANT})", header, rows)
+    if same:
+        rows = [
+            ["outcome", *[str((same.get(lbl) or {}).get("outcome", "-")) for lbl in labels]],
+            ["error", *[str((same.get(lbl) or {}).get("error", "-"))[:40] for lbl in labels]],
+        ]
+        print_table("concurrent: two invocations of one thread at once", header, rows)
     for variant, rows_ in goals.items():
         say(f"\ntargets, {variant}:")
         for row in rows_:
             value = "-" if row["value"] is None else row["value"]
             say(f"  {row['what']}: {value} (target {row['target']}): {row['verdict']}")
+
+
+def report_fanout(cs: list[Contender], fan: dict[str, Any]) -> None:
+    """The fan-out tables, on stderr."""
+    labels = [c.label for c in fanout.columns(cs)]
+    for n, table in fan.items():
+        same = table["same_result"]
+        work = "same" if same["ok"] else f"DIFFERENT: {same}"
+        title = f"fanout: {n} runs of Send to 8 branches, fresh threads (result: {work})"
+        print_table(title, ["system", *labels], fanout.rows(table, labels, cell))
 
 
 def summary(steps: dict[str, Any], goals: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
@@ -642,10 +660,16 @@ def main() -> None:
     parser.add_argument(
         "--variants", default=",".join(VARIANTS), help="comma-separated, from def-tool,toolnode"
     )
+    parser.add_argument(
+        "--workloads", default=",".join(WORKLOADS), help=f"comma-separated, from {WORKLOADS}"
+    )
     args = parser.parse_args()
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     if not variants or any(v not in VARIANTS for v in variants):
         parser.error(f"--variants: use some of {', '.join(VARIANTS)}")
+    chosen = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    if not chosen or any(w not in WORKLOADS for w in chosen):
+        parser.error(f"--workloads: use some of {', '.join(WORKLOADS)}")
     if args.rounds is not None and args.rounds < 1:
         parser.error("--rounds must be >= 1")
     if args.peers_dir is not None:
@@ -660,6 +684,7 @@ def main() -> None:
         "quick": args.quick,
         "rounds": rounds,
         "variants": variants,
+        "workloads": chosen,
         "host": {"python": platform.python_version(), "cpus": os.cpu_count()},
         "machine": common.machine(),
         "date": common.now(),
@@ -667,20 +692,36 @@ def main() -> None:
         "status": {c.label: c.problem or "ok" for c in cs},
         "order": [c.label for c in cs],
     }
+    steps: dict[str, Any] = {"loop": {}, "load": {}, "history": {}}
+    conc: dict[str, Any] = {}
+    fault: dict[str, Any] = {}
+    same: dict[str, Any] = {}
+    fan: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="agentlog-compare-") as name:
         tmp = Path(name)
-        steps = bench_steps(cs, sizes, variants, rounds, tmp)
-        for key, body in steps.items():
-            write(key, body, meta)
-        conc = bench_concurrency(cs, rounds, tmp, 200)
-        write("concurrency", conc, meta)
-        fault = bench_fault(cs, max(sizes), 1 if args.quick else 3, tmp)
-        write("fault", fault, meta)
-        same = bench_concurrent(cs, tmp)
-        write("concurrent", same, meta)
+        if "steps" in chosen:
+            steps = bench_steps(cs, sizes, variants, rounds, tmp)
+            for key, body in steps.items():
+                write(key, body, meta)
+        if "concurrency" in chosen:
+            conc = bench_concurrency(cs, rounds, tmp, 200)
+            write("concurrency", conc, meta)
+        if "fault" in chosen:
+            fault = bench_fault(cs, max(sizes), 1 if args.quick else 3, tmp)
+            write("fault", fault, meta)
+        if "concurrent" in chosen:
+            same = bench_concurrent(cs, tmp)
+            write("concurrent", same, meta)
+        if "fanout" in chosen:
+            harness = fanout.Harness(run, alternate, summarize, fresh_db, log)
+            fan_sizes = fanout.QUICK_FANOUT_RUNS if args.quick else fanout.FANOUT_RUNS
+            fan = fanout.bench_fanout(harness, cs, fan_sizes, rounds, tmp)
+            write("fanout", fan, meta)
     goals = targets(steps["loop"])
     report(cs, steps, conc, fault, same, goals)
-    result = summary(steps, goals, meta)
+    report_fanout(cs, fan)
+    fan_order = [c.label for c in fanout.columns(cs)]
+    result = {**summary(steps, goals, meta), "fanout": fanout.summary(fan, fan_order)}
     write("summary", result, {})
     print(json.dumps(result, separators=(",", ":")), flush=True)
 

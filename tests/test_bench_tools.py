@@ -1,18 +1,29 @@
 """The benchmarks' measuring tools count and see what they claim to (bench/_common.py,
-bench/workload.py): commits, the workload's shape, and work on other threads."""
+bench/workload.py): commits, the workload's shape, and work on other threads; and the
+drivers of compare.py's fan-out workload (bench/fanout.py, bench/peers/) reduce right."""
 
 from __future__ import annotations
 
+import json
+import os
 import sqlite3
+import subprocess
 import sys
 import threading
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 import _common as common  # noqa: E402
+import compare_fanout  # noqa: E402
+import fanout  # noqa: E402
 import workload  # noqa: E402
+from peers import fanout_spec  # noqa: E402
+
+PEER = ROOT / ".bench-venvs" / "langgraph" / "bin" / "python"
 
 
 def test_commit_counter_counts_commits_and_autocommit_writes_not_rollbacks(
@@ -107,3 +118,91 @@ def test_the_time_travel_bench_measures_compiles_default_snapshot_setting() -> N
     import timetravel
 
     assert timetravel.SNAPSHOT_SETTINGS[0] == timetravel.compile_default()
+
+
+async def test_the_fanout_graph_reduces_its_8_branches_and_counts_each_fanout_step(
+    tmp_path: Path,
+) -> None:
+    runs = 3
+    with common.CommitCounter() as counter:
+        result = await fanout.run_fanout(
+            tmp_path / "fan.sqlite", runs, commits=lambda: counter.commits
+        )
+    assert result.finals == [fanout.expected(k) for k in range(runs)]
+    assert result.stored_last == fanout.expected(runs - 1)
+    assert fanout.expected(0)["summary"] == "8 results, 1600 characters"
+    assert result.steps_per_run == 3  # plan; the 8 branches as one step; join
+    assert result.appends is not None
+    steps = result.appends.fanout_steps()
+    assert len(steps) == runs  # one fan-out step per run, found once each
+    assert all(appends >= 1 and commits >= appends for appends, commits in steps)
+
+
+def _driver(python: Path | str, driver: str, db: Path, *more: str) -> dict[str, object]:
+    script = str(ROOT / "bench" / "peers" / driver)
+    ran = subprocess.run(
+        [str(python), script, "--workload", "fanout", "--n", "3", "--db", str(db), *more],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    result: dict[str, object] = json.loads(ran.stdout.strip().splitlines()[-1])
+    return result
+
+
+@pytest.mark.parametrize("front", ["agentlog", "langgraph"])
+def test_the_agentlog_driver_runs_the_fanout_right_on_either_front(
+    front: str, tmp_path: Path
+) -> None:
+    timed = _driver(sys.executable, "agentlog_driver.py", tmp_path / "a.sqlite", "--front", front)
+    assert (timed["runs"], timed["runs_right"], timed["stored_right"]) == (3, 3, True)
+    assert timed["last_final"] == fanout_spec.digest(fanout.expected(2))
+    assert timed["steps_per_run"] == 3
+
+
+def test_the_agentlog_driver_reports_the_commits_of_a_fanout_step(tmp_path: Path) -> None:
+    counted = _driver(
+        sys.executable, "agentlog_driver.py", tmp_path / "c.sqlite", "--measure", "commits"
+    )
+    assert counted["runs_right"] == 3
+    appends, commits = counted["appends_per_fanout_step"], counted["commits_per_fanout_step"]
+    assert isinstance(appends, float | int) and isinstance(commits, float | int)
+    assert commits >= appends >= 1
+
+
+@pytest.mark.parametrize(
+    "column", [["--checkpointer", "none"], ["--durability", "sync"], ["--durability", "async"]]
+)
+def test_the_langgraph_driver_reduces_the_fanout_as_agentlog_does(
+    column: list[str], tmp_path: Path
+) -> None:
+    if not PEER.exists():
+        if os.environ.get("AGENTLOG_PEERS") == "required":
+            pytest.fail(
+                f"LangGraph's venv is missing: run `{sys.executable} bench/venvs.py langgraph`"
+            )
+        pytest.skip("LangGraph's venv is missing: `make test` makes it (bench/venvs.py langgraph)")
+    result = _driver(PEER, "langgraph_driver.py", tmp_path / "l.sqlite", *column)
+    assert (result["runs"], result["runs_right"]) == (3, 3)
+    assert result["stored_right"] is (None if "none" in column else True)
+    assert result["last_final"] == fanout_spec.digest(fanout.expected(2))
+
+
+def test_same_result_sees_a_system_that_reduced_differently() -> None:
+    good = {"runs": 3, "branches": 8, "runs_right": 3, "stored_right": True, "last_final": 1}
+    assert compare_fanout.same_result({"a": [good], "b": [good]})["ok"]
+    assert not compare_fanout.same_result({"a": [good], "b": [{**good, "last_final": 2}]})["ok"]
+    assert not compare_fanout.same_result({"a": [good], "b": [{**good, "runs_right": 2}]})["ok"]
+
+
+def test_the_fanout_columns_add_the_ported_program_after_agentlog() -> None:
+    import compare
+
+    cs = [compare.Contender("agentlog", "agentlog"), compare.Contender("langgraph-none", "x")]
+    labels = [(c.label, c.system, c.extra) for c in compare_fanout.columns(cs)]
+    assert labels == [
+        ("agentlog", "agentlog", []),
+        ("agentlog-langgraph", "agentlog", ["--front", "langgraph"]),
+        ("langgraph-none", "x", []),
+    ]

@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import _common as common  # noqa: E402
+import fanout  # noqa: E402
 import workload  # noqa: E402
 from workload import Loop, first_input  # noqa: E402
 
@@ -128,6 +129,60 @@ def w_loop(args: argparse.Namespace) -> dict[str, Any]:
         "bytes_per_step": round(size / result.steps, 1),
         **extra,
     }
+
+
+def w_fanout(args: argparse.Namespace) -> dict[str, Any]:
+    """N runs of the fan-out graph (bench/fanout.py), each on a fresh thread; `--measure
+    commits` makes it an untimed run counting the appends and commits of each run and of
+    each fan-out step. `--front langgraph`: the LangGraph columns' own graph, ported to
+    `agentlog.langgraph` (fanout_spec.build), run with sync `invoke` as theirs is."""
+    extra: dict[str, Any] = {}
+    if args.measure == "commits":
+        with common.CommitCounter() as counter:
+            result = asyncio.run(
+                fanout.run_fanout(
+                    args.db, args.n, branches=args.branches, commits=lambda: counter.commits
+                )
+            )
+        assert result.appends is not None
+        batches = result.appends.batches
+        steps = result.appends.fanout_steps()
+        extra = {
+            "appends_per_run": round(len(batches) / args.n, 3),
+            "commits_per_run": round((batches[-1][2] - batches[0][1]) / args.n, 3),
+            "commits_in_appends_per_run": round(sum(b - a for _, a, b in batches) / args.n, 3),
+            "appends_per_fanout_step": statistics.median(a for a, _ in steps),
+            "commits_per_fanout_step": statistics.median(c for _, c in steps),
+            "fanout_steps_seen": len(steps),
+            "commits_counted_by": "SQLite trace callback on the store's connections; a fan-out "
+            "step spans the append entering its branches to the one with its step_advanced",
+        }
+    elif args.front == "langgraph":
+        result = fanout.run_ported(args.db, args.n, branches=args.branches)
+    else:
+        result = asyncio.run(fanout.run_fanout(args.db, args.n, branches=args.branches))
+    shown = fanout_figures(args, result)
+    return {
+        **base(args),
+        "variant": "send",
+        "front": args.front,
+        "measure": args.measure,
+        **shown,
+        **extra,
+    }
+
+
+def fanout_figures(args: argparse.Namespace, result: fanout.FanoutResult) -> dict[str, Any]:
+    """The keys every driver reports for `fanout`, and whether every run reduced right."""
+    out = fanout.figures(
+        result.seconds,
+        result.per_run,
+        result.finals,
+        args.branches,
+        result.stored_last,
+        db_size(args.db),
+    )
+    return {**out, "steps_per_run": result.steps_per_run}
 
 
 async def w_load(args: argparse.Namespace) -> dict[str, Any]:
@@ -300,7 +355,7 @@ WORKLOADS = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--workload", required=True, choices=sorted([*WORKLOADS, "loop"]))
+    parser.add_argument("--workload", required=True, choices=sorted([*WORKLOADS, "loop", "fanout"]))
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--db", required=True)
     parser.add_argument("--durability", choices=("sync", "async"), default="sync")
@@ -309,12 +364,21 @@ def main() -> None:
     parser.add_argument("--thread-id", default=THREAD)
     parser.add_argument("--variant", choices=workload.VARIANTS, default="def-tool")
     parser.add_argument("--measure", choices=("time", "commits", "profile"), default="time")
+    parser.add_argument("--branches", type=int, default=fanout.BRANCHES, help="fanout: Sends")
+    parser.add_argument(
+        "--front",
+        choices=("agentlog", "langgraph"),
+        default="agentlog",
+        help="fanout: agentlog's StateGraph (AgentState), or the LangGraph-shaped front",
+    )
     args = parser.parse_args()
     if args.workload == "concurrency" and args.n == 200 and "--n" not in sys.argv:
         args.n = 10
     log(f"{args.workload} {args.variant} n={args.n} db={args.db} measure={args.measure}")
     if args.workload == "loop":
         emit(w_loop(args))
+    elif args.workload == "fanout":
+        emit(w_fanout(args))
     else:
         emit(asyncio.run(WORKLOADS[args.workload](args)))
 

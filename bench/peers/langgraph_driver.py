@@ -18,6 +18,8 @@ workload of README.md in this folder:
 * the tool step: a plain ``def`` node running the one sync tool for each call and
   appending a ``ToolMessage`` (``--variant def-tool``), or ``langgraph.prebuilt.ToolNode``
   with that tool (``--variant toolnode``); ``recursion_limit = N + 10``;
+* ``--workload fanout``: N runs of a ``Send`` map-reduce to 8 branches, each on a fresh
+  thread (``langgraph_fanout.py``, imported from this folder);
 * persistence (``--checkpointer sqlite``): ``SqliteSaver`` on ``sqlite3.connect(path,
   check_same_thread=False)`` (``AsyncSqliteSaver`` for the asyncio workloads), written
   after every superstep per ``durability="sync"|"async"``; ``--checkpointer none``
@@ -46,12 +48,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any
 
+from fanout_spec import BRANCHES
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import InjectedToolCallId
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
+from langgraph_fanout import run_fanout
 
 _START = time.perf_counter()
 _FILLER = (
@@ -542,8 +546,17 @@ def w_concurrent(args: argparse.Namespace) -> dict[str, Any]:
     return {**base_result(args), **separate, "same_process": shared}
 
 
+def w_fanout(args: argparse.Namespace) -> dict[str, Any]:
+    """N runs of the Send fan-out graph (langgraph_fanout.py), each on a fresh thread."""
+    fresh_db(args.db)
+    log(f"fanout: runs={args.n} branches={args.branches} {args.checkpointer} {args.durability}")
+    figures = run_fanout(args.db, args.n, args.branches, args.checkpointer, args.durability)
+    return {**base_result(args), "variant": "send", **figures}
+
+
 WORKLOADS = {
     "loop": w_loop,
+    "fanout": w_fanout,
     "load": w_load,
     "history": w_history,
     "concurrency": w_concurrency,
@@ -564,12 +577,13 @@ def main() -> None:
     parser.add_argument("--thread-id", default="bench")
     parser.add_argument("--variant", choices=["def-tool", "toolnode"], default="def-tool")
     parser.add_argument("--checkpointer", choices=["sqlite", "none"], default="sqlite")
+    parser.add_argument("--branches", type=int, default=BRANCHES, help="fanout: Sends per run")
     args = parser.parse_args()
     if args.n is None:
         args.n = 10 if args.workload == "concurrency" else 100
     if args.n < 1:
         parser.error("--n must be >= 1")
-    if args.checkpointer == "none" and args.workload not in ("loop", "concurrency"):
+    if args.checkpointer == "none" and args.workload not in ("loop", "concurrency", "fanout"):
         # Nothing is kept without a checkpointer: no state to load, resume or list.
         emit({**base_result(args), "unsupported": "no checkpointer: nothing is persisted"})
         return
