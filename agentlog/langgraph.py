@@ -32,8 +32,10 @@ from agentlog.actors.langgraph import (
     SchemaError,
     StateGraph,
     StateSnapshot,
+    UnsupportedOptionError,
     interrupt,
 )
+from agentlog.actors.langgraph.functional import TaskError, entrypoint, task
 from agentlog.events import MemoryEventStore, SQLiteEventStore
 from agentlog.projections import END, START, MessagesState
 from agentlog.projections.reducers import add_messages
@@ -68,10 +70,14 @@ __all__ = [
     "Send",
     "StateGraph",
     "StateSnapshot",
+    "TaskError",
     "ToolNode",
+    "UnsupportedOptionError",
     "add_messages",
+    "entrypoint",
     "get_store",
     "get_stream_writer",
     "interrupt",
+    "task",
     "tools_condition",
 ]

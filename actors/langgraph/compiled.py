@@ -34,17 +34,19 @@ INTERRUPT = "__interrupt__"
 class ShapedGraph(CompiledGraph[Any]):
     """agentlog's compiled graph whose stream modes carry the front's values and messages."""
 
-    def __init__(self, compiled: CompiledGraph[Any], shapes: Shapes) -> None:
+    def __init__(self, compiled: CompiledGraph[Any], front: CompiledStateGraph) -> None:
         super().__init__(compiled.engine)
-        self.shapes = shapes
+        self.front = front
+        self.shapes = front.shapes
 
     def stream_projection(
         self, modes: Sequence[StreamMode], config: Mapping[str, Any]
     ) -> ModeProjection:
         projection = super().stream_projection(modes, config)
-        projection.values_of = self.shapes.values
+        front = self.front
+        projection.values_of = lambda state: front.shown(front.shapes.values(state))
         projection.message_of = self.shapes.message_out
-        projection.update_of = self.shapes.update_out
+        projection.update_of = front.update_shown
         thread_id = projection.thread_id
         projection.interrupts_of = lambda state: interrupts_of(state, thread_id)
         return projection
@@ -65,8 +67,8 @@ class CompiledStateGraph:
     (reachable as `.graph_engine` for agentlog's own calls: time travel, fork, stop)."""
 
     def __init__(self, compiled: CompiledGraph[Any], shapes: Shapes, *, checkpointed: bool) -> None:
-        self.graph_engine = ShapedGraph(compiled, shapes)
         self.shapes = shapes
+        self.graph_engine = ShapedGraph(compiled, self)
         self.checkpointed = checkpointed
 
     # ---- running ------------------------------------------------------------------------
@@ -91,7 +93,7 @@ class CompiledStateGraph:
         pending = interrupts_of(state, run_config(config)["thread_id"])
         if pending:
             values[INTERRUPT] = list(pending)
-        return values
+        return self.returned(values)  # type: ignore[no-any-return]
 
     def invoke(
         self, input: Any, config: Mapping[str, Any] | None = None, **options: Any
@@ -192,6 +194,22 @@ class CompiledStateGraph:
 
     # ---- shapes -------------------------------------------------------------------------
 
+    def given(self, input: Any) -> Any:
+        """A call's input as the graph's state takes it (a graph of an entrypoint wraps it)."""
+        return input
+
+    def shown(self, values: dict[str, Any]) -> Any:
+        """The values a snapshot shows."""
+        return values
+
+    def returned(self, values: dict[str, Any]) -> Any:
+        """What `invoke` returns, from the values (and the pending interrupts)."""
+        return values
+
+    def update_shown(self, update: dict[str, Any]) -> Any:
+        """One node's update as the `updates` stream mode shows it."""
+        return self.shapes.update_out(update)
+
     def _config(self, config: Mapping[str, Any] | None, context: Any) -> dict[str, Any]:
         out: dict[str, Any] = dict(config or {})
         if _checkpoint_of(out) is not None:
@@ -219,6 +237,7 @@ class CompiledStateGraph:
             return self.shapes.update(input)
         if input is None:
             return None
+        input = self.given(input)
         if isinstance(input, str | bytes) or not (
             isinstance(input, Mapping)
             or hasattr(input, "__dataclass_fields__")
@@ -264,7 +283,7 @@ class CompiledStateGraph:
             for node in nxt
         )
         return StateSnapshot(
-            values=self.shapes.values(state),
+            values=self.shown(self.shapes.values(state)),
             next=nxt,
             config=_config_at(thread_id, seq),
             metadata={"source": "loop", "step": meta.step if step is None else step, "parents": {}},

@@ -37,7 +37,7 @@ class StateGraph:
         self.input_schema = input_schema
         self.output_schema = output_schema
         self.builder: Builder[Any] = Builder(self.schema.state_cls)
-        self.shapes = Shapes(self.schema, _messages_out())
+        self.shapes = Shapes(self.schema, messages_out())
         self._nodes: dict[str, Callable[..., Any]] = {}
 
     @property
@@ -151,7 +151,7 @@ def _refuse_unsupported(name: str, options: Mapping[str, Any]) -> None:
     refuse_options(f"add_node({name!r})", options, ignored=("metadata",))
 
 
-def _messages_out() -> Callable[[list[Message]], Any]:
+def messages_out() -> Callable[[list[Message]], Any]:
     """Messages as the program's nodes expect them: LangChain's when langchain-core is there."""
     try:
         langchain = importlib.import_module("agentlog.projections.langchain")

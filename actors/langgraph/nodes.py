@@ -91,20 +91,18 @@ def message_likes(value: Any) -> Any:
 
 def wrap_node(name: str, fn: Callable[..., Any], shapes: Shapes) -> Callable[..., Any]:
     """`fn` as an agentlog node: handed its state first, then what it asks for by name."""
-    wants = _asks_for(name, fn)
+    wants = asks_for(name, fn)
     if _is_async(fn):
 
         async def run_async(state: AgentState, config: Mapping[str, Any]) -> Any:
             with tokens_streamed():
-                return shapes.update(
-                    await fn(shapes.node_input(state), **_extras(wants, config, shapes))
-                )
+                return shapes.update(await fn(shapes.node_input(state), **extras(wants, config)))
 
         return _named(run_async, fn)
 
     def run(state: AgentState, config: Mapping[str, Any]) -> Any:
         with tokens_streamed():
-            return shapes.update(fn(shapes.node_input(state), **_extras(wants, config, shapes)))
+            return shapes.update(fn(shapes.node_input(state), **extras(wants, config)))
 
     return _named(run, fn)
 
@@ -125,7 +123,9 @@ def _named(wrapper: Callable[..., Any], fn: Callable[..., Any]) -> Callable[...,
     return wrapper
 
 
-def _asks_for(name: str, fn: Callable[..., Any]) -> tuple[str, ...]:
+def asks_for(name: str, fn: Callable[..., Any], also: Sequence[str] = ()) -> tuple[str, ...]:
+    """The names `fn` asks for besides its state (of `config`, `runtime`, `store`, `writer`,
+    and `also`), refusing a parameter nothing can give."""
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
@@ -137,7 +137,7 @@ def _asks_for(name: str, fn: Callable[..., Any]) -> tuple[str, ...]:
         )
     wants = []
     for param in params[1:]:
-        if param.name in _INJECTED:
+        if param.name in _INJECTED or param.name in also:
             wants.append(param.name)
         elif param.default is param.empty and param.kind not in (
             param.VAR_POSITIONAL,
@@ -150,7 +150,8 @@ def _asks_for(name: str, fn: Callable[..., Any]) -> tuple[str, ...]:
     return tuple(wants)
 
 
-def _extras(wants: Sequence[str], config: Mapping[str, Any], shapes: Shapes) -> dict[str, Any]:
+def extras(wants: Sequence[str], config: Mapping[str, Any]) -> dict[str, Any]:
+    """What a node asked for (`asks_for`), for the run's `config`."""
     if not wants:
         return {}
     given: dict[str, Any] = {}

@@ -22,6 +22,8 @@ class Interrupt:
 
     value: Any
     id: str
+    response_schema: Any = None
+    """LangGraph's field, for a schema the answer should follow; None here."""
 
 
 class PregelTask(NamedTuple):
