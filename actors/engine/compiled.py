@@ -33,6 +33,8 @@ from agentlog.events import (
     StopRequested,
     StoreError,
     ThreadNotFoundError,
+    VerifyReport,
+    verify_tree,
 )
 from agentlog.events.kinds import Event, RunCancelled
 from agentlog.projections import (
@@ -76,6 +78,7 @@ from agentlog.actors.engine.run import (
 from agentlog.actors.engine.steps import check_resume_value
 from agentlog.actors.engine.stream import RunStream
 from agentlog.actors.engine.streaming import Streaming
+from agentlog.actors.engine.subgraph import blocking_in_node, parent_of, run_nested
 
 
 class CompiledGraph(Streaming, Generic[S]):
@@ -195,7 +198,12 @@ class CompiledGraph(Streaming, Generic[S]):
     async def _run(
         self, input: Any, config: Mapping[str, Any] | None, stream: RunStream | None
     ) -> RunLoop[S]:
-        """Live one call's run, from its claim to the thread given back (`RunLoop.live`)."""
+        """Live one call's run, from its claim to the thread given back (`RunLoop.live`);
+        called from inside a running node, the run is a subgraph's, on a thread of the
+        parent's log (`agentlog.actors.engine.subgraph`)."""
+        parent = parent_of(config)
+        if parent is not None and stream is None:
+            return await run_nested(self, input, config, parent)
         run = RunLoop.of(self.engine, run_config(config), stream)
         await run.live(input)
         return run
@@ -240,6 +248,11 @@ class CompiledGraph(Streaming, Generic[S]):
         return await diff(
             self.store, _thread_of(config), a, b, by=by, state_cls=self.graph.state_cls
         )
+
+    async def averify(self, config: Mapping[str, Any]) -> list[VerifyReport]:
+        """Verify the thread's hash chain and those of the subgraph runs it links to (one
+        report per thread, the thread's first): see `agentlog.events.verify_tree`."""
+        return await verify_tree(self.store, _thread_of(config))
 
     async def afork(
         self,
@@ -485,6 +498,9 @@ class CompiledGraph(Streaming, Generic[S]):
         await self.aclose()
 
     def _blocking(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        nested = blocking_in_node(coro)
+        if nested is not None:  # a sync node calling a subgraph: it runs on the run's loop
+            return nested.result()
         try:
             asyncio.get_running_loop()
         except RuntimeError:

@@ -15,6 +15,7 @@ from agentlog.actors.engine.compiled import CompiledGraph
 from agentlog.actors.engine.errors import GraphError
 from agentlog.actors.engine.modes import ModeProjection, StreamMode
 from agentlog.actors.engine.run import run_config
+from agentlog.actors.engine.subgraph import parent_of
 from agentlog.actors.langgraph.nodes import CONTEXT_KEY, Shapes
 from agentlog.actors.langgraph.types import (
     Interrupt,
@@ -199,7 +200,10 @@ class CompiledStateGraph:
                 "graph.graph_engine.afork(config, at_seq=int(checkpoint_id)) and run that"
             )
         has_thread = "thread_id" in out or "thread_id" in (out.get("configurable") or {})
-        if not has_thread:
+        parent = parent_of(out)
+        if parent is not None and not has_thread:
+            out["thread_id"] = parent.thread_id  # a subgraph call: a thread of the parent's log
+        elif not has_thread:
             if self.checkpointed:
                 raise GraphError(
                     "a graph compiled with a checkpointer needs a thread: pass config="
