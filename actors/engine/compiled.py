@@ -78,7 +78,15 @@ from agentlog.actors.engine.run import (
 from agentlog.actors.engine.steps import check_resume_value
 from agentlog.actors.engine.stream import RunStream
 from agentlog.actors.engine.streaming import Streaming
-from agentlog.actors.engine.subgraph import blocking_in_node, parent_of, run_nested
+from agentlog.actors.engine.subgraph import (
+    SEPARATOR,
+    blocking_in_node,
+    parent_of,
+    refuse_fork,
+    run_nested,
+    state_class_of,
+    target_thread,
+)
 
 
 class CompiledGraph(Streaming, Generic[S]):
@@ -223,17 +231,27 @@ class CompiledGraph(Streaming, Generic[S]):
         at_step: int | None = None,
         at_seq: int | None = None,
     ) -> S:
-        """The thread's state, now or at a past step or seq, read from the log.
+        """The thread's state, now or at a past step or seq, read from the log; a subgraph
+        run's, with the config's `checkpoint_ns` (or its thread, `parent|node:seq`).
 
         An unknown thread raises `ThreadNotFoundError`.
         """
+        thread_id, state_cls = await self._target(config)
         return await state_at_point(
-            self.store, _thread_of(config), self.graph.state_cls, at_step=at_step, at_seq=at_seq
+            self.store, thread_id, state_cls, at_step=at_step, at_seq=at_seq
         )
 
     async def aget_state_history(self, config: Mapping[str, Any]) -> list[StepEntry]:
-        """One entry per step, oldest first (`await entry.state()` loads its state)."""
-        return await state_history(self.store, _thread_of(config), self.graph.state_cls)
+        """One entry per step, oldest first (`await entry.state()` loads its state); a
+        subgraph run's with the config's `checkpoint_ns`."""
+        return await state_history(self.store, *await self._target(config))
+
+    async def _target(self, config: Mapping[str, Any]) -> tuple[str, type[Any]]:
+        """The thread a reading call names (a subgraph run's too) and its state class."""
+        thread_id = target_thread(config, _thread_of(config))
+        if thread_id == _thread_of(config) and SEPARATOR not in thread_id:
+            return thread_id, self.graph.state_cls
+        return thread_id, await state_class_of(self, thread_id)
 
     async def ahistory(
         self, config: Mapping[str, Any], kinds: Sequence[str] | None = None
@@ -262,7 +280,11 @@ class CompiledGraph(Streaming, Generic[S]):
         at_seq: int | None = None,
         new_thread_id: str | None = None,
     ) -> str:
-        """Branch the thread at a past point into a new thread; return the new thread id."""
+        """Branch the thread at a past point into a new thread; return the new thread id.
+
+        A subgraph run's thread is refused (`SubgraphForkError`, naming the parent's fork
+        that does it): its steps are part of its parent's step."""
+        refuse_fork(target_thread(config, _thread_of(config)))
         return await fork_thread(
             self.store,
             _thread_of(config),

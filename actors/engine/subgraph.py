@@ -42,8 +42,9 @@ from agentlog.actors.engine.loop import RunLoop
 from agentlog.actors.engine.nodes import take_resume
 from agentlog.actors.engine.run import Engine
 from agentlog.actors.engine.stream import END_OF_STREAM, RunStream
-from agentlog.events import EventStore, SubgraphRan
-from agentlog.projections import AgentState, ExecutionStatus
+from agentlog.events import EventStore, RunStarted, SubgraphRan
+from agentlog.projections import AgentState
+from agentlog.projections.generic import open_state_class, state_fields
 from agentlog.projections.keys import AWAITING_KEY
 
 if TYPE_CHECKING:
@@ -58,6 +59,57 @@ BASE_FIELDS = ("context_summary", "execution_meta")
 
 class SubgraphStateError(GraphError):
     """A compiled graph added as a node whose state does not share its fields by name."""
+
+
+class SubgraphForkError(GraphError):
+    """A fork asked of a subgraph's thread, which is part of its parent's step."""
+
+
+def target_thread(config: Mapping[str, Any], thread_id: str) -> str:
+    """The thread a reading call names: the config's thread, or, with a `checkpoint_ns`
+    (LangGraph's name, `node:seq|node:seq`), the subgraph run's thread under it."""
+    configurable = config.get("configurable")
+    ns = config.get("checkpoint_ns") or (
+        configurable.get("checkpoint_ns") if isinstance(configurable, Mapping) else None
+    )
+    return f"{thread_id}{SEPARATOR}{ns}" if ns else thread_id
+
+
+async def state_class_of(graph: CompiledGraph[Any], thread_id: str) -> type[AgentState]:
+    """The state class of a thread of `graph`'s log: a subgraph node's when the thread is
+    its run's; else the graph's own when the thread recorded its fields (the graph a node
+    called, read through it), or an open class built from the fields the thread recorded
+    (`agentlog.projections.generic`: a user's reducer shows its last update)."""
+    found: CompiledGraph[Any] | None = graph
+    for segment in namespace_of(thread_id):
+        node = found.graph.nodes.get(segment.partition(":")[0]) if found is not None else None
+        found = node.graph if isinstance(node, SubgraphNode) else None
+    if found is not None:
+        return found.graph.state_cls
+    own = graph.graph.state_cls
+    async for record in graph.store.read(thread_id, 1, 1):
+        fields = record.event.fields if isinstance(record.event, RunStarted) else None
+        if fields is not None and fields != state_fields(own):
+            return open_state_class(fields)
+    return own  # the graph read is the one the thread was run with (its fields say so)
+
+
+def refuse_fork(thread_id: str) -> None:
+    """A subgraph's thread is forked through its parent: `SubgraphForkError` saying how."""
+    ns = namespace_of(thread_id)
+    if not ns:
+        return
+    parent = thread_id.rpartition(SEPARATOR)[0]
+    node, _, seq = ns[-1].partition(":")
+    entered = seq.split(".")[0]
+    at = f"at_seq={int(entered) - 1}" if entered.isdigit() else "at_seq=<before it>"
+    raise SubgraphForkError(
+        f"thread {thread_id!r} is the run of a subgraph inside node {node!r} of thread "
+        f"{parent!r}: its steps belong to that node's step, so a fork starts in the parent: "
+        f"afork({{'thread_id': {parent!r}}}, {at}) branches it before the node, and running "
+        "the fork runs the subgraph anew there (its past steps stay readable here with "
+        "aget_state and ahistory)"
+    )
 
 
 def parent_of(config: Mapping[str, Any] | None) -> NodeContext | None:
@@ -135,9 +187,7 @@ async def _input_for(engine: Engine[Any], thread_id: str, input: Any) -> Any:
         if not found:  # the parent was not given an answer: the child still waits
             raise GraphInterrupt(meta.interrupt_reason or "subgraph", meta.interrupt_data)
         return Command(resume=value)
-    if meta.status == ExecutionStatus.COMPLETED or meta.is_interrupted():
-        return None
-    return None
+    return None  # completed (read back), paused at a breakpoint, stopped, failed, crashed
 
 
 def _over(engine: Engine[Any], log: EventStore) -> Engine[Any]:
@@ -251,6 +301,7 @@ class SubgraphNode:
 
 __all__ = [
     "SEPARATOR",
+    "SubgraphForkError",
     "SubgraphNode",
     "SubgraphStateError",
     "blocking_in_node",
