@@ -120,6 +120,10 @@ async def test_subgraphs_run_on_namespaced_threads_of_the_parents_log(sync_call:
     draft = await app.aget_state({"configurable": {"thread_id": links[1].thread_id}})
     assert draft.text == "; ".join(state.items)  # read with the fields its log recorded
     assert all(r.ok for r in await app.averify({"thread_id": "t"}))
+    threads = await store.threads()
+    with pytest.raises(SubgraphForkError, match="add that graph as a node"):
+        await app.afork({"thread_id": links[1].thread_id}, at_step=1)
+    assert await store.threads() == threads  # refused before anything was written
 
 
 async def test_a_compiled_graph_as_node_must_share_its_fields_by_name() -> None:
@@ -145,7 +149,7 @@ async def test_a_node_calling_a_graph_twice_gets_a_namespace_for_each_call() -> 
     await app.ainvoke({}, {"thread_id": "t"})
     assert (await app.aget_state({"thread_id": "t"})).text == "ab"
     links = [r.event for r in await records(store, "t") if isinstance(r.event, SubgraphRan)]
-    assert [e.namespace for e in links] == ["twice:2", "twice:2.1"]
+    assert [e.namespace for e in links] == ["twice:1", "twice:1+1"]
 
 
 async def test_a_call_naming_a_thread_of_its_own_stays_an_ordinary_run() -> None:
@@ -217,8 +221,51 @@ async def test_an_interrupt_in_a_subgraph_pauses_the_parent_and_its_resume_reach
         r.event.status for r in await records(store, "doc") if isinstance(r.event, SubgraphRan)
     ]
     assert statuses == ["interrupted", "completed"]
-    with pytest.raises(SubgraphForkError, match=r"afork\(\{'thread_id': 'doc'\}, at_seq="):
-        await app.afork({"thread_id": child}, at_seq=2)
+    with pytest.raises(SubgraphForkError, match="fork it with the graph that ran it"):
+        await app.afork({"thread_id": "doc|review:x"}, at_seq=1)
+
+
+async def test_a_fork_inside_a_subgraph_carries_the_subgraph_on_from_that_point() -> None:
+    ran: list[str] = []
+
+    def gather(state: Research) -> dict[str, Any]:
+        ran.append("gather")
+        return {"items": [f"fact about {state.topic}"]}
+
+    def check(state: Research) -> dict[str, Any]:
+        ran.append("check")
+        return {"items": [f"checked {len(state.items)}"]}
+
+    child: StateGraph[Research] = StateGraph(Research)
+    child.add_node("gather", gather)
+    child.add_node("check", check)
+    child.add_edge(START, "gather")
+    child.add_edge("gather", "check")
+    child.add_edge("check", END)
+    store = MemoryEventStore()
+    graph: StateGraph[Notes] = StateGraph(Notes)
+    graph.add_node("plan", lambda state: {"items": ["plan"]})
+    graph.add_node("research", child.compile())
+    graph.add_node("tail", lambda state: {"text": ",".join(state.items)})
+    graph.add_edge(START, "plan")
+    graph.add_edge("plan", "research")
+    graph.add_edge("research", "tail")
+    graph.add_edge("tail", END)
+    app = graph.compile(store)
+    await app.ainvoke({"topic": "owls"}, {"thread_id": "t"})
+    original = await app.aget_state({"thread_id": "t"})
+    assert ran == ["gather", "check"]
+    inside = {"thread_id": "t", "checkpoint_ns": "research:2"}
+    (entry,) = [e for e in await app.aget_state_history(inside) if e.step == 1]
+    assert [item for item in (await entry.state()).items] == ["plan", "fact about owls"]
+    fork = await app.afork(inside, at_step=1, new_thread_id="f")
+    assert fork == "f" and "f|research:2" in await store.threads()
+    await app.ainvoke(None, {"thread_id": "f"})
+    assert ran == ["gather", "check", "check"]  # the fork carried on after gather
+    forked = await app.aget_state({"thread_id": "f"})
+    assert forked.items == original.items and forked.text == original.text
+    assert (await replayed(store, "f", Notes)).model_dump() == forked.model_dump()
+    assert all(r.ok for r in await verify_tree(store, "f"))
 
 
 async def test_subgraph_parts_stream_under_their_namespace_with_subgraphs_true() -> None:

@@ -81,8 +81,8 @@ from agentlog.actors.engine.streaming import Streaming
 from agentlog.actors.engine.subgraph import (
     SEPARATOR,
     blocking_in_node,
+    fork_nested,
     parent_of,
-    refuse_fork,
     run_nested,
     state_class_of,
     target_thread,
@@ -282,9 +282,15 @@ class CompiledGraph(Streaming, Generic[S]):
     ) -> str:
         """Branch the thread at a past point into a new thread; return the new thread id.
 
-        A subgraph run's thread is refused (`SubgraphForkError`, naming the parent's fork
-        that does it): its steps are part of its parent's step."""
-        refuse_fork(target_thread(config, _thread_of(config)))
+        A point inside a subgraph run (the config's `checkpoint_ns`, or the run's thread)
+        forks the parent before the step that ran it, and the run at the point under the
+        fork (`agentlog.actors.engine.subgraph.fork_nested`): the id is the parent's fork,
+        and running it carries the subgraph run on from the point."""
+        target = target_thread(config, _thread_of(config))
+        if SEPARATOR in target:
+            return await fork_nested(
+                self, target, at_step=at_step, at_seq=at_seq, new_thread_id=new_thread_id
+            )
         return await fork_thread(
             self.store,
             _thread_of(config),

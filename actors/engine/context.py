@@ -65,6 +65,10 @@ class NodeContext:
     """The long-term store the graph was compiled with (`get_store()`), or None."""
     store_writes: int = 0
     """How many long-term store writes this step has made: each write's place in it."""
+    step: int = 0
+    """The number of the step this node runs in (the thread's step counter once it commits)."""
+    branch: int | None = None
+    """The node's place among its step's branches, when the step runs several."""
     log: EventStore | None = None
     """The run's event log: a subgraph this node runs is recorded in it too."""
     subgraphs: int = 0

@@ -5,8 +5,9 @@ the fields the two state classes share go in and come back), or a node that call
 `child.ainvoke(mapped_input)` / `child.invoke(...)` itself. Either way the call is seen to
 come from inside a running node (`current_context()`), and the child runs on a thread of
 the parent's log named after where it ran: the parent's thread, `|`, a namespace segment
-`node:seq` (the seq of the step's `node_entered`, the step's identity, the same when the
-step runs again; `.n` added for a node's n-th subgraph call in one step), so a nested
+`node:step` (the number of the parent's step: the same when the step runs again after a
+crash, a pause or a failure, and in a fork of the parent made before it; `.b` for branch
+b of a step of several, `+n` for a node's n-th subgraph call in one step), so a nested
 child's namespace reads as LangGraph's `checkpoint_ns`.
 
 Why a thread of its own and not the parent's thread: the child is a whole run (its own
@@ -17,6 +18,10 @@ the parent's log all the same: the parent's step commits a `subgraph_ran` record
 the child's thread and the seq and chain hash it stood at, so verifying the parent
 (`verify_tree`) checks every child's chain and that the record the parent saw is still
 there; one commit path writes all of it.
+
+A fork reaches a child's step (`fork_nested`): the parent is forked before the step that
+ran the child, the child at the point asked, under the fork's namespace; running the fork
+runs that step again, which finds the child's fork and carries it on.
 
 What that gives: a crash mid-child re-runs the parent's step, which finds the child's
 thread and carries its run on from its last commit (a committed tool call inside it is
@@ -36,14 +41,16 @@ from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agentlog.actors.engine.command import Command
+from agentlog.actors.engine.commit import fork_thread
 from agentlog.actors.engine.context import NodeContext, _current
 from agentlog.actors.engine.errors import GraphError, GraphInterrupt
 from agentlog.actors.engine.loop import RunLoop
 from agentlog.actors.engine.nodes import take_resume
 from agentlog.actors.engine.run import Engine
 from agentlog.actors.engine.stream import END_OF_STREAM, RunStream
-from agentlog.events import EventStore, RunStarted, SubgraphRan
+from agentlog.events import EventStore, Forked, RunStarted, SubgraphRan
 from agentlog.projections import AgentState
+from agentlog.projections.forks import fork_event
 from agentlog.projections.generic import open_state_class, state_fields
 from agentlog.projections.keys import AWAITING_KEY
 
@@ -62,12 +69,12 @@ class SubgraphStateError(GraphError):
 
 
 class SubgraphForkError(GraphError):
-    """A fork asked of a subgraph's thread, which is part of its parent's step."""
+    """A fork asked of a thread named as a subgraph run's that is not one this engine made."""
 
 
 def target_thread(config: Mapping[str, Any], thread_id: str) -> str:
     """The thread a reading call names: the config's thread, or, with a `checkpoint_ns`
-    (LangGraph's name, `node:seq|node:seq`), the subgraph run's thread under it."""
+    (LangGraph's name, `node:step|node:step`), the subgraph run's thread under it."""
     configurable = config.get("configurable")
     ns = config.get("checkpoint_ns") or (
         configurable.get("checkpoint_ns") if isinstance(configurable, Mapping) else None
@@ -76,40 +83,91 @@ def target_thread(config: Mapping[str, Any], thread_id: str) -> str:
 
 
 async def state_class_of(graph: CompiledGraph[Any], thread_id: str) -> type[AgentState]:
-    """The state class of a thread of `graph`'s log: a subgraph node's when the thread is
-    its run's; else the graph's own when the thread recorded its fields (the graph a node
-    called, read through it), or an open class built from the fields the thread recorded
-    (`agentlog.projections.generic`: a user's reducer shows its last update)."""
+    """The state class of a thread of `graph`'s log: `known_class`, or else (a graph a node
+    called, read through another graph) an open class built from the fields the thread
+    recorded (`agentlog.projections.generic`: a user's reducer shows its last update)."""
+    known, fields = await known_class(graph, thread_id)
+    return known if known is not None else open_state_class(fields or {})
+
+
+async def known_class(
+    graph: CompiledGraph[Any], thread_id: str
+) -> tuple[type[AgentState] | None, dict[str, str | None] | None]:
+    """The class a thread was run with when `graph` knows it (a subgraph node's, or its
+    own when the thread recorded its fields or none), else None; and the fields recorded."""
     found: CompiledGraph[Any] | None = graph
     for segment in namespace_of(thread_id):
         node = found.graph.nodes.get(segment.partition(":")[0]) if found is not None else None
         found = node.graph if isinstance(node, SubgraphNode) else None
-    if found is not None:
-        return found.graph.state_cls
+    if found is not None and found is not graph:
+        return found.graph.state_cls, None
     own = graph.graph.state_cls
     async for record in graph.store.read(thread_id, 1, 1):
-        fields = record.event.fields if isinstance(record.event, RunStarted) else None
+        event = record.event
+        fields = event.fields if isinstance(event, RunStarted | Forked) else None
         if fields is not None and fields != state_fields(own):
-            return open_state_class(fields)
-    return own  # the graph read is the one the thread was run with (its fields say so)
+            return None, dict(fields)
+    return own, None
 
 
-def refuse_fork(thread_id: str) -> None:
-    """A subgraph's thread is forked through its parent: `SubgraphForkError` saying how."""
-    ns = namespace_of(thread_id)
-    if not ns:
-        return
-    parent = thread_id.rpartition(SEPARATOR)[0]
-    node, _, seq = ns[-1].partition(":")
-    entered = seq.split(".")[0]
-    at = f"at_seq={int(entered) - 1}" if entered.isdigit() else "at_seq=<before it>"
-    raise SubgraphForkError(
-        f"thread {thread_id!r} is the run of a subgraph inside node {node!r} of thread "
-        f"{parent!r}: its steps belong to that node's step, so a fork starts in the parent: "
-        f"afork({{'thread_id': {parent!r}}}, {at}) branches it before the node, and running "
-        "the fork runs the subgraph anew there (its past steps stay readable here with "
-        "aget_state and ahistory)"
+async def _fork_class(graph: CompiledGraph[Any], thread_id: str) -> type[AgentState]:
+    """The class a fork of a thread of the tree writes its state with: one `graph` knows."""
+    known, _ = await known_class(graph, thread_id)
+    if known is None:
+        root = thread_id.partition(SEPARATOR)[0]
+        raise SubgraphForkError(
+            f"thread {thread_id!r} was run by a graph a node called, whose state class "
+            f"{graph.graph.state_cls.__name__}'s graph does not know, and a fork writes the "
+            "state in it: add that graph as a node (add_node(name, graph)), or fork the "
+            f"thread {root!r} at a step before the call and run the fork (the call runs anew)"
+        )
+    return known
+
+
+async def fork_nested(
+    graph: CompiledGraph[Any],
+    thread_id: str,
+    *,
+    at_step: int | None,
+    at_seq: int | None,
+    new_thread_id: str | None,
+) -> str:
+    """Fork a subgraph run's thread at a point: its parent is forked at the start of the
+    step that ran it (and so on up to the root), the child at the point, into the fork's
+    namespace; running the root fork carries the child on from there. The root fork's id."""
+    parent, _, segment = thread_id.rpartition(SEPARATOR)
+    step = segment.partition(":")[2].split(".")[0].split("+")[0]
+    if not step.isdigit() or int(step) < 1:
+        raise SubgraphForkError(
+            f"thread {thread_id!r} is not named as a subgraph run of this engine names one "
+            "(parent|node:step): fork it with the graph that ran it, on its own"
+        )
+    child_cls = await _fork_class(graph, thread_id)  # the class and the point checked
+    await fork_event(  # before anything is written (it only reads)
+        graph.store, thread_id, at_step=at_step, at_seq=at_seq, new_thread_id=thread_id,
+        state_cls=child_cls,
+    )  # fmt: skip
+    if namespace_of(parent):
+        forked = await fork_nested(
+            graph, parent, at_step=int(step) - 1, at_seq=None, new_thread_id=new_thread_id
+        )
+    else:
+        forked = await fork_thread(
+            graph.store,
+            parent,
+            at_step=int(step) - 1,
+            new_thread_id=new_thread_id,
+            state_cls=await _fork_class(graph, parent),
+        )
+    await fork_thread(
+        graph.store,
+        thread_id,
+        at_step=at_step,
+        at_seq=at_seq,
+        new_thread_id=f"{forked}{SEPARATOR}{segment}",
+        state_cls=child_cls,
     )
+    return forked
 
 
 def parent_of(config: Mapping[str, Any] | None) -> NodeContext | None:
@@ -126,10 +184,15 @@ def parent_of(config: Mapping[str, Any] | None) -> NodeContext | None:
 
 
 def child_thread(parent: NodeContext) -> tuple[str, str]:
-    """The namespace segment of the next subgraph run of the parent's step, and its thread."""
+    """The namespace segment of the next subgraph run of the parent's step, and its thread:
+    `node:step`, `.branch` in a step of several branches, `+n` for a node's n-th call."""
     place = parent.subgraphs
     parent.subgraphs += 1
-    segment = f"{parent.node}:{parent.step_seq}" + (f".{place}" if place else "")
+    segment = f"{parent.node}:{parent.step}"
+    if parent.branch is not None:
+        segment += f".{parent.branch}"
+    if place:
+        segment += f"+{place}"
     return segment, f"{parent.thread_id}{SEPARATOR}{segment}"
 
 
