@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 from pydantic import Field
 
 from agentlog import END, START, AgentState, Command, Send, StateGraph
-from agentlog.actors import interrupt
-from agentlog.actors.engine.subgraph import SubgraphForkError, SubgraphStateError
+from agentlog.actors import SubgraphForkError, SubgraphStateError, interrupt
 from agentlog.events import (
     EventRecord,
     EventStore,
@@ -384,3 +383,43 @@ def test_graphs_with_subgraphs_replay_to_the_live_state(
         assert all(r.ok for r in await verify_tree(store, "t"))
 
     asyncio.run(drive())
+
+
+async def test_a_stop_during_a_subgraph_stops_both_and_resume_carries_the_child_on() -> None:
+    entered, release, ran = asyncio.Event(), asyncio.Event(), []
+
+    def gather(state: Research) -> dict[str, Any]:
+        ran.append("gather")
+        return {"items": ["fact"]}
+
+    async def slow(state: Research) -> dict[str, Any]:
+        ran.append("slow")
+        entered.set()
+        await release.wait()
+        return {"items": ["slow"]}
+
+    child: StateGraph[Research] = StateGraph(Research)
+    child.add_node("gather", gather)
+    child.add_node("slow", slow)
+    child.add_edge(START, "gather")
+    child.add_edge("gather", "slow")
+    child.add_edge("slow", END)
+    store = MemoryEventStore()
+    graph: StateGraph[Notes] = StateGraph(Notes)
+    graph.add_node("sub", child.compile())
+    graph.add_edge(START, "sub")
+    graph.add_edge("sub", END)
+    app = graph.compile(store)
+    config = {"thread_id": "t"}
+    running = asyncio.ensure_future(app.ainvoke({"topic": "x"}, config))
+    await entered.wait()
+    assert await app.astop(config)
+    await running
+    (sub,) = [t for t in await store.threads() if t != "t"]
+    for thread in ("t", sub):  # the cut node's run and the parent's both say they stopped
+        assert [r.kind for r in await records(store, thread)][-1] == "stopped"
+    release.set()
+    done = await app.ainvoke(None, config)
+    assert done["status"] == ExecutionStatus.COMPLETED.value
+    assert (await app.aget_state(config)).items == ["fact", "slow"]
+    assert ran == ["gather", "slow", "slow"]  # the committed step is not run again
