@@ -423,3 +423,35 @@ async def test_a_stop_during_a_subgraph_stops_both_and_resume_carries_the_child_
     assert done["status"] == ExecutionStatus.COMPLETED.value
     assert (await app.aget_state(config)).items == ["fact", "slow"]
     assert ran == ["gather", "slow", "slow"]  # the committed step is not run again
+
+
+def test_the_langgraph_front_takes_its_compiled_graphs_as_nodes_and_shows_them_paused() -> None:
+    from typing_extensions import TypedDict
+
+    from agentlog.langgraph import StateGraph as LangGraph
+    from agentlog.langgraph import interrupt as ask_value
+
+    class Doc(TypedDict):
+        text: str
+        verdict: str
+
+    def ask(state: Doc) -> dict[str, Any]:
+        return {"verdict": f"{ask_value({'text': state['text']})}: {state['text']}"}
+
+    inner = LangGraph(Doc)
+    inner.add_node("ask", ask)
+    inner.add_edge(START, "ask")
+    outer = LangGraph(Doc)
+    outer.add_node("review", inner.compile())
+    outer.add_edge(START, "review")
+    app = outer.compile(checkpointer=MemoryEventStore())
+    config = {"configurable": {"thread_id": "d"}}
+    paused = app.invoke({"text": "draft", "verdict": ""}, config)
+    assert [i.value for i in paused["__interrupt__"]] == [{"text": "draft"}]
+    (task,) = app.get_state(config, subgraphs=True).tasks
+    assert task.name == "review" and task.state.next == ("ask",)
+    assert task.state.config["configurable"]["checkpoint_ns"] == "review:1"
+    again = app.get_state(task.state.config)  # the child's snapshot, by its config
+    assert again.values == {"text": "draft", "verdict": ""}
+    done = app.invoke(Command(resume="ok"), config)
+    assert done == {"text": "draft", "verdict": "ok: draft"}

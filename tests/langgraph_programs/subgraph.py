@@ -126,6 +126,8 @@ config = {"configurable": {"thread_id": "doc-1"}}
 paused = approval.invoke({"text": "draft", "verdict": ""}, config)
 print("paused with:", [i.value for i in paused["__interrupt__"]])
 print("next:", approval.get_state(config).next)
+inside = approval.get_state(config, subgraphs=True).tasks[0].state
+print("inside:", inside.values, inside.next, [i.value for i in inside.interrupts])
 done = approval.invoke(Command(resume="approved"), config)
 print("verdict:", done["verdict"])
 print("next:", approval.get_state(config).next)
