@@ -455,3 +455,29 @@ def test_the_langgraph_front_takes_its_compiled_graphs_as_nodes_and_shows_them_p
     assert again.values == {"text": "draft", "verdict": ""}
     done = app.invoke(Command(resume="ok"), config)
     assert done == {"text": "draft", "verdict": "ok: draft"}
+
+
+async def test_sends_to_a_subgraph_node_run_one_subgraph_each_with_its_argument() -> None:
+    class Tally(AgentState):
+        items: Annotated[list[str], operator.add] = Field(default_factory=list)
+
+    child: StateGraph[Tally] = StateGraph(Tally)
+    child.add_node("find", lambda state: {"items": [f"fact about {state.items[0]}"]})
+    child.add_edge(START, "find")
+    child.add_edge("find", END)
+    store = MemoryEventStore()
+    graph: StateGraph[Notes] = StateGraph(Notes)
+    graph.add_node("research", child.compile())
+    graph.add_conditional_edges(
+        START, lambda state: [Send("research", {"items": [t]}) for t in ("ants", "bees")]
+    )
+    graph.add_edge("research", END)
+    app = graph.compile(store)
+    await app.ainvoke({}, {"thread_id": "t"})
+    state = await app.aget_state({"thread_id": "t"})
+    assert state.items == ["ants", "fact about ants", "bees", "fact about bees"]
+    assert sorted(t for t in await store.threads() if t != "t") == [
+        "t|research:1.0",
+        "t|research:1.1",
+    ]
+    assert replay(await records(store, "t"), Notes).model_dump() == state.model_dump()

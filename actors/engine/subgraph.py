@@ -342,19 +342,23 @@ class SubgraphNode:
             )
         self.fields = own
 
-    async def __call__(self, state: AgentState, config: Mapping[str, Any]) -> dict[str, Any]:
-        values: dict[str, Any] = {
-            f: getattr(state, f) for f in self.fields if f not in ("context",)
-        }
-        sent = list(state.context)
-        if "context" in self.fields and sent:
-            values["context"] = sent
+    async def __call__(self, state: Any, config: Mapping[str, Any]) -> dict[str, Any]:
+        """Run the graph on the shared fields of `state`, or on a `Send`'s argument (a
+        dict, taken as the graph's input as it is); its final values of them come back."""
         parent = parent_of(None)
         if parent is None:
             raise GraphError(f"subgraph node {self.__name__!r} ran outside a running node")
+        sent: list[Any] = []
+        if isinstance(state, AgentState):
+            values = {f: getattr(state, f) for f in self.fields if f != "context"}
+            sent = list(state.context)
+            if "context" in self.fields and sent:
+                values["context"] = sent
+        else:
+            values = state
         run = await run_nested(self.graph, values, None, parent)
         final = run.fold.state
-        out: dict[str, Any] = {f: getattr(final, f) for f in self.fields if f not in ("context",)}
+        out: dict[str, Any] = {f: getattr(final, f) for f in self.fields if f != "context"}
         known = {m.message_id for m in sent}
         new = [m for m in final.context if m.message_id not in known]
         if new:
