@@ -6,6 +6,7 @@ parent's resume reaches it; its stream parts come under its namespace; replay ==
 from __future__ import annotations
 
 import asyncio
+import json
 import operator
 import sqlite3
 from pathlib import Path
@@ -27,6 +28,8 @@ from agentlog.events import (
     verify_tree,
 )
 from agentlog.projections import ExecutionStatus, replay
+
+from .helpers import agentlog
 
 
 class Notes(AgentState):
@@ -317,6 +320,9 @@ async def test_nested_subgraphs_name_each_level_and_verify_as_one_tree(tmp_path:
     async with SQLiteEventStore(db) as store:
         reports = await verify_tree(store, "t")
         assert [r.ok for r in reports] == [True, True, False]
+    shown = agentlog("verify", "t", "--db", db, "--json")  # the command checks the tree too
+    assert shown.returncode == 1
+    assert [t["ok"] for t in json.loads(shown.stdout)["threads"]] == [True, True, False]
 
 
 # ---- replay == live for random graphs with subgraphs -------------------------------------

@@ -762,7 +762,7 @@ def _login() -> str:
 def verify_command(
     thread: Annotated[
         str | None,
-        typer.Argument(help="The thread to check (default: every thread)."),
+        typer.Argument(help="The thread (and its subgraph runs) to check (default: all)."),
     ] = None,
     head: Annotated[
         str | None,
