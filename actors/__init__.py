@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from agentlog.actors.engine.nodes import interrupt
     from agentlog.actors.engine.persistence import PersistenceError
     from agentlog.actors.engine.results import ResponseGranularity
+    from agentlog.actors.engine.subgraph import SubgraphForkError, SubgraphStateError
     from agentlog.actors.engine.writer import (
         StreamWriterOutsideNodeError,
         emit_message_chunk,
@@ -97,6 +98,8 @@ _HOMES: dict[str, str] = {
     "Command": "agentlog.actors.engine.command",
     "Send": "agentlog.actors.engine.command",
     "InvalidUpdateError": "agentlog.actors.engine.errors",
+    "SubgraphForkError": "agentlog.actors.engine.subgraph",
+    "SubgraphStateError": "agentlog.actors.engine.subgraph",
     "CompiledGraph": "agentlog.actors.engine.compiled",
     "NodeContext": "agentlog.actors.engine.context",
     "NotInNodeError": "agentlog.actors.engine.context",
@@ -195,6 +198,8 @@ __all__ = [
     "StateGraph",
     "StreamMode",
     "StreamWriterOutsideNodeError",
+    "SubgraphForkError",
+    "SubgraphStateError",
     "SuccessCriterion",
     "ThreadBusyError",
     "ThreadStillBusyError",

@@ -5,7 +5,14 @@ turns a path or URL into one; `agentlog.events.testing` holds the suite every st
 This package knows nothing of agents: it stores and chains events, and reads them back.
 """
 
-from agentlog.events.audit import Head, export_jsonl, head, verify_store, verify_thread
+from agentlog.events.audit import (
+    Head,
+    export_jsonl,
+    head,
+    verify_store,
+    verify_thread,
+    verify_tree,
+)
 from agentlog.events.codec import (
     GENESIS_HASH,
     UnstorableValueError,
@@ -61,6 +68,7 @@ from agentlog.events.kinds import (
     StopRequested,
     StoreItemDeleted,
     StoreItemPut,
+    SubgraphRan,
     TasksPlanned,
     ToolCallFinished,
     ToolCallStarted,
@@ -159,6 +167,7 @@ __all__ = [
     "StoreNotFoundError",
     "StoreURLError",
     "StoreUnavailableError",
+    "SubgraphRan",
     "TasksPlanned",
     "ThreadBusyError",
     "ThreadNotFoundError",
@@ -179,4 +188,5 @@ __all__ = [
     "unregister_upcaster",
     "verify_store",
     "verify_thread",
+    "verify_tree",
 ]

@@ -30,6 +30,7 @@ from agentlog.events.errors import (
     StoreError,
     ThreadNotFoundError,
 )
+from agentlog.events.kinds import SubgraphRan
 from agentlog.events.record import VerifyReport
 from agentlog.events.store import READ_CHUNK, EventStore
 from agentlog.events.verify_export import readable_payload
@@ -42,6 +43,7 @@ __all__ = [
     "head",
     "verify_store",
     "verify_thread",
+    "verify_tree",
 ]
 
 _HEAD_FORM = "THREAD@SEQ:HASH (a thread id, its last seq, that record's 64 hex digit hash)"
@@ -139,6 +141,34 @@ async def verify_thread(
         )
         return _bad(report, head.seq, problem)
     return report
+
+
+async def verify_tree(
+    store: EventStore, thread_id: str, *, head: Head | None = None
+) -> list[VerifyReport]:
+    """`verify_thread`, and the same for every subgraph thread the thread's records link
+    to (`subgraph_ran`), depth first: each linked thread must chain intact and still hold
+    the record, with the hash, that its parent's step saw. The thread's report comes first."""
+    reports = [await verify_thread(store, thread_id, head=head)]
+    if not reports[0].ok:
+        return reports
+    seen: set[str] = set()
+    async for record in store.read(thread_id):
+        event = record.event
+        if not isinstance(event, SubgraphRan) or event.thread_id in seen:
+            continue
+        seen.add(event.thread_id)
+        linked = Head(event.thread_id, event.seq, event.hash) if event.hash else None
+        try:
+            reports += await verify_tree(store, event.thread_id, head=linked)
+        except StoreError as exc:
+            problem = f"subgraph thread linked at seq {record.seq} cannot be read: {exc}"
+            reports.append(
+                VerifyReport(
+                    thread_id=event.thread_id, ok=False, records_checked=0, problem=problem
+                )
+            )
+    return reports
 
 
 def _bad(report: VerifyReport, seq: int, problem: str) -> VerifyReport:

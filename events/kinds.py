@@ -496,6 +496,19 @@ class SharedWritten(BaseEvent, tag="shared_written", frozen=True):
     crash finds its write applied already and does not apply it twice."""
 
 
+class SubgraphRan(BaseEvent, tag="subgraph_ran", frozen=True):
+    """A node ran a subgraph on thread `thread_id`, left at `seq` with hash `hash` (a link)."""
+
+    STEP_OUTPUT: ClassVar[bool] = True
+
+    node: str
+    namespace: str
+    thread_id: str
+    seq: int
+    hash: str
+    status: str = "completed"
+
+
 class RunSuperseded(BaseEvent, tag="run_superseded", frozen=True):
     """Run `run_id` was cancelled and rolled back (double-texting's `rollback`) by `by`: the
     events after this one set the state back to what it was before that run began. Its
@@ -540,6 +553,7 @@ class StoreItemDeleted(BaseEvent, tag="store_item_deleted", frozen=True):
     op_id: str | None = None
 
 
+FACT_KINDS = (ModelCalled, OutcomeRecorded, SharedWritten, SubgraphRan)
 Event: TypeAlias = BaseEvent
 """Any event; narrow it by class (`isinstance`, `match event: case RunStarted(): ...`)."""
 

@@ -25,6 +25,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from agentlog.events.kinds import (
     EVENT_TYPES,
+    FACT_KINDS,
     BaseEvent,
     BranchEntered,
     ContextSummarized,
@@ -37,14 +38,12 @@ from agentlog.events.kinds import (
     MessagesReplaced,
     ModelCalled,
     NodeEntered,
-    OutcomeRecorded,
     Resumed,
     RunCancelled,
     RunCompleted,
     RunFailed,
     RunStarted,
     RunSuperseded,
-    SharedWritten,
     StateUpdated,
     StepAdvanced,
     Stopped,
@@ -498,7 +497,7 @@ def _fact(fold: Fold[Any], e: BaseEvent, r: EventRecord) -> None:
     keeps it for audit and for its own projections; the thread's state does not change."""
 
 
-for _fact_kind in (ModelCalled, OutcomeRecorded, SharedWritten):
+for _fact_kind in FACT_KINDS:
     _handles(_fact_kind)(_fact)
 
 

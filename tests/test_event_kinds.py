@@ -90,6 +90,7 @@ def test_the_traits_name_the_kinds_each_reader_used_to_list() -> None:
         "model_called",
         "tool_call_finished",
         "tasks_planned",
+        "subgraph_ran",
     } == kinds.OUTPUT_KINDS
 
 

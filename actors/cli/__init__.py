@@ -50,7 +50,7 @@ from agentlog.events import (
     VerifyReport,
     open_store,
 )
-from agentlog.events.audit import Head, export_jsonl, verify_store, verify_thread
+from agentlog.events.audit import Head, export_jsonl, verify_store, verify_tree
 
 if TYPE_CHECKING:
     from agentlog.projections import AgentState, EventRow, StreamChunk
@@ -762,7 +762,7 @@ def _login() -> str:
 def verify_command(
     thread: Annotated[
         str | None,
-        typer.Argument(help="The thread to check (default: every thread)."),
+        typer.Argument(help="The thread (and its subgraph runs) to check (default: all)."),
     ] = None,
     head: Annotated[
         str | None,
@@ -819,7 +819,7 @@ def verify_command(
 
     async def job(store: EventStore) -> tuple[list[VerifyReport], list[ThreadFindings]]:
         if thread is not None:
-            reports = [await verify_thread(store, thread, head=saved)]
+            reports = await verify_tree(store, thread, head=saved)
         else:
             with render.progress(errors, "verifying threads") as update:
                 reports = await verify_store(store, progress=update)

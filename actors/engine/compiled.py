@@ -14,11 +14,12 @@ import time
 from collections.abc import (
     Awaitable,
     Callable,
+    Coroutine,
     Mapping,
     Sequence,
 )
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Self
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from agentlog.actors.engine.errors import (
     GraphError,
@@ -30,6 +31,8 @@ from agentlog.events import (
     StopRequested,
     StoreError,
     ThreadNotFoundError,
+    VerifyReport,
+    verify_tree,
 )
 from agentlog.events.kinds import Event, RunCancelled
 from agentlog.projections import (
@@ -73,6 +76,17 @@ from agentlog.actors.engine.run import (
 from agentlog.actors.engine.steps import check_resume_value
 from agentlog.actors.engine.stream import RunStream
 from agentlog.actors.engine.streaming import Streaming
+from agentlog.actors.engine.subgraph import (
+    SEPARATOR,
+    blocking_in_node,
+    fork_nested,
+    parent_of,
+    run_nested,
+    state_class_of,
+    target_thread,
+)
+
+T = TypeVar("T")
 
 
 class CompiledGraph(BlockingCalls, Streaming, Generic[S]):
@@ -195,7 +209,12 @@ class CompiledGraph(BlockingCalls, Streaming, Generic[S]):
     async def _run(
         self, input: Any, config: Mapping[str, Any] | None, stream: RunStream | None
     ) -> RunLoop[S]:
-        """Live one call's run, from its claim to the thread given back (`RunLoop.live`)."""
+        """Live one call's run, from its claim to the thread given back (`RunLoop.live`);
+        called from inside a running node, the run is a subgraph's, on a thread of the
+        parent's log (`agentlog.actors.engine.subgraph`)."""
+        parent = parent_of(config)
+        if parent is not None and stream is None:
+            return await run_nested(self, input, config, parent)
         run = RunLoop.of(self.engine, run_config(config), stream)
         await run.live(input)
         return run
@@ -215,17 +234,27 @@ class CompiledGraph(BlockingCalls, Streaming, Generic[S]):
         at_step: int | None = None,
         at_seq: int | None = None,
     ) -> S:
-        """The thread's state, now or at a past step or seq, read from the log.
+        """The thread's state, now or at a past step or seq, read from the log; a subgraph
+        run's, with the config's `checkpoint_ns` (or its thread, `parent|node:seq`).
 
         An unknown thread raises `ThreadNotFoundError`.
         """
+        thread_id, state_cls = await self._target(config)
         return await state_at_point(
-            self.store, _thread_of(config), self.graph.state_cls, at_step=at_step, at_seq=at_seq
+            self.store, thread_id, state_cls, at_step=at_step, at_seq=at_seq
         )
 
     async def aget_state_history(self, config: Mapping[str, Any]) -> list[StepEntry]:
-        """One entry per step, oldest first (`await entry.state()` loads its state)."""
-        return await state_history(self.store, _thread_of(config), self.graph.state_cls)
+        """One entry per step, oldest first (`await entry.state()` loads its state); a
+        subgraph run's with the config's `checkpoint_ns`."""
+        return await state_history(self.store, *await self._target(config))
+
+    async def _target(self, config: Mapping[str, Any]) -> tuple[str, type[Any]]:
+        """The thread a reading call names (a subgraph run's too) and its state class."""
+        thread_id = target_thread(config, _thread_of(config))
+        if thread_id == _thread_of(config) and SEPARATOR not in thread_id:
+            return thread_id, self.graph.state_cls
+        return thread_id, await state_class_of(self, thread_id)
 
     async def ahistory(
         self, config: Mapping[str, Any], kinds: Sequence[str] | None = None
@@ -241,6 +270,11 @@ class CompiledGraph(BlockingCalls, Streaming, Generic[S]):
             self.store, _thread_of(config), a, b, by=by, state_cls=self.graph.state_cls
         )
 
+    async def averify(self, config: Mapping[str, Any]) -> list[VerifyReport]:
+        """Verify the thread's hash chain and those of the subgraph runs it links to (one
+        report per thread, the thread's first): see `agentlog.events.verify_tree`."""
+        return await verify_tree(self.store, _thread_of(config))
+
     async def afork(
         self,
         config: Mapping[str, Any],
@@ -249,7 +283,17 @@ class CompiledGraph(BlockingCalls, Streaming, Generic[S]):
         at_seq: int | None = None,
         new_thread_id: str | None = None,
     ) -> str:
-        """Branch the thread at a past point into a new thread; return the new thread id."""
+        """Branch the thread at a past point into a new thread; return the new thread id.
+
+        A point inside a subgraph run (the config's `checkpoint_ns`, or the run's thread)
+        forks the parent before the step that ran it, and the run at the point under the
+        fork (`agentlog.actors.engine.subgraph.fork_nested`): the id is the parent's fork,
+        and running it carries the subgraph run on from the point."""
+        target = target_thread(config, _thread_of(config))
+        if SEPARATOR in target:
+            return await fork_nested(
+                self, target, at_step=at_step, at_seq=at_seq, new_thread_id=new_thread_id
+            )
         return await fork_thread(
             self.store,
             _thread_of(config),
@@ -481,6 +525,13 @@ class CompiledGraph(BlockingCalls, Streaming, Generic[S]):
         traceback: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+    def _blocking(self, coro: Coroutine[Any, Any, T]) -> T:
+        nested = blocking_in_node(coro)
+        if nested is not None:  # a sync node calling a subgraph: it runs on the run's loop
+            result: T = nested.result()
+            return result
+        return super()._blocking(coro)
 
     def close(self) -> None:
         """Blocking `aclose`: stop the private event loop of the blocking methods, if they

@@ -9,15 +9,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentlog.actors.engine.errors import GraphError
 from agentlog.actors.engine.offload import InFlight
-from agentlog.events import Event, EventRecord, ModelCalled, OutcomeRecorded, SharedWritten, kind_of
+from agentlog.events import Event, EventRecord, EventStore, kind_of
+from agentlog.events.kinds import FACT_KINDS
 from agentlog.projections import StreamChunk
 
 if TYPE_CHECKING:
+    import asyncio
+
     from agentlog.actors.engine.callbacks import Callbacks
     from agentlog.actors.engine.longterm import BaseStore
     from agentlog.actors.engine.stream import RunStream
 
-RECORDABLE: tuple[type[Event], ...] = (ModelCalled, OutcomeRecorded, SharedWritten)
+RECORDABLE: tuple[type[Event], ...] = FACT_KINDS
 """The facts a node may add to its own step's commit (`NodeContext.record`)."""
 
 
@@ -62,6 +65,16 @@ class NodeContext:
     """The long-term store the graph was compiled with (`get_store()`), or None."""
     store_writes: int = 0
     """How many long-term store writes this step has made: each write's place in it."""
+    step: int = 0
+    """The number of the step this node runs in (the thread's step counter once it commits)."""
+    branch: int | None = None
+    """The node's place among its step's branches, when the step runs several."""
+    log: EventStore | None = None
+    """The run's event log: a subgraph this node runs is recorded in it too."""
+    subgraphs: int = 0
+    """How many subgraph runs this step has begun: each one's place in it (its namespace)."""
+    loop: asyncio.AbstractEventLoop | None = None
+    """The event loop the run lives on: a sync node's blocking call to a subgraph runs there."""
 
     def record(self, event: Event) -> None:
         """Add a fact (a model call, an outcome, a shared write) to this node's step commit.

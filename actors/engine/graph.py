@@ -39,6 +39,7 @@ from agentlog.actors.engine.errors import GraphError
 from agentlog.actors.engine.longterm import BaseStore
 from agentlog.actors.engine.persistence import persistence
 from agentlog.actors.engine.run import Engine
+from agentlog.actors.engine.subgraph import SubgraphNode
 from agentlog.actors.tools.node import ToolNode, is_tool_node
 from agentlog.events import EventStore
 from agentlog.projections import END, START, AgentState, BaseContextManager
@@ -115,14 +116,16 @@ class StateGraph(Generic[S]):
     def add_node(
         self,
         name_or_fn: str | NodeFn,
-        fn: NodeFn | ToolNode | None = None,
+        fn: NodeFn | ToolNode | CompiledGraph[Any] | None = None,
         *,
         destinations: Sequence[str] | Mapping[str, Any] | None = None,
     ) -> StateGraph[S]:
         """Add a node: `add_node("name", fn)` or `add_node(fn)`, named after the function.
 
         `destinations` names where a node that returns `Command(goto=...)` may go; without it
-        they are read from a `-> Command[Literal["a", "b"]]` return annotation.
+        they are read from a `-> Command[Literal["a", "b"]]` return annotation. A compiled
+        graph as `fn` is a subgraph (`agentlog.actors.engine.subgraph`): the fields its state
+        shares with this graph's, by name, go in and its final values of them come back.
         """
         if fn is None:
             if isinstance(name_or_fn, str) or not callable(name_or_fn):
@@ -133,6 +136,8 @@ class StateGraph(Generic[S]):
         name = check_node_name(name)
         if name in self.nodes:
             raise GraphError(f"node {name!r} is already in the graph")
+        if isinstance(fn, CompiledGraph):  # a subgraph: the state fields it shares go in
+            fn = SubgraphNode(name, fn, self.state_cls)
         if not callable(fn) and not is_tool_node(fn):
             raise GraphError(f"node {name!r} must be callable, got {type(fn).__name__}")
         if destinations is not None:

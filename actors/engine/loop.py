@@ -369,6 +369,8 @@ class RunLoop(Run[S]):
             self.stream,
             (self.fold.state.execution_meta.internal_data.get(ENTERED_KEY) or {}).get("seq", 0),
             store=self.engine.long_term_store,
+            step=meta.step + 1,
+            log=self.engine.store,
         )
         actor = self.node_actor(node)
         requests: list[tuple[str, tuple[Any, ...]]] = []

@@ -57,6 +57,17 @@ def interrupt(reason: str, data: dict[str, Any] | None = None) -> Any:
     return value
 
 
+def take_resume() -> tuple[bool, Any]:
+    """The next resume value of the running node's step, as its next `interrupt()` call
+    would take it: (True, value), or (False, None) when none is left (a subgraph the node
+    runs takes one for the interrupt it paused at)."""
+    answers = _answers.get()
+    if answers is None or answers.used >= len(answers.values):
+        return False, None
+    answers.used += 1
+    return True, answers.values[answers.used - 1]
+
+
 def resume_values(pending: Any) -> list[Any]:
     """The resume values recorded for the node's current step (see `agentlog.projections.fold`)."""
     if not pending:
@@ -107,6 +118,7 @@ class NodeActor(Actor[RunNode, Any]):
 
     async def _call(self, message: RunNode) -> Any:
         token = _answers.set(_Answers(message.resume))
+        message.context.loop = asyncio.get_running_loop()  # a sync node's subgraph runs there
         current = _current.set(message.context)
         try:
             run = getattr(self.fn, "run", None)

@@ -86,6 +86,8 @@ class Streaming:
         config = run_config(config)
         projection = self.stream_projection(modes, config)
         async for part in self._streamed(input, config, projection):
+            if part.ns and not subgraphs:
+                continue  # a subgraph's part: shown with subgraphs=True, under its namespace
             yield shaped(part, several=several, subgraphs=subgraphs, version=version)
 
     def stream_projection(

@@ -100,6 +100,9 @@ async def run_superstep(run: RunLoop[Any], tasks: list[Task]) -> None:
                 hooks,
                 run.stream,
                 first_seq + i,  # the branch's own `branch_entered`: the same on a re-run
+                step=meta.step + 1,
+                branch=i,
+                log=engine.store,
             ),
         )
         for i, task in enumerate(tasks)

@@ -5,6 +5,7 @@ is the seq of the log it was read at)."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -15,6 +16,13 @@ from agentlog.actors.engine.compiled import CompiledGraph
 from agentlog.actors.engine.errors import GraphError
 from agentlog.actors.engine.modes import ModeProjection, StreamMode
 from agentlog.actors.engine.run import run_config
+from agentlog.actors.engine.subgraph import (
+    SEPARATOR,
+    SubgraphNode,
+    namespace_of,
+    parent_of,
+    target_thread,
+)
 from agentlog.actors.langgraph.nodes import CONTEXT_KEY, Shapes
 from agentlog.actors.langgraph.types import (
     Interrupt,
@@ -135,12 +143,39 @@ class CompiledStateGraph:
     async def aget_state(
         self, config: Mapping[str, Any], *, subgraphs: bool = False
     ) -> StateSnapshot:
-        """The thread's state at its head, or at `configurable.checkpoint_id` (a seq)."""
-        thread_id = run_config(config)["thread_id"]
+        """The thread's state at its head, or at `configurable.checkpoint_id` (a seq); a
+        subgraph run's with `checkpoint_ns`; with `subgraphs`, each task that is a subgraph
+        node holds the snapshot of its run under way (paused in it, say) as its `state`."""
+        thread_id = target_thread(config, run_config(config)["thread_id"])
+        front = self._front_of(thread_id)
         seq = _checkpoint_of(config)
         if seq is None:
             seq = await self.graph_engine.store.last_seq(thread_id)
-        return await self._snapshot_at(thread_id, seq, None)
+        snapshot = await front._snapshot_at(thread_id, seq, None)
+        if not subgraphs or not snapshot.tasks:
+            return snapshot
+        tasks = []
+        for task in snapshot.tasks:
+            child = f"{thread_id}{SEPARATOR}{task.name}:{(snapshot.metadata or {})['step'] + 1}"
+            known = isinstance(front.graph_engine.graph.nodes.get(task.name), SubgraphNode)
+            if known and await self.graph_engine.store.last_seq(child):
+                inner = await self.aget_state({"thread_id": child}, subgraphs=True)
+                task = task._replace(state=inner)
+            tasks.append(task)
+        return snapshot._replace(tasks=tuple(tasks))
+
+    def _front_of(self, thread_id: str) -> CompiledStateGraph:
+        """The compiled graph whose run a thread of this log is: this one, or a subgraph
+        node's (over this log), whose schema shapes its values."""
+        front = self
+        for segment in namespace_of(thread_id):
+            node = front.graph_engine.graph.nodes.get(segment.partition(":")[0])
+            if not isinstance(node, SubgraphNode) or not isinstance(node.graph, ShapedGraph):
+                return front
+            engine = copy.copy(node.graph.engine)
+            engine.store = self.graph_engine.store
+            front = CompiledStateGraph(CompiledGraph(engine), node.graph.shapes, checkpointed=True)
+        return front
 
     async def _snapshot_at(
         self, thread_id: str, seq: int, parent: int | None, step: int | None = None
@@ -154,7 +189,7 @@ class CompiledStateGraph:
         return self._snapshot(thread_id, seq, state, parent, at, step=step)
 
     def get_state(self, config: Mapping[str, Any], *, subgraphs: bool = False) -> StateSnapshot:
-        return self.graph_engine.call(self.aget_state(config))
+        return self.graph_engine.call(self.aget_state(config, subgraphs=subgraphs))
 
     async def aget_state_history(self, config: Mapping[str, Any], **_: Any) -> list[StateSnapshot]:
         """One snapshot per step, newest first (the newest is the head, as `get_state`)."""
@@ -219,7 +254,10 @@ class CompiledStateGraph:
                 "graph.graph_engine.afork(config, at_seq=int(checkpoint_id)) and run that"
             )
         has_thread = "thread_id" in out or "thread_id" in (out.get("configurable") or {})
-        if not has_thread:
+        parent = parent_of(out)
+        if parent is not None and not has_thread:
+            out["thread_id"] = parent.thread_id  # a subgraph call: a thread of the parent's log
+        elif not has_thread:
             if self.checkpointed:
                 raise GraphError(
                     "a graph compiled with a checkpointer needs a thread: pass config="
@@ -309,9 +347,8 @@ def _checkpoint_of(config: Mapping[str, Any]) -> int | None:
 
 
 def _config_at(thread_id: str, seq: int) -> dict[str, Any]:
-    return {
-        "configurable": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": str(seq)}
-    }
+    root, _, ns = thread_id.partition(SEPARATOR)  # a subgraph run's: its parent's, its ns
+    return {"configurable": {"thread_id": root, "checkpoint_ns": ns, "checkpoint_id": str(seq)}}
 
 
 class UnsupportedOptionError(GraphError, TypeError):

@@ -10,6 +10,7 @@ import warnings
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
+from agentlog.actors.engine.compiled import CompiledGraph
 from agentlog.actors.engine.errors import GraphError
 from agentlog.actors.engine.graph import StateGraph as Builder
 from agentlog.actors.engine.graph import command_destinations
@@ -48,7 +49,7 @@ class StateGraph:
     def add_node(
         self,
         node: str | Callable[..., Any],
-        action: Callable[..., Any] | None = None,
+        action: Callable[..., Any] | CompiledStateGraph | CompiledGraph[Any] | None = None,
         *,
         destinations: Sequence[str] | Mapping[str, Any] | None = None,
         **options: Any,
@@ -63,7 +64,12 @@ class StateGraph:
         else:
             name = node
         _refuse_unsupported(name, options)
-        if is_tool_node(action) or not callable(action):
+        if isinstance(action, CompiledStateGraph | CompiledGraph):  # a subgraph
+            engine = action.graph_engine if isinstance(action, CompiledStateGraph) else action
+            self.builder.add_node(name, engine)
+            self._nodes[name] = action  # type: ignore[assignment]
+            return self
+        elif is_tool_node(action) or not callable(action):
             self.builder.add_node(name, action)  # a ToolNode, or what the builder refuses
         else:
             if destinations is None:
