@@ -169,7 +169,8 @@ class InterruptRaised(BaseEvent, tag="interrupt_raised", frozen=True):
     """The run paused at `node`, before or after it ran.
 
     `by_node` is true when the node itself asked for the pause (and waits for a resume
-    value), false for a breakpoint set when the graph was compiled.
+    value), false for a breakpoint set when the graph was compiled. `branch` names which
+    branch of a superstep asked (None: a step of one node), so its answer reaches it alone.
     """
 
     ENDS_RUN: ClassVar[bool] = True
@@ -179,6 +180,7 @@ class InterruptRaised(BaseEvent, tag="interrupt_raised", frozen=True):
     when: Literal["before", "after"] = "before"
     data: dict[str, JSON] | None = None
     by_node: bool = False
+    branch: int | None = None
 
 
 class Resumed(BaseEvent, tag="resumed", frozen=True):

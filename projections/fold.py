@@ -384,7 +384,7 @@ def _interrupt_raised(fold: Fold[Any], e: InterruptRaised, r: EventRecord) -> No
     meta = fold.state.execution_meta
     _set_interrupt(meta, e.node, e.reason, ended(e), e.data)
     if e.by_node:
-        meta.internal_data[AWAITING_KEY] = True
+        meta.internal_data[AWAITING_KEY] = True if e.branch is None else {"branch": e.branch}
     else:
         meta.internal_data.pop(RESUME_KEY, None)
 
@@ -392,10 +392,19 @@ def _interrupt_raised(fold: Fold[Any], e: InterruptRaised, r: EventRecord) -> No
 @_handles(Resumed)
 def _resumed(fold: Fold[Any], e: Resumed, r: EventRecord) -> None:
     meta = fold.state.execution_meta
-    if meta.internal_data.pop(AWAITING_KEY, False):
+    awaiting = meta.internal_data.pop(AWAITING_KEY, False)
+    if awaiting:
         earlier = meta.internal_data.get(RESUME_KEY) or {}
         values = list(earlier.get("values", [earlier["value"]] if "value" in earlier else []))
-        meta.internal_data[RESUME_KEY] = {"values": [*values, e.value]}
+        resume: dict[str, Any] = {**earlier, "values": values}
+        if isinstance(awaiting, dict):  # a branch of a superstep asked: its answer is its own
+            by_branch = {**earlier.get("by_branch", {})}
+            key = str(awaiting["branch"])
+            by_branch[key] = [*by_branch.get(key, []), e.value]
+            resume["by_branch"] = by_branch
+        else:
+            resume["values"] = [*values, e.value]
+        meta.internal_data[RESUME_KEY] = resume
     _clear_interrupt(meta)
     meta.stop_current_execution = StopRequestStatus.NONE
     meta.internal_data.pop("error", None)

@@ -68,10 +68,13 @@ def take_resume() -> tuple[bool, Any]:
     return True, answers.values[answers.used - 1]
 
 
-def resume_values(pending: Any) -> list[Any]:
-    """The resume values recorded for the node's current step (see `agentlog.projections.fold`)."""
+def resume_values(pending: Any, branch: int | None = None) -> list[Any]:
+    """The resume values recorded for the node's current step (see `agentlog.projections.fold`);
+    for a `branch` of a superstep, the answers to that branch's own pauses only."""
     if not pending:
         return []
+    if branch is not None:
+        return list((pending.get("by_branch") or {}).get(str(branch), []))
     if "values" in pending:
         return list(pending["values"])
     return [pending["value"]]  # written before each interrupt() call had its own value

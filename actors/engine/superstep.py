@@ -83,7 +83,7 @@ async def run_superstep(run: RunLoop[Any], tasks: list[Task]) -> None:
     run.cut_short = False
     data = run.fold.state.execution_meta.internal_data
     first_seq = int((data.get(ENTERED_KEY) or {}).get("seq", 0))
-    resume = resume_values(data.get(RESUME_KEY))
+    pending = data.get(RESUME_KEY)
     hooks = engine.callbacks if engine.hooked & INVOCATION_HOOKS else None
     branches = [
         _Branch(
@@ -110,7 +110,8 @@ async def run_superstep(run: RunLoop[Any], tasks: list[Task]) -> None:
     began = monotonic()
     state = run.fold.state
     outputs = await asyncio.gather(
-        *(_run_branch(run, b, state, resume) for b in branches), return_exceptions=True
+        *(_run_branch(run, b, state, resume_values(pending, b.index)) for b in branches),
+        return_exceptions=True,
     )
     for branch in branches:
         if branch.guard is not None:
@@ -129,6 +130,7 @@ async def run_superstep(run: RunLoop[Any], tasks: list[Task]) -> None:
                 when="before",
                 data=to_builtins(output.data),
                 by_node=True,
+                branch=branch.index,
             )
             await run.commits.commit([*recorded, event], actor=branch.task.node)
             return

@@ -15,8 +15,7 @@ def write_essay(topic: str) -> str:
 
 @entrypoint(checkpointer=InMemorySaver())
 def workflow(topic: str, *, previous=None) -> dict:
-    essays = [write_essay(t) for t in (topic, topic + "s")]
-    texts = [f.result() for f in essays]
+    texts = [write_essay(t).result() for t in (topic, topic + "s")]  # one after the other
     approved = interrupt({"essays": texts, "previous": previous})
     return {"essays": texts, "approved": approved}
 
