@@ -256,3 +256,32 @@ def test_options_this_front_does_not_carry_out_are_refused_not_ignored() -> None
     with pytest.raises(UnsupportedOptionError, match="defer"):
         StateGraph(Notes).add_node("plan", plan, defer=True)
     assert graph.get_state(config).values == {"messages": [], "notes": []}  # nothing written
+
+
+def test_a_graph_nobody_keeps_streams_to_its_end() -> None:
+    """`builder.compile().stream(...)`: the graph may be collected while its stream runs."""
+    import gc
+
+    builder = StateGraph(Model)
+    builder.add_node("step", lambda state: {"items": [1]})
+    builder.add_edge(START, "step")
+    builder.add_edge("step", END)
+    parts = builder.compile().stream({"items": []}, stream_mode="updates")
+    gc.collect()
+    assert list(parts) == [{"step": {"items": [1]}}]
+
+
+def test_a_node_letting_stop_iteration_out_fails_instead_of_hanging() -> None:
+    exhausted: Any = iter([])
+
+    def pull(state: Model) -> dict[str, Any]:
+        return {"last": next(exhausted)}
+
+    builder = StateGraph(Model)
+    builder.add_node("pull", pull)
+    builder.add_edge(START, "pull")
+    builder.add_edge("pull", END)
+    from agentlog.actors.engine.errors import NodeError
+
+    with pytest.raises(NodeError, match="StopIteration"):
+        builder.compile().invoke({"items": []})

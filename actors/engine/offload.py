@@ -39,6 +39,16 @@ def executor() -> concurrent.futures.ThreadPoolExecutor:
         return _executor
 
 
+def _no_stop_iteration(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Call `fn`; a `StopIteration` it lets out (an exhausted iterator) becomes the
+    `RuntimeError` Python makes of it in a generator: raised into an asyncio future it
+    would be refused there, and the awaiting run would wait forever."""
+    try:
+        return fn(*args, **kwargs)
+    except StopIteration as exc:
+        raise RuntimeError(f"{getattr(fn, '__name__', fn)!s} raised StopIteration") from exc
+
+
 _left: dict[InFlight, str] = {}
 """Work runs left running when they ended, with the thread each keeps claimed until then."""
 _left_lock = threading.Lock()
@@ -59,7 +69,9 @@ class InFlight:
 
     async def run(self, label: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run `fn` on a worker thread (with this context's variables) and await it."""
-        call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+        call = functools.partial(
+            contextvars.copy_context().run, _no_stop_iteration, fn, *args, **kwargs
+        )
         future = executor().submit(call)
         with self._lock:
             if not future.done():

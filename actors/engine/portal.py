@@ -67,6 +67,9 @@ class Portal:
     def close(self) -> None:
         """Stop the loop and its thread, then close the loop (its selector and wake-up
         sockets are file descriptors: a process making many portals would run out)."""
+        if threading.current_thread() is self.thread:
+            self.loop.stop()  # closed from its own loop (a finalizer ran there): just stop
+            return
         if self.loop.is_running():
             settled = asyncio.run_coroutine_threadsafe(_settle(), self.loop)
             with contextlib.suppress(Exception):
@@ -115,6 +118,11 @@ class BlockingCalls:
             self._portal = Portal()
             weakref.finalize(self, self._portal.close)
         return self._portal
+
+    def _iterating(self, parts: AsyncGenerator[T, None]) -> Iterator[T]:
+        """Iterate `parts` from blocking code; the iteration keeps this object (and so its
+        portal) alive, so `builder.compile().stream(...)` runs to its end."""
+        yield from self._get_portal().iterate(parts)
 
     def _close_portal(self) -> None:
         """Stop the private event loop, if the blocking methods started one."""

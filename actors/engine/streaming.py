@@ -40,6 +40,8 @@ class Streaming:
 
         def _get_portal(self) -> Portal: ...
 
+        def _iterating(self, parts: AsyncGenerator[Any, None]) -> Iterator[Any]: ...
+
     def astream(
         self,
         input: Any = None,
@@ -138,7 +140,7 @@ class Streaming:
             input, config, stream_mode=stream_mode, subgraphs=subgraphs, version=version
         )
         assert isinstance(parts, AsyncGenerator)
-        return self._get_portal().iterate(parts)
+        return self._iterating(parts)
 
 
 __all__ = ["Streaming"]

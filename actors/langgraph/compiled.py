@@ -67,7 +67,7 @@ class ShapedGraph(CompiledGraph[Any]):
     def each(self, parts: AsyncIterator[T]) -> Iterator[T]:
         """Iterate `parts` from code without an event loop."""
         assert isinstance(parts, AsyncGenerator)
-        return self._get_portal().iterate(parts)
+        return self._iterating(parts)
 
 
 class CompiledStateGraph:
