@@ -24,9 +24,11 @@ from agentlog.actors import (
     get_stream_writer,
     tools_condition,
 )
+from agentlog.actors.engine.errors import RecursionLimitError
 from agentlog.actors.langgraph import (
     CompiledStateGraph,
     Interrupt,
+    PastCheckpointError,
     PregelTask,
     Runtime,
     SchemaError,
@@ -36,14 +38,17 @@ from agentlog.actors.langgraph import (
     interrupt,
 )
 from agentlog.actors.langgraph.functional import TaskError, entrypoint, task
+from agentlog.actors.langgraph.schema import MessagesState
 from agentlog.events import MemoryEventStore, SQLiteEventStore
-from agentlog.projections import END, START, MessagesState
+from agentlog.projections import END, START
 from agentlog.projections.reducers import add_messages
 
 InMemorySaver = MemoryEventStore
 """LangGraph's in-memory checkpointer is agentlog's in-memory log: its records are the
 checkpoints, so a port keeps `compile(checkpointer=InMemorySaver())` as it is."""
 MemorySaver = MemoryEventStore
+GraphRecursionError = RecursionLimitError
+"""LangGraph's name for the error of a run that reached its recursion limit."""
 
 __all__ = [
     "END",
@@ -53,6 +58,7 @@ __all__ = [
     "Command",
     "CompiledStateGraph",
     "GraphError",
+    "GraphRecursionError",
     "InMemorySaver",
     "InMemoryStore",
     "Interrupt",
@@ -61,6 +67,7 @@ __all__ = [
     "MemoryEventStore",
     "MemorySaver",
     "MessagesState",
+    "PastCheckpointError",
     "PregelTask",
     "RemoveMessage",
     "Runtime",

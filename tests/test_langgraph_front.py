@@ -285,3 +285,89 @@ def test_a_node_letting_stop_iteration_out_fails_instead_of_hanging() -> None:
 
     with pytest.raises(NodeError, match="StopIteration"):
         builder.compile().invoke({"items": []})
+
+
+def test_an_edit_of_a_past_checkpoint_is_refused_and_the_present_is_untouched() -> None:
+    from agentlog.langgraph import PastCheckpointError
+
+    graph = reviewed()
+    config = {"configurable": {"thread_id": "past"}}
+    graph.invoke({"topic": "a"}, config)
+    graph.invoke(Command(resume="fine"), config)
+    past = list(graph.get_state_history(config))[-1]
+    before = graph.get_state(config).values
+    with pytest.raises(PastCheckpointError, match="afork"):
+        graph.update_state(past.config, {"topic": "rewritten"})
+    assert graph.get_state(config).values == before
+    head = graph.update_state(graph.get_state(config).config, {"topic": "edited"})
+    assert graph.get_state(head).values["topic"] == "edited"
+    assert list(graph.get_state_history({"configurable": {"thread_id": "nobody"}})) == []
+
+
+class Question(TypedDict):
+    question: str
+
+
+class Answer(TypedDict):
+    answer: str
+
+
+class Work(TypedDict):
+    question: str
+    answer: str
+    scratch: str
+
+
+def test_messages_state_is_extended_as_in_langgraph_and_output_schema_shapes_invoke() -> None:
+    from agentlog.langgraph import MessagesState
+
+    class Chat(MessagesState):
+        user: str
+
+    def greet(state: Chat) -> dict[str, Any]:
+        return {"messages": [("ai", f"hello {state['user']}")]}
+
+    builder = StateGraph(Chat)
+    builder.add_node("greet", greet)
+    builder.add_edge(START, "greet")
+    out = builder.compile().invoke({"user": "ana", "messages": [("user", "hi")]})
+    assert texts(out) == ["hi", "hello ana"] and out["user"] == "ana"
+
+    def work(state: Work) -> dict[str, Any]:
+        return {"answer": state["question"] + "!", "scratch": "notes"}
+
+    shaped = StateGraph(Work, input_schema=Question, output_schema=Answer)
+    shaped.add_node("work", work)
+    shaped.add_edge(START, "work")
+    assert shaped.compile().invoke({"question": "hi"}) == {"answer": "hi!"}
+
+
+def test_batch_joins_into_end_and_the_recursion_error_has_langgraphs_name() -> None:
+    from agentlog.langgraph import GraphRecursionError
+
+    def double(state: Counter) -> dict[str, Any]:
+        return {"total": state.total}
+
+    def half(state: Counter) -> dict[str, Any]:
+        return {"label": "half"}
+
+    builder = StateGraph(Counter)
+    builder.add_node("double", double)
+    builder.add_node("half", half)
+    builder.add_edge(START, "double")
+    builder.add_edge(START, "half")
+    builder.add_edge(["double", "half"], END)
+    assert builder.compile().batch([{"total": 1}, {"total": 5}]) == [
+        {"total": 2, "label": "half"},
+        {"total": 10, "label": "half"},
+    ]
+
+    def loop(state: Counter) -> dict[str, Any]:
+        return {"total": 1}
+
+    looping = StateGraph(Counter)
+    looping.add_node("loop", loop)
+    looping.add_edge(START, "loop")
+    looping.add_conditional_edges("loop", lambda state: "loop" if state.total < 10**6 else END)
+    with pytest.raises(GraphRecursionError):
+        looping.compile().invoke({"total": 0})

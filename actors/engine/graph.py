@@ -162,6 +162,10 @@ class StateGraph(Generic[S]):
             sources = tuple(dict.fromkeys(source))
             if not sources or not all(isinstance(n, str) for n in sources):
                 raise GraphError(f"add_edge({source!r}, {target!r}) needs node names to join")
+            if target == END:  # nothing runs at END: each source simply ends its branch
+                for name in sources:
+                    self.add_edge(name, END)
+                return self
             if target in self.joins:
                 raise GraphError(
                     f"node {target!r} already waits for {list(self.joins[target])}: give one "

@@ -2,7 +2,11 @@
 compiled graph that answers in LangGraph's shapes (`agentlog.langgraph` re-exports it with
 every other name a port needs)."""
 
-from agentlog.actors.langgraph.compiled import CompiledStateGraph, UnsupportedOptionError
+from agentlog.actors.langgraph.compiled import (
+    CompiledStateGraph,
+    PastCheckpointError,
+    UnsupportedOptionError,
+)
 from agentlog.actors.langgraph.graph import StateGraph
 from agentlog.actors.langgraph.schema import SchemaError
 from agentlog.actors.langgraph.types import (
@@ -16,6 +20,7 @@ from agentlog.actors.langgraph.types import (
 __all__ = [
     "CompiledStateGraph",
     "Interrupt",
+    "PastCheckpointError",
     "PregelTask",
     "Runtime",
     "SchemaError",

@@ -4,6 +4,7 @@ is the seq of the log it was read at)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import uuid
@@ -133,6 +134,21 @@ class CompiledStateGraph:
         async for part in parts:
             yield part
 
+    async def abatch(
+        self, inputs: Sequence[Any], config: Any = None, **options: Any
+    ) -> list[dict[str, Any]]:
+        """`ainvoke` each input, at once (`config`: one for all, or one per input)."""
+        configs = list(config) if isinstance(config, list) else [config] * len(inputs)
+        if len(configs) != len(inputs):
+            raise GraphError(f"abatch got {len(inputs)} inputs and {len(configs)} configs")
+        calls = (self.ainvoke(i, c, **options) for i, c in zip(inputs, configs, strict=True))
+        return list(await asyncio.gather(*calls))
+
+    def batch(
+        self, inputs: Sequence[Any], config: Any = None, **options: Any
+    ) -> list[dict[str, Any]]:
+        return self.graph_engine.call(self.abatch(inputs, config, **options))
+
     def stream(
         self, input: Any, config: Mapping[str, Any] | None = None, **options: Any
     ) -> Iterator[Any]:
@@ -194,7 +210,10 @@ class CompiledStateGraph:
     async def aget_state_history(self, config: Mapping[str, Any], **_: Any) -> list[StateSnapshot]:
         """One snapshot per step, newest first (the newest is the head, as `get_state`)."""
         thread_id = run_config(config)["thread_id"]
-        entries = await self.graph_engine.aget_state_history({"thread_id": thread_id})
+        try:
+            entries = await self.graph_engine.aget_state_history({"thread_id": thread_id})
+        except ThreadNotFoundError:
+            return []  # as LangGraph: a thread with no checkpoint has no history
         head = await self.graph_engine.store.last_seq(thread_id)
         snapshots: list[StateSnapshot] = []
         parent: int | None = None
@@ -214,6 +233,14 @@ class CompiledStateGraph:
     ) -> dict[str, Any]:
         """Record a human edit of the state (as `as_node` if given); the config of the new head."""
         thread_id = run_config(config)["thread_id"]
+        at = _checkpoint_of(config)
+        if at is not None and at != await self.graph_engine.store.last_seq(thread_id):
+            raise PastCheckpointError(
+                f"checkpoint {at} is not the head of thread {thread_id!r}: an edit there would "
+                "change the thread's present, so it is refused; branch the past into a new "
+                f"thread with graph.graph_engine.afork(config, at_seq={at}) and edit that, or "
+                "drop checkpoint_id to edit the present"
+            )
         update = self.shapes.update(values)
         records = await self.graph_engine.aupdate_state({"thread_id": thread_id}, update, as_node)
         seq = records[-1].seq if records else await self.graph_engine.store.last_seq(thread_id)
@@ -238,8 +265,12 @@ class CompiledStateGraph:
         return values
 
     def returned(self, values: dict[str, Any]) -> Any:
-        """What `invoke` returns, from the values (and the pending interrupts)."""
-        return values
+        """What `invoke` returns, from the values (and the pending interrupts): the output
+        schema's keys when the graph has one."""
+        keys = self.shapes.output_keys
+        if keys is None:
+            return values
+        return {k: v for k, v in values.items() if k in keys or k == INTERRUPT}
 
     def update_shown(self, update: dict[str, Any]) -> Any:
         """One node's update as the `updates` stream mode shows it."""
@@ -349,6 +380,10 @@ def _checkpoint_of(config: Mapping[str, Any]) -> int | None:
 def _config_at(thread_id: str, seq: int) -> dict[str, Any]:
     root, _, ns = thread_id.partition(SEPARATOR)  # a subgraph run's: its parent's, its ns
     return {"configurable": {"thread_id": root, "checkpoint_ns": ns, "checkpoint_id": str(seq)}}
+
+
+class PastCheckpointError(GraphError):
+    """A past checkpoint was named where only a thread's head can be: fork it first."""
 
 
 class UnsupportedOptionError(GraphError, TypeError):

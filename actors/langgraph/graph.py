@@ -18,7 +18,7 @@ from agentlog.actors.langgraph.compiled import CompiledStateGraph, refuse_option
 from agentlog.actors.langgraph.nodes import Shapes, wrap_node, wrap_router
 from agentlog.actors.langgraph.schema import schema_of
 from agentlog.actors.tools.node import is_tool_node
-from agentlog.projections import END, START, Message
+from agentlog.projections import END, START, AgentState, Message
 
 
 class StateGraph:
@@ -38,7 +38,7 @@ class StateGraph:
         self.input_schema = input_schema
         self.output_schema = output_schema
         self.builder: Builder[Any] = Builder(self.schema.state_cls)
-        self.shapes = Shapes(self.schema, messages_out())
+        self.shapes = Shapes(self.schema, messages_out(), _keys_of(output_schema))
         self._nodes: dict[str, Callable[..., Any]] = {}
 
     @property
@@ -155,6 +155,17 @@ class StateGraph:
 
 def _refuse_unsupported(name: str, options: Mapping[str, Any]) -> None:
     refuse_options(f"add_node({name!r})", options, ignored=("metadata",))
+
+
+def _keys_of(schema: Any) -> frozenset[str] | None:
+    """The keys of an input or output schema (None: none given)."""
+    if schema is None:
+        return None
+    return frozenset(schema_of(schema).keys) if not _is_agent_state(schema) else None
+
+
+def _is_agent_state(schema: Any) -> bool:
+    return isinstance(schema, type) and issubclass(schema, AgentState)
 
 
 def messages_out() -> Callable[[list[Message]], Any]:

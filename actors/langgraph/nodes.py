@@ -31,6 +31,8 @@ class Shapes:
 
     schema: Schema
     messages_out: Callable[[list[Message]], Any]
+    output_keys: frozenset[str] | None = None
+    """The keys `invoke` returns (the graph's output schema), None: all of them."""
 
     def message_out(self, message: Message) -> Any:
         return self.messages_out([message])[0]

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Annotated, Any, cast, get_args, get_origin
 
 from pydantic import BaseModel, create_model
-from typing_extensions import get_type_hints, is_typeddict
+from typing_extensions import TypedDict, get_type_hints, is_typeddict
 
 from agentlog.actors.engine.errors import GraphError
 from agentlog.projections import AgentState, Message
@@ -24,6 +24,13 @@ from agentlog.projections.reducers import add_messages
 MESSAGES = "messages"
 """The key LangGraph's `MessagesState` and its tutorials keep their messages under."""
 _OWN = ("context", "context_summary", "execution_meta")
+
+
+class MessagesState(TypedDict):
+    """LangGraph's ready state: a list of messages reduced by `add_messages` (subclass it to
+    add keys, as in LangGraph)."""
+
+    messages: Annotated[list[Any], add_messages]
 
 
 class SchemaError(GraphError):
