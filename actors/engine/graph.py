@@ -38,6 +38,7 @@ from agentlog.actors.engine.compiled import CompiledGraph
 from agentlog.actors.engine.errors import GraphError
 from agentlog.actors.engine.longterm import BaseStore
 from agentlog.actors.engine.persistence import persistence
+from agentlog.actors.engine.retry import RetryPolicy, node_policies
 from agentlog.actors.engine.run import Engine
 from agentlog.actors.tools.node import ToolNode, is_tool_node
 from agentlog.events import EventStore
@@ -108,6 +109,8 @@ class StateGraph(Generic[S]):
     """A node's further edges beyond its first (`edges`): all run in the next step."""
     joins: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Nodes that run once each of several others has run (`add_edge([a, b], node)`)."""
+    retry_policies: dict[str, tuple[RetryPolicy, ...]] = field(default_factory=dict)
+    """The nodes run again after they raise, and by which policies (`add_node`)."""
 
     def __post_init__(self) -> None:
         check_state_class(self.state_cls)
@@ -118,11 +121,14 @@ class StateGraph(Generic[S]):
         fn: NodeFn | ToolNode | None = None,
         *,
         destinations: Sequence[str] | Mapping[str, Any] | None = None,
+        retry_policy: RetryPolicy | Sequence[RetryPolicy] | None = None,
     ) -> StateGraph[S]:
         """Add a node: `add_node("name", fn)` or `add_node(fn)`, named after the function.
 
         `destinations` names where a node that returns `Command(goto=...)` may go; without it
         they are read from a `-> Command[Literal["a", "b"]]` return annotation.
+        `retry_policy` (a `RetryPolicy`, or several: the first that retries an error decides)
+        runs the node again after it raised, each failed attempt and its retry recorded.
         """
         if fn is None:
             if isinstance(name_or_fn, str) or not callable(name_or_fn):
@@ -142,7 +148,10 @@ class StateGraph(Generic[S]):
             declared, unread = None, None
         else:
             declared, unread = command_destinations(name, fn)
+        policies = node_policies(name, retry_policy)
         self.nodes[name] = fn
+        if policies:
+            self.retry_policies[name] = policies
         if declared is not None:
             self.destinations[name] = declared
         if unread is not None:

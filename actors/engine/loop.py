@@ -38,6 +38,7 @@ from agentlog.actors.engine.guard import Guard
 from agentlog.actors.engine.nodes import NodeActor, RunNode, output_events, resume_values
 from agentlog.actors.engine.plan import planned_tasks, requested
 from agentlog.actors.engine.redact import redact
+from agentlog.actors.engine.retry import retry_failed
 from agentlog.actors.engine.run import (
     ABANDONED_BY_CALLER,
     Engine,
@@ -91,6 +92,8 @@ class RunLoop(Run[S]):
     """The run's side of the commit path: every record of this call is committed by it."""
     begun: bool = field(default=False, kw_only=True)
     """Whether `begin` made this the run of the call (before, it only holds the claim)."""
+    failures: dict[str, int] = field(default_factory=dict, kw_only=True)
+    """Failed attempts of each node in this call, counted by its retry policy."""
 
     def __post_init__(self) -> None:
         self.commits = RunCommits(self.engine, self)
@@ -308,8 +311,13 @@ class RunLoop(Run[S]):
                     raise GraphError(
                         f"thread {self.thread_id!r} is at node {name!r}, not in this graph"
                     )
-            await (self.step(node) if tasks is None else run_superstep(self, tasks))
-            self.taken += 1
+            try:
+                await (self.step(node) if tasks is None else run_superstep(self, tasks))
+            except NodeError as failure:
+                if not await retry_failed(self, failure):  # recorded: its policy retries it
+                    raise
+            else:
+                self.taken += 1
             meta = self.fold.state.execution_meta
             if meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED:
                 return

@@ -4,6 +4,7 @@ every other name a port needs)."""
 
 from agentlog.actors.langgraph.compiled import CompiledStateGraph
 from agentlog.actors.langgraph.graph import StateGraph
+from agentlog.actors.langgraph.retry import RetryPolicy, default_retry_on
 from agentlog.actors.langgraph.schema import SchemaError
 from agentlog.actors.langgraph.types import (
     Interrupt,
@@ -17,9 +18,11 @@ __all__ = [
     "CompiledStateGraph",
     "Interrupt",
     "PregelTask",
+    "RetryPolicy",
     "Runtime",
     "SchemaError",
     "StateGraph",
     "StateSnapshot",
+    "default_retry_on",
     "interrupt",
 ]
