@@ -37,6 +37,7 @@ from agentlog.actors.engine.command import Send
 from agentlog.actors.engine.compiled import CompiledGraph
 from agentlog.actors.engine.errors import GraphError
 from agentlog.actors.engine.longterm import BaseStore
+from agentlog.actors.engine.options import check_context_schema
 from agentlog.actors.engine.persistence import persistence
 from agentlog.actors.engine.retry import RetryPolicy, node_policies
 from agentlog.actors.engine.run import Engine
@@ -111,9 +112,13 @@ class StateGraph(Generic[S]):
     """Nodes that run once each of several others has run (`add_edge([a, b], node)`)."""
     retry_policies: dict[str, tuple[RetryPolicy, ...]] = field(default_factory=dict)
     """The nodes run again after they raise, and by which policies (`add_node`)."""
+    context_schema: Any = field(default=None, kw_only=True)
+    """The class of a call's run-time `context=` (a dataclass, a TypedDict, a pydantic
+    model), which nodes read as `runtime.context`; None: any context, unchecked."""
 
     def __post_init__(self) -> None:
         check_state_class(self.state_cls)
+        check_context_schema(self.context_schema)
 
     def add_node(
         self,
@@ -495,6 +500,7 @@ def _check_parameters(name: str, fn: NodeFn, dependencies: Collection[str]) -> N
         if param.default is param.empty and param.name not in (
             "state",
             "config",
+            "runtime",
             *dependencies,
         ):
             fix = (
@@ -504,5 +510,5 @@ def _check_parameters(name: str, fn: NodeFn, dependencies: Collection[str]) -> N
             )
             raise GraphError(
                 f"node {name!r} needs parameter {param.name!r}, which is neither state, "
-                f"config nor a registered dependency: {fix}"
+                f"config, runtime nor a registered dependency: {fix}"
             )

@@ -14,8 +14,9 @@ from agentlog.actors.engine.command import Command
 from agentlog.actors.engine.compiled import CompiledGraph
 from agentlog.actors.engine.errors import GraphError
 from agentlog.actors.engine.modes import ModeProjection, StreamMode
+from agentlog.actors.engine.options import Durability
 from agentlog.actors.engine.run import run_config
-from agentlog.actors.langgraph.nodes import CONTEXT_KEY, Shapes
+from agentlog.actors.langgraph.nodes import Shapes
 from agentlog.actors.langgraph.types import (
     Interrupt,
     PregelTask,
@@ -77,12 +78,13 @@ class CompiledStateGraph:
         config: Mapping[str, Any] | None = None,
         *,
         context: Any = None,
+        durability: Durability | None = None,
         **options: Any,
     ) -> dict[str, Any]:
         """Run (or resume) the thread until it ends or pauses; the state's values, with
         `__interrupt__` when a node paused it."""
-        _refuse_options(options, ("stream_mode", "durability", "output_keys", "print_mode"))
-        config = self._config(config, context)
+        _refuse_options(options, ("stream_mode", "output_keys", "print_mode"))
+        config = self._config(config, context, durability)
         result, _ = await self.graph_engine.ainvoke_to(await self._input(input, config), config)
         state: AgentState = result["state"]
         values = self.shapes.values(state)
@@ -105,12 +107,13 @@ class CompiledStateGraph:
         context: Any = None,
         subgraphs: bool = False,
         version: str = "v1",
+        durability: Durability | None = None,
         **options: Any,
     ) -> AsyncIterator[Any]:
         """Stream a run in LangGraph's modes (`updates` unless told), its values shaped as
         this graph's schema says."""
-        _refuse_options(options, ("durability", "output_keys", "print_mode"))
-        config = self._config(config, context)
+        _refuse_options(options, ("output_keys", "print_mode"))
+        config = self._config(config, context, durability)
         parts = self.graph_engine.astream(
             await self._input(input, config),
             config,
@@ -190,8 +193,10 @@ class CompiledStateGraph:
 
     # ---- shapes -------------------------------------------------------------------------
 
-    def _config(self, config: Mapping[str, Any] | None, context: Any) -> dict[str, Any]:
-        out: dict[str, Any] = dict(config or {})
+    def _config(
+        self, config: Mapping[str, Any] | None, context: Any, durability: str | None
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = self.graph_engine.call_config(config, context, durability) or {}
         if _checkpoint_of(out) is not None:
             raise GraphError(
                 "a run cannot start from a checkpoint_id on its own thread here: every "
@@ -206,8 +211,6 @@ class CompiledStateGraph:
                     "{'configurable': {'thread_id': '...'}}"
                 )
             out["thread_id"] = f"run-{uuid.uuid4().hex}"  # one call, in memory, as LangGraph
-        if context is not None:
-            out[CONTEXT_KEY] = context
         return out
 
     async def _input(self, input: Any, config: Mapping[str, Any]) -> Any:

@@ -37,7 +37,7 @@ class StateGraph:
         self.context_schema = context_schema
         self.input_schema = input_schema
         self.output_schema = output_schema
-        self.builder: Builder[Any] = Builder(self.schema.state_cls)
+        self.builder: Builder[Any] = Builder(self.schema.state_cls, context_schema=context_schema)
         self.shapes = Shapes(self.schema, _messages_out())
         self._nodes: dict[str, Callable[..., Any]] = {}
 
