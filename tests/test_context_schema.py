@@ -15,6 +15,7 @@ from agentlog.actors import END, GraphError, StateGraph
 from agentlog.actors.engine.options import InvalidContextError, Runtime
 from agentlog.events import MemoryEventStore
 from agentlog.projections import AgentState, replay
+from tests.helpers import thread_log
 
 CFG = {"thread_id": "t1"}
 
@@ -44,9 +45,7 @@ def graph_of(schema: Any = Caller) -> Any:
 
 
 async def records(app: Any) -> list[Any]:
-    if "t1" not in await app.store.threads():
-        return []
-    return [r async for r in app.store.read("t1")]
+    return await thread_log(app.store, "t1")
 
 
 async def test_a_node_reads_the_calls_context() -> None:

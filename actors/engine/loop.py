@@ -98,6 +98,10 @@ class RunLoop(Run[S]):
     def __post_init__(self) -> None:
         self.commits = RunCommits(self.engine, self)
 
+    def durable_seq(self) -> int:
+        held = self.commits.held
+        return self.fold.seq if held is None else held.durable_seq()
+
     @classmethod
     def of(cls, engine: Engine[S], config: dict[str, Any], stream: RunStream | None) -> RunLoop[S]:
         """The run of a call with `config` (checked by `run_config`), not yet begun."""
@@ -116,6 +120,7 @@ class RunLoop(Run[S]):
                 await self.commits.commit(opening, actor=str(self.config.get("user", "user")))
             if not self.idle:
                 await self.steps()
+                await self.commits.land()  # at rest: whatever the mode held is durable now
                 if self.fold.seq - self.last_snapshot >= SNAPSHOT_AT_REST:
                     self.commits.snapshot()  # the next load of the thread starts from here
             if stream is not None:
@@ -196,6 +201,8 @@ class RunLoop(Run[S]):
         if self.committing is not None:
             with contextlib.suppress(BaseException):
                 await self.committing  # a commit under way lands first: record after it
+        with contextlib.suppress(Exception):
+            await self.commits.land()  # and what the durability mode held
         # named before the record: whoever reads that the run stopped learns what still runs
         await engine.label_in_flight(self.claim, in_flight)
 
@@ -250,6 +257,8 @@ class RunLoop(Run[S]):
         """Record that a hook failed the run, if the run can still fail (a hook raising after
         the run completed or paused is reported to the caller; the log already says how the
         run came to rest)."""
+        with contextlib.suppress(Exception):
+            await self.commits.land()
         self.fold = await self.engine.load(self.thread_id)
         meta = self.fold.state.execution_meta
         if meta.status != ExecutionStatus.RUNNING or meta.stop_current_execution != (
@@ -453,6 +462,7 @@ class RunLoop(Run[S]):
         """Record that the step of `node` failed with `exc`, and raise what the caller hears."""
         if isinstance(exc, ThreadBusyError | asyncio.CancelledError | NodeTimeoutError):
             raise exc
+        await self.commits.land()  # the steps before this one stay done
         self.fold = await self.engine.load(self.thread_id)
         if self.fold.state.execution_meta.status == ExecutionStatus.ERROR:
             raise exc  # a failure already recorded (a lifecycle hook raised after it)
@@ -504,6 +514,7 @@ class RunLoop(Run[S]):
             with contextlib.suppress(BaseException):
                 await self.committing
         await guard.stopped()
+        await self.commits.land()
         self.fold = await self.engine.load(self.thread_id)
         if guard.fired == "stop":
             why = "a stop request cancelled the node"

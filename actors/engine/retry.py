@@ -175,8 +175,10 @@ async def retry_failed(run: RunLoop[Any], failure: NodeError) -> bool:
     if attempts >= policy.max_attempts:
         return False
     await run.commits.commit([Resumed(by=RETRIED_BY, node=node)], actor="runtime")
+    await run.commits.land()  # a wait is no time to hold records: a stop reads the log
     if await _stopped_while_waiting(run, policy.delay(attempts), SLEEP):
-        run.fold = await run.engine.load(run.thread_id)
+        await run.commits.land()
+        run.fold = await run.engine.load(run.thread_id)  # holding the stop request
         stop = Stopped(node=node, when="before", duration_ms=run.elapsed_ms())
         await run.commits.commit([stop], actor="runtime")
     return True
@@ -187,7 +189,7 @@ async def _stopped_while_waiting(run: RunLoop[Any], seconds: float, sleep: Sleep
     waiting = asyncio.ensure_future(sleep(seconds))
     try:
         while True:
-            async for record in run.engine.store.read(run.thread_id, run.fold.seq + 1):
+            async for record in run.engine.store.read(run.thread_id, run.durable_seq() + 1):
                 if isinstance(record.event, StopRequested):
                     return True
             if waiting.done():
