@@ -15,9 +15,17 @@ from agentlog.actors import END, InvalidDurabilityError, StateGraph, ToolNode
 from agentlog.events import (
     MemoryEventStore,
     StepAdvanced,
+    StopRequested,
     ToolCallFinished,
 )
-from agentlog.projections import AgentState, Message, ToolCallBlock, replay
+from agentlog.projections import (
+    AgentState,
+    ExecutionStatus,
+    Message,
+    StopRequestStatus,
+    ToolCallBlock,
+    replay,
+)
 from tests.helpers import thread_log
 
 CFG = {"thread_id": "t1"}
@@ -32,8 +40,10 @@ def build(
     gate: asyncio.Event | None = None,
     ran: list[str] | None = None,
     holding: asyncio.Event | None = None,
+    hold_at: str = "hold",
 ) -> Any:
-    """plan -> tools (one call) -> a -> b -> hold (sets `holding`, waits on `gate`) -> END."""
+    """plan -> tools (one call) -> a -> b -> hold -> END; node `hold_at` sets `holding` and
+    waits on `gate`."""
     ran = [] if ran is None else ran
 
     async def lookup(key: str) -> str:
@@ -47,23 +57,21 @@ def build(
 
     def step(name: str) -> Any:
         async def node(state: Work) -> dict[str, Any]:
+            if name == hold_at:
+                if holding is not None:
+                    holding.set()
+                if gate is not None:
+                    await gate.wait()
             return {"done": [*state.done, name]}
 
         return node
-
-    async def hold(state: Work) -> dict[str, Any]:
-        if holding is not None:
-            holding.set()
-        if gate is not None:
-            await gate.wait()
-        return {"done": [*state.done, "hold"]}
 
     graph = StateGraph(Work)
     graph.add_node("plan", plan)
     graph.add_node("tools", ToolNode([lookup]))
     for name in ("a", "b"):
         graph.add_node(name, step(name))
-    graph.add_node("hold", hold)
+    graph.add_node("hold", step("hold"))
     graph.set_entry_point("plan")
     for a, b in [("plan", "tools"), ("tools", "a"), ("a", "b"), ("b", "hold"), ("hold", END)]:
         graph.add_edge(a, b)
@@ -118,21 +126,66 @@ async def test_what_the_log_holds_while_a_later_step_runs(mode: str) -> None:
     assert (await app.aget_state(CFG)).done == ["a", "b", "hold"]
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(mode=st.sampled_from(MODES), stop_at=st.sampled_from(["a", "b", "hold"]))
 def test_a_stop_in_any_mode_pauses_the_run_and_resume_finishes_it(mode: str, stop_at: str) -> None:
+    """The stop lands while `stop_at` runs, in the log after the run's durable records and
+    before those a weaker mode still holds: they land after it, and the run honours it."""
+
     async def scenario() -> None:
-        gate = asyncio.Event()
-        app = build(gate)
+        gate, holding = asyncio.Event(), asyncio.Event()
+        app = build(gate, holding=holding, hold_at=stop_at)
         running = asyncio.ensure_future(app.ainvoke("go", CFG, durability=mode))
-        while "t1" not in await app.store.threads():
-            await asyncio.sleep(0)
-        await app.astop(CFG)
+        await holding.wait()
+        assert await app.astop(CFG)
+        await running  # the node is cut short by the stop (a quarter second's watch)
+        paused = await app.aget_state(CFG)
+        assert paused.execution_meta.stop_current_execution == StopRequestStatus.STOPPED
+        assert stop_at not in paused.done
+        log = await logged(app)
+        assert replay(log, Work) == paused
         gate.set()
-        await running
         await app.ainvoke(None, CFG, durability=mode)
         state = await app.aget_state(CFG)
         assert state.done == ["a", "b", "hold"]
-        assert replay(await logged(app), Work) == state
+        log = await logged(app)
+        assert replay(log, Work) == state
+        assert (await app.store.verify("t1")).ok
+        assert [r.seq for r in log] == list(range(1, len(log) + 1))
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("mode", ["async", "exit"])
+async def test_a_stop_landing_under_an_append_in_flight_is_stepped_over(mode: str) -> None:
+    """The stop request takes the seq the run's held append expected: that append lands
+    after it, the run reads the log again and pauses at its next commit."""
+    app = build()
+    store = app.store
+    append = store.append
+    stopped: list[int] = []
+
+    async def stop_first(thread_id: str, events: Any, **options: Any) -> Any:
+        started = options["expected_seq"] > 0  # a stop needs the run's opening in the log
+        if not stopped and started and any(isinstance(e, StepAdvanced) for e in events):
+            stopped.append(options["expected_seq"])
+            assert await app.astop(CFG)  # lands at the seq this append expects
+        return await append(thread_id, events, **options)
+
+    store.append = stop_first
+    try:
+        await app.ainvoke("go", CFG, durability=mode)
+    finally:
+        del store.append
+    paused = await app.aget_state(CFG)
+    log = await logged(app)
+    assert isinstance(log[stopped[0]].event, StopRequested)  # the seq the append expected
+    assert replay(log, Work) == paused and (await store.verify("t1")).ok
+    if mode == "async":  # honoured at the run's next commit
+        assert paused.execution_meta.stop_current_execution == StopRequestStatus.STOPPED
+        await app.ainvoke(None, CFG, durability=mode)
+    else:  # it came with the run's last commit: the run had nothing left to stop
+        assert paused.execution_meta.status == ExecutionStatus.COMPLETED
+    done = await app.aget_state(CFG)
+    assert done.done == ["a", "b", "hold"]
+    assert replay(await logged(app), Work) == done

@@ -206,3 +206,37 @@ async def test_a_retry_never_runs_a_committed_tool_call_again() -> None:
     assert sum(isinstance(r.event, ToolCallStarted) for r in records) == 1
     assert sum(isinstance(r.event, RunFailed) for r in records) == 2
     assert replay(records, AgentState) == await app.aget_state(CFG)
+
+
+async def test_a_branch_retried_runs_its_whole_step_again_and_merges_as_once() -> None:
+    import operator
+    from typing import Annotated
+
+    from pydantic import Field
+
+    from agentlog.actors import START, Send
+
+    class Jokes(AgentState):
+        jokes: Annotated[list[str], operator.add] = Field(default_factory=list)
+
+    failed: list[str] = []
+
+    async def write(state: dict[str, Any]) -> dict[str, Any]:
+        if state["subject"] == "dogs" and not failed:
+            failed.append("dogs")
+            raise ConnectionError("the joke service did not answer")
+        return {"jokes": [f"a joke about {state['subject']}"]}
+
+    graph = StateGraph(Jokes)
+    graph.add_node("write", write, retry_policy=RetryPolicy(max_attempts=2, backoff_s=0))
+    graph.add_conditional_edges(
+        START, lambda s: [Send("write", {"subject": x}) for x in ("cats", "dogs")], ["write"]
+    )
+    graph.add_edge("write", END)
+    app = graph.compile(checkpointer=MemoryEventStore())
+    await app.ainvoke({}, CFG)
+    state = await app.aget_state(CFG)
+    assert state.jokes == ["a joke about cats", "a joke about dogs"]  # once each, in order
+    records = await records_of(app)
+    assert sum(isinstance(r.event, RunFailed) for r in records) == 1
+    assert replay(records, Jokes) == state

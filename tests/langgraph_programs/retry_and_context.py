@@ -1,5 +1,5 @@
 """A flaky node retried by its RetryPolicy, a node reading the run's context through its
-Runtime, and a run with durability="sync"."""
+Runtime, and runs in each durability mode."""
 
 import operator
 from dataclasses import dataclass
@@ -51,6 +51,11 @@ result = graph.invoke({"steps": []}, config, context=Caller("ada"), durability="
 print("steps:", result["steps"])
 print("attempts:", attempts)
 print("next:", graph.get_state(config).next)
+for n, mode in enumerate(("async", "exit"), 2):
+    attempts.clear()
+    config = {"configurable": {"thread_id": str(n)}}
+    result = graph.invoke({"steps": []}, config, context=Caller("bo", "hi"), durability=mode)
+    print(mode, "steps:", result["steps"], "values:", graph.get_state(config).values)
 
 attempts.clear()
 broken = StateGraph(State)
