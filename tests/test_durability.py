@@ -27,6 +27,7 @@ from agentlog.projections import (
     replay,
 )
 from tests.helpers import thread_log
+from tests.workers.pg_env import DSN, fresh_schema, needs_pg
 
 CFG = {"thread_id": "t1"}
 MODES = ("sync", "async", "exit")
@@ -189,3 +190,21 @@ async def test_a_stop_landing_under_an_append_in_flight_is_stepped_over(mode: st
     done = await app.aget_state(CFG)
     assert done.done == ["a", "b", "hold"]
     assert replay(await logged(app), Work) == done
+
+
+@needs_pg
+async def test_every_mode_on_postgresql_writes_the_same_log() -> None:
+    from agentlog.events.stores.postgres import PostgresEventStore
+
+    seen = {}
+    async with fresh_schema() as schema, PostgresEventStore(DSN, schema=schema) as store:
+        for mode in MODES:
+            app = build().graph.compile(checkpointer=store)
+            config = {"thread_id": f"pg-{mode}"}
+            await app.ainvoke("go", config, durability=mode)
+            state = await app.aget_state(config)
+            log = [r async for r in store.read(f"pg-{mode}")]
+            assert state.done == ["a", "b", "hold"] and replay(log, Work) == state
+            assert (await store.verify(f"pg-{mode}")).ok
+            seen[mode] = [(r.seq, r.kind, r.actor) for r in log]
+    assert seen["async"] == seen["sync"] == seen["exit"]

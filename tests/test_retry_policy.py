@@ -240,3 +240,31 @@ async def test_a_branch_retried_runs_its_whole_step_again_and_merges_as_once() -
     records = await records_of(app)
     assert sum(isinstance(r.event, RunFailed) for r in records) == 1
     assert replay(records, Jokes) == state
+
+
+async def test_a_caller_cancelling_during_the_wait_leaves_a_run_that_resumes() -> None:
+    waiting = asyncio.Event()
+
+    async def sleep(seconds: float) -> None:
+        waiting.set()
+        await asyncio.Event().wait()  # only a cancel ends it
+
+    node, calls = flaky(1)
+    app = graph_of(node, RetryPolicy(max_attempts=3, backoff_s=60.0))
+    patch = pytest.MonkeyPatch()
+    patch.setattr(retry, "SLEEP", sleep)
+    try:
+        running = asyncio.ensure_future(app.ainvoke("go", CFG))
+        await waiting.wait()
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+    finally:
+        patch.undo()
+    stopped = await app.aget_state(CFG)
+    assert stopped.execution_meta.stop_current_execution == StopRequestStatus.STOPPED
+    assert len(calls) == 1
+    await app.ainvoke(None, CFG)  # resumed: the node runs again, and succeeds
+    assert (await app.aget_state(CFG)).done and len(calls) == 2
+    records = await records_of(app)
+    assert replay(records, Counted) == await app.aget_state(CFG)
