@@ -268,3 +268,21 @@ async def test_a_caller_cancelling_during_the_wait_leaves_a_run_that_resumes() -
     assert (await app.aget_state(CFG)).done and len(calls) == 2
     records = await records_of(app)
     assert replay(records, Counted) == await app.aget_state(CFG)
+
+
+async def test_each_visit_of_a_node_has_its_own_attempts() -> None:
+    calls: list[int] = []
+
+    async def node(state: Counted) -> dict[str, Any]:
+        calls.append(1)
+        if len(calls) % 2:  # every visit fails once first
+            raise ConnectionError("once per visit")
+        return {"tries": state.tries + 1}
+
+    graph = StateGraph(Counted)
+    graph.add_node("work", node, retry_policy=RetryPolicy(max_attempts=2, backoff_s=0))
+    graph.set_entry_point("work")
+    graph.add_conditional_edges("work", lambda s: "work" if s.tries < 3 else END)
+    app = graph.compile(checkpointer=MemoryEventStore())
+    await app.ainvoke("go", CFG)
+    assert (await app.aget_state(CFG)).tries == 3 and len(calls) == 6

@@ -93,7 +93,8 @@ class RunLoop(Run[S]):
     begun: bool = field(default=False, kw_only=True)
     """Whether `begin` made this the run of the call (before, it only holds the claim)."""
     failures: dict[str, int] = field(default_factory=dict, kw_only=True)
-    """Failed attempts of each node in this call, counted by its retry policy."""
+    """Failed attempts of each node's current step in this call, counted by its retry
+    policy (a step that goes through clears its nodes')."""
 
     def __post_init__(self) -> None:
         self.commits = RunCommits(self.engine, self)
@@ -327,6 +328,8 @@ class RunLoop(Run[S]):
                     raise
             else:
                 self.taken += 1
+                for name in nodes:  # a step that went through starts its nodes' count anew
+                    self.failures.pop(name, None)
             meta = self.fold.state.execution_meta
             if meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED:
                 return
