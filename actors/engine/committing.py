@@ -353,7 +353,7 @@ class RunCommits(Generic[S]):
         if self.run.stream is not None:
             await self._publish(records)
         every = self.engine.snapshot_every
-        if every:
+        if every and self.held is None:  # a snapshot points into the log: durable records
             if self.run.snapshots is None:
                 self.run.snapshots = SnapshotWriter(self.engine.store, self.run.thread_id)
             self.run.snapshots.observe(records)

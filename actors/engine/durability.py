@@ -14,7 +14,7 @@ before it: a tool runs only once its start is durable and its result is used onl
 is, so no side effect is repeated, whatever the mode. The weaker modes weaken only what a
 crash keeps of node outputs (the guarantees page has the table). Records not yet durable
 are folded, streamed and handed to hooks as in `sync` (with their seq, without a hash), so
-a run reads the same in every mode; snapshots are taken only of durable records.
+a run reads the same in every mode; a run in a weaker mode takes no snapshots.
 """
 
 from __future__ import annotations
