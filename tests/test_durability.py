@@ -208,3 +208,46 @@ async def test_every_mode_on_postgresql_writes_the_same_log() -> None:
             assert (await store.verify(f"pg-{mode}")).ok
             seen[mode] = [(r.seq, r.kind, r.actor) for r in log]
     assert seen["async"] == seen["sync"] == seen["exit"]
+
+
+async def test_supersteps_write_the_same_log_in_every_mode() -> None:
+    import operator
+    from typing import Annotated
+
+    from pydantic import Field
+
+    from agentlog.actors import START, Send
+
+    class Jokes(AgentState):
+        jokes: Annotated[list[str], operator.add] = Field(default_factory=list)
+        checks: Annotated[list[str], operator.add] = Field(default_factory=list)
+
+    async def write(state: dict[str, Any]) -> dict[str, Any]:
+        return {"jokes": [f"a joke about {state['subject']}"]}
+
+    def check(name: str) -> Any:
+        return lambda state: {"checks": [name]}
+
+    seen = {}
+    for mode in MODES:
+        graph = StateGraph(Jokes)
+        graph.add_node("write", write)
+        graph.add_node("spell", check("spell"))
+        graph.add_node("tone", check("tone"))
+        graph.add_conditional_edges(
+            START, lambda s: [Send("write", {"subject": x}) for x in ("ants", "bees")], ["write"]
+        )
+        graph.add_edge("write", "spell")
+        graph.add_edge("write", "tone")
+        graph.add_node("pick", check("pick"))
+        graph.add_edge(["spell", "tone"], "pick")
+        graph.add_edge("pick", END)
+        app = graph.compile(checkpointer=MemoryEventStore())
+        await app.ainvoke({}, CFG, durability=mode)
+        state = await app.aget_state(CFG)
+        assert state.jokes == ["a joke about ants", "a joke about bees"]
+        assert state.checks == ["spell", "tone", "pick"]
+        log = await logged(app)
+        assert replay(log, Jokes) == state
+        seen[mode] = [(r.seq, r.kind, r.actor) for r in log]
+    assert seen["async"] == seen["sync"] == seen["exit"]
