@@ -286,3 +286,33 @@ async def test_each_visit_of_a_node_has_its_own_attempts() -> None:
     app = graph.compile(checkpointer=MemoryEventStore())
     await app.ainvoke("go", CFG)
     assert (await app.aget_state(CFG)).tries == 3 and len(calls) == 6
+
+
+async def test_a_node_past_its_time_limit_is_retried_and_a_wiring_error_is_not() -> None:
+    calls: list[int] = []
+    release = asyncio.Event()
+
+    async def slow_once(state: Counted) -> dict[str, Any]:
+        calls.append(1)
+        if len(calls) == 1:
+            await release.wait()  # only the time limit ends the first attempt
+        return {"done": True}
+
+    graph = StateGraph(Counted)
+    graph.add_node("work", slow_once, retry_policy=RetryPolicy(max_attempts=2, backoff_s=0))
+    graph.set_entry_point("work")
+    graph.add_edge("work", END)
+    app = graph.compile(checkpointer=MemoryEventStore(), node_timeouts={"work": 0.05})
+    await app.ainvoke("go", CFG)
+    assert (await app.aget_state(CFG)).done and len(calls) == 2
+    failed = [r.event for r in await records_of(app) if isinstance(r.event, RunFailed)]
+    assert [f.status for f in failed] == ["timed_out"]
+
+    graph = StateGraph(Counted)
+    graph.add_node("work", flaky(0)[0], retry_policy=RetryPolicy(max_attempts=3, backoff_s=0))
+    graph.set_entry_point("work")
+    graph.add_conditional_edges("work", lambda state: "nowhere")  # found out at run time
+    app = graph.compile(checkpointer=MemoryEventStore())
+    with pytest.raises(GraphError):
+        await app.ainvoke("go", CFG)
+    assert not [r for r in await records_of(app) if isinstance(r.event, Resumed)]
