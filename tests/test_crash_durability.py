@@ -6,7 +6,6 @@ and the tool, whose records are durable in every mode, has run once."""
 from __future__ import annotations
 
 import asyncio
-import select
 import signal
 from pathlib import Path
 from typing import Any
@@ -30,17 +29,17 @@ from tests.workers.graph_run import call_ids, comparable
 from .helpers import spawn_worker, wait_ready
 
 
-def until(proc: Any, word: str, timeout: float = 60.0) -> None:
-    """Block until the worker prints `word` (read line by line from its stdout)."""
+def until(proc: Any, word: str) -> None:
+    """Block until the worker prints `word`. Read line by line from the pipe's buffer (a
+    `select` on the pipe would miss a line read into the buffer along with an earlier one);
+    a worker that ends first ends the wait (the suite's timeout catches one that hangs)."""
     assert proc.stdout is not None
     while True:
-        readable, _, _ = select.select([proc.stdout], [], [], timeout)
-        line = proc.stdout.readline() if readable else ""
+        line = proc.stdout.readline()
         if line.strip() == word:
             return
         if not line:
-            proc.kill()
-            _, err = proc.communicate(timeout=timeout)
+            _, err = proc.communicate(timeout=TIMEOUT)
             raise AssertionError(f"the worker ended before printing {word!r}:\n{err}")
 
 
