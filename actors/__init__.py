@@ -55,6 +55,12 @@ if TYPE_CHECKING:
     )
     from agentlog.actors.engine.modes import InvalidStreamModeError, StreamMode
     from agentlog.actors.engine.nodes import interrupt
+    from agentlog.actors.engine.options import (
+        Durability,
+        InvalidContextError,
+        InvalidDurabilityError,
+        Runtime,
+    )
     from agentlog.actors.engine.persistence import PersistenceError
     from agentlog.actors.engine.results import ResponseGranularity
     from agentlog.actors.engine.subgraph import SubgraphForkError, SubgraphStateError
@@ -127,6 +133,10 @@ _HOMES: dict[str, str] = {
     "get_store": "agentlog.actors.engine.longterm",
     "PersistenceError": "agentlog.actors.engine.persistence",
     "interrupt": "agentlog.actors.engine.nodes",
+    "Durability": "agentlog.actors.engine.options",
+    "InvalidContextError": "agentlog.actors.engine.options",
+    "InvalidDurabilityError": "agentlog.actors.engine.options",
+    "Runtime": "agentlog.actors.engine.options",
     "ResponseGranularity": "agentlog.actors.engine.results",
     "InvalidStreamModeError": "agentlog.actors.engine.modes",
     "StreamMode": "agentlog.actors.engine.modes",
@@ -164,6 +174,7 @@ __all__ = [
     "Command",
     "CompiledGraph",
     "Constraint",
+    "Durability",
     "EntryPoint",
     "Goal",
     "GraphError",
@@ -171,6 +182,8 @@ __all__ = [
     "HookError",
     "InMemoryStore",
     "InputRejectedError",
+    "InvalidContextError",
+    "InvalidDurabilityError",
     "InvalidNamespaceError",
     "InvalidStreamModeError",
     "InvalidUpdateError",
@@ -192,6 +205,7 @@ __all__ = [
     "RemoveMessage",
     "ResponseGranularity",
     "RetryPolicy",
+    "Runtime",
     "RuntimeConfig",
     "SearchItem",
     "Send",

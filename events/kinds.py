@@ -168,10 +168,8 @@ class StateUpdated(BaseEvent, tag="state_updated", frozen=True):
 class InterruptRaised(BaseEvent, tag="interrupt_raised", frozen=True):
     """The run paused at `node`, before or after it ran.
 
-    `by_node` is true when the node itself asked for the pause (and waits for a resume
-    value), false for a breakpoint set when the graph was compiled. `branch` names which
-    branch of a superstep asked (None: a step of one node), so its answer reaches it alone.
-    """
+    `by_node`: the node asked (and waits for a resume value), not a compiled breakpoint;
+    `branch`: which branch of a superstep asked (its answer reaches it alone)."""
 
     ENDS_RUN: ClassVar[bool] = True
 

@@ -73,6 +73,7 @@ from agentlog.projections.keys import (
     STOP_KEY,
     TASKS_KEY,
     TOOL_CALLS_KEY,
+    resumed_with,
 )
 from agentlog.projections.lifecycle import ended
 from agentlog.projections.messages import Message
@@ -392,19 +393,9 @@ def _interrupt_raised(fold: Fold[Any], e: InterruptRaised, r: EventRecord) -> No
 @_handles(Resumed)
 def _resumed(fold: Fold[Any], e: Resumed, r: EventRecord) -> None:
     meta = fold.state.execution_meta
-    awaiting = meta.internal_data.pop(AWAITING_KEY, False)
-    if awaiting:
-        earlier = meta.internal_data.get(RESUME_KEY) or {}
-        values = list(earlier.get("values", [earlier["value"]] if "value" in earlier else []))
-        resume: dict[str, Any] = {**earlier, "values": values}
-        if isinstance(awaiting, dict):  # a branch of a superstep asked: its answer is its own
-            by_branch = {**earlier.get("by_branch", {})}
-            key = str(awaiting["branch"])
-            by_branch[key] = [*by_branch.get(key, []), e.value]
-            resume["by_branch"] = by_branch
-        else:
-            resume["values"] = [*values, e.value]
-        meta.internal_data[RESUME_KEY] = resume
+    data = meta.internal_data
+    if awaiting := data.pop(AWAITING_KEY, False):
+        data[RESUME_KEY] = resumed_with(data.get(RESUME_KEY), awaiting, e.value)
     _clear_interrupt(meta)
     meta.stop_current_execution = StopRequestStatus.NONE
     meta.internal_data.pop("error", None)

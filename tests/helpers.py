@@ -185,3 +185,10 @@ def records_in(db: Path) -> int:
         return 0
     finally:
         conn.close()
+
+
+async def thread_log(store: Any, thread_id: str) -> list[Any]:
+    """A thread's records, none when the thread does not exist (nothing was written)."""
+    if thread_id not in await store.threads():
+        return []
+    return [r async for r in store.read(thread_id)]

@@ -12,10 +12,12 @@ from typing import Any, Generic
 import msgspec
 
 from agentlog.actors.engine.commit import commit
+from agentlog.actors.engine.durability import Held, land_held
 from agentlog.actors.engine.errors import (
     GraphError,
     ThreadBusyError,
 )
+from agentlog.actors.engine.options import durability_of
 from agentlog.actors.engine.plan import Task, is_superstep, plan
 from agentlog.actors.engine.run import Engine, Run, S, _log, elapsed_ms, scratch_records
 from agentlog.actors.tools.node import is_tool_node, pending_calls
@@ -78,6 +80,13 @@ class RunCommits(Generic[S]):
 
     def __init__(self, engine: Engine[S], run: Run[S]) -> None:
         self.engine, self.run = engine, run
+        mode = durability_of(run.config)
+        self.held: Held | None = None if mode == "sync" else Held(engine, run, mode)
+        """The run's records not yet durable, in the weaker durability modes."""
+
+    async def land(self) -> None:
+        """Make every record of the run durable now (a no-op in `sync`, where all are)."""
+        await land_held(self.held)
 
     async def commit_step(
         self,
@@ -307,7 +316,10 @@ class RunCommits(Generic[S]):
         self, events: Sequence[Event], expected_seq: int, actor: str | tuple[str, ...]
     ) -> list[EventRecord]:
         """Append under the run's claim; if the run is cancelled meanwhile, the append goes
-        on and `self.run.committing` lets the abandon record wait for it."""
+        on and `self.run.committing` lets the abandon record wait for it. In the weaker
+        durability modes the records may land later (`agentlog.actors.engine.durability`)."""
+        if self.held is not None:
+            return await self.held.append(events, expected_seq, actor)
         self.run.committing = asyncio.ensure_future(
             self.engine.store.append(
                 self.run.thread_id,
@@ -341,7 +353,7 @@ class RunCommits(Generic[S]):
         if self.run.stream is not None:
             await self._publish(records)
         every = self.engine.snapshot_every
-        if every:
+        if every and self.held is None:  # a snapshot points into the log: durable records
             if self.run.snapshots is None:
                 self.run.snapshots = SnapshotWriter(self.engine.store, self.run.thread_id)
             self.run.snapshots.observe(records)
@@ -471,15 +483,30 @@ class _RunWrite(Generic[S]):
         run = commits.run
         fold = run.fold
         fold.seq, fold.hash = records[-1].seq, records[-1].hash
-        if any(r.event != e for r, e in zip(records, self.batch, strict=True)):
+        held = commits.held
+        if held is not None and held.moved and records[-1].hash:
+            held.drop()  # landed after a stop request: the log's seqs and state are the run's
+            run.fold, run.snapshots = await commits.engine.load(run.thread_id), None
+        elif any(r.event != e for r, e in zip(records, self.batch, strict=True)):
             run.fold = await commits.engine.load(run.thread_id)  # the canonical decoded values
         await commits._after_commit(records)
 
     async def lost(self, base: int) -> None:
+        held = self.commits.held
+        if held is not None and held.moved:
+            held.drop()  # its records landed after a stop request: read the log again
+            run = self.commits.run
+            run.fold, run.snapshots = await self.commits.engine.load(run.thread_id), None
+            return
         await self.commits._catch_up(base)
 
     async def failed(self) -> None:
-        run = self.commits.run
+        run, held = self.commits.run, self.commits.held
+        if held is not None:
+            try:  # what the run held before this commit stays its progress
+                await held.flush()
+            except Exception:
+                held.drop()
         run.fold = await self.commits.engine.load(run.thread_id)
 
 

@@ -63,6 +63,7 @@ from agentlog.actors.engine.edits import as_node_edit, check_order
 from agentlog.actors.engine.ending import closing_events
 from agentlog.actors.engine.loop import RunLoop
 from agentlog.actors.engine.offload import InFlight
+from agentlog.actors.engine.options import Durability, call_config
 from agentlog.actors.engine.portal import BlockingCalls, Portal
 from agentlog.actors.engine.results import ResponseGranularity, granularity, run_result
 from agentlog.actors.engine.run import (
@@ -181,6 +182,8 @@ class CompiledGraph(BlockingCalls, Streaming, Generic[S]):
         response_granularity: ResponseGranularity | str = ResponseGranularity.LOW,
         *,
         include_state: bool = False,
+        context: Any = None,
+        durability: Durability | None = None,
     ) -> dict[str, Any]:
         """Run (or resume) the thread until it ends, pauses or fails.
 
@@ -188,10 +191,26 @@ class CompiledGraph(BlockingCalls, Streaming, Generic[S]):
         and `token_usage`; PARTIAL adds `context` and `summary`; FULL adds `state`
         (`include_state=True` adds it to any shape). Every shape also has `status` and,
         when the run paused, `__interrupt__`.
+
+        `context` is handed to the nodes that take a `runtime` parameter (`runtime.context`),
+        checked first against the graph's `context_schema`, and never recorded: a resume
+        passes it again. `durability` says when each step's records become durable
+        ("sync", the default: before the next step starts; "async"; "exit"; see the
+        guarantees page for what a crash keeps in each).
         """
         shape = granularity(response_granularity)
+        config = self.call_config(config, context, durability)
         result, _ = await self.ainvoke_to(input, config, shape, include_state=include_state)
         return result
+
+    def call_config(
+        self, config: Mapping[str, Any] | None, context: Any, durability: str | None
+    ) -> dict[str, Any] | None:
+        """The call's config with its `context` (checked against the graph's
+        `context_schema`) and `durability` (checked): errors before anything is written."""
+        return call_config(
+            config, self.graph.context_schema, context=context, durability=durability
+        )
 
     async def ainvoke_to(
         self,
@@ -448,9 +467,12 @@ class CompiledGraph(BlockingCalls, Streaming, Generic[S]):
         response_granularity: ResponseGranularity | str = ResponseGranularity.LOW,
         *,
         include_state: bool = False,
+        context: Any = None,
+        durability: Durability | None = None,
     ) -> dict[str, Any]:
         """Blocking `ainvoke`, for code without an event loop."""
         granularity(response_granularity)  # a bad value fails here, not on the portal
+        config = self.call_config(config, context, durability)
         result: dict[str, Any] = self._blocking(
             self.ainvoke(input, config, response_granularity, include_state=include_state)
         )

@@ -37,7 +37,9 @@ from agentlog.actors.engine.command import Send
 from agentlog.actors.engine.compiled import CompiledGraph
 from agentlog.actors.engine.errors import GraphError
 from agentlog.actors.engine.longterm import BaseStore
+from agentlog.actors.engine.options import check_context_schema
 from agentlog.actors.engine.persistence import persistence
+from agentlog.actors.engine.retry import RetryPolicy, node_policies
 from agentlog.actors.engine.run import Engine
 from agentlog.actors.engine.subgraph import SubgraphNode
 from agentlog.actors.tools.node import ToolNode, is_tool_node
@@ -109,9 +111,15 @@ class StateGraph(Generic[S]):
     """A node's further edges beyond its first (`edges`): all run in the next step."""
     joins: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Nodes that run once each of several others has run (`add_edge([a, b], node)`)."""
+    retry_policies: dict[str, tuple[RetryPolicy, ...]] = field(default_factory=dict)
+    """The nodes run again after they raise, and by which policies (`add_node`)."""
+    context_schema: Any = field(default=None, kw_only=True)
+    """The class of a call's run-time `context=` (a dataclass, a TypedDict, a pydantic
+    model), which nodes read as `runtime.context`; None: any context, unchecked."""
 
     def __post_init__(self) -> None:
         check_state_class(self.state_cls)
+        check_context_schema(self.context_schema)
 
     def add_node(
         self,
@@ -119,6 +127,7 @@ class StateGraph(Generic[S]):
         fn: NodeFn | ToolNode | CompiledGraph[Any] | None = None,
         *,
         destinations: Sequence[str] | Mapping[str, Any] | None = None,
+        retry_policy: RetryPolicy | Sequence[RetryPolicy] | None = None,
     ) -> StateGraph[S]:
         """Add a node: `add_node("name", fn)` or `add_node(fn)`, named after the function.
 
@@ -126,6 +135,8 @@ class StateGraph(Generic[S]):
         they are read from a `-> Command[Literal["a", "b"]]` return annotation. A compiled
         graph as `fn` is a subgraph (`agentlog.actors.engine.subgraph`): the fields its state
         shares with this graph's, by name, go in and its final values of them come back.
+        `retry_policy` (a `RetryPolicy`, or several: the first that retries an error decides)
+        runs the node again after it raised, each failed attempt and its retry recorded.
         """
         if fn is None:
             if isinstance(name_or_fn, str) or not callable(name_or_fn):
@@ -147,7 +158,10 @@ class StateGraph(Generic[S]):
             declared, unread = None, None
         else:
             declared, unread = command_destinations(name, fn)
+        policies = node_policies(name, retry_policy)
         self.nodes[name] = fn
+        if policies:
+            self.retry_policies[name] = policies
         if declared is not None:
             self.destinations[name] = declared
         if unread is not None:
@@ -495,6 +509,7 @@ def _check_parameters(name: str, fn: NodeFn, dependencies: Collection[str]) -> N
         if param.default is param.empty and param.name not in (
             "state",
             "config",
+            "runtime",
             *dependencies,
         ):
             fix = (
@@ -504,5 +519,5 @@ def _check_parameters(name: str, fn: NodeFn, dependencies: Collection[str]) -> N
             )
             raise GraphError(
                 f"node {name!r} needs parameter {param.name!r}, which is neither state, "
-                f"config nor a registered dependency: {fix}"
+                f"config, runtime nor a registered dependency: {fix}"
             )

@@ -71,7 +71,7 @@ class Guard:
     async def _watch(self) -> None:
         try:
             while self.armed:
-                async for record in self.store.read(self.run.thread_id, self.run.fold.seq + 1):
+                async for record in self.store.read(self.run.thread_id, self.run.durable_seq() + 1):
                     if isinstance(record.event, StopRequested):
                         if not record.event.between_nodes:
                             self._fire("stop")

@@ -38,6 +38,7 @@ from agentlog.actors.engine.guard import Guard
 from agentlog.actors.engine.nodes import NodeActor, RunNode, output_events, resume_values
 from agentlog.actors.engine.plan import planned_tasks, requested
 from agentlog.actors.engine.redact import redact
+from agentlog.actors.engine.retry import retry_failed
 from agentlog.actors.engine.run import (
     ABANDONED_BY_CALLER,
     Engine,
@@ -91,9 +92,16 @@ class RunLoop(Run[S]):
     """The run's side of the commit path: every record of this call is committed by it."""
     begun: bool = field(default=False, kw_only=True)
     """Whether `begin` made this the run of the call (before, it only holds the claim)."""
+    failures: dict[str, int] = field(default_factory=dict, kw_only=True)
+    """Failed attempts of each node's current step in this call, counted by its retry
+    policy (a step that goes through clears its nodes')."""
 
     def __post_init__(self) -> None:
         self.commits = RunCommits(self.engine, self)
+
+    def durable_seq(self) -> int:
+        held = self.commits.held
+        return self.fold.seq if held is None else held.durable_seq()
 
     @classmethod
     def of(cls, engine: Engine[S], config: dict[str, Any], stream: RunStream | None) -> RunLoop[S]:
@@ -113,6 +121,7 @@ class RunLoop(Run[S]):
                 await self.commits.commit(opening, actor=str(self.config.get("user", "user")))
             if not self.idle:
                 await self.steps()
+                await self.commits.land()  # at rest: whatever the mode held is durable now
                 if self.fold.seq - self.last_snapshot >= SNAPSHOT_AT_REST:
                     self.commits.snapshot()  # the next load of the thread starts from here
             if stream is not None:
@@ -193,6 +202,8 @@ class RunLoop(Run[S]):
         if self.committing is not None:
             with contextlib.suppress(BaseException):
                 await self.committing  # a commit under way lands first: record after it
+        with contextlib.suppress(Exception):
+            await self.commits.land()  # and what the durability mode held
         # named before the record: whoever reads that the run stopped learns what still runs
         await engine.label_in_flight(self.claim, in_flight)
 
@@ -247,6 +258,8 @@ class RunLoop(Run[S]):
         """Record that a hook failed the run, if the run can still fail (a hook raising after
         the run completed or paused is reported to the caller; the log already says how the
         run came to rest)."""
+        with contextlib.suppress(Exception):
+            await self.commits.land()
         self.fold = await self.engine.load(self.thread_id)
         meta = self.fold.state.execution_meta
         if meta.status != ExecutionStatus.RUNNING or meta.stop_current_execution != (
@@ -308,8 +321,15 @@ class RunLoop(Run[S]):
                     raise GraphError(
                         f"thread {self.thread_id!r} is at node {name!r}, not in this graph"
                     )
-            await (self.step(node) if tasks is None else run_superstep(self, tasks))
-            self.taken += 1
+            try:
+                await (self.step(node) if tasks is None else run_superstep(self, tasks))
+            except NodeError as failure:
+                if not await retry_failed(self, failure):  # recorded: its policy retries it
+                    raise
+            else:
+                self.taken += 1
+                for name in nodes:  # a step that went through starts its nodes' count anew
+                    self.failures.pop(name, None)
             meta = self.fold.state.execution_meta
             if meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED:
                 return
@@ -447,6 +467,7 @@ class RunLoop(Run[S]):
         """Record that the step of `node` failed with `exc`, and raise what the caller hears."""
         if isinstance(exc, ThreadBusyError | asyncio.CancelledError | NodeTimeoutError):
             raise exc
+        await self.commits.land()  # the steps before this one stay done
         self.fold = await self.engine.load(self.thread_id)
         if self.fold.state.execution_meta.status == ExecutionStatus.ERROR:
             raise exc  # a failure already recorded (a lifecycle hook raised after it)
@@ -498,6 +519,7 @@ class RunLoop(Run[S]):
             with contextlib.suppress(BaseException):
                 await self.committing
         await guard.stopped()
+        await self.commits.land()
         self.fold = await self.engine.load(self.thread_id)
         if guard.fired == "stop":
             why = "a stop request cancelled the node"

@@ -13,6 +13,8 @@ from agentlog.actors.engine.actor import Actor
 from agentlog.actors.engine.command import Command
 from agentlog.actors.engine.context import NodeContext, _current
 from agentlog.actors.engine.errors import GraphInterrupt, NodeReturnError
+from agentlog.actors.engine.options import CONTEXT_KEY, Runtime
+from agentlog.actors.engine.writer import get_stream_writer
 from agentlog.actors.tools.node import is_tool_node
 from agentlog.events.kinds import ContextSummarized, Event
 from agentlog.projections import (
@@ -143,7 +145,15 @@ class NodeActor(Actor[RunNode, Any]):
                 kwargs[name] = given[name]
             elif name in self.dependencies:
                 kwargs[name] = self.dependencies[name]
+            elif name == "runtime":
+                kwargs[name] = runtime_of(message.config, message.context.store)
         return kwargs
+
+
+def runtime_of(config: Mapping[str, Any], store: Any) -> Runtime[Any]:
+    """A node's `runtime`: the call's context, the graph's long-term store (None without
+    one) and the run's custom stream writer."""
+    return Runtime(context=config.get(CONTEXT_KEY), store=store, stream_writer=get_stream_writer())
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:

@@ -105,6 +105,11 @@ class Run(Generic[S]):
         """Calls recorded as started that no tool has run: only this call could have."""
         return self.started_ahead - self.dispatched
 
+    def durable_seq(self) -> int:
+        """The seq up to which the log holds this run's records: after it, only others'
+        (a stop request). The fold's own, unless a durability mode holds records back."""
+        return self.fold.seq
+
 
 async def finish(future: asyncio.Future[T]) -> T:
     """Await `future` to its end even when the caller is cancelled meanwhile, then raise

@@ -16,6 +16,7 @@ from agentlog.actors.engine.modes import (
     check_version,
     shaped,
 )
+from agentlog.actors.engine.options import Durability
 from agentlog.actors.engine.run import run_config
 from agentlog.actors.engine.stream import END_OF_STREAM, RunStream
 
@@ -42,6 +43,10 @@ class Streaming:
 
         def _iterating(self, parts: AsyncGenerator[Any, None]) -> Iterator[Any]: ...
 
+        def call_config(
+            self, config: Mapping[str, Any] | None, context: Any, durability: str | None
+        ) -> dict[str, Any] | None: ...
+
     def astream(
         self,
         input: Any = None,
@@ -50,6 +55,8 @@ class Streaming:
         stream_mode: str | Sequence[str] | None = None,
         subgraphs: bool = False,
         version: str = "v1",
+        context: Any = None,
+        durability: Durability | None = None,
     ) -> AsyncIterator[Any]:
         """Run like `ainvoke`, yielding what the run does as it commits.
 
@@ -62,9 +69,10 @@ class Streaming:
         exist raises `InvalidStreamModeError` here, before the run starts.
 
         A consumer that stops reading early abandons the run: it is recorded as stopped, and
-        `ainvoke(None, config)` resumes it.
+        `ainvoke(None, config)` resumes it. `context` and `durability` are `ainvoke`'s.
         """
         check_version(version)
+        config = self.call_config(config, context, durability)
         if stream_mode is None:
             if version != "v1" or subgraphs:
                 raise InvalidStreamModeError(
@@ -134,10 +142,18 @@ class Streaming:
         stream_mode: str | Sequence[str] | None = None,
         subgraphs: bool = False,
         version: str = "v1",
+        context: Any = None,
+        durability: Durability | None = None,
     ) -> Iterator[Any]:
         """Blocking `astream` (a bad mode raises here, before the run starts)."""
         parts = self.astream(
-            input, config, stream_mode=stream_mode, subgraphs=subgraphs, version=version
+            input,
+            config,
+            stream_mode=stream_mode,
+            subgraphs=subgraphs,
+            version=version,
+            context=context,
+            durability=durability,
         )
         assert isinstance(parts, AsyncGenerator)
         return self._iterating(parts)

@@ -8,6 +8,7 @@ from agentlog.actors.langgraph.compiled import (
     UnsupportedOptionError,
 )
 from agentlog.actors.langgraph.graph import StateGraph
+from agentlog.actors.langgraph.retry import RetryPolicy, default_retry_on
 from agentlog.actors.langgraph.schema import SchemaError
 from agentlog.actors.langgraph.types import (
     Interrupt,
@@ -22,10 +23,12 @@ __all__ = [
     "Interrupt",
     "PastCheckpointError",
     "PregelTask",
+    "RetryPolicy",
     "Runtime",
     "SchemaError",
     "StateGraph",
     "StateSnapshot",
     "UnsupportedOptionError",
+    "default_retry_on",
     "interrupt",
 ]

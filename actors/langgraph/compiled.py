@@ -16,6 +16,7 @@ from agentlog.actors.engine.command import Command
 from agentlog.actors.engine.compiled import CompiledGraph
 from agentlog.actors.engine.errors import GraphError
 from agentlog.actors.engine.modes import ModeProjection, StreamMode
+from agentlog.actors.engine.options import Durability
 from agentlog.actors.engine.run import run_config
 from agentlog.actors.engine.subgraph import (
     SEPARATOR,
@@ -24,7 +25,7 @@ from agentlog.actors.engine.subgraph import (
     parent_of,
     target_thread,
 )
-from agentlog.actors.langgraph.nodes import CONTEXT_KEY, Shapes
+from agentlog.actors.langgraph.nodes import Shapes
 from agentlog.actors.langgraph.types import (
     Interrupt,
     PregelTask,
@@ -88,6 +89,7 @@ class CompiledStateGraph:
         config: Mapping[str, Any] | None = None,
         *,
         context: Any = None,
+        durability: Durability | None = None,
         **options: Any,
     ) -> dict[str, Any]:
         """Run (or resume) the thread until it ends or pauses; the state's values, with
@@ -95,7 +97,7 @@ class CompiledStateGraph:
         if options.pop("stream_mode", "values") != "values":
             raise UnsupportedOptionError("invoke returns the values: use stream() for other modes")
         refuse_options("invoke", options)
-        config = self._config(config, context)
+        config = self._config(config, context, durability)
         result, _ = await self.graph_engine.ainvoke_to(await self._input(input, config), config)
         state: AgentState = result["state"]
         values = self.shapes.values(state)
@@ -118,12 +120,13 @@ class CompiledStateGraph:
         context: Any = None,
         subgraphs: bool = False,
         version: str = "v1",
+        durability: Durability | None = None,
         **options: Any,
     ) -> AsyncIterator[Any]:
         """Stream a run in LangGraph's modes (`updates` unless told), its values shaped as
         this graph's schema says."""
         refuse_options("stream", options)
-        config = self._config(config, context)
+        config = self._config(config, context, durability)
         parts = self.graph_engine.astream(
             await self._input(input, config),
             config,
@@ -276,8 +279,10 @@ class CompiledStateGraph:
         """One node's update as the `updates` stream mode shows it."""
         return self.shapes.update_out(update)
 
-    def _config(self, config: Mapping[str, Any] | None, context: Any) -> dict[str, Any]:
-        out: dict[str, Any] = dict(config or {})
+    def _config(
+        self, config: Mapping[str, Any] | None, context: Any, durability: str | None
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = self.graph_engine.call_config(config, context, durability) or {}
         if _checkpoint_of(out) is not None:
             raise GraphError(
                 "a run cannot start from a checkpoint_id on its own thread here: every "
@@ -295,8 +300,6 @@ class CompiledStateGraph:
                     "{'configurable': {'thread_id': '...'}}"
                 )
             out["thread_id"] = f"run-{uuid.uuid4().hex}"  # one call, in memory, as LangGraph
-        if context is not None:
-            out[CONTEXT_KEY] = context
         return out
 
     async def _input(self, input: Any, config: Mapping[str, Any]) -> Any:

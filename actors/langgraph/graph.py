@@ -16,6 +16,7 @@ from agentlog.actors.engine.graph import StateGraph as Builder
 from agentlog.actors.engine.graph import command_destinations
 from agentlog.actors.langgraph.compiled import CompiledStateGraph, refuse_options
 from agentlog.actors.langgraph.nodes import Shapes, wrap_node, wrap_router
+from agentlog.actors.langgraph.retry import engine_policies
 from agentlog.actors.langgraph.schema import schema_of
 from agentlog.actors.tools.node import is_tool_node
 from agentlog.projections import END, START, AgentState, Message
@@ -37,7 +38,7 @@ class StateGraph:
         self.context_schema = context_schema
         self.input_schema = input_schema
         self.output_schema = output_schema
-        self.builder: Builder[Any] = Builder(self.schema.state_cls)
+        self.builder: Builder[Any] = Builder(self.schema.state_cls, context_schema=context_schema)
         self.shapes = Shapes(self.schema, messages_out(), _keys_of(output_schema))
         self._nodes: dict[str, Callable[..., Any]] = {}
 
@@ -52,9 +53,11 @@ class StateGraph:
         action: Callable[..., Any] | CompiledStateGraph | CompiledGraph[Any] | None = None,
         *,
         destinations: Sequence[str] | Mapping[str, Any] | None = None,
+        retry_policy: Any = None,
         **options: Any,
     ) -> StateGraph:
-        """Add a node: `add_node("name", fn)` or `add_node(fn)`, named after the function."""
+        """Add a node: `add_node("name", fn)` or `add_node(fn)`, named after the function;
+        `retry_policy` (LangGraph's `RetryPolicy`, agentlog's, or a list) retries it."""
         if action is None:
             if isinstance(node, str) or not callable(node):
                 raise GraphError(f"add_node({node!r}) needs a callable")
@@ -63,19 +66,25 @@ class StateGraph:
             raise GraphError(f"add_node(name, action) takes the name first, got {node!r:.60}")
         else:
             name = node
+        if "retry" in options:  # LangGraph's older name, which it still takes with a warning
+            warnings.warn("retry= is deprecated: use retry_policy=", DeprecationWarning, 2)
+            retry = options.pop("retry")
+            retry_policy = retry if retry_policy is None else retry_policy
         _refuse_unsupported(name, options)
+        policies = engine_policies(name, retry_policy)
         if isinstance(action, CompiledStateGraph | CompiledGraph):  # a subgraph
             engine = action.graph_engine if isinstance(action, CompiledStateGraph) else action
-            self.builder.add_node(name, engine)
+            self.builder.add_node(name, engine, retry_policy=policies)
             self._nodes[name] = action  # type: ignore[assignment]
             return self
         elif is_tool_node(action) or not callable(action):
-            self.builder.add_node(name, action)  # a ToolNode, or what the builder refuses
+            # a ToolNode, or what the builder refuses
+            self.builder.add_node(name, action, retry_policy=policies)
         else:
             if destinations is None:
                 destinations, _ = command_destinations(name, action)
             wrapped = wrap_node(name, action, self.shapes)
-            self.builder.add_node(name, wrapped, destinations=destinations)
+            self.builder.add_node(name, wrapped, destinations=destinations, retry_policy=policies)
         self._nodes[name] = action
         return self
 

@@ -12,14 +12,13 @@ from typing import Any
 from agentlog.actors.engine.command import Command
 from agentlog.actors.engine.errors import GraphError
 from agentlog.actors.engine.longterm import LongTermStoreError, get_store
+from agentlog.actors.engine.nodes import runtime_of
+from agentlog.actors.engine.options import CONTEXT_KEY, DURABILITY_KEY
 from agentlog.actors.engine.writer import get_stream_writer
 from agentlog.actors.langgraph.schema import MESSAGES, Schema
 from agentlog.actors.langgraph.tokens import tokens_streamed
-from agentlog.actors.langgraph.types import Runtime
 from agentlog.projections import AgentState, Message
 
-CONTEXT_KEY = "__context__"
-"""Where a call's `context=` travels in the run's config, to build each node's `Runtime`."""
 _ROLES = {"human": "user", "user": "user", "ai": "assistant", "assistant": "assistant",
           "system": "system", "tool": "tool"}  # fmt: skip
 _INJECTED = ("config", "runtime", "store", "writer")
@@ -165,11 +164,7 @@ def extras(wants: Sequence[str], config: Mapping[str, Any]) -> dict[str, Any]:
         elif name == "writer":
             given[name] = get_stream_writer()
         else:
-            given[name] = Runtime(
-                context=config.get(CONTEXT_KEY),
-                store=_store(),
-                stream_writer=get_stream_writer(),
-            )
+            given[name] = runtime_of(config, _store())
     return given
 
 
@@ -183,7 +178,7 @@ def _store() -> Any:
 
 def runnable_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """The run's config as LangGraph shows it to a node: its keys under `configurable`."""
-    configurable = {k: v for k, v in config.items() if k != CONTEXT_KEY}
+    configurable = {k: v for k, v in config.items() if k not in (CONTEXT_KEY, DURABILITY_KEY)}
     return {"configurable": configurable, "metadata": {"thread_id": config.get("thread_id")}}
 
 

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
-from typing import Any, Generic, NamedTuple, TypeVar
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypeVar
 
 from agentlog.actors.engine.nodes import interrupt as pause
+from agentlog.actors.engine.options import Runtime as Runtime  # the engine's: nodes take it
 from agentlog.projections import to_builtins
 
 C = TypeVar("C")
@@ -49,16 +50,6 @@ class StateSnapshot(NamedTuple):
     parent_config: dict[str, Any] | None
     tasks: tuple[PregelTask, ...]
     interrupts: tuple[Interrupt, ...]
-
-
-@dataclass(frozen=True)
-class Runtime(Generic[C]):
-    """What a node may ask for besides the state: the run's context (of the graph's
-    `context_schema`), the long-term store and the custom stream writer."""
-
-    context: C = None  # type: ignore[assignment]
-    store: Any = None
-    stream_writer: Any = field(default=None, repr=False)
 
 
 def interrupt(value: Any) -> Any:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
+from agentlog.actors.engine.retry import RetryPolicy as NodeRetryPolicy
 from agentlog.actors.engine.threads import RUNTIME_THREAD, internal_thread
 from agentlog.actors.engine.threads import SHARED_THREAD_PREFIX as SHARED_THREAD_PREFIX
 from agentlog.events import EventRecord
@@ -92,52 +93,14 @@ def retry_can_fix(error: BaseException | None) -> bool:
     return not isinstance(error, ValueError | IllegalTransitionError)
 
 
-def _is_error_class(value: object) -> bool:
-    return isinstance(value, type) and issubclass(value, BaseException)
-
-
 @dataclass(frozen=True)
-class RetryPolicy:
+class RetryPolicy(NodeRetryPolicy):
     """A failed run is retried from the log (not from scratch) up to `max_attempts` in all,
     waiting `backoff_s` times 2**(attempt-1) between attempts; errors whose class is in
-    `fatal` (by name or class) are never retried."""
+    `fatal` (by name or class) are never retried. The engine's `RetryPolicy` (a node's), whose
+    fields and `delay` it shares, refusing a bad field with `RegistrationError`."""
 
-    max_attempts: int = 3
-    backoff_s: float = 1.0
-    fatal: tuple[str | type[BaseException], ...] = ()
-
-    def __post_init__(self) -> None:
-        fatal: object = self.fatal
-        if isinstance(fatal, str) or _is_error_class(fatal):
-            fatal = (fatal,)  # RetryPolicy(fatal=KeyError): one class, as a tuple
-        if not isinstance(fatal, Sequence | set | frozenset) or not all(
-            (isinstance(f, str) and f) or _is_error_class(f) for f in fatal
-        ):
-            raise RegistrationError(
-                "fatal is a tuple of exception classes or their names (fatal=(KeyError, "
-                f"'PaymentDeclined')), got {self.fatal!r}"
-            )
-        object.__setattr__(self, "fatal", tuple(fatal))
-        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
-            raise RegistrationError(f"max_attempts must be an int, got {self.max_attempts!r}")
-        if self.max_attempts < 1:
-            raise RegistrationError(
-                f"max_attempts counts the first run: >= 1, not {self.max_attempts}"
-            )
-        if not (isinstance(self.backoff_s, int | float) and math.isfinite(self.backoff_s)) or (
-            self.backoff_s < 0
-        ):
-            raise RegistrationError(
-                f"backoff_s must be a finite number >= 0, got {self.backoff_s!r}"
-            )
-
-    def delay(self, attempt: int) -> float:
-        """Seconds to wait before attempt `attempt + 1`, after attempt `attempt` failed."""
-        return float(self.backoff_s) * float(2 ** max(attempt - 1, 0))
-
-    def is_fatal(self, error_type: str) -> bool:
-        names = {f if isinstance(f, str) else f.__name__ for f in self.fatal}
-        return error_type in names
+    INVALID: ClassVar[type[Exception]] = RegistrationError
 
 
 @dataclass(frozen=True)
@@ -156,7 +119,7 @@ class EntryPoint:
     entry_node: str | None = None
     max_concurrent: int | None = None
     priority: int = 0
-    retry: RetryPolicy | None = None
+    retry: NodeRetryPolicy | None = None
     kinds: Sequence[str] | None = None
     from_graph: str | None = None
     thread_id: str | None = None
@@ -198,7 +161,7 @@ class EntryPoint:
             )
         if isinstance(self.priority, bool) or not isinstance(self.priority, int):
             raise RegistrationError(f"entry point {self.id!r}: priority must be an int")
-        if self.retry is not None and not isinstance(self.retry, RetryPolicy):
+        if self.retry is not None and not isinstance(self.retry, NodeRetryPolicy):
             raise RegistrationError(
                 f"entry point {self.id!r}: retry is a RetryPolicy(max_attempts, backoff_s) or "
                 f"None, got {self.retry!r}"

@@ -1,6 +1,6 @@
 """A worker process for the crash-recovery tests: runs a scripted agent graph on SQLite.
 
-usage: python -m tests.workers.graph_run DB SIDE_EFFECTS THREAD run|dump
+usage: python -m tests.workers.graph_run DB SIDE_EFFECTS THREAD run|dump [DURABILITY]
 
 The graph is deterministic: an "agent" node (a scripted model, no clock, no randomness)
 asks for one or two tool calls on each of its first TURNS turns, then answers in text; a
@@ -139,7 +139,7 @@ def comparable(state: AgentState) -> dict[str, Any]:
     return data
 
 
-async def run(db: str, side_effects: str, thread: str) -> None:
+async def run(db: str, side_effects: str, thread: str, durability: Any = "sync") -> None:
     config = {"thread_id": thread}
     async with SQLiteEventStore(db) as store:
         print("ready", flush=True)
@@ -147,9 +147,9 @@ async def run(db: str, side_effects: str, thread: str) -> None:
         if await store.last_seq(thread) == 0:
             start = Message.text_message("start", message_id="u-1")
             start.timestamp = 0.0
-            await graph.ainvoke({"messages": [start]}, config)
-        else:
-            await graph.ainvoke(None, config)  # resume; a completed thread stays as it is
+            await graph.ainvoke({"messages": [start]}, config, durability=durability)
+        else:  # resume; a completed thread stays as it is
+            await graph.ainvoke(None, config, durability=durability)
         state = await graph.aget_state(config)
         if state.execution_meta.status != ExecutionStatus.COMPLETED:
             raise SystemExit(f"run ended with status {state.execution_meta.status.value}")
@@ -163,10 +163,11 @@ async def dump(db: str, thread: str) -> None:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) != 4 or argv[3] not in ("run", "dump"):
+    if len(argv) not in (4, 5) or argv[3] not in ("run", "dump"):
         raise SystemExit(__doc__)
-    db, side_effects, thread, mode = argv
-    asyncio.run(run(db, side_effects, thread) if mode == "run" else dump(db, thread))
+    db, side_effects, thread, mode = argv[:4]
+    durability = argv[4] if len(argv) == 5 else "sync"
+    asyncio.run(run(db, side_effects, thread, durability) if mode == "run" else dump(db, thread))
 
 
 if __name__ == "__main__":
