@@ -371,3 +371,12 @@ def test_batch_joins_into_end_and_the_recursion_error_has_langgraphs_name() -> N
     looping.add_conditional_edges("loop", lambda state: "loop" if state.total < 10**6 else END)
     with pytest.raises(GraphRecursionError):
         looping.compile().invoke({"total": 0})
+
+
+def test_an_error_from_a_blocking_call_is_not_chained_to_the_loop_check() -> None:
+    import traceback
+
+    with pytest.raises(InvalidStateUpdateError) as info:
+        reviewed().invoke({"tpoic": "typo"}, {"configurable": {"thread_id": "chain"}})
+    shown = "".join(traceback.format_exception(info.value))
+    assert "no running event loop" not in shown

@@ -105,6 +105,10 @@ class BlockingCalls:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
+            running = False
+        else:
+            running = True
+        if not running:  # called outside the except block: a user's error is not chained to it
             result: T = self._get_portal().call(coro)
             return result
         coro.close()
