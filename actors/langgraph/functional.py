@@ -199,9 +199,6 @@ class EntrypointGraph(CompiledStateGraph):
     """An entrypoint compiled: `invoke(input)` returns what the function returned; the
     state's values are what it saved (`previous` of the thread's next call)."""
 
-    def __init__(self, compiled: Any, shapes: Shapes, *, checkpointed: bool) -> None:
-        super().__init__(compiled, shapes, checkpointed=checkpointed)
-
     def shown(self, values: dict[str, Any]) -> Any:
         return values.get("output")
 
