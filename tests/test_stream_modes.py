@@ -287,10 +287,14 @@ async def test_send_branches_of_one_node_each_yield_their_update_in_branch_order
     graph.add_node("plan", lambda state: {"out": ["plan"]}).add_node("work", work)
     graph.set_entry_point("plan").add_conditional_edges("plan", spread, ["work"])
     graph.add_edge("work", END)
-    updates = await collect(graph.compile(), stream_mode="updates")
+    app = graph.compile()
+    updates = await collect(app, stream_mode="updates")
     assert [list(u) for u in updates] == [["plan"], ["work"], ["work"], ["work"]]
     assert [u["work"]["out"] for u in updates[1:]] == [["work p"], ["work q"], ["work r"]]
     assert [len(u["work"].get("context", [])) for u in updates[1:]] == [0, 1, 0]
+    tasks = await collect(app, {"thread_id": "t2"}, stream_mode="tasks")
+    inputs = [t["input"] for t in tasks if "input" in t and t["name"] == "work"]
+    assert inputs == [{"item": "p"}, {"item": "q"}, {"item": "r"}]  # each Send's arg
 
 
 # ---- shapes ------------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ from agentlog.projections import (
     present,
 )
 from agentlog.projections.fold import field_plan
+from agentlog.projections.keys import TASKS_KEY
 
 
 class StreamMode(StrEnum):
@@ -253,7 +254,8 @@ class ModeProjection:
                     self.task_id = task_id
                 if isinstance(event, BranchEntered):
                     self.branches.append((event.node, task_id))
-                parts += self._task_started(event.node, task_id, state)
+                branch = event.branch if isinstance(event, BranchEntered) else None
+                parts += self._task_started(event.node, task_id, state, branch)
             elif isinstance(event, StepAdvanced):
                 parts += self._step_ended(record, event, state, streamed)
                 parts += self._at_rest(record, state, "loop")
@@ -394,10 +396,17 @@ class ModeProjection:
             parts.append(self.part(StreamMode.VALUES, self.values_of(state), pending))
         return parts
 
-    def _task_started(self, node: str, task_id: str, state: AgentState) -> list[Part]:
+    def _task_started(
+        self, node: str, task_id: str, state: AgentState, branch: int | None
+    ) -> list[Part]:
+        """A task's start: its input is the state, or a `Send`'s arg (the step's plan)."""
         if not self.wants(StreamMode.TASKS, StreamMode.DEBUG):
             return []
-        task = {"id": task_id, "name": node, "input": self.values_of(state), "triggers": ()}
+        planned = state.execution_meta.internal_data.get(TASKS_KEY) or {}
+        tasks = planned.get("tasks") or []
+        sent = tasks[branch] if branch is not None and branch < len(tasks) else {}
+        given = copy.deepcopy(sent["arg"]) if "arg" in sent else self.values_of(state)
+        task = {"id": task_id, "name": node, "input": given, "triggers": ()}
         return self._task_part("task", task, (self.step or 0) + 1)
 
     def _task_part(self, kind: str, payload: dict[str, Any], step: int) -> list[Part]:
