@@ -13,7 +13,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentlog import END, AgentState, Command, Message, StateGraph, get_stream_writer, interrupt
+from agentlog import (
+    END,
+    AgentState,
+    Command,
+    Message,
+    Send,
+    StateGraph,
+    get_stream_writer,
+    interrupt,
+)
 from agentlog.actors import (
     InvalidStreamModeError,
     StreamWriterOutsideNodeError,
@@ -171,8 +180,9 @@ async def test_an_interrupt_is_said_in_updates_and_values() -> None:
     chunks = await collect(app, stream_mode=["updates", "values"])
     assert [mode for mode, _ in chunks] == ["values", "updates", "values", "updates", "values"]
     (_, paused), (_, said_too) = chunks[-2:]
-    assert list(paused) == ["__interrupt__"] and paused == said_too
-    assert paused["__interrupt__"][0]["node"] == "b"
+    assert list(paused) == ["__interrupt__"] and paused["__interrupt__"][0]["node"] == "b"
+    # values says it beside the state's fields, as LangGraph's v1 does
+    assert said_too == {**chunks[-3][1], "__interrupt__": paused["__interrupt__"]}
     v2 = await collect(app, {"thread_id": "t2"}, stream_mode="values", version="v2")
     assert [len(part["interrupts"]) for part in v2] == [0, 0, 1]
 
@@ -191,6 +201,100 @@ async def test_a_node_that_asks_pauses_the_stream_and_its_resume_streams_its_upd
     resumed = await collect(app, input=Command(resume="5"), stream_mode=["updates", "values"])
     assert resumed[-2:] == [("updates", {"ask": {"count": 5}}), ("values", resumed[-1][1])]
     assert resumed[-1][1]["count"] == 5
+
+
+async def test_a_pause_in_values_keeps_the_state_beside_it_in_v1_and_apart_in_v2() -> None:
+    def ask(state: Counted) -> dict[str, Any]:
+        return {"count": int(interrupt("how many?"))}
+
+    graph: StateGraph[Counted] = StateGraph(Counted)
+    graph.add_node("a", lambda state: {"count": 1, "note": "a"}).add_node("ask", ask)
+    graph.set_entry_point("a").add_edge("a", "ask").add_edge("ask", END)
+    app = graph.compile()
+    v1 = await collect(app, stream_mode="values")
+    *_, before, paused = v1
+    assert paused == {**before, "__interrupt__": paused["__interrupt__"]}
+    assert paused["count"] == 1 and paused["note"] == "a"
+    assert [p["reason"] for p in paused["__interrupt__"]] == ["how many?"]
+    v2 = await collect(app, {"thread_id": "t2"}, stream_mode="values", version="v2")
+    assert "__interrupt__" not in v2[-1]["data"] and v2[-1]["data"]["count"] == 1
+    assert [p["reason"] for p in v2[-1]["interrupts"]] == ["how many?"]
+
+
+# ---- parallel steps ----------------------------------------------------------------------------
+
+
+class Outs(AgentState):
+    out: Annotated[list[str], operator.add] = []
+    count: Annotated[int, operator.add] = 0
+    note: str = ""
+
+
+def fan_out_join() -> Any:
+    """a, then x and y at once (y also sets the note and says something), then z."""
+    graph: StateGraph[Outs] = StateGraph(Outs)
+    graph.add_node("a", lambda state: {"out": ["a"]})
+    graph.add_node("x", lambda state: {"out": ["x"], "count": 1})
+    graph.add_node("y", lambda state: {"context": [said("from y")], "out": ["y"], "note": "y"})
+    graph.add_node("z", lambda state: {"out": ["z"]})
+    graph.set_entry_point("a").add_edge("a", "x").add_edge("a", "y")
+    graph.add_edge(["x", "y"], "z").add_edge("z", END)
+    return graph.compile()
+
+
+async def test_updates_of_a_parallel_step_are_one_per_branch_with_its_own_writes() -> None:
+    updates = await collect(fan_out_join(), stream_mode="updates")
+    assert [list(u) for u in updates] == [["a"], ["x"], ["y"], ["z"]]
+    assert updates[1] == {"x": {"out": ["x"], "count": 1}}
+    assert updates[2]["y"]["out"] == ["y"] and updates[2]["y"]["note"] == "y"
+    assert [m.text() for m in updates[2]["y"]["context"]] == ["from y"]
+
+
+async def test_tasks_of_a_parallel_step_start_and_end_each_branch() -> None:
+    tasks = await collect(fan_out_join(), stream_mode="tasks")
+    started = [t["name"] for t in tasks if "input" in t]
+    ended = [(t["name"], t["result"].get("out")) for t in tasks if "result" in t]
+    assert started == ["a", "x", "y", "z"]
+    assert ended == [("a", ["a"]), ("x", ["x"]), ("y", ["y"]), ("z", ["z"])]
+    ids = [t["id"] for t in tasks]
+    assert len(set(ids)) == 4
+    assert [t["id"] for t in tasks if "input" in t] == [t["id"] for t in tasks if "result" in t]
+    debug = await collect(fan_out_join(), {"thread_id": "t2"}, stream_mode="debug")
+    assert [(c["type"], c["step"]) for c in debug][4:8] == [
+        ("task", 2),
+        ("task", 2),
+        ("task_result", 2),
+        ("task_result", 2),
+    ]
+
+
+async def test_messages_of_a_parallel_step_name_the_branch_that_said_them() -> None:
+    chunks = await collect(fan_out_join(), stream_mode="messages")
+    assert [(m.text(), meta["langgraph_node"]) for m, meta in chunks] == [("from y", "y")]
+
+
+async def test_send_branches_of_one_node_each_yield_their_update_in_branch_order() -> None:
+    def spread(state: Outs) -> list[Send]:
+        return [Send("work", {"item": i}) for i in ("p", "q", "r")]
+
+    def work(state: dict[str, Any]) -> dict[str, Any]:
+        update: dict[str, Any] = {"out": [f"work {state['item']}"], "count": 1}
+        if state["item"] == "q":
+            update["context"] = [said("q says")]
+        return update
+
+    graph: StateGraph[Outs] = StateGraph(Outs)
+    graph.add_node("plan", lambda state: {"out": ["plan"]}).add_node("work", work)
+    graph.set_entry_point("plan").add_conditional_edges("plan", spread, ["work"])
+    graph.add_edge("work", END)
+    app = graph.compile()
+    updates = await collect(app, stream_mode="updates")
+    assert [list(u) for u in updates] == [["plan"], ["work"], ["work"], ["work"]]
+    assert [u["work"]["out"] for u in updates[1:]] == [["work p"], ["work q"], ["work r"]]
+    assert [len(u["work"].get("context", [])) for u in updates[1:]] == [0, 1, 0]
+    tasks = await collect(app, {"thread_id": "t2"}, stream_mode="tasks")
+    inputs = [t["input"] for t in tasks if "input" in t and t["name"] == "work"]
+    assert inputs == [{"item": "p"}, {"item": "q"}, {"item": "r"}]  # each Send's arg
 
 
 # ---- shapes ------------------------------------------------------------------------------------
@@ -346,6 +450,31 @@ def fold_updates(start: dict[str, Any], updates: list[dict[str, Any]], cls: type
     return values
 
 
+def streamed(graph: StateGraph[Counted]) -> tuple[list[Any], list[Any], dict[str, Any]]:
+    """The values and updates chunks of a run of `graph`, and the state it ended in."""
+    app = graph.compile()
+    try:
+        parts = list(app.stream(hello(), CFG, stream_mode=["values", "updates"]))
+        final = state_values(app.get_state(CFG))
+    finally:
+        app.close()
+    values = [chunk for mode, chunk in parts if mode == "values"]
+    return values, [chunk for mode, chunk in parts if mode == "updates"], final
+
+
+def writer(messages: int, add: int, note: str | None, tag: str) -> dict[str, Any]:
+    update: dict[str, Any] = {"count": add}
+    if messages:
+        update["context"] = [said(f"{tag}.{k}") for k in range(messages)]
+    if note is not None:
+        update["note"] = note
+    return update
+
+
+def node_writing(spec: tuple[int, int, str | None], name: str) -> Any:
+    return lambda state: writer(*spec, tag=name)
+
+
 steps = st.lists(
     st.tuples(st.integers(0, 2), st.integers(-3, 3), st.none() | st.text(max_size=4)),
     min_size=1,
@@ -360,31 +489,73 @@ def test_the_last_values_are_the_final_state_and_the_updates_fold_to_it(
 ) -> None:
     """Each node adds some messages, adds to a counter and maybe sets a note."""
 
-    def make(i: int, messages: int, add: int, note: str | None) -> Any:
-        def node(state: Counted) -> dict[str, Any]:
-            update: dict[str, Any] = {"count": add}
-            if messages:
-                update["context"] = [said(f"{i}.{k}") for k in range(messages)]
-            if note is not None:
-                update["note"] = note
-            return update
-
-        return node
-
     graph: StateGraph[Counted] = StateGraph(Counted)
     names = [f"n{i}" for i in range(len(plan))]
     for i, (name, step) in enumerate(zip(names, plan, strict=True)):
-        graph.add_node(name, make(i, *step))
+        graph.add_node(name, node_writing(step, name))
         graph.add_edge(name, names[i + 1] if i + 1 < len(names) else END)
     graph.set_entry_point(names[0])
-    app = graph.compile()
-    try:
-        parts = list(app.stream(hello(), CFG, stream_mode=["values", "updates"]))
-        final = state_values(app.get_state(CFG))
-    finally:
-        app.close()
-    values = [chunk for mode, chunk in parts if mode == "values"]
-    updates = [chunk for mode, chunk in parts if mode == "updates"]
+    values, updates, final = streamed(graph)
     assert values[-1] == final
     assert [next(iter(u)) for u in updates] == names
     assert fold_updates(values[0], updates, Counted) == final
+
+
+writes = st.tuples(st.integers(0, 2), st.integers(-3, 3), st.none() | st.text(max_size=4))
+layers = st.lists(
+    st.tuples(st.booleans(), st.lists(writes, min_size=1, max_size=3)), min_size=1, max_size=4
+)
+
+
+def router(name: str, specs: list[Any], *, first: bool) -> Any:
+    """A `Send` to `name` per spec, setting no note unless `first`."""
+
+    def route(state: Counted) -> list[Send]:
+        mine = specs if first else [(m, add, None) for m, add, _ in specs]
+        return [Send(name, {"spec": s, "tag": f"{name}.{k}"}) for k, s in enumerate(mine)]
+
+    return route
+
+
+@settings(max_examples=25, deadline=None)
+@given(plan=layers)
+def test_the_updates_of_parallel_steps_fold_to_the_final_state(
+    plan: list[tuple[bool, list[tuple[int, int, str | None]]]],
+) -> None:
+    """Layers of nodes: each layer runs as one step, its nodes as branches (fanned out from
+    the layer before and joined into the next), or, for a sent layer, as `Send`s to one
+    node from each node of the layer before. Only a layer's first branch sets the note (two
+    writes of a field with no reducer fail the step)."""
+    graph: StateGraph[Counted] = StateGraph(Counted)
+    graph.add_node("start", lambda state: {"count": 1})
+    previous, expected = ["start"], [["start"]]
+    for i, (sent, specs) in enumerate(plan):
+        specs = [(m, add, note if k == 0 else None) for k, (m, add, note) in enumerate(specs)]
+        if sent and i > 0:
+            name = f"w{i}"
+            graph.add_node(name, lambda state: writer(*state["spec"], tag=state["tag"]))
+
+            for k, sender in enumerate(previous):
+                once = k == 0 and expected[-1].count(sender) == 1  # one branch sets the note
+                graph.add_conditional_edges(sender, router(name, specs, first=once), [name])
+            # each branch of the step before sends
+            expected.append([name] * len(specs) * len(expected[-1]))
+            previous = [name]
+            continue
+        names = [f"n{i}_{k}" for k in range(len(specs))]
+        for name, spec in zip(names, specs, strict=True):
+            graph.add_node(name, node_writing(spec, name))
+            graph.add_edge(previous if len(previous) > 1 else previous[0], name)
+        expected.append(names)
+        previous = names
+    for name in previous:
+        graph.add_edge(name, END)
+    graph.set_entry_point("start")
+    values, updates, final = streamed(graph)
+    assert values[-1] == final and len(values) == len(expected) + 1
+    assert [next(iter(u)) for u in updates] == [n for names in expected for n in names]
+    assert fold_updates(values[0], updates, Counted) == final
+    for update in updates:  # each branch's update holds its own messages alone
+        [(name, wrote)] = update.items()
+        tags = {m.text().rsplit(".", 1)[0] for m in wrote.get("context", [])}
+        assert len(tags) <= 1 and all(t.startswith(name) for t in tags), update

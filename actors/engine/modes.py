@@ -3,7 +3,8 @@
 
 A `ModeProjection` rides on the run's stream (`RunStream.projection`). The commit path hands
 it each commit's records with the run's fold (`committed`): `values` is the fold's state
-after the commit, `updates` the state-changing records of a node's step, grouped by node,
+after the commit, `updates` the state-changing records of a node's step, grouped by node
+(by branch for a superstep's: its `branch_entered` records name them),
 `messages` the messages a step appended (and the token deltas a model adapter published while
 the step ran, `delta`), `tasks` and `checkpoints` a step's start, end and the state it left.
 `custom` parts come from `get_stream_writer()` (`agentlog.actors.engine.writer`). Nothing here
@@ -27,6 +28,7 @@ from typing import Any
 from agentlog.actors.engine.errors import GraphError
 from agentlog.events import EventRecord
 from agentlog.events.kinds import (
+    BranchEntered,
     ContextSummarized,
     InterruptRaised,
     MessageAppended,
@@ -50,6 +52,7 @@ from agentlog.projections import (
     present,
 )
 from agentlog.projections.fold import field_plan
+from agentlog.projections.keys import TASKS_KEY
 
 
 class StreamMode(StrEnum):
@@ -180,6 +183,9 @@ class ModeProjection:
     task_id: str | None = None
     pending: list[EventRecord] = field(default_factory=list)
     """The state-changing records of the step under way."""
+    branches: list[tuple[str, str]] = field(default_factory=list)
+    """The step under way's branches when it is a superstep: (node, task id), in branch
+    order."""
     streamed_ids: set[Any] = field(default_factory=set)
     """Ids of the messages whose chunks were handed over (`emit_message_chunk`): not
     yielded again whole when their step commits."""
@@ -238,13 +244,18 @@ class ModeProjection:
         opened = any(type(r.event).OPENS_RUN for r in records)
         for record in records:
             event = record.event
-            if isinstance(event, NodeEntered):
+            if isinstance(event, NodeEntered | BranchEntered):
                 if opened:  # the state with the run's input, before its first node
                     parts += self._at_rest(record, state, "input")
                     opened = False
-                self.pending, self.node = [], event.node
-                self.task_id = f"{record.thread_id}:{record.seq}"
-                parts += self._task_started(event.node, state)
+                task_id = f"{record.thread_id}:{record.seq}"
+                if isinstance(event, NodeEntered) or event.branch == 0:
+                    self.pending, self.node, self.branches = [], event.node, []
+                    self.task_id = task_id
+                if isinstance(event, BranchEntered):
+                    self.branches.append((event.node, task_id))
+                branch = event.branch if isinstance(event, BranchEntered) else None
+                parts += self._task_started(event.node, task_id, state, branch)
             elif isinstance(event, StepAdvanced):
                 parts += self._step_ended(record, event, state, streamed)
                 parts += self._at_rest(record, state, "loop")
@@ -297,37 +308,51 @@ class ModeProjection:
         self, record: EventRecord, event: StepAdvanced, state: AgentState, streamed: set[Any]
     ) -> list[Part]:
         node = record.actor if record.actor in self.nodes else (self.node or str(record.actor))
-        updates = self._updates(node, type(state))
+        if self.branches:  # a superstep: one update and one task per branch
+            results: list[tuple[str | None, str, Any]] = [
+                (task_id, name, self.update_of(self._merged(records, type(state))))
+                for (name, task_id), records in zip(self.branches, self._by_branch(), strict=True)
+            ]
+            updates = [(name, update) for _, name, update in results]
+        else:
+            by_node = self._updates(node, type(state))
+            updates = list(by_node.items())
+            results = [(self.task_id, node, by_node.get(node, {}))]
         parts: list[Part] = []
         if self.wants(StreamMode.MESSAGES):
             for item in self.pending:
                 if isinstance(item.event, MessageAppended):
                     message = Message.model_validate(item.event.message)
                     if message.message_id not in streamed | self.streamed_ids:
-                        parts.append(self.message_part(self.message_of(message), node))
+                        writer = item.actor if self.branches and item.actor in self.nodes else node
+                        parts.append(self.message_part(self.message_of(message), writer))
         if self.wants(StreamMode.UPDATES):
-            parts += [self.part(StreamMode.UPDATES, {n: u}) for n, u in updates.items()]
+            parts += [self.part(StreamMode.UPDATES, {n: u}) for n, u in updates]
         if self.wants(StreamMode.TASKS, StreamMode.DEBUG):
-            result: dict[str, Any] = {
-                "id": self.task_id,
-                "name": node,
-                "error": None,
-                "result": updates.get(node, {}),
-                "interrupts": [],
-            }
-            parts += self._task_part("task_result", result, event.step)
-        self.step, self.pending, self.node = event.step, [], None
+            for task_id, name, update in results:
+                result = {"id": task_id, "name": name, "error": None, "result": update}
+                parts += self._task_part("task_result", {**result, "interrupts": []}, event.step)
+        self.step, self.pending, self.node, self.branches = event.step, [], None, []
         return parts
 
     def _updates(self, node: str, state_cls: type[AgentState]) -> dict[str, dict[str, Any]]:
         """The step's updates by the node that wrote them (the step's node, unless a record
         names another node of the graph as its writer), each merged as its field's reducer
         would merge it, so folding them gives what the log gives."""
-        plan = field_plan(state_cls)
-        by_node: dict[str, dict[str, Any]] = {}
+        by_node: dict[str, list[EventRecord]] = {}
         for record in self.pending:
             writer = record.actor if record.actor in self.nodes else node
-            into = by_node.setdefault(str(writer), {})
+            by_node.setdefault(str(writer), []).append(record)
+        merged = {k: self.update_of(self._merged(v, state_cls)) for k, v in by_node.items()}
+        return merged or {node: {}}
+
+    @staticmethod
+    def _merged(records: Sequence[EventRecord], state_cls: type[AgentState]) -> dict[str, Any]:
+        """What `records` wrote, as one update: each field's writes merged as its reducer
+        merges them (lists, and so messages, joined), so folding it gives what the log gives."""
+        plan = field_plan(state_cls)
+        into: dict[str, Any] = {}
+        for record in records:
             for name, value in (_update_of(record.event) or {}).items():
                 if name not in into:
                     into[name] = value
@@ -336,7 +361,31 @@ class ModeProjection:
                 else:
                     reducer = plan.get(name, (None, None))[1]
                     into[name] = value if reducer is None else reducer(into[name], value)
-        return {k: self.update_of(v) for k, v in by_node.items()} or {node: {}}
+        return into
+
+    def _by_branch(self) -> list[list[EventRecord]]:
+        """The superstep's records, one list per branch, in branch order.
+
+        A record names its branch's node (`owners` of the step's commit), and the branches'
+        outputs are committed in branch order, each as its messages, then its summary, then
+        its other fields (`output_events`): so among the records of one node, a record that
+        comes back to an earlier place of that order begins that node's next branch. A record
+        naming no branch's node goes with the first branch."""
+        groups: list[list[EventRecord]] = [[] for _ in self.branches]
+        slots: dict[str, list[int]] = {}
+        for i, (name, _) in enumerate(self.branches):
+            slots.setdefault(name, []).append(i)
+        at: dict[str, int] = {}
+        last: dict[str, int] = {}
+        for record in self.pending:
+            writer = str(record.actor) if record.actor in slots else self.branches[0][0]
+            mine, place = slots[writer], _place(record.event)
+            k = at.get(writer, 0)
+            if writer in last and (place < last[writer] or place == last[writer] > 0):
+                k = min(k + 1, len(mine) - 1)
+            at[writer], last[writer] = k, place
+            groups[mine[k]].append(record)
+        return groups
 
     def _paused(self, state: AgentState) -> list[Part]:
         pending = self.interrupts_of(state)
@@ -347,10 +396,17 @@ class ModeProjection:
             parts.append(self.part(StreamMode.VALUES, self.values_of(state), pending))
         return parts
 
-    def _task_started(self, node: str, state: AgentState) -> list[Part]:
+    def _task_started(
+        self, node: str, task_id: str, state: AgentState, branch: int | None
+    ) -> list[Part]:
+        """A task's start: its input is the state, or a `Send`'s arg (the step's plan)."""
         if not self.wants(StreamMode.TASKS, StreamMode.DEBUG):
             return []
-        task = {"id": self.task_id, "name": node, "input": self.values_of(state), "triggers": ()}
+        planned = state.execution_meta.internal_data.get(TASKS_KEY) or {}
+        tasks = planned.get("tasks") or []
+        sent = tasks[branch] if branch is not None and branch < len(tasks) else {}
+        given = copy.deepcopy(sent["arg"]) if "arg" in sent else self.values_of(state)
+        task = {"id": task_id, "name": node, "input": given, "triggers": ()}
         return self._task_part("task", task, (self.step or 0) + 1)
 
     def _task_part(self, kind: str, payload: dict[str, Any], step: int) -> list[Part]:
@@ -385,6 +441,14 @@ class ModeProjection:
         return parts
 
 
+def _place(event: Any) -> int:
+    """Where a state-changing record comes in one node's output: its messages, then its
+    summary, then its other fields."""
+    if isinstance(event, StateUpdated):
+        return 2
+    return 1 if isinstance(event, ContextSummarized) else 0
+
+
 def _debug(kind: str, step: int, payload: dict[str, Any]) -> dict[str, Any]:
     """A `debug` part: a task or checkpoint payload with its type, step and time."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z"
@@ -398,7 +462,9 @@ def shaped(part: Part, *, several: bool, subgraphs: bool, version: str) -> Any:
         if part.mode is StreamMode.VALUES:
             out["interrupts"] = part.interrupts
         return out
-    data = {"__interrupt__": part.interrupts} if part.interrupts else part.data
+    data = part.data
+    if part.interrupts:  # v1 says a pause in the values themselves, beside the state's fields
+        data = {**part.data, "__interrupt__": part.interrupts}
     if several:
         return (part.ns, part.mode.value, data) if subgraphs else (part.mode.value, data)
     return (part.ns, data) if subgraphs else data
