@@ -380,3 +380,11 @@ def test_an_error_from_a_blocking_call_is_not_chained_to_the_loop_check() -> Non
         reviewed().invoke({"tpoic": "typo"}, {"configurable": {"thread_id": "chain"}})
     shown = "".join(traceback.format_exception(info.value))
     assert "no running event loop" not in shown
+
+
+def test_a_config_that_is_not_a_dict_is_a_typed_error() -> None:
+    from agentlog.actors import MissingThreadIdError
+
+    for config in ("t1", ["thread_id", "t1"]):
+        with pytest.raises(MissingThreadIdError, match="config must be a dict"):
+            reviewed().invoke({"topic": "a"}, config)

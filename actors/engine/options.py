@@ -78,6 +78,8 @@ def call_config(
 ) -> dict[str, Any] | None:
     """The call's config carrying its checked `context` and `durability` (unchanged when
     neither is given)."""
+    if config is not None and not isinstance(config, Mapping):
+        return config  # not a dict: `run_config` refuses it, naming what a config is
     if context is None and durability is None:
         return None if config is None else dict(config)
     out: dict[str, Any] = dict(config or {})

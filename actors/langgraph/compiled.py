@@ -282,6 +282,8 @@ class CompiledStateGraph:
     def _config(
         self, config: Mapping[str, Any] | None, context: Any, durability: str | None
     ) -> dict[str, Any]:
+        if config is not None and not isinstance(config, Mapping):
+            run_config(config)  # refuses it, saying what a config is
         out: dict[str, Any] = self.graph_engine.call_config(config, context, durability) or {}
         if _checkpoint_of(out) is not None:
             raise GraphError(
@@ -289,7 +291,10 @@ class CompiledStateGraph:
                 "thread's log only grows; branch the past into a new thread with "
                 "graph.graph_engine.afork(config, at_seq=int(checkpoint_id)) and run that"
             )
-        has_thread = "thread_id" in out or "thread_id" in (out.get("configurable") or {})
+        configurable = out.get("configurable")
+        has_thread = "thread_id" in out or (
+            isinstance(configurable, Mapping) and "thread_id" in configurable
+        )
         parent = parent_of(out)
         if parent is not None and not has_thread:
             out["thread_id"] = parent.thread_id  # a subgraph call: a thread of the parent's log
@@ -367,7 +372,8 @@ class CompiledStateGraph:
 
 
 def _checkpoint_of(config: Mapping[str, Any]) -> int | None:
-    configurable = config.get("configurable") or {}
+    configurable = config.get("configurable")
+    configurable = configurable if isinstance(configurable, Mapping) else {}
     raw = configurable.get("checkpoint_id", config.get("checkpoint_id"))
     if raw is None:
         return None
