@@ -1223,3 +1223,17 @@ async def test_a_trigger_without_input_for_a_new_thread_is_refused_writing_nothi
         thread = await runtime.trigger("chat", {"messages": [Message.text_message("hi")]})
         await runtime.wait(thread, timeout=30)
         await runtime.trigger("chat", thread_id=thread)  # an existing thread may go on
+
+
+async def test_two_starts_at_once_start_the_runtime_once(store: Any) -> None:
+    """A second `start()` while the first one runs waits for it, instead of failing as if
+    another runtime held the store."""
+    runtime = runtime_with(store)
+    await asyncio.gather(runtime.start(), runtime.start())
+    assert runtime.started
+    thread = await runtime.trigger("chat", "hello")
+    await runtime.wait(thread, timeout=30)
+    await runtime.stop()
+    other = runtime_with(store)
+    await other.start()  # the first released the store when it stopped
+    await other.stop()

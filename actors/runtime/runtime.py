@@ -140,8 +140,8 @@ class AgentRuntime(Watching):
         self.listeners = Listeners(self)
         self.follower = Follower(self)
         self.subscribers: list[Subscriber] = []
-        self.started = False
-        self.stopping = False
+        self.started = self.stopping = False
+        self._starting = asyncio.Lock()
         self._head_at_start = 0
         self._accepting: dict[tuple[str, str | None, str], asyncio.Future[None]] = {}
         self._recording_on: collections.Counter[str] = collections.Counter()
@@ -303,8 +303,11 @@ class AgentRuntime(Watching):
 
     async def start(self) -> None:
         """Claim the runtime thread, fold it, resume what was in flight, start listening."""
-        if self.started:
-            return
+        async with self._starting:  # a second call while one starts waits for it
+            if not self.started:
+                await self._start()
+
+    async def _start(self) -> None:
         if self.config.worker_id is None:
             try:
                 self.journal.claim = await self.store.claim(
@@ -588,8 +591,7 @@ class AgentRuntime(Watching):
 
     def _busy(self, thread_id: str) -> bool:
         """Whether a run of the thread is going, queued, waiting to be retried, or having its
-        acceptance recorded (it runs first: new input arriving meanwhile is double-texting
-        too)."""
+        acceptance recorded (it runs first: new input meanwhile is double-texting too)."""
         return (
             self._recording_on[thread_id] > 0
             or self.dispatcher.unfinished_on(thread_id)  # queued, running, retrying
@@ -1169,8 +1171,7 @@ def _check_timeout(timeout: float | None) -> None:
         isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0
     ):
         raise RegistrationError(
-            f"timeout is a number of seconds >= 0, or None to wait for as long as the run "
-            f"takes; got {timeout!r}"
+            f"timeout is a number of seconds >= 0 or None (no limit); got {timeout!r}"
         )
 
 
@@ -1178,8 +1179,7 @@ def _check_position(at_position: int | None) -> None:
     """An `at_position=` is a log position: an int >= 0 (0: before anything), or None."""
     if at_position is not None and (type(at_position) is not int or at_position < 0):
         raise RegistrationError(
-            f"at_position is a log position, an int >= 0 (a record's .position), got "
-            f"{at_position!r}"
+            f"at_position is a log position, an int >= 0 (a record's .position): {at_position!r}"
         )
 
 
