@@ -977,6 +977,10 @@ async def test_hurried_registrations_are_refused_naming_the_mistake(store: Any) 
             r"write kinds=\['run_failed'\]",
         ),
         ({"graph_id": "reviewer", "trigger": "event", "kinds": []}, "kinds is empty"),
+        (
+            {"graph_id": "reviewer", "trigger": "event", "kinds": ["trigger_accepted"]},
+            "only to the runtime's own thread",
+        ),
         ({"graph_id": "support", "retry": 3}, "retry is a RetryPolicy"),
         ({"graph_id": "support", "thread_id": "t"}, "belong to trigger='event'"),
         ({"graph_id": "support", "input_from": str}, "belong to trigger='event'"),

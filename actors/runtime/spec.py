@@ -12,7 +12,7 @@ from agentlog.actors.engine.threads import RUNTIME_THREAD, internal_thread
 from agentlog.actors.engine.threads import SHARED_THREAD_PREFIX as SHARED_THREAD_PREFIX
 from agentlog.events import EventRecord
 from agentlog.events.errors import AgentlogError
-from agentlog.events.kinds import KINDS
+from agentlog.events.kinds import KINDS, RUNTIME_KINDS
 from agentlog.projections import IllegalTransitionError
 
 Trigger = Literal["api", "event", "timer", "webhook"]
@@ -182,6 +182,12 @@ class EntryPoint:
                     raise RegistrationError(
                         f"entry point {self.id!r}: {kind!r} is not an event kind (known: "
                         f"{', '.join(sorted(KINDS))})"
+                    )
+                if kind in RUNTIME_KINDS:
+                    raise RegistrationError(
+                        f"entry point {self.id!r}: {kind!r} is written only to the runtime's "
+                        "own thread, which event entry points never answer, so no run would "
+                        "start: answer the kinds runs write (say 'run_completed')"
                     )
         elif (
             self.kinds
