@@ -75,7 +75,7 @@ async def test_wait_for_record_waits_for_a_commit_on_a_thread_not_yet_created(
 async def test_wait_for_line_sees_a_line_another_writer_appends(tmp_path: Path) -> None:
     path = tmp_path / "progress.log"
     waiting = asyncio.ensure_future(wait_for_line(path, "reached"))
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()  # the waiter has looked once and found nothing
     path.write_text("starting\nreached the point\n")
     assert await waiting == "reached the point"
 

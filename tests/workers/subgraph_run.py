@@ -55,11 +55,17 @@ def build_graph(store: EventStore, side_effects: str | None = None) -> CompiledG
             raise RuntimeError("built without a side-effect file: this graph cannot run")
         append_line(side_effects, line)
 
+    done = {subject: asyncio.Event() for subject in SUBJECTS}
+    """Set once a subject's branch has made its effect: the branches finish last one first
+    (a sequence, not a clock), so the merge must restore branch order itself."""
+
     async def work(state: dict[str, Any]) -> dict[str, Any]:
         subject = state["subject"]
-        await asyncio.sleep(0.004 * (len(SUBJECTS) - SUBJECTS.index(subject)))
+        later = SUBJECTS[SUBJECTS.index(subject) + 1 :]
+        if later:
+            await done[later[0]].wait()  # every branch of the step runs again on a resume
         effect(f"work-{subject}")
-        await asyncio.sleep(0.004)
+        done[subject].set()
         return {"items": [f"{subject} done"]}
 
     def ask(state: Research) -> dict[str, Any]:
@@ -74,9 +80,7 @@ def build_graph(store: EventStore, side_effects: str | None = None) -> CompiledG
         Args:
             call_id: the id of this call, for the side-effect file.
         """
-        await asyncio.sleep(0.005 + CALLS.index(call_id) * 0.006)
         effect(call_id)
-        await asyncio.sleep(0.003)
         return f"{call_id} ok"
 
     def total(state: Research) -> dict[str, Any]:
