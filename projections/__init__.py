@@ -23,6 +23,7 @@ from agentlog.projections.errors import (
 )
 from agentlog.projections.executions import EventStatus, Execution, executions
 from agentlog.projections.fold import Fold, apply, decide, replay
+from agentlog.projections.ids import generate_id
 from agentlog.projections.messages import (
     REMOVE_ALL_MESSAGES,
     AnnotationBlock,
@@ -44,7 +45,6 @@ from agentlog.projections.messages import (
     ToolCallBlock,
     ToolResultBlock,
     VideoBlock,
-    generate_id,
     normalize_input,
     to_messages,
 )

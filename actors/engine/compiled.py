@@ -51,7 +51,7 @@ from agentlog.projections import (
     state_history,
 )
 from agentlog.projections.fold import before_first_run
-from agentlog.projections.messages import monotonic
+from agentlog.projections.ids import monotonic
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.graph import StateGraph

@@ -222,7 +222,7 @@ class StateGraph(Generic[S]):
 
     def register(self, name: str, value: Any) -> StateGraph[S]:
         """Make `value` available to node functions with a parameter called `name`."""
-        if name in ("state", "config"):
+        if name in ("state", "config", "context"):
             raise GraphError(f"{name!r} is injected by the runtime and cannot be registered")
         self.dependencies[name] = value
         return self
@@ -509,6 +509,7 @@ def _check_parameters(name: str, fn: NodeFn, dependencies: Collection[str]) -> N
         if param.default is param.empty and param.name not in (
             "state",
             "config",
+            "context",
             "runtime",
             *dependencies,
         ):
@@ -519,5 +520,5 @@ def _check_parameters(name: str, fn: NodeFn, dependencies: Collection[str]) -> N
             )
             raise GraphError(
                 f"node {name!r} needs parameter {param.name!r}, which is neither state, "
-                f"config, runtime nor a registered dependency: {fix}"
+                f"config, context, runtime nor a registered dependency: {fix}"
             )

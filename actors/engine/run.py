@@ -39,12 +39,13 @@ from agentlog.projections import (
     fold_at,
 )
 from agentlog.projections.fold import uncommitted_record
-from agentlog.projections.messages import monotonic
+from agentlog.projections.ids import monotonic
 from agentlog.projections.snapshots import DEFAULT_SNAPSHOT_EVERY, SnapshotWriter
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.graph import StateGraph
     from agentlog.actors.engine.longterm import BaseStore
+from agentlog.actors.engine.ids import IdSource
 from agentlog.actors.engine.nodes import NodeActor
 from agentlog.actors.engine.offload import InFlight
 from agentlog.actors.engine.stream import RunStream
@@ -176,7 +177,10 @@ class Engine(Generic[S]):
             **graph.dependencies,
             **({"store": long_term_store} if long_term_store is not None else {}),
         }
-        """What nodes receive by parameter name beside state, config and context."""
+        """What nodes receive by parameter name beside state, config and context: a copy
+        made here, so a `register` after compile does not reach the compiled graph."""
+        self.ids = IdSource(self.dependencies)
+        """The registered id settings `generate_id` follows inside the nodes."""
         self.interrupt_before = frozenset(interrupt_before)
         self.interrupt_after = frozenset(interrupt_after)
         self.recursion_limit = recursion_limit
