@@ -25,6 +25,7 @@ from agentlog.actors.engine.errors import (
     GraphError,
     ThreadStillBusyError,
 )
+from agentlog.actors.engine.tasks import BackgroundTaskManager
 from agentlog.events import (
     EventRecord,
     EventStore,
@@ -119,6 +120,11 @@ class CompiledGraph(BlockingCalls, Streaming, Generic[S]):
         """The event log the graph's threads are written to (`compile(checkpointer=...)`):
         the same as `store`, by LangGraph's name."""
         return self.engine.store
+
+    @property
+    def task_manager(self) -> BackgroundTaskManager:
+        """The background tasks its nodes start: running here, cancellable, recoverable."""
+        return self.engine.tasks
 
     @property
     def long_term_store(self) -> BaseStore | None:

@@ -49,6 +49,7 @@ from agentlog.actors.engine.ids import IdSource
 from agentlog.actors.engine.nodes import NodeActor
 from agentlog.actors.engine.offload import InFlight
 from agentlog.actors.engine.stream import RunStream
+from agentlog.actors.engine.tasks import BackgroundTaskManager
 
 S = TypeVar("S", bound=AgentState)
 T = TypeVar("T")
@@ -156,7 +157,7 @@ class Engine(Generic[S]):
         context_manager: BaseContextManager[Any] | None = None,
         long_term_store: BaseStore | None = None,
     ) -> None:
-        graph.check(injected=("store",) if long_term_store is not None else ())
+        graph.check(injected=("task_manager", *(("store",) if long_term_store else ())))
         names = (*interrupt_before, *interrupt_after, *(node_concurrency or {}))
         for name in (*names, *(node_timeouts or {})):
             if name not in graph.nodes:
@@ -179,6 +180,9 @@ class Engine(Generic[S]):
         }
         """What nodes receive by parameter name beside state, config and context: a copy
         made here, so a `register` after compile does not reach the compiled graph."""
+        self.tasks = BackgroundTaskManager(self.store, graph.tasks)
+        """The background tasks its nodes start (`task_manager`)."""
+        self.dependencies["task_manager"] = self.tasks
         self.ids = IdSource(self.dependencies)
         """The registered id settings `generate_id` follows inside the nodes."""
         self.interrupt_before = frozenset(interrupt_before)
