@@ -26,6 +26,7 @@ from agentlog import (
 )
 from agentlog.actors.engine.run import scratch_records
 from agentlog.events.errors import InvalidArgumentError
+from agentlog.events.kinds import TriggerAccepted, TriggerDispatched, TriggerFinished
 from agentlog.events.statuses import STATUSES
 from agentlog.projections import AgentState, ToolCallBlock, replay
 from agentlog.projections.strategies import event_sequences
@@ -187,3 +188,38 @@ def test_the_runs_stand_as_the_fold_says_after_every_record(events: list[Any]) -
             if record.kind == "tool_call_finished":
                 call = next(e for e in found if e.id == record.event.call_id)
                 assert call.status.value == record.event.status
+
+
+def test_a_runtimes_triggers_read_as_queued_running_and_ended() -> None:
+    accepted = [
+        TriggerAccepted(
+            trigger_id=f"tr-{n}",
+            entry_point="api",
+            graph_id="support",
+            thread_id=f"t{n}",
+            cause="api",
+        )
+        for n in range(4)
+    ]
+    events = [
+        *accepted,
+        TriggerDispatched(trigger_id="tr-0", attempt=1, thread_seq=0),
+        TriggerFinished(trigger_id="tr-0", outcome="completed"),
+        TriggerDispatched(trigger_id="tr-1", attempt=1, thread_seq=0),
+        TriggerFinished(
+            trigger_id="tr-1",
+            outcome="failed",
+            error_type="NodeError",
+            message="boom",
+            retry_at=10.0,
+        ),
+        TriggerDispatched(trigger_id="tr-2", attempt=1, thread_seq=0),
+    ]
+    found = executions(scratch_records("__runtime__", events, 0))
+    assert [(e.action, e.id, e.name, e.status.value) for e in found] == [
+        ("trigger", "tr-0", "api", "completed"),
+        ("trigger", "tr-1", "api", "pending"),  # failed, and queued again for its retry
+        ("trigger", "tr-2", "api", "processing"),  # running when the records end
+        ("trigger", "tr-3", "api", "pending"),  # accepted, never handed to its graph
+    ]
+    assert found[1].error == "NodeError: boom"
