@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentlog import END, EventStatus, MemoryEventStore, Message, StateGraph, executions
 from agentlog.actors import GraphError, NodeError
@@ -168,3 +170,89 @@ def test_a_task_killed_in_flight_runs_again_and_a_finished_one_never(tmp_path: P
     assert effects.read_text().split() == ["A-1", "A-1"]  # at least once: twice here
     (done,) = asyncio.run(tasks())
     assert (done.status, done.response) == (EventStatus.COMPLETED, "receipt for A-1")
+
+
+Op = tuple[str, int]
+OPS = st.tuples(
+    st.sampled_from(["start", "complete", "fail", "cancel", "crash"]), st.integers(0, 3)
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["start", "complete", "fail", "cancel", "crash"]), st.integers(0, 3)
+        ),
+        max_size=14,
+    )
+)
+def test_each_task_ends_once_and_runs_again_only_after_a_crash(ops: list[Op]) -> None:
+    asyncio.run(_drive(ops))
+
+
+async def _drive(ops: list[Op]) -> None:
+    store = MemoryEventStore()
+    gates: dict[str, asyncio.Future[str]] = {}
+    ready: dict[str, asyncio.Event] = {}
+
+    async def job(key: str) -> str:
+        gates[key] = asyncio.get_running_loop().create_future()
+        ready.setdefault(key, asyncio.Event()).set()
+        return await gates[key]
+
+    async def begin(state: AgentState, task_manager: BackgroundTaskManager) -> None:
+        await task_manager.create_task(job, state.context[-1].text())
+
+    graph: StateGraph[AgentState] = StateGraph()
+    graph.add_node("begin", begin)
+    graph.set_entry_point("begin")
+    graph.add_edge("begin", END)
+    graph.add_task(job)
+    app = graph.compile(checkpointer=store)
+    model: dict[str, str] = {}  # thread -> running | completed | failed | abandoned
+    starts: dict[str, int] = {}
+    for op, n in ops:
+        thread = f"t{n}"
+        if op == "start" and thread not in model:
+            ready[thread] = asyncio.Event()
+            await app.ainvoke(Message.text_message(thread), {"thread_id": thread})
+            await ready[thread].wait()
+            model[thread], starts[thread] = "running", 1
+        elif op in ("complete", "fail", "cancel") and model.get(thread) == "running":
+            manager = app.task_manager
+            (task,) = [t for i, t in manager.running.items() if i.startswith(f"{thread}:")]
+            if op == "cancel":
+                manager.cancel(next(i for i in manager.running if i.startswith(f"{thread}:")))
+            elif op == "complete":
+                gates[thread].set_result("done")
+            else:
+                gates[thread].set_exception(RuntimeError("failed"))
+            await asyncio.gather(task, return_exceptions=True)
+            model[thread] = {"complete": "completed", "fail": "failed"}.get(op, "abandoned")
+        elif op == "crash":
+            dead = app.task_manager
+
+            async def silent(*args: Any, **kwargs: Any) -> None:
+                return None  # a killed process writes nothing more
+
+            dead._end = silent  # type: ignore[method-assign]
+            await dead.cancel_all()
+            app = graph.compile(checkpointer=store)
+            for name in sorted(model):
+                again = await app.task_manager.recover(name)
+                assert bool(again) == (model[name] == "running")
+                if again:
+                    ready[name] = asyncio.Event()
+                    await ready[name].wait()
+                    starts[name] += 1
+        for name, status in model.items():
+            records = [r async for r in store.read(tasks_thread(name))]
+            (execution,) = executions(records)
+            expected = "processing" if status == "running" else status
+            assert execution.status.value == expected
+            kinds = [r.kind for r in records]
+            assert kinds.count("tool_call_started") == starts[name]
+            assert kinds.count("tool_call_finished") == (status != "running")
+            assert status == "running" or kinds[-1] == "tool_call_finished"
+    await app.task_manager.cancel_all()
