@@ -14,6 +14,7 @@ from agentlog.actors import GraphError, NodeContext
 from agentlog.actors.models import ModelResponseConverter
 from agentlog.events.errors import InvalidArgumentError
 from agentlog.projections import MessageContextManager, generate_id
+from agentlog.projections.ids import message_defaults
 
 CONFIG = {"configurable": {"thread_id": "t"}}
 
@@ -44,6 +45,8 @@ async def test_generated_id_type_from_the_container(id_type: str, kind: type, bi
     assert isinstance(made, kind) and 0 <= made < 2**bits
     assert isinstance(await last_id(one_node(answer)), str)  # the default: string ids
     assert isinstance(generate_id(None), str) and generate_id("abc123") == "abc123"
+    with message_defaults(id_type="bigint"):  # a default of another type is replaced
+        assert isinstance(generate_id("abc123"), int) and generate_id(7) == 7
 
 
 async def test_generated_id_override_function_and_awaitable() -> None:
