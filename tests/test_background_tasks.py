@@ -134,6 +134,35 @@ async def test_only_declared_async_tasks_with_storable_arguments_start() -> None
         StateGraph().register("task_manager", object())
 
 
+async def test_the_first_call_on_a_thread_starts_its_killed_tasks_again() -> None:
+    runs: list[str] = []
+    hold = asyncio.Event()
+
+    async def send_receipt(order: str) -> str:
+        runs.append(order)
+        if len(runs) == 1:
+            await hold.wait()  # the first attempt's process "dies" while it waits
+        return f"receipt for {order}"
+
+    store = MemoryEventStore()
+    graph = shop(send_receipt, "A-1")
+    graph.add_task(send_receipt)
+    first = graph.compile(checkpointer=store)
+    await first.ainvoke("buy", CONFIG)
+
+    async def silent(*args: Any, **kwargs: Any) -> None:
+        return None  # a killed process writes nothing more
+
+    first.task_manager._end = silent  # type: ignore[method-assign]
+    await first.task_manager.cancel_all()
+    second = graph.compile(checkpointer=store)
+    await second.ainvoke("buy again", CONFIG)  # starts the killed task, then its own
+    await second.task_manager.wait_for_all()
+    assert runs == ["A-1", "A-1", "A-1"]
+    assert [e.status.value for e in await task_log(store)] == ["completed", "completed"]
+    assert await second.task_manager.recover_once("t") == []
+
+
 def run_worker(db: Path, effects: Path, mode: str) -> subprocess.Popen[str]:
     proc = spawn_worker("background_task", db, effects, mode)
     wait_ready(proc)

@@ -240,7 +240,9 @@ class CompiledGraph(BlockingCalls, Streaming, Generic[S]):
         parent = parent_of(config)
         if parent is not None and stream is None:
             return await run_nested(self, input, config, parent)
-        run = RunLoop.of(self.engine, run_config(config), stream)
+        checked = run_config(config)
+        await self.engine.tasks.recover_once(checked["thread_id"])
+        run = RunLoop.of(self.engine, checked, stream)
         await run.live(input)
         return run
 

@@ -18,9 +18,9 @@ its output, failed with its error, or abandoned when cancelled) when it ends; th
 gate refuses a second outcome. A task whose outcome committed
 never runs again: the step that started it, run again after a crash, finds its id (thread,
 step, place in the step) recorded and finished. A task in flight when its process died has
-a start and no outcome: `recover(thread_id)` starts it again (at least once, as a tool
-call: it may have done its work before the process died, so a task should be safe to
-repeat).
+a start and no outcome: `recover(thread_id)` starts it again, and so does the first call
+that runs the thread in a process (at least once, as a tool call: it may have done its work
+before the process died, so a task should be safe to repeat).
 """
 
 from __future__ import annotations
@@ -75,6 +75,8 @@ class BackgroundTaskManager:
         self.running: dict[str, asyncio.Task[Any]] = {}
         """The tasks running in this process, by task id."""
         self._counts: dict[tuple[str, int], int] = {}
+        self._recovered: set[str] = set()
+        """The threads whose killed tasks this process has started again."""
 
     async def create_task(self, fn: TaskFn | str, /, *args: Any, **kwargs: Any) -> str:
         """Start the graph's task `fn` (the function, or its name) with `args` and `kwargs`
@@ -192,6 +194,14 @@ class BackgroundTaskManager:
             self._begin(thread_id, start)
             again.append(task_id)
         return again
+
+    async def recover_once(self, thread_id: str) -> list[str]:
+        """`recover(thread_id)` the first time this process runs the thread, for a graph
+        that declares tasks (a graph with none reads nothing)."""
+        if not self.tasks or thread_id in self._recovered:
+            return []
+        self._recovered.add(thread_id)
+        return await self.recover(thread_id)
 
     def cancel(self, task_id: str) -> bool:
         """Cancel a task running in this process (its outcome is recorded as cancelled);
