@@ -1,0 +1,264 @@
+"""Replaying recorded threads under today's code, each into a fresh in-memory log.
+
+A thread's records are read as what came from outside (a run's input, a resume, a human
+edit, a cancel, a fork) and what the code wrote. The outside is played again at the point
+it happened, through the graph's own calls (`ainvoke`, `acancel`; an edit or a fork is
+written as recorded), while a `LoggedThread` answers every tool call and model call from the
+log (`agentlog.actors.engine.replaying`): no tool runs, no model is called. After each piece
+of outside input, what the new code wrote is compared with what the log holds, step by
+step (`agentlog.actors.replay.compare`); the first difference ends the thread's replay.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agentlog.actors.engine.command import Command
+from agentlog.actors.engine.compiled import CompiledGraph
+from agentlog.actors.engine.errors import GraphError
+from agentlog.actors.engine.fingerprint import CODE_CHANGE_KEY, changed_parts
+from agentlog.actors.engine.graph import StateGraph
+from agentlog.actors.engine.replaying import answering
+from agentlog.actors.replay.compare import CAUSES, Allowed, IdMap, chunks, first_difference
+from agentlog.actors.replay.session import LoggedThread
+from agentlog.events import EventRecord, MemoryEventStore
+from agentlog.events.errors import AgentlogError
+from agentlog.events.kinds import (
+    ENDING_KINDS,
+    OPENING_KINDS,
+    Event,
+    MessageAppended,
+    Resumed,
+    RunCancelled,
+    RunStarted,
+    StateUpdated,
+)
+from agentlog.projections import Message
+
+__all__ = ["Divergence", "ThreadResult", "bind_graph", "replay_records"]
+
+INPUT_KINDS = frozenset(
+    {"message_appended", "message_replaced", "messages_removed", "state_updated", "tasks_planned"}
+)
+"""Kinds of the records an opening commit carries after its `run_started` or `resumed`."""
+UNSUPPORTED = frozenset({"stop_requested", "run_superseded"})
+"""Outside input that lands inside a run, at a moment a replay cannot place: a thread
+holding one is reported as skipped, naming it."""
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where the new code first did something other than the log: the run (its id, and its
+    place among the thread's runs, from 1), the step and node, both sides as comparable
+    records, a readable diff, the cause class (`compare.CAUSES`) and what the graph's
+    fingerprint says changed since the log was written."""
+
+    thread_id: str
+    run_id: str | None
+    run: int
+    step: int | None
+    node: str
+    cause: str
+    detail: str
+    log: list[dict[str, Any]]
+    produced: list[dict[str, Any]]
+    diff: str
+    changed: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ThreadResult:
+    """One thread's replay: "same", "diverged" (with `divergence`) or "skipped" (`reason`)."""
+
+    thread_id: str
+    status: Literal["same", "diverged", "skipped"]
+    steps: int = 0
+    divergence: Divergence | None = None
+    reason: str | None = None
+
+
+@dataclass
+class _Action:
+    kind: Literal["open", "resume", "copy", "cancel"]
+    outside: list[EventRecord]
+    written: list[EventRecord] = field(default_factory=list)
+    """What the code wrote after it in the log, up to the next outside input."""
+
+
+def bind_graph(target: Any, store: MemoryEventStore) -> CompiledGraph[Any]:
+    """The graph `target` names (a `StateGraph`, a compiled graph, or a function returning
+    one, given `store` when it takes an argument), compiled onto `store` with the same
+    breakpoints and limits, without hooks (they may have side effects)."""
+    if callable(target) and not isinstance(target, StateGraph | CompiledGraph):
+        takes = len(inspect.signature(target).parameters)
+        target = target(store) if takes else target()
+    if isinstance(target, CompiledGraph):
+        engine = target.engine
+        return engine.graph.compile(
+            checkpointer=store,
+            interrupt_before=sorted(engine.interrupt_before),
+            interrupt_after=sorted(engine.interrupt_after),
+            recursion_limit=engine.recursion_limit,
+            snapshot_every=None,
+            node_timeout=engine.node_timeout,
+            node_timeouts=engine.node_timeouts,
+            context_manager=engine.context_manager,
+        )
+    if isinstance(target, StateGraph):
+        return target.compile(checkpointer=store, snapshot_every=None)
+    raise GraphError(
+        f"the app to replay must be a StateGraph, a compiled graph or a function returning "
+        f"one, got {type(target).__name__}"
+    )
+
+
+def _actions(records: Sequence[EventRecord]) -> list[_Action] | str:
+    """The thread's outside input, each with what the code wrote after it; or why the
+    thread cannot be replayed."""
+    out: list[_Action] = []
+    running = False
+    held: list[EventRecord] = []  # outside records of the next opening or cancel
+    index = 0
+    while index < len(records):
+        record = records[index]
+        kind = record.kind
+        if kind in UNSUPPORTED or (running and isinstance(record.event, RunCancelled)):
+            return f"a {kind} record at seq {record.seq} landed inside a run"
+        if running:
+            out[-1].written.append(record)
+            running = kind not in ENDING_KINDS
+            index += 1
+            continue
+        if kind in OPENING_KINDS:
+            action = _Action("open" if isinstance(record.event, RunStarted) else "resume", held)
+            held = []
+            action.outside.append(record)
+            index += 1
+            while index < len(records) and records[index].kind in INPUT_KINDS:
+                action.outside.append(records[index])
+                index += 1
+            out.append(action)
+            running = True
+            continue
+        if isinstance(record.event, RunCancelled):
+            out.append(_Action("cancel", [*held, record]))
+            held = []
+        elif record.run_id is None:
+            if out and out[-1].kind == "copy" and out[-1].outside[-1].actor == record.actor:
+                out[-1].outside.append(record)
+            else:
+                out.append(_Action("copy", [record]))
+        else:
+            held.append(record)  # closing records an opening or a cancel writes first
+        index += 1
+    return out
+
+
+def _input_of(action: _Action) -> Any:
+    """What the call that made `action` was given."""
+    at = next(i for i, r in enumerate(action.outside) if r.kind in OPENING_KINDS)
+    opener, given = action.outside[at].event, action.outside[at + 1 :]
+    messages = [
+        Message.model_validate(r.event.message)
+        for r in given
+        if isinstance(r.event, MessageAppended)
+    ]
+    fields: dict[str, Any] = {}
+    for record in given:
+        if isinstance(record.event, StateUpdated):
+            fields.update(record.event.values)
+    if isinstance(opener, Resumed) and not messages and not fields:
+        return None if opener.value is None else Command(resume=opener.value)
+    return {**({"messages": messages} if messages else {}), **fields}
+
+
+async def _perform(app: CompiledGraph[Any], thread_id: str, action: _Action) -> None:
+    opener = next(
+        (r for r in action.outside if r.kind in OPENING_KINDS or r.kind == RunCancelled.KIND),
+        action.outside[0],
+    )
+    config = {"thread_id": thread_id, "user": opener.actor or "user", CODE_CHANGE_KEY: "allow"}
+    if action.kind == "copy":
+        events: list[Event] = [r.event for r in action.outside]
+        await app.awrite_claimed(
+            thread_id, lambda _: events, actor=opener.actor or "user", what="a replayed record"
+        )
+    elif action.kind == "cancel":
+        event = opener.event
+        assert isinstance(event, RunCancelled)
+        await app.acancel(config, by=event.by, reason=event.reason)
+    else:
+        if isinstance(opener.event, Resumed) and opener.event.by:
+            config["user"] = opener.event.by
+        # a node that failed, or a request the log could not answer, is in the log
+        with contextlib.suppress(AgentlogError):
+            await app.ainvoke(_input_of(action), config)
+
+
+async def replay_records(
+    target: Any, records: Sequence[EventRecord], allowed: Allowed | None = None
+) -> ThreadResult:
+    """Replay one recorded thread (its records, in seq order) under the code `target`
+    builds, and say whether it did the same, or where it first did not."""
+    allowed = allowed or Allowed()
+    thread_id = records[0].thread_id if records else ""
+    actions = _actions(records)
+    if isinstance(actions, str):
+        return ThreadResult(thread_id, "skipped", reason=actions)
+    store = MemoryEventStore()
+    app = bind_graph(target, store)
+    session = LoggedThread(records)
+    ids = (IdMap(), IdMap())
+    steps, runs = 0, 0
+    for action in actions:
+        runs += action.kind == "open"
+        before = await store.last_seq(thread_id)
+        with answering(session):
+            await _perform(app, thread_id, action)
+        produced = [r async for r in store.read(thread_id, before + 1)]
+        log_chunks = chunks([*action.outside, *action.written])
+        new_chunks = chunks(produced)
+        found = first_difference(log_chunks, new_chunks, ids, allowed)
+        if found is None:
+            steps += sum(1 for c in log_chunks if c.step is not None)
+            continue
+        steps += sum(1 for c in log_chunks[: found.index] if c.step is not None)
+        where = found.log or found.produced
+        assert where is not None
+        step = where.step if where.step is not None else _last_step(log_chunks, found.index)
+        note = session.note_at(step) or (session.note_at(None) if session.notes else None)
+        node = ",".join(dict.fromkeys(where.nodes)) or "(the run's opening)"
+        cause, detail = found.cause, CAUSES[found.cause]
+        if note is not None:
+            cause, detail, node = note.cause, note.detail, note.node
+        started = next((r.event for r in records if isinstance(r.event, RunStarted)), None)
+        changed = changed_parts(started.fingerprint if started else None, app.engine.fingerprint)
+        divergence = Divergence(
+            thread_id=thread_id,
+            run_id=where.run_id,
+            run=max(runs, 1),
+            step=step,
+            node=node,
+            cause=cause,
+            detail=detail,
+            log=found.log_view if note is None else [*found.log_view, *note.log],
+            produced=found.produced_view
+            if note is None
+            else [*found.produced_view, *note.produced],
+            diff=found.diff(),
+            changed=changed,
+        )
+        return ThreadResult(thread_id, "diverged", steps, divergence)
+    return ThreadResult(thread_id, "same", steps)
+
+
+def _last_step(log_chunks: Sequence[Any], index: int) -> int | None:
+    """The step a chunk without its own `step_advanced` follows: the one before it, + 1."""
+    for chunk in reversed(log_chunks[:index]):
+        if chunk.step is not None:
+            return int(chunk.step) + 1
+    return None
