@@ -211,6 +211,13 @@ def _routing(view: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _cause(log: list[dict[str, Any]], produced: list[dict[str, Any]]) -> str:
-    """`graph_shape` when the path differs (the nodes entered, the next node, the tasks
-    planned, where the run paused, where it began), else `node_output`."""
-    return "graph_shape" if _routing(log) != _routing(produced) else "node_output"
+    """`node_output` when the same nodes ran and wrote something else (whatever the path
+    then took), else `graph_shape`: other nodes ran, or the same outputs went elsewhere (the
+    next node, the tasks planned, where the run paused or began)."""
+    entered = (NodeEntered.KIND, BranchEntered.KIND)
+    nodes = [[r for r in side if r["kind"] in entered] for side in (log, produced)]
+    keep = (*entered, *ROUTING)
+    outputs = [[r for r in side if r["kind"] not in keep] for side in (log, produced)]
+    if nodes[0] == nodes[1] and outputs[0] != outputs[1]:
+        return "node_output"
+    return "graph_shape"

@@ -211,6 +211,10 @@ async def replay_records(
         return ThreadResult(thread_id, "skipped", reason=actions)
     store = MemoryEventStore()
     app = bind_graph(target, store)
+    started = next((r.event for r in records if isinstance(r.event, RunStarted)), None)
+    if started and started.graph and app.graph.name and started.graph != app.graph.name:
+        why = f"recorded by graph {started.graph!r}, not {app.graph.name!r}"
+        return ThreadResult(thread_id, "skipped", reason=why)
     session = LoggedThread(records)
     ids = (IdMap(), IdMap())
     steps, runs = 0, 0
@@ -235,7 +239,6 @@ async def replay_records(
         cause, detail = found.cause, CAUSES[found.cause]
         if note is not None:
             cause, detail, node = note.cause, note.detail, note.node
-        started = next((r.event for r in records if isinstance(r.event, RunStarted)), None)
         changed = changed_parts(started.fingerprint if started else None, app.engine.fingerprint)
         divergence = Divergence(
             thread_id=thread_id,
