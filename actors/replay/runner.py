@@ -194,6 +194,9 @@ async def _perform(app: CompiledGraph[Any], thread_id: str, action: _Action) -> 
     else:
         if isinstance(opener.event, Resumed) and opener.event.by:
             config["user"] = opener.event.by
+        started = opener.event
+        if isinstance(started, RunStarted) and started.trigger_id is not None:
+            config["entry_node"] = started.entry_node  # a runtime's entry point chose it
         # a node that failed, or a request the log could not answer, is in the log
         with contextlib.suppress(AgentlogError):
             await app.ainvoke(_input_of(action), config)
