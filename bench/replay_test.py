@@ -2,15 +2,19 @@
 against the plain fold of the same threads, in the same run.
 
 The corpus: THREADS threads of a tool-calling loop (a function agent asks for one tool call
-per turn, then ends), STEPS steps each: 10,000 steps in all (2,000 with --quick), recorded
-once into an in-memory store (not timed). Each round then times, alternately:
+per turn, then ends), STEPS + 1 steps each: 10,100 steps in all (2,020 with --quick),
+recorded once into an in-memory store (not timed). Each round then times, alternately:
 
 * replay: `agentlog.actors.replay.replay_test` over every thread (each replayed into a fresh
   in-memory log, every tool call answered from the recording, every step compared);
 * fold: `agentlog.projections.state_at(use_snapshots=False)` of every thread from the same
   store: the state the log holds, which any reader pays for.
 
-The ratio fold_steps_per_s / replay_steps_per_s says how many times a replay costs a fold.
+* run: the same threads run afresh by the same code into a new in-memory store (tools
+  executed): what the engine alone costs, so the replay's own share shows.
+
+`fold_over_replay` (the paired ratio of replay time to fold time) says how many times a
+replay costs a fold; `replay_over_run` how much a replay adds to running the code.
 
 Usage: .venv/bin/python bench/replay_test.py [--quick] [--rounds N]
 """
@@ -42,10 +46,10 @@ def search(q: str) -> str:
     return f"results for {q}"
 
 
-def agent(state: AgentState) -> list[Message]:
+async def agent(state: AgentState) -> list[Message]:
     turn = sum(1 for m in state.context if m.role == "assistant")
     thread = state.execution_meta.thread_id
-    if turn >= STEPS // 2 - 1:
+    if turn >= STEPS // 2:
         return [Message(message_id=f"{thread}-a{turn}", role="assistant", content=[])]
     call = ToolCallBlock(id=f"{thread}-c{turn}", name="search", args={"q": f"q{turn}"})
     return [Message(message_id=f"{thread}-a{turn}", role="assistant", content=[call])]
@@ -99,12 +103,18 @@ def main() -> None:
         seen.update(replay_steps=steps, ok=ok)
         return seconds
 
+    def run_round() -> float:
+        start = time.perf_counter()
+        asyncio.run(record(threads))
+        return time.perf_counter() - start
+
     def fold_round() -> float:
         seconds, steps = asyncio.run(timed_fold(store, names))
         seen.update(fold_steps=steps)
         return seconds
 
-    samples = common.alternate(args.rounds, {"replay": replay_round, "fold": fold_round})
+    contenders = {"replay": replay_round, "fold": fold_round, "run": run_round}
+    samples = common.alternate(args.rounds, contenders)
     med = common.medians(samples)
     replay_rate = common.per_second(seen["replay_steps"], med["replay"])
     fold_rate = common.per_second(seen["fold_steps"], med["fold"])
@@ -117,7 +127,9 @@ def main() -> None:
             "all_same": seen["ok"],
             "replay_steps_per_s": round(replay_rate),
             "fold_steps_per_s": round(fold_rate),
+            "run_steps_per_s": round(common.per_second(seen["replay_steps"], med["run"])),
             "fold_over_replay": round(common.paired_ratio(samples["replay"], samples["fold"]), 2),
+            "replay_over_run": round(common.paired_ratio(samples["replay"], samples["run"]), 2),
             "rounds": args.rounds,
             **common.environment(),
         }

@@ -223,3 +223,68 @@ def test_the_command_line_reads_exports_and_exits_nonzero_on_divergence(tmp_path
     )  # fmt: skip
     assert bad.exit_code == 1, bad.output
     assert "DIVERGED  'demo' run 1" in bad.output and "graph_shape" in bad.output
+
+
+USER_TESTS = """
+import pytest
+from agentlog import END
+from agentlog.actors.examples import support
+
+
+def refunds_end(store):
+    def route(state):
+        calls = state.context[-1].tool_calls()
+        return END if calls and calls[0].name == "issue_refund" else support.route(state)
+
+    graph = support.support_graph(store).graph
+    branch = graph.branches["agent"]
+    graph.branches["agent"] = type(branch)(route, branch.path_map)
+    return graph.compile(checkpointer=store, interrupt_before=["refund"])
+
+
+@pytest.mark.replay_threads(app="agentlog.actors.examples.support:support_graph", exports="threads")
+def test_same(replayed_thread):
+    assert replayed_thread.status == "same"
+
+
+@pytest.mark.replay_threads(app=refunds_end, exports="threads")
+def test_changed(replayed_thread):
+    pass
+"""
+
+
+def test_the_pytest_marker_makes_one_test_per_exported_thread(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    asyncio.run(record_demo(tmp_path / "prod.db", tmp_path / "threads"))
+    (tmp_path / "test_user.py").write_text(USER_TESTS)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+         "test_user.py"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert "3 failed, 3 passed" in out, out  # the changed router diverges on every thread
+    assert "FAILED test_user.py::test_changed[demo]" in out
+    assert "DIVERGED  'demo' run 1" in out and "graph_shape" in out
+
+
+def test_the_replay_plugin_loads_nothing_of_agentlog_until_used() -> None:
+    import subprocess
+    import sys
+    from importlib.metadata import entry_points
+
+    assert [e.value for e in entry_points(group="pytest11") if e.name == "agentlog_replay"] == [
+        "agentlog.actors.replay.plugin"
+    ]
+    code = (
+        "import sys\n"
+        "import agentlog.actors.replay.plugin\n"
+        "ours = sorted(m for m in sys.modules if m.split('.')[0] in ('agentlog', 'pydantic'))\n"
+        "assert ours == ['agentlog', 'agentlog.actors', 'agentlog.actors.replay', "
+        "'agentlog.actors.replay.plugin', 'agentlog.lazy'], ours\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

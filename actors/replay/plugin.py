@@ -39,7 +39,7 @@ def _marker(node: Any) -> pytest.Mark:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "replayed_thread" not in metafunc.fixturenames:
         return
-    from agentlog.actors.replay import _export_files
+    from agentlog.actors.replay.api import _export_files
 
     folder = _marker(metafunc.definition).kwargs["exports"]
     files = _export_files([Path(folder)])
@@ -48,21 +48,25 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def replayed_thread(request: pytest.FixtureRequest) -> Any:
-    """The replay of one exported thread (a `ThreadResult`); a divergence fails the test."""
-    from agentlog.actors.replay import (
-        Allowed,
-        ReplayReport,
-        load_app,
-        read_export,
-        replay_records,
-    )
+    """The replay of one exported thread (a `ThreadResult`); a divergence fails the test
+    once its body has run."""
+    from agentlog.actors.replay import Allowed, load_app, read_export, replay_records
     from agentlog.actors.testing.plugin import _finish
 
     marker = _marker(request.node)
     app = marker.kwargs["app"]
     target = load_app(app) if isinstance(app, str) else app
     allowed = Allowed.of(marker.kwargs.get("ignore", ()), marker.kwargs.get("may_differ", ()))
-    result = _finish(replay_records(target, read_export(request.param), allowed))
-    if result.status == "diverged":
+    return _finish(replay_records(target, read_export(request.param), allowed))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """After a test that used `replayed_thread`: a divergence fails it, with the report."""
+    outcome = yield
+    result: Any = getattr(item, "funcargs", {}).get("replayed_thread")
+    if getattr(result, "status", None) == "diverged":
+        from agentlog.actors.replay import ReplayReport
+
         pytest.fail(ReplayReport([result]).render(), pytrace=False)
-    return result
+    return outcome
