@@ -17,6 +17,7 @@ from agentlog.actors.examples import support
 from agentlog.actors.models import ModelNode
 from agentlog.events import EventStore
 from agentlog.projections import END, AgentState, Message
+from tests.helpers import agent_with_tools
 
 NOTES = Path(os.environ.get("AGENTLOG_REPLAY_NOTES", "notes.txt"))
 """Where `write_note` appends: a replay must leave it untouched."""
@@ -67,16 +68,8 @@ def tools_graph(
     lookup = lookup_order_v2 if v2 else lookup_order
     model = ModelNode(client(url), model="test-model", tools=[lookup, write_note],
                       system_prompt=prompt)  # fmt: skip
-    graph: StateGraph[AgentState] = StateGraph(name="tools")
-    graph.add_node("agent", model)
-    graph.add_node("tools", ToolNode([lookup, write_note]))
-    graph.set_entry_point("agent")
-    graph.add_conditional_edges(
-        "agent",
-        lambda s: "tools" if s.context[-1].tool_calls() else END,
-        {"tools": "tools", END: END},
-    )
-    graph.add_edge("tools", "agent")
+    graph = agent_with_tools(model, [lookup, write_note])
+    graph.name = "tools"
     return graph.compile(checkpointer=store)
 
 

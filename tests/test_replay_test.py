@@ -288,3 +288,28 @@ def test_the_replay_plugin_loads_nothing_of_agentlog_until_used() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+async def test_the_runtime_applies_its_on_code_change_policy_to_a_resume() -> None:
+    from agentlog.actors.runtime import AgentRuntime, EntryPoint, RegistrationError, RuntimeConfig
+
+    with pytest.raises(RegistrationError, match="on_code_change must be one of"):
+        RuntimeConfig(on_code_change="sometimes")  # type: ignore[arg-type]
+    store = MemoryEventStore()
+    first = AgentRuntime(store)
+    first.add_graph("support", support_graph(store))
+    first.register_entry_point(EntryPoint(id="api", graph_id="support"))
+    async with first:
+        thread = await first.trigger("api", "refund A-1042")
+        paused = await first.wait(thread, timeout=30)
+    assert paused["status"] == "interrupted_before"
+    second = AgentRuntime(store, RuntimeConfig(on_code_change="allow"))
+    second.add_graph("support", graphs.support_extra_message(store))
+    second.register_entry_point(EntryPoint(id="api", graph_id="support"))
+    async with second:
+        await second.inject_input(thread, None, actor="alice")
+        await second.wait(thread, timeout=30)
+    resumed = [r.event async for r in store.read(thread) if isinstance(r.event, Resumed)]
+    assert resumed[-1].code_change is not None
+    assert resumed[-1].code_change["policy"] == "allow"
+    assert "node 'agent': code changed" in resumed[-1].code_change["changed"]  # type: ignore[operator]

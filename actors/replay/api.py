@@ -15,27 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from agentlog.actors.engine.threads import internal_threads
-from agentlog.actors.replay.compare import CAUSES, Allowed
-from agentlog.actors.replay.runner import Divergence, ThreadResult, bind_graph, replay_records
+from agentlog.actors.replay.compare import Allowed
+from agentlog.actors.replay.runner import ThreadResult, replay_records
 from agentlog.events import EventRecord, EventStore, open_store
 from agentlog.events.codec import Row, decode_row
 from agentlog.events.errors import AgentlogError
 from agentlog.events.verify_export import verify
-
-__all__ = [
-    "CAUSES",
-    "Allowed",
-    "Divergence",
-    "ReplayReport",
-    "ReplaySourceError",
-    "ThreadResult",
-    "bind_graph",
-    "load_app",
-    "read_export",
-    "replay_records",
-    "replay_test",
-    "replay_test_sync",
-]
 
 
 class ReplaySourceError(AgentlogError):

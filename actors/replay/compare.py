@@ -41,7 +41,16 @@ CAUSES = {
 """The cause classes a divergence names, and what each means."""
 
 NOISE = frozenset(
-    {"duration_ms", "latency_ms", "timestamp", "fingerprint", "code_change", "in_flight"}
+    {
+        "duration_ms",
+        "latency_ms",
+        "timestamp",
+        "fingerprint",
+        "code_change",
+        "in_flight",
+        "trigger_id",
+        "hash",
+    }
 )
 """Payload keys left out of every comparison: they differ from run to run."""
 ID_KEYS = frozenset({"message_id", "id", "call_id", "tool_call_id", "message_ids"})
