@@ -47,7 +47,7 @@ def search(q: str) -> str:
 
 
 async def agent(state: AgentState) -> list[Message]:
-    turn = sum(1 for m in state.context if m.role == "assistant")
+    turn = state.execution_meta.step // 2  # agent, tools, agent ...: no reading of the context
     thread = state.execution_meta.thread_id
     if turn >= STEPS // 2:
         return [Message(message_id=f"{thread}-a{turn}", role="assistant", content=[])]
