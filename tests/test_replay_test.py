@@ -313,3 +313,20 @@ async def test_the_runtime_applies_its_on_code_change_policy_to_a_resume() -> No
     assert resumed[-1].code_change is not None
     assert resumed[-1].code_change["policy"] == "allow"
     assert "node 'agent': code changed" in resumed[-1].code_change["changed"]  # type: ignore[operator]
+
+
+async def test_a_replay_can_start_from_a_chosen_step(server: FakeProvider) -> None:
+    store = MemoryEventStore()
+    await record(store, server)
+    report = await replay_test(support_graph, store=store, threads=["demo"], from_step=2)
+    assert report.ok, report.render()
+    assert report.threads[0].steps == 3  # steps 3 to 5
+    changed = await replay_test(graphs.support_router_changed, store=store, from_step=2)
+    d = by_thread(changed)["demo"].divergence
+    assert d is not None and (d.step, d.node, d.cause) == (3, "agent", "graph_shape")
+    # a change before the chosen step is not seen from there
+    later = await replay_test(graphs.support_new_node, store=store, threads=["demo"], from_step=2)
+    assert later.ok, later.render()
+    missing = await replay_test(support_graph, store=store, threads=["demo"], from_step=99)
+    assert missing.threads[0].status == "skipped"
+    assert missing.threads[0].reason == "it has no step 99"

@@ -55,6 +55,10 @@ def replay_test_command(
         list[str] | None,
         typer.Option("--may-differ", help="A node whose outputs may differ (repeatable)."),
     ] = None,
+    from_step: Annotated[
+        int | None,
+        typer.Option("--from-step", min=0, help="Start each thread from the log after step N."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON for machines.")] = False,
 ) -> None:
     """Run today's graph code against recorded threads, every tool and model call answered
@@ -76,6 +80,7 @@ def replay_test_command(
             since=since,
             limit=limit,
             allowed=allowed,
+            from_step=from_step,
         )
     except AgentlogError as exc:
         if as_json:

@@ -179,28 +179,38 @@ async def replay_test(
     since: str | float | None = None,
     limit: int | None = None,
     allowed: Allowed | None = None,
+    from_step: int | None = None,
 ) -> ReplayReport:
     """Replay the recorded threads of a log (`db`: a path or URL; or an open `store`) or of
     JSONL exports (`exports`: files or folders of them) under the graph `app` (an object,
     or `module:attribute`); `threads` picks some, `since` those active since then, `limit`
-    at most so many. `ReplaySourceError` when the app or the source cannot be read."""
+    at most so many; `from_step` starts each thread from the log's state after that step.
+    `ReplaySourceError` when the app or the source cannot be read."""
     target = load_app(app) if isinstance(app, str) else app
     if sum(x is not None and x != () for x in (db, store, tuple(exports) or None)) != 1:
         raise ReplaySourceError("give one source: db=, store= or exports=")
     report = ReplayReport()
     cutoff = _since(since)
+
+    async def replay(records: list[EventRecord]) -> ThreadResult:
+        return await replay_records(target, records, allowed, from_step=from_step)
+
     if exports:
         for path in _export_files(exports)[: limit if limit is not None else None]:
             records = read_export(path)
             if records and (not threads or records[0].thread_id in threads):
-                report.threads.append(await replay_records(target, records, allowed))
+                report.threads.append(
+                    await replay_records(target, records, allowed, from_step=from_step)
+                )
         return report
     opened = store if store is not None else open_store(str(db), readonly=True, create=False)
     try:
         if store is None:
             await opened.__aenter__()
         async for records in _from_store(opened, threads, cutoff, limit):
-            report.threads.append(await replay_records(target, records, allowed))
+            report.threads.append(
+                await replay_records(target, records, allowed, from_step=from_step)
+            )
     finally:
         if store is None:
             await opened.__aexit__(None, None, None)

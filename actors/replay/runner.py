@@ -23,7 +23,14 @@ from agentlog.actors.engine.errors import GraphError
 from agentlog.actors.engine.fingerprint import CODE_CHANGE_KEY, changed_parts
 from agentlog.actors.engine.graph import StateGraph
 from agentlog.actors.engine.replaying import answering
-from agentlog.actors.replay.compare import CAUSES, Allowed, IdMap, chunks, first_difference
+from agentlog.actors.replay.compare import (
+    CAUSES,
+    Allowed,
+    IdMap,
+    chunks,
+    comparable,
+    first_difference,
+)
 from agentlog.actors.replay.session import LoggedThread
 from agentlog.events import EventRecord, MemoryEventStore
 from agentlog.events.errors import AgentlogError
@@ -36,6 +43,7 @@ from agentlog.events.kinds import (
     RunCancelled,
     RunStarted,
     StateUpdated,
+    StepAdvanced,
 )
 from agentlog.projections import Message
 
@@ -83,7 +91,7 @@ class ThreadResult:
 
 @dataclass
 class _Action:
-    kind: Literal["open", "resume", "copy", "cancel"]
+    kind: Literal["open", "resume", "copy", "cancel", "carry"]
     outside: list[EventRecord]
     written: list[EventRecord] = field(default_factory=list)
     """What the code wrote after it in the log, up to the next outside input."""
@@ -176,7 +184,51 @@ def _input_of(action: _Action) -> Any:
     return {**({"messages": messages} if messages else {}), **fields}
 
 
+def _from_step(
+    records: Sequence[EventRecord], actions: list[_Action], step: int
+) -> tuple[list[EventRecord], list[_Action]] | str:
+    """The records up to step `step` (written as they are), and the outside input after
+    them: a run the step leaves going carries on from the log, as after a crash."""
+    cut = next(
+        (i for i, r in enumerate(records) if isinstance(r.event, StepAdvanced)
+         and r.event.step == step),
+        None,
+    )  # fmt: skip
+    if cut is None:
+        return f"it has no step {step}"
+    last = records[cut].seq
+    rest: list[_Action] = []
+    for action in actions:
+        if action.outside and action.outside[0].seq > last:
+            rest.append(action)
+        elif later := [r for r in action.written if r.seq > last]:
+            rest.append(_Action("carry", [], later))
+    return list(records[: cut + 1]), rest
+
+
+async def _write_as_recorded(store: MemoryEventStore, records: Sequence[EventRecord]) -> None:
+    """Append `records` as they were written, a commit per run."""
+    start = 0
+    while start < len(records):
+        end = start + 1
+        while end < len(records) and records[end].run_id == records[start].run_id:
+            end += 1
+        group = records[start:end]
+        await store.append(
+            group[0].thread_id,
+            [r.event for r in group],
+            expected_seq=group[0].seq - 1,
+            run_id=group[0].run_id,
+            actor=[r.actor for r in group],
+        )
+        start = end
+
+
 async def _perform(app: CompiledGraph[Any], thread_id: str, action: _Action) -> None:
+    if action.kind == "carry":
+        with contextlib.suppress(AgentlogError):
+            await app.ainvoke(None, {"thread_id": thread_id, CODE_CHANGE_KEY: "allow"})
+        return
     opener = next(
         (r for r in action.outside if r.kind in OPENING_KINDS or r.kind == RunCancelled.KIND),
         action.outside[0],
@@ -203,10 +255,16 @@ async def _perform(app: CompiledGraph[Any], thread_id: str, action: _Action) -> 
 
 
 async def replay_records(
-    target: Any, records: Sequence[EventRecord], allowed: Allowed | None = None
+    target: Any,
+    records: Sequence[EventRecord],
+    allowed: Allowed | None = None,
+    *,
+    from_step: int | None = None,
 ) -> ThreadResult:
     """Replay one recorded thread (its records, in seq order) under the code `target`
-    builds, and say whether it did the same, or where it first did not."""
+    builds, and say whether it did the same, or where it first did not; with `from_step`,
+    the thread as the log has it after that step is the start (a thread without that
+    step is skipped)."""
     allowed = allowed or Allowed()
     thread_id = records[0].thread_id if records else ""
     actions = _actions(records)
@@ -221,6 +279,16 @@ async def replay_records(
     session = LoggedThread(records)
     ids = (IdMap(), IdMap())
     steps, runs = 0, 0
+    if from_step is not None:
+        cut = _from_step(records, actions, from_step)
+        if isinstance(cut, str):
+            return ThreadResult(thread_id, "skipped", reason=cut)
+        prefix, actions = cut
+        await _write_as_recorded(store, prefix)
+        runs = sum(isinstance(r.event, RunStarted) for r in prefix)
+        for record in prefix:  # both sides name the ids the prefix holds alike
+            comparable(record, ids[0], allowed)
+            comparable(record, ids[1], allowed)
     for action in actions:
         runs += action.kind == "open"
         before = await store.last_seq(thread_id)
