@@ -89,7 +89,8 @@ def _describe(obj: Any, depth: int) -> Any:
         return ["method", _describe(obj.__func__, depth + 1)]
     code = getattr(obj, "__code__", None)
     if isinstance(code, types.CodeType):
-        return ["code", _code_parts(code)]
+        cells = [_cell(c, depth) for c in getattr(obj, "__closure__", None) or ()]
+        return ["code", _code_parts(code), cells] if cells else ["code", _code_parts(code)]
     own = getattr(obj, "fingerprint", None)
     parts: list[Any] = ["object", type(obj).__qualname__]
     if callable(own) and not inspect.isclass(obj):
@@ -102,6 +103,20 @@ def _describe(obj: Any, depth: int) -> Any:
     if script is not None:
         parts.append(_describe(script, depth + 1) if callable(script) else _stable(script))
     return parts
+
+
+def _cell(cell: Any, depth: int) -> Any:
+    """A closure's captured value as its code sees it: plain values and the code of
+    functions (anything else by its type alone)."""
+    try:
+        value = cell.cell_contents
+    except ValueError:  # not bound yet
+        return None
+    if isinstance(value, str | int | float | bool | None):
+        return value
+    if callable(value):
+        return _describe(value, depth + 1)
+    return type(value).__qualname__
 
 
 UNSTABLE = frozenset({"message_id", "id", "timestamp"})
