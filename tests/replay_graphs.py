@@ -171,3 +171,28 @@ def _say(name: str, text: str) -> Any:
                         content=[{"type": "text", "text": text}])]  # fmt: skip
 
     return node
+
+
+STOPPER: list[Any] = []
+"""While recording, what node `a` calls: a stop request on its own thread."""
+
+
+def stop_graph(store: EventStore, *, b_says: str = "b") -> CompiledGraph[Any]:
+    """a, then b: `a` asks its run to stop between nodes (while STOPPER holds a call)."""
+
+    async def a(state: AgentState) -> list[Message]:
+        for stop in STOPPER:
+            await stop()
+        return _say("a", "a")(state)
+
+    graph: StateGraph[AgentState] = StateGraph(name="stopper")
+    graph.add_node("a", a)
+    graph.add_node("b", _say("b", b_says))
+    graph.set_entry_point("a")
+    graph.add_edge("a", "b")
+    graph.add_edge("b", END)
+    return graph.compile(checkpointer=store)
+
+
+def stop_graph_b_changed(store: EventStore) -> CompiledGraph[Any]:
+    return stop_graph(store, b_says="b, differently")

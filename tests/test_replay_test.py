@@ -331,3 +331,24 @@ async def test_a_replay_can_start_from_a_chosen_step(server: FakeProvider) -> No
     missing = await replay_test(support_graph, store=store, threads=["demo"], from_step=99)
     assert missing.threads[0].status == "skipped"
     assert missing.threads[0].reason == "it has no step 99"
+
+
+async def test_a_stop_between_nodes_is_replayed_where_it_landed() -> None:
+    store = MemoryEventStore()
+    app = graphs.stop_graph(store)
+    cfg = {"thread_id": "stopped"}
+    graphs.STOPPER.append(lambda: app.astop(cfg, between_nodes=True))
+    try:
+        paused = await app.ainvoke("go", cfg)
+    finally:
+        graphs.STOPPER.clear()
+    assert paused["status"] == "interrupted_after"  # stopped after node a
+    done = await app.ainvoke(None, cfg)
+    assert done["status"] == "completed"
+    kinds = [r.kind async for r in store.read("stopped")]
+    assert "stop_requested" in kinds and "stopped" in kinds
+    same = await replay_test(graphs.stop_graph, store=store)
+    assert same.ok and same.threads[0].status == "same", same.render()
+    changed = await replay_test(graphs.stop_graph_b_changed, store=store)
+    d = changed.threads[0].divergence
+    assert d is not None and (d.step, d.node, d.cause) == (2, "b", "node_output"), changed.render()

@@ -32,7 +32,7 @@ from agentlog.actors.replay.compare import (
     first_difference,
 )
 from agentlog.actors.replay.session import LoggedThread
-from agentlog.events import EventRecord, MemoryEventStore
+from agentlog.events import Claim, EventRecord, MemoryEventStore
 from agentlog.events.errors import AgentlogError
 from agentlog.events.kinds import (
     ENDING_KINDS,
@@ -44,6 +44,7 @@ from agentlog.events.kinds import (
     RunStarted,
     StateUpdated,
     StepAdvanced,
+    StopRequested,
 )
 from agentlog.projections import Message
 
@@ -53,9 +54,54 @@ INPUT_KINDS = frozenset(
     {"message_appended", "message_replaced", "messages_removed", "state_updated", "tasks_planned"}
 )
 """Kinds of the records an opening commit carries after its `run_started` or `resumed`."""
-UNSUPPORTED = frozenset({"stop_requested", "run_superseded"})
-"""Outside input that lands inside a run, at a moment a replay cannot place: a thread
-holding one is reported as skipped, naming it."""
+UNSUPPORTED = frozenset({"run_superseded"})
+"""Outside input a replay cannot place: a thread holding one is reported as skipped."""
+
+
+class _ReplayLog(MemoryEventStore):
+    """The fresh log of one replay: it writes each recorded stop request right after the
+    record it followed in the log, as the caller's `astop` did (a stop request may land on
+    a thread a run holds)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stops: dict[int, EventRecord] = {}
+        """A recorded `stop_requested`, by the seq of the record it followed."""
+
+    async def append(
+        self,
+        thread_id: str,
+        events: Sequence[Event],
+        *,
+        expected_seq: int,
+        run_id: str | None = None,
+        actor: str | Sequence[str | None] | None = None,
+        claim: Claim | None = None,
+    ) -> list[EventRecord]:
+        written = await super().append(
+            thread_id, events, expected_seq=expected_seq, run_id=run_id, actor=actor, claim=claim
+        )
+        stop = self.stops.pop(written[-1].seq, None) if written else None
+        if stop is not None:
+            await super().append(
+                thread_id,
+                [stop.event],
+                expected_seq=written[-1].seq,
+                run_id=stop.run_id,
+                actor=stop.actor,
+            )
+        return written
+
+
+def _placeable(records: Sequence[EventRecord], index: int) -> bool:
+    """Whether the stop request at `index` lands where a replay puts it again: between two
+    steps (after a step's commit, or the run's opening), or at any point when it lets the
+    running node finish (`between_nodes`). One that cut a node short mid-step raced it."""
+    event = records[index].event
+    if isinstance(event, StopRequested) and event.between_nodes:
+        return True
+    before = records[index - 1] if index else None
+    return before is None or before.kind in (StepAdvanced.KIND, *INPUT_KINDS, *OPENING_KINDS)
 
 
 @dataclass(frozen=True)
@@ -136,6 +182,8 @@ def _actions(records: Sequence[EventRecord]) -> list[_Action] | str:
         kind = record.kind
         if kind in UNSUPPORTED or (running and isinstance(record.event, RunCancelled)):
             return f"a {kind} record at seq {record.seq} landed inside a run"
+        if isinstance(record.event, StopRequested) and not _placeable(records, index):
+            return f"the stop request at seq {record.seq} cut a node short mid-step"
         if running:
             out[-1].written.append(record)
             running = kind not in ENDING_KINDS
@@ -270,7 +318,8 @@ async def replay_records(
     actions = _actions(records)
     if isinstance(actions, str):
         return ThreadResult(thread_id, "skipped", reason=actions)
-    store = MemoryEventStore()
+    store = _ReplayLog()
+    store.stops = {r.seq - 1: r for r in records if isinstance(r.event, StopRequested)}
     app = bind_graph(target, store)
     started = next((r.event for r in records if isinstance(r.event, RunStarted)), None)
     if started and started.graph and app.graph.name and started.graph != app.graph.name:
@@ -284,6 +333,7 @@ async def replay_records(
         if isinstance(cut, str):
             return ThreadResult(thread_id, "skipped", reason=cut)
         prefix, actions = cut
+        store.stops = {k: r for k, r in store.stops.items() if r.seq > prefix[-1].seq}
         await _write_as_recorded(store, prefix)
         runs = sum(isinstance(r.event, RunStarted) for r in prefix)
         for record in prefix:  # both sides name the ids the prefix holds alike
