@@ -4,7 +4,7 @@ of it (each a builder taking the store, as `agentlog replay-test --app` takes on
 from __future__ import annotations
 
 import json
-import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +19,9 @@ from agentlog.events import EventStore
 from agentlog.projections import END, AgentState, Message
 from tests.helpers import agent_with_tools
 
-NOTES = Path(os.environ.get("AGENTLOG_REPLAY_NOTES", "notes.txt"))
-"""Where `write_note` appends: a replay must leave it untouched."""
+NOTES = Path(tempfile.gettempdir()) / "agentlog-replay-notes.txt"
+"""Where `write_note` appends (the tests point it at a file of their own): a replay must
+leave it untouched."""
 PROMPT = "You help with orders. Look orders up before answering."
 
 

@@ -25,6 +25,14 @@ from tests import replay_graphs as graphs
 from tests.workers.fake_provider import FakeProvider, Reply
 
 
+@pytest.fixture(autouse=True)
+def notes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where `write_note` writes in these tests: a file of the test's own."""
+    path = tmp_path / "notes.txt"
+    monkeypatch.setattr(graphs, "NOTES", path)
+    return path
+
+
 @pytest.fixture
 async def server() -> AsyncIterator[FakeProvider]:
     async with FakeProvider() as running:
@@ -64,9 +72,8 @@ def by_thread(report: Any) -> dict[str, Any]:
 
 
 async def test_the_corpus_replays_the_same_and_no_tool_runs(
-    server: FakeProvider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    server: FakeProvider, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(graphs, "NOTES", tmp_path / "notes.txt")
     store = MemoryEventStore()
     await record(store, server)
     assert (tmp_path / "notes.txt").read_text() == "customer asked\n"  # the tool ran once
@@ -102,7 +109,6 @@ PLANTED = [
 async def test_a_planted_change_is_named(
     server: FakeProvider,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
     builder: Any,
     thread: str,
     step: int,
@@ -110,7 +116,6 @@ async def test_a_planted_change_is_named(
     cause: str,
     part: str,
 ) -> None:
-    monkeypatch.setattr(graphs, "NOTES", tmp_path / "notes.txt")
     store = MemoryEventStore()
     await record(store, server)
     report = await replay_test(builder, store=store)
