@@ -25,6 +25,7 @@ from agentlog.actors.engine.errors import (
     GraphError,
     ThreadStillBusyError,
 )
+from agentlog.actors.engine.fingerprint import CODE_CHANGE_KEY, CodeChangePolicy, check_policy
 from agentlog.actors.engine.tasks import BackgroundTaskManager
 from agentlog.events import (
     EventRecord,
@@ -190,6 +191,7 @@ class CompiledGraph(BlockingCalls, Streaming, Generic[S]):
         include_state: bool = False,
         context: Any = None,
         durability: Durability | None = None,
+        on_code_change: CodeChangePolicy | None = None,
     ) -> dict[str, Any]:
         """Run (or resume) the thread until it ends, pauses or fails.
 
@@ -202,10 +204,14 @@ class CompiledGraph(BlockingCalls, Streaming, Generic[S]):
         checked first against the graph's `context_schema`, and never recorded: a resume
         passes it again. `durability` says when each step's records become durable
         ("sync", the default: before the next step starts; "async"; "exit"; see the
-        guarantees page for what a crash keeps in each).
+        guarantees page for what a crash keeps in each). `on_code_change` ("warn", the
+        default; "refuse"; "allow") says what a resume of a run begun under other code does
+        (`agentlog.actors.engine.fingerprint`); the config key of that name sets it too.
         """
         shape = granularity(response_granularity)
         config = self.call_config(config, context, durability)
+        if on_code_change is not None:
+            config = {**(config or {}), CODE_CHANGE_KEY: check_policy(on_code_change)}
         result, _ = await self.ainvoke_to(input, config, shape, include_state=include_state)
         return result
 

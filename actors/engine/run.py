@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import weakref
 from collections.abc import Mapping, Sequence
@@ -22,6 +23,7 @@ from agentlog.actors.engine.errors import (
     GraphError,
     MissingThreadIdError,
 )
+from agentlog.actors.engine.fingerprint import graph_fingerprint
 from agentlog.events import (
     Claim,
     EventRecord,
@@ -223,6 +225,11 @@ class Engine(Generic[S]):
         self.left: set[InFlight] = set()
         """Sync work runs of this graph left running when they ended (each keeps its thread
         claimed until it returns)."""
+
+    @functools.cached_property
+    def fingerprint(self) -> dict[str, Any]:
+        """The graph's fingerprint as compiled, which each `run_started` records."""
+        return graph_fingerprint(self.graph, self.interrupt_before, self.interrupt_after)
 
     async def load(self, thread_id: str) -> Fold[S]:
         """The thread's fold as the log has it (from its latest snapshot)."""

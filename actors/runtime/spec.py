@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from agentlog.actors.engine.fingerprint import check_policy
 from agentlog.actors.engine.retry import RetryPolicy as NodeRetryPolicy
 from agentlog.actors.engine.threads import RUNTIME_THREAD, internal_thread
 from agentlog.actors.engine.threads import SHARED_THREAD_PREFIX as SHARED_THREAD_PREFIX
@@ -313,8 +314,15 @@ class RuntimeConfig:
     """Ended runs kept in memory for `wait`, `cancel` and the stats, without their input
     (hive's default); an older one is read from the log (`aget_state`), its key still
     deduplicates and the stats still count it."""
+    on_code_change: Literal["warn", "refuse", "allow"] = "warn"
+    """What resuming a run begun under other code does (`agentlog.actors.engine.fingerprint`):
+    warn, refuse (the attempt fails, nothing written) or allow; its `resumed` records it."""
 
     def __post_init__(self) -> None:
+        try:
+            check_policy(self.on_code_change)
+        except AgentlogError as exc:
+            raise RegistrationError(str(exc)) from None
         keys = self.global_keys
         if isinstance(keys, str | bytes) or not all(
             isinstance(k, str) and k and "/" not in k for k in keys
