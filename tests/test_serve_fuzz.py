@@ -62,7 +62,7 @@ async def fuzz(tmp_path: Path) -> None:
             local = "http://127.0.0.1"  # a Host the server answers for
             async with httpx.AsyncClient(transport=transport, base_url=local) as client:
                 await client.post(
-                    "/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"}
+                    "/log/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"}
                 )
                 spec = (await client.get("/openapi.json")).json()
                 ops = operations(spec)
@@ -126,7 +126,7 @@ async def fuzz_streams(tmp_path: Path) -> None:
             httpx.AsyncClient(base_url=url, timeout=10) as client,
         ):
             done = await client.post(
-                "/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"}
+                "/log/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"}
             )
             run_id = done.json()["run"]["run_id"]
             calls: list[tuple[str, dict[str, str], dict[str, str]]] = []
@@ -149,9 +149,9 @@ async def fuzz_streams(tmp_path: Path) -> None:
                 thread: str, run: str, of_run: bool, query: dict[str, str], last: str | None
             ) -> None:
                 path = (
-                    f"/threads/{thread}/runs/{run}/stream"
+                    f"/log/threads/{thread}/runs/{run}/stream"
                     if of_run
-                    else f"/threads/{thread}/stream"
+                    else f"/log/threads/{thread}/stream"
                 )
                 usable = last is not None and last.isascii() and last.isprintable()
                 headers = {"Last-Event-ID": last} if usable and last is not None else {}

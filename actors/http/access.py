@@ -23,12 +23,18 @@ def runtime_of(request: Request) -> RuntimeFacade:
 
 
 async def principal(
-    request: Request, authorization: str | None = Header(default=None)
+    request: Request,
+    authorization: str | None = Header(default=None),
+    x_api_key: str | None = Header(default=None),
 ) -> Principal:
-    """Who the request acts as: its bearer token's name, or "local" on a server without
-    tokens."""
+    """Who the request acts as: its token's name (`Authorization: Bearer ...`, or the
+    `x-api-key` header LangGraph's clients send), or "local" on a server without tokens."""
     tokens = cast("TokenBook | None", request.app.state.tokens)
-    return LOCAL if tokens is None else tokens.check(authorization)
+    if tokens is None:
+        return LOCAL
+    if authorization is None and x_api_key:
+        authorization = f"Bearer {x_api_key}"
+    return tokens.check(authorization)
 
 
 Who = Depends(principal)

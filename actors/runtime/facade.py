@@ -135,9 +135,12 @@ class RuntimeFacade:
         graph = self.runtime.ledger.graph_of.get(thread_id)
         return graph or await self.runtime.listeners.graph_of_thread(thread_id)
 
-    async def state(self, thread_id: str, graph_id: str, at_step: int | None = None) -> AgentState:
-        """The thread's state, now or right after `at_step`, as the graph reads it."""
-        app = self.runtime.graphs[graph_id].app
+    async def state(
+        self, thread_id: str, graph_id: str | None, at_step: int | None = None
+    ) -> AgentState:
+        """The thread's state, now or right after `at_step`, as the graph reads it (a thread
+        that runs no graph yet: as any reads it)."""
+        app = self._writer(graph_id)
         if at_step is None:
             state: AgentState = await app.aget_state({"thread_id": thread_id})
         else:
@@ -165,10 +168,11 @@ class RuntimeFacade:
         return [t for t in reversed(stored) if t not in own]
 
     async def create_thread(
-        self, thread_id: str, graph_id: str, *, by: str, metadata: dict[str, Any]
+        self, thread_id: str, graph_id: str | None, *, by: str, metadata: dict[str, Any]
     ) -> bool:
         """Record the thread's creation (`thread_created`); False, writing nothing, when the
-        thread was created (or run) since it was looked at."""
+        thread was created (or run) since it was looked at. With no graph, the thread's first
+        run names it (a server of several graphs, a client that names none)."""
         existed = False
 
         def create(fold: Fold[AgentState]) -> list[Event]:
@@ -178,21 +182,26 @@ class RuntimeFacade:
                 return []
             return [ThreadCreated(by=by, graph_id=graph_id, metadata=metadata)]
 
-        await self.runtime.graphs[graph_id].app.awrite_claimed(
+        await self._writer(graph_id).awrite_claimed(
             thread_id, create, actor=by, what="a thread's creation"
         )
         return not existed
 
     async def hide_thread(
-        self, thread_id: str, graph_id: str, *, by: str, reason: str | None
+        self, thread_id: str, graph_id: str | None, *, by: str, reason: str | None
     ) -> None:
         """Record the thread's deletion (`thread_hidden`), unless it is hidden already."""
-        await self.runtime.graphs[graph_id].app.awrite_claimed(
+        await self._writer(graph_id).awrite_claimed(
             thread_id,
             lambda fold: [] if hidden(fold.state) else [ThreadHidden(by=by, reason=reason)],
             actor=by,
             what="a thread deletion",
         )
+
+    def _writer(self, graph_id: str | None) -> Any:
+        """The compiled graph that writes a thread's own records (any, for a thread that
+        runs no graph yet: they change no value of its state)."""
+        return self.runtime.graphs[graph_id or next(iter(self.runtime.graphs))].app
 
     async def fork_thread(
         self,
