@@ -26,11 +26,6 @@ APP = "tests.agentserver.app:build"
 NOT_SERVED = {
     "threads.update(metadata)",
     "runs.delete",
-    "store.put_item",
-    "store.get_item",
-    "store.search_items",
-    "store.list_namespaces",
-    "store.delete_item",
     "crons.create",
     "crons.search",
 }

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentlog.actors.engine.compiled import CompiledGraph
+from agentlog.actors.engine.longterm import BaseStore, LogStore
 from agentlog.actors.http.agentserver import wire
 from agentlog.actors.http.agentserver.bodies import RunCreate
 from agentlog.actors.http.errors import ApiError
@@ -41,6 +42,16 @@ class AgentServer:
         self.started_at = rt.clock()
         self.notes: dict[str, RunNote] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
+        self._long_term: BaseStore | None = None
+
+    def long_term(self) -> BaseStore:
+        """The long-term store the graphs were compiled with (the first graph's that has
+        one), else a `LogStore` on the runtime's log, made once."""
+        if self._long_term is None:
+            stores = (self.app(g).long_term_store for g in self.rt.graph_ids())
+            found = next((s for s in stores if s is not None), None)
+            self._long_term = found or LogStore(self.rt.runtime.store)
+        return self._long_term
 
     # ---- runs ------------------------------------------------------------------------
 

@@ -299,5 +299,5 @@ async def cancel(
     now = srv.rt.run_now(trigger)
     if action == "rollback" and now.first_seq is not None:
         app = srv.app(trigger.accepted.graph_id)
-        await roll_back(app, thread_id, now.first_seq - 1, by=who.name, reason="cancel (rollback)")
+        await roll_back(app, thread_id, now.first_seq, by=who.name, reason="cancel (rollback)")
     return Response(status_code=202 if not wait else 200)

@@ -1,0 +1,149 @@
+"""The Agent Server API in process (httpx over ASGI): what the wire shows is what the log
+holds. Store writes are records; a checkpoint id names one thread's history only; refused
+fields write nothing; a cancel with rollback sets the thread back; `x-api-key` is a token;
+agentlog's own shapes stay under /log."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from agentlog.actors.http import TokenBook, create_app, hash_token
+from agentlog.actors.runtime import AgentRuntime
+from agentlog.events import SQLiteEventStore
+from tests.agentserver.app import build
+
+USER = {"messages": [{"role": "user", "content": "hello"}]}
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, AgentRuntime]]:
+    store = SQLiteEventStore(str(tmp_path / "log.db"))
+    runtime = build(store)
+    entry = {"name": "ann", "sha256": hash_token("sk-ann"), "graphs": ["*"], "rights": ["admin"]}
+    (tmp_path / "tokens.json").write_text(json.dumps({"tokens": [entry]}))
+    tokens = TokenBook.load(tmp_path / "tokens.json")
+    async with runtime:
+        transport = httpx.ASGITransport(app=create_app(runtime, tokens=tokens))
+        headers = {"x-api-key": "sk-ann"}
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://localhost", headers=headers, timeout=60
+        ) as http:
+            yield http, runtime
+
+
+async def test_x_api_key_is_a_token(served: tuple[httpx.AsyncClient, AgentRuntime]) -> None:
+    http, _ = served
+    assert (await http.post("/assistants/search", json={})).status_code == 200
+    wrong = await http.post("/assistants/search", json={}, headers={"x-api-key": "nope"})
+    assert wrong.status_code == 401
+    bearer = await http.post(
+        "/assistants/search", json={}, headers={"x-api-key": "", "authorization": "Bearer sk-ann"}
+    )
+    assert bearer.status_code == 200
+
+
+async def test_store_writes_are_records_by_the_token(
+    served: tuple[httpx.AsyncClient, AgentRuntime],
+) -> None:
+    http, runtime = served
+    put = await http.put(
+        "/store/items", json={"namespace": ["users", "ann"], "key": "prefs", "value": {"a": 1}}
+    )
+    assert put.status_code == 204, put.text
+    got = (await http.get("/store/items", params={"namespace": "users.ann", "key": "prefs"})).json()
+    assert got["value"] == {"a": 1} and got["namespace"] == ["users", "ann"]
+    records = [r async for r in runtime.store.read("__store__")]
+    assert [r.kind for r in records] == ["store_item_put"]
+    assert (await runtime.store.verify("__store__")).ok
+    bad = await http.put("/store/items", json={"namespace": [], "key": "k", "value": {}})
+    assert bad.status_code == 422
+    assert len([r async for r in runtime.store.read("__store__")]) == 1
+
+
+async def test_a_checkpoint_id_names_one_history(
+    served: tuple[httpx.AsyncClient, AgentRuntime],
+) -> None:
+    http, _ = served
+    a = (await http.post("/threads", json={})).json()["thread_id"]
+    b = (await http.post("/threads", json={})).json()["thread_id"]
+    for thread in (a, b):
+        done = await http.post(
+            f"/threads/{thread}/runs/wait", json={"assistant_id": "chat", "input": USER}
+        )
+        assert done.status_code == 200, done.text
+    ident = (await http.get(f"/threads/{a}/state")).json()["checkpoint"]["checkpoint_id"]
+    assert (await http.get(f"/threads/{a}/state/{ident}")).status_code == 200
+    seq = ident.partition("-")[0]
+    other = (await http.get(f"/threads/{b}/state")).json()["checkpoint"]["checkpoint_id"]
+    if other.partition("-")[0] == seq:  # same seq, another chain: refused
+        assert (await http.get(f"/threads/{b}/state/{ident}")).status_code == 404
+    forged = f"{seq}-{'0' * 24}"
+    assert (await http.get(f"/threads/{a}/state/{forged}")).status_code == 404
+    assert (await http.get(f"/threads/{a}/state/nonsense")).status_code == 422
+
+
+async def test_a_refused_field_writes_nothing(
+    served: tuple[httpx.AsyncClient, AgentRuntime],
+) -> None:
+    http, runtime = served
+    refused = await http.post(
+        "/threads/fresh/runs/wait",
+        json={
+            "assistant_id": "chat",
+            "input": USER,
+            "interrupt_before": ["reply"],
+            "if_not_exists": "create",
+        },
+    )
+    assert refused.status_code == 422 and "interrupt_before" in refused.text
+    assert await runtime.store.last_seq("fresh") == 0
+    unknown = await http.post(
+        "/threads/fresh/runs/wait", json={"assistant_id": "chat", "input": USER, "bogus": 1}
+    )
+    assert unknown.status_code == 422
+    missing = await http.post(
+        "/threads/fresh/runs/wait", json={"assistant_id": "chat", "input": USER}
+    )
+    assert missing.status_code == 404  # if_not_exists defaults to reject
+
+
+async def test_cancel_with_rollback_sets_the_thread_back(
+    served: tuple[httpx.AsyncClient, AgentRuntime],
+) -> None:
+    http, runtime = served
+    thread = (await http.post("/threads", json={})).json()["thread_id"]
+    paused = await http.post(
+        f"/threads/{thread}/runs/wait", json={"assistant_id": "approval", "input": USER}
+    )
+    assert paused.json()["__interrupt__"][0]["value"] == {"question": "send it?"}
+    assert (await http.get(f"/threads/{thread}")).json()["status"] == "interrupted"
+    run = (await http.get(f"/threads/{thread}/runs")).json()[0]
+    assert run["status"] == "interrupted"
+    rolled = await http.post(
+        f"/threads/{thread}/runs/{run['run_id']}/cancel", params={"action": "rollback"}
+    )
+    assert rolled.status_code == 202, rolled.text
+    shown = (await http.get(f"/threads/{thread}")).json()
+    assert shown["values"].get("messages", []) == []
+    kinds = [r.kind async for r in runtime.store.read(thread)]
+    assert "run_superseded" in kinds
+    assert (await runtime.store.verify(thread)).ok
+
+
+async def test_agentlog_shapes_stay_under_log(
+    served: tuple[httpx.AsyncClient, AgentRuntime],
+) -> None:
+    http, _ = served
+    thread = (await http.post("/threads", json={})).json()["thread_id"]
+    await http.post(f"/threads/{thread}/runs/wait", json={"assistant_id": "chat", "input": USER})
+    wire = (await http.get(f"/threads/{thread}")).json()
+    own = (await http.get(f"/log/threads/{thread}")).json()
+    assert wire["status"] == "idle" and own["status"] == "completed"
+    assert isinstance(wire["created_at"], str) and not isinstance(own["created_at"], str)
+    records = (await http.get(f"/log/threads/{thread}/history")).json()
+    assert records and "first_seq" in records[0]
