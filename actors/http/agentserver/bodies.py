@@ -183,5 +183,12 @@ class RunCreate(Body):
                 "a command's update and goto are not carried out over HTTP yet: send "
                 "command={'resume': ...}, or update the state first (POST /threads/{id}/state)",
             )
+        if self.context:
+            raise ApiError(
+                422,
+                "unsupported",
+                "context per run is not carried out over HTTP yet: the graph's nodes would "
+                "not see it; leave it out",
+            )
         if self.command is not None and self.input is not None:
             raise ApiError(422, "invalid_request", "send input or command, not both")

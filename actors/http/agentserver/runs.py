@@ -10,7 +10,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from agentlog.actors.engine.command import Command
@@ -130,13 +130,21 @@ async def result(srv: AgentServer, trigger: TriggerState, timeout: float) -> dic
 
 
 def streamed(
-    request: Request, events: AsyncIterator[str], trigger: TriggerState
+    request: Request,
+    events: AsyncIterator[str],
+    trigger: TriggerState,
+    srv: AgentServer | None = None,
+    who: Principal | None = None,
 ) -> StreamingResponse:
+    """The stream as SSE; with `srv` and `who` (a run created with `on_disconnect="cancel"`),
+    a client that goes away cancels the run."""
     thread_id = trigger.accepted.thread_id
 
     async def body() -> AsyncIterator[str]:
         async for event in events:
             if await request.is_disconnected():
+                if srv is not None and who is not None and not srv.rt.run_now(trigger).done:
+                    await srv.rt.cancel(thread_id, actor=who.name, reason="client disconnected")
                 return
             yield event
 
@@ -201,7 +209,8 @@ async def stream(
 ) -> StreamingResponse:
     trigger = await begin(srv, thread_id, body, who)
     events = run_events(srv, trigger, body.modes(), subgraphs=bool(body.stream_subgraphs))
-    return streamed(request, events, trigger)
+    cancels = body.on_disconnect == "cancel"
+    return streamed(request, events, trigger, srv if cancels else None, who)
 
 
 @router.post("/runs/stream", summary="Run on a new thread and stream it (SSE)")
@@ -212,7 +221,17 @@ async def stream_stateless(
     if body.thread_id is None:
         after_run(srv, trigger, body, who)
     events = run_events(srv, trigger, body.modes(), subgraphs=bool(body.stream_subgraphs))
-    return streamed(request, events, trigger)
+    cancels = body.on_disconnect == "cancel"
+    return streamed(request, events, trigger, srv if cancels else None, who)
+
+
+def resumed_after(last_event_id: str | None) -> int:
+    """The position a reconnecting client saw last (its `Last-Event-ID`), 0 for none."""
+    if last_event_id is None or not last_event_id.strip():
+        return 0
+    if not last_event_id.strip().isdigit():
+        raise ApiError(400, "invalid_position", "Last-Event-ID is a position this server sent")
+    return int(last_event_id)
 
 
 async def found(srv: AgentServer, thread_id: str, run_id: str, who: Principal) -> TriggerState:
@@ -260,11 +279,13 @@ async def join_stream(
     request: Request,
     who: Principal = Who,
     stream_mode: StreamModes = None,
+    last_event_id: str | None = Header(default=None),
     srv: AgentServer = Server,
 ) -> StreamingResponse:
     trigger = await found(srv, thread_id, run_id, who)
     modes = stream_mode or srv.modes_of(trigger.id)
-    return streamed(request, run_events(srv, trigger, modes), trigger)
+    after = resumed_after(last_event_id)
+    return streamed(request, run_events(srv, trigger, modes, after=after), trigger)
 
 
 @router.get("/threads/{thread_id}/stream", summary="Join the thread's latest run's stream (SSE)")
