@@ -58,7 +58,7 @@ async def test_store_writes_are_records_by_the_token(
     got = (await http.get("/store/items", params={"namespace": "users.ann", "key": "prefs"})).json()
     assert got["value"] == {"a": 1} and got["namespace"] == ["users", "ann"]
     records = [r async for r in runtime.store.read("__store__")]
-    assert [r.kind for r in records] == ["store_item_put"]
+    assert [(r.kind, r.actor) for r in records] == [("store_item_put", "ann")]
     assert (await runtime.store.verify("__store__")).ok
     bad = await http.put("/store/items", json={"namespace": [], "key": "k", "value": {}})
     assert bad.status_code == 422

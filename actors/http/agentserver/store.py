@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentlog.actors.engine.longterm import LogStore
 from agentlog.actors.http.access import Who
 from agentlog.actors.http.agentserver.access import Server
 from agentlog.actors.http.agentserver.facade import AgentServer
@@ -63,9 +64,12 @@ def refused(exc: LongTermStoreError) -> ApiError:
 async def put_item(body: ItemPut, who: Principal = Who, srv: AgentServer = Server) -> Response:
     who.require("edit")
     try:
-        await srv.long_term().aput(
-            tuple(body.namespace), body.key, body.value, body.index, ttl=body.ttl
-        )
+        store = srv.long_term()
+        namespace = tuple(body.namespace)
+        if isinstance(store, LogStore):  # the token's name is the write's actor
+            await store.aput(namespace, body.key, body.value, body.index, ttl=body.ttl, by=who.name)
+        else:
+            await store.aput(namespace, body.key, body.value, body.index, ttl=body.ttl)
     except LongTermStoreError as exc:
         raise refused(exc) from None
     return Response(status_code=204)
@@ -95,7 +99,11 @@ async def delete_item(
 ) -> Response:
     who.require("edit")
     try:
-        await srv.long_term().adelete(tuple(body.namespace), body.key)
+        store = srv.long_term()
+        if isinstance(store, LogStore):
+            await store.adelete(tuple(body.namespace), body.key, by=who.name)
+        else:
+            await store.adelete(tuple(body.namespace), body.key)
     except LongTermStoreError as exc:
         raise refused(exc) from None
     return Response(status_code=204)
