@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from agentlog.actors.http import TokenBook, create_app, hash_token
+from agentlog.actors.http.agentserver.wire import jsonable
 from agentlog.actors.runtime import AgentRuntime
 from agentlog.events import SQLiteEventStore
 from tests.agentserver.app import build
@@ -147,3 +149,37 @@ async def test_agentlog_shapes_stay_under_log(
     assert isinstance(wire["created_at"], str) and not isinstance(own["created_at"], str)
     records = (await http.get(f"/log/threads/{thread}/history")).json()
     assert records and "first_seq" in records[0]
+
+
+def without_ids(value: Any) -> Any:
+    """`value` with every message id and interrupt id left out (fresh per run)."""
+    if isinstance(value, dict):
+        return {k: without_ids(v) for k, v in value.items() if k != "id"}
+    if isinstance(value, list | tuple):
+        return [without_ids(v) for v in value]
+    return value
+
+
+async def test_a_server_stream_is_the_graphs_own_stream(
+    served: tuple[httpx.AsyncClient, AgentRuntime],
+) -> None:
+    """The values and updates a server run streams are those `astream` yields for the same
+    graph and input, in the same order, after `metadata` and before `end`."""
+    http, runtime = served
+    thread = (await http.post("/threads", json={})).json()["thread_id"]
+    body = {"assistant_id": "approval", "input": USER, "stream_mode": ["values", "updates"]}
+    async with http.stream("POST", f"/threads/{thread}/runs/stream", json=body) as answer:
+        text = "".join([chunk async for chunk in answer.aiter_text()])
+    events = [
+        (lines[-2].removeprefix("event: "), json.loads(lines[-1].removeprefix("data: ")))
+        for lines in (block.splitlines() for block in text.split("\n\n") if block.strip())
+    ]
+    assert events[0][0] == "metadata" and events[-1] == ("end", None)
+    front = runtime.graphs["approval"].app.front  # type: ignore[attr-defined]
+    own = [
+        (mode, jsonable(chunk))
+        async for mode, chunk in front.astream(
+            USER, {"configurable": {"thread_id": "in-process"}}, stream_mode=["values", "updates"]
+        )
+    ]
+    assert without_ids(events[1:-1]) == without_ids(own)

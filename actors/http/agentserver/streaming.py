@@ -20,6 +20,7 @@ from agentlog.actors.http.agentserver import wire
 from agentlog.actors.http.agentserver.facade import AgentServer
 from agentlog.actors.runtime.facade import TriggerState
 from agentlog.events import EventRecord
+from agentlog.events.kinds import BranchEntered, InterruptRaised, NodeEntered, StepAdvanced
 from agentlog.projections.fold import Fold
 
 ENGINE_MODES: dict[str, StreamMode | None] = {
@@ -100,6 +101,23 @@ def with_checkpoint_ids(data: Any, record: EventRecord) -> Any:
     return data
 
 
+BOUNDARIES = (NodeEntered, BranchEntered, StepAdvanced, InterruptRaised)
+"""Records after which the projection is handed what came since: a run's input goes with
+the node entered after it (its `values` show the input), a step's writes with its end."""
+
+
+def parted(
+    parts: Sequence[Part], modes: Sequence[str], subgraphs: bool, record: EventRecord
+) -> list[str]:
+    """The events of the parts a batch of records made."""
+    return [
+        sse(named(mode, part.ns), data, f"{record.position}")
+        for part in parts
+        if subgraphs or not part.ns
+        for mode, data in wire_parts(part, modes, record)
+    ]
+
+
 async def run_events(
     srv: AgentServer,
     trigger: TriggerState,
@@ -116,6 +134,7 @@ async def run_events(
     wanted = sorted({m for m in (ENGINE_MODES.get(n) for n in modes) if m is not None})
     projection = app.stream_projection(wanted, {"thread_id": thread_id})
     fold: Fold[Any] | None = None
+    batch: list[EventRecord] = []
     async for record in srv.rt.run_records(trigger, after):
         if record.thread_id != thread_id:
             continue  # the runtime's record of the run's end: said below
@@ -126,11 +145,14 @@ async def run_events(
                 state = app.graph.state_cls()
             fold = Fold(state, seq=before)
         fold.apply(record)
-        for part in projection.committed([record], fold.state):
-            if part.ns and not subgraphs:
-                continue
-            for mode, data in wire_parts(part, modes, record):
-                yield sse(named(mode, part.ns), data, f"{record.position}")
+        batch.append(record)
+        if isinstance(record.event, BOUNDARIES):
+            for event in parted(projection.committed(batch, fold.state), modes, subgraphs, record):
+                yield event
+            batch = []
+    if batch and fold is not None:
+        for event in parted(projection.committed(batch, fold.state), modes, subgraphs, batch[-1]):
+            yield event
     ended = srv.rt.run_now(trigger)
     if ended.outcome == "failed":
         yield sse("error", {"error": ended.error_type or "Error", "message": ended.message or ""})
