@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +23,22 @@ from tests.agentserver.app import build
 USER = {"messages": [{"role": "user", "content": "hello"}]}
 
 
+NOW = [datetime(2027, 1, 1, 8, 59, 30, tzinfo=UTC).timestamp()]
+"""The runtime's clock in these tests: a cron's slot comes when a test moves it."""
+
+
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, AgentRuntime]]:
     store = SQLiteEventStore(str(tmp_path / "log.db"))
-    runtime = build(store)
+    NOW[0] = datetime(2027, 1, 1, 8, 59, 30, tzinfo=UTC).timestamp()
+    runtime = build(store, clock=lambda: NOW[0])
     entry = {"name": "ann", "sha256": hash_token("sk-ann"), "graphs": ["*"], "rights": ["admin"]}
     (tmp_path / "tokens.json").write_text(json.dumps({"tokens": [entry]}))
     tokens = TokenBook.load(tmp_path / "tokens.json")
     async with runtime:
-        transport = httpx.ASGITransport(app=create_app(runtime, tokens=tokens))
+        app = create_app(runtime, tokens=tokens)
+        runtime.agentserver = app.state.agentserver  # type: ignore[attr-defined]
+        transport = httpx.ASGITransport(app=app)
         headers = {"x-api-key": "sk-ann"}
         async with httpx.AsyncClient(
             transport=transport, base_url="http://localhost", headers=headers, timeout=60
@@ -183,3 +191,46 @@ async def test_a_server_stream_is_the_graphs_own_stream(
         )
     ]
     assert without_ids(events[1:-1]) == without_ids(own)
+
+
+async def test_a_cron_fires_each_utc_slot_once(
+    served: tuple[httpx.AsyncClient, AgentRuntime],
+) -> None:
+    http, runtime = served
+    book = runtime.agentserver.crons  # type: ignore[attr-defined]
+    thread = (await http.post("/threads", json={})).json()["thread_id"]
+    elsewhere = await http.post(
+        f"/threads/{thread}/runs/crons",
+        json={"assistant_id": "chat", "schedule": "0 9 * * *", "timezone": "Europe/Paris"},
+    )
+    assert elsewhere.status_code == 422 and "UTC" in elsewhere.text
+    bad = await http.post(
+        f"/threads/{thread}/runs/crons", json={"assistant_id": "chat", "schedule": "9 oclock"}
+    )
+    assert bad.status_code == 422
+    made = await http.post(
+        f"/threads/{thread}/runs/crons",
+        json={"assistant_id": "chat", "schedule": "0 9 * * *", "input": USER},
+    )
+    assert made.status_code == 200, made.text
+    cron = made.json()
+    assert cron["next_run_date"] == "2027-01-01T09:00:00+00:00" and cron["timezone"] == "UTC"
+    assert await book.fire_due() == 0  # 08:59:30: not yet
+    NOW[0] += 60
+    assert await book.fire_due() == 1
+    assert await book.fire_due() == 0  # the slot fired
+    (run,) = (await http.get(f"/threads/{thread}/runs")).json()
+    joined = await http.get(f"/threads/{thread}/runs/{run['run_id']}/join")
+    assert joined.json()["messages"][-1]["content"] == "you said: hello"
+    again = await book.fire(await book.get(cron["cron_id"]), book.last[cron["cron_id"]])
+    assert again == run["run_id"]  # another server firing the same slot starts nothing new
+    assert len((await http.get(f"/threads/{thread}/runs")).json()) == 1
+    gone = await http.delete(f"/runs/crons/{cron['cron_id']}")
+    assert gone.status_code == 204
+    assert (await http.post("/runs/crons/search", json={})).json() == []
+    records = [r async for r in runtime.store.read("__store__/crons")]
+    assert [(r.kind, r.actor) for r in records] == [
+        ("store_item_put", "ann"),
+        ("store_item_deleted", "ann"),
+    ]
+    assert (await runtime.store.verify("__store__/crons")).ok

@@ -26,8 +26,6 @@ APP = "tests.agentserver.app:build"
 NOT_SERVED = {
     "threads.update(metadata)",
     "runs.delete",
-    "crons.create",
-    "crons.search",
 }
 """The SDK calls of the program this server does not answer yet."""
 

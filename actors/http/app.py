@@ -56,15 +56,18 @@ def create_app(
     `body_timeout` seconds.
     """
     rt = RuntimeFacade(runtime)
+    server = AgentServer(rt)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = not rt.started
         if owned:
             await rt.start()
+        server.crons.start()  # the crons made over the API fire while the server runs
         try:
             yield
         finally:
+            await server.crons.stop()
             if owned:
                 await rt.stop()
 
@@ -89,7 +92,7 @@ def create_app(
         body_timeout=body_timeout,
     )
     app.add_middleware(BodyLimit, max_body=max_body)  # outermost: the guard reads within it
-    app.state.agentserver = AgentServer(rt)  # the Agent Server routes' facade
+    app.state.agentserver = server  # the Agent Server routes' facade
     for router in AGENT_SERVER:
         app.include_router(router)
     for router in ROUTERS:

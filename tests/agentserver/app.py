@@ -4,6 +4,8 @@ LangGraph programs (agentlog.langgraph) with a scripted model, one that asks a h
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Annotated, Any, TypedDict
 
 from agentlog.actors.runtime import AgentRuntime, EntryPoint
@@ -27,8 +29,8 @@ def review(state: Chat) -> dict[str, Any]:
     return {"messages": [{"role": "assistant", "content": f"reviewed: {answer}"}]}
 
 
-def build(store: EventStore) -> AgentRuntime:
-    runtime = AgentRuntime(store)
+def build(store: EventStore, clock: Callable[[], float] = time.time) -> AgentRuntime:
+    runtime = AgentRuntime(store, clock=clock)
     chat = StateGraph(Chat)
     chat.add_node("reply", reply)
     chat.set_entry_point("reply")

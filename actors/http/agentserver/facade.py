@@ -13,6 +13,7 @@ from agentlog.actors.engine.compiled import CompiledGraph
 from agentlog.actors.engine.longterm import BaseStore, LogStore
 from agentlog.actors.http.agentserver import wire
 from agentlog.actors.http.agentserver.bodies import RunCreate
+from agentlog.actors.http.agentserver.cronbook import CronBook
 from agentlog.actors.http.errors import ApiError
 from agentlog.actors.langgraph.compiled import ShapedGraph, interrupts_of
 from agentlog.actors.langgraph.types import interrupt_id
@@ -43,6 +44,7 @@ class AgentServer:
         self.notes: dict[str, RunNote] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
         self._long_term: BaseStore | None = None
+        self.crons = CronBook(rt)
 
     def long_term(self) -> BaseStore:
         """The long-term store the graphs were compiled with (the first graph's that has
