@@ -5,6 +5,7 @@ agentlog's own shapes stay under /log."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -234,3 +235,22 @@ async def test_a_cron_fires_each_utc_slot_once(
         ("store_item_deleted", "ann"),
     ]
     assert (await runtime.store.verify("__store__/crons")).ok
+
+
+async def test_a_cron_of_no_thread_runs_on_a_thread_of_its_own_then_deletes_it(
+    served: tuple[httpx.AsyncClient, AgentRuntime],
+) -> None:
+    http, runtime = served
+    book = runtime.agentserver.crons  # type: ignore[attr-defined]
+    made = await http.post(
+        "/runs/crons", json={"assistant_id": "chat", "schedule": "0 9 * * *", "input": USER}
+    )
+    assert made.json()["thread_id"] is None and made.json()["on_run_completed"] == "delete"
+    before = set(await runtime.store.threads())
+    NOW[0] += 60
+    assert await book.fire_due() == 1
+    await asyncio.gather(*book.pending)
+    (own,) = set(await runtime.store.threads()) - before - {"__runtime__"}
+    kinds = [r.kind async for r in runtime.store.read(own)]
+    assert "run_completed" in kinds and kinds[-1] == "thread_hidden"
+    assert (await http.get(f"/threads/{own}")).status_code == 404

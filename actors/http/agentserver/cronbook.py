@@ -5,7 +5,8 @@ Agent Server reads a cron made over its API), fired by the server while it runs.
 
 A slot fires one run through the runtime, with an idempotency key naming the cron and the
 slot, so two servers on one log, or a restart, never fire a slot twice. A cron on a thread
-runs there; one without a thread runs each slot on a new thread of its own. Slots missed
+runs there; one without a thread runs each slot on a new thread of its own, deleted (hidden)
+when the run ends unless the cron says `on_run_completed="keep"`. Slots missed
 while no server ran are not caught up: a cron goes on from the next slot.
 """
 
@@ -21,7 +22,7 @@ from agentlog.actors.engine.longterm import LogStore
 from agentlog.actors.engine.threads import STORE_THREAD
 from agentlog.actors.http.agentserver import wire
 from agentlog.actors.http.errors import ApiError
-from agentlog.actors.runtime.facade import RuntimeFacade
+from agentlog.actors.runtime.facade import RuntimeFacade, TriggerState
 from agentlog.actors.runtime.spec import EntryPoint, RegistrationError
 from agentlog.actors.runtime.timers import Schedule
 
@@ -53,6 +54,8 @@ class CronBook:
         self.last: dict[str, float] = {}
         """Cron id -> the slot it fired last (or was made at): later slots are due."""
         self.task: asyncio.Task[None] | None = None
+        self.pending: set[asyncio.Task[None]] = set()
+        """The deletions of cron runs' own threads, waiting for their runs to end."""
 
     # ---- the book ----------------------------------------------------------------------
 
@@ -121,13 +124,29 @@ class CronBook:
             multitask_strategy=payload.get("multitask_strategy"),
             correlation_id=None,
         )
+        if cron["thread_id"] is None and cron.get("on_run_completed") == "delete":
+            task = asyncio.ensure_future(self._delete_after(trigger, cron["cron_id"]))
+            self.pending.add(task)
+            task.add_done_callback(self.pending.discard)
         return trigger.id
+
+    async def _delete_after(self, trigger: TriggerState, cron_id: str) -> None:
+        """Delete (hide) a cron run's own thread once the run ends, as `on_run_completed`
+        says."""
+        with contextlib.suppress(Exception):
+            await self.rt.wait_for(trigger.id, timeout=24 * 3600)
+        accepted = trigger.accepted
+        await self.rt.hide_thread(
+            accepted.thread_id, accepted.graph_id, by=f"cron:{cron_id}", reason="cron run ended"
+        )
 
     def start(self) -> None:
         if self.task is None:
             self.task = asyncio.ensure_future(self._loop())
 
     async def stop(self) -> None:
+        for waiting in list(self.pending):
+            waiting.cancel()
         task, self.task = self.task, None
         if task is not None:
             task.cancel()
