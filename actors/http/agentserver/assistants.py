@@ -11,7 +11,7 @@ from pydantic import TypeAdapter
 
 from agentlog.actors.engine.subgraph import SubgraphNode
 from agentlog.actors.http.access import Who
-from agentlog.actors.http.agentserver.access import Server
+from agentlog.actors.http.agentserver.access import ERRORS, Server
 from agentlog.actors.http.agentserver.bodies import (
     AssistantCount,
     AssistantSearch,
@@ -24,7 +24,7 @@ from agentlog.actors.langgraph.compiled import ShapedGraph
 from agentlog.actors.runtime.spec import EntryPoint
 from agentlog.events.verify_export import same
 
-router = APIRouter(tags=["assistants"])
+router = APIRouter(tags=["assistants"], responses=ERRORS)
 
 
 def found(srv: AgentServer, who: Principal, assistant_id: str) -> EntryPoint:

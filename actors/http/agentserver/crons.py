@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentlog.actors.http.access import Who
 from agentlog.actors.http.agentserver import wire
-from agentlog.actors.http.agentserver.access import Server, located
+from agentlog.actors.http.agentserver.access import ERRORS, Server, located
 from agentlog.actors.http.agentserver.bodies import RunCreate
 from agentlog.actors.http.agentserver.cronbook import UTC_NAMES
 from agentlog.actors.http.agentserver.facade import AgentServer
@@ -21,7 +21,7 @@ from agentlog.actors.http.errors import ApiError
 from agentlog.actors.http.tokens import Principal
 from agentlog.events.verify_export import same
 
-router = APIRouter(tags=["crons"])
+router = APIRouter(tags=["crons"], responses=ERRORS)
 INTERNAL = ("graph_id", "end_before")
 """What the book keeps of a cron that the wire does not show."""
 

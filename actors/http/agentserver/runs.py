@@ -16,7 +16,7 @@ from fastapi.responses import StreamingResponse
 from agentlog.actors.engine.command import Command
 from agentlog.actors.http.access import Who, check_new_thread_id, check_thread_id
 from agentlog.actors.http.agentserver import wire
-from agentlog.actors.http.agentserver.access import Server, located
+from agentlog.actors.http.agentserver.access import ERRORS, Server, located
 from agentlog.actors.http.agentserver.bodies import RunCreate
 from agentlog.actors.http.agentserver.facade import INTERRUPT, AgentServer
 from agentlog.actors.http.agentserver.streaming import run_events
@@ -27,7 +27,7 @@ from agentlog.actors.runtime.facade import TriggerState
 from agentlog.actors.runtime.rollback import roll_back
 from agentlog.events import ThreadNotFoundError
 
-router = APIRouter(tags=["runs"])
+router = APIRouter(tags=["runs"], responses=ERRORS)
 StreamModes = Annotated[list[str] | None, Query(description="the modes to stream")]
 """A joined stream's modes (default: those its run was created with)."""
 

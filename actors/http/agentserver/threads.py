@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query, Response
 
 from agentlog.actors.http.access import Who, check_new_thread_id
 from agentlog.actors.http.agentserver import wire
-from agentlog.actors.http.agentserver.access import Server, located
+from agentlog.actors.http.agentserver.access import ERRORS, Server, located
 from agentlog.actors.http.agentserver.bodies import (
     CheckpointRef,
     HistoryQuery,
@@ -28,7 +28,7 @@ from agentlog.actors.langgraph.compiled import ShapedGraph
 from agentlog.actors.runtime.facade import hidden
 from agentlog.events.verify_export import same
 
-router = APIRouter(tags=["threads"])
+router = APIRouter(tags=["threads"], responses=ERRORS)
 
 
 @router.post("/threads", summary="Create a thread")
