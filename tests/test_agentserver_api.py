@@ -254,3 +254,20 @@ async def test_a_cron_of_no_thread_runs_on_a_thread_of_its_own_then_deletes_it(
     kinds = [r.kind async for r in runtime.store.read(own)]
     assert "run_completed" in kinds and kinds[-1] == "thread_hidden"
     assert (await http.get(f"/threads/{own}")).status_code == 404
+
+
+async def test_metadata_set_on_a_thread_is_recorded_and_found(
+    served: tuple[httpx.AsyncClient, AgentRuntime],
+) -> None:
+    http, runtime = served
+    thread = (await http.post("/threads", json={"metadata": {"user": "ann"}})).json()
+    patched = await http.patch(
+        f"/threads/{thread['thread_id']}", json={"metadata": {"topic": "refunds"}}
+    )
+    assert patched.json()["metadata"] == {"user": "ann", "topic": "refunds"}
+    await http.patch(f"/threads/{thread['thread_id']}", json={"metadata": {"topic": "returns"}})
+    found = await http.post("/threads/search", json={"metadata": {"topic": "returns"}})
+    assert [t["thread_id"] for t in found.json()] == [thread["thread_id"]]
+    records = [r async for r in runtime.store.read("__store__/threads")]
+    assert [(r.kind, r.actor) for r in records] == [("store_item_put", "ann")] * 2
+    assert (await http.patch("/threads/nobody", json={"metadata": {}})).status_code == 404

@@ -31,7 +31,6 @@ PROGRAM = ROOT / "tests" / "agentserver" / "sdk_program.py"
 JS = ROOT / "tests" / "agentserver" / "js"
 APP = "tests.agentserver.app:build"
 NOT_SERVED = {
-    "threads.update(metadata)",
     "runs.delete",
 }
 """The SDK calls of the program this server does not answer yet."""

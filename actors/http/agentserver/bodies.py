@@ -38,6 +38,11 @@ class ThreadCreate(Body):
     ttl: dict[str, Any] | int | None = None
 
 
+class ThreadPatch(Body):
+    metadata: dict[str, Any] | None = None
+    ttl: dict[str, Any] | int | None = None
+
+
 class ThreadSearch(Body):
     metadata: dict[str, Any] | None = None
     values: dict[str, Any] | None = None

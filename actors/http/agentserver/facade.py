@@ -11,6 +11,7 @@ from typing import Any
 
 from agentlog.actors.engine.compiled import CompiledGraph
 from agentlog.actors.engine.longterm import BaseStore, LogStore
+from agentlog.actors.engine.threads import STORE_THREAD
 from agentlog.actors.http.agentserver import wire
 from agentlog.actors.http.agentserver.bodies import RunCreate
 from agentlog.actors.http.agentserver.cronbook import CronBook
@@ -24,6 +25,10 @@ from agentlog.projections import END, AgentState, present
 from agentlog.projections.edge import to_builtins
 
 INTERRUPT = "__interrupt__"
+THREADS_THREAD = STORE_THREAD + "/threads"
+"""Where the metadata a thread is given after its creation is kept (one of the runtime's
+own threads): an item per thread, each change a record naming its token."""
+THREAD_METADATA = ("threads",)
 NOTES_KEPT = 10_000
 """How many runs' request notes a server keeps."""
 
@@ -45,6 +50,8 @@ class AgentServer:
         self.tasks: set[asyncio.Task[Any]] = set()
         self._long_term: BaseStore | None = None
         self.crons = CronBook(rt)
+        self.thread_notes = LogStore(rt.runtime.store, thread=THREADS_THREAD)
+        """Metadata set on threads after their creation (`PATCH /threads/{id}`), as records."""
 
     def long_term(self) -> BaseStore:
         """The long-term store the graphs were compiled with (the first graph's that has
@@ -264,7 +271,7 @@ class AgentServer:
         busy = bool(self.rt.runs_holding(thread_id))
         status = state.execution_meta.status if state is not None else "idle"
         pending = self.interrupts(graph_id, state, thread_id) if state is not None else []
-        metadata = dict(created_metadata(state)) if state is not None else {}
+        metadata = await self.metadata_of(thread_id, state)
         if graph_id is not None:
             metadata.setdefault("graph_id", graph_id)
         return {
@@ -278,6 +285,18 @@ class AgentServer:
             "config": {},
             "error": None,
         }
+
+    async def metadata_of(self, thread_id: str, state: AgentState | None) -> dict[str, Any]:
+        """The thread's metadata: what it was created with, and what was set on it since."""
+        metadata = dict(created_metadata(state)) if state is not None else {}
+        item = await self.thread_notes.aget(THREAD_METADATA, thread_id)
+        return metadata | dict(item.value) if item is not None else metadata
+
+    async def set_metadata(self, thread_id: str, metadata: dict[str, Any], *, by: str) -> None:
+        """Merge `metadata` into what was set on the thread since its creation (recorded)."""
+        item = await self.thread_notes.aget(THREAD_METADATA, thread_id)
+        merged = (dict(item.value) if item is not None else {}) | wire.jsonable(metadata)
+        await self.thread_notes.aput(THREAD_METADATA, thread_id, merged, by=by)
 
     # ---- assistants ------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from agentlog.actors.http.agentserver.bodies import (
     ThreadCopy,
     ThreadCount,
     ThreadCreate,
+    ThreadPatch,
     ThreadSearch,
 )
 from agentlog.actors.http.agentserver.facade import AgentServer
@@ -73,6 +74,18 @@ async def get_thread(
     thread_id: str, who: Principal = Who, srv: AgentServer = Server
 ) -> dict[str, Any]:
     graph, state = await located(srv, thread_id, who, "read")
+    return await srv.thread(thread_id, graph, state)
+
+
+@router.patch("/threads/{thread_id}", summary="Set metadata on a thread (recorded)")
+async def patch_thread(
+    thread_id: str, body: ThreadPatch, who: Principal = Who, srv: AgentServer = Server
+) -> dict[str, Any]:
+    graph, state = await located(srv, thread_id, who, "edit")
+    if body.ttl:
+        raise ApiError(422, "unsupported", "ttl is not carried out yet: leave it out")
+    if body.metadata:
+        await srv.set_metadata(thread_id, body.metadata, by=who.name)
     return await srv.thread(thread_id, graph, state)
 
 
