@@ -271,3 +271,27 @@ async def test_metadata_set_on_a_thread_is_recorded_and_found(
     records = [r async for r in runtime.store.read("__store__/threads")]
     assert [(r.kind, r.actor) for r in records] == [("store_item_put", "ann")] * 2
     assert (await http.patch("/threads/nobody", json={"metadata": {}})).status_code == 404
+
+
+async def test_a_run_is_never_deleted_and_its_stream_can_be_joined_again(
+    served: tuple[httpx.AsyncClient, AgentRuntime],
+) -> None:
+    http, _ = served
+    thread = (await http.post("/threads", json={})).json()["thread_id"]
+    run = (
+        await http.post(f"/threads/{thread}/runs", json={"assistant_id": "chat", "input": USER})
+    ).json()
+    await http.get(f"/threads/{thread}/runs/{run['run_id']}/join")
+    refused = await http.delete(f"/threads/{thread}/runs/{run['run_id']}")
+    assert refused.status_code == 409 and "only grows" in refused.text
+    for path in (f"/threads/{thread}/stream", f"/threads/{thread}/runs/{run['run_id']}/stream"):
+        async with http.stream("GET", path, params={"stream_mode": "updates"}) as answer:
+            text = "".join([chunk async for chunk in answer.aiter_text()])
+        names = [
+            line.removeprefix("event: ") for line in text.splitlines() if line.startswith("event: ")
+        ]
+        assert names == ["metadata", "updates", "end"], (path, names)
+    late = await http.get(
+        f"/threads/{thread}/runs/{run['run_id']}/stream", headers={"last-event-id": "x"}
+    )
+    assert late.status_code == 400

@@ -7,7 +7,7 @@ LangGraph's JavaScript SDK (from the npm registry, run by Node) creates a thread
 run in `messages-tuple` and `values` modes, and resumes an interrupt.
 
 The program prints one line per call; this test holds the counts to the floor below, and
-names every call that must work (the ones left out are the endpoints not served yet)."""
+names every call that must work (the one left out is refused by design)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ APP = "tests.agentserver.app:build"
 NOT_SERVED = {
     "runs.delete",
 }
-"""The SDK calls of the program this server does not answer yet."""
+"""The SDK calls of the program this server refuses: a run is never deleted (409), since a
+log only grows."""
 
 
 @pytest.fixture(scope="module")

@@ -322,3 +322,16 @@ async def cancel(
         app = srv.app(trigger.accepted.graph_id)
         await roll_back(app, thread_id, now.first_seq, by=who.name, reason="cancel (rollback)")
     return Response(status_code=202 if not wait else 200)
+
+
+@router.delete("/threads/{thread_id}/runs/{run_id}", summary="Deleting a run: refused (409)")
+async def delete_run(
+    thread_id: str, run_id: str, who: Principal = Who, srv: AgentServer = Server
+) -> Response:
+    await found(srv, thread_id, run_id, who)
+    raise ApiError(
+        409,
+        "conflict",
+        f"run {run_id!r} stays in the log: a log only grows, so a run is never deleted; "
+        "delete the thread (DELETE /threads/{thread_id} hides it), or cancel a running run",
+    )
