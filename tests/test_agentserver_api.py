@@ -279,9 +279,20 @@ async def test_a_run_is_never_deleted_and_its_stream_can_be_joined_again(
     http, _ = served
     thread = (await http.post("/threads", json={})).json()["thread_id"]
     run = (
-        await http.post(f"/threads/{thread}/runs", json={"assistant_id": "chat", "input": USER})
+        await http.post(
+            f"/threads/{thread}/runs",
+            json={
+                "assistant_id": "chat",
+                "input": USER,
+                "metadata": {"ticket": 7},
+                "multitask_strategy": "enqueue",
+            },
+        )
     ).json()
     await http.get(f"/threads/{thread}/runs/{run['run_id']}/join")
+    shown = (await http.get(f"/threads/{thread}/runs/{run['run_id']}")).json()
+    assert shown["status"] == "success" and shown["metadata"] == {"ticket": 7}
+    assert shown["kwargs"]["input"] == USER and shown["multitask_strategy"] == "enqueue"
     refused = await http.delete(f"/threads/{thread}/runs/{run['run_id']}")
     assert refused.status_code == 409 and "only grows" in refused.text
     for path in (f"/threads/{thread}/stream", f"/threads/{thread}/runs/{run['run_id']}/stream"):

@@ -38,6 +38,8 @@ class RunNote:
     metadata: Any
     multitask_strategy: str
     modes: list[str]
+    kwargs: dict[str, Any]
+    """What the request asked for (`Run.kwargs`): its input or command, config, modes."""
 
 
 class AgentServer:
@@ -71,6 +73,15 @@ class AgentServer:
             metadata=wire.jsonable(body.metadata or {}),
             multitask_strategy=body.multitask_strategy or "reject",
             modes=body.modes(),
+            kwargs=wire.jsonable(
+                {
+                    "input": body.input,
+                    "command": body.command.model_dump() if body.command else None,
+                    "config": body.config or {},
+                    "stream_mode": body.modes(),
+                    "stream_subgraphs": bool(body.stream_subgraphs),
+                }
+            ),
         )
         while len(self.notes) > NOTES_KEPT:
             del self.notes[next(iter(self.notes))]
@@ -102,7 +113,7 @@ class AgentServer:
             ),
             "metadata": note.metadata if note is not None else {},
             "multitask_strategy": note.multitask_strategy if note is not None else "reject",
-            "kwargs": {},
+            "kwargs": note.kwargs if note is not None else {},
         }
 
     # ---- graphs ----------------------------------------------------------------------
