@@ -101,6 +101,13 @@ async def graph_of(rt: RuntimeFacade, thread_id: str) -> str:
         if not await rt.has_records(thread_id):
             raise ThreadNotFoundError(thread_id)
         graph = await rt.graph_of(thread_id)
+        if graph is None and await rt.runtime.store.last_seq(thread_id) == 1:
+            raise ApiError(
+                409,
+                "conflict",
+                f"thread {thread_id!r} was created with no graph and has not run yet: its "
+                "first run names its graph (GET /threads/{thread_id} shows it meanwhile)",
+            )
     if graph is None or not rt.has_graph(graph):
         raise ApiError(404, "not_found", f"thread {thread_id!r} runs no graph this server has")
     return graph
