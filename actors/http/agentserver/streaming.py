@@ -5,7 +5,8 @@ they commit, `error` if it failed, and `end` last.
 The parts come from the log through the engine's own projection (`ModeProjection`), the one
 `astream` uses, fed record by record with the thread's fold; what is not in the log is not in
 a server run's stream: what a node's `get_stream_writer()` writes (`custom`) and a model's
-token deltas (`messages/partial`). Modes map to the engine's as `ENGINE_MODES` says; the
+token deltas (`messages/partial`), nor a subgraph node's own parts (its run is on a thread
+of its own). Modes map to the engine's as `ENGINE_MODES` says; the
 `events` mode shows each task's start and end as `on_chain_start` / `on_chain_end`.
 """
 
