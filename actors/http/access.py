@@ -101,7 +101,7 @@ async def graph_of(rt: RuntimeFacade, thread_id: str) -> str:
         if not await rt.has_records(thread_id):
             raise ThreadNotFoundError(thread_id)
         graph = await rt.graph_of(thread_id)
-        if graph is None and await rt.runtime.store.last_seq(thread_id) == 1:
+        if graph is None and await rt.head(thread_id) == 1:
             raise ApiError(
                 409,
                 "conflict",

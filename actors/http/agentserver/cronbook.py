@@ -18,16 +18,14 @@ import logging
 import uuid
 from typing import Any
 
-from agentlog.actors.engine.longterm import LogStore
-from agentlog.actors.engine.threads import STORE_THREAD
 from agentlog.actors.http.agentserver import wire
 from agentlog.actors.http.errors import ApiError
 from agentlog.actors.runtime.facade import RuntimeFacade, TriggerState
 from agentlog.actors.runtime.spec import EntryPoint, RegistrationError
 from agentlog.actors.runtime.timers import Schedule
 
-CRONS_THREAD = STORE_THREAD + "/crons"
-"""The thread the crons' store keeps them on (one of the runtime's own threads)."""
+CRONS_STORE = "crons"
+"""The runtime's own store the crons are kept in (thread `__store__/crons`)."""
 NAMESPACE = ("crons",)
 TICK_S = 1.0
 """How often the server looks for due slots."""
@@ -50,7 +48,7 @@ class CronBook:
 
     def __init__(self, rt: RuntimeFacade) -> None:
         self.rt = rt
-        self.store = LogStore(rt.runtime.store, thread=CRONS_THREAD)
+        self.store = rt.own_store(CRONS_STORE)
         self.last: dict[str, float] = {}
         """Cron id -> the slot it fired last (or was made at): later slots are due."""
         self.task: asyncio.Task[None] | None = None

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentlog.actors.engine.compiled import CompiledGraph
-from agentlog.actors.engine.longterm import BaseStore, LogStore
-from agentlog.actors.engine.threads import STORE_THREAD
+from agentlog.actors.engine.longterm import BaseStore
 from agentlog.actors.http.agentserver import wire
 from agentlog.actors.http.agentserver.bodies import RunCreate
 from agentlog.actors.http.agentserver.cronbook import CronBook
@@ -25,9 +24,9 @@ from agentlog.projections import END, AgentState, present
 from agentlog.projections.edge import to_builtins
 
 INTERRUPT = "__interrupt__"
-THREADS_THREAD = STORE_THREAD + "/threads"
-"""Where the metadata a thread is given after its creation is kept (one of the runtime's
-own threads): an item per thread, each change a record naming its token."""
+THREADS_STORE = "threads"
+"""The runtime's own store (`__store__/threads`) keeping the metadata a thread is given after
+its creation: an item per thread, each change a record naming its token."""
 THREAD_METADATA = ("threads",)
 NOTES_KEPT = 10_000
 """How many runs' request notes a server keeps."""
@@ -52,7 +51,7 @@ class AgentServer:
         self.tasks: set[asyncio.Task[Any]] = set()
         self._long_term: BaseStore | None = None
         self.crons = CronBook(rt)
-        self.thread_notes = LogStore(rt.runtime.store, thread=THREADS_THREAD)
+        self.thread_notes = rt.own_store(THREADS_STORE)
         """Metadata set on threads after their creation (`PATCH /threads/{id}`), as records."""
 
     def long_term(self) -> BaseStore:
@@ -61,7 +60,7 @@ class AgentServer:
         if self._long_term is None:
             stores = (self.app(g).long_term_store for g in self.rt.graph_ids())
             found = next((s for s in stores if s is not None), None)
-            self._long_term = found or LogStore(self.rt.runtime.store)
+            self._long_term = found or self.rt.own_store()
         return self._long_term
 
     # ---- runs ------------------------------------------------------------------------
@@ -119,8 +118,7 @@ class AgentServer:
     # ---- graphs ----------------------------------------------------------------------
 
     def app(self, graph_id: str) -> CompiledGraph[Any]:
-        app: CompiledGraph[Any] = self.rt.runtime.graphs[graph_id].app
-        return app
+        return self.rt.compiled(graph_id)
 
     def values(self, graph_id: str | None, state: AgentState | None) -> dict[str, Any]:
         """The state's values as the graph's LangGraph program sees them; a graph of
@@ -155,9 +153,8 @@ class AgentServer:
 
     async def record_at(self, thread_id: str, seq: int) -> tuple[str, float] | None:
         """The chain hash and time of the thread's record `seq`."""
-        async for record in self.rt.runtime.store.read(thread_id, seq, seq):
-            return record.hash, record.at
-        return None
+        record = await self.rt.record_at(thread_id, seq)
+        return None if record is None else (record.hash, record.at)
 
     async def checkpoint_id(self, thread_id: str, seq: int) -> str | None:
         found = await self.record_at(thread_id, seq) if seq > 0 else None
@@ -180,7 +177,7 @@ class AgentServer:
         return seq
 
     async def head(self, thread_id: str) -> int:
-        return await self.rt.runtime.store.last_seq(thread_id)
+        return await self.rt.head(thread_id)
 
     # ---- states ----------------------------------------------------------------------
 

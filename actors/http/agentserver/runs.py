@@ -24,7 +24,6 @@ from agentlog.actors.http.bodies import WaitTimeout
 from agentlog.actors.http.errors import ApiError
 from agentlog.actors.http.tokens import Principal
 from agentlog.actors.runtime.facade import TriggerState
-from agentlog.actors.runtime.rollback import roll_back
 from agentlog.events import ThreadNotFoundError
 
 router = APIRouter(tags=["runs"], responses=ERRORS)
@@ -319,8 +318,13 @@ async def cancel(
         await srv.rt.cancel(thread_id, actor=who.name, reason=f"cancel ({action})")
     now = srv.rt.run_now(trigger)
     if action == "rollback" and now.first_seq is not None:
-        app = srv.app(trigger.accepted.graph_id)
-        await roll_back(app, thread_id, now.first_seq, by=who.name, reason="cancel (rollback)")
+        await srv.rt.roll_back(
+            thread_id,
+            trigger.accepted.graph_id,
+            now.first_seq,
+            by=who.name,
+            reason="cancel (rollback)",
+        )
     return Response(status_code=202 if not wait else 200)
 
 
