@@ -103,10 +103,11 @@ async def graph_of(rt: RuntimeFacade, thread_id: str) -> str:
         graph = await rt.graph_of(thread_id)
         if graph is None and await rt.head(thread_id) == 1:
             raise ApiError(
-                409,
-                "conflict",
-                f"thread {thread_id!r} was created with no graph and has not run yet: its "
-                "first run names its graph (GET /threads/{thread_id} shows it meanwhile)",
+                404,
+                "not_found",
+                f"thread {thread_id!r} was created with no graph and has not run yet: it has "
+                "no state here until its first run names its graph (GET /threads/{thread_id} "
+                "shows it meanwhile)",
             )
     if graph is None or not rt.has_graph(graph):
         raise ApiError(404, "not_found", f"thread {thread_id!r} runs no graph this server has")
