@@ -86,6 +86,10 @@ async def graph_of_thread(
         event = record.event
         if isinstance(event, ThreadCreated):
             found = event.graph_id
+            if found is None:  # created with no graph: its first run names it
+                async for second in store.read(thread_id, 2, 2):
+                    if isinstance(second.event, RunStarted) and second.event.graph:
+                        found = by_name(second.event.graph)
         elif isinstance(event, RunStarted) and event.graph:
             found = by_name(event.graph)
         elif isinstance(event, Forked):

@@ -641,7 +641,7 @@ class AgentRuntime(Watching):
         graph = self.ledger.graph_of.get(thread_id)
         if graph is None and await self.store.last_seq(thread_id) > 0:
             graph = await self.listeners.graph_of_thread(thread_id)
-            if graph is None:
+            if graph is None and await self.store.last_seq(thread_id) > 1:  # 1: made, no graph
                 raise RegistrationError(
                     f"thread {thread_id!r} holds a run of no graph this runtime has: "
                     "start a new thread"
