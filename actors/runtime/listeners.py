@@ -10,49 +10,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
+from agentlog.actors.runtime.inputs import event_payload, made_input, timer_payload
 from agentlog.actors.runtime.spec import EntryPoint
 from agentlog.events import EventRecord, EventStore
 from agentlog.events.follow import commit_signal, follow
 from agentlog.events.kinds import Forked, RunStarted, ThreadCreated
-from agentlog.projections import Message
 from agentlog.projections.edge import to_builtins
 
 if TYPE_CHECKING:
     from agentlog.actors.runtime.runtime import AgentRuntime
+    from agentlog.projections.state import AgentState
 
 _log = logging.getLogger("agentlog.runtime")
 
 TIMER_TICK_S = 1.0
 """The longest a timer waits before looking at the clock again (a fake clock moves too)."""
-PAYLOAD_CHARS = 2_000
-"""How much of a record's payload the default event input quotes."""
 
 
-def event_input(record: EventRecord) -> dict[str, Any]:
-    """The default input of an event-triggered run: a user message holding the record."""
-    payload = json.dumps(msgspec.to_builtins(record.event), default=str)[:PAYLOAD_CHARS]
-    text = (
-        f"event {record.kind} on thread {record.thread_id} (seq {record.seq}, position "
-        f"{record.position}): {payload}"
-    )
-    return {"messages": [to_builtins(Message.text_message(text, role="user"))]}
+def event_input(record: EventRecord, graph_id: str | None = None) -> dict[str, Any]:
+    """What an event-triggered run receives before it is mapped into the state (hive's
+    `{"event": event.to_dict()}`); `graph_id`: the graph the record's thread runs."""
+    return {"event": event_payload(record, graph_id)}
 
 
 def timer_input(entry: EntryPoint, slot: float, missed: int) -> dict[str, Any]:
-    """The input of a timer-triggered run: a user message naming the slot."""
-    when = datetime.fromtimestamp(slot, UTC).isoformat()
-    text = f"timer {entry.id} fired for the slot at {when}"
-    if missed:
-        text += f" (standing for {missed} earlier slot(s) missed while no runtime ran)"
-    return {"messages": [to_builtins(Message.text_message(text, role="user"))]}
+    """What a timer-triggered run receives before it is mapped into the state (hive's
+    `{"event": {"source": "timer", "reason": "scheduled"}}`, with its slot)."""
+    return {"event": timer_payload(entry, slot, missed)}
 
 
 GRAPHS_KEPT = 100_000
@@ -180,10 +168,11 @@ class Listeners:
 
     async def _answer(self, entry: EntryPoint, record: EventRecord) -> None:
         if await self._matches(entry, record):
-            made = entry.input_from(record) if entry.input_from else event_input(record)
+            graph = await self.graph_of_thread(record.thread_id)  # cached by the match
+            made = entry.input_from(record) if entry.input_from else event_input(record, graph)
             await self.runtime.accept(
                 entry,
-                to_builtins(made),
+                to_builtins(made_input(entry, made, self._state_cls(entry))),
                 cause="event",
                 source_position=record.position,
                 by=f"event:{record.kind}",
@@ -251,10 +240,15 @@ class Listeners:
                     fired += 1
             return fired
 
+    def _state_cls(self, entry: EntryPoint) -> type[AgentState]:
+        return self.runtime.graphs[entry.graph_id].app.graph.state_cls
+
     async def _fire(self, entry: EntryPoint, slot: float, missed: int) -> None:
+        fired = timer_input(entry, slot, missed)
+        made = entry.input_from(fired) if entry.input_from else fired
         await self.runtime.accept(
             entry,
-            timer_input(entry, slot, missed),
+            to_builtins(made_input(entry, made, self._state_cls(entry))),
             cause="timer",
             slot=slot,
             missed=missed,

@@ -26,6 +26,7 @@ from agentlog.actors.engine.results import ResponseGranularity, run_result
 from agentlog.actors.runtime.dispatch import Dispatcher
 from agentlog.actors.runtime.facts import Facts
 from agentlog.actors.runtime.goals import Goal
+from agentlog.actors.runtime.inputs import recordable_input
 from agentlog.actors.runtime.journal import RuntimeJournal
 from agentlog.actors.runtime.keys import request_digest
 from agentlog.actors.runtime.ledger import WORKER_PREFIX, Ledger, TriggerState
@@ -34,7 +35,6 @@ from agentlog.actors.runtime.spec import (
     MULTITASK_STRATEGIES,
     EntryPoint,
     IdempotencyKeyMismatchError,
-    InvalidTriggerInputError,
     MultitaskStrategy,
     RegistrationError,
     RetryPolicy,
@@ -482,11 +482,10 @@ class AgentRuntime(Watching):
             raise RegistrationError(
                 f"multitask_strategy is one of {', '.join(MULTITASK_STRATEGIES)}, got {strategy!r}"
             )
-        recordable = _recordable(input, resume)
-        if not resume and input is not None and entry.graph_id in self.graphs:
-            from agentlog.actors.engine.steps import check_input_fields
-
-            check_input_fields(self.graphs[entry.graph_id].app.graph.state_cls, recordable)
+        graph = self.graphs.get(entry.graph_id)
+        recordable = recordable_input(
+            entry, input, resume, graph.app.graph.state_cls if graph else None
+        )
         self._check_started()  # again: the runtime may have stopped during the reads above
         busy = thread_id is not None and self._busy(thread_id)
         if busy and strategy == "reject":
@@ -1147,22 +1146,6 @@ def create_agent_runtime(
     for entry in entry_points:
         runtime.register_entry_point(entry)
     return runtime
-
-
-def _recordable(input: Any, resume: bool) -> Any:
-    """The input as the builtins the trigger records; refused (typed, nothing written) when
-    it is no input a run takes or cannot be recorded."""
-    from agentlog.actors.engine.steps import checked_input
-
-    if not resume:
-        checked_input(input)
-    try:
-        return to_builtins(input)
-    except (TypeError, ValueError) as exc:
-        raise InvalidTriggerInputError(
-            f"a trigger's input is recorded in the log: {type(input).__name__} cannot be "
-            f"({exc}); send text, messages or a dict of plain values"
-        ) from exc
 
 
 def _check_timeout(timeout: float | None) -> None:

@@ -7,10 +7,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from pydantic import BaseModel
+
 from agentlog.actors.engine.retry import RetryPolicy as NodeRetryPolicy
 from agentlog.actors.engine.threads import RUNTIME_THREAD, internal_thread
 from agentlog.actors.engine.threads import SHARED_THREAD_PREFIX as SHARED_THREAD_PREFIX
-from agentlog.events import EventRecord
 from agentlog.events.errors import AgentlogError
 from agentlog.events.kinds import KINDS, RUNTIME_KINDS
 from agentlog.projections import IllegalTransitionError
@@ -125,7 +126,9 @@ class EntryPoint:
     thread_id: str | None = None
     node: str | None = None
     include_own: bool = False
-    input_from: Callable[[EventRecord], Any] | None = None
+    input_from: Callable[[Any], Any] | None = None
+    """An event run's input from the record it answers (input_from(record)); a timer run's
+    from hive's {"event": {"source": "timer", ...}} (input_from(fired))."""
     interval_s: float | None = None
     cron: str | None = None
     run_immediately: bool = False
@@ -141,6 +144,10 @@ class EntryPoint:
     """State fields an event or timer run copies from the user's active thread (hive's
     primary session) into its own input; it never writes that thread."""
     name: str = field(default="")
+    input_schema: type[BaseModel] | None = None
+    """A pydantic model a trigger's input must fit (refused before anything is recorded
+    otherwise); its fields named like the state's are set, the rest reach the run as a user
+    message holding them as JSON, unless the model's `to_state()` maps them itself."""
 
     def check(self) -> None:
         """Refuse what is wrong with this entry point on its own (not against the graphs)."""
@@ -195,12 +202,20 @@ class EntryPoint:
             or self.node
             or self.thread_id is not None
             or self.include_own
-            or self.input_from is not None
+            or (self.input_from is not None and self.trigger != "timer")
         ):
             raise RegistrationError(
                 f"entry point {self.id!r}: kinds, from_graph, thread_id, node, include_own and "
                 "input_from say which events start runs and with what input: they belong to "
-                "trigger='event' (an api run names its thread in trigger(..., thread_id=...))"
+                "trigger='event' (input_from to a timer too; an api run names its thread in "
+                "trigger(..., thread_id=...))"
+            )
+        if self.input_schema is not None and not (
+            isinstance(self.input_schema, type) and issubclass(self.input_schema, BaseModel)
+        ):
+            raise RegistrationError(
+                f"entry point {self.id!r}: input_schema is a pydantic model class (class "
+                f"Query(BaseModel): query: str), got {self.input_schema!r}"
             )
         if self.multitask_strategy not in MULTITASK_STRATEGIES:
             raise RegistrationError(
