@@ -27,10 +27,13 @@ import msgspec
 from pydantic import BaseModel, ValidationError
 
 from agentlog.actors.runtime.spec import InvalidTriggerInputError
+from agentlog.events.errors import ThreadNotFoundError
 from agentlog.projections import Message
 from agentlog.projections.edge import to_builtins
+from agentlog.projections.messages import is_message_dict
 
 if TYPE_CHECKING:
+    from agentlog.actors.runtime.runtime import AgentRuntime
     from agentlog.actors.runtime.spec import EntryPoint
     from agentlog.events import EventRecord
     from agentlog.projections.state import AgentState
@@ -148,6 +151,45 @@ def recordable_input(
     if not resume and input is not None and state_cls is not None:
         check_input_fields(state_cls, recorded)
     return recorded
+
+
+async def with_session_keys(
+    runtime: AgentRuntime, entry: EntryPoint, thread_id: str, run_input: Any
+) -> Any:
+    """The run's input with `entry.input_keys` copied from the user's active thread (the
+    only thing read from it; nothing is written there). An active thread whose first run
+    is still queued has nothing to copy yet: the run goes on without (never retried)."""
+    active = runtime.active_thread
+    graph_id = runtime.ledger.graph_of.get(active) if active else None
+    if active is None or active == thread_id or graph_id not in runtime.graphs:
+        return run_input
+    try:
+        source = await runtime.graphs[graph_id].app.aget_state({"thread_id": active})
+    except ThreadNotFoundError:
+        return run_input
+    values = {
+        key: to_builtins(getattr(source, key))
+        for key in entry.input_keys
+        if key in type(source).model_fields
+    }
+    if not values:
+        return run_input
+    if isinstance(run_input, Mapping) and not is_message_dict(run_input):
+        return {**run_input, **values}
+    if run_input is None:
+        return values
+    messages = run_input if isinstance(run_input, list) else [run_input]
+    return {"messages": messages, **values}
+
+
+def primary_thread(runtime: AgentRuntime, entry: EntryPoint) -> str | None:
+    """The thread a run nobody typed joins: the user's active thread (hive's primary
+    session) when the entry point says `session="primary"` and that thread runs the entry
+    point's graph; else None (a thread of its own)."""
+    active = runtime.active_thread
+    if entry.session != "primary" or active is None:
+        return None
+    return active if runtime.ledger.graph_of.get(active) == entry.graph_id else None
 
 
 __all__ = [

@@ -14,7 +14,12 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from agentlog.actors.runtime.inputs import event_payload, made_input, timer_payload
+from agentlog.actors.runtime.inputs import (
+    event_payload,
+    made_input,
+    primary_thread,
+    timer_payload,
+)
 from agentlog.actors.runtime.spec import EntryPoint
 from agentlog.events import EventRecord, EventStore
 from agentlog.events.follow import commit_signal, follow
@@ -174,6 +179,7 @@ class Listeners:
                 entry,
                 to_builtins(made_input(entry, made, self._state_cls(entry))),
                 cause="event",
+                thread_id=primary_thread(self.runtime, entry),
                 source_position=record.position,
                 by=f"event:{record.kind}",
                 key=f"agentlog:event:{record.position}",  # workers answer a record once
@@ -250,6 +256,7 @@ class Listeners:
             entry,
             to_builtins(made_input(entry, made, self._state_cls(entry))),
             cause="timer",
+            thread_id=primary_thread(self.runtime, entry),
             slot=slot,
             missed=missed,
             by=f"timer:{entry.id}",

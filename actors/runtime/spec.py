@@ -26,6 +26,7 @@ MULTITASK_STRATEGIES: tuple[str, ...] = ("reject", "enqueue", "interrupt", "roll
 Isolation = Literal["isolated", "shared", "synchronized"]
 """What an entry point's runs may do with the runtime's shared keys (see `shared`)."""
 ISOLATIONS: tuple[str, ...] = ("isolated", "shared", "synchronized")
+Session = Literal["own", "primary"]
 TRIGGERS: tuple[str, ...] = ("api", "event", "timer", "webhook")
 WEBHOOK_SCHEMES: tuple[str, ...] = ("standard", "github")
 """Built-in webhook signature schemes: Standard Webhooks, and GitHub's X-Hub-Signature-256."""
@@ -144,6 +145,10 @@ class EntryPoint:
     """State fields an event or timer run copies from the user's active thread (hive's
     primary session) into its own input; it never writes that thread."""
     name: str = field(default="")
+    session: Session = "own"
+    """"primary": an event or timer run joins the user's active thread (hive's primary
+    session: memory, logs and rules the user typed are its own), queued behind the run
+    there; "own": a thread of its own (with `input_keys` copied in)."""
     input_schema: type[BaseModel] | None = None
     """A pydantic model a trigger's input must fit (refused before anything is recorded
     otherwise); its fields named like the state's are set, the rest reach the run as a user
@@ -234,6 +239,7 @@ class EntryPoint:
                 f"entry point {self.id!r}: input_keys is a list of state field names, got "
                 f"{self.input_keys!r}"
             )
+        self._check_session()
         if self.input_keys and self.trigger not in ("event", "timer"):
             raise RegistrationError(
                 f"entry point {self.id!r}: input_keys copy the active thread's state into "
@@ -259,6 +265,32 @@ class EntryPoint:
             raise RegistrationError(
                 f"entry point {self.id!r}: interval_s, cron and run_immediately belong to "
                 "trigger='timer'"
+            )
+
+    def _check_session(self) -> None:
+        if self.session not in ("own", "primary"):
+            raise RegistrationError(
+                f"entry point {self.id!r}: session is 'own' or 'primary', got {self.session!r}"
+            )
+        if self.session == "own":
+            return
+        if self.trigger not in ("event", "timer"):
+            raise RegistrationError(
+                f"entry point {self.id!r}: session='primary' puts runs nobody typed (event "
+                "and timer entry points) in the user's thread; an api run names its thread "
+                "in trigger(..., thread_id=...)"
+            )
+        if self.isolation == "isolated":
+            raise RegistrationError(
+                f"entry point {self.id!r}: a run in the user's session (session='primary') "
+                "writes to the user's thread, which an isolated run may not: register it "
+                "with isolation='shared' or 'synchronized', or keep session='own' and copy "
+                "what it needs with input_keys"
+            )
+        if self.input_keys:
+            raise RegistrationError(
+                f"entry point {self.id!r}: input_keys copy fields into a thread of its own; "
+                "with session='primary' the run reads the user's thread itself"
             )
 
     def _check_webhook(self) -> None:
