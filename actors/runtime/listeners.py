@@ -23,7 +23,7 @@ from agentlog.actors.runtime.inputs import (
 from agentlog.actors.runtime.spec import EntryPoint
 from agentlog.events import EventRecord, EventStore
 from agentlog.events.follow import commit_signal, follow
-from agentlog.events.kinds import Forked, RunStarted, ThreadCreated
+from agentlog.events.kinds import Forked, RunStarted, ThreadCreated, TriggerAccepted
 from agentlog.projections.edge import to_builtins
 
 if TYPE_CHECKING:
@@ -46,6 +46,36 @@ def timer_input(entry: EntryPoint, slot: float, missed: int) -> dict[str, Any]:
     """What a timer-triggered run receives before it is mapped into the state (hive's
     `{"event": {"source": "timer", "reason": "scheduled"}}`, with its slot)."""
     return {"event": timer_payload(entry, slot, missed)}
+
+
+def delivery_input(record: EventRecord) -> dict[str, Any]:
+    """What a run answering a webhook delivery receives before it is mapped into the state
+    (hive's `{"event": {"type": "webhook_received", ...}}`): the route, the delivery id and
+    the parsed body, as the delivery's acceptance records them."""
+    accepted = record.event
+    if not isinstance(accepted, TriggerAccepted):
+        raise TypeError(f"record {record.position} is no delivery: {record.kind}")
+    webhook: dict[str, Any] = {}
+    messages = accepted.input.get("messages") if isinstance(accepted.input, dict) else None
+    if isinstance(messages, list) and messages and isinstance(messages[0], dict):
+        found = (messages[0].get("metadata") or {}).get("webhook")
+        webhook = found if isinstance(found, dict) else {}
+    return {
+        "event": {
+            "type": "webhook_received",
+            "source_id": accepted.entry_point,
+            "delivery_id": accepted.idempotency_key,
+            "route": webhook.get("route"),
+            "body": webhook.get("body"),
+            "thread_id": accepted.thread_id,
+            "position": record.position,
+        }
+    }
+
+
+def _is_delivery(record: EventRecord) -> bool:
+    event = record.event
+    return isinstance(event, TriggerAccepted) and event.cause == "webhook"
 
 
 GRAPHS_KEPT = 100_000
@@ -156,12 +186,15 @@ class Listeners:
         self.settled = after
         async for record in follow(runtime.store, after=after):
             self._head = max(self._head, record.position)
-            if record.thread_id == runtime.config.runtime_thread:
+            delivery = record.thread_id == runtime.config.runtime_thread
+            if delivery and not _is_delivery(record):
                 self.settled = record.position
                 continue
             for entry in self._entries("event"):
                 if record.position <= runtime.ledger.answered.get(entry.id, 0):
                     continue
+                if delivery != (entry.webhook is not None):
+                    continue  # deliveries go to webhook listeners, runs' records to the rest
                 try:
                     await self._answer(entry, record)
                 except Exception as exc:  # one entry point's failure stops no other
@@ -172,6 +205,21 @@ class Listeners:
             self.settled = record.position
 
     async def _answer(self, entry: EntryPoint, record: EventRecord) -> None:
+        if entry.webhook is not None:
+            if isinstance(record.event, TriggerAccepted) and (
+                record.event.entry_point == entry.webhook
+            ):
+                made = entry.input_from(record) if entry.input_from else delivery_input(record)
+                await self.runtime.accept(
+                    entry,
+                    to_builtins(made_input(entry, made, self._state_cls(entry))),
+                    cause="event",
+                    thread_id=primary_thread(self.runtime, entry),
+                    source_position=record.position,
+                    by=f"webhook:{entry.webhook}",
+                    key=f"agentlog:event:{record.position}",
+                )
+            return
         if await self._matches(entry, record):
             graph = await self.graph_of_thread(record.thread_id)  # cached by the match
             made = entry.input_from(record) if entry.input_from else event_input(record, graph)

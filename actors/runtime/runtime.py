@@ -31,6 +31,7 @@ from agentlog.actors.runtime.journal import RuntimeJournal
 from agentlog.actors.runtime.keys import request_digest
 from agentlog.actors.runtime.ledger import WORKER_PREFIX, Ledger, TriggerState
 from agentlog.actors.runtime.listeners import Listeners
+from agentlog.actors.runtime.registry import check_against
 from agentlog.actors.runtime.spec import (
     MULTITASK_STRATEGIES,
     EntryPoint,
@@ -202,36 +203,7 @@ class AgentRuntime(Watching):
         if entry.id in self.entries:
             raise RegistrationError(f"entry point {entry.id!r} is registered already")
         graph = self._graph(entry.graph_id, f"entry point {entry.id!r}")
-        if entry.entry_node is not None and entry.entry_node not in graph.app.graph.nodes:
-            known = ", ".join(sorted(graph.app.graph.nodes))
-            raise RegistrationError(
-                f"entry point {entry.id!r}: {entry.entry_node!r} is not a node of graph "
-                f"{entry.graph_id!r} (nodes: {known})"
-            )
-        if entry.from_graph is not None and entry.from_graph not in self.graphs:
-            raise RegistrationError(
-                f"entry point {entry.id!r}: from_graph {entry.from_graph!r} is not a "
-                f"registered graph (graphs: {', '.join(self.graphs) or 'none'})"
-            )
-        if entry.from_graph == entry.graph_id and not entry.include_own:
-            raise RegistrationError(
-                f"entry point {entry.id!r} listens to its own graph {entry.graph_id!r}: set "
-                "include_own=True if runs should start runs of the same graph"
-            )
-        if entry.trigger == "webhook":
-            for other in self.entries.values():
-                if other.trigger == "webhook" and other.path == entry.path:
-                    raise RegistrationError(
-                        f"entry point {entry.id!r}: path {entry.path!r} is served by entry "
-                        f"point {other.id!r} already"
-                    )
-        fields = graph.app.graph.state_cls.model_fields
-        unknown = [k for k in entry.input_keys if k not in fields or k == "execution_meta"]
-        if unknown:
-            raise RegistrationError(
-                f"entry point {entry.id!r}: input_keys {unknown} are not fields of graph "
-                f"{entry.graph_id!r}'s state ({', '.join(sorted(fields))})"
-            )
+        check_against(self, entry, graph.app)
         schedule = Schedule.of(entry, self.clock()) if entry.trigger == "timer" else None
         if self.started and entry.trigger != "api":
             raise RegistrationError(

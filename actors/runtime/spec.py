@@ -145,6 +145,10 @@ class EntryPoint:
     """State fields an event or timer run copies from the user's active thread (hive's
     primary session) into its own input; it never writes that thread."""
     name: str = field(default="")
+    webhook: str | None = None
+    """An event entry point answering the deliveries of this webhook entry point (hive's
+    `webhook_received` events filtered by the route's `source_id`): each delivery is an
+    event every such entry point answers once, beside the webhook's own run."""
     session: Session = "own"
     """"primary": an event or timer run joins the user's active thread (hive's primary
     session: memory, logs and rules the user typed are its own), queued behind the run
@@ -179,6 +183,7 @@ class EntryPoint:
                 f"None, got {self.retry!r}"
             )
         if self.trigger == "event":
+            self._check_webhook_source()
             if isinstance(self.kinds, str | bytes):
                 raise RegistrationError(
                     f"entry point {self.id!r}: kinds is a list of event kinds, got "
@@ -207,13 +212,14 @@ class EntryPoint:
             or self.node
             or self.thread_id is not None
             or self.include_own
+            or self.webhook is not None
             or (self.input_from is not None and self.trigger != "timer")
         ):
             raise RegistrationError(
-                f"entry point {self.id!r}: kinds, from_graph, thread_id, node, include_own and "
-                "input_from say which events start runs and with what input: they belong to "
-                "trigger='event' (input_from to a timer too; an api run names its thread in "
-                "trigger(..., thread_id=...))"
+                f"entry point {self.id!r}: kinds, from_graph, thread_id, node, include_own, "
+                "webhook and input_from say which events start runs and with what input: "
+                "they belong to trigger='event' (input_from to a timer too; an api run names "
+                "its thread in trigger(..., thread_id=...))"
             )
         if self.input_schema is not None and not (
             isinstance(self.input_schema, type) and issubclass(self.input_schema, BaseModel)
@@ -265,6 +271,21 @@ class EntryPoint:
             raise RegistrationError(
                 f"entry point {self.id!r}: interval_s, cron and run_immediately belong to "
                 "trigger='timer'"
+            )
+
+    def _check_webhook_source(self) -> None:
+        if self.webhook is None:
+            return
+        if not isinstance(self.webhook, str) or not self.webhook:
+            raise RegistrationError(
+                f"entry point {self.id!r}: webhook names a webhook entry point's id, got "
+                f"{self.webhook!r}"
+            )
+        if self.kinds or self.from_graph or self.thread_id is not None or self.node:
+            raise RegistrationError(
+                f"entry point {self.id!r}: webhook={self.webhook!r} answers that route's "
+                "deliveries; kinds, from_graph, thread_id and node filter runs' records: "
+                "register one entry point for each"
             )
 
     def _check_session(self) -> None:
