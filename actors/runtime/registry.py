@@ -3,9 +3,12 @@ points) before it is registered: refused, nothing registered, when it could neve
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentlog.actors.runtime.spec import EntryPoint, RegistrationError
+from agentlog.actors.runtime.goals import Goal
+from agentlog.actors.runtime.spec import EntryPoint, RegistrationError, RuntimeConfig
+from agentlog.events import EventStore
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.compiled import CompiledGraph
@@ -56,4 +59,36 @@ def check_against(runtime: AgentRuntime, entry: EntryPoint, app: CompiledGraph[A
         )
 
 
-__all__ = ["check_against"]
+def create_agent_runtime(
+    store: EventStore,
+    graphs: Mapping[str, CompiledGraph[Any]],
+    entry_points: Sequence[EntryPoint],
+    config: RuntimeConfig | None = None,
+    *,
+    goal: Goal | None = None,
+) -> AgentRuntime:
+    """A runtime with `graphs` added and `entry_points` registered, not yet started.
+
+    Unlike hive's (one graph and its goal), `graphs` maps graph ids to compiled graphs.
+    """
+    if not isinstance(graphs, Mapping):
+        raise RegistrationError(
+            f"create_agent_runtime takes graphs as a dict of graph id to compiled graph "
+            f"({{'support': app}}), got {type(graphs).__name__}"
+        )
+    if isinstance(entry_points, EntryPoint) or not isinstance(entry_points, Sequence):
+        raise RegistrationError(
+            f"create_agent_runtime takes entry_points as a list of EntryPoint, got "
+            f"{type(entry_points).__name__}"
+        )
+    from agentlog.actors.runtime.runtime import AgentRuntime
+
+    runtime = AgentRuntime(store, config, goal=goal)
+    for graph_id, app in graphs.items():
+        runtime.add_graph(graph_id, app)
+    for entry in entry_points:
+        runtime.register_entry_point(entry)
+    return runtime
+
+
+__all__ = ["check_against", "create_agent_runtime"]

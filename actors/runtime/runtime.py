@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, Self
@@ -31,7 +31,8 @@ from agentlog.actors.runtime.journal import RuntimeJournal
 from agentlog.actors.runtime.keys import request_digest
 from agentlog.actors.runtime.ledger import WORKER_PREFIX, Ledger, TriggerState
 from agentlog.actors.runtime.listeners import Listeners
-from agentlog.actors.runtime.registry import check_against
+from agentlog.actors.runtime.manager import StateManager
+from agentlog.actors.runtime.registry import check_against, create_agent_runtime
 from agentlog.actors.runtime.spec import (
     MULTITASK_STRATEGIES,
     EntryPoint,
@@ -943,6 +944,11 @@ class AgentRuntime(Watching):
 
     # ---- shared state and goals ---------------------------------------------------------
 
+    @property
+    def state_manager(self) -> StateManager:
+        """hive's `state_manager`: the shared keys and their `get_stats()`."""
+        return StateManager(self)
+
     def shared_key(self, graph_id: str, key: str) -> str:
         """A shared key's name in the log: `graph/key`, or `*/key` when declared global."""
         return f"*/{key}" if key in self.config.global_keys else f"{graph_id}/{key}"
@@ -1088,36 +1094,6 @@ class AgentRuntime(Watching):
         }
 
     get_stats = stats
-
-
-def create_agent_runtime(
-    store: EventStore,
-    graphs: Mapping[str, CompiledGraph[Any]],
-    entry_points: Sequence[EntryPoint],
-    config: RuntimeConfig | None = None,
-    *,
-    goal: Goal | None = None,
-) -> AgentRuntime:
-    """A runtime with `graphs` added and `entry_points` registered, not yet started.
-
-    Unlike hive's (one graph and its goal), `graphs` maps graph ids to compiled graphs.
-    """
-    if not isinstance(graphs, Mapping):
-        raise RegistrationError(
-            f"create_agent_runtime takes graphs as a dict of graph id to compiled graph "
-            f"({{'support': app}}), got {type(graphs).__name__}"
-        )
-    if isinstance(entry_points, EntryPoint) or not isinstance(entry_points, Sequence):
-        raise RegistrationError(
-            f"create_agent_runtime takes entry_points as a list of EntryPoint, got "
-            f"{type(entry_points).__name__}"
-        )
-    runtime = AgentRuntime(store, config, goal=goal)
-    for graph_id, app in graphs.items():
-        runtime.add_graph(graph_id, app)
-    for entry in entry_points:
-        runtime.register_entry_point(entry)
-    return runtime
 
 
 def _check_timeout(timeout: float | None) -> None:
