@@ -135,6 +135,7 @@ class Listeners:
         self._poke = asyncio.Event()
         self._firing = asyncio.Lock()
         self._graphs: dict[str, str | None] = {}
+        self._following = self._timing = False
 
     def _entries(self, trigger: str) -> list[EntryPoint]:
         return [e for e in self.runtime.entries.values() if e.trigger == trigger]
@@ -157,12 +158,45 @@ class Listeners:
                 await runtime.listen_from(entry.id, None, slot)
         events = self._entries("event")
         if events:  # a follower decodes every record: only when something listens
-            after = min(ledger.answered[e.id] for e in events)
-            self._tasks.append(asyncio.ensure_future(self._follow(after)))
+            self._start_following(min(ledger.answered[e.id] for e in events))
         if self._entries("timer"):
+            self._start_timing()
+
+    def _start_following(self, after: int) -> None:
+        if not self._following:
+            self._following = True
+            self._tasks.append(asyncio.ensure_future(self._follow(after)))
+
+    def _start_timing(self) -> None:
+        if not self._timing:
+            self._timing = True
             self._tasks.append(asyncio.ensure_future(self._timers()))
 
+    def adopt(self, entry: EntryPoint) -> None:
+        """An event or timer entry point registered while the runtime runs (a graph added
+        meanwhile): it answers what is committed from now on, fires the slots after now,
+        and records where it began, as one registered before the start does."""
+        runtime, ledger = self.runtime, self.runtime.ledger
+        begin: Any
+        if entry.trigger == "event":
+            head = ledger.answered.setdefault(entry.id, self.head)
+            begin = runtime.listen_from(entry.id, head, None)
+            self._start_following(head)
+        elif entry.trigger == "timer":
+            slot = runtime.schedules[entry.id].slot_at_or_before(runtime.clock())
+            if entry.run_immediately:
+                begin = self._fire(entry, slot, 0)
+            else:
+                ledger.fired.setdefault(entry.id, slot)
+                begin = runtime.listen_from(entry.id, None, slot)
+            self._start_timing()
+            self.poke()
+        else:
+            return
+        self._tasks.append(asyncio.ensure_future(begin))
+
     async def stop(self) -> None:
+        self._following = self._timing = False
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

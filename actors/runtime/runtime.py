@@ -26,6 +26,7 @@ from agentlog.actors.engine.results import ResponseGranularity, run_result
 from agentlog.actors.runtime.dispatch import Dispatcher
 from agentlog.actors.runtime.facts import Facts
 from agentlog.actors.runtime.goals import Goal
+from agentlog.actors.runtime.graphs import Graphs
 from agentlog.actors.runtime.inputs import recordable_input
 from agentlog.actors.runtime.journal import RuntimeJournal
 from agentlog.actors.runtime.keys import request_digest
@@ -48,6 +49,8 @@ from agentlog.actors.runtime.spec import (
     ThreadBusyRunError,
     UnknownEntryPointError,
     UnknownRunError,
+    check_position,
+    check_timeout,
 )
 from agentlog.actors.runtime.timers import Schedule
 from agentlog.actors.runtime.watching import Handler, Subscriber, Watching, _deliver
@@ -92,7 +95,7 @@ class _Graph:
     entry_points: set[str] = field(default_factory=set)
 
 
-class AgentRuntime(Watching):
+class AgentRuntime(Watching, Graphs):
     """Runs graphs on one store: `add_graph`, `register_entry_point`, then
     `async with runtime:` (or `await start()` / `await stop()`)."""
 
@@ -206,15 +209,17 @@ class AgentRuntime(Watching):
         graph = self._graph(entry.graph_id, f"entry point {entry.id!r}")
         check_against(self, entry, graph.app)
         schedule = Schedule.of(entry, self.clock()) if entry.trigger == "timer" else None
-        if self.started and entry.trigger != "api":
+        if self.started and entry.trigger == "webhook":
             raise RegistrationError(
-                f"entry point {entry.id!r}: event and timer entry points are registered "
-                "before the runtime starts (they must not miss what happens meanwhile)"
+                f"entry point {entry.id!r}: a webhook is registered before the runtime starts "
+                "(the HTTP app serves the routes it finds when it is created)"
             )
         self.entries[entry.id] = entry
         graph.entry_points.add(entry.id)
         if schedule is not None:
             self.schedules[entry.id] = schedule
+        if self.started:  # an event or timer entry point begins from now
+            self.listeners.adopt(entry)
 
     def unregister_entry_point(self, entry_id: str) -> bool:
         """Remove an entry point and return True (hive's `if runtime.unregister_entry_point(...)`
@@ -753,7 +758,7 @@ class AgentRuntime(Watching):
         A failed run raises its error (after its retries); a cancelled one
         `RunCancelledError`; `TimeoutError` after `timeout` seconds (the run goes on).
         """
-        _check_timeout(timeout)
+        check_timeout(timeout)
         state = self.ledger.latest_on(thread_id)
         if state is None and self.config.worker_id is not None:
             await self.journal.catch_up()  # another worker may have accepted it just now
@@ -768,7 +773,7 @@ class AgentRuntime(Watching):
 
     async def wait_for(self, trigger_id: str, timeout: float | None = None) -> dict[str, Any]:
         """`wait` for one triggered run, by its trigger id."""
-        _check_timeout(timeout)
+        check_timeout(timeout)
         state = self.ledger.triggers.get(trigger_id)
         if state is None and self.config.worker_id is not None:
             await self.journal.catch_up()
@@ -964,7 +969,7 @@ class AgentRuntime(Watching):
         a past position of the log."""
         if graph_id is not None:
             self._graph(graph_id)
-        _check_position(at_position)
+        check_position(at_position)
         if at_position is None:
             await self.catch_up()
             values = dict(self.facts.values)
@@ -985,7 +990,7 @@ class AgentRuntime(Watching):
 
         if not self.goals:
             raise RegistrationError("no goal is added: AgentRuntime(..., goal=Goal(...))")
-        _check_position(at_position)
+        check_position(at_position)
         if goal_id is None:
             if len(self.goals) > 1:
                 raise RegistrationError(
@@ -1094,24 +1099,6 @@ class AgentRuntime(Watching):
         }
 
     get_stats = stats
-
-
-def _check_timeout(timeout: float | None) -> None:
-    """A `timeout=` is seconds, a number >= 0, or None (no limit)."""
-    if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0
-    ):
-        raise RegistrationError(
-            f"timeout is a number of seconds >= 0 or None (no limit); got {timeout!r}"
-        )
-
-
-def _check_position(at_position: int | None) -> None:
-    """An `at_position=` is a log position: an int >= 0 (0: before anything), or None."""
-    if at_position is not None and (type(at_position) is not int or at_position < 0):
-        raise RegistrationError(
-            f"at_position is a log position, an int >= 0 (a record's .position): {at_position!r}"
-        )
 
 
 def _count(counts: Counts, state: TriggerState, running: set[str]) -> None:

@@ -422,3 +422,21 @@ class RuntimeConfig:
         """Whether `thread_id` names a thread of the runtime's own (its ledger, a worker's
         lease or id, a synchronized shared key): no run, fork or client may create one."""
         return internal_thread(thread_id, self.runtime_thread)
+
+
+def check_timeout(timeout: float | None) -> None:
+    """A `timeout=` is seconds, a number >= 0, or None (no limit)."""
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0
+    ):
+        raise RegistrationError(
+            f"timeout is a number of seconds >= 0 or None (no limit); got {timeout!r}"
+        )
+
+
+def check_position(at_position: int | None) -> None:
+    """An `at_position=` is a log position: an int >= 0 (0: before anything), or None."""
+    if at_position is not None and (type(at_position) is not int or at_position < 0):
+        raise RegistrationError(
+            f"at_position is a log position, an int >= 0 (a record's .position): {at_position!r}"
+        )
