@@ -182,6 +182,36 @@ async def with_session_keys(
     return {"messages": messages, **values}
 
 
+def with_session_state(
+    session_state: Mapping[str, Any] | None, input: Any, thread_id: str | None
+) -> tuple[Any, str | None]:
+    """hive's `session_state` on a trigger: `resume_session_id` names the thread the run
+    joins, `memory` holds state fields merged into its input (a field the state lacks is
+    refused like any input's, before anything is recorded)."""
+    if session_state is None:
+        return input, thread_id
+    if not isinstance(session_state, Mapping):
+        raise InvalidTriggerInputError(
+            f"session_state is a dict (resume_session_id, memory), got {session_state!r:.60}"
+        )
+    resume = session_state.get("resume_session_id")
+    if resume is not None and thread_id is not None and resume != thread_id:
+        raise InvalidTriggerInputError(
+            f"session_state names thread {resume!r} and thread_id {thread_id!r}: name one"
+        )
+    memory = session_state.get("memory") or {}
+    if not isinstance(memory, Mapping):
+        raise InvalidTriggerInputError(f"session_state['memory'] is a dict, got {memory!r:.60}")
+    if memory:
+        if isinstance(input, Mapping) and not is_message_dict(input):
+            input = {**memory, **input}
+        elif input is None:
+            input = dict(memory)
+        else:
+            input = {"messages": input if isinstance(input, list) else [input], **memory}
+    return input, resume if resume is not None else thread_id
+
+
 def primary_thread(runtime: AgentRuntime, entry: EntryPoint) -> str | None:
     """The thread a run nobody typed joins: the user's active thread (hive's primary
     session) when the entry point says `session="primary"` and that thread runs the entry

@@ -7,7 +7,8 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agentlog.actors.runtime.runtime import AgentRuntime
+    from agentlog.actors.runtime.ledger import TriggerState
+    from agentlog.actors.runtime.runtime import AgentRuntime, Counts
 
 
 class StateManager:
@@ -55,4 +56,21 @@ class StateManager:
         }
 
 
-__all__ = ["StateManager"]
+def count_into(counts: Counts, state: TriggerState, running: set[str]) -> None:
+    """Count one trigger where it stands (running, queued, or how it ended)."""
+    if state.id in running:
+        counts.active += 1
+    elif not state.done:
+        counts.queued += 1
+    elif state.outcome in ("completed", "failed", "interrupted", "cancelled"):
+        setattr(counts, state.outcome, getattr(counts, state.outcome) + 1)
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The `q` quantile of sorted seconds, in milliseconds (None: no values)."""
+    if not values:
+        return None
+    return round(values[min(int(q * len(values)), len(values) - 1)] * 1000, 3)
+
+
+__all__ = ["StateManager", "count_into", "percentile"]

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, Self
@@ -27,12 +27,12 @@ from agentlog.actors.runtime.dispatch import Dispatcher
 from agentlog.actors.runtime.facts import Facts
 from agentlog.actors.runtime.goals import Goal
 from agentlog.actors.runtime.graphs import Graphs
-from agentlog.actors.runtime.inputs import recordable_input
+from agentlog.actors.runtime.inputs import recordable_input, with_session_state
 from agentlog.actors.runtime.journal import RuntimeJournal
 from agentlog.actors.runtime.keys import request_digest
 from agentlog.actors.runtime.ledger import WORKER_PREFIX, Ledger, TriggerState
 from agentlog.actors.runtime.listeners import Listeners
-from agentlog.actors.runtime.manager import StateManager
+from agentlog.actors.runtime.manager import StateManager, count_into, percentile
 from agentlog.actors.runtime.registry import check_against, create_agent_runtime
 from agentlog.actors.runtime.spec import (
     MULTITASK_STRATEGIES,
@@ -136,7 +136,7 @@ class AgentRuntime(Watching, Graphs):
         """Handler subscriptions made before `start`: each feed begins at the log's head
         as `start` finds it, before anything is resumed, so none of the runtime's own
         records is missed."""
-        self.ledger = Ledger(keep=self.config.keep_results)
+        self.ledger = Ledger(keep=self.config.keep_results, ttl_s=self.config.keep_results_ttl_s)
         self.journal = RuntimeJournal(store, self.config.runtime_thread, self.ledger)
         self.graphs: dict[str, _Graph] = {}
         self.entries: dict[str, EntryPoint] = {}
@@ -208,7 +208,8 @@ class AgentRuntime(Watching, Graphs):
             raise RegistrationError(f"entry point {entry.id!r} is registered already")
         graph = self._graph(entry.graph_id, f"entry point {entry.id!r}")
         check_against(self, entry, graph.app)
-        schedule = Schedule.of(entry, self.clock()) if entry.trigger == "timer" else None
+        zone = self.config.zone
+        schedule = Schedule.of(entry, self.clock(), zone) if entry.trigger == "timer" else None
         if self.started and entry.trigger == "webhook":
             raise RegistrationError(
                 f"entry point {entry.id!r}: a webhook is registered before the runtime starts "
@@ -371,14 +372,17 @@ class AgentRuntime(Watching, Graphs):
         cause: Literal["api", "webhook"] = "api",
         multitask_strategy: MultitaskStrategy | None = None,
         correlation_id: str | None = None,
+        session_state: Mapping[str, Any] | None = None,
     ) -> str:
         """Accept a run of the entry point's graph and return its thread id at once.
 
-        `cause` says what the log records as the trigger's cause (a webhook delivery is one).
+        `cause` says what the log records as the trigger's cause (a webhook delivery is one);
+        hive's `session_state` names the thread (`resume_session_id`) and fields (`memory`).
 
         The acceptance is recorded first; a key seen before returns the first run's thread
         and starts nothing (across restarts too).
         """
+        input, thread_id = with_session_state(session_state, input, thread_id)
         accepted = await self.submit(
             entry_point_id, input, thread_id=thread_id, idempotency_key=idempotency_key,
             priority=priority, actor=actor, cause=cause, multitask_strategy=multitask_strategy,
@@ -1073,7 +1077,7 @@ class AgentRuntime(Watching, Graphs):
                 by_graph.setdefault(state.accepted.graph_id, Counts()),
                 by_entry.setdefault(state.accepted.entry_point, Counts()),
             ):
-                _count(counts, state, running)
+                count_into(counts, state, running)
         for (graph_id, entry_id, outcome), count in self.ledger.forgotten.items():
             for counts in (
                 by_graph.setdefault(graph_id, Counts()),
@@ -1092,28 +1096,13 @@ class AgentRuntime(Watching, Graphs):
             "events_appended": max(head - self._head_at_start, 0),
             "runtime_records": self.journal.appended,
             "commit_latency_ms": {
-                "p50": _pct(latencies, 0.50),
-                "p99": _pct(latencies, 0.99),
+                "p50": percentile(latencies, 0.50),
+                "p99": percentile(latencies, 0.99),
             },
             "subscriber_lag": [max(head - s.position, 0) for s in self.subscribers],
         }
 
     get_stats = stats
-
-
-def _count(counts: Counts, state: TriggerState, running: set[str]) -> None:
-    if state.id in running:
-        counts.active += 1
-    elif not state.done:
-        counts.queued += 1
-    elif state.outcome in ("completed", "failed", "interrupted", "cancelled"):
-        setattr(counts, state.outcome, getattr(counts, state.outcome) + 1)
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    return round(values[min(int(q * len(values)), len(values) - 1)] * 1000, 3)
 
 
 __all__ = [

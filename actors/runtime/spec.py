@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, tzinfo
 from typing import Any, ClassVar, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel
 
@@ -377,12 +379,23 @@ class RuntimeConfig:
     (on the same host, a dead process is seen at once)."""
     poll_s: float = 0.1
     """How often a worker reads what the other workers recorded (when no commit wakes it)."""
+    timezone: str | None = None
+    """The zone cron expressions are read in ("Europe/Paris"); None: the machine's local
+    time (its UTC offset when the runtime is configured), as hive's."""
     keep_results: int = 10_000
     """Ended runs kept in memory for `wait`, `cancel` and the stats, without their input
     (hive's default); an older one is read from the log (`aget_state`), its key still
     deduplicates and the stats still count it."""
+    keep_results_ttl_s: float | None = None
+    """And for how long at most, in seconds of the log's time (hive's
+    `execution_result_ttl_seconds`); None: no limit but `keep_results`."""
 
     def __post_init__(self) -> None:
+        ttl = self.keep_results_ttl_s
+        if ttl is not None and (
+            isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0
+        ):
+            raise RegistrationError(f"keep_results_ttl_s is seconds > 0 or None, got {ttl!r}")
         keys = self.global_keys
         if isinstance(keys, str | bytes) or not all(
             isinstance(k, str) and k and "/" not in k for k in keys
@@ -392,6 +405,14 @@ class RuntimeConfig:
                 f"{keys!r}" + (f": write [{keys!r}]" if isinstance(keys, str) else "")
             )
         object.__setattr__(self, "global_keys", tuple(keys))
+        if self.timezone is not None:
+            try:
+                ZoneInfo(self.timezone)
+            except (ZoneInfoNotFoundError, ValueError, TypeError):
+                raise RegistrationError(
+                    f"timezone is an IANA zone name such as 'Europe/Paris' or 'UTC' (None: "
+                    f"local time), got {self.timezone!r}"
+                ) from None
         if self.worker_id is not None and (
             not isinstance(self.worker_id, str) or not self.worker_id.strip()
         ):
@@ -417,6 +438,13 @@ class RuntimeConfig:
             raise RegistrationError(
                 f"max_concurrent_runs must be an int >= 1, got {self.max_concurrent_runs!r}"
             )
+
+    @property
+    def zone(self) -> tzinfo:
+        """The time zone cron slots are computed in."""
+        if self.timezone is None:
+            return datetime.now().astimezone().tzinfo or UTC
+        return ZoneInfo(self.timezone)
 
     def is_internal(self, thread_id: str) -> bool:
         """Whether `thread_id` names a thread of the runtime's own (its ledger, a worker's
