@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from agentlog import END, StateGraph
+from agentlog.actors import interrupt
 from agentlog.actors.runtime import AgentRuntime, EntryPoint, RegistrationError, RuntimeConfig
 from agentlog.actors.testing import FakeClock, until
 from agentlog.events import SQLiteEventStore
@@ -76,30 +77,59 @@ def runtime_for(store: Any, clock: FakeClock, intake: Intake, **sweep: Any) -> A
     return runtime
 
 
-async def test_a_timer_run_joins_the_users_session_and_waits_its_turn(
+def ask_user(state: InboxState) -> list[Message]:
+    answer = interrupt("which folder?")  # the user-facing node waits for the user
+    return [Message.text_message(f"filed in {answer}", role="assistant")]
+
+
+async def sweeps(store: Any) -> list[Any]:
+    return [
+        r.event
+        async for r in store.read("__runtime__")
+        if r.kind == "trigger_accepted" and r.event.entry_point == "sweep"
+    ]
+
+
+async def test_a_timer_run_shares_the_users_session(
     store: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    clock, intake = FakeClock(1_700_000_010.0), Intake()
-    runtime = runtime_for(store, clock, intake, session="primary", isolation="shared")
+    clock = FakeClock(1_700_000_010.0)
+    runtime = AgentRuntime(store, clock=clock)
+    graph = StateGraph(InboxState, name="inbox")
+    graph.add_node("intake", ask_user)
+    graph.add_node("check-inbox", check_inbox)
+    graph.set_entry_point("intake")
+    graph.add_edge("intake", END)
+    graph.add_edge("check-inbox", END)
+    runtime.add_graph("inbox", graph.compile(checkpointer=store))
+    runtime.register_entry_point(EntryPoint(id="chat", graph_id="inbox"))
+    runtime.register_entry_point(
+        EntryPoint(id="sweep", graph_id="inbox", trigger="timer", interval_s=60,
+                   entry_node="check-inbox", session="primary", isolation="shared")
+    )  # fmt: skip
     caplog.set_level(logging.WARNING)
     async with runtime:
         thread = await runtime.trigger(
             "chat", {"rules": "archive newsletters", "messages": ["tidy my inbox"]}
         )
-        await intake.entered.wait()  # the user's run is running in its thread
+        paused = await runtime.wait(thread, timeout=30)
+        assert paused["status"] == "interrupted_before"  # waiting for the user's answer
         clock.advance(60)
         assert await runtime.listeners.fire_due() == 1
-        accepted = [
-            r.event
-            async for r in store.read("__runtime__")
-            if r.kind == "trigger_accepted" and r.event.entry_point == "sweep"
-        ]
-        assert [a.thread_id for a in accepted] == [thread]  # the user's session
-        assert runtime.stats()["entry_points"]["sweep"]["queued"] == 1  # behind the user's run
-        intake.go.set()
-        result = await runtime.wait(thread, timeout=30)  # the thread's latest run: the sweep
-        seen = result["messages"][-1].text()  # the user's rules and words, and its own input
+        [first] = await sweeps(store)
+        assert first.thread_id != thread  # the session, forked: the user's pause stays
+        seen = (await runtime.wait(first.thread_id, timeout=30))["messages"][-1].text()
         assert seen.startswith("rules='archive newsletters' seen=['tidy my inbox', '{\"event\"")
+        await runtime.inject_input(thread, "newsletters")  # the user answers, as asked
+        answered = await runtime.wait(thread, timeout=30)
+        assert answered["messages"][-1].text() == "filed in newsletters"
+
+        clock.advance(60)  # the session is idle now: the run goes on in the user's thread
+        assert await runtime.listeners.fire_due() == 1
+        second = (await sweeps(store))[-1]
+        assert second.thread_id == thread
+        seen = (await runtime.wait(thread, timeout=30))["messages"][-1].text()
+        assert seen.startswith("rules='archive newsletters' seen=['tidy my inbox', '{")
         assert runtime.active_thread == thread  # the background run took no focus
     assert not [r for r in caplog.records if "trying again" in r.getMessage()]
 

@@ -212,14 +212,36 @@ def with_session_state(
     return input, resume if resume is not None else thread_id
 
 
-def primary_thread(runtime: AgentRuntime, entry: EntryPoint) -> str | None:
-    """The thread a run nobody typed joins: the user's active thread (hive's primary
-    session) when the entry point says `session="primary"` and that thread runs the entry
-    point's graph; else None (a thread of its own)."""
+async def session_thread(runtime: AgentRuntime, entry: EntryPoint) -> str | None:
+    """The thread a run nobody typed runs on when its entry point says `session="primary"`
+    (hive's primary session): None (a thread of its own) unless the user's active thread
+    runs the entry point's graph. An idle session (its last run ended, nothing going on)
+    is joined: the run goes on in the user's thread. A session whose run is paused for the
+    user, or going on, is forked as the user last left it (its head when paused; else where
+    its last ended run left it), so the run sees all the user typed and never ends the
+    user's pause; a session with no ended run yet gives a thread of its own."""
     active = runtime.active_thread
     if entry.session != "primary" or active is None:
         return None
-    return active if runtime.ledger.graph_of.get(active) == entry.graph_id else None
+    graph_id = runtime.ledger.graph_of.get(active)
+    if graph_id != entry.graph_id or graph_id not in runtime.graphs:
+        return None
+    latest = runtime.ledger.latest_on(active)
+    busy = runtime._busy(active)
+    if not busy and latest is not None and latest.done and latest.outcome != "interrupted":
+        return active
+    at_seq: int | None = None
+    if busy:
+        ended = [
+            runtime.ledger.triggers[t]
+            for t in runtime.ledger.by_thread.get(active, [])
+            if runtime.ledger.triggers[t].done and runtime.ledger.triggers[t].end_seq
+        ]
+        if not ended:
+            return None
+        at_seq = ended[-1].end_seq
+    app = runtime.graphs[graph_id].app
+    return await app.afork({"thread_id": active}, at_seq=at_seq)
 
 
 __all__ = [

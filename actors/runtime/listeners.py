@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from agentlog.actors.runtime.inputs import (
     event_payload,
     made_input,
-    primary_thread,
+    session_thread,
     timer_payload,
 )
 from agentlog.actors.runtime.spec import EntryPoint
@@ -248,7 +248,7 @@ class Listeners:
                     entry,
                     to_builtins(made_input(entry, made, self._state_cls(entry))),
                     cause="event",
-                    thread_id=primary_thread(self.runtime, entry),
+                    thread_id=await session_thread(self.runtime, entry),
                     source_position=record.position,
                     by=f"webhook:{entry.webhook}",
                     key=f"agentlog:event:{record.position}",
@@ -261,7 +261,7 @@ class Listeners:
                 entry,
                 to_builtins(made_input(entry, made, self._state_cls(entry))),
                 cause="event",
-                thread_id=primary_thread(self.runtime, entry),
+                thread_id=await session_thread(self.runtime, entry),
                 source_position=record.position,
                 by=f"event:{record.kind}",
                 key=f"agentlog:event:{record.position}",  # workers answer a record once
@@ -338,7 +338,7 @@ class Listeners:
             entry,
             to_builtins(made_input(entry, made, self._state_cls(entry))),
             cause="timer",
-            thread_id=primary_thread(self.runtime, entry),
+            thread_id=await session_thread(self.runtime, entry),
             slot=slot,
             missed=missed,
             by=f"timer:{entry.id}",
