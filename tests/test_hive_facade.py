@@ -15,7 +15,13 @@ import pytest
 from agentlog import END, StateGraph
 from agentlog.actors import interrupt
 from agentlog.actors.runtime import AgentRuntime as Runtime
-from agentlog.actors.runtime import EntryPoint, RegistrationError, RuntimeConfig, UnknownRunError
+from agentlog.actors.runtime import (
+    EntryPoint,
+    RegistrationError,
+    Resources,
+    RuntimeConfig,
+    UnknownRunError,
+)
 from agentlog.actors.testing import FakeClock
 from agentlog.events import MemoryEventStore
 from agentlog.hive import (
@@ -193,3 +199,24 @@ async def test_ended_runs_are_kept_up_to_a_cap_and_a_ttl() -> None:
         with pytest.raises(UnknownRunError):  # older than the TTL: read it from the log
             await runtime.wait(old, timeout=30)
         assert runtime.stats()["entry_points"]["api"]["completed"] == 2  # still counted
+
+
+async def test_the_core_runtime_keeps_its_resources_and_names_them() -> None:
+    store = MemoryEventStore()
+    resources = Resources(
+        llm=FakeLLM(),
+        tools=[process_request],
+        accounts=[{"name": "zendesk-main", "token": "secret-token"}],
+        tool_provider_map={"process_request": "zendesk-main"},
+        checkpoint=CheckpointConfig(snapshot_every=100),
+    )
+    runtime = Runtime(store, resources=resources)
+    assert runtime.resources.llm.api_key == "sk-secret-never-shown"  # kept for the program
+    names = runtime.resources.names()
+    assert names["llm"] == "FakeLLM:gpt-test" and names["tools"] == ["process_request"]
+    assert names["accounts"] == ["zendesk-main"]
+    assert names["tool_provider_map"] == {"process_request": "zendesk-main"}
+    assert "secret" not in repr(names)
+    options = CheckpointConfig(snapshot_every=100).compile_options()
+    app = support_graph(Slow()).compile(checkpointer=store, **options)
+    assert app.snapshot_every == 100

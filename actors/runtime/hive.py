@@ -20,6 +20,7 @@ from agentlog.actors.engine.errors import UnreadResumeValueError
 from agentlog.actors.runtime.goals import Goal
 from agentlog.actors.runtime.graphs import GraphRegistration
 from agentlog.actors.runtime.manager import StateManager
+from agentlog.actors.runtime.resources import CheckpointConfig, Resources
 from agentlog.actors.runtime.runtime import AgentRuntime as Runtime
 from agentlog.actors.runtime.spec import (
     EntryPoint,
@@ -55,16 +56,6 @@ class ExecutionResult:
     paused_at: str | None = None
     session_state: dict[str, Any] = field(default_factory=dict)
     execution_id: str = ""
-
-
-@dataclass(frozen=True)
-class CheckpointConfig:
-    """hive's checkpoint settings. agentlog commits every step to the log, so a run always
-    resumes from its last committed step; `enabled=False` is refused (a run without its
-    log could not be resumed) and `snapshot_every` is the store's snapshot interval."""
-
-    enabled: bool = True
-    snapshot_every: int | None = None
 
 
 @dataclass
@@ -149,17 +140,6 @@ class EntryPointSpec:
         return EntryPoint(trigger=_TRIGGERS.get(kind, kind), **common)  # type: ignore[arg-type]
 
 
-def _described(value: Any) -> str | None:
-    """A name for a runtime-level resource (a model, an executor): never its secrets."""
-    if value is None:
-        return None
-    for attr in ("model", "model_name", "name", "__name__"):
-        named = getattr(value, attr, None)
-        if isinstance(named, str) and named:
-            return f"{type(value).__name__}:{named}" if attr != "__name__" else named
-    return type(value).__name__
-
-
 class ExecutionStream:
     """One entry point's runs, as hive's stream shows them."""
 
@@ -222,11 +202,6 @@ class AgentRuntime:
         accounts_data: list[dict[str, Any]] | None = None,
         tool_provider_map: dict[str, str] | None = None,
     ) -> None:
-        if checkpoint_config is not None and not checkpoint_config.enabled:
-            raise RegistrationError(
-                "CheckpointConfig(enabled=False): agentlog records every step in the log, "
-                "which is how a run resumes; leave checkpointing enabled"
-            )
         if isinstance(storage_path, EventStore):
             store = storage_path
         else:
@@ -234,26 +209,33 @@ class AgentRuntime:
             store = SQLiteEventStore(Path(storage_path) / "agentlog.db")
         self.store = store
         self.config = config or AgentRuntimeConfig()
-        self.runtime = Runtime(store, self.config.runtime_config())
-        app = graph if hasattr(graph, "aget_state") else graph.compile(checkpointer=store)
+        self.checkpoint_config = checkpoint_config or CheckpointConfig()
+        resources = Resources(
+            llm=llm,
+            tools=list(tools or []),
+            tool_executor=tool_executor,
+            accounts=list(accounts_data or []),
+            tool_provider_map=dict(tool_provider_map or {}),
+            checkpoint=self.checkpoint_config,
+        )
+        self.runtime = Runtime(store, self.config.runtime_config(), resources=resources)
+        app = self._compiled(graph)
         self.runtime.add_graph_with(graph_id or "primary", app, goal=goal)
         self.graph, self.goal = app, goal
-        self.llm, self.tools, self.tool_executor = llm, list(tools or []), tool_executor
+        self.llm, self.tools, self.tool_executor = llm, resources.tools, tool_executor
         self.accounts_prompt, self.accounts_data = accounts_prompt, accounts_data
-        self.tool_provider_map = dict(tool_provider_map or {})
-        self.checkpoint_config = checkpoint_config or CheckpointConfig()
+        self.tool_provider_map = resources.tool_provider_map
         self.runtime_log_store = runtime_log_store
 
     def resources(self) -> dict[str, Any]:
-        """The runtime-level resources by name: the model, the tools, the executor, the
-        accounts (their names) and which provider each tool's calls go to."""
-        return {
-            "llm": _described(self.llm),
-            "tools": [_described(t) for t in self.tools],
-            "tool_executor": _described(self.tool_executor),
-            "accounts": [a.get("name") or a.get("provider") for a in self.accounts_data or []],
-            "tool_provider_map": dict(self.tool_provider_map),
-        }
+        """The runtime-level resources by name (as the log records them): the model, the
+        tools, the executor, the accounts and which provider each tool's calls go to."""
+        return self.runtime.resources.names()
+
+    def _compiled(self, graph: Any) -> Any:
+        if hasattr(graph, "aget_state"):
+            return graph  # compiled already (on this store: the runtime checks)
+        return graph.compile(checkpointer=self.store, **self.checkpoint_config.compile_options())
 
     # ---- entry points and life ----------------------------------------------------------
 
@@ -409,7 +391,7 @@ class AgentRuntime:
     ) -> None:
         """A secondary graph with its goal and entry points (`graph_id::ep`); while running
         too. `storage_subpath` is accepted for hive's signature: one log holds every graph."""
-        app = graph if hasattr(graph, "aget_state") else graph.compile(checkpointer=self.store)
+        app = self._compiled(graph)
         entries = {
             local: e if isinstance(e, EntryPoint) else e.entry_point(graph_id)
             for local, e in entry_points.items()

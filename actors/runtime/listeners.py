@@ -23,7 +23,13 @@ from agentlog.actors.runtime.inputs import (
 from agentlog.actors.runtime.spec import EntryPoint
 from agentlog.events import EventRecord, EventStore
 from agentlog.events.follow import commit_signal, follow
-from agentlog.events.kinds import Forked, RunStarted, ThreadCreated, TriggerAccepted
+from agentlog.events.kinds import (
+    Forked,
+    RunStarted,
+    ThreadCreated,
+    TriggerAccepted,
+    TriggerListening,
+)
 from agentlog.projections.edge import to_builtins
 
 if TYPE_CHECKING:
@@ -145,7 +151,7 @@ class Listeners:
         self._head = runtime._head_at_start
         for entry in self._entries("event"):
             if entry.id not in ledger.answered:
-                await runtime.listen_from(entry.id, self._head, None)
+                await self.listen_from(entry.id, self._head, None)
         now = runtime.clock()
         for entry in self._entries("timer"):
             if entry.id in ledger.fired:
@@ -155,7 +161,7 @@ class Listeners:
             if entry.run_immediately:
                 await self._fire(entry, slot, 0)
             else:
-                await runtime.listen_from(entry.id, None, slot)
+                await self.listen_from(entry.id, None, slot)
         events = self._entries("event")
         if events:  # a follower decodes every record: only when something listens
             self._start_following(min(ledger.answered[e.id] for e in events))
@@ -180,7 +186,7 @@ class Listeners:
         begin: Any
         if entry.trigger == "event":
             head = ledger.answered.setdefault(entry.id, self.head)
-            begin = runtime.listen_from(entry.id, head, None)
+            begin = self.listen_from(entry.id, head, None)
             self._start_following(head)
         elif entry.trigger == "timer":
             slot = runtime.schedules[entry.id].slot_at_or_before(runtime.clock())
@@ -188,12 +194,18 @@ class Listeners:
                 begin = self._fire(entry, slot, 0)
             else:
                 ledger.fired.setdefault(entry.id, slot)
-                begin = runtime.listen_from(entry.id, None, slot)
+                begin = self.listen_from(entry.id, None, slot)
             self._start_timing()
             self.poke()
         else:
             return
         self._tasks.append(asyncio.ensure_future(begin))
+
+    async def listen_from(self, entry_id: str, position: int | None, slot: float | None) -> None:
+        """Record where an event or timer entry point begins to listen."""
+        await self.runtime.journal.record(
+            [TriggerListening(entry_point=entry_id, position=position, slot=slot)]
+        )
 
     async def stop(self) -> None:
         self._following = self._timing = False

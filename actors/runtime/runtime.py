@@ -34,6 +34,7 @@ from agentlog.actors.runtime.ledger import WORKER_PREFIX, Ledger, TriggerState
 from agentlog.actors.runtime.listeners import Listeners
 from agentlog.actors.runtime.manager import StateManager, count_into, percentile
 from agentlog.actors.runtime.registry import check_against, create_agent_runtime
+from agentlog.actors.runtime.resources import Resources
 from agentlog.actors.runtime.spec import (
     MULTITASK_STRATEGIES,
     EntryPoint,
@@ -64,7 +65,6 @@ from agentlog.events.kinds import (
     TriggerAccepted,
     TriggerDispatched,
     TriggerFinished,
-    TriggerListening,
 )
 from agentlog.events.store import check_thread_id
 from agentlog.projections import ExecutionStatus, IllegalTransitionError, StopRequestStatus
@@ -106,6 +106,7 @@ class AgentRuntime(Watching, Graphs):
         *,
         clock: Callable[[], float] = time.time,
         goal: Goal | None = None,
+        resources: Resources | None = None,
     ) -> None:
         if not isinstance(store, EventStore):
             raise RegistrationError(
@@ -123,6 +124,7 @@ class AgentRuntime(Watching, Graphs):
         self.goals: dict[str, Goal] = {}
         if goal is not None:
             self.add_goal(goal)
+        self.resources = resources or Resources()
         self.facts = Facts()
         """Shared keys and goal outcomes, folded from the log (`catch_up`)."""
         self.active_thread: str | None = None
@@ -742,11 +744,6 @@ class AgentRuntime(Watching, Graphs):
         if key is not None and self.ledger.keys.get((entry.id, by, key)) != event.trigger_id:
             return self.ledger.accepted_of(self.ledger.keys[(entry.id, by, key)])
         return event
-
-    async def listen_from(self, entry_id: str, position: int | None, slot: float | None) -> None:
-        await self.journal.record(
-            [TriggerListening(entry_point=entry_id, position=position, slot=slot)]
-        )
 
     async def trigger_and_wait(
         self, entry_point_id: str, input: Any = None, *, timeout: float | None = None, **kw: Any
