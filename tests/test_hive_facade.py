@@ -135,6 +135,8 @@ async def test_a_hive_program_runs_by_its_own_names(tmp_path: Path) -> None:
         assert stats["goal_id"] == "support" and stats["streams"]["api"]["failed"] == 1
         ended = runtime.get_execution_result("api", failed.execution_id)
         assert ended is not None and not ended.success
+        kept = runtime.get_execution_result("api", result.execution_id)
+        assert kept is not None and kept.success and kept.output["ticket_id"] == "123"
         progress = await runtime.get_goal_progress()
         assert progress["goal_id"] == "support"
         assert runtime.graph_id == "primary" and runtime.list_graphs() == ["primary"]
@@ -220,3 +222,22 @@ async def test_the_core_runtime_keeps_its_resources_and_names_them() -> None:
     options = CheckpointConfig(snapshot_every=100).compile_options()
     app = support_graph(Slow()).compile(checkpointer=store, **options)
     assert app.snapshot_every == 100
+
+
+async def test_the_facade_keeps_results_up_to_its_cap() -> None:
+    runtime = AgentRuntime(
+        support_graph(Slow()), None, MemoryEventStore(),
+        config=AgentRuntimeConfig(execution_result_max=1),
+    )  # fmt: skip
+    runtime.register_entry_point(EntryPointSpec(id="api", entry_node="process-request"))
+    await runtime.start()
+    try:
+        first = await runtime.trigger_and_wait("api", {"ticket_id": "1", "messages": ["a"]})
+        second = await runtime.trigger_and_wait("api", {"ticket_id": "2", "messages": ["b"]})
+        assert first is not None and second is not None
+        kept = runtime.get_execution_result("api", second.execution_id)
+        assert kept is not None and kept.output["ticket_id"] == "2"
+        older = runtime.get_execution_result("api", first.execution_id)
+        assert older is None  # past the cap: forgotten, as hive forgets it (its thread stays)
+    finally:
+        await runtime.stop()

@@ -11,6 +11,7 @@ runs, their records and their recovery are the wrapped runtime's (`.runtime`).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -226,6 +227,7 @@ class AgentRuntime:
         self.accounts_prompt, self.accounts_data = accounts_prompt, accounts_data
         self.tool_provider_map = resources.tool_provider_map
         self.runtime_log_store = runtime_log_store
+        self._results: OrderedDict[str, tuple[ExecutionResult, float]] = OrderedDict()
 
     def resources(self) -> dict[str, Any]:
         """The runtime-level resources by name (as the log records them): the model, the
@@ -295,12 +297,14 @@ class AgentRuntime:
         except TimeoutError:
             return None
         except AgentlogError as exc:
-            return ExecutionResult(
+            failed = ExecutionResult(
                 success=False,
                 error=f"{type(exc).__name__}: {exc}",
                 execution_id=execution_id,
                 path=await self._path(execution_id),
             )
+            self._keep(failed)
+            return failed
         return await self._result(execution_id, result)
 
     async def _path(self, execution_id: str) -> list[str]:
@@ -313,8 +317,27 @@ class AgentRuntime:
         ]
 
     async def _result(self, execution_id: str, result: dict[str, Any]) -> ExecutionResult:
+        shaped = self._shaped(execution_id, result, await self._path(execution_id))
+        self._keep(shaped)
+        return shaped
+
+    def _keep(self, result: ExecutionResult) -> None:
+        """Keep a result for `get_execution_result`, up to `execution_result_max` of them
+        and for `execution_result_ttl_seconds` (hive's retention)."""
+        now = self.runtime.clock()
+        self._results[result.execution_id] = (result, now)
+        self._results.move_to_end(result.execution_id)
+        ttl = self.config.execution_result_ttl_seconds
+        while self._results and (
+            len(self._results) > self.config.execution_result_max
+            or (ttl is not None and next(iter(self._results.values()))[1] < now - ttl)
+        ):
+            self._results.popitem(last=False)
+
+    def _shaped(
+        self, execution_id: str, result: dict[str, Any], path: list[str]
+    ) -> ExecutionResult:
         state = result.get("state")
-        path = await self._path(execution_id)
         output: dict[str, Any] = {}
         paused = None
         if state is not None:
@@ -337,12 +360,18 @@ class AgentRuntime:
     def get_execution_result(
         self, entry_point_id: str, execution_id: str
     ) -> ExecutionResult | None:
+        kept = self._results.get(execution_id)
+        ttl = self.config.execution_result_ttl_seconds
+        if kept is not None and (ttl is None or kept[1] >= self.runtime.clock() - ttl):
+            return kept[0]
         try:
             ended = self.runtime.get_execution_result(entry_point_id, execution_id)
         except UnknownEntryPointError:
             return None
         if ended is None:
             return None
+        if ended.get("state") is not None:  # kept as `wait` returned it: its output too
+            return self._shaped(execution_id, ended, [])
         error = ended.get("error")
         return ExecutionResult(
             success=bool(ended.get("success")),
