@@ -158,7 +158,6 @@ async def test_input_keys_from_a_session_still_queued_neither_wait_nor_retry(
 @pytest.mark.parametrize(
     ("entry", "match"),
     [
-        ({"trigger": "timer", "interval_s": 60, "session": "primary"}, "isolated run may not"),
         ({"session": "primary", "isolation": "shared"}, "runs nobody typed"),
         ({"trigger": "timer", "interval_s": 60, "session": "mine"}, "'own' or 'primary'"),
         (
@@ -176,3 +175,23 @@ async def test_input_keys_from_a_session_still_queued_neither_wait_nor_retry(
 def test_a_session_is_refused_where_it_cannot_hold(entry: dict[str, Any], match: str) -> None:
     with pytest.raises(RegistrationError, match=match):
         EntryPoint(id="sweep", graph_id="inbox", **entry).check()
+
+
+async def test_an_isolated_run_reads_the_session_and_never_writes_it(store: Any) -> None:
+    clock = FakeClock(1_700_000_010.0)
+    runtime = runtime_for(store, clock, Intake(), session="primary")  # isolated by default
+    runtime.register_entry_point(EntryPoint(id="note", graph_id="inbox", entry_node="check-inbox"))
+    async with runtime:
+        user = "user-1"
+        await runtime.trigger_and_wait(
+            "note", {"rules": "keep receipts", "messages": ["hello"]}, thread_id=user, timeout=30
+        )
+        assert runtime.active_thread == user
+        before = await store.last_seq(user)
+        clock.advance(60)
+        assert await runtime.listeners.fire_due() == 1
+        [sweep] = await sweeps(store)
+        assert sweep.thread_id != user  # idle, but isolated: a fork of the session
+        seen = (await runtime.wait(sweep.thread_id, timeout=30))["messages"][-1].text()
+        assert seen.startswith("rules='keep receipts' seen=['hello'")
+        assert await store.last_seq(user) == before  # the user's thread is untouched

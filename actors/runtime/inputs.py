@@ -219,7 +219,8 @@ async def session_thread(runtime: AgentRuntime, entry: EntryPoint) -> str | None
     is joined: the run goes on in the user's thread. A session whose run is paused for the
     user, or going on, is forked as the user last left it (its head when paused; else where
     its last ended run left it), so the run sees all the user typed and never ends the
-    user's pause; a session with no ended run yet gives a thread of its own."""
+    user's pause; a session with no ended run yet gives a thread of its own. An isolated
+    entry point's run never writes the user's thread: it always runs on such a fork."""
     active = runtime.active_thread
     if entry.session != "primary" or active is None:
         return None
@@ -228,7 +229,8 @@ async def session_thread(runtime: AgentRuntime, entry: EntryPoint) -> str | None
         return None
     latest = runtime.ledger.latest_on(active)
     busy = runtime._busy(active)
-    if not busy and latest is not None and latest.done and latest.outcome != "interrupted":
+    idle = not busy and latest is not None and latest.done and latest.outcome != "interrupted"
+    if idle and entry.isolation != "isolated":
         return active
     at_seq: int | None = None
     if busy:

@@ -152,9 +152,10 @@ class EntryPoint:
     `webhook_received` events filtered by the route's `source_id`): each delivery is an
     event every such entry point answers once, beside the webhook's own run."""
     session: Session = "own"
-    """"primary": an event or timer run joins the user's active thread (hive's primary
-    session: memory, logs and rules the user typed are its own), queued behind the run
-    there; "own": a thread of its own (with `input_keys` copied in)."""
+    """"primary": an event or timer run shares the user's active thread (hive's primary
+    session: memory, logs and rules the user typed are its own): it runs in that thread
+    while the session is idle and its isolation lets it write there ("shared",
+    "synchronized"), else on a fork of it; "own": a thread of its own (with `input_keys`)."""
     input_schema: type[BaseModel] | None = None
     """A pydantic model a trigger's input must fit (refused before anything is recorded
     otherwise); its fields named like the state's are set, the rest reach the run as a user
@@ -302,13 +303,6 @@ class EntryPoint:
                 f"entry point {self.id!r}: session='primary' puts runs nobody typed (event "
                 "and timer entry points) in the user's thread; an api run names its thread "
                 "in trigger(..., thread_id=...)"
-            )
-        if self.isolation == "isolated":
-            raise RegistrationError(
-                f"entry point {self.id!r}: a run in the user's session (session='primary') "
-                "writes to the user's thread, which an isolated run may not: register it "
-                "with isolation='shared' or 'synchronized', or keep session='own' and copy "
-                "what it needs with input_keys"
             )
         if self.input_keys:
             raise RegistrationError(
