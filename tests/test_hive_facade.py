@@ -241,3 +241,31 @@ async def test_the_facade_keeps_results_up_to_its_cap() -> None:
         assert older is None  # past the cap: forgotten, as hive forgets it (its thread stays)
     finally:
         await runtime.stop()
+
+
+def test_hive_entry_point_specs_map_to_entry_points() -> None:
+    guardian = EntryPointSpec(
+        id="guardian",
+        entry_node="approve",
+        trigger_type="event",
+        trigger_config={"event_types": ["execution_failed"], "exclude_own_graph": True},
+        isolation_level="isolated",
+    ).entry_point("primary")
+    assert guardian.kinds == ["run_failed"] and not guardian.include_own
+    assert guardian.session == "primary" and guardian.isolation == "isolated"
+    hook = EntryPointSpec(
+        id="on-ticket",
+        trigger_type="event",
+        trigger_config={"event_types": ["webhook_received"], "filter_stream": "zendesk"},
+    ).entry_point("primary")
+    assert hook.webhook == "zendesk" and hook.kinds is None
+    every = EntryPointSpec(
+        id="sweep", trigger_type="timer", trigger_config={"interval_minutes": 5}
+    ).entry_point("primary")
+    assert every.interval_s == 300 and every.cron is None
+    nightly = EntryPointSpec(
+        id="nightly", trigger_type="timer", trigger_config={"cron": "0 2 * * *"}
+    ).entry_point("primary")
+    assert nightly.cron == "0 2 * * *" and nightly.interval_s is None
+    with pytest.raises(RegistrationError, match="trigger_type"):
+        EntryPointSpec(id="x", trigger_type="carrier-pigeon").entry_point("primary")

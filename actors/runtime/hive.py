@@ -115,7 +115,7 @@ class EntryPointSpec:
                 node=None if webhook else config.get("filter_node"),
                 webhook=config.get("filter_stream") if webhook else None,
                 include_own=not webhook and not config.get("exclude_own_graph", False),
-                session="primary" if self.isolation_level != "isolated" else "own",
+                session="primary",
             )
         elif kind == "timer":
             minutes = config.get("interval_minutes")
@@ -123,7 +123,7 @@ class EntryPointSpec:
                 cron=config.get("cron"),
                 interval_s=None if config.get("cron") or minutes is None else minutes * 60,
                 run_immediately=bool(config.get("run_immediately", False)),
-                session="primary" if self.isolation_level != "isolated" else "own",
+                session="primary",
             )
         elif kind == "webhook":
             secret = config.get("secret")
