@@ -172,14 +172,17 @@ async def with_session_keys(
         for key in entry.input_keys
         if key in type(source).model_fields
     }
-    if not values:
-        return run_input
-    if isinstance(run_input, Mapping) and not is_message_dict(run_input):
-        return {**run_input, **values}
-    if run_input is None:
-        return values
-    messages = run_input if isinstance(run_input, list) else [run_input]
-    return {"messages": messages, **values}
+    return with_fields(run_input, values, over=True) if values else run_input
+
+
+def with_fields(input: Any, values: Mapping[str, Any], *, over: bool) -> Any:
+    """`input` with state fields `values` added: beside a dict of fields (`over`: the values
+    win), or around messages (`{"messages": [...], **values}`)."""
+    if isinstance(input, Mapping) and not is_message_dict(input):
+        return {**input, **values} if over else {**values, **input}
+    if input is None:
+        return dict(values)
+    return {"messages": input if isinstance(input, list) else [input], **values}
 
 
 def with_session_state(
@@ -203,12 +206,7 @@ def with_session_state(
     if not isinstance(memory, Mapping):
         raise InvalidTriggerInputError(f"session_state['memory'] is a dict, got {memory!r:.60}")
     if memory:
-        if isinstance(input, Mapping) and not is_message_dict(input):
-            input = {**memory, **input}
-        elif input is None:
-            input = dict(memory)
-        else:
-            input = {"messages": input if isinstance(input, list) else [input], **memory}
+        input = with_fields(input, memory, over=False)  # the caller's input wins
     return input, resume if resume is not None else thread_id
 
 
