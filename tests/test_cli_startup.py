@@ -69,7 +69,13 @@ _PROBE = textwrap.dedent(
     """
 )
 
-LIGHT = {"agentlog", "agentlog.actors", "agentlog.actors.cli", "agentlog.actors.cli.render"}
+LIGHT = {
+    "agentlog",
+    "agentlog.actors",
+    "agentlog.actors.cli",
+    "agentlog.actors.cli.render",
+    "agentlog.actors.cli.replay_command",  # the command's options alone (typer)
+}
 """The project's modules besides `events` that the light commands may load."""
 
 

@@ -37,7 +37,7 @@ from rich.console import Console, RenderableType
 from rich.text import Text
 from typer._click.exceptions import ClickException
 
-from agentlog.actors.cli import render
+from agentlog.actors.cli import render, replay_command
 from agentlog.events import (
     KINDS,
     AgentlogError,
@@ -79,8 +79,7 @@ def _console(*, stderr: bool = False) -> Console:
     return console
 
 
-console = _console()
-errors = _console(stderr=True)
+console, errors = _console(), _console(stderr=True)
 _json_errors = False
 """Set when the command line holds --json: errors are then printed as JSON objects."""
 
@@ -988,6 +987,7 @@ db_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(db_app, name="db")
+replay_command.register(app)
 Dsn = Annotated[
     str,
     typer.Option(

@@ -56,8 +56,7 @@ class Execution:
     ending: bool = False
     """The run has returned: its outcome is being recorded, a cancel comes too late."""
     running: bool = False
-    """Its graph run has begun here (a stop request now reaches a run this process owns;
-    before, the trigger may still be another worker's)."""
+    """Its graph run has begun here: a stop request now reaches it (before, maybe not ours)."""
     lease: Claim | None = None
     """A worker's lease on the trigger, while it runs it."""
 
@@ -406,6 +405,7 @@ class Dispatcher:
             "user": accepted.by or "runtime",
             "run_id": state.id,  # a run this trigger starts is named by it in the log
             TRIGGER_KEY: state.id,  # the run's opening names it: see `_opened`
+            "on_code_change": self.runtime.config.on_code_change,  # a resume under new code
         }
         if self.runtime.config.worker_id is not None:
             config["lease_s"] = self.runtime.config.lease_s  # its thread's claim, as its lease

@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel
 
+from agentlog.actors.engine.fingerprint import check_policy
 from agentlog.actors.engine.retry import RetryPolicy as NodeRetryPolicy
 from agentlog.actors.engine.threads import RUNTIME_THREAD, internal_thread
 from agentlog.actors.engine.threads import SHARED_THREAD_PREFIX as SHARED_THREAD_PREFIX
@@ -383,8 +384,15 @@ class RuntimeConfig:
     keep_results_ttl_s: float | None = None
     """And for how long at most, in seconds of the log's time (hive's
     `execution_result_ttl_seconds`); None: no limit but `keep_results`."""
+    on_code_change: Literal["warn", "refuse", "allow"] = "warn"
+    """What resuming a run begun under other code does (`agentlog.actors.engine.fingerprint`):
+    warn, refuse (the attempt fails, nothing written) or allow; its `resumed` records it."""
 
     def __post_init__(self) -> None:
+        try:
+            check_policy(self.on_code_change)
+        except AgentlogError as exc:
+            raise RegistrationError(str(exc)) from None
         ttl = self.keep_results_ttl_s
         if ttl is not None and (
             isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0
