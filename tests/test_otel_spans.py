@@ -1,0 +1,237 @@
+"""OpenTelemetry spans derived from the log: the tree a live follower emits for the demo
+agent and for a graph with a tool failure, an interrupt, a human edit and a resume, and the
+same spans, ids and attributes alike, rebuilt afterwards from the database and from an
+export file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+import agentlog.otel
+from agentlog.actors import END, Command, StateGraph, ToolNode, interrupt
+from agentlog.actors.examples.support import run_demo
+from agentlog.actors.testing import ScriptedModel, ask_tool, reply
+from agentlog.events import EventStore, SQLiteEventStore
+from agentlog.events.audit import export_jsonl
+from agentlog.projections import AgentState, Message
+from tests.workers.fake_provider import FakeProvider, Reply
+
+
+def provider() -> tuple[TracerProvider, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return tracer_provider, exporter
+
+
+def canonical(span: ReadableSpan) -> tuple[Any, ...]:
+    """Everything a backend receives of a span, but the resource and the scope."""
+    context = span.context
+    assert context is not None
+    return (
+        span.name,
+        context.trace_id,
+        context.span_id,
+        span.parent.span_id if span.parent else None,
+        span.kind,
+        span.start_time,
+        span.end_time,
+        dict(span.attributes or {}),
+        [(e.name, e.timestamp, dict(e.attributes or {})) for e in span.events],
+        (span.status.status_code, span.status.description),
+    )
+
+
+def tree(spans: list[ReadableSpan]) -> list[str]:
+    """The spans as indented names, children in start order."""
+    by_parent: dict[int | None, list[ReadableSpan]] = {}
+    ids = {s.context.span_id for s in spans if s.context}
+    for span in spans:
+        parent = span.parent.span_id if span.parent else None
+        by_parent.setdefault(parent if parent in ids else None, []).append(span)
+    lines: list[str] = []
+
+    def walk(parent: int | None, depth: int) -> None:
+        for span in sorted(by_parent.get(parent, []), key=lambda s: s.start_time or 0):
+            lines.append("  " * depth + span.name)
+            walk(span.context.span_id if span.context else None, depth + 1)
+
+    walk(None, 0)
+    return lines
+
+
+def named(spans: list[ReadableSpan], name: str) -> list[ReadableSpan]:
+    return [s for s in spans if s.name == name]
+
+
+async def test_the_demo_agent_gives_the_genai_span_tree_live_and_after_the_fact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    live, exported = provider()
+    async with FakeProvider() as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.openai_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        server.script(
+            Reply(fixture="chat_tool_call"),
+            Reply(fixture="chat_refund_call"),
+            Reply(fixture="chat_text"),
+        )
+        async with SQLiteEventStore(tmp_path / "demo.db") as store:
+            async with agentlog.otel.follow(store, tracer_provider=live):
+                await run_demo(
+                    store, lambda c: None, lambda s: True, thread_id="d1", model="openai:gpt-test"
+                )
+            spans = list(exported.get_finished_spans())
+            assert tree(spans) == [
+                "invoke_agent support",
+                "  agent",
+                "    chat gpt-test",
+                "  lookup",
+                "    execute_tool lookup_order",
+                "  agent",
+                "    chat gpt-test",
+                "invoke_agent support",
+                "  refund",
+                "    execute_tool issue_refund",
+                "  agent",
+                "    chat gpt-test",
+            ]
+            first, second = named(spans, "invoke_agent support")
+            assert first.context and second.context
+            assert first.context.trace_id == second.context.trace_id  # one run, two calls
+            assert first.parent is None and second.parent is None
+            attrs = dict(first.attributes or {})
+            assert attrs["gen_ai.operation.name"] == "invoke_agent"
+            assert attrs["gen_ai.agent.name"] == "support"
+            assert attrs["gen_ai.conversation.id"] == "d1"
+            assert attrs["agentlog.outcome"] == "interrupted"
+            assert attrs["agentlog.seq"] == 1 and len(str(attrs["agentlog.hash"])) == 64
+            assert [e.name for e in first.events] == ["interrupt"]
+            assert [e.name for e in second.events] == ["resumed"]
+            assert dict(second.attributes or {})["agentlog.outcome"] == "completed"
+            chat = named(spans, "chat gpt-test")[0]
+            assert chat.kind == SpanKind.CLIENT
+            chat_attrs = dict(chat.attributes or {})
+            assert chat_attrs["gen_ai.operation.name"] == "chat"
+            assert chat_attrs["gen_ai.provider.name"] == "openai"
+            assert chat_attrs["gen_ai.request.model"] == "gpt-test"
+            assert isinstance(chat_attrs["gen_ai.usage.input_tokens"], int)
+            assert isinstance(chat_attrs["gen_ai.usage.output_tokens"], int)
+            assert chat_attrs["gen_ai.response.finish_reasons"] == ("tool_calls",)
+            tool = named(spans, "execute_tool lookup_order")[0]
+            tool_attrs = dict(tool.attributes or {})
+            assert tool_attrs["gen_ai.tool.name"] == "lookup_order"
+            assert tool_attrs["agentlog.tool.status"] == "completed"
+            assert "gen_ai.tool.call.arguments" not in tool_attrs  # content only when asked
+
+            after, rebuilt = provider()
+            await agentlog.otel.export_thread(store, "d1", after)
+            assert sorted(map(canonical, rebuilt.get_finished_spans())) == sorted(
+                map(canonical, spans)
+            )
+            out = tmp_path / "d1.jsonl"
+            await export_jsonl(store, "d1", out)
+    from_file, filed = provider()
+    agentlog.otel.Emitter(from_file).emit(agentlog.otel.spans_of_export(out))
+    assert sorted(map(canonical, filed.get_finished_spans())) == sorted(map(canonical, spans))
+
+
+def fetch_order(order_id: str) -> dict[str, Any]:
+    """Fetch an order by its id."""
+    raise KeyError(f"no order {order_id}")
+
+
+def agent(state: AgentState) -> Message:
+    if state.context[-1].role == "tool":
+        return reply("that order does not exist; asking a human")
+    return ask_tool("fetch_order", call_id="c1", order_id="Z-9")
+
+
+def approve(state: AgentState) -> list[Message]:
+    answer = interrupt("close the case?")
+    return [reply(f"closed: {answer}")]
+
+
+def failing_graph(store: EventStore) -> Any:
+    graph: StateGraph[AgentState] = StateGraph(name="desk")
+    graph.add_node("agent", ScriptedModel(agent))
+    graph.add_node("tools", ToolNode([fetch_order]))
+    graph.add_node("approve", approve)
+    graph.set_entry_point("agent")
+    graph.add_conditional_edges(
+        "agent", lambda s: "tools" if s.context[-1].tool_calls() else "approve"
+    )
+    graph.add_edge("tools", "agent")
+    graph.add_edge("approve", END)
+    return graph.compile(store)
+
+
+async def test_a_tool_failure_an_interrupt_an_edit_and_a_resume(tmp_path: Path) -> None:
+    live, exported = provider()
+    async with SQLiteEventStore(tmp_path / "desk.db") as store:
+        app = failing_graph(store)
+        config = {"thread_id": "t"}
+        async with agentlog.otel.follow(store, tracer_provider=live, capture_content=True):
+            await app.ainvoke("where is Z-9?", config)
+            edit = Message.text_message("please close it", role="user")
+            await app.aupdate_state(config, {"messages": [edit]}, actor="ops")
+            await app.ainvoke(Command(resume="yes"), config)
+        spans = list(exported.get_finished_spans())
+        assert tree(spans) == [
+            "invoke_agent desk",
+            "  agent",
+            "  tools",
+            "    execute_tool fetch_order",
+            "  agent",
+            "  approve",
+            "invoke_agent desk",
+            "  approve",
+        ]
+        tool = named(spans, "execute_tool fetch_order")[0]
+        assert tool.status.status_code == StatusCode.ERROR
+        assert "no order Z-9" in (tool.status.description or "")
+        tool_attrs = dict(tool.attributes or {})
+        assert tool_attrs["agentlog.tool.status"] == "failed"
+        assert tool_attrs["gen_ai.tool.call.id"] == "c1"
+        assert tool_attrs["gen_ai.tool.call.arguments"] == '{"order_id": "Z-9"}'
+        first, second = named(spans, "invoke_agent desk")
+        assert [e.name for e in first.events] == ["interrupt"]
+        assert dict(first.events[0].attributes or {})["agentlog.interrupt.by_node"] is True
+        assert [e.name for e in second.events] == ["human_edit", "resumed"]
+        edited = dict(second.events[0].attributes or {})
+        assert edited["agentlog.edit.by"] == "ops"
+        assert dict(second.events[1].attributes or {})["agentlog.resume.value"] == '"yes"'
+
+        after, rebuilt = provider()
+        await agentlog.otel.export_thread(store, "t", after, capture_content=True)
+        assert sorted(map(canonical, rebuilt.get_finished_spans())) == sorted(map(canonical, spans))
+
+
+async def test_a_failed_run_is_an_error_span_naming_the_error(tmp_path: Path) -> None:
+    def broken(state: AgentState) -> list[Message]:
+        raise RuntimeError("the disk is full")
+
+    graph: StateGraph[AgentState] = StateGraph(name="broken")
+    graph.add_node("work", broken)
+    graph.set_entry_point("work")
+    graph.add_edge("work", END)
+    async with SQLiteEventStore(tmp_path / "b.db") as store:
+        app = graph.compile(store)
+        with pytest.raises(Exception, match="the disk is full"):
+            await app.ainvoke("go", {"thread_id": "b"})
+        spans = await agentlog.otel.spans_of_thread(store, "b")
+    run, node = (
+        [s for s in spans if s.name == "invoke_agent broken"],
+        [s for s in spans if s.name == "work"],
+    )
+    assert run[0].status == "error" and node[0].status == "error"
+    assert run[0].attributes["error.type"] == "RuntimeError"
+    assert run[0].attributes["agentlog.outcome"] == "failed"
+    assert [e.name for e in run[0].events] == ["exception"]
