@@ -487,11 +487,8 @@ def runtime_command(
     or SIGTERM; the database is created when missing.
 
     A signal stops it: running steps commit, runs pause, the next runtime here resumes them.
-
     A second signal cancels what still runs (those runs resume next time too). Exit status 0.
-
     On a terminal: a live table of runs by graph and entry point, queues, timers, latency.
-
     With --json: one JSON object per line each time those figures change; the last: "stopped".
     """
     from agentlog.actors.cli.runtime import run_runtime
@@ -988,6 +985,9 @@ db_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(db_app, name="db")
+from agentlog.actors.cli.otel import otel_app  # noqa: E402 - it imports the names above
+
+app.add_typer(otel_app)
 Dsn = Annotated[
     str,
     typer.Option(
