@@ -252,7 +252,7 @@ class SpanFold:
     def _open_run(self, record: EventRecord, event: RunStarted | Resumed) -> list[Span]:
         done = self._abandon(record) if self._run is not None else []
         trace_id = trace_id_of(self.thread_id, record.run_id, record.seq)
-        parent = parse_traceparent(getattr(event, "traceparent", None))
+        parent = parse_traceparent(event.traceparent)
         if isinstance(event, RunStarted):
             self._graphs = {record.run_id: event.graph} if event.graph else {}
         graph = self._graphs.get(record.run_id)

@@ -235,3 +235,40 @@ async def test_a_failed_run_is_an_error_span_naming_the_error(tmp_path: Path) ->
     assert run[0].attributes["error.type"] == "RuntimeError"
     assert run[0].attributes["agentlog.outcome"] == "failed"
     assert [e.name for e in run[0].events] == ["exception"]
+
+
+async def test_a_traceparent_in_the_config_is_the_run_spans_parent(tmp_path: Path) -> None:
+    trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    async with SQLiteEventStore(tmp_path / "tp.db") as store:
+        app = failing_graph(store)
+        config = {"thread_id": "t", "traceparent": f"00-{trace_id}-{parent_id}-01"}
+        await app.ainvoke("where is Z-9?", config)
+        spans = await agentlog.otel.spans_of_thread(store, "t")
+    (run,) = [s for s in spans if s.name == "invoke_agent desk"]
+    assert (f"{run.trace_id:032x}", run.parent_id, run.remote_parent) == (
+        trace_id,
+        int(parent_id, 16),
+        True,
+    )
+    assert all(f"{s.trace_id:032x}" == trace_id for s in spans)
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        ({"traceparent": "00-00000000000000000000000000000000-00f067aa0ba902b7-01"}, "W3C"),
+        ({"traceparent": "not a header\n"}, "not a W3C trace context"),
+        ({"callbacks": [object()]}, "LangChain callbacks, which agentlog does not call"),
+    ],
+)
+async def test_tracing_config_agentlog_cannot_honour_is_refused_before_anything_is_written(
+    extra: dict[str, Any], says: str
+) -> None:
+    from agentlog.actors.engine.errors import TracingConfigError
+    from agentlog.events import MemoryEventStore
+
+    async with MemoryEventStore() as store:
+        app = failing_graph(store)
+        with pytest.raises(TracingConfigError, match=says):
+            await app.ainvoke("hello", {"thread_id": "t", **extra})
+        assert await store.last_seq("t") == 0
