@@ -19,6 +19,14 @@ from agentlog.events.codec import (
     register_upcaster,
     unregister_upcaster,
 )
+from agentlog.events.cursors import (
+    Cursor,
+    CursorMovedBackError,
+    CursorsUnsupportedError,
+    list_cursors,
+    load_cursor,
+    save_cursor,
+)
 from agentlog.events.errors import (
     AgentlogError,
     ChainBrokenError,
@@ -127,6 +135,9 @@ __all__ = [
     "CorruptDatabaseError",
     "CorruptRecordError",
     "CorruptSnapshotError",
+    "Cursor",
+    "CursorMovedBackError",
+    "CursorsUnsupportedError",
     "Event",
     "EventRecord",
     "EventStore",
@@ -183,8 +194,11 @@ __all__ = [
     "head",
     "kind_of",
     "last_position",
+    "list_cursors",
+    "load_cursor",
     "open_store",
     "register_upcaster",
+    "save_cursor",
     "unregister_upcaster",
     "verify_store",
     "verify_thread",

@@ -165,7 +165,13 @@ async def test_the_cli_upgrades_and_reads_a_postgres_store() -> None:
         assert not await _schema_exists(name)
         made = agentlog("db", "upgrade", "--dsn", dsn, "--json")
         assert made.returncode == 0, made.stderr
-        assert json.loads(made.stdout) == {"schema": name, "before": None, "version": 1}
+        from agentlog.events.stores.postgres_schema import SCHEMA_VERSION
+
+        assert json.loads(made.stdout) == {
+            "schema": name,
+            "before": None,
+            "version": SCHEMA_VERSION,
+        }
         assert agentlog("db", "status", "--dsn", dsn).stdout.strip().endswith("ready")
         demo = agentlog("demo", "--dsn", dsn, "--json")
         assert demo.returncode == 0, demo.stderr

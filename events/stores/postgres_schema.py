@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 DEFAULT_SCHEMA = "agentlog"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema version this agentlog reads and writes."""
 
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -114,6 +114,13 @@ def _steps(s: str) -> list[str]:
             heartbeat_at double precision NOT NULL,
             lease        double precision NOT NULL,
             purpose      text NOT NULL
+        );
+        """,
+        f"""
+        CREATE TABLE IF NOT EXISTS "{s}".cursors (
+            name       text   PRIMARY KEY,
+            position   bigint NOT NULL,
+            updated_at double precision NOT NULL
         );
         """,
     ]

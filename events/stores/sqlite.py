@@ -88,6 +88,8 @@ CREATE TABLE IF NOT EXISTS claims (
     purpose      TEXT    NOT NULL
 )
 """
+_CURSORS = """CREATE TABLE IF NOT EXISTS cursors (
+    name TEXT PRIMARY KEY, position INTEGER NOT NULL, updated_at REAL NOT NULL)"""
 
 _SCHEMA = f"""
 CREATE TABLE events (
@@ -123,6 +125,7 @@ CREATE TABLE snapshots (
     PRIMARY KEY (thread_id, seq)
 );
 {_CLAIMS};
+{_CURSORS};
 PRAGMA application_id = {APPLICATION_ID};
 PRAGMA user_version = {SCHEMA_VERSION};
 """
@@ -246,7 +249,8 @@ def _prepare(conn: sqlite3.Connection, path: str) -> None:
         conn.execute("COMMIT")
     _check_identity(path, app_id, version, tables)
     _switch_to_wal(conn)
-    conn.execute(_CLAIMS)  # files written before claims existed gain the table
+    for table in (_CLAIMS, _CURSORS):  # files written before claims or cursors gain them
+        conn.execute(table)
     columns = {row[1] for row in conn.execute("PRAGMA table_info(snapshots)")}
     if "hash" not in columns:  # nor did snapshots name the hash they fold up to
         conn.execute("ALTER TABLE snapshots ADD COLUMN hash BLOB")
@@ -1027,11 +1031,8 @@ def _fetch_thread(
 
 
 def _fetch_positions(conn: sqlite3.Connection, from_position: int, limit: int) -> list[Row]:
-    raw = conn.execute(
-        f"SELECT {_ROW_COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?",
-        (from_position, limit),
-    ).fetchall()
-    return _to_rows(raw)
+    sql = f"SELECT {_ROW_COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?"
+    return _to_rows(conn.execute(sql, (from_position, limit)).fetchall())
 
 
 def _fetch_last_position(conn: sqlite3.Connection) -> int:
@@ -1041,9 +1042,8 @@ def _fetch_last_position(conn: sqlite3.Connection) -> int:
 
 
 def _fetch_head(conn: sqlite3.Connection, thread_id: str) -> tuple[int, bytes] | None:
-    row = conn.execute(
-        "SELECT last_seq, last_hash FROM threads WHERE thread_id = ?", (thread_id,)
-    ).fetchone()
+    sql = "SELECT last_seq, last_hash FROM threads WHERE thread_id = ?"
+    row = conn.execute(sql, (thread_id,)).fetchone()
     return None if row is None else (row[0], row[1])
 
 
