@@ -7,13 +7,15 @@ Needs the `otel` extra: `pip install 'agentlog[otel]'`.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agentlog.actors.cli import AsJson, Db, _fail, _run
+from agentlog.actors.cli import AsJson, CliError, Db, _fail, _open, _run
 from agentlog.events import AgentlogError
 
 if TYPE_CHECKING:
@@ -24,8 +26,8 @@ otel_app = typer.Typer(
     help="OpenTelemetry spans of the runs, derived from the log: live beside the runtime "
     "(agentlog otel --db FILE), or after the fact (agentlog otel export --thread T).",
     add_completion=False,
-    no_args_is_help=True,
 )
+DEFAULT_CURSOR = "otel"
 
 Content = Annotated[
     bool,
@@ -58,6 +60,68 @@ def _provider(otel: Any, service_name: str | None) -> Any:
     try:
         return otel.otlp_provider(service_name)
     except AgentlogError as exc:
+        _fail(str(exc))
+
+
+@otel_app.callback(invoke_without_command=True)
+def live(
+    ctx: typer.Context,
+    db: Db = "agentlog.db",
+    cursor: Annotated[
+        str,
+        typer.Option(
+            "--cursor",
+            help="The name under which the follower keeps its position in the store: a "
+            "restart goes on from it.",
+        ),
+    ] = DEFAULT_CURSOR,
+    checkpoint_s: Annotated[
+        float,
+        typer.Option(
+            "--checkpoint-s",
+            min=0.01,
+            help="How often the exported position is saved under --cursor (seconds); spans "
+            "sent after the last save are sent again after a crash, with the same ids.",
+        ),
+    ] = 1.0,
+    capture_content: Content = False,
+    service_name: Service = None,
+) -> None:
+    """Follow the log and export each run's spans as their records are committed, until
+    SIGINT or SIGTERM; a restart goes on from the position kept under --cursor."""
+    if ctx.invoked_subcommand is not None:
+        return
+    otel = _otel()
+
+    provider = _provider(otel, service_name)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        try:
+            async with (
+                _open(db, writes=True) as store,
+                otel.follow(
+                    store,
+                    tracer_provider=provider,
+                    cursor=cursor,
+                    capture_content=capture_content,
+                    checkpoint_s=checkpoint_s,
+                ) as follower,
+            ):
+                typer.echo(
+                    f"following {db} from position {follower.started_after} (cursor {cursor!r})",
+                    err=True,
+                )
+                await stop.wait()
+        finally:
+            await asyncio.to_thread(provider.shutdown)
+
+    try:
+        asyncio.run(main())
+    except (CliError, AgentlogError) as exc:
         _fail(str(exc))
 
 

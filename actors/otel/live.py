@@ -2,12 +2,16 @@
 arrives, the same spans `agentlog otel export` rebuilds later.
 
 It reads only committed records (`agentlog.events.follow`), so a span never describes work
-the log lost. Every `checkpoint_s` seconds it flushes the provider's processors and then
-remembers the position it had reached: after a crash it goes on from the last position so
-remembered, and the spans it had emitted after it are sent again with the same ids (a
-backend shows them once). A thread it meets again after a restart is first folded,
+the log lost. With a `cursor` name it keeps its position in the store
+(`agentlog.events.cursors`): every `checkpoint_s` seconds it flushes the provider's
+processors, then saves the position it had reached, so after a crash it goes on from
+there, and the spans it had emitted after that position are sent again with the same ids
+(a backend shows them once). A thread it meets again after a restart is first folded,
 silently, up to where it stood, so a run that began before the crash ends in the span it
 began.
+
+Once it has caught up with the log it waits `batch_s` before reading again, so a busy log
+is read in batches of commits rather than once per commit.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from agentlog.actors.otel.emit import Emitter
+from agentlog.events.cursors import check_cursor_name, load_cursor, save_cursor
+from agentlog.events.errors import InvalidArgumentError
+from agentlog.events.follow import commit_signal, last_position
 from agentlog.events.follow import follow as follow_log
-from agentlog.events.follow import last_position
 from agentlog.events.kinds import RUNTIME_KINDS, STORE_KINDS
 from agentlog.events.record import EventRecord
 from agentlog.events.store import EventStore
@@ -42,23 +48,27 @@ class SpanFollower:
         tracer_provider: TracerProvider,
         *,
         after: int = 0,
+        cursor: str | None = None,
         capture_content: bool = False,
     ) -> None:
         self.store = store
         self.emitter = Emitter(tracer_provider)
+        self.cursor = cursor
         self.capture_content = capture_content
         self.started_after = after
+        """The position it started after (its cursor's, when it has one)."""
         self.position = after
         """The position of the last record folded."""
+        self.saved = after
+        """The position its cursor holds: every span up to it reached the exporters."""
         self.emitted = 0
         """How many spans it emitted."""
-        self.flushed = after
-        """The position every span up to which has been flushed to the exporters."""
         self._folds: dict[str, SpanFold] = {}
         self._moved = asyncio.Event()
 
-    async def run(self, poll_s: float = 0.2) -> None:
+    async def run(self, poll_s: float = 0.2, batch_s: float = 0.05) -> None:
         """Follow the log for ever (until cancelled or the store closes)."""
+        signal = commit_signal(self.store)
         async for record in follow_log(self.store, after=self.position, poll_s=poll_s):
             if record.kind not in _SKIPPED:
                 fold = await self._fold(record)
@@ -67,6 +77,8 @@ class SpanFollower:
                     self.emitted += self.emitter.emit(spans)
             self.position = record.position
             self._moved.set()
+            if batch_s and signal is not None and record.position >= signal.position:
+                await asyncio.sleep(batch_s)  # caught up: let commits gather
 
     async def _fold(self, record: EventRecord) -> SpanFold:
         fold = self._folds.get(record.thread_id)
@@ -74,23 +86,30 @@ class SpanFollower:
             return fold
         fold = SpanFold(record.thread_id, capture_content=self.capture_content)
         self._folds[record.thread_id] = fold
-        if record.seq == 1 or self.started_after == 0:
-            return fold
-        # First met since a restart: its earlier records are all at or before the position
-        # started from; fold them silently (their spans were emitted before).
-        async for earlier in self.store.read(record.thread_id, 1, record.seq - 1):
-            fold.feed(earlier)
+        if record.seq > 1 and self.started_after > 0:
+            # First met since a restart: its earlier records are all at or before the
+            # position started from; fold them silently (their spans were emitted then).
+            async for earlier in self.store.read(record.thread_id, 1, record.seq - 1):
+                fold.feed(earlier)
         return fold
 
-    async def flush(self) -> int:
-        """Flush the provider's processors; the position every span up to which is out."""
+    async def checkpoint(self) -> int:
+        """Flush the provider's processors, then save the position reached under the
+        cursor; the position the cursor holds."""
         position = self.position
-        done = await asyncio.to_thread(self.emitter.flush)
-        if done:
-            self.flushed = position
-        else:
-            _log.warning("the span exporter did not finish in time; spans are sent again")
-        return self.flushed
+        if position <= self.saved:
+            return self.saved
+        if not await asyncio.to_thread(self.emitter.flush):
+            _log.warning(
+                "the span exporter did not finish in time; the cursor stays at %d",
+                self.saved,
+                extra={"cursor": self.cursor, "position": position},
+            )
+            return self.saved
+        if self.cursor is not None:
+            await save_cursor(self.store, self.cursor, position)
+        self.saved = position
+        return position
 
     async def wait_for(self, position: int) -> None:
         """Return once the follower has folded every record up to `position`."""
@@ -104,19 +123,40 @@ async def follow(
     store: EventStore,
     *,
     tracer_provider: TracerProvider,
-    after: int = 0,
+    cursor: str | None = None,
+    after: int | None = None,
     capture_content: bool = False,
+    checkpoint_s: float = 1.0,
+    batch_s: float = 0.05,
     poll_s: float = 0.2,
 ) -> AsyncIterator[SpanFollower]:
     """Emit the spans of every run on `store` through `tracer_provider` while the block
-    runs, from the records committed after position `after`; on the way out, what was
-    emitted is flushed.
+    runs; on the way out, what the block committed is emitted and flushed.
 
-        async with agentlog.otel.follow(store, tracer_provider=provider):
+    It starts after the position its `cursor` holds (a name, kept in the store), else after
+    `after` (0: the start of the log); pass one or neither.
+
+        async with agentlog.otel.follow(store, tracer_provider=provider, cursor="otel"):
             await graph.ainvoke(...)
     """
-    follower = SpanFollower(store, tracer_provider, after=after, capture_content=capture_content)
-    task = asyncio.create_task(follower.run(poll_s), name="agentlog.otel.follow")
+    if cursor is not None:
+        check_cursor_name(cursor)
+        if after is not None:
+            raise InvalidArgumentError(
+                "pass cursor= (start where it was saved) or after= (start at a position), not both"
+            )
+        after = await load_cursor(store, cursor)
+    follower = SpanFollower(
+        store, tracer_provider, after=after or 0, cursor=cursor, capture_content=capture_content
+    )
+    task = asyncio.create_task(follower.run(poll_s, batch_s), name="agentlog.otel.follow")
+
+    async def checkpoints() -> None:
+        while True:
+            await asyncio.sleep(checkpoint_s)
+            await follower.checkpoint()
+
+    saver = asyncio.create_task(checkpoints(), name="agentlog.otel.checkpoints")
     try:
         yield follower
         # What the block committed is emitted before the block is left.
@@ -124,7 +164,11 @@ async def follow(
         await asyncio.wait({task, caught_up}, timeout=60.0, return_when="FIRST_COMPLETED")
         caught_up.cancel()
     finally:
+        saver.cancel()
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await follower.flush()
+        ended = await asyncio.gather(task, saver, return_exceptions=True)
+        failure = next((e for e in ended if isinstance(e, Exception)), None)
+        if failure is None:
+            await follower.checkpoint()
+    if failure is not None:
+        raise failure
