@@ -104,6 +104,8 @@ def main() -> None:
                 "traced": round(common.median(traced), 1),
             },
             "ratio_traced_to_plain": ratio,
+            "ratio_of_medians": round(common.median(traced) / common.median(plain), 3),
+            "round_ratios": [round(r, 3) for r in ratios],
             "target": TARGET,
             "met": ratio >= TARGET,
             "note": "median of per-round ratios, rounds alternating plain / traced (and which "

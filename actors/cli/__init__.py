@@ -37,7 +37,7 @@ from rich.console import Console, RenderableType
 from rich.text import Text
 from typer._click.exceptions import ClickException
 
-from agentlog.actors.cli import render
+from agentlog.actors.cli import logs, render
 from agentlog.events import (
     KINDS,
     AgentlogError,
@@ -581,15 +581,15 @@ def serve_command(
         typer.Option(help="Seconds a request's body may take to arrive; then 408 and closed."),
     ] = 30.0,
     client_connections: Annotated[
-        int,
-        typer.Option(help="Connections one client address may hold open; more are closed."),
+        int, typer.Option(help="Connections one client address may hold open; more are closed.")
     ] = 100,
+    log_level: logs.LogLevel = logs.Level.warning,
+    log_json: logs.LogJson = False,
 ) -> None:
     """Serve the runtime your code builds over HTTP: threads, state, history, runs, live
     streams (Server-Sent Events), webhooks; OpenAPI at /docs and /openapi.json.
 
     Every request acts as its bearer token's name, which the log records as the actor.
-
     SIGINT or SIGTERM drains it: requests under way finish, running steps commit, runs pause.
     """
     from agentlog.actors.cli.serve import run_serve
@@ -598,7 +598,7 @@ def serve_command(
         db, app_ref, host, port, tokens, max_body, hash_token,
         allowed_hosts=allowed_host or [], allowed_origins=allowed_origin or [],
         header_timeout=header_timeout, body_timeout=body_timeout,
-        max_per_client=client_connections,
+        max_per_client=client_connections, log_level=log_level.value, log_json=log_json,
     )  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from agentlog.actors.cli import AsJson, CliError, Db, _fail, _open, _run
+from agentlog.actors.cli.logs import Level, LogJson, LogLevel, setup_logging
 from agentlog.events import AgentlogError
 
 if TYPE_CHECKING:
@@ -86,13 +87,15 @@ def live(
     ] = 1.0,
     capture_content: Content = False,
     service_name: Service = None,
+    log_level: LogLevel = Level.warning,
+    log_json: LogJson = False,
 ) -> None:
     """Follow the log and export each run's spans as their records are committed, until
     SIGINT or SIGTERM; a restart goes on from the position kept under --cursor."""
     if ctx.invoked_subcommand is not None:
         return
     otel = _otel()
-
+    setup_logging(log_level, log_json)
     provider = _provider(otel, service_name)
 
     async def main() -> None:

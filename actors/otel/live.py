@@ -108,6 +108,12 @@ class SpanFollower:
             return self.saved
         if self.cursor is not None:
             await save_cursor(self.store, self.cursor, position)
+        _log.debug(
+            "spans exported up to position %d (%d so far)",
+            position,
+            self.emitted,
+            extra={"cursor": self.cursor, "position": position},
+        )
         self.saved = position
         return position
 
