@@ -272,3 +272,67 @@ async def test_tracing_config_agentlog_cannot_honour_is_refused_before_anything_
         with pytest.raises(TracingConfigError, match=says):
             await app.ainvoke("hello", {"thread_id": "t", **extra})
         assert await store.last_seq("t") == 0
+
+
+def points(reader: Any) -> dict[str, list[Any]]:
+    """Each metric's data points, by name."""
+    found: dict[str, list[Any]] = {}
+    data = reader.get_metrics_data()
+    for resource in data.resource_metrics if data else []:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                found.setdefault(metric.name, []).extend(metric.data.data_points)
+    return found
+
+
+async def test_the_follower_counts_runs_steps_and_tools_by_their_attributes(
+    tmp_path: Path,
+) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
+    live, _ = provider()
+    async with SQLiteEventStore(tmp_path / "m.db") as store:
+        app = failing_graph(store)
+        async with agentlog.otel.follow(store, tracer_provider=live, meter_provider=meters):
+            await app.ainvoke("where is Z-9?", {"thread_id": "t"})
+            await app.ainvoke(Command(resume="yes"), {"thread_id": "t"})
+    found = points(reader)
+    (started,) = found["agentlog.runs.started"]
+    assert (started.value, dict(started.attributes)) == (1, {"gen_ai.agent.name": "desk"})
+    ended = {p.attributes["agentlog.outcome"]: p.value for p in found["agentlog.runs.ended"]}
+    assert ended == {"interrupted": 1, "completed": 1}
+    (tool,) = found["agentlog.tool.duration"]
+    assert dict(tool.attributes) == {
+        "gen_ai.tool.name": "fetch_order",
+        "agentlog.tool.status": "failed",
+    }
+    assert tool.count == 1 and tool.sum > 0
+    steps = {p.attributes["agentlog.node"]: p.count for p in found["agentlog.step.duration"]}
+    assert steps == {"agent": 2, "tools": 1, "approve": 2}
+
+
+async def test_runtime_gauges_read_the_runtimes_figures(tmp_path: Path) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from agentlog.actors.runtime import AgentRuntime, EntryPoint
+
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
+    async with SQLiteEventStore(tmp_path / "r.db") as store:
+        runtime = AgentRuntime(store)
+        runtime.add_graph("desk", failing_graph(store))
+        runtime.register_entry_point(EntryPoint(id="ask", graph_id="desk"))
+        agentlog.otel.observe_runtime(runtime, meters)
+        async with runtime:
+            await runtime.trigger_and_wait("ask", "where is Z-9?")
+            found = points(reader)
+    assert [p.value for p in found["agentlog.runtime.queue.depth"]] == [0]
+    assert [p.value for p in found["agentlog.runtime.executing"]] == [0]
+    latency = {
+        p.attributes["agentlog.quantile"]: p.value for p in found["agentlog.store.commit.latency"]
+    }
+    assert set(latency) == {"p50", "p99"} and latency["p50"] > 0

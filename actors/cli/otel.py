@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -98,6 +99,10 @@ def live(
     setup_logging(log_level, log_json)
     provider = _provider(otel, service_name)
 
+    # metrics go where the traces go, unless OTEL_METRICS_EXPORTER=none (Jaeger takes none)
+    metered = os.environ.get("OTEL_METRICS_EXPORTER", "otlp").strip().lower() != "none"
+    meters = otel.otlp_meter_provider(service_name) if metered else None
+
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -112,6 +117,7 @@ def live(
                     cursor=cursor,
                     capture_content=capture_content,
                     checkpoint_s=checkpoint_s,
+                    meter_provider=meters,
                 ) as follower,
             ):
                 typer.echo(
@@ -121,6 +127,8 @@ def live(
                 await stop.wait()
         finally:
             await asyncio.to_thread(provider.shutdown)
+            if meters is not None:
+                await asyncio.to_thread(meters.shutdown)
 
     try:
         asyncio.run(main())

@@ -11,6 +11,7 @@ from agentlog.actors.otel.emit import (
     Emitter,
     LogIdGenerator,
     OtelConfigError,
+    otlp_meter_provider,
     otlp_provider,
 )
 from agentlog.actors.otel.export import (
@@ -21,6 +22,7 @@ from agentlog.actors.otel.export import (
     spans_of_thread,
 )
 from agentlog.actors.otel.live import SpanFollower, follow
+from agentlog.actors.otel.metrics import SpanMetrics, observe_runtime
 from agentlog.projections.spans import Span, SpanEvent, SpanFold, parse_traceparent
 
 __all__ = [
@@ -33,9 +35,12 @@ __all__ = [
     "SpanEvent",
     "SpanFold",
     "SpanFollower",
+    "SpanMetrics",
     "export_records",
     "export_thread",
     "follow",
+    "observe_runtime",
+    "otlp_meter_provider",
     "otlp_provider",
     "parse_traceparent",
     "spans_of_export",

@@ -19,6 +19,8 @@ from agentlog.events.errors import AgentlogError, InvalidArgumentError
 from agentlog.projections.spans import Span
 
 if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Tracer
 
@@ -141,13 +143,23 @@ def _attributes(attributes: dict[str, Any]) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in attributes.items()}
 
 
+def _resource(service_name: str | None) -> Resource:
+    """The resource of `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES` (or the name given),
+    named "agentlog" when nothing names the service."""
+    from opentelemetry.sdk.resources import Resource
+
+    resource = Resource.create({"service.name": service_name} if service_name else {})
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": "agentlog"}))
+    return resource
+
+
 def otlp_provider(service_name: str | None = None) -> TracerProvider:
     """A tracer provider exporting over OTLP/HTTP where the standard variables point
     (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`,
     `OTEL_EXPORTER_OTLP_HEADERS`, ...), its resource from `OTEL_SERVICE_NAME` and
     `OTEL_RESOURCE_ATTRIBUTES` (service name "agentlog" when neither names one)."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get(
@@ -159,10 +171,18 @@ def otlp_provider(service_name: str | None = None) -> TracerProvider:
             "with protobuf bodies; set it to http/protobuf (or unset it) and point "
             "OTEL_EXPORTER_OTLP_ENDPOINT at the collector's HTTP port (4318)"
         )
-    given = {"service.name": service_name} if service_name else {}
-    resource = Resource.create(given)
-    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
-        resource = resource.merge(Resource({"service.name": "agentlog"}))
-    provider = SdkTracerProvider(resource=resource, id_generator=LogIdGenerator())
+    provider = SdkTracerProvider(resource=_resource(service_name), id_generator=LogIdGenerator())
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     return provider
+
+
+def otlp_meter_provider(service_name: str | None = None) -> MeterProvider:
+    """A meter provider exporting over OTLP/HTTP where the standard variables point
+    (`OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, else `OTEL_EXPORTER_OTLP_ENDPOINT`), every
+    `OTEL_METRIC_EXPORT_INTERVAL` milliseconds (60000 by default)."""
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    reader = PeriodicExportingMetricReader(OTLPMetricExporter())
+    return SdkMeterProvider(metric_readers=[reader], resource=_resource(service_name))

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from agentlog.actors.otel.emit import Emitter
+from agentlog.actors.otel.metrics import SpanMetrics
 from agentlog.events.cursors import check_cursor_name, load_cursor, save_cursor
 from agentlog.events.errors import InvalidArgumentError
 from agentlog.events.follow import commit_signal, last_position
@@ -33,6 +34,7 @@ from agentlog.events.store import EventStore
 from agentlog.projections.spans import SpanFold
 
 if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
     from opentelemetry.sdk.trace import TracerProvider
 
 _log = logging.getLogger("agentlog.otel")
@@ -50,8 +52,10 @@ class SpanFollower:
         after: int = 0,
         cursor: str | None = None,
         capture_content: bool = False,
+        meter_provider: MeterProvider | None = None,
     ) -> None:
         self.store = store
+        self.metrics = SpanMetrics(meter_provider) if meter_provider is not None else None
         self.emitter = Emitter(tracer_provider)
         self.cursor = cursor
         self.capture_content = capture_content
@@ -75,6 +79,8 @@ class SpanFollower:
                 spans = fold.feed(record)
                 if spans:
                     self.emitted += self.emitter.emit(spans)
+                if self.metrics is not None:
+                    self.metrics.record(record, spans)
             self.position = record.position
             self._moved.set()
             if batch_s and signal is not None and record.position >= signal.position:
@@ -132,6 +138,7 @@ async def follow(
     cursor: str | None = None,
     after: int | None = None,
     capture_content: bool = False,
+    meter_provider: MeterProvider | None = None,
     checkpoint_s: float = 1.0,
     batch_s: float = 0.05,
     poll_s: float = 0.2,
@@ -140,7 +147,8 @@ async def follow(
     runs; on the way out, what the block committed is emitted and flushed.
 
     It starts after the position its `cursor` holds (a name, kept in the store), else after
-    `after` (0: the start of the log); pass one or neither.
+    `after` (0: the start of the log); pass one or neither. With a `meter_provider`, the
+    runs, steps, tool and model calls are counted too (`agentlog.actors.otel.metrics`).
 
         async with agentlog.otel.follow(store, tracer_provider=provider, cursor="otel"):
             await graph.ainvoke(...)
@@ -153,7 +161,12 @@ async def follow(
             )
         after = await load_cursor(store, cursor)
     follower = SpanFollower(
-        store, tracer_provider, after=after or 0, cursor=cursor, capture_content=capture_content
+        store,
+        tracer_provider,
+        after=after or 0,
+        cursor=cursor,
+        capture_content=capture_content,
+        meter_provider=meter_provider,
     )
     task = asyncio.create_task(follower.run(poll_s, batch_s), name="agentlog.otel.follow")
 
