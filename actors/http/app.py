@@ -25,6 +25,7 @@ from agentlog.actors.http.routes import ROUTERS
 from agentlog.actors.http.tokens import TokenBook
 from agentlog.actors.runtime import AgentRuntime, EntryPoint
 from agentlog.actors.runtime.facade import RuntimeFacade
+from agentlog.actors.runtime.tracing import caller_trace
 
 MAX_BODY = 1_048_576
 """The default limit of a request body, in bytes."""
@@ -84,11 +85,29 @@ def create_app(
         body_timeout=body_timeout,
     )
     app.add_middleware(BodyLimit, max_body=max_body)  # outermost: the guard reads within it
+    app.add_middleware(TraceContext)
     for router in ROUTERS:
         app.include_router(router)
     if webhooks:
         _mount_webhooks(app, runtime, rt.webhook_entries(), max_body)
     return app
+
+
+class TraceContext:
+    """Serves each request with its `traceparent` header as the caller's trace context, so a
+    run it starts (a run request, a webhook delivery) records it and its spans join the
+    caller's trace."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        header = next((v for k, v in scope["headers"] if k == b"traceparent"), None)
+        with caller_trace(header.decode("latin-1") if header is not None else None):
+            await self.app(scope, receive, send)
 
 
 def _mount_webhooks(

@@ -48,6 +48,7 @@ from agentlog.actors.runtime.spec import (
     UnknownRunError,
 )
 from agentlog.actors.runtime.timers import Schedule
+from agentlog.actors.runtime.tracing import caller_traceparent
 from agentlog.actors.runtime.watching import Handler, Subscriber, Watching, _deliver
 from agentlog.actors.runtime.workers import Follower
 from agentlog.events import EventRecord, EventStore
@@ -395,9 +396,7 @@ class AgentRuntime(Watching):
         correlation_id: str | None = None,
     ) -> str:
         """Accept a run of the entry point's graph and return its thread id at once.
-
         `cause` says what the log records as the trigger's cause (a webhook delivery is one).
-
         The acceptance is recorded first; a key seen before returns the first run's thread
         and starts nothing (across restarts too).
         """
@@ -735,6 +734,7 @@ class AgentRuntime(Watching):
                 missed=missed,
                 by=by,
                 correlation_id=correlation_id,
+                traceparent=caller_traceparent(),
             )
         except BaseException:
             if settled is not None:
