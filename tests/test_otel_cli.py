@@ -79,3 +79,12 @@ def test_a_grpc_protocol_is_refused_with_what_to_set(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "set it to http/protobuf" in done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+def test_an_export_file_of_another_thread_is_refused(tmp_path: Path) -> None:
+    db, thread = demo_db(tmp_path)
+    out = tmp_path / "thread.jsonl"
+    assert agentlog("export", thread, "--db", db, "--out", out).returncode == 0
+    done = agentlog("otel", "export", "--thread", "other", "--file", out, "--stdout")
+    assert done.returncode == 1 and done.stdout == ""
+    assert f"holds thread {thread!r}, not 'other'" in done.stderr

@@ -159,16 +159,18 @@ def export(
     """Rebuild the thread's spans from the log and export them over OTLP/HTTP: the same
     spans, ids and all, that a live follower sent when the thread ran."""
     otel = _otel()
+    from agentlog.projections.spans import thread_spans
+
     provider = None if stdout else _provider(otel, service_name)
     if file is not None:
         try:
-            spans: list[Span] = otel.spans_of_export(file, capture_content=capture_content)
-        except (OSError, AgentlogError) as exc:
+            with open(file, encoding="utf-8") as lines:
+                records = otel.export_records(lines)
+        except (OSError, UnicodeDecodeError, AgentlogError) as exc:
             _fail(f"cannot read {file}: {exc}")
-        if spans and spans[0].attributes.get("agentlog.thread_id") not in (thread, None):
-            _fail(
-                f"{file} holds thread {spans[0].attributes['agentlog.thread_id']!r}, not {thread!r}"
-            )
+        if records[0].thread_id != thread:
+            _fail(f"{file} holds thread {records[0].thread_id!r}, not {thread!r}")
+        spans: list[Span] = thread_spans(records, capture_content=capture_content)
     else:
 
         async def read(store: Any) -> list[Span]:
