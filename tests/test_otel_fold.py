@@ -88,3 +88,40 @@ async def test_on_postgresql_the_cursor_is_kept_and_export_rebuilds_the_same_spa
             assert shown["name"] == span.name
             assert (shown["start_ns"], shown["end_ns"]) == (span.start_time, span.end_time)
             assert shown["attributes"] == json.loads(json.dumps(dict(span.attributes or {})))
+
+
+async def test_cancels_stops_forks_and_stop_requests_are_events_of_their_run() -> None:
+    from agentlog.events.kinds import (
+        Forked,
+        NodeEntered,
+        Resumed,
+        RunCancelled,
+        RunStarted,
+        Stopped,
+        StopRequested,
+    )
+
+    async with MemoryEventStore() as store:
+        script = [
+            ([Forked(source_thread="src", source_seq=4, state={})], None, "ops"),
+            ([RunStarted(entry_node="a", graph="g")], "r1", "user"),
+            ([NodeEntered(node="a")], "r1", "a"),
+            ([StopRequested(by="ops", reason="lunch")], "r1", "ops"),
+            ([Stopped(node="a", reason="asked")], "r1", "runtime"),
+            ([Resumed(by="user", node="a")], "r1", "user"),
+            ([NodeEntered(node="a")], "r1", "a"),
+            ([RunCancelled(by="ops", node="a", reason="wrong order")], "r1", "ops"),
+        ]
+        for seq, (events, run_id, actor) in enumerate(script):
+            await store.append("f", events, expected_seq=seq, run_id=run_id, actor=actor)
+        records = [r async for r in store.read("f")]
+    fold = SpanFold("f")
+    spans = [span for record in records for span in fold.feed(record)]
+    runs = [s for s in spans if s.name == "invoke_agent g"]
+    assert [s.attributes["agentlog.outcome"] for s in runs] == ["stopped", "cancelled"]
+    assert [e.name for e in runs[0].events] == ["forked", "stop_requested", "stopped"]
+    assert runs[0].events[0].attributes["agentlog.fork.source_thread"] == "src"
+    assert [e.name for e in runs[1].events] == ["resumed", "cancelled"]
+    assert runs[1].events[1].attributes["agentlog.reason"] == "wrong order"
+    assert {s.trace_id for s in spans} == {runs[0].trace_id}  # one run, one trace
+    assert [s.name for s in spans if s.parent_id is not None] == ["a", "a"]
