@@ -25,6 +25,7 @@ from agentlog.actors.engine.errors import (
     GraphError,
     ThreadStillBusyError,
 )
+from agentlog.actors.engine.tasks import BackgroundTaskManager
 from agentlog.events import (
     EventRecord,
     EventStore,
@@ -51,7 +52,7 @@ from agentlog.projections import (
     state_history,
 )
 from agentlog.projections.fold import before_first_run
-from agentlog.projections.messages import monotonic
+from agentlog.projections.ids import monotonic
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.graph import StateGraph
@@ -119,6 +120,11 @@ class CompiledGraph(BlockingCalls, Streaming, Generic[S]):
         """The event log the graph's threads are written to (`compile(checkpointer=...)`):
         the same as `store`, by LangGraph's name."""
         return self.engine.store
+
+    @property
+    def task_manager(self) -> BackgroundTaskManager:
+        """The background tasks its nodes start: running here, cancellable, recoverable."""
+        return self.engine.tasks
 
     @property
     def long_term_store(self) -> BaseStore | None:
@@ -234,7 +240,9 @@ class CompiledGraph(BlockingCalls, Streaming, Generic[S]):
         parent = parent_of(config)
         if parent is not None and stream is None:
             return await run_nested(self, input, config, parent)
-        run = RunLoop.of(self.engine, run_config(config), stream)
+        checked = run_config(config)
+        await self.engine.tasks.recover_once(checked["thread_id"])
+        run = RunLoop.of(self.engine, checked, stream)
         await run.live(input)
         return run
 

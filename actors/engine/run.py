@@ -40,16 +40,18 @@ from agentlog.projections import (
     fold_at,
 )
 from agentlog.projections.fold import uncommitted_record
-from agentlog.projections.messages import monotonic
+from agentlog.projections.ids import monotonic
 from agentlog.projections.snapshots import DEFAULT_SNAPSHOT_EVERY, SnapshotWriter
 from agentlog.projections.spans import parse_traceparent
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.graph import StateGraph
     from agentlog.actors.engine.longterm import BaseStore
+from agentlog.actors.engine.ids import IdSource
 from agentlog.actors.engine.nodes import NodeActor
 from agentlog.actors.engine.offload import InFlight
 from agentlog.actors.engine.stream import RunStream
+from agentlog.actors.engine.tasks import BackgroundTaskManager
 
 S = TypeVar("S", bound=AgentState)
 T = TypeVar("T")
@@ -157,7 +159,7 @@ class Engine(Generic[S]):
         context_manager: BaseContextManager[Any] | None = None,
         long_term_store: BaseStore | None = None,
     ) -> None:
-        graph.check(injected=("store",) if long_term_store is not None else ())
+        graph.check(injected=("task_manager", *(("store",) if long_term_store else ())))
         names = (*interrupt_before, *interrupt_after, *(node_concurrency or {}))
         for name in (*names, *(node_timeouts or {})):
             if name not in graph.nodes:
@@ -178,7 +180,13 @@ class Engine(Generic[S]):
             **graph.dependencies,
             **({"store": long_term_store} if long_term_store is not None else {}),
         }
-        """What nodes receive by parameter name beside state, config and context."""
+        """What nodes receive by parameter name beside state, config and context: a copy
+        made here, so a `register` after compile does not reach the compiled graph."""
+        self.tasks = BackgroundTaskManager(self.store, graph.tasks)
+        """The background tasks its nodes start (`task_manager`)."""
+        self.dependencies["task_manager"] = self.tasks
+        self.ids = IdSource(self.dependencies)
+        """The registered id settings `generate_id` follows inside the nodes."""
         self.interrupt_before = frozenset(interrupt_before)
         self.interrupt_after = frozenset(interrupt_after)
         self.recursion_limit = recursion_limit

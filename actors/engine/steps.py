@@ -41,8 +41,9 @@ from agentlog.projections import (
 )
 from agentlog.projections.fold import before_first_run, decide
 from agentlog.projections.generic import state_fields
+from agentlog.projections.ids import new_run_id
 from agentlog.projections.keys import AWAITING_KEY
-from agentlog.projections.messages import new_run_id, normalize_input
+from agentlog.projections.messages import normalize_input
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.graph import StateGraph

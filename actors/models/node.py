@@ -49,7 +49,7 @@ from agentlog.projections import (
     ToolCallBlock,
     generate_id,
 )
-from agentlog.projections.messages import monotonic
+from agentlog.projections.ids import monotonic
 
 __all__ = ["ModelNode"]
 
