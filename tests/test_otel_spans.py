@@ -336,3 +336,26 @@ async def test_runtime_gauges_read_the_runtimes_figures(tmp_path: Path) -> None:
         p.attributes["agentlog.quantile"]: p.value for p in found["agentlog.store.commit.latency"]
     }
     assert set(latency) == {"p50", "p99"} and latency["p50"] > 0
+
+
+async def test_a_follower_that_lets_folds_go_rebuilds_them_from_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentlog.actors.otel import live as live_module
+
+    monkeypatch.setattr(live_module, "MAX_THREADS", 1)  # every other thread evicts the last
+    live, exported = provider()
+    async with SQLiteEventStore(tmp_path / "lru.db") as store:
+        app = failing_graph(store)
+        async with agentlog.otel.follow(store, tracer_provider=live):
+            await app.ainvoke("where is Z-9?", {"thread_id": "t1"})  # paused
+            await app.ainvoke("where is Z-9?", {"thread_id": "t2"})  # evicts t1's fold
+            await app.ainvoke(Command(resume="yes"), {"thread_id": "t1"})
+        expected = [
+            s for t in ("t1", "t2") for s in await agentlog.otel.spans_of_thread(store, t)
+        ]
+    got = {s.context.span_id: s for s in exported.get_finished_spans() if s.context}
+    assert sorted(got) == sorted(s.span_id for s in expected)
+    for span in expected:
+        assert got[span.span_id].name == span.name
+        assert dict(got[span.span_id].attributes or {}) == span.attributes

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("agentlog.otel")
 _SKIPPED = RUNTIME_KINDS | STORE_KINDS
+MAX_THREADS = 10_000
+"""How many threads' folds a follower keeps; one let go is folded again from the log."""
 
 
 class SpanFollower:
@@ -67,7 +70,7 @@ class SpanFollower:
         """The position its cursor holds: every span up to it reached the exporters."""
         self.emitted = 0
         """How many spans it emitted."""
-        self._folds: dict[str, SpanFold] = {}
+        self._folds: OrderedDict[str, SpanFold] = OrderedDict()
         self._moved = asyncio.Event()
 
     async def run(self, poll_s: float = 0.2, batch_s: float = 0.05) -> None:
@@ -87,16 +90,20 @@ class SpanFollower:
                 await asyncio.sleep(batch_s)  # caught up: let commits gather
 
     async def _fold(self, record: EventRecord) -> SpanFold:
+        """The thread's fold, the most recently used `MAX_THREADS` kept. A thread met anew
+        (first since a restart, or its fold let go) is folded silently up to this record:
+        its earlier records were read before, and their spans emitted then."""
         fold = self._folds.get(record.thread_id)
         if fold is not None:
+            self._folds.move_to_end(record.thread_id)
             return fold
         fold = SpanFold(record.thread_id, capture_content=self.capture_content)
-        self._folds[record.thread_id] = fold
-        if record.seq > 1 and self.started_after > 0:
-            # First met since a restart: its earlier records are all at or before the
-            # position started from; fold them silently (their spans were emitted then).
+        if record.seq > 1:
             async for earlier in self.store.read(record.thread_id, 1, record.seq - 1):
                 fold.feed(earlier)
+        self._folds[record.thread_id] = fold
+        if len(self._folds) > MAX_THREADS:
+            self._folds.popitem(last=False)
         return fold
 
     async def checkpoint(self) -> int:
