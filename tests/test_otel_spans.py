@@ -351,9 +351,7 @@ async def test_a_follower_that_lets_folds_go_rebuilds_them_from_the_log(
             await app.ainvoke("where is Z-9?", {"thread_id": "t1"})  # paused
             await app.ainvoke("where is Z-9?", {"thread_id": "t2"})  # evicts t1's fold
             await app.ainvoke(Command(resume="yes"), {"thread_id": "t1"})
-        expected = [
-            s for t in ("t1", "t2") for s in await agentlog.otel.spans_of_thread(store, t)
-        ]
+        expected = [s for t in ("t1", "t2") for s in await agentlog.otel.spans_of_thread(store, t)]
     got = {s.context.span_id: s for s in exported.get_finished_spans() if s.context}
     assert sorted(got) == sorted(s.span_id for s in expected)
     for span in expected:
