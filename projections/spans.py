@@ -514,6 +514,11 @@ class SpanFold:
             tokens = tokens_of(event.usage)
             attributes["gen_ai.usage.input_tokens"] = tokens.input
             attributes["gen_ai.usage.output_tokens"] = tokens.output
+            run = self._ensure_run(record)  # the call's tokens count towards its run's too
+            for name, count in (("input", tokens.input), ("output", tokens.output)):
+                key = f"gen_ai.usage.{name}_tokens"
+                so_far = run.attributes.get(key, 0)
+                run.attributes[key] = (so_far if isinstance(so_far, int) else 0) + count
         if event.finish_reason is not None:
             attributes["gen_ai.response.finish_reasons"] = (event.finish_reason,)
         if event.response_id is not None:

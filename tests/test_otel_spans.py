@@ -116,6 +116,14 @@ async def test_the_demo_agent_gives_the_genai_span_tree_live_and_after_the_fact(
             assert [e.name for e in first.events] == ["interrupt"]
             assert [e.name for e in second.events] == ["resumed"]
             assert dict(second.attributes or {})["agentlog.outcome"] == "completed"
+            chats = named(spans, "chat gpt-test")
+            calls_in = sum(
+                int(dict(c.attributes or {})["gen_ai.usage.input_tokens"]) for c in chats
+            )
+            both = [
+                dict(r.attributes or {}).get("gen_ai.usage.input_tokens") for r in (first, second)
+            ]
+            assert sum(int(n or 0) for n in both) == calls_in > 0  # a run sums its calls'
             chat = named(spans, "chat gpt-test")[0]
             assert chat.kind == SpanKind.CLIENT
             chat_attrs = dict(chat.attributes or {})
