@@ -279,6 +279,9 @@ async def test_tracing_config_agentlog_cannot_honour_is_refused_before_anything_
         app = failing_graph(store)
         with pytest.raises(TracingConfigError, match=says):
             await app.ainvoke("hello", {"thread_id": "t", **extra})
+        with pytest.raises(TracingConfigError, match=says):
+            async for _ in app.astream("hello", {"thread_id": "t", **extra}):
+                pass
         assert await store.last_seq("t") == 0
 
 
@@ -365,3 +368,13 @@ async def test_a_follower_that_lets_folds_go_rebuilds_them_from_the_log(
     for span in expected:
         assert got[span.span_id].name == span.name
         assert dict(got[span.span_id].attributes or {}) == span.attributes
+
+
+async def test_reading_a_thread_takes_a_config_with_callbacks_as_langgraph_does() -> None:
+    from agentlog.events import MemoryEventStore
+
+    async with MemoryEventStore() as store:
+        app = failing_graph(store)
+        await app.ainvoke("where is Z-9?", {"thread_id": "t"})
+        state = await app.aget_state({"thread_id": "t", "callbacks": [object()]})
+        assert state.execution_meta.status.value == "interrupted_before"

@@ -327,13 +327,12 @@ def run_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
             merged.update(configurable)
         merged.update({k: v for k, v in config.items() if k != "configurable"})
     merged["thread_id"] = _thread_of(config)
-    _check_tracing(merged)
     return merged
 
 
-def _check_tracing(config: Mapping[str, Any]) -> None:
-    """Refuse, before anything is written, LangChain callbacks (the engine would never call
-    them) and a `traceparent` that is not a W3C trace context."""
+def check_tracing(config: Mapping[str, Any]) -> None:
+    """Refuse a run's config, before anything is written, when it holds LangChain callbacks
+    (the engine would never call them) or a `traceparent` that is not a W3C trace context."""
     if config.get("callbacks"):
         raise TracingConfigError(
             "config['callbacks'] holds LangChain callbacks, which agentlog does not call: "
