@@ -65,6 +65,8 @@ class RunStarted(BaseEvent, tag="run_started", frozen=True):
     """The agent runtime's trigger this run carries out (None: not started by a runtime)."""
     fingerprint: dict[str, JSON] | None = None
     """The graph's code as it ran (`agentlog.actors.engine.fingerprint`); None: unrecorded."""
+    traceparent: str | None = None
+    """The caller's W3C trace context (HTTP header, ainvoke config): the run span's parent."""
 
 
 class NodeEntered(BaseEvent, tag="node_entered", frozen=True):
@@ -198,6 +200,8 @@ class Resumed(BaseEvent, tag="resumed", frozen=True):
     """The agent runtime's trigger that resumed it (None: not resumed by a runtime)."""
     code_change: dict[str, JSON] | None = None
     """The run began under other code: the `on_code_change` policy applied and what changed."""
+    traceparent: str | None = None
+    """The caller's W3C trace context (HTTP header, ainvoke config): the run span's parent."""
 
 
 class StopRequested(BaseEvent, tag="stop_requested", frozen=True):
@@ -221,13 +225,10 @@ class Stopped(BaseEvent, tag="stopped", frozen=True):
     on where it was routed), "before" when it cancelled `node` mid-step (the node runs again
     on resume). When the caller went away mid-step (abandoned), `reason` says why; a stop
     that cut a step short names in `in_flight` the sync work still running on worker
-    threads, whose results will be discarded.
+    threads, whose results will be discarded. `duration_ms` is how long the call that stopped
+    had run, from its start (None: not measured).
 
-    `duration_ms` is how long the call that stopped had run, from its start (None: not
-    measured).
-
-    Version 2 added `when`; a version 1 record was always "before". Version 3 added
-    `duration_ms`.
+    Version 2 added `when` (a version 1 record was always "before"), version 3 `duration_ms`.
     """
 
     ENDS_RUN: ClassVar[bool] = True
@@ -372,6 +373,8 @@ class TriggerAccepted(BaseEvent, tag="trigger_accepted", frozen=True):
     """The runtime named the thread itself (a fresh random id): nothing else writes to it."""
     correlation_id: str | None = None
     """The caller's id tying related runs together (hive's `correlation_id`)."""
+    traceparent: str | None = None
+    """The W3C trace context the request or webhook carried, handed to the run it starts."""
 
 
 class TriggerDispatched(BaseEvent, tag="trigger_dispatched", frozen=True):

@@ -75,6 +75,8 @@ LIGHT = {
     "agentlog.actors.cli",
     "agentlog.actors.cli.render",
     "agentlog.actors.cli.replay_command",  # the command's options alone (typer)
+    "agentlog.actors.cli.logs",
+    "agentlog.actors.cli.otel",
 }
 """The project's modules besides `events` that the light commands may load."""
 

@@ -74,6 +74,7 @@ from agentlog.actors.engine.run import (
     _log,
     _thread_of,
     _timeout,
+    check_tracing,
     run_config,
 )
 from agentlog.actors.engine.steps import check_resume_value
@@ -247,6 +248,7 @@ class CompiledGraph(BlockingCalls, Streaming, Generic[S]):
         if parent is not None and stream is None:
             return await run_nested(self, input, config, parent)
         checked = run_config(config)
+        check_tracing(checked)  # a run's config only: reads take any config LangGraph takes
         await self.engine.tasks.recover_once(checked["thread_id"])
         run = RunLoop.of(self.engine, checked, stream)
         await run.live(input)

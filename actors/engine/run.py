@@ -22,6 +22,7 @@ from agentlog.actors.engine.callbacks import (
 from agentlog.actors.engine.errors import (
     GraphError,
     MissingThreadIdError,
+    TracingConfigError,
 )
 from agentlog.actors.engine.fingerprint import graph_fingerprint
 from agentlog.events import (
@@ -43,6 +44,7 @@ from agentlog.projections import (
 from agentlog.projections.fold import uncommitted_record
 from agentlog.projections.ids import monotonic
 from agentlog.projections.snapshots import DEFAULT_SNAPSHOT_EVERY, SnapshotWriter
+from agentlog.projections.spans import parse_traceparent
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.graph import StateGraph
@@ -333,6 +335,25 @@ def run_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
         merged.update({k: v for k, v in config.items() if k != "configurable"})
     merged["thread_id"] = _thread_of(config)
     return merged
+
+
+def check_tracing(config: Mapping[str, Any]) -> None:
+    """Refuse a run's config, before anything is written, when it holds LangChain callbacks
+    (the engine would never call them) or a `traceparent` that is not a W3C trace context."""
+    if config.get("callbacks"):
+        raise TracingConfigError(
+            "config['callbacks'] holds LangChain callbacks, which agentlog does not call: "
+            "pass agentlog hooks with compile(callbacks=...) (a subclass of "
+            "agentlog.actors.Callbacks), or trace runs with agentlog.otel (OpenTelemetry "
+            "spans derived from the log); drop 'callbacks' from the config"
+        )
+    traceparent = config.get("traceparent")
+    if traceparent is not None and parse_traceparent(traceparent) is None:
+        raise TracingConfigError(
+            f"config['traceparent'] is {brief(traceparent)}, not a W3C trace context: pass "
+            "'00-<32 hex trace id>-<16 hex span id>-<2 hex flags>' (ids not all zeros), or "
+            "leave it out"
+        )
 
 
 def _thread_of(config: Mapping[str, Any] | None) -> str:

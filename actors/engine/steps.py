@@ -131,6 +131,7 @@ async def open_run(run: RunLoop[S], input: Any) -> list[Event]:
     meta = fold.state.execution_meta
     user = str(config.get("user", "user"))
     trigger = config.get(TRIGGER_KEY)  # the runtime's trigger: its opening names it
+    traceparent = config.get("traceparent")  # checked by `run_config`: the caller's trace
     run.run_id = str(meta.internal_data.get("run_id") or "")
     run.fold = fold
     run.recursion_limit = _recursion_limit(config, engine.recursion_limit)
@@ -177,7 +178,13 @@ async def open_run(run: RunLoop[S], input: Any) -> list[Event]:
         closing = await closing_events(engine.store, fold, why, over=True, skip=skip)
         cut = next((i for i, e in enumerate(inputs) if goes_past([e])), len(inputs))
         resumed: list[Event] = [
-            Resumed(value=None, by=user, node=_paused_at(meta), trigger_id=trigger),
+            Resumed(
+                value=None,
+                by=user,
+                node=_paused_at(meta),
+                trigger_id=trigger,
+                traceparent=traceparent,
+            ),
             *inputs[:cut],
             *closing,
             *inputs[cut:],
@@ -214,6 +221,7 @@ async def open_run(run: RunLoop[S], input: Any) -> list[Event]:
                 fields=state_fields(engine.graph.state_cls),
                 trigger_id=trigger,
                 fingerprint=engine.fingerprint,
+                traceparent=traceparent,
             )
         )
     elif resuming:
@@ -225,6 +233,7 @@ async def open_run(run: RunLoop[S], input: Any) -> list[Event]:
                 node=_paused_at(meta),
                 trigger_id=trigger,
                 code_change=changed,
+                traceparent=traceparent,
             )
         )
         if meta.status == ExecutionStatus.INTERRUPTED_BEFORE:

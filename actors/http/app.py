@@ -28,6 +28,7 @@ from agentlog.actors.http.routes import ROUTERS, health
 from agentlog.actors.http.tokens import TokenBook
 from agentlog.actors.runtime import AgentRuntime, EntryPoint
 from agentlog.actors.runtime.facade import RuntimeFacade
+from agentlog.actors.runtime.tracing import caller_trace
 
 LOG_PREFIX = "/log"
 """Where agentlog's own record-level routes live (the Agent Server's own the root paths)."""
@@ -84,6 +85,7 @@ def create_app(
     app.state.tokens = tokens  # who a request acts as (`access.Who`)
     errors.install(app)
     hooks = [e.path for e in rt.webhook_entries() if e.path]
+    app.add_middleware(TraceContext)
     app.add_middleware(
         RequestGuard,
         allowed_hosts=allowed_hosts,
@@ -100,6 +102,23 @@ def create_app(
     if webhooks:
         _mount_webhooks(app, runtime, rt.webhook_entries(), max_body)
     return app
+
+
+class TraceContext:
+    """Serves each request with its `traceparent` header as the caller's trace context, so a
+    run it starts (a run request, a webhook delivery) records it and its spans join the
+    caller's trace."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        header = next((v for k, v in scope["headers"] if k == b"traceparent"), None)
+        with caller_trace(header.decode("latin-1") if header is not None else None):
+            await self.app(scope, receive, send)
 
 
 def _mount_webhooks(

@@ -143,11 +143,10 @@ class Dispatcher:
         """Whether a trigger being accepted may start the moment its acceptance commits:
         it starts a new thread, nothing is queued ahead of it, both limits leave room and its
         graph is here. If so its slot is held, and its dispatch is recorded in the same
-        commit as its acceptance (one commit fewer before the run starts).
-
-        Not for a named thread (its dispatch needs the thread's head, and a trigger waiting
-        on that read would be overtaken in the log by the ones sent after it), nor for
-        workers, whose runs first take a lease."""
+        commit as its acceptance (one commit fewer before the run starts). Not for a named
+        thread (its dispatch needs the thread's head, and a trigger waiting on that read
+        would be overtaken in the log by the ones sent after it), nor for workers, whose
+        runs first take a lease."""
         runtime = self.runtime
         if (
             not new_thread
@@ -406,6 +405,7 @@ class Dispatcher:
             "run_id": state.id,  # a run this trigger starts is named by it in the log
             TRIGGER_KEY: state.id,  # the run's opening names it: see `_opened`
             "on_code_change": self.runtime.config.on_code_change,  # a resume under new code
+            "traceparent": accepted.traceparent,  # the caller's, recorded at acceptance
         }
         if self.runtime.config.worker_id is not None:
             config["lease_s"] = self.runtime.config.lease_s  # its thread's claim, as its lease

@@ -54,6 +54,7 @@ from agentlog.actors.runtime.spec import (
     check_timeout,
 )
 from agentlog.actors.runtime.timers import Schedule
+from agentlog.actors.runtime.tracing import caller_traceparent
 from agentlog.actors.runtime.watching import Handler, Subscriber, Watching, _deliver
 from agentlog.actors.runtime.workers import Follower
 from agentlog.events import EventRecord, EventStore
@@ -380,10 +381,8 @@ class AgentRuntime(Watching, Graphs):
 
         `cause` says what the log records as the trigger's cause (a webhook delivery is one);
         hive's `session_state` names the thread (`resume_session_id`) and fields (`memory`).
-
         The acceptance is recorded first; a key seen before returns the first run's thread
-        and starts nothing (across restarts too).
-        """
+        and starts nothing (across restarts too)."""
         input, thread_id = with_session_state(session_state, input, thread_id)
         accepted = await self.submit(
             entry_point_id, input, thread_id=thread_id, idempotency_key=idempotency_key,
@@ -718,6 +717,7 @@ class AgentRuntime(Watching, Graphs):
                 missed=missed,
                 by=by,
                 correlation_id=correlation_id,
+                traceparent=caller_traceparent(),
             )
         except BaseException:
             if settled is not None:
