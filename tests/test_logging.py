@@ -71,7 +71,9 @@ def test_serve_logs_runs_and_requests_as_json_lines(tmp_path: Path) -> None:
     proc, url = start(tmp_path / "serve.db", "--log-level", "info", "--log-json")
     try:
         with httpx.Client(base_url=url, timeout=30) as client:
-            done = client.post("/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"})
+            done = client.post(
+                "/log/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"}
+            )
             assert done.json()["status"] == "completed"
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -83,4 +85,4 @@ def test_serve_logs_runs_and_requests_as_json_lines(tmp_path: Path) -> None:
     assert [line["kind"] for line in runs] == ["run_started", "run_completed"]
     assert all(line["thread_id"] == "t" for line in runs)
     access = [line for line in lines if line["logger"] == "uvicorn.access"]
-    assert any("POST /threads/t/runs/wait" in line["message"] for line in access), access
+    assert any("POST /log/threads/t/runs/wait" in line["message"] for line in access), access

@@ -33,13 +33,13 @@ async def test_a_traceparent_header_parents_the_run_it_starts(tmp_path: Path) ->
             transport = httpx.ASGITransport(app=create_app(runtime))
             async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
                 done = await http.post(
-                    "/threads/t/runs/wait",
+                    "/log/threads/t/runs/wait",
                     json={"assistant_id": "chat", "input": "ship it"},
                     headers={"traceparent": CALLER},
                 )
                 assert done.json()["status"] == "completed", done.text
                 plain = await http.post(
-                    "/threads/u/runs/wait",
+                    "/log/threads/u/runs/wait",
                     json={"assistant_id": "chat", "input": "ship it"},
                     headers={"traceparent": "00-not-a-trace-01"},
                 )
