@@ -40,6 +40,7 @@ __all__ = [
     "ExportFile",
     "Head",
     "export_jsonl",
+    "export_line",
     "head",
     "verify_store",
     "verify_thread",
@@ -203,7 +204,7 @@ async def verify_store(
     return reports
 
 
-def _export_line(row: Row, prev: bytes) -> bytes:
+def export_line(row: Row, prev: bytes) -> bytes:
     """One record as a JSON line carrying all it takes to recompute its hash."""
     envelope = [
         row.thread_id, row.seq, row.run_id, row.actor,
@@ -268,7 +269,7 @@ async def _export(
     prev, final = GENESIS_HASH, None
     # Raw rows, as `verify` reads them: the payload bytes exactly as stored.
     async for row in store.read_rows(thread_id, 1, last):
-        out.write(_export_line(row, prev).decode("utf-8"))
+        out.write(export_line(row, prev).decode("utf-8"))
         prev, final = row.hash, row
         if progress is not None and (row.seq % READ_CHUNK == 0 or row.seq == last):
             progress(row.seq, last)
