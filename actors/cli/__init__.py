@@ -37,7 +37,7 @@ from rich.console import Console, RenderableType
 from rich.text import Text
 from typer._click.exceptions import ClickException
 
-from agentlog.actors.cli import render
+from agentlog.actors.cli import relay, render
 from agentlog.events import (
     KINDS,
     AgentlogError,
@@ -110,8 +110,7 @@ Full = Annotated[
     bool, typer.Option("--full", help="Show everything: every message, every text whole.")
 ]
 Last = Annotated[
-    int,
-    typer.Option("--last", min=1, help="How many of the latest messages to show."),
+    int, typer.Option("--last", min=1, help="How many of the latest messages to show.")
 ]
 
 
@@ -988,6 +987,7 @@ db_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(db_app, name="db")
+app.add_typer(relay.relay_app, name="relay")
 Dsn = Annotated[
     str,
     typer.Option(

@@ -6,11 +6,12 @@ the relay closes it and opens a fresh one, so what one connection carried is alw
 prefix of what was sent on it (TCP keeps order), and the relay sends again from the first
 message not confirmed. What each broker then does with a second copy:
 
-- Redis: a Lua script adds each record to its stream with the entry id `POSITION-0` and
-  stops at the first refusal, so a stream only ever holds a prefix of what the relay sent,
-  in order. A record already there is refused as "equal or smaller than the top item";
-  the script then checks the entry at that id carries the record's id (else the stream
-  holds entries the relay did not write: `BrokerRefusedError`). Exactly once in the stream.
+- Redis: a Lua script (the batch in one MessagePack argument) adds each record to its
+  stream with the entry id `POSITION-0` and stops at the first refusal, so a stream only
+  ever holds a prefix of what the relay sent, in order. A record already there is refused
+  as "equal or smaller than the top item"; the script then checks that the entry at that
+  id carries the record's id (else the stream holds entries the relay did not write:
+  `BrokerRefusedError`). Exactly once in the stream.
 - NATS JetStream: each message carries `Nats-Msg-Id` (the record's hash); the stream drops a
   second copy that arrives within its duplicate window (`duplicate_window`, 2 minutes unless
   the URL says otherwise). A copy sent after the window is stored again: the consumer helper
@@ -26,9 +27,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import itertools
 import re
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import msgspec
 
 from agentlog.actors.relay.message import (
     BrokerRefusedError,
@@ -126,12 +130,10 @@ def open_sink(url: str, template: Template) -> Sink:
 # ---- Redis Streams ------------------------------------------------------------------------
 
 _XADD_ALL = """
-local i, added, copies = 1, 0, 0
-while i <= #ARGV do
-  local key, id, mid, n = KEYS[tonumber(ARGV[i])], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
-  local args = {'XADD', key, id}
-  for j = 1, 2 * n do args[#args + 1] = ARGV[i + 3 + j] end
-  local done = redis.pcall(unpack(args))
+local batch, added, copies = cmsgpack.unpack(ARGV[1]), 0, 0
+for _, m in ipairs(batch) do
+  local key, id, mid = KEYS[m[1]], m[2], m[3]
+  local done = redis.pcall('XADD', key, id, unpack(m[4]))
   if type(done) == 'table' and done.err then
     if not string.find(done.err, 'equal or smaller', 1, true) then
       return {added, copies, done.err}
@@ -144,7 +146,6 @@ while i <= #ARGV do
   else
     added = added + 1
   end
-  i = i + 4 + 2 * n
 end
 return {added, copies}
 """
@@ -171,13 +172,12 @@ class RedisSink:
     async def send(self, messages: list[Message]) -> int:
         keys = list(dict.fromkeys(m.destination for m in messages))
         slot = {key: i for i, key in enumerate(keys, start=1)}
-        args: list[Any] = []
-        for m in messages:
-            args += [slot[m.destination], f"{m.position}-0", m.id, len(m.headers) + 2]
-            args += ["id", m.id, "record", m.body]
-            for name, value in m.headers.items():
-                args += [name, value]
-        reply = await self.script(keys=keys, args=args)
+        batch = [
+            [slot[m.destination], f"{m.position}-0", m.id,
+             ["id", m.id, "record", m.body.decode(), *itertools.chain(*m.headers.items())]]
+            for m in messages
+        ]  # fmt: skip
+        reply = await self.script(keys=keys, args=[msgspec.msgpack.encode(batch)])
         if len(reply) > 2:
             problem = reply[2].decode() if isinstance(reply[2], bytes) else str(reply[2])
             if problem.startswith("FOREIGN"):

@@ -174,15 +174,24 @@ class PrevHashes:
             self.last.popitem(last=False)
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9_.~-]*")
+
+
+def _quoted(text: str | None) -> str:
+    """`text` percent-encoded (UTF-8), as a header may carry it; most ids need nothing."""
+    text = text or ""
+    return text if _PLAIN.fullmatch(text) else quote(text, safe="")
+
+
 def message(row: Row, prev: bytes, template: Template) -> Message:
     """The message for `row`, whose thread's previous record hashes to `prev`."""
     headers = {
         "kind": row.kind,
-        "thread": quote(row.thread_id, safe=""),
+        "thread": _quoted(row.thread_id),
         "seq": str(row.seq),
         "position": str(row.position),
-        "run": quote(row.run_id or "", safe=""),
-        "actor": quote(row.actor or "", safe=""),
+        "run": _quoted(row.run_id),
+        "actor": _quoted(row.actor),
         "time": repr(row.at),
         "hash": row.hash.hex(),
         "prev": prev.hex(),

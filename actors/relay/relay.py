@@ -78,6 +78,9 @@ class Relay:
     still moves the cursor); `subject_template` names the Redis stream key, NATS subject
     or AMQP routing key, with `{thread}` and `{kind}` (defaults: `DEFAULT_TEMPLATES`).
     Everything is checked here, before anything is read or sent (`RelayConfigError`).
+    `batch` records at most go in one send; `buffer` at most are read ahead of what the
+    broker confirmed; `poll_s` is how often a log written by another process is looked at
+    (a commit through the same store object, or any on PostgreSQL, wakes the relay at once).
     """
 
     def __init__(
@@ -93,6 +96,7 @@ class Relay:
         buffer: int = 2048,
         backoff: float = 0.05,
         max_backoff: float = 5.0,
+        poll_s: float = 0.2,
     ) -> None:
         try:
             self.name = check_cursor_name(name)
@@ -109,7 +113,7 @@ class Relay:
         self.selection = Selection(kinds, threads)
         self.sink = open_sink(to, self.template)
         self.batch, self.buffer = batch, max(buffer, batch)
-        self.backoff, self.max_backoff = backoff, max_backoff
+        self.backoff, self.max_backoff, self.poll_s = backoff, max_backoff, poll_s
         self.prevs = PrevHashes(store)
         self.cursor = 0
         self.head = 0
@@ -166,32 +170,42 @@ class Relay:
         log.info("relay %s: from position %d to %s", self.name, self.cursor, shown_url(self.to))
         queue: asyncio.Queue[Row | BaseException] = asyncio.Queue(self.buffer)
         reader = asyncio.ensure_future(self._read(self.cursor, queue))
+        shipping: asyncio.Future[None] | None = None
         try:
             while True:
                 rows = await self._take(queue)
                 messages: list[Message] = []
-                for row in rows:
+                for row in rows:  # built while the batch before is on its way
                     if self.selection(row):
                         messages.append(message(row, await self.prevs.before(row), self.template))
                     self.prevs.saw(row)
-                if messages:
-                    await self._deliver(messages)
-                await self._save(rows[-1].position)
+                if shipping is not None:
+                    await shipping  # one batch on the wire at a time: the broker keeps order
+                shipping = asyncio.ensure_future(self._ship(messages, rows[-1].position))
         finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await reader
+            for task in (shipping, reader):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
             self.connected = False
             await self.sink.close()
 
     async def _read(self, after: int, queue: asyncio.Queue[Row | BaseException]) -> None:
         try:
-            async with contextlib.aclosing(follow_rows(self.store, after=after)) as rows:
+            async with contextlib.aclosing(
+                follow_rows(self.store, after=after, poll_s=self.poll_s)
+            ) as rows:
                 async for row in rows:
                     self.head = max(self.head, row.position)
                     await queue.put(row)  # waits while `buffer` rows are unconfirmed
         except Exception as exc:
             await queue.put(exc)
+
+    async def _ship(self, messages: list[Message], position: int) -> None:
+        if messages:
+            await self._deliver(messages)
+        await self._save(position)
 
     async def _take(self, queue: asyncio.Queue[Row | BaseException]) -> list[Row]:
         """The next rows: one (waiting for it), then what is there already, up to a batch."""
