@@ -40,14 +40,14 @@ class ChainCheck:
         self.accepted = 0
 
     def check(self, body: bytes | str) -> dict[str, Any] | None:
-        text = body.decode("utf-8") if isinstance(body, bytes) else body
         try:
+            text = body.decode("utf-8") if isinstance(body, bytes) else body
             line = verify_export.loads(text)
             thread, seq = line["thread_id"], line["seq"]
             if not isinstance(thread, str) or type(seq) is not int:
                 raise TypeError
         except (ValueError, TypeError, KeyError):
-            raise ChainError(f"a message is no agentlog record: {text[:80]!r}") from None
+            raise ChainError(f"a message is no agentlog record: {body[:80]!r}") from None
         last_seq, last_hash = self.heads.get(thread, (0, verify_export.GENESIS))
         if seq <= last_seq:
             if seq == last_seq and line.get("hash") != last_hash:

@@ -114,7 +114,10 @@ class Template:
 
 
 def _nats_token(text: str) -> str:
-    return "".join(c if _NATS_TOKEN.fullmatch(c) else quote(c, safe="") for c in text) or "%"
+    """`text` as one NATS subject token (quote() leaves '.' and '~' as they are)."""
+    return "".join(
+        c if _NATS_TOKEN.fullmatch(c) else quote(c, safe="").replace(".", "%2E") for c in text
+    )
 
 
 class Selection:

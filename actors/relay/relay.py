@@ -117,6 +117,9 @@ class Relay:
         self.prevs = PrevHashes(store)
         self.cursor = 0
         self.head = 0
+        self.read_to = 0
+        """The last position read: at most `buffer` + 2 batches past the cursor (one batch
+        on the wire, the next being built), so memory stays bounded while the broker is away."""
         self.sent = self.copies = self.retries = 0
         self.connected = False
         self.last_error: str | None = None
@@ -173,7 +176,7 @@ class Relay:
         shipping: asyncio.Future[None] | None = None
         try:
             while True:
-                rows = await self._take(queue)
+                rows = await self._take(queue, shipping)
                 messages: list[Message] = []
                 for row in rows:  # built while the batch before is on its way
                     if self.selection(row):
@@ -199,6 +202,7 @@ class Relay:
                 async for row in rows:
                     self.head = max(self.head, row.position)
                     await queue.put(row)  # waits while `buffer` rows are unconfirmed
+                    self.read_to = row.position
         except Exception as exc:
             await queue.put(exc)
 
@@ -207,9 +211,21 @@ class Relay:
             await self._deliver(messages)
         await self._save(position)
 
-    async def _take(self, queue: asyncio.Queue[Row | BaseException]) -> list[Row]:
-        """The next rows: one (waiting for it), then what is there already, up to a batch."""
-        rows = [await queue.get()]
+    async def _take(
+        self, queue: asyncio.Queue[Row | BaseException], shipping: asyncio.Future[None] | None
+    ) -> list[Row]:
+        """The next rows: one (waiting for it), then what is there already, up to a batch;
+        a batch that failed on its way (a refusal) is raised as soon as it fails."""
+        first = asyncio.ensure_future(queue.get())
+        try:
+            if shipping is not None:
+                either: set[asyncio.Future[Any]] = {first, shipping}
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+                if shipping.done() and shipping.exception() is not None:
+                    shipping.result()  # raises it
+            rows = [await first]
+        finally:
+            first.cancel()  # when the caller was cancelled, or the batch before failed
         while len(rows) < self.batch and not queue.empty():
             rows.append(queue.get_nowait())
         for i, row in enumerate(rows):
