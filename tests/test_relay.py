@@ -220,6 +220,12 @@ async def test_a_stream_with_entries_the_relay_did_not_write_stops_it(
             async with asyncio.timeout(60):
                 await relay.run()
         assert await load_cursor(store, "r") == 0  # nothing confirmed, nothing moved
+        await relay.start()  # in the background, a waiter learns of it too
+        with pytest.raises(BrokerRefusedError, match="did not write"):
+            async with asyncio.timeout(60):
+                await relay.wait_for(8)
+        with pytest.raises(BrokerRefusedError):
+            await relay.stop()
 
 
 # ---- the command line -----------------------------------------------------------------------

@@ -32,6 +32,7 @@ from agentlog.actors.relay.message import (
     Message,
     PrevHashes,
     RelayConfigError,
+    RelayError,
     Selection,
     Template,
     message,
@@ -123,7 +124,7 @@ class Relay:
         self.sent = self.copies = self.retries = 0
         self.connected = False
         self.last_error: str | None = None
-        self.confirmed = asyncio.Condition()
+        self._moved: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
 
     # ---- as a part of a process: start, stop, status ------------------------------------
@@ -161,9 +162,19 @@ class Relay:
         )  # fmt: skip
 
     async def wait_for(self, position: int) -> None:
-        """Return once every record up to `position` is confirmed (the cursor reached it)."""
-        async with self.confirmed:
-            await self.confirmed.wait_for(lambda: self.cursor >= position)
+        """Return once every record up to `position` is confirmed (the cursor reached it);
+        raise what stopped the relay if it stops first (started with `start`)."""
+        while self.cursor < position:
+            if self._moved is None:
+                self._moved = asyncio.get_running_loop().create_future()
+            waits: set[asyncio.Future[Any]] = {self._moved}
+            task = self._task
+            if task is not None:
+                waits.add(task)
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            if task is not None and task.done() and self.cursor < position:
+                task.result()  # what stopped it
+                raise RelayError(f"relay {self.name!r} stopped at position {self.cursor}")
 
     # ---- the loop -----------------------------------------------------------------------
 
@@ -273,9 +284,10 @@ class Relay:
                 log.warning("relay %s: %s; retrying in %.2fs", self.name, self.last_error, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.max_backoff)
-        async with self.confirmed:
-            self.cursor = position
-            self.confirmed.notify_all()
+        self.cursor = position
+        moved, self._moved = self._moved, None
+        if moved is not None:
+            moved.set_result(None)
 
 
 async def relay(store: EventStore, to: str, *, name: str, **options: Any) -> None:
