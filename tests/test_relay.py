@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentlog.actors.relay import (
     BrokerRefusedError,
@@ -24,7 +26,7 @@ from agentlog.actors.relay import (
     RelayConfigError,
     redis_records,
 )
-from agentlog.actors.relay.message import Template
+from agentlog.actors.relay.message import PrevHashes, Template, message
 from agentlog.events import (
     EventStore,
     MemoryEventStore,
@@ -34,8 +36,10 @@ from agentlog.events import (
 )
 from agentlog.events import verify_export as verifier
 
+from .conftest import examples
 from .helpers import ROOT, agentlog, text_event
 from .relay_kills import Proxy
+from .workers.pg_env import DSN, fresh_schema, needs_pg
 
 REDIS = "redis://127.0.0.1:6379/0"
 
@@ -263,3 +267,51 @@ async def test_the_command_relays_until_terminated_and_status_shows_the_lag(
     assert "cli: position 10 of 13, lag 3" in agentlog("relay", "status", "--db", db).stdout
     refused = agentlog("relay", "--db", db, "--to", "ftp://x", "--name", "cli")
     assert refused.returncode == 1 and "names no broker" in refused.stderr
+
+
+# ---- PostgreSQL, and the consumer's check under any redelivery --------------------------------
+
+
+@needs_pg
+async def test_a_relay_follows_a_postgres_store_woken_by_its_commits(key: str) -> None:
+    from agentlog.events.stores.postgres import PostgresEventStore
+
+    async with fresh_schema() as schema, PostgresEventStore(DSN, schema=schema) as store:
+        await _fill(store, {"a": 4})
+        async with Relay(store, REDIS, name="pg", subject_template=key) as relay:
+            await relay.wait_for(4)
+            await _fill(store, {"b": 3})  # committed while it waits: NOTIFY wakes it
+            await relay.wait_for(7)
+        assert await load_cursor(store, "pg") == 7
+    assert [r["thread_id"] for r in await _take(key, 7, ChainCheck())] == ["a"] * 4 + ["b"] * 3
+
+
+async def _lines(threads: dict[str, int]) -> list[bytes]:
+    store = MemoryEventStore()
+    await _fill(store, threads)
+    template, prevs = Template("k", broker="redis"), PrevHashes(store)
+    bodies = []
+    async for row in store.read_all_rows(0):
+        bodies.append(message(row, await prevs.before(row), template).body)
+        prevs.saw(row)
+    return bodies
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=30), max_size=8))
+def test_any_redelivery_after_crashes_is_taken_once_in_order(rewinds: list[int]) -> None:
+    """A relay that crashes resends from its cursor, some way back: the consumer keeps
+    every record exactly once, in order, whatever the crashes were."""
+    bodies = asyncio.run(_lines({"a": 12, "b": 9, "c": 10}))
+    delivered, sent = [], 0
+    for rewind in rewinds:  # send on to a crash point, then back to a cursor behind it
+        crash = min(sent + 1 + rewind, len(bodies))
+        delivered += bodies[sent:crash]
+        sent = max(crash - rewind, 0)
+        delivered += bodies[sent:crash]  # the copies of what was past the cursor
+        sent = crash
+    delivered += bodies[sent:]
+    check = ChainCheck()
+    taken = [record for body in delivered if (record := check.check(body)) is not None]
+    assert [r["position"] for r in taken] == list(range(1, len(bodies) + 1))
+    assert check.copies == len(delivered) - len(bodies)
