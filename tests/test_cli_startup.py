@@ -69,7 +69,8 @@ _PROBE = textwrap.dedent(
     """
 )
 
-LIGHT = {"agentlog", "agentlog.actors", "agentlog.actors.cli", "agentlog.actors.cli.render"}
+LIGHT = {"agentlog", "agentlog.actors", "agentlog.actors.cli", "agentlog.actors.cli.render",
+         "agentlog.actors.cli.relay"}  # fmt: skip  # the relay's options: typer alone
 """The project's modules besides `events` that the light commands may load."""
 
 
