@@ -56,4 +56,4 @@ async def test_rabbitmq_consumer_gets_every_record_once_through_kills_and_cuts(
     tmp_path: Path,
 ) -> None:
     result = await drill(AMQP, tmp_path, seed=5672)
-    print(result.kills, result.cuts, result.in_window)
+    print(result)

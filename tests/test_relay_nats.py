@@ -62,4 +62,4 @@ NATS = Broker(
 
 async def test_nats_gets_every_record_once_through_kills_and_cuts(tmp_path: Path) -> None:
     result = await drill(NATS, tmp_path, seed=4222)
-    print(result.kills, result.cuts, result.in_window)
+    print(result)

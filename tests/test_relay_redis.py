@@ -51,4 +51,4 @@ REDIS = Broker(
 
 async def test_redis_gets_every_record_once_through_kills_and_cuts(tmp_path: Path) -> None:
     result = await drill(REDIS, tmp_path, seed=39)
-    print(result.kills, result.cuts, result.in_window)
+    print(result)
