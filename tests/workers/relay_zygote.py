@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sys
 
@@ -31,6 +32,7 @@ async def _relay(job: dict[str, str]) -> None:
 
 
 def main() -> None:
+    logging.basicConfig(format="%(asctime)s %(process)d %(message)s", level=logging.INFO)
     print("ready", flush=True)
     for line in sys.stdin:
         job = json.loads(line)
