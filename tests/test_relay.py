@@ -11,8 +11,9 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import given, settings
@@ -42,9 +43,10 @@ from .relay_kills import Proxy
 from .workers.pg_env import DSN, fresh_schema, needs_pg
 
 REDIS = "redis://127.0.0.1:6379/0"
+T = TypeVar("T")
 
 
-async def _fill(store: EventStore, threads: dict[str, int]) -> None:
+async def _fill(store: Any, threads: dict[str, int]) -> None:
     for thread, count in threads.items():
         seq = await store.last_seq(thread)
         events = [text_event(f"{thread} {i}") if i % 2 else NodeEntered(node=f"n{i}")
@@ -278,12 +280,50 @@ async def test_a_relay_follows_a_postgres_store_woken_by_its_commits(key: str) -
 
     async with fresh_schema() as schema, PostgresEventStore(DSN, schema=schema) as store:
         await _fill(store, {"a": 4})
-        async with Relay(store, REDIS, name="pg", subject_template=key) as relay:
+        async with Relay(store, REDIS, name="pg", subject_template=key, poll_s=0.05) as relay:
             await relay.wait_for(4)
             await _fill(store, {"b": 3})  # committed while it waits: NOTIFY wakes it
             await relay.wait_for(7)
-        assert await load_cursor(store, "pg") == 7
-    assert [r["thread_id"] for r in await _take(key, 7, ChainCheck())] == ["a"] * 4 + ["b"] * 3
+            await _terminate(schema)  # the server drops every connection of the store
+            await _fill(_Retrying(store), {"c": 2})  # the first call after may see the loss
+            await relay.wait_for(9)  # the relay reads on, through a new connection
+        assert await load_cursor(store, "pg") == 9
+    taken = [r["thread_id"] for r in await _take(key, 9, ChainCheck())]
+    assert taken == ["a"] * 4 + ["b"] * 3 + ["c"] * 2
+
+
+async def _terminate(schema: str) -> None:
+    import asyncpg  # type: ignore[import-untyped]
+
+    conn = await asyncpg.connect(DSN)
+    try:
+        await conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            f"agentlog:{schema}",
+        )
+    finally:
+        await conn.close()
+
+
+class _Retrying:
+    """The store, its calls tried again once after a lost connection (as a caller would)."""
+
+    def __init__(self, store: EventStore) -> None:
+        self.store = store
+
+    async def last_seq(self, thread: str) -> int:
+        return await self._again(lambda: self.store.last_seq(thread))
+
+    async def append(self, *args: object, **kwargs: object) -> object:
+        return await self._again(lambda: self.store.append(*args, **kwargs))  # type: ignore[arg-type]
+
+    async def _again(self, call: Callable[[], Awaitable[T]]) -> T:
+        from agentlog.events import StoreUnavailableError
+
+        try:
+            return await call()
+        except StoreUnavailableError:
+            return await call()
 
 
 async def _lines(threads: dict[str, int]) -> list[bytes]:

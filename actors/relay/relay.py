@@ -42,6 +42,7 @@ from agentlog.events import (
     EventStore,
     StoreClosedError,
     StoreError,
+    StoreUnavailableError,
     last_position,
     load_cursor,
     save_cursor,
@@ -206,16 +207,27 @@ class Relay:
             await self.sink.close()
 
     async def _read(self, after: int, queue: asyncio.Queue[Row | BaseException]) -> None:
-        try:
-            async with contextlib.aclosing(
-                follow_rows(self.store, after=after, poll_s=self.poll_s)
-            ) as rows:
-                async for row in rows:
-                    self.head = max(self.head, row.position)
-                    await queue.put(row)  # waits while `buffer` rows are unconfirmed
-                    self.read_to = row.position
-        except Exception as exc:
-            await queue.put(exc)
+        """Follow the log into `queue`; a store that is away for a while (a PostgreSQL
+        server restarting) is waited for with backoff, and followed on from where it was."""
+        delay = self.backoff
+        while True:
+            try:
+                async with contextlib.aclosing(
+                    follow_rows(self.store, after=after, poll_s=self.poll_s)
+                ) as rows:
+                    async for row in rows:
+                        self.head = max(self.head, row.position)
+                        await queue.put(row)  # waits while `buffer` rows are unconfirmed
+                        self.read_to = after = row.position
+                        delay = self.backoff
+            except StoreUnavailableError as exc:
+                self.last_error = f"reading the log: {exc}"
+                log.warning("relay %s: %s; retrying in %.2fs", self.name, self.last_error, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.max_backoff)
+            except Exception as exc:
+                await queue.put(exc)
+                return
 
     async def _ship(self, messages: list[Message], position: int) -> None:
         if messages:
