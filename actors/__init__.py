@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from agentlog.actors.engine.persistence import PersistenceError
     from agentlog.actors.engine.results import ResponseGranularity
     from agentlog.actors.engine.subgraph import SubgraphForkError, SubgraphStateError
+    from agentlog.actors.engine.tasks import BackgroundTaskManager, TaskNotRegisteredError
     from agentlog.actors.engine.writer import (
         StreamWriterOutsideNodeError,
         emit_message_chunk,
@@ -153,6 +154,8 @@ _HOMES: dict[str, str] = {
     "create_agent_runtime": "agentlog.actors.runtime",
     "record_outcome": "agentlog.actors.runtime",
     "shared_state": "agentlog.actors.runtime",
+    "BackgroundTaskManager": "agentlog.actors.engine.tasks",
+    "TaskNotRegisteredError": "agentlog.actors.engine.tasks",
     "ToolNode": "agentlog.actors.tools.node",
     "ToolUnusableError": "agentlog.actors.tools.node",
     "tools_condition": "agentlog.actors.tools.condition",
@@ -169,6 +172,7 @@ __all__ = [
     "ActorStoppedError",
     "AgentRuntime",
     "AskTimeoutError",
+    "BackgroundTaskManager",
     "BaseStore",
     "Callbacks",
     "Command",
@@ -215,6 +219,7 @@ __all__ = [
     "SubgraphForkError",
     "SubgraphStateError",
     "SuccessCriterion",
+    "TaskNotRegisteredError",
     "ThreadBusyError",
     "ThreadStillBusyError",
     "ToolCommandConflictError",

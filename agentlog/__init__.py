@@ -51,11 +51,14 @@ if TYPE_CHECKING:
     from agentlog.events.stores.postgres import PostgresEventStore
     from agentlog.projections import (
         AgentState,
+        EventStatus,
+        Execution,
         ExecutionStatus,
         Message,
         MessagesState,
         add_messages,
         append_items,
+        executions,
         replace_messages,
         replace_value,
         state_at,
@@ -67,11 +70,14 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(
         (
             "AgentState",
+            "EventStatus",
+            "Execution",
             "ExecutionStatus",
             "Message",
             "MessagesState",
             "add_messages",
             "append_items",
+            "executions",
             "replace_messages",
             "replace_value",
             "state_at",

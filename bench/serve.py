@@ -126,7 +126,7 @@ async def sse_latency(client: httpx.AsyncClient, runtime: AgentRuntime, rounds: 
     seen: list[float] = []
 
     async def listen() -> None:
-        async with client.stream("GET", f"/threads/sse/stream?after={after}") as stream:
+        async with client.stream("GET", f"/log/threads/sse/stream?after={after}") as stream:
             async for line in stream.aiter_lines():
                 if line.startswith("data: "):
                     record: dict[str, Any] = json.loads(line[6:])

@@ -69,7 +69,7 @@ async def first_records(url: str, threads: list[str]) -> list[float]:
 
         async def first(thread: str) -> float:
             start = time.perf_counter()
-            async with client.stream("GET", f"/threads/{thread}/stream") as stream:
+            async with client.stream("GET", f"/log/threads/{thread}/stream") as stream:
                 async for line in stream.aiter_lines():
                     if line.startswith("data: "):
                         return time.perf_counter() - start

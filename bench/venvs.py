@@ -29,6 +29,7 @@ PACKAGES = {
         "langgraph-checkpoint==4.3.2",
         "langgraph-checkpoint-sqlite==3.1.2",
         "langgraph-prebuilt==1.1.2",
+        "langgraph-sdk==0.4.14",
         "langchain-core==1.7.2",
         "aiosqlite==0.22.1",
     ],

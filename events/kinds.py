@@ -63,6 +63,10 @@ class RunStarted(BaseEvent, tag="run_started", frozen=True):
     fields: dict[str, str | None] | None = None
     trigger_id: str | None = None
     """The agent runtime's trigger this run carries out (None: not started by a runtime)."""
+    fingerprint: dict[str, JSON] | None = None
+    """The graph's code as it ran (`agentlog.actors.engine.fingerprint`); None: unrecorded."""
+    traceparent: str | None = None
+    """The caller's W3C trace context (HTTP header, ainvoke config): the run span's parent."""
 
 
 class NodeEntered(BaseEvent, tag="node_entered", frozen=True):
@@ -182,10 +186,8 @@ class InterruptRaised(BaseEvent, tag="interrupt_raised", frozen=True):
 
 
 class Resumed(BaseEvent, tag="resumed", frozen=True):
-    """A paused run was resumed, optionally with a value handed to the paused node.
-
-    `node` is the node it paused at (interrupted, stopped or failed at). Version 2 added it.
-    """
+    """A paused run was resumed, optionally with a value handed to the paused node; `node`
+    is the node it paused at (interrupted, stopped or failed at). Version 2 added it."""
 
     OPENS_RUN: ClassVar[bool] = True
 
@@ -196,6 +198,10 @@ class Resumed(BaseEvent, tag="resumed", frozen=True):
     node: str | None = None
     trigger_id: str | None = None
     """The agent runtime's trigger that resumed it (None: not resumed by a runtime)."""
+    code_change: dict[str, JSON] | None = None
+    """The run began under other code: the `on_code_change` policy applied and what changed."""
+    traceparent: str | None = None
+    """The caller's W3C trace context (HTTP header, ainvoke config): the run span's parent."""
 
 
 class StopRequested(BaseEvent, tag="stop_requested", frozen=True):
@@ -219,13 +225,10 @@ class Stopped(BaseEvent, tag="stopped", frozen=True):
     on where it was routed), "before" when it cancelled `node` mid-step (the node runs again
     on resume). When the caller went away mid-step (abandoned), `reason` says why; a stop
     that cut a step short names in `in_flight` the sync work still running on worker
-    threads, whose results will be discarded.
+    threads, whose results will be discarded. `duration_ms` is how long the call that stopped
+    had run, from its start (None: not measured).
 
-    `duration_ms` is how long the call that stopped had run, from its start (None: not
-    measured).
-
-    Version 2 added `when`; a version 1 record was always "before". Version 3 added
-    `duration_ms`.
+    Version 2 added `when` (a version 1 record was always "before"), version 3 `duration_ms`.
     """
 
     ENDS_RUN: ClassVar[bool] = True
@@ -283,11 +286,8 @@ class ContextSummarized(BaseEvent, tag="context_summarized", frozen=True):
 
 
 class RunCompleted(BaseEvent, tag="run_completed", frozen=True):
-    """The run reached END.
-
-    `duration_ms` is how long the call that completed it ran, from its start (None: not
-    measured). Version 2 added it.
-    """
+    """The run reached END; `duration_ms` is how long the call that completed it ran, from
+    its start (None: not measured). Version 2 added it."""
 
     ENDS_RUN: ClassVar[bool] = True
 
@@ -373,6 +373,8 @@ class TriggerAccepted(BaseEvent, tag="trigger_accepted", frozen=True):
     """The runtime named the thread itself (a fresh random id): nothing else writes to it."""
     correlation_id: str | None = None
     """The caller's id tying related runs together (hive's `correlation_id`)."""
+    traceparent: str | None = None
+    """The W3C trace context the request or webhook carried, handed to the run it starts."""
 
 
 class TriggerDispatched(BaseEvent, tag="trigger_dispatched", frozen=True):
@@ -421,8 +423,7 @@ class TriggerListening(BaseEvent, tag="trigger_listening", frozen=True):
 
 
 class ThreadHidden(BaseEvent, tag="thread_hidden", frozen=True):
-    """The thread was deleted through the HTTP API: hidden from listings, its log kept (it
-    still verifies). Erasure is not offered."""
+    """Deleted through the HTTP API: hidden from listings, its log kept (and verifying)."""
 
     by: str
     reason: str | None = None
@@ -554,8 +555,7 @@ class StoreItemDeleted(BaseEvent, tag="store_item_deleted", frozen=True):
 
 
 FACT_KINDS = (ModelCalled, OutcomeRecorded, SharedWritten, SubgraphRan)
-Event: TypeAlias = BaseEvent
-"""Any event; narrow it by class (`isinstance`, `match event: case RunStarted(): ...`)."""
+Event: TypeAlias = BaseEvent  # any event; narrow it by class (isinstance, match)
 
 EVENT_TYPES: tuple[type[BaseEvent], ...] = tuple(BaseEvent.__subclasses__())
 """Every event kind, in the order declared above: a kind is declared once, by its class."""

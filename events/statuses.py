@@ -18,6 +18,7 @@ Status: TypeAlias = Literal[
     "abandoned",
     "timed_out",
     "answered_by_client",
+    "interrupted",
 ]
 """How an execution (a node step, a run, a tool call) ended or stands: the one vocabulary
 every recorded status is drawn from. `STATUS_MEANINGS` says what each one means."""
@@ -35,6 +36,10 @@ STATUS_MEANINGS: dict[str, str] = {
     ),
     "timed_out": "ran past its time limit (node_timeout): failed, and retried like a failure",
     "answered_by_client": "a client tool call whose result the client sent back",
+    "interrupted": (
+        "paused: it waits for a person's answer or a resume, and the next invoke goes on "
+        "from where it stood"
+    ),
 }
 """What each `Status` means (see "When a run ends early" in the design notes)."""
 

@@ -21,7 +21,9 @@ from agentlog.projections.errors import (
     StateMethodError,
     UnfoldableRecordError,
 )
+from agentlog.projections.executions import EventStatus, Execution, executions
 from agentlog.projections.fold import Fold, apply, decide, replay
+from agentlog.projections.ids import generate_id
 from agentlog.projections.messages import (
     REMOVE_ALL_MESSAGES,
     AnnotationBlock,
@@ -43,7 +45,6 @@ from agentlog.projections.messages import (
     ToolCallBlock,
     ToolResultBlock,
     VideoBlock,
-    generate_id,
     normalize_input,
     to_messages,
 )
@@ -114,6 +115,8 @@ __all__ = [
     "DocumentBlock",
     "ErrorBlock",
     "EventRow",
+    "EventStatus",
+    "Execution",
     "ExecutionState",
     "ExecutionStatus",
     "Fold",
@@ -155,6 +158,7 @@ __all__ = [
     "diff",
     "edit_events",
     "event_history",
+    "executions",
     "fold_at",
     "generate_id",
     "interrupt_summary",

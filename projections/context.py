@@ -44,7 +44,8 @@ class BaseContextManager(ABC, Generic[S]):
 
 
 class MessageContextManager(BaseContextManager[S]):
-    """Keep system messages and the most recent `max_messages` user turns.
+    """Keep system messages and the most recent `max_messages` user turns (0: the system
+    messages alone, as the seed's).
 
     A turn is a user message and everything after it up to the next one, so a tool call and
     its result always stay or go together, and the calls a tool node is about to answer
@@ -59,8 +60,8 @@ class MessageContextManager(BaseContextManager[S]):
         remove_tool_msgs: bool = False,
         summarizer: Summarizer | None = None,
     ) -> None:
-        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
-            raise InvalidArgumentError(f"max_messages must be an int >= 1, got {max_messages!r}")
+        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 0:
+            raise InvalidArgumentError(f"max_messages must be an int >= 0, got {max_messages!r}")
         if not isinstance(remove_tool_msgs, bool):
             raise InvalidArgumentError(
                 f"remove_tool_msgs must be True or False, got {remove_tool_msgs!r:.40}"
@@ -92,7 +93,7 @@ class MessageContextManager(BaseContextManager[S]):
             survivors = {id(m) for m in remove_tool_messages(messages)}
             keep = {i for i in keep if id(messages[i]) in survivors}
         if len(users) > self.max_messages:
-            start = users[-self.max_messages]
+            start = users[-self.max_messages] if self.max_messages else len(messages)
             keep = {i for i in keep if i >= start or messages[i].role == "system"}
         if len(keep) == len(messages):
             return None

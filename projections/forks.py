@@ -27,15 +27,13 @@ from agentlog.projections.errors import (
 )
 from agentlog.projections.fold import Fold, before_first_run
 from agentlog.projections.generic import state_fields
+from agentlog.projections.ids import new_run_id
 from agentlog.projections.keys import (
     AWAITING_KEY,
     ENTERED_KEY,
     RESUME_KEY,
     STOP_KEY,
     TOOL_CALLS_KEY,
-)
-from agentlog.projections.messages import (
-    new_run_id,
 )
 from agentlog.projections.state import (
     AgentState,

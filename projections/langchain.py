@@ -24,6 +24,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from agentlog.projections.ids import generate_id
 from agentlog.projections.messages import (
     AudioBlock,
     DocumentBlock,
@@ -39,7 +40,6 @@ from agentlog.projections.messages import (
     ToolResultBlock,
     VideoBlock,
     _content_blocks,
-    generate_id,
 )
 
 if TYPE_CHECKING:

@@ -3,73 +3,17 @@
 from __future__ import annotations
 
 import json
-import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
-from datetime import datetime
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from agentlog.events.errors import InvalidArgumentError
 from agentlog.projections.errors import ProjectionError
+from agentlog.projections.ids import _now, generate_id
+from agentlog.projections.ids import monotonic as monotonic  # its earlier home
 
 Role = Literal["user", "assistant", "system", "tool"]
-
-
-_ids: ContextVar[Callable[[], str] | None] = ContextVar("agentlog_message_ids", default=None)
-"""Where fresh message ids come from in this context; None means uuid4 (see `message_defaults`)."""
-_clock: ContextVar[Callable[[], float] | None] = ContextVar("agentlog_message_clock", default=None)
-"""Where message timestamps come from in this context; None means the wall clock."""
-
-
-def generate_id(default_id: str | int | None = None) -> str | int:
-    """`default_id` when given, else a fresh id: a UUID4 string, or the next id of the source
-    set by `message_defaults` in this context."""
-    if default_id is not None:
-        return default_id
-    source = _ids.get()
-    return str(uuid.uuid4()) if source is None else source()
-
-
-def _now() -> float:
-    """A new message's timestamp: the wall clock, or the clock set by `message_defaults`."""
-    clock = _clock.get()
-    return datetime.now().timestamp() if clock is None else float(clock())
-
-
-def monotonic() -> float:
-    """Seconds for measuring durations: the clock set by `message_defaults`, else
-    `time.perf_counter` (so a seeded test records the same durations every time)."""
-    clock = _clock.get()
-    return time.perf_counter() if clock is None else float(clock())
-
-
-def new_run_id() -> str:
-    """A fresh run id, `run-` and 12 hex digits, drawn from the same source as message ids."""
-    return f"run-{str(generate_id()).replace('-', '')[:12]}"
-
-
-@contextmanager
-def message_defaults(
-    ids: Callable[[], str] | None = None, clock: Callable[[], float] | None = None
-) -> Iterator[None]:
-    """Within the block (and tasks and threads started from it), draw the ids `generate_id`
-    makes from `ids` and the default `Message.timestamp` from `clock`, so runs repeat exactly.
-
-    None leaves that default as it is outside; the previous sources come back on exit.
-    """
-    id_token = _ids.set(ids) if ids is not None else None
-    clock_token = _clock.set(clock) if clock is not None else None
-    try:
-        yield
-    finally:
-        if clock_token is not None:
-            _clock.reset(clock_token)
-        if id_token is not None:
-            _ids.reset(id_token)
 
 
 class MediaRef(BaseModel):

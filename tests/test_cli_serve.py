@@ -30,7 +30,7 @@ APP = "tests.workers.serve_app:build"
 
 
 def start(
-    db: Path, *extra: str, effects: Path | None = None, **test_env: Path
+    db: Path, *extra: str, effects: Path | None = None, app: str = APP, **test_env: Path
 ) -> tuple[subprocess.Popen[str], str]:
     """Start `agentlog serve` on the worker app; `test_env` sets AGENTLOG_TEST_<NAME> files."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -39,7 +39,7 @@ def start(
     env.update({f"AGENTLOG_TEST_{name.upper()}": str(path) for name, path in test_env.items()})
     proc = subprocess.Popen(
         [sys.executable, "-c", "from agentlog.actors.cli import main; main()", "serve",
-         "--db", str(db), "--app", APP, "--port", "0", *extra],
+         "--db", str(db), "--app", app, "--port", "0", *extra],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     assert proc.stdout is not None
@@ -68,9 +68,11 @@ def test_serve_answers_then_drains_on_sigterm(tmp_path: Path) -> None:
     try:
         with httpx.Client(base_url=url, timeout=30) as client:
             assert client.get("/ok").json() == {"ok": True}
-            done = client.post("/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"})
+            done = client.post(
+                "/log/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"}
+            )
             assert done.json()["status"] == "completed"
-            client.post("/threads/u/runs", json={"assistant_id": "chat", "input": "late"})
+            client.post("/log/threads/u/runs", json={"assistant_id": "chat", "input": "late"})
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
@@ -144,13 +146,13 @@ def test_a_killed_server_runs_every_accepted_delivery_exactly_once(tmp_path: Pat
         async def wait_all() -> None:
             async with httpx.AsyncClient(base_url=url, timeout=60) as client:
                 found: list[Any] = (
-                    await client.post("/threads/search", json={"limit": 100})
+                    await client.post("/log/threads/search", json={"limit": 100})
                 ).json()
                 for thread in found:
-                    runs = (await client.get(f"/threads/{thread['thread_id']}/runs")).json()
+                    runs = (await client.get(f"/log/threads/{thread['thread_id']}/runs")).json()
                     for run in runs:
                         await client.get(
-                            f"/threads/{thread['thread_id']}/runs/{run['run_id']}/join"
+                            f"/log/threads/{thread['thread_id']}/runs/{run['run_id']}/join"
                         )
 
         asyncio.run(wait_all())

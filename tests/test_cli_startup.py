@@ -69,8 +69,16 @@ _PROBE = textwrap.dedent(
     """
 )
 
-LIGHT = {"agentlog", "agentlog.actors", "agentlog.actors.cli", "agentlog.actors.cli.render",
-         "agentlog.actors.cli.relay"}  # fmt: skip  # the relay's options: typer alone
+LIGHT = {
+    "agentlog",
+    "agentlog.actors",
+    "agentlog.actors.cli",
+    "agentlog.actors.cli.render",
+    "agentlog.actors.cli.replay_command",  # the command's options alone (typer)
+    "agentlog.actors.cli.logs",
+    "agentlog.actors.cli.otel",
+    "agentlog.actors.cli.relay",  # the relay's options: typer alone
+}
 """The project's modules besides `events` that the light commands may load."""
 
 

@@ -46,14 +46,14 @@ async def test_a_run_without_input_on_a_created_thread_is_refused_over_http(
         async with runtime:
             transport = httpx.ASGITransport(app=create_app(runtime))
             async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
-                assert (await http.post("/threads", json={"thread_id": "t"})).status_code == 200
-                for path in ("/threads/t/runs", "/threads/t/runs/wait"):
+                assert (await http.post("/log/threads", json={"thread_id": "t"})).status_code == 200
+                for path in ("/log/threads/t/runs", "/log/threads/t/runs/wait"):
                     answer = await http.post(path, json={"assistant_id": "chat"})
                     assert answer.status_code == 409, answer.text
                     error = answer.json()["error"]
                     assert error["code"] == "nothing_to_resume"
                     assert "send input" in error["message"]
-                assert (await http.get("/threads/t")).json()["status"] == "idle"
+                assert (await http.get("/log/threads/t")).json()["status"] == "idle"
             runtime_records = await store.last_seq("__runtime__")
             with pytest.raises(NothingToResumeError, match="has not run yet"):
                 await runtime.trigger("chat", None, thread_id="t")

@@ -134,13 +134,13 @@ def test_http_answers_a_record_that_does_not_fit_with_a_stable_code(tmp_path: Pa
                 await runtime.wait("good", timeout=PATIENCE)
                 for thread in BAD:
                     paths = ("", "/state", "/history")
-                    for path in (f"/threads/{thread}{p}" for p in paths):
+                    for path in (f"/log/threads/{thread}{p}" for p in paths):
                         got = await client.get(path)
                         answers.append((path, got.status_code, got.json()))
-                good = await client.get("/threads/good")
+                good = await client.get("/log/threads/good")
                 assert good.status_code == 200, good.text
                 # a listing goes on, and says which threads it cannot read, and why
-                found = await client.post("/threads/search", json={"limit": 100})
+                found = await client.post("/log/threads/search", json={"limit": 100})
                 assert found.status_code == 200, found.text
                 rows = {row["thread_id"]: row for row in found.json()}
                 assert "status" in rows["good"]
@@ -205,7 +205,9 @@ def test_an_edited_record_answers_integrity_error_and_other_threads_work(tmp_pat
     db = tmp_path / "log.db"
     asyncio.run(two_runs(db))
     retext(db, "t", "forged")
-    bad, state, good = asyncio.run(http_get(db, "/threads/t", "/threads/t/state", "/threads/u"))
+    bad, state, good = asyncio.run(
+        http_get(db, "/log/threads/t", "/log/threads/t/state", "/log/threads/u")
+    )
     assert_tampered(bad, "agentlog verify")
     assert_tampered(state, "agentlog verify")
     assert good.status_code == 200, good.text
@@ -214,7 +216,7 @@ def test_an_edited_record_answers_integrity_error_and_other_threads_work(tmp_pat
         async with SQLiteEventStore(db) as store:
             runtime = runtime_of(store)
             async with runtime, client_of(runtime) as client:
-                found = await client.post("/threads/search", json={"limit": 100})
+                found = await client.post("/log/threads/search", json={"limit": 100})
                 assert found.status_code == 200, found.text
                 rows: list[dict[str, Any]] = found.json()
                 return rows
@@ -237,7 +239,7 @@ def test_a_damaged_snapshot_answers_integrity_error(tmp_path: Path) -> None:
     with conn:
         conn.execute("UPDATE snapshots SET state = x'00ff' WHERE thread_id = 't'")
     conn.close()
-    bad, good = asyncio.run(http_get(db, "/threads/t", "/threads/u"))
+    bad, good = asyncio.run(http_get(db, "/log/threads/t", "/log/threads/u"))
     assert_tampered(bad, "agentlog verify")
     assert good.status_code == 200, good.text
 

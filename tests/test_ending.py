@@ -195,15 +195,15 @@ async def test_an_http_cancel_keeps_the_sent_email_and_abandons_the_running_look
     try:
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             started = await client.post(
-                "/threads/t/runs", json={"assistant_id": "chat", "input": "mail bo"}
+                "/log/threads/t/runs", json={"assistant_id": "chat", "input": "mail bo"}
             )
             assert started.status_code < 300, started.text
             await mail.email_sent_lookup_running()
             cancelled = await client.post(
-                f"/threads/t/runs/{started.json()['run_id']}/cancel", json={"reason": "dup"}
+                f"/log/threads/t/runs/{started.json()['run_id']}/cancel", json={"reason": "dup"}
             )
             assert cancelled.status_code == 200, cancelled.text
-            state = (await client.get("/threads/t/state")).json()
+            state = (await client.get("/log/threads/t/state")).json()
     finally:
         await runtime.stop()
     assert state["status"] == "cancelled"

@@ -71,26 +71,30 @@ async def test_webhook_and_timer_entry_points_need_a_grant_by_name(client: Any) 
     head = await runtime.store.last_seq(runtime.config.runtime_thread)
     for entry in ("hook", "nightly"):
         refused = await c.post(
-            "/threads/t/runs", json={"assistant_id": entry, "input": "hi"}, headers=bearer("ops")
+            "/log/threads/t/runs",
+            json={"assistant_id": entry, "input": "hi"},
+            headers=bearer("ops"),
         )
         assert refused.status_code == 403, refused.text
         assert refused.json()["error"]["code"] == "forbidden"
         assert f'"entry_points": ["{entry}"]' in refused.json()["error"]["message"]
     hook = await c.post(
-        "/threads/t/runs", json={"assistant_id": "hook", "input": "hi"}, headers=bearer("cron")
+        "/log/threads/t/runs", json={"assistant_id": "hook", "input": "hi"}, headers=bearer("cron")
     )
     assert hook.status_code == 403
     assert await runtime.store.last_seq(runtime.config.runtime_thread) == head
     assert await runtime.store.threads() == [runtime.config.runtime_thread]
     granted = await c.post(
-        "/threads/t/runs/wait",
+        "/log/threads/t/runs/wait",
         json={"assistant_id": "nightly", "input": "hi"},
         headers=bearer("cron"),
     )
     assert granted.status_code == 200, granted.text
     assert granted.json()["run"]["created_by"] == "cron"
     api = await c.post(
-        "/threads/u/runs/wait", json={"assistant_id": "notes", "input": "hi"}, headers=bearer("ops")
+        "/log/threads/u/runs/wait",
+        json={"assistant_id": "notes", "input": "hi"},
+        headers=bearer("ops"),
     )
     assert api.status_code == 200, api.text
 
@@ -101,7 +105,7 @@ async def test_a_paused_webhook_run_is_answered_without_a_grant(client: Any) -> 
     accepted = await runtime.submit("desk", "refund", thread_id="w", cause="webhook")
     await runtime.wait_for(accepted.trigger_id, timeout=60)  # paused before "send"
     answered = await c.post(
-        "/threads/w/runs/wait",
+        "/log/threads/w/runs/wait",
         json={"assistant_id": "desk", "command": {"resume": None}},
         headers=bearer("ops"),
     )
@@ -117,7 +121,7 @@ async def test_a_tokenless_server_starts_no_webhook_entry_point(tmp_path: Path) 
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
                 refused = await c.post(
-                    "/threads/t/runs/wait", json={"assistant_id": "hook", "input": "forged"}
+                    "/log/threads/t/runs/wait", json={"assistant_id": "hook", "input": "forged"}
                 )
                 assert refused.status_code == 403, refused.text
                 assert await store.last_seq("t") == 0

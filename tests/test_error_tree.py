@@ -45,7 +45,7 @@ def test_every_error_class_of_the_package_is_an_agentlog_error() -> None:
     [
         lambda: projections.RemoveMessage(),
         lambda: events.Head("", 1, "0" * 64),
-        lambda: projections.MessageContextManager(max_messages=0),
+        lambda: projections.MessageContextManager(max_messages=-1),
     ],
 )
 def test_bad_arguments_raise_invalid_argument_error(call: object) -> None:

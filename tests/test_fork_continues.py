@@ -207,21 +207,21 @@ async def client(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, dict[
 
 async def test_a_fork_over_http_resumes_where_its_source_was(client: Any) -> None:
     http, calls = client
-    made = await http.post("/threads", json={"graph_id": "weather"})
+    made = await http.post("/log/threads", json={"graph_id": "weather"})
     thread = made.json()["thread_id"]
     ran = await http.post(
-        f"/threads/{thread}/runs/wait", json={"assistant_id": "chat", "input": "weather?"}
+        f"/log/threads/{thread}/runs/wait", json={"assistant_id": "chat", "input": "weather?"}
     )
     assert ran.json()["status"] == "completed", ran.text
     source = ran.json()["values"]["context"]
-    copied = await http.post(f"/threads/{thread}/copy", json={"step": 1, "thread_id": "f"})
+    copied = await http.post(f"/log/threads/{thread}/copy", json={"step": 1, "thread_id": "f"})
     assert copied.status_code == 200, copied.text
-    shown = (await http.get("/threads/f")).json()
+    shown = (await http.get("/log/threads/f")).json()
     assert shown["status"] == "interrupted_before", shown
-    assert (await http.get("/threads/f/state")).json()["next"] == ["tools"]
+    assert (await http.get("/log/threads/f/state")).json()["next"] == ["tools"]
     before = dict(calls)
     done = await http.post(
-        "/threads/f/runs/wait", json={"assistant_id": "chat", "command": {"resume": None}}
+        "/log/threads/f/runs/wait", json={"assistant_id": "chat", "command": {"resume": None}}
     )
     assert done.json()["status"] == "completed", done.text
     assert calls == {"agent": before["agent"] + 1, "tool": before["tool"] + 1}

@@ -92,12 +92,14 @@ async def test_the_run_right_gets_neither_state_nor_another_clients_run(client: 
     http, _ = client
     secret = {"assistant_id": "chat", "input": "my card is 4111 1111 1111 1111"}
     mine = await http.post(
-        "/threads/alice-t/runs/wait", json={**secret, "idempotency_key": "k"}, headers=auth(ALICE)
+        "/log/threads/alice-t/runs/wait",
+        json={**secret, "idempotency_key": "k"},
+        headers=auth(ALICE),
     )
     assert mine.status_code == 200 and "4111" in mine.text  # alice may read her thread
     # bob reuses alice's key on his own thread: his own run, nothing of hers
     ask = {"assistant_id": "chat", "input": "hello", "idempotency_key": "k"}
-    his = await http.post("/threads/bob-t/runs/wait", json=ask, headers=auth(BOB))
+    his = await http.post("/log/threads/bob-t/runs/wait", json=ask, headers=auth(BOB))
     assert his.status_code == 200, his.text
     body = his.json()
     assert (
@@ -107,11 +109,11 @@ async def test_the_run_right_gets_neither_state_nor_another_clients_run(client: 
     assert "4111" not in his.text and "alice" not in his.text
     assert "values" not in body  # the run right alone: the run, not the state
     assert set(body) == {"run", "thread_id"}
-    started = await http.post("/threads/bob-u/runs", json=ask, headers=auth(BOB))
+    started = await http.post("/log/threads/bob-u/runs", json=ask, headers=auth(BOB))
     assert started.status_code == 409, started.text  # his key, another thread
     assert started.json()["error"]["code"] == "idempotency_key_mismatch"
     stateless = await http.post(
-        "/runs/wait", json={"assistant_id": "chat", "input": "x"}, headers=auth(BOB)
+        "/log/runs/wait", json={"assistant_id": "chat", "input": "x"}, headers=auth(BOB)
     )
     assert stateless.status_code == 200 and "values" not in stateless.json()
 
@@ -119,18 +121,18 @@ async def test_the_run_right_gets_neither_state_nor_another_clients_run(client: 
 async def test_a_retried_request_gets_its_run_and_another_request_a_409(client: Any) -> None:
     http, runtime = client
     ask = {"assistant_id": "chat", "input": "hi", "idempotency_key": "retry-1"}
-    first = await http.post("/runs/wait", json=ask, headers=auth(ALICE))
-    again = await http.post("/runs/wait", json=ask, headers=auth(ALICE))
+    first = await http.post("/log/runs/wait", json=ask, headers=auth(ALICE))
+    again = await http.post("/log/runs/wait", json=ask, headers=auth(ALICE))
     assert first.status_code == again.status_code == 200, again.text
     assert first.json()["run"]["run_id"] == again.json()["run"]["run_id"]
     thread = first.json()["run"]["thread_id"]
-    same = await http.post(f"/threads/{thread}/runs", json=ask, headers=auth(ALICE))
+    same = await http.post(f"/log/threads/{thread}/runs", json=ask, headers=auth(ALICE))
     assert same.status_code == 202 and same.json()["run_id"] == first.json()["run"]["run_id"]
     before = await last_position(runtime.store)
     for path, body in (
-        ("/runs/wait", {**ask, "input": "something else"}),
-        (f"/threads/{thread}/runs", {**ask, "input": "something else"}),
-        ("/threads/elsewhere/runs", ask),
+        ("/log/runs/wait", {**ask, "input": "something else"}),
+        (f"/log/threads/{thread}/runs", {**ask, "input": "something else"}),
+        ("/log/threads/elsewhere/runs", ask),
     ):
         refused = await http.post(path, json=body, headers=auth(ALICE))
         assert refused.status_code == 409, (path, refused.text)

@@ -195,7 +195,7 @@ def test_message_context_manager_keeps_system_and_last_user_turns() -> None:
         *turns[:2],
     ]
     with pytest.raises(ValueError):
-        MessageContextManager(max_messages=0)
+        MessageContextManager(max_messages=-1)
 
 
 async def test_message_context_manager_can_drop_tool_sequences() -> None:

@@ -52,18 +52,18 @@ async def test_http_refuses_a_blank_thread_id_and_an_unknown_field_writing_nothi
 ) -> None:
     client, runtime = api
     before = await written(runtime)
-    blank = await client.post("/threads/%20/runs", json={"assistant_id": "chat", "input": "hi"})
+    blank = await client.post("/log/threads/%20/runs", json={"assistant_id": "chat", "input": "hi"})
     assert blank.status_code == 422, blank.text
     assert blank.json()["error"]["code"] == "invalid_request"
     assert "non-blank" in blank.json()["error"]["message"]
     unknown = await client.post(
-        "/threads/t/runs/wait", json={"assistant_id": "chat", "input": {"nope": 1}}
+        "/log/threads/t/runs/wait", json={"assistant_id": "chat", "input": {"nope": 1}}
     )
     assert unknown.status_code == 422, unknown.text
     assert unknown.json()["error"]["code"] == "invalid_state_update"
     assert "'nope'" in unknown.json()["error"]["message"]
     wrong_type = await client.post(
-        "/threads/t/runs", json={"assistant_id": "chat", "input": {"context_summary": 3}}
+        "/log/threads/t/runs", json={"assistant_id": "chat", "input": {"context_summary": 3}}
     )
     assert wrong_type.status_code == 422, wrong_type.text
     assert await written(runtime) == before
@@ -71,16 +71,20 @@ async def test_http_refuses_a_blank_thread_id_and_an_unknown_field_writing_nothi
 
 async def test_http_refuses_to_go_on_with_a_cancelled_run(api: Any) -> None:
     client, runtime = api
-    paused = await client.post("/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"})
+    paused = await client.post(
+        "/log/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"}
+    )
     run_id = paused.json()["run"]["run_id"]
-    assert (await client.post(f"/threads/t/runs/{run_id}/cancel")).status_code == 200
+    assert (await client.post(f"/log/threads/t/runs/{run_id}/cancel")).status_code == 200
     before = await written(runtime)
-    again = await client.post("/threads/t/runs/wait", json={"assistant_id": "chat"})
+    again = await client.post("/log/threads/t/runs/wait", json={"assistant_id": "chat"})
     assert again.status_code == 409, again.text
     assert again.json()["error"]["code"] == "nothing_to_resume"
     assert "send new input" in again.json()["error"]["message"]
     assert await written(runtime) == before
-    fresh = await client.post("/threads/t/runs/wait", json={"assistant_id": "chat", "input": "new"})
+    fresh = await client.post(
+        "/log/threads/t/runs/wait", json={"assistant_id": "chat", "input": "new"}
+    )
     assert fresh.status_code == 200 and fresh.json()["status"] == "interrupted_before"
 
 
@@ -116,12 +120,12 @@ async def test_an_input_error_found_by_the_run_is_final_not_retried(tmp_path: Pa
 @pytest.mark.parametrize("name", ["__runtime__", "__runtime__/lease/t", "__shared__/support/k"])
 async def test_the_runtimes_own_thread_names_cannot_be_created(api: Any, name: str) -> None:
     client, runtime = api
-    await client.post("/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"})
+    await client.post("/log/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"})
     before = await written(runtime)
-    created = await client.post("/threads", json={"thread_id": name, "graph_id": "support"})
+    created = await client.post("/log/threads", json={"thread_id": name, "graph_id": "support"})
     assert created.status_code == 422, created.text
     assert "reserved" in created.json()["error"]["message"]
-    copied = await client.post("/threads/t/copy", json={"thread_id": name})
+    copied = await client.post("/log/threads/t/copy", json={"thread_id": name})
     assert copied.status_code == 422, copied.text
     with pytest.raises(RegistrationError, match="reserved"):
         await runtime.submit("chat", "hi", thread_id=name)

@@ -175,11 +175,11 @@ async def client(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, SQLit
 async def test_http_refuses_a_value_at_a_breakpoint_with_a_stable_code(client: Any) -> None:
     http, store = client
     paused = await http.post(
-        "/threads/t/runs/wait", json={"assistant_id": "chat", "input": "refund my order"}
+        "/log/threads/t/runs/wait", json={"assistant_id": "chat", "input": "refund my order"}
     )
     assert paused.json()["status"] == "interrupted_before", paused.text
     before = await log_of(store)
-    for path in ("/threads/t/runs/wait", "/threads/t/runs"):
+    for path in ("/log/threads/t/runs/wait", "/log/threads/t/runs"):
         refused = await http.post(path, json={"assistant_id": "chat", "command": {"resume": NO}})
         assert refused.status_code == 409, refused.text
         error = refused.json()["error"]
@@ -187,7 +187,7 @@ async def test_http_refuses_a_value_at_a_breakpoint_with_a_stable_code(client: A
         says_what_works(Exception(error["message"]))
     assert await log_of(store) == before and http.refunds == []
     done = await http.post(
-        "/threads/t/runs/wait", json={"assistant_id": "chat", "command": {"resume": None}}
+        "/log/threads/t/runs/wait", json={"assistant_id": "chat", "command": {"resume": None}}
     )
     assert done.json()["status"] == "completed", done.text
     assert http.refunds == ["A-1"]

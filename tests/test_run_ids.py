@@ -23,31 +23,31 @@ async def test_the_log_names_a_run_by_the_id_http_answers_with(tmp_path: Path) -
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
                 paused = await c.post(
-                    "/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"}
+                    "/log/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"}
                 )
                 first = paused.json()["run"]["run_id"]
                 logged = {r.run_id async for r in store.read("t")}
                 assert logged == {first}
-                one = await c.get(f"/threads/t/runs/{first}")
+                one = await c.get(f"/log/threads/t/runs/{first}")
                 assert one.status_code == 200 and one.json()["run_id"] == first
                 # a resume is a run of its own over HTTP; its records go on with the run
                 # it resumes (one run in the log, from run_started to its end), which is
                 # an HTTP run too
                 done = await c.post(
-                    "/threads/t/runs/wait",
+                    "/log/threads/t/runs/wait",
                     json={"assistant_id": "chat", "command": {"resume": None}},
                 )
                 assert done.json()["status"] == "completed"
                 assert {r.run_id async for r in store.read("t")} == {first}
                 # new input after the end starts a new run, named by its own trigger
                 again = await c.post(
-                    "/threads/t/runs/wait", json={"assistant_id": "chat", "input": "more"}
+                    "/log/threads/t/runs/wait", json={"assistant_id": "chat", "input": "more"}
                 )
                 second = again.json()["run"]["run_id"]
                 assert second != first
                 assert {r.run_id async for r in store.read("t")} == {first, second}
                 for run_id in (first, second):
-                    answer = await c.get(f"/threads/t/runs/{run_id}")
+                    answer = await c.get(f"/log/threads/t/runs/{run_id}")
                     assert answer.status_code == 200, answer.text
 
 
@@ -81,15 +81,15 @@ async def test_a_run_id_the_log_wrote_the_old_way_is_a_run_over_http(tmp_path: P
             transport = httpx.ASGITransport(app=create_app(runtime))
             async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
                 paused = await c.post(
-                    "/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"}
+                    "/log/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"}
                 )
                 first = paused.json()["run"]["run_id"]
                 await c.post(
-                    "/threads/t/runs/wait",
+                    "/log/threads/t/runs/wait",
                     json={"assistant_id": "chat", "command": {"resume": None}},
                 )
                 again = await c.post(
-                    "/threads/t/runs/wait", json={"assistant_id": "chat", "input": "more"}
+                    "/log/threads/t/runs/wait", json={"assistant_id": "chat", "input": "more"}
                 )
                 second = again.json()["run"]["run_id"]
     await _copy_renaming_runs(src, dst, {first: "run-0a1b2c", second: "run-3d4e5f"})
@@ -100,26 +100,26 @@ async def test_a_run_id_the_log_wrote_the_old_way_is_a_run_over_http(tmp_path: P
             transport = httpx.ASGITransport(app=create_app(runtime))
             async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
                 for old, trigger in (("run-0a1b2c", first), ("run-3d4e5f", second)):
-                    one = await c.get(f"/threads/t/runs/{old}")
+                    one = await c.get(f"/log/threads/t/runs/{old}")
                     assert one.status_code == 200, one.text
                     assert one.json()["run_id"] == trigger
-                    joined = await c.get(f"/threads/t/runs/{old}/join")
+                    joined = await c.get(f"/log/threads/t/runs/{old}/join")
                     assert joined.status_code == 200, joined.text
-                    async with c.stream("GET", f"/threads/t/runs/{old}/stream") as streamed:
+                    async with c.stream("GET", f"/log/threads/t/runs/{old}/stream") as streamed:
                         assert streamed.status_code == 200
                         body = "".join([part async for part in streamed.aiter_text()])
                     assert trigger in body
-                ended = await c.post("/threads/t/runs/run-0a1b2c/cancel")
+                ended = await c.post("/log/threads/t/runs/run-0a1b2c/cancel")
                 assert ended.status_code == 409, ended.text  # it ended: not a 404
                 assert ended.json()["error"]["code"] == "conflict"
-                paused_again = await c.post("/threads/t/runs/run-3d4e5f/cancel")
+                paused_again = await c.post("/log/threads/t/runs/run-3d4e5f/cancel")
                 assert paused_again.status_code == 200, paused_again.text
                 assert paused_again.json()["run_id"] == second
                 assert paused_again.json()["status"] == "cancelled"
                 # a run id the thread never carried is still unknown
-                missing = await c.get("/threads/t/runs/run-ffffff")
+                missing = await c.get("/log/threads/t/runs/run-ffffff")
                 assert missing.status_code == 404
-                other = await c.get("/threads/u/runs/run-0a1b2c")
+                other = await c.get("/log/threads/u/runs/run-0a1b2c")
                 assert other.status_code == 404
 
 
@@ -135,10 +135,10 @@ async def test_a_cancel_over_http_and_by_the_runtime_names_the_run_it_ends(
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
                 paused = await c.post(
-                    "/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"}
+                    "/log/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"}
                 )
                 first = paused.json()["run"]["run_id"]
-                cancelled = await c.post(f"/threads/t/runs/{first}/cancel", json={})
+                cancelled = await c.post(f"/log/threads/t/runs/{first}/cancel", json={})
                 assert cancelled.status_code == 200, cancelled.text
                 records = [r async for r in store.read("t")]
                 assert records[-1].kind == "run_cancelled"

@@ -34,7 +34,9 @@ def test_sigterm_with_an_open_stream_ends_it_at_once(tmp_path: Path) -> None:
 
     try:
         with httpx.Client(base_url=url, timeout=60) as client:
-            done = client.post("/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"})
+            done = client.post(
+                "/log/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"}
+            )
             assert done.status_code == 200, done.text
         reader = threading.Thread(target=follow, daemon=True)
         reader.start()

@@ -66,55 +66,55 @@ async def test_a_body_nested_deeper_than_the_limit_is_refused_before_anything_is
         {"assistant_id": "chat", "input": {"messages": [{**message, "metadata": nested(250)}]}},
         {"assistant_id": "chat", "input": {"messages": [{**message, "metadata": nested(64)}]}},
     ):
-        path = "/threads" if "graph_id" in body else "/threads/deep/runs/wait"
+        path = "/log/threads" if "graph_id" in body else "/log/threads/deep/runs/wait"
         response = await api.client.post(path, json=body)
         assert response.status_code == 400, response.text
         assert response.json()["error"]["code"] == "too_deep"
         assert "64" in response.json()["error"]["message"]
     hostile = b'{"metadata": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     response = await api.client.post(
-        "/threads", content=hostile, headers={"content-type": "application/json"}
+        "/log/threads", content=hostile, headers={"content-type": "application/json"}
     )
     assert response.status_code == 400 and response.json()["error"]["code"] == "too_deep"
     assert await api.written() == before
     fits = {"graph_id": "support", "thread_id": "fits", "metadata": nested(63)}
-    assert (await api.client.post("/threads", json=fits)).status_code == 200
+    assert (await api.client.post("/log/threads", json=fits)).status_code == 200
 
 
 async def test_a_stored_value_too_deep_to_show_degrades_its_thread_only(api: Api) -> None:
     """Written through Python (which has no body limit), or before the limit existed."""
     ok = await api.client.post(
-        "/threads/fine/runs/wait", json={"assistant_id": "chat", "input": "hello"}
+        "/log/threads/fine/runs/wait", json={"assistant_id": "chat", "input": "hello"}
     )
     assert ok.status_code == 200
     deep = Message.text_message("x", role="user")
     deep.metadata = {"deep": nested(300)}
     await api.runtime.trigger_and_wait("chat", {"messages": [deep]}, thread_id="bad", timeout=30)
-    found = await api.client.post("/threads/search", json={"limit": 10})
+    found = await api.client.post("/log/threads/search", json={"limit": 10})
     assert found.status_code == 200, found.text
     rows = {row["thread_id"]: row for row in found.json()}
     assert set(rows) == {"fine", "bad"}
     assert rows["fine"]["values"]["context"][0]["content"][0]["text"] == "hello"
     assert rows["bad"]["values"] is None and "cannot be shown" in rows["bad"]["values_error"]
-    for path in ("/threads/bad", "/threads/bad/state"):
+    for path in ("/log/threads/bad", "/log/threads/bad/state"):
         one = await api.client.get(path)
         assert one.status_code == 200, one.text
         assert one.json()["values"] is None and one.json()["values_error"]
-    steps = await api.client.get("/threads/bad/history")
+    steps = await api.client.get("/log/threads/bad/history")
     assert steps.status_code == 200, steps.text
     assert [s["messages"] is None for s in steps.json()] == [True]
     assert "cannot be shown" in steps.json()[0]["messages_error"]
-    assert (await api.client.get("/threads/fine")).json()["values"]["context"]
+    assert (await api.client.get("/log/threads/fine")).json()["values"]["context"]
 
 
 async def test_only_allowed_hosts_are_answered(api: Api) -> None:
-    await api.client.post("/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"})
+    await api.client.post("/log/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"})
     for host in ("evil.example", "evil.example:8123", "127.0.0.1.evil.example", "attacker"):
-        response = await api.client.get("/threads/t", headers={"Host": host})
+        response = await api.client.get("/log/threads/t", headers={"Host": host})
         assert response.status_code == 400, host
         assert response.json()["error"]["code"] == "host_not_allowed"
     for host in ("127.0.0.1:8123", "localhost", "LOCALHOST:1", "[::1]:8123", "agents.example"):
-        response = await api.client.get("/threads/t", headers={"Host": host})
+        response = await api.client.get("/log/threads/t", headers={"Host": host})
         assert response.status_code == 200, host
 
 
@@ -130,7 +130,9 @@ async def test_a_default_app_answers_loopback_names_only(tmp_path: Path) -> None
 
 async def test_a_page_of_another_origin_changes_nothing(api: Api) -> None:
     client = api.client
-    paused = await client.post("/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"})
+    paused = await client.post(
+        "/log/threads/t/runs/wait", json={"assistant_id": "chat", "input": "hi"}
+    )
     run_id = paused.json()["run"]["run_id"]
     before = await api.written()
     cross = [
@@ -142,27 +144,27 @@ async def test_a_page_of_another_origin_changes_nothing(api: Api) -> None:
     ]
     for headers in cross:
         for path, content, kind in (
-            (f"/threads/t/runs/{run_id}/cancel", b"", None),
-            ("/threads/t/copy", b"", None),
-            ("/threads/t/copy", b"{}", "text/plain"),
-            ("/threads/t/runs", b'{"assistant_id": "chat", "input": "x"}', "text/plain"),
+            (f"/log/threads/t/runs/{run_id}/cancel", b"", None),
+            ("/log/threads/t/copy", b"", None),
+            ("/log/threads/t/copy", b"{}", "text/plain"),
+            ("/log/threads/t/runs", b'{"assistant_id": "chat", "input": "x"}', "text/plain"),
         ):
             sent = {**headers, **({"content-type": kind} if kind else {})}
             response = await client.post(path, content=content, headers=sent)
             assert response.status_code == 403, (path, headers, response.text)
             assert response.json()["error"]["code"] == "cross_origin"
-        gone = await client.delete("/threads/t", headers=headers)
+        gone = await client.delete("/log/threads/t", headers=headers)
         assert gone.status_code == 403
     assert await api.written() == before
     # its own origin, an allowed one, and a client with no Origin (LangGraph's SDK) go on
-    own = await client.post("/threads/t/copy", headers={"Origin": LOCAL})
+    own = await client.post("/log/threads/t/copy", headers={"Origin": LOCAL})
     assert own.status_code == 200, own.text
     allowed = {"Origin": "https://console.example", "Sec-Fetch-Site": "cross-site"}
-    assert (await client.post("/threads/t/copy", headers=allowed)).status_code == 200
-    sdk = await client.post(f"/threads/t/runs/{run_id}/cancel", content=b"")
+    assert (await client.post("/log/threads/t/copy", headers=allowed)).status_code == 200
+    sdk = await client.post(f"/log/threads/t/runs/{run_id}/cancel", content=b"")
     assert sdk.status_code == 200, sdk.text
     # reads stay open to any origin on an allowed Host (the browser keeps the answer)
-    assert (await client.get("/threads/t", headers={"Origin": "http://x.example"})).is_success
+    assert (await client.get("/log/threads/t", headers={"Origin": "http://x.example"})).is_success
 
 
 async def test_a_body_that_is_not_json_is_refused_with_415(api: Api) -> None:
@@ -170,7 +172,7 @@ async def test_a_body_that_is_not_json_is_refused_with_415(api: Api) -> None:
     for kind in (None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data"):
         headers = {"content-type": kind} if kind else {}
         response = await api.client.post(
-            "/threads/t/runs",
+            "/log/threads/t/runs",
             content=json.dumps({"assistant_id": "chat", "input": "x"}).encode(),
             headers=headers,
         )
@@ -178,7 +180,7 @@ async def test_a_body_that_is_not_json_is_refused_with_415(api: Api) -> None:
         assert response.json()["error"]["code"] == "unsupported_media_type"
     assert await api.written() == before
     ok = await api.client.post(
-        "/threads/t/runs",
+        "/log/threads/t/runs",
         content=b'{"assistant_id": "chat", "input": "x"}',
         headers={"content-type": "application/json; charset=utf-8"},
     )
@@ -195,13 +197,13 @@ async def test_thread_metadata_of_any_depth_degrades_its_thread_only(api: Api, d
     made = ThreadCreated(by="alice", graph_id="support", metadata={"deep": nested(depth)})
     app = api.runtime.graphs["support"].app
     await app.awrite_claimed("bad", lambda fold: [made], actor="alice", what="a creation")
-    for path in ("/threads/bad", "/threads/bad/state"):
+    for path in ("/log/threads/bad", "/log/threads/bad/state"):
         one = await api.client.get(path)
         assert one.status_code == 200, (path, one.text[:200])
-    found = await api.client.post("/threads/search", json={"limit": 10})
+    found = await api.client.post("/log/threads/search", json={"limit": 10})
     assert found.status_code == 200, found.text[:200]
     assert [row["thread_id"] for row in found.json()] == ["bad"]
     ran = await api.client.post(
-        "/threads/bad/runs/wait", json={"assistant_id": "chat", "input": "hello"}
+        "/log/threads/bad/runs/wait", json={"assistant_id": "chat", "input": "hello"}
     )
     assert ran.status_code == 200, ran.text[:200]

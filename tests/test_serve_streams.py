@@ -75,22 +75,22 @@ async def events_of(
 
 async def test_a_resume_point_that_is_no_position_is_a_400(served: Served) -> None:
     client = served.client
-    done = await client.post("/threads/t/runs/wait", json={"assistant_id": "go", "input": "a"})
+    done = await client.post("/log/threads/t/runs/wait", json={"assistant_id": "go", "input": "a"})
     run = done.json()["run"]["run_id"]
     bad = [b"\xb2", b"9" * 5000, str(2**63).encode(), b"-1", b"1e3", b"0x10", "١٢".encode()]
-    for path in ("/threads/t/stream", f"/threads/t/runs/{run}/stream"):
+    for path in ("/log/threads/t/stream", f"/log/threads/t/runs/{run}/stream"):
         for value in bad:
             response = await client.get(path, headers={"Last-Event-ID": value})
             assert response.status_code == 400, (path, value, response.text[:200])
             assert response.json()["error"]["code"] == "invalid_position"
     for value in bad:
         text = value.decode("latin-1")
-        response = await client.get("/threads/t/stream", params={"after": text})
+        response = await client.get("/log/threads/t/stream", params={"after": text})
         assert response.status_code == 400, (value, response.text[:200])
         assert response.json()["error"]["code"] == "invalid_position"
     # a real position still resumes
     records = [r async for r in served.store.read("t")]
-    rest = await events_of(client, "/threads/t/stream", params={"after": records[-2].position})
+    rest = await events_of(client, "/log/threads/t/stream", params={"after": records[-2].position})
     assert [e["position"] for e in rest] == [records[-1].position]
 
 
@@ -100,25 +100,25 @@ async def test_a_queued_runs_stream_carries_its_own_records_each_naming_it(
     client = served.client
     GATES["first"] = asyncio.Event()
     first = (
-        await client.post("/threads/q/runs", json={"assistant_id": "go", "input": "first"})
+        await client.post("/log/threads/q/runs", json={"assistant_id": "go", "input": "first"})
     ).json()
 
     async def running() -> bool:
-        run = await client.get(f"/threads/q/runs/{first['run_id']}")
+        run = await client.get(f"/log/threads/q/runs/{first['run_id']}")
         return bool(run.json()["status"] == "running")
 
     await until(running)
     second = (
         await client.post(
-            "/threads/q/runs",
+            "/log/threads/q/runs",
             json={"assistant_id": "go", "input": "second", "multitask_strategy": "enqueue"},
         )
     ).json()
     assert second["status"] == "pending"
     listening = asyncio.ensure_future(
-        events_of(client, f"/threads/q/runs/{second['run_id']}/stream", "trigger_finished")
+        events_of(client, f"/log/threads/q/runs/{second['run_id']}/stream", "trigger_finished")
     )
-    thread_stream = asyncio.ensure_future(events_of(client, "/threads/q/stream"))
+    thread_stream = asyncio.ensure_future(events_of(client, "/log/threads/q/stream"))
     GATES["first"].set()
     got = await asyncio.wait_for(listening, 60)
     assert {e["run_id"] for e in got} == {second["run_id"]}
@@ -131,7 +131,7 @@ async def test_a_queued_runs_stream_carries_its_own_records_each_naming_it(
     whole = await asyncio.wait_for(thread_stream, 60)
     assert [e["run_id"] for e in whole][:1] == [first["run_id"]]
     assert {e["run_id"] for e in whole} == {first["run_id"]}  # it ends at the first's end
-    rest = await events_of(client, "/threads/q/stream", params={"after": whole[-1]["position"]})
+    rest = await events_of(client, "/log/threads/q/stream", params={"after": whole[-1]["position"]})
     assert {e["run_id"] for e in rest} == {second["run_id"]}
 
 
@@ -141,7 +141,7 @@ async def test_a_stream_reads_its_thread_by_index_not_the_log(served: Served) ->
     client, store = served.client, served.store
     for i in range(5):
         await client.post(
-            f"/threads/other-{i}/runs/wait", json={"assistant_id": "go", "input": "x"}
+            f"/log/threads/other-{i}/runs/wait", json={"assistant_id": "go", "input": "x"}
         )
     scanned: list[int] = []
     whole_log = store.read_all
@@ -153,13 +153,13 @@ async def test_a_stream_reads_its_thread_by_index_not_the_log(served: Served) ->
     store.read_all = counting  # type: ignore[method-assign]
     try:
         run = (
-            await client.post("/threads/mine/runs", json={"assistant_id": "go", "input": "y"})
+            await client.post("/log/threads/mine/runs", json={"assistant_id": "go", "input": "y"})
         ).json()
         got = await events_of(
-            client, f"/threads/mine/runs/{run['run_id']}/stream", "trigger_finished"
+            client, f"/log/threads/mine/runs/{run['run_id']}/stream", "trigger_finished"
         )
         assert got[-1]["kind"] == "trigger_finished"
-        assert (await events_of(client, "/threads/mine/stream"))[-1]["kind"] == "run_completed"
+        assert (await events_of(client, "/log/threads/mine/stream"))[-1]["kind"] == "run_completed"
     finally:
         store.read_all = whole_log  # type: ignore[method-assign]
     assert scanned == []

@@ -236,11 +236,11 @@ async def test_a_payload_edited_in_the_file_is_refused_over_http(tmp_path: Path)
     async with SQLiteEventStore(path) as store:
         app = create_app(build(store), tokens=TokenBook.load(token_file(tmp_path)))
         async with Server(app) as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
-            made = await client.post("/threads", json={"graph_id": "other"}, headers=OPS)
+            made = await client.post("/log/threads", json={"graph_id": "other"}, headers=OPS)
             thread = made.json()["thread_id"]
             for n in range(RUNS):
                 ran = await client.post(
-                    f"/threads/{thread}/runs/wait",
+                    f"/log/threads/{thread}/runs/wait",
                     json={"assistant_id": "notes", "input": f"refund order {n}"},
                     headers=OPS,
                 )
@@ -264,5 +264,5 @@ async def test_a_payload_edited_in_the_file_is_refused_over_http(tmp_path: Path)
                 thread,
                 first,
             )
-            read = await client.get(f"/threads/{thread}/state", headers=OPS)
+            read = await client.get(f"/log/threads/{thread}/state", headers=OPS)
             assert read.status_code != 200 and "REFUND" not in read.text, read.text

@@ -96,12 +96,12 @@ def client_of(runtime: AgentRuntime) -> httpx.AsyncClient:
 async def http_reads(client: httpx.AsyncClient, thread: str) -> dict[str, Any]:
     """What the HTTP API says of the thread's status: its thread answer (and the status in its
     values), its state answer (and its values'), and the search hits for that status."""
-    got = await client.get(f"/threads/{thread}")
+    got = await client.get(f"/log/threads/{thread}")
     assert got.status_code == 200, got.text
-    state = await client.get(f"/threads/{thread}/state")
+    state = await client.get(f"/log/threads/{thread}/state")
     assert state.status_code == 200, state.text
     status = got.json()["status"]
-    found = await client.post("/threads/search", json={"status": status, "limit": 100})
+    found = await client.post("/log/threads/search", json={"status": status, "limit": 100})
     assert found.status_code == 200, found.text
     return {
         "thread": status,
@@ -175,7 +175,7 @@ def test_a_thread_created_over_http_and_never_run_reads_idle_everywhere(tmp_path
             runtime.add_graph("support", line(("agent", reply)).compile(store))
             runtime.register_entry_point(EntryPoint(id="chat", graph_id="support"))
             async with runtime, client_of(runtime) as client:
-                made = await client.post("/threads", json={"metadata": {"customer": "acme"}})
+                made = await client.post("/log/threads", json={"metadata": {"customer": "acme"}})
                 assert made.status_code == 200, made.text
                 assert made.json()["status"] == "idle"
                 assert made.json()["values"]["execution_meta"]["status"] == "idle"
@@ -212,7 +212,7 @@ def test_the_runtimes_own_threads_are_not_listed_as_the_users(tmp_path: Path) ->
             async with runtime, client_of(runtime) as client:
                 thread = await runtime.trigger("api", "go")
                 await runtime.wait(thread, timeout=PATIENCE)
-                found = await client.post("/threads/search", json={"limit": 100})
+                found = await client.post("/log/threads/search", json={"limit": 100})
                 return thread, await store.threads(), [t["thread_id"] for t in found.json()]
 
     thread, stored, searched = asyncio.run(scenario())
@@ -238,7 +238,7 @@ def test_a_runtime_thread_of_another_name_is_not_listed_as_the_users(tmp_path: P
             async with runtime, client_of(runtime) as client:
                 thread = await runtime.trigger("api", "go")
                 await runtime.wait(thread, timeout=PATIENCE)
-                found = await client.post("/threads/search", json={"limit": 100})
+                found = await client.post("/log/threads/search", json={"limit": 100})
                 return thread, await store.threads(), [t["thread_id"] for t in found.json()]
 
     thread, stored, searched = asyncio.run(scenario())
@@ -445,8 +445,8 @@ async def _http_and_fold(store: SQLiteEventStore) -> tuple[ExecutionState, dict[
     graph.name = GRAPH_NAME
     runtime.add_graph(GRAPH_ID, graph.compile(store))
     async with client_of(runtime) as client:
-        got = await client.get("/threads/t")
-        listed = await client.post("/threads/search", json={"limit": 100})
+        got = await client.get("/log/threads/t")
+        listed = await client.post("/log/threads/search", json={"limit": 100})
         if got.status_code != 200:
             assert got.status_code == 404, got.text
             return meta, {"found": got.json()["error"]["code"], "listed": listed.json()}

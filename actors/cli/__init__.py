@@ -37,7 +37,7 @@ from rich.console import Console, RenderableType
 from rich.text import Text
 from typer._click.exceptions import ClickException
 
-from agentlog.actors.cli import relay, render
+from agentlog.actors.cli import logs, relay, render, replay_command
 from agentlog.events import (
     KINDS,
     AgentlogError,
@@ -79,8 +79,7 @@ def _console(*, stderr: bool = False) -> Console:
     return console
 
 
-console = _console()
-errors = _console(stderr=True)
+console, errors = _console(), _console(stderr=True)
 _json_errors = False
 """Set when the command line holds --json: errors are then printed as JSON objects."""
 
@@ -486,11 +485,8 @@ def runtime_command(
     or SIGTERM; the database is created when missing.
 
     A signal stops it: running steps commit, runs pause, the next runtime here resumes them.
-
     A second signal cancels what still runs (those runs resume next time too). Exit status 0.
-
     On a terminal: a live table of runs by graph and entry point, queues, timers, latency.
-
     With --json: one JSON object per line each time those figures change; the last: "stopped".
     """
     from agentlog.actors.cli.runtime import run_runtime
@@ -583,15 +579,15 @@ def serve_command(
         typer.Option(help="Seconds a request's body may take to arrive; then 408 and closed."),
     ] = 30.0,
     client_connections: Annotated[
-        int,
-        typer.Option(help="Connections one client address may hold open; more are closed."),
+        int, typer.Option(help="Connections one client address may hold open; more are closed.")
     ] = 100,
+    log_level: logs.LogLevel = logs.Level.warning,
+    log_json: logs.LogJson = False,
 ) -> None:
     """Serve the runtime your code builds over HTTP: threads, state, history, runs, live
     streams (Server-Sent Events), webhooks; OpenAPI at /docs and /openapi.json.
 
     Every request acts as its bearer token's name, which the log records as the actor.
-
     SIGINT or SIGTERM drains it: requests under way finish, running steps commit, runs pause.
     """
     from agentlog.actors.cli.serve import run_serve
@@ -600,7 +596,7 @@ def serve_command(
         db, app_ref, host, port, tokens, max_body, hash_token,
         allowed_hosts=allowed_host or [], allowed_origins=allowed_origin or [],
         header_timeout=header_timeout, body_timeout=body_timeout,
-        max_per_client=client_connections,
+        max_per_client=client_connections, log_level=log_level.value, log_json=log_json,
     )  # fmt: skip
 
 
@@ -988,6 +984,10 @@ db_app = typer.Typer(
 )
 app.add_typer(db_app, name="db")
 app.add_typer(relay.relay_app, name="relay")
+replay_command.register(app)
+from agentlog.actors.cli.otel import otel_app  # noqa: E402 - it imports the names above
+
+app.add_typer(otel_app)
 Dsn = Annotated[
     str,
     typer.Option(

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import ipaddress
 import json
+import logging
 import signal
 import socket
 import sys
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from agentlog.actors.cli import CliError, _fail
+from agentlog.actors.cli.logs import setup_logging
 from agentlog.actors.cli.runtime import (
     AppRef,
     built,
@@ -175,7 +177,11 @@ async def _serve(
             uvicorn.Config(
                 app,
                 http=guarded_protocol(guard.header_timeout, guard.max_per_client),
-                log_level="warning",
+                # the level and handler `agentlog serve --log-level` set (`cli.logs`); the
+                # access log is uvicorn's, at info
+                log_config=None,
+                log_level=logging.getLogger("agentlog").getEffectiveLevel(),
+                access_log=True,
                 lifespan="on",
                 timeout_graceful_shutdown=int(DRAIN_S),
             )
@@ -268,6 +274,8 @@ def run_serve(
     header_timeout: float = 10.0,
     body_timeout: float = 30.0,
     max_per_client: int = 100,
+    log_level: str = "warning",
+    log_json: bool = False,
 ) -> None:
     """`agentlog serve` (its options are declared in `agentlog.actors.cli`)."""
     if hash_token:
@@ -289,6 +297,7 @@ def run_serve(
     except ImportError:
         _fail("agentlog serve needs the serve extra: pip install 'agentlog[serve]'")
     ref = AppRef.parse(app_ref)
+    setup_logging(log_level, log_json)
     try:
         target = load(ref)
         check_target(target, ref)

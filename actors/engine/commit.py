@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from agentlog.events import (
     EventStore,
     ThreadBusyError,
 )
-from agentlog.events.kinds import Event
+from agentlog.events.kinds import ENDING_KINDS, OPENING_KINDS, Event
 from agentlog.projections.fold import Fold, decide
 from agentlog.projections.forks import fork_build, fork_event
 from agentlog.projections.state import AgentState
@@ -153,11 +154,42 @@ async def commit(
             await writer.failed()
             raise
         await writer.landed(records)
+        if _log.isEnabledFor(logging.INFO):
+            tell(records)
         return records
     raise ThreadBusyError(
         f"{what} on thread {thread_id!r} gave up after {rule.races} tries: the thread kept "
         "moving under it"
     )
+
+
+_log = logging.getLogger("agentlog.runs")
+
+
+def tell(records: Sequence[EventRecord]) -> None:
+    """Log what a commit did: an info line per run started, resumed, ended or paused, and a
+    debug line per other record, each with its fields (`extra=`: thread_id, run_id, seq,
+    kind, node, actor)."""
+    debug = _log.isEnabledFor(logging.DEBUG)
+    for record in records:
+        opens, ends = record.kind in OPENING_KINDS, record.kind in ENDING_KINDS
+        if not (opens or ends or debug):
+            continue
+        node = getattr(record.event, "node", None)
+        fields = {
+            "thread_id": record.thread_id,
+            "run_id": record.run_id,
+            "seq": record.seq,
+            "kind": record.kind,
+            "node": node if isinstance(node, str) else record.actor,
+            "actor": record.actor,
+        }
+        if opens or ends:
+            _log.info("run %s on thread %r: %s", record.run_id, record.thread_id, record.kind,
+                      extra=fields)  # fmt: skip
+        else:
+            _log.debug("thread %r seq %d: %s by %r", record.thread_id, record.seq, record.kind,
+                       record.actor, extra=fields)  # fmt: skip
 
 
 async def built(value: T | Awaitable[T]) -> T:

@@ -25,6 +25,8 @@ from agentlog.actors.engine.errors import (
     GraphError,
     ThreadStillBusyError,
 )
+from agentlog.actors.engine.fingerprint import CODE_CHANGE_KEY, CodeChangePolicy, check_policy
+from agentlog.actors.engine.tasks import BackgroundTaskManager
 from agentlog.events import (
     EventRecord,
     EventStore,
@@ -51,7 +53,7 @@ from agentlog.projections import (
     state_history,
 )
 from agentlog.projections.fold import before_first_run
-from agentlog.projections.messages import monotonic
+from agentlog.projections.ids import monotonic
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.graph import StateGraph
@@ -72,6 +74,7 @@ from agentlog.actors.engine.run import (
     _log,
     _thread_of,
     _timeout,
+    check_tracing,
     run_config,
 )
 from agentlog.actors.engine.steps import check_resume_value
@@ -119,6 +122,11 @@ class CompiledGraph(BlockingCalls, Streaming, Generic[S]):
         """The event log the graph's threads are written to (`compile(checkpointer=...)`):
         the same as `store`, by LangGraph's name."""
         return self.engine.store
+
+    @property
+    def task_manager(self) -> BackgroundTaskManager:
+        """The background tasks its nodes start: running here, cancellable, recoverable."""
+        return self.engine.tasks
 
     @property
     def long_term_store(self) -> BaseStore | None:
@@ -184,6 +192,7 @@ class CompiledGraph(BlockingCalls, Streaming, Generic[S]):
         include_state: bool = False,
         context: Any = None,
         durability: Durability | None = None,
+        on_code_change: CodeChangePolicy | None = None,
     ) -> dict[str, Any]:
         """Run (or resume) the thread until it ends, pauses or fails.
 
@@ -196,10 +205,14 @@ class CompiledGraph(BlockingCalls, Streaming, Generic[S]):
         checked first against the graph's `context_schema`, and never recorded: a resume
         passes it again. `durability` says when each step's records become durable
         ("sync", the default: before the next step starts; "async"; "exit"; see the
-        guarantees page for what a crash keeps in each).
+        guarantees page for what a crash keeps in each). `on_code_change` ("warn", the
+        default; "refuse"; "allow") says what a resume of a run begun under other code does
+        (`agentlog.actors.engine.fingerprint`); the config key of that name sets it too.
         """
         shape = granularity(response_granularity)
         config = self.call_config(config, context, durability)
+        if on_code_change is not None:
+            config = {**(config or {}), CODE_CHANGE_KEY: check_policy(on_code_change)}
         result, _ = await self.ainvoke_to(input, config, shape, include_state=include_state)
         return result
 
@@ -234,7 +247,10 @@ class CompiledGraph(BlockingCalls, Streaming, Generic[S]):
         parent = parent_of(config)
         if parent is not None and stream is None:
             return await run_nested(self, input, config, parent)
-        run = RunLoop.of(self.engine, run_config(config), stream)
+        checked = run_config(config)
+        check_tracing(checked)  # a run's config only: reads take any config LangGraph takes
+        await self.engine.tasks.recover_once(checked["thread_id"])
+        run = RunLoop.of(self.engine, checked, stream)
         await run.live(input)
         return run
 

@@ -30,6 +30,11 @@ class GraphError(AgentlogError, ValueError):
     """The graph is malformed; the message names the node or edge at fault."""
 
 
+class TracingConfigError(GraphError):
+    """A call's config asks for tracing that agentlog does not do as asked: LangChain
+    `callbacks` (never silently ignored), or a `traceparent` that is not a W3C one."""
+
+
 class InvalidUpdateError(GraphError):
     """Two branches of one superstep wrote the same state field, and the field has no
     reducer to merge their values: the step fails (nothing of it is committed). Give the

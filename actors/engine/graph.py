@@ -42,6 +42,7 @@ from agentlog.actors.engine.persistence import persistence
 from agentlog.actors.engine.retry import RetryPolicy, node_policies
 from agentlog.actors.engine.run import Engine
 from agentlog.actors.engine.subgraph import SubgraphNode
+from agentlog.actors.engine.tasks import task_name
 from agentlog.actors.tools.node import ToolNode, is_tool_node
 from agentlog.events import EventStore
 from agentlog.projections import END, START, AgentState, BaseContextManager
@@ -113,6 +114,8 @@ class StateGraph(Generic[S]):
     """Nodes that run once each of several others has run (`add_edge([a, b], node)`)."""
     retry_policies: dict[str, tuple[RetryPolicy, ...]] = field(default_factory=dict)
     """The nodes run again after they raise, and by which policies (`add_node`)."""
+    tasks: dict[str, Any] = field(default_factory=dict)
+    """The background tasks its nodes may start, by name (`add_task`)."""
     context_schema: Any = field(default=None, kw_only=True)
     """The class of a call's run-time `context=` (a dataclass, a TypedDict, a pydantic
     model), which nodes read as `runtime.context`; None: any context, unchecked."""
@@ -220,9 +223,18 @@ class StateGraph(Generic[S]):
         self.branches[source] = ConditionalEdge(condition, mapping or None)
         return self
 
+    def add_task(self, fn: Any, name: str | None = None) -> StateGraph[S]:
+        """Declare the async function `fn` a background task its nodes may start (through
+        the `task_manager` they take), under `name` (its own name unless given)."""
+        named = task_name(fn, name)
+        if named in self.tasks and self.tasks[named] is not fn:
+            raise GraphError(f"two background tasks are named {named!r}: pass name= to one")
+        self.tasks[named] = fn
+        return self
+
     def register(self, name: str, value: Any) -> StateGraph[S]:
         """Make `value` available to node functions with a parameter called `name`."""
-        if name in ("state", "config"):
+        if name in ("state", "config", "context", "task_manager"):
             raise GraphError(f"{name!r} is injected by the runtime and cannot be registered")
         self.dependencies[name] = value
         return self
@@ -509,6 +521,7 @@ def _check_parameters(name: str, fn: NodeFn, dependencies: Collection[str]) -> N
         if param.default is param.empty and param.name not in (
             "state",
             "config",
+            "context",
             "runtime",
             *dependencies,
         ):
@@ -519,5 +532,5 @@ def _check_parameters(name: str, fn: NodeFn, dependencies: Collection[str]) -> N
             )
             raise GraphError(
                 f"node {name!r} needs parameter {param.name!r}, which is neither state, "
-                f"config, runtime nor a registered dependency: {fix}"
+                f"config, context, runtime nor a registered dependency: {fix}"
             )

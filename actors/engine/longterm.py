@@ -305,16 +305,19 @@ class LogStore(BlockingCalls, BaseStore):
         index: list[str] | bool | None = None,
         *,
         ttl: float | None = None,
+        by: str | None = None,
     ) -> None:
+        """`BaseStore.aput`; outside a node, `by` names who writes (default "user")."""
         event = StoreItemPut(
             namespace=list(check_namespace(namespace)), key=check_key(key),
             value=_stored_value(value), index=check_index(index), ttl=check_ttl(ttl),
         )  # fmt: skip
-        await self._write(event, _Writer.of(_current.get()))
+        await self._write(event, _Writer.of(_current.get(), by))
 
-    async def adelete(self, namespace: Namespace, key: str) -> None:
+    async def adelete(self, namespace: Namespace, key: str, *, by: str | None = None) -> None:
+        """`BaseStore.adelete`; outside a node, `by` names who deletes (default "user")."""
         event = StoreItemDeleted(namespace=list(check_namespace(namespace)), key=check_key(key))
-        await self._write(event, _Writer.of(_current.get()))
+        await self._write(event, _Writer.of(_current.get(), by))
 
     def put(
         self,
@@ -382,20 +385,21 @@ class InMemoryStore(LogStore):
 class _Writer:
     """Who makes a write: a node's step (its context), or the program outside any node."""
 
-    def __init__(self, context: NodeContext | None, place: int) -> None:
-        self.context, self.place = context, place
+    def __init__(self, context: NodeContext | None, place: int, by: str | None = None) -> None:
+        self.context, self.place, self.by = context, place, by
 
     @classmethod
-    def of(cls, context: NodeContext | None) -> _Writer:
-        """The writer of the next write, numbered in its step now, in call order."""
+    def of(cls, context: NodeContext | None, by: str | None = None) -> _Writer:
+        """The writer of the next write, numbered in its step now, in call order (`by`:
+        who writes outside any node)."""
         if context is None:
-            return cls(None, 0)
+            return cls(None, 0, by)
         context.store_writes += 1
         return cls(context, context.store_writes)
 
     @property
     def actor(self) -> str:
-        return USER if self.context is None else self.context.node
+        return (self.by or USER) if self.context is None else self.context.node
 
     @property
     def run_id(self) -> str | None:

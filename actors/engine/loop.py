@@ -77,8 +77,8 @@ from agentlog.projections import (
     to_builtins,
 )
 from agentlog.projections.fold import before_first_run
+from agentlog.projections.ids import monotonic
 from agentlog.projections.keys import ENTERED_KEY, RESUME_KEY
-from agentlog.projections.messages import monotonic
 
 
 @dataclass(eq=False)
@@ -567,7 +567,11 @@ class RunLoop(Run[S]):
                 per_loop = self.engine.slots.setdefault(asyncio.get_running_loop(), {})
                 slots = per_loop.setdefault(node, asyncio.Semaphore(limit))
             actor = NodeActor(
-                node, self.engine.graph.nodes[node], self.engine.dependencies, slots=slots
+                node,
+                self.engine.graph.nodes[node],
+                self.engine.dependencies,
+                slots=slots,
+                ids=self.engine.ids,
             )
             self.actors[node] = actor.start()
         return actor

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +13,7 @@ from agentlog.actors.engine.actor import Actor
 from agentlog.actors.engine.command import Command
 from agentlog.actors.engine.context import NodeContext, _current
 from agentlog.actors.engine.errors import GraphInterrupt, NodeReturnError
+from agentlog.actors.engine.ids import IdSource
 from agentlog.actors.engine.options import CONTEXT_KEY, Runtime
 from agentlog.actors.engine.writer import get_stream_writer
 from agentlog.actors.tools.node import is_tool_node
@@ -106,9 +107,11 @@ class NodeActor(Actor[RunNode, Any]):
         dependencies: Mapping[str, Any],
         *,
         slots: asyncio.Semaphore | None = None,
+        ids: IdSource | None = None,
     ) -> None:
         super().__init__(f"node:{name}", concurrency=None)
         self.slots = slots
+        self.ids = ids if ids is not None and ids.active else None
         self.node = name
         self.fn = fn
         self.dependencies = dict(dependencies)
@@ -116,6 +119,13 @@ class NodeActor(Actor[RunNode, Any]):
         self.wants = _wanted_parameters(fn)
 
     async def receive(self, message: RunNode) -> Any:
+        if self.ids is not None:
+            await self.ids.resolve()
+            with self.ids.applied():
+                return await self._slotted(message)
+        return await self._slotted(message)
+
+    async def _slotted(self, message: RunNode) -> Any:
         if self.slots is None:
             return await self._call(message)
         async with self.slots:
@@ -131,8 +141,10 @@ class NodeActor(Actor[RunNode, Any]):
                 return await run(message.state, message.context)
             kwargs = self._arguments(message)
             if self.is_async:
-                return await self.fn(**kwargs)
-            return await message.context.offload(f"node {self.node!r}", self.fn, **kwargs)
+                output = await self.fn(**kwargs)
+            else:
+                output = await message.context.offload(f"node {self.node!r}", self.fn, **kwargs)
+            return await _answer_read(output)
         finally:
             _current.reset(current)
             _answers.reset(token)
@@ -148,6 +160,23 @@ class NodeActor(Actor[RunNode, Any]):
             elif name == "runtime":
                 kwargs[name] = runtime_of(message.config, message.context.store)
         return kwargs
+
+
+ANSWER_READERS: list[Callable[[Any], Awaitable[list[Message]] | None]] = []
+"""Readers of a model's answer a node returned in place of messages: each gives the messages
+it stands for (awaitable), or None for an output it does not read. `agentlog.actors.models`
+adds its own when imported (a `ModelResponseConverter`, a provider SDK's raw response)."""
+
+
+async def _answer_read(output: Any) -> Any:
+    """A node's output, with a model's answer it returned read into its messages."""
+    if output is None or isinstance(output, list | dict | Message | Command | AgentState):
+        return output
+    for reader in ANSWER_READERS:
+        read = reader(output)
+        if read is not None:
+            return await read
+    return output
 
 
 def runtime_of(config: Mapping[str, Any], store: Any) -> Runtime[Any]:

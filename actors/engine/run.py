@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import weakref
 from collections.abc import Mapping, Sequence
@@ -21,7 +22,9 @@ from agentlog.actors.engine.callbacks import (
 from agentlog.actors.engine.errors import (
     GraphError,
     MissingThreadIdError,
+    TracingConfigError,
 )
+from agentlog.actors.engine.fingerprint import graph_fingerprint
 from agentlog.events import (
     Claim,
     EventRecord,
@@ -39,15 +42,18 @@ from agentlog.projections import (
     fold_at,
 )
 from agentlog.projections.fold import uncommitted_record
-from agentlog.projections.messages import monotonic
+from agentlog.projections.ids import monotonic
 from agentlog.projections.snapshots import DEFAULT_SNAPSHOT_EVERY, SnapshotWriter
+from agentlog.projections.spans import parse_traceparent
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.graph import StateGraph
     from agentlog.actors.engine.longterm import BaseStore
+from agentlog.actors.engine.ids import IdSource
 from agentlog.actors.engine.nodes import NodeActor
 from agentlog.actors.engine.offload import InFlight
 from agentlog.actors.engine.stream import RunStream
+from agentlog.actors.engine.tasks import BackgroundTaskManager
 
 S = TypeVar("S", bound=AgentState)
 T = TypeVar("T")
@@ -155,7 +161,7 @@ class Engine(Generic[S]):
         context_manager: BaseContextManager[Any] | None = None,
         long_term_store: BaseStore | None = None,
     ) -> None:
-        graph.check(injected=("store",) if long_term_store is not None else ())
+        graph.check(injected=("task_manager", *(("store",) if long_term_store else ())))
         names = (*interrupt_before, *interrupt_after, *(node_concurrency or {}))
         for name in (*names, *(node_timeouts or {})):
             if name not in graph.nodes:
@@ -176,7 +182,13 @@ class Engine(Generic[S]):
             **graph.dependencies,
             **({"store": long_term_store} if long_term_store is not None else {}),
         }
-        """What nodes receive by parameter name beside state, config and context."""
+        """What nodes receive by parameter name beside state, config and context: a copy
+        made here, so a `register` after compile does not reach the compiled graph."""
+        self.tasks = BackgroundTaskManager(self.store, graph.tasks)
+        """The background tasks its nodes start (`task_manager`)."""
+        self.dependencies["task_manager"] = self.tasks
+        self.ids = IdSource(self.dependencies)
+        """The registered id settings `generate_id` follows inside the nodes."""
         self.interrupt_before = frozenset(interrupt_before)
         self.interrupt_after = frozenset(interrupt_after)
         self.recursion_limit = recursion_limit
@@ -215,6 +227,11 @@ class Engine(Generic[S]):
         self.left: set[InFlight] = set()
         """Sync work runs of this graph left running when they ended (each keeps its thread
         claimed until it returns)."""
+
+    @functools.cached_property
+    def fingerprint(self) -> dict[str, Any]:
+        """The graph's fingerprint as compiled, which each `run_started` records."""
+        return graph_fingerprint(self.graph, self.interrupt_before, self.interrupt_after)
 
     async def load(self, thread_id: str) -> Fold[S]:
         """The thread's fold as the log has it (from its latest snapshot)."""
@@ -318,6 +335,25 @@ def run_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
         merged.update({k: v for k, v in config.items() if k != "configurable"})
     merged["thread_id"] = _thread_of(config)
     return merged
+
+
+def check_tracing(config: Mapping[str, Any]) -> None:
+    """Refuse a run's config, before anything is written, when it holds LangChain callbacks
+    (the engine would never call them) or a `traceparent` that is not a W3C trace context."""
+    if config.get("callbacks"):
+        raise TracingConfigError(
+            "config['callbacks'] holds LangChain callbacks, which agentlog does not call: "
+            "pass agentlog hooks with compile(callbacks=...) (a subclass of "
+            "agentlog.actors.Callbacks), or trace runs with agentlog.otel (OpenTelemetry "
+            "spans derived from the log); drop 'callbacks' from the config"
+        )
+    traceparent = config.get("traceparent")
+    if traceparent is not None and parse_traceparent(traceparent) is None:
+        raise TracingConfigError(
+            f"config['traceparent'] is {brief(traceparent)}, not a W3C trace context: pass "
+            "'00-<32 hex trace id>-<16 hex span id>-<2 hex flags>' (ids not all zeros), or "
+            "leave it out"
+        )
 
 
 def _thread_of(config: Mapping[str, Any] | None) -> str:

@@ -41,14 +41,16 @@ from agentlog.projections import (
 )
 from agentlog.projections.fold import before_first_run, decide
 from agentlog.projections.generic import state_fields
+from agentlog.projections.ids import new_run_id
 from agentlog.projections.keys import AWAITING_KEY
-from agentlog.projections.messages import new_run_id, normalize_input
+from agentlog.projections.messages import normalize_input
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.graph import StateGraph
     from agentlog.actors.engine.loop import RunLoop
 from agentlog.actors.engine.callbacks import call_hook
 from agentlog.actors.engine.ending import answered_ids, closing_events, goes_past
+from agentlog.actors.engine.fingerprint import CODE_CHANGE_KEY, check_policy, code_change
 from agentlog.actors.engine.nodes import output_events
 from agentlog.actors.engine.plan import plan
 from agentlog.actors.engine.run import Engine, S, _recursion_limit, scratch_records
@@ -129,6 +131,7 @@ async def open_run(run: RunLoop[S], input: Any) -> list[Event]:
     meta = fold.state.execution_meta
     user = str(config.get("user", "user"))
     trigger = config.get(TRIGGER_KEY)  # the runtime's trigger: its opening names it
+    traceparent = config.get("traceparent")  # checked by `run_config`: the caller's trace
     run.run_id = str(meta.internal_data.get("run_id") or "")
     run.fold = fold
     run.recursion_limit = _recursion_limit(config, engine.recursion_limit)
@@ -175,7 +178,13 @@ async def open_run(run: RunLoop[S], input: Any) -> list[Event]:
         closing = await closing_events(engine.store, fold, why, over=True, skip=skip)
         cut = next((i for i, e in enumerate(inputs) if goes_past([e])), len(inputs))
         resumed: list[Event] = [
-            Resumed(value=None, by=user, node=_paused_at(meta), trigger_id=trigger),
+            Resumed(
+                value=None,
+                by=user,
+                node=_paused_at(meta),
+                trigger_id=trigger,
+                traceparent=traceparent,
+            ),
             *inputs[:cut],
             *closing,
             *inputs[cut:],
@@ -211,15 +220,26 @@ async def open_run(run: RunLoop[S], input: Any) -> list[Event]:
                 graph=engine.graph.name,
                 fields=state_fields(engine.graph.state_cls),
                 trigger_id=trigger,
+                fingerprint=engine.fingerprint,
+                traceparent=traceparent,
             )
         )
     elif resuming:
+        changed = await _code_change(engine, thread_id, config)
         events.append(
-            Resumed(value=to_builtins(resume), by=user, node=_paused_at(meta), trigger_id=trigger)
+            Resumed(
+                value=to_builtins(resume),
+                by=user,
+                node=_paused_at(meta),
+                trigger_id=trigger,
+                code_change=changed,
+                traceparent=traceparent,
+            )
         )
         if meta.status == ExecutionStatus.INTERRUPTED_BEFORE:
             run.skip_interrupt_before = meta.interrupted_node
     else:
+        await _code_change(engine, thread_id, config)  # warned or refused; nothing to record
         run.cut_short = True  # a run that was cut short: carry on where the log stops
         run.skip_interrupt_before = await _released_breakpoint(engine.store, fold)
         events.extend(answers)  # its open calls answered before the input's message
@@ -229,6 +249,21 @@ async def open_run(run: RunLoop[S], input: Any) -> list[Event]:
     if _fans_out_at_start(engine.graph) and "entry_node" not in config:
         events = _entry_planned(engine.graph, fold, events)
     return events
+
+
+async def _code_change(
+    engine: Engine[Any], thread_id: str, config: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The caller's `on_code_change` policy applied to a run going on under code other than
+    the code its `run_started` recorded (`agentlog.actors.engine.fingerprint.code_change`)."""
+    policy = check_policy(config.get(CODE_CHANGE_KEY))
+    seqs = await engine.store.seqs_of_kind(thread_id, RunStarted.KIND)
+    if not seqs:
+        return None
+    started = [r.event async for r in engine.store.read(thread_id, seqs[-1], seqs[-1])]
+    first = started[0] if started else None
+    recorded = first.fingerprint if isinstance(first, RunStarted) else None
+    return code_change(engine, thread_id, recorded, policy)
 
 
 def _fans_out_at_start(graph: StateGraph[Any]) -> bool:

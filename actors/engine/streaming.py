@@ -17,7 +17,7 @@ from agentlog.actors.engine.modes import (
     shaped,
 )
 from agentlog.actors.engine.options import Durability
-from agentlog.actors.engine.run import run_config
+from agentlog.actors.engine.run import check_tracing, run_config
 from agentlog.actors.engine.stream import END_OF_STREAM, RunStream
 
 if TYPE_CHECKING:
@@ -112,6 +112,7 @@ class Streaming:
         self, input: Any, config: Mapping[str, Any] | None, projection: ModeProjection | None
     ) -> AsyncGenerator[Any, None]:
         config = run_config(config)
+        check_tracing(config)  # refused here, not inside the stream's task
         stream = RunStream(config["thread_id"], projection=projection).start()
         chunks = stream.subscribe()
         task = asyncio.ensure_future(self._run(input, config, stream=stream))

@@ -44,8 +44,8 @@ from agentlog.actors.tools.node import is_tool_node, pending_calls
 from agentlog.events import BranchEntered, EventRecord, InterruptRaised
 from agentlog.events.kinds import Event
 from agentlog.projections import to_builtins
+from agentlog.projections.ids import monotonic
 from agentlog.projections.keys import ENTERED_KEY, RESUME_KEY
-from agentlog.projections.messages import monotonic
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.loop import RunLoop

@@ -1,12 +1,12 @@
 """The threads a runtime keeps for itself beside its users' threads, by name: its record of
 triggers (`RuntimeConfig.runtime_thread`, "__runtime__" by default, with the lease and worker
-threads under it), the shared keys' threads ("__shared__/<key>") and the long-term stores'
-("__store__" unless named). No run, fork or client may create one
-(`RuntimeConfig.is_internal` asks here), and listings of the users' threads (`agentlog
-threads`, `POST /threads/search`) leave them out. A reader that does not know the configured
-name tells such a thread by the log itself: it opens with a runtime record (`RUNTIME_KINDS`)
-or a store write (`STORE_KINDS`). A light module: the command line reads it without loading
-the runtime."""
+threads under it), the shared keys' threads ("__shared__/<key>"), the long-term stores'
+("__store__" unless named) and the background tasks' ("__tasks__/<thread>"). No run, fork or
+client may create one (`RuntimeConfig.is_internal` asks here), and listings of the users'
+threads (`agentlog threads`, `POST /threads/search`) leave them out. A reader that does not
+know the configured name tells such a thread by the log itself: it opens with a runtime
+record (`RUNTIME_KINDS`) or a store write (`STORE_KINDS`). A light module: the command line
+reads it without loading the runtime."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ RUNTIME_THREAD = "__runtime__"
 SHARED_THREAD_PREFIX = "__shared__/"
 """Synchronized shared keys live on threads named by this prefix and the key."""
 
+TASKS_THREAD_PREFIX = "__tasks__/"
+"""The background tasks a run's nodes start are recorded on this prefix and the run's thread."""
+
 STORE_THREAD = "__store__"
 """A long-term store's thread (`agentlog.actors.engine.longterm.LogStore`), unless named."""
 
@@ -33,7 +36,7 @@ def internal_thread(
     by the kind of its first record (`first_kind`, when the caller has read it)."""
     return (
         thread_id.startswith(runtime_thread + "/")
-        or thread_id.startswith((SHARED_THREAD_PREFIX, STORE_THREAD + "/"))
+        or thread_id.startswith((SHARED_THREAD_PREFIX, STORE_THREAD + "/", TASKS_THREAD_PREFIX))
         or thread_id in (runtime_thread, STORE_THREAD)
         or first_kind in RUNTIME_KINDS | STORE_KINDS
     )

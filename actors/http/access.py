@@ -23,12 +23,18 @@ def runtime_of(request: Request) -> RuntimeFacade:
 
 
 async def principal(
-    request: Request, authorization: str | None = Header(default=None)
+    request: Request,
+    authorization: str | None = Header(default=None),
+    x_api_key: str | None = Header(default=None),
 ) -> Principal:
-    """Who the request acts as: its bearer token's name, or "local" on a server without
-    tokens."""
+    """Who the request acts as: its token's name (`Authorization: Bearer ...`, or the
+    `x-api-key` header LangGraph's clients send), or "local" on a server without tokens."""
     tokens = cast("TokenBook | None", request.app.state.tokens)
-    return LOCAL if tokens is None else tokens.check(authorization)
+    if tokens is None:
+        return LOCAL
+    if authorization is None and x_api_key:
+        authorization = f"Bearer {x_api_key}"
+    return tokens.check(authorization)
 
 
 Who = Depends(principal)
@@ -95,6 +101,14 @@ async def graph_of(rt: RuntimeFacade, thread_id: str) -> str:
         if not await rt.has_records(thread_id):
             raise ThreadNotFoundError(thread_id)
         graph = await rt.graph_of(thread_id)
+        if graph is None and await rt.head(thread_id) == 1:
+            raise ApiError(
+                404,
+                "not_found",
+                f"thread {thread_id!r} was created with no graph and has not run yet: it has "
+                "no state here until its first run names its graph (GET /threads/{thread_id} "
+                "shows it meanwhile)",
+            )
     if graph is None or not rt.has_graph(graph):
         raise ApiError(404, "not_found", f"thread {thread_id!r} runs no graph this server has")
     return graph

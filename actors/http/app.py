@@ -1,12 +1,13 @@
-"""The runtime over HTTP: threads, state, history, runs and live streams, with LangGraph
-Agent Server's paths and field names where it has the same thing, and webhook routes.
+"""The runtime over HTTP: LangGraph's Agent Server API at the root paths (wire-compatible,
+`agentserver/`), agentlog's own record-level API under `/log` (threads, state, history,
+runs and live streams of records, in agentlog's shapes), and webhook routes.
 
-Every request acts as a principal (its bearer token's name, or "local" on a loopback server
+Every request acts as a principal (its token's name, or "local" on a loopback server
 without tokens), which is the `actor` of whatever it writes. Errors are JSON
 `{"error": {"code": ..., "message": ...}}` with a stable code; request bodies are bounded.
 
-The routes (`routes/`) are thin: each parses a request, calls the runtime through a
-`RuntimeFacade`, and shapes the answer (`shapes`).
+The routes (`routes/`, `agentserver/`) are thin: each parses a request, calls the runtime
+through a facade, and shapes the answer.
 """
 
 from __future__ import annotations
@@ -20,12 +21,17 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from agentlog.actors.http import errors
+from agentlog.actors.http.agentserver import ROUTERS as AGENT_SERVER
+from agentlog.actors.http.agentserver.facade import AgentServer
 from agentlog.actors.http.guard import BODY_TIMEOUT_S, BodyLimit, RequestGuard
-from agentlog.actors.http.routes import ROUTERS
+from agentlog.actors.http.routes import ROUTERS, health
 from agentlog.actors.http.tokens import TokenBook
 from agentlog.actors.runtime import AgentRuntime, EntryPoint
 from agentlog.actors.runtime.facade import RuntimeFacade
+from agentlog.actors.runtime.tracing import caller_trace
 
+LOG_PREFIX = "/log"
+"""Where agentlog's own record-level routes live (the Agent Server's own the root paths)."""
 MAX_BODY = 1_048_576
 """The default limit of a request body, in bytes."""
 
@@ -51,15 +57,18 @@ def create_app(
     `body_timeout` seconds.
     """
     rt = RuntimeFacade(runtime)
+    server = AgentServer(rt)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = not rt.started
         if owned:
             await rt.start()
+        server.crons.start()  # the crons made over the API fire while the server runs
         try:
             yield
         finally:
+            await server.crons.stop()
             if owned:
                 await rt.stop()
 
@@ -76,6 +85,7 @@ def create_app(
     app.state.tokens = tokens  # who a request acts as (`access.Who`)
     errors.install(app)
     hooks = [e.path for e in rt.webhook_entries() if e.path]
+    app.add_middleware(TraceContext)
     app.add_middleware(
         RequestGuard,
         allowed_hosts=allowed_hosts,
@@ -84,11 +94,31 @@ def create_app(
         body_timeout=body_timeout,
     )
     app.add_middleware(BodyLimit, max_body=max_body)  # outermost: the guard reads within it
-    for router in ROUTERS:
+    app.state.agentserver = server  # the Agent Server routes' facade
+    for router in AGENT_SERVER:
         app.include_router(router)
+    for router in ROUTERS:
+        app.include_router(router, prefix=LOG_PREFIX if router is not health.router else "")
     if webhooks:
         _mount_webhooks(app, runtime, rt.webhook_entries(), max_body)
     return app
+
+
+class TraceContext:
+    """Serves each request with its `traceparent` header as the caller's trace context, so a
+    run it starts (a run request, a webhook delivery) records it and its spans join the
+    caller's trace."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        header = next((v for k, v in scope["headers"] if k == b"traceparent"), None)
+        with caller_trace(header.decode("latin-1") if header is not None else None):
+            await self.app(scope, receive, send)
 
 
 def _mount_webhooks(

@@ -34,7 +34,7 @@ from agentlog.actors.langgraph.nodes import Shapes, asks_for, extras
 from agentlog.actors.langgraph.schema import schema_of
 from agentlog.events.kinds import ToolCallFinished, ToolCallStarted
 from agentlog.projections import END, START, AgentState, to_builtins
-from agentlog.projections.messages import monotonic
+from agentlog.projections.ids import monotonic
 
 V = TypeVar("V")
 S = TypeVar("S")

@@ -20,6 +20,7 @@ from agentlog.actors.models.anthropic_messages import (
     from_anthropic_messages,
     to_anthropic_messages,
 )
+from agentlog.actors.models.convert import CONVERTERS, ModelResponseConverter
 from agentlog.actors.models.errors import (
     ModelEmptyRequestError,
     ModelError,
@@ -47,6 +48,7 @@ from agentlog.actors.models.replay import LoggedAnswers
 from agentlog.actors.models.retry import ModelRetry
 
 __all__ = [
+    "CONVERTERS",
     "AnthropicStream",
     "ChatStream",
     "LoggedAnswers",
@@ -55,6 +57,7 @@ __all__ = [
     "ModelError",
     "ModelNode",
     "ModelRefusedError",
+    "ModelResponseConverter",
     "ModelResponseError",
     "ModelRetry",
     "ModelSpecError",

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from agentlog.actors.engine.context import NodeContext, current_context
 from agentlog.actors.engine.errors import GraphError
 from agentlog.actors.engine.redact import redact
+from agentlog.actors.engine.replaying import log_answers
 from agentlog.actors.models._common import ModelAnswer, Tools, dumps, plain, request_hash
 from agentlog.actors.models.anthropic_messages import (
     AnthropicStream,
@@ -49,7 +50,7 @@ from agentlog.projections import (
     ToolCallBlock,
     generate_id,
 )
-from agentlog.projections.messages import monotonic
+from agentlog.projections.ids import monotonic
 
 __all__ = ["ModelNode"]
 
@@ -155,6 +156,17 @@ class ModelNode:
             raise ModelSpecError("cannot set up the anthropic client: set ANTHROPIC_API_KEY")
         return cls(client, model=model, **kwargs)
 
+    def fingerprint(self) -> dict[str, Any]:
+        """What this node sends beside the context (the graph's fingerprint hashes it)."""
+        return {
+            "provider": self.provider,
+            "api": self.api,
+            "model": self.model,
+            "system_prompt": self.system_prompt,
+            "params": self.params,
+            "tools": self.tools,
+        }
+
     def request(self, state: AgentState) -> dict[str, Any]:
         """The request this node sends for `state` (without the streaming switches)."""
         system = self.system_prompt
@@ -186,6 +198,10 @@ class ModelNode:
             raise ModelEmptyRequestError(self.provider, self.model, context.node)
         digest = request_hash(self.provider, request)
         stream = self._streams(context)
+        if (session := log_answers()) is not None:  # a replay test: the log answers
+            called, message = session.model_answer(digest, request, context)
+            context.record(called)
+            return [message]
         if self.replay_from is not None:
             found = await self.replay_from.find(digest)
             if found is not None:

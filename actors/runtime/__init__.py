@@ -5,6 +5,7 @@ double-texting, state shared between runs, and goals."""
 from agentlog.actors.runtime.facts import SharedStateError
 from agentlog.actors.runtime.goals import Constraint, Goal, SuccessCriterion, record_outcome
 from agentlog.actors.runtime.listeners import event_input, timer_input
+from agentlog.actors.runtime.resources import CheckpointConfig, Resources
 from agentlog.actors.runtime.runtime import AgentRuntime, create_agent_runtime
 from agentlog.actors.runtime.shared import SharedState, shared_state
 from agentlog.actors.runtime.spec import (
@@ -28,12 +29,14 @@ from agentlog.actors.runtime.timers import Schedule
 __all__ = [
     "AgentRuntime",
     "AgentRuntimeError",
+    "CheckpointConfig",
     "Constraint",
     "EntryPoint",
     "Goal",
     "IdempotencyKeyMismatchError",
     "InvalidTriggerInputError",
     "RegistrationError",
+    "Resources",
     "RetryPolicy",
     "RunCancelledError",
     "RunNotWaitingError",

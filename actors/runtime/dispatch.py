@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +19,7 @@ from agentlog.actors.engine.command import Command
 from agentlog.actors.engine.commit import RETRY
 from agentlog.actors.engine.redact import redact
 from agentlog.actors.engine.steps import TRIGGER_KEY
+from agentlog.actors.runtime.inputs import with_session_keys
 from agentlog.actors.runtime.ledger import TriggerState
 from agentlog.actors.runtime.rollback import roll_back, rolled_back
 from agentlog.actors.runtime.shared import RunScope, _scope
@@ -34,8 +34,6 @@ from agentlog.events import Claim, EventRecord
 from agentlog.events.errors import AgentlogError, ClaimLostError, StoreError, ThreadBusyError
 from agentlog.events.kinds import Resumed, RunStarted, TriggerDispatched, TriggerFinished
 from agentlog.projections import ExecutionStatus, IllegalTransitionError, StopRequestStatus
-from agentlog.projections.edge import to_builtins
-from agentlog.projections.messages import is_message_dict
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.compiled import CompiledGraph
@@ -58,8 +56,7 @@ class Execution:
     ending: bool = False
     """The run has returned: its outcome is being recorded, a cancel comes too late."""
     running: bool = False
-    """Its graph run has begun here (a stop request now reaches a run this process owns;
-    before, the trigger may still be another worker's)."""
+    """Its graph run has begun here: a stop request now reaches it (before, maybe not ours)."""
     lease: Claim | None = None
     """A worker's lease on the trigger, while it runs it."""
 
@@ -146,11 +143,10 @@ class Dispatcher:
         """Whether a trigger being accepted may start the moment its acceptance commits:
         it starts a new thread, nothing is queued ahead of it, both limits leave room and its
         graph is here. If so its slot is held, and its dispatch is recorded in the same
-        commit as its acceptance (one commit fewer before the run starts).
-
-        Not for a named thread (its dispatch needs the thread's head, and a trigger waiting
-        on that read would be overtaken in the log by the ones sent after it), nor for
-        workers, whose runs first take a lease."""
+        commit as its acceptance (one commit fewer before the run starts). Not for a named
+        thread (its dispatch needs the thread's head, and a trigger waiting on that read
+        would be overtaken in the log by the ones sent after it), nor for workers, whose
+        runs first take a lease."""
         runtime = self.runtime
         if (
             not new_thread
@@ -408,6 +404,8 @@ class Dispatcher:
             "user": accepted.by or "runtime",
             "run_id": state.id,  # a run this trigger starts is named by it in the log
             TRIGGER_KEY: state.id,  # the run's opening names it: see `_opened`
+            "on_code_change": self.runtime.config.on_code_change,  # a resume under new code
+            "traceparent": accepted.traceparent,  # the caller's, recorded at acceptance
         }
         if self.runtime.config.worker_id is not None:
             config["lease_s"] = self.runtime.config.lease_s  # its thread's claim, as its lease
@@ -446,7 +444,7 @@ class Dispatcher:
                     config["entry_node"] = entry.entry_node
                 run_input = Command(resume=accepted.input) if accepted.resume else accepted.input
                 if entry is not None and entry.input_keys and not accepted.resume:
-                    run_input = await self._with_session_keys(entry, thread_id, run_input)
+                    run_input = await with_session_keys(self.runtime, entry, thread_id, run_input)
             if entry is not None:
                 _scope.set(RunScope(self.runtime, entry, asyncio.get_running_loop()))
                 if entry.isolation != "isolated":
@@ -515,28 +513,6 @@ class Dispatcher:
         lone = self.runtime.config.worker_id is None
         if lone and not state.done and not await self._recover_one(state):
             self.enqueue(state, resume=True)
-
-    async def _with_session_keys(self, entry: EntryPoint, thread_id: str, run_input: Any) -> Any:
-        """The run's input with `entry.input_keys` copied from the user's active thread (the
-        only thing read from it; nothing is written there)."""
-        active = self.runtime.active_thread
-        graph_id = self.runtime.ledger.graph_of.get(active) if active else None
-        if active is None or active == thread_id or graph_id not in self.runtime.graphs:
-            return run_input
-        source = await self.runtime.graphs[graph_id].app.aget_state({"thread_id": active})
-        values = {
-            key: to_builtins(getattr(source, key))
-            for key in entry.input_keys
-            if key in type(source).model_fields
-        }
-        if not values:
-            return run_input
-        if isinstance(run_input, Mapping) and not is_message_dict(run_input):
-            return {**run_input, **values}
-        if run_input is None:
-            return values
-        messages = run_input if isinstance(run_input, list) else [run_input]
-        return {"messages": messages, **values}
 
     def _mark_ending(self, thread_id: str, state: TriggerState) -> None:
         execution = self.executing.get(thread_id)

@@ -1,8 +1,10 @@
 """What a front end (the HTTP server) asks of a runtime, as public calls: its graphs and
 entry points, a thread's graph, state, history and times, the threads a listing shows, a
 thread's creation, deletion and fork, runs (submit, look up, wait, cancel) and the records
-a live stream sends. A front end holds a `RuntimeFacade` and needs nothing else of the
-runtime: not its ledger, its dispatcher, its listeners nor its graphs' compiled apps.
+a live stream sends, and, for a front that shows a graph as its own program does (the Agent
+Server API), a graph's compiled app (`compiled`), records by seq, the runtime's own stores
+and a rollback. A front end holds a `RuntimeFacade` and needs nothing else of the runtime:
+not its ledger, its dispatcher, its listeners nor its store.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentlog.actors.engine.commit import fork_thread
-from agentlog.actors.engine.threads import internal_threads
+from agentlog.actors.engine.longterm import LogStore
+from agentlog.actors.engine.threads import STORE_THREAD, internal_threads
 from agentlog.actors.runtime.ledger import TriggerState
+from agentlog.actors.runtime.rollback import roll_back
 from agentlog.actors.runtime.spec import EntryPoint, MultitaskStrategy, UnknownRunError
 from agentlog.events import EventRecord
 from agentlog.events.codec import decode_row
@@ -27,6 +31,7 @@ from agentlog.projections.keys import CREATED_KEY
 from agentlog.projections.timetravel import StepEntry
 
 if TYPE_CHECKING:
+    from agentlog.actors.engine.compiled import CompiledGraph
     from agentlog.actors.runtime.runtime import AgentRuntime
 
 POLL_S = 0.2
@@ -135,9 +140,12 @@ class RuntimeFacade:
         graph = self.runtime.ledger.graph_of.get(thread_id)
         return graph or await self.runtime.listeners.graph_of_thread(thread_id)
 
-    async def state(self, thread_id: str, graph_id: str, at_step: int | None = None) -> AgentState:
-        """The thread's state, now or right after `at_step`, as the graph reads it."""
-        app = self.runtime.graphs[graph_id].app
+    async def state(
+        self, thread_id: str, graph_id: str | None, at_step: int | None = None
+    ) -> AgentState:
+        """The thread's state, now or right after `at_step`, as the graph reads it (a thread
+        that runs no graph yet: as any reads it)."""
+        app = self._writer(graph_id)
         if at_step is None:
             state: AgentState = await app.aget_state({"thread_id": thread_id})
         else:
@@ -165,10 +173,11 @@ class RuntimeFacade:
         return [t for t in reversed(stored) if t not in own]
 
     async def create_thread(
-        self, thread_id: str, graph_id: str, *, by: str, metadata: dict[str, Any]
+        self, thread_id: str, graph_id: str | None, *, by: str, metadata: dict[str, Any]
     ) -> bool:
         """Record the thread's creation (`thread_created`); False, writing nothing, when the
-        thread was created (or run) since it was looked at."""
+        thread was created (or run) since it was looked at. With no graph, the thread's first
+        run names it (a server of several graphs, a client that names none)."""
         existed = False
 
         def create(fold: Fold[AgentState]) -> list[Event]:
@@ -178,21 +187,26 @@ class RuntimeFacade:
                 return []
             return [ThreadCreated(by=by, graph_id=graph_id, metadata=metadata)]
 
-        await self.runtime.graphs[graph_id].app.awrite_claimed(
+        await self._writer(graph_id).awrite_claimed(
             thread_id, create, actor=by, what="a thread's creation"
         )
         return not existed
 
     async def hide_thread(
-        self, thread_id: str, graph_id: str, *, by: str, reason: str | None
+        self, thread_id: str, graph_id: str | None, *, by: str, reason: str | None
     ) -> None:
         """Record the thread's deletion (`thread_hidden`), unless it is hidden already."""
-        await self.runtime.graphs[graph_id].app.awrite_claimed(
+        await self._writer(graph_id).awrite_claimed(
             thread_id,
             lambda fold: [] if hidden(fold.state) else [ThreadHidden(by=by, reason=reason)],
             actor=by,
             what="a thread deletion",
         )
+
+    def _writer(self, graph_id: str | None) -> Any:
+        """The compiled graph that writes a thread's own records (any, for a thread that
+        runs no graph yet: they change no value of its state)."""
+        return self.runtime.graphs[graph_id or next(iter(self.runtime.graphs))].app
 
     async def fork_thread(
         self,
@@ -318,6 +332,36 @@ class RuntimeFacade:
     async def cancel(self, thread_id: str, *, actor: str, reason: str | None) -> None:
         """End the thread's runs (`AgentRuntime.cancel`)."""
         await self.runtime.cancel(thread_id, actor=actor, reason=reason)
+
+    # ---- what a front speaking the graphs' own shapes reads ------------------------------
+
+    def compiled(self, graph_id: str) -> CompiledGraph[Any]:
+        """The graph's compiled app: a front that shows a graph as its own program does (the
+        Agent Server API) reads its values, drawing, schemas and stream projection there."""
+        app: CompiledGraph[Any] = self.runtime.graphs[graph_id].app
+        return app
+
+    async def head(self, thread_id: str) -> int:
+        """The seq of the thread's last record (0: none)."""
+        return await self.runtime.store.last_seq(thread_id)
+
+    async def record_at(self, thread_id: str, seq: int) -> EventRecord | None:
+        """The thread's record `seq`, or None."""
+        async for record in self.runtime.store.read(thread_id, seq, seq):
+            return record
+        return None
+
+    def own_store(self, name: str | None = None) -> LogStore:
+        """A long-term store on the runtime's log: the default one (`__store__`), or, named,
+        one of the runtime's own (`__store__/<name>`, never listed as a user's thread)."""
+        thread = STORE_THREAD if name is None else f"{STORE_THREAD}/{name}"
+        return LogStore(self.runtime.store, thread=thread)
+
+    async def roll_back(
+        self, thread_id: str, graph_id: str, to_seq: int, *, by: str, reason: str | None
+    ) -> bool:
+        """Supersede the run after `to_seq`, setting the thread back (`rollback.roll_back`)."""
+        return await roll_back(self.compiled(graph_id), thread_id, to_seq, by=by, reason=reason)
 
     # ---- records, as streams send them -----------------------------------------------
 

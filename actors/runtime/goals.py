@@ -136,6 +136,8 @@ def record_outcome(
     metric, goal = criterion_or_metric, goal_id
     scope = _scope.get()
     goals = scope.runtime.goals if scope is not None else {}
+    if goal_id is None and scope is not None:  # a graph added with a goal counts towards it
+        goal = goal_id = scope.runtime.graph_goal(scope.entry.graph_id)
     if goal_id is not None and goals and goal_id not in goals:
         raise RegistrationError(f"record_outcome: no goal {goal_id!r} (goals: {', '.join(goals)})")
     for known in goals.values():

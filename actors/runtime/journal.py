@@ -142,7 +142,7 @@ class RuntimeJournal:
             at = [r async for r in self.store.read(self.thread_id, snapshot.seq, snapshot.seq)]
             if not at or at[0].hash != snapshot.hash:
                 return
-            loaded = Ledger.from_snapshot(snapshot.state, self.ledger.keep)
+            loaded = Ledger.from_snapshot(snapshot.state, self.ledger.keep, self.ledger.ttl_s)
         except (StoreError, KeyError, TypeError, ValueError, msgspec.ValidationError) as exc:
             _log.warning("the runtime's snapshot of %r is unusable (%s): folding it from the "
                          "start", self.thread_id, exc)  # fmt: skip

@@ -10,6 +10,7 @@ one is counted, and its key, if any, still names it.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections import Counter, OrderedDict
 from collections.abc import Iterable
@@ -109,8 +110,10 @@ class Ledger:
     seq: int = 0
     keep: int = 10_000
     """How many done triggers are kept (`RuntimeConfig.keep_results`)."""
-    finished: OrderedDict[str, None] = field(default_factory=OrderedDict)
-    """The ids of the done triggers kept, the earliest done first."""
+    ttl_s: float | None = None
+    """How long a done trigger is kept, in the log's time (`RuntimeConfig.keep_results_ttl_s`)."""
+    finished: OrderedDict[str, float] = field(default_factory=OrderedDict)
+    """The ids of the done triggers kept, the earliest done first, with when each was done."""
     forgotten: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     """(graph id, entry point, outcome) -> done triggers no longer kept."""
     keyed: dict[str, TriggerAccepted] = field(default_factory=dict)
@@ -134,22 +137,30 @@ class Ledger:
                 thread.pop(state.id, None)
                 if not thread:
                     del self.unfinished[state.accepted.thread_id]
-                self._finish(state)
+                self._finish(state, record.at)
             else:
                 thread.setdefault(state.id, None)
                 self.finished.pop(state.id, None)
 
-    def _finish(self, state: TriggerState) -> None:
-        """A trigger is done: drop its input, and forget the oldest done past `keep`."""
+    def _finish(self, state: TriggerState, at: float) -> None:
+        """A trigger is done: drop its input, and forget the oldest done past `keep` (and
+        those done longer than `ttl_s` before `at`)."""
         if state.accepted.input is not None:
             state.accepted = msgspec.structs.replace(state.accepted, input=None)
-        self.finished[state.id] = None
+        self.finished[state.id] = at
         self.finished.move_to_end(state.id)
-        self._trim()
+        self._trim(at)
 
-    def _trim(self) -> None:
-        """Forget the oldest done triggers past `keep`."""
-        while len(self.finished) > self.keep:
+    def _trim(self, now: float | None = None) -> None:
+        """Forget the oldest done triggers past `keep`, or done longer than `ttl_s` ago."""
+        while self.finished and (
+            len(self.finished) > self.keep
+            or (
+                self.ttl_s is not None
+                and now is not None
+                and next(iter(self.finished.values())) < now - self.ttl_s
+            )
+        ):
             old_id, _ = self.finished.popitem(last=False)
             old = self.triggers.pop(old_id)
             accepted = old.accepted
@@ -178,7 +189,7 @@ class Ledger:
                 "fired": self.fired,
                 "workers": sorted(self.workers),
                 "seq": self.seq,
-                "finished": list(self.finished),
+                "finished": [[tid, at] for tid, at in self.finished.items()],
                 "forgotten": [[*key, count] for key, count in self.forgotten.items()],
                 "keyed": list(self.keyed.values()),
             }
@@ -186,10 +197,11 @@ class Ledger:
         return data
 
     @classmethod
-    def from_snapshot(cls, data: dict[str, Any], keep: int) -> Ledger:
+    def from_snapshot(cls, data: dict[str, Any], keep: int, ttl_s: float | None = None) -> Ledger:
         """The ledger `to_snapshot` gave, trimmed to `keep` done triggers."""
         ledger = cls(
             keep=keep,
+            ttl_s=ttl_s,
             seq=data["seq"],
             by_thread=data["by_thread"],
             graph_of=data["graph_of"],
@@ -203,7 +215,10 @@ class Ledger:
         ledger.keys = {(entry, by, key): tid for entry, by, key, tid in data["keys"]}
         ledger.requests = {tid: bytes.fromhex(hexed) for tid, hexed in data["requests"].items()}
         ledger.unfinished = {t: dict.fromkeys(ids) for t, ids in data["unfinished"].items()}
-        ledger.finished = OrderedDict.fromkeys(data["finished"])
+        ledger.finished = OrderedDict(  # a snapshot before done times were kept: no time
+            (item, math.inf) if isinstance(item, str) else (item[0], item[1])
+            for item in data["finished"]
+        )
         ledger.forgotten = Counter({(g, e, o): n for g, e, o, n in data["forgotten"]})
         for raw in data["keyed"]:
             accepted = msgspec.convert(raw, TriggerAccepted)

@@ -10,49 +10,78 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
+from agentlog.actors.runtime.inputs import (
+    event_payload,
+    made_input,
+    session_thread,
+    timer_payload,
+)
 from agentlog.actors.runtime.spec import EntryPoint
 from agentlog.events import EventRecord, EventStore
 from agentlog.events.follow import commit_signal, follow
-from agentlog.events.kinds import Forked, RunStarted, ThreadCreated
-from agentlog.projections import Message
+from agentlog.events.kinds import (
+    Forked,
+    RunStarted,
+    ThreadCreated,
+    TriggerAccepted,
+    TriggerListening,
+)
 from agentlog.projections.edge import to_builtins
 
 if TYPE_CHECKING:
     from agentlog.actors.runtime.runtime import AgentRuntime
+    from agentlog.projections.state import AgentState
 
 _log = logging.getLogger("agentlog.runtime")
 
 TIMER_TICK_S = 1.0
 """The longest a timer waits before looking at the clock again (a fake clock moves too)."""
-PAYLOAD_CHARS = 2_000
-"""How much of a record's payload the default event input quotes."""
 
 
-def event_input(record: EventRecord) -> dict[str, Any]:
-    """The default input of an event-triggered run: a user message holding the record."""
-    payload = json.dumps(msgspec.to_builtins(record.event), default=str)[:PAYLOAD_CHARS]
-    text = (
-        f"event {record.kind} on thread {record.thread_id} (seq {record.seq}, position "
-        f"{record.position}): {payload}"
-    )
-    return {"messages": [to_builtins(Message.text_message(text, role="user"))]}
+def event_input(record: EventRecord, graph_id: str | None = None) -> dict[str, Any]:
+    """What an event-triggered run receives before it is mapped into the state (hive's
+    `{"event": event.to_dict()}`); `graph_id`: the graph the record's thread runs."""
+    return {"event": event_payload(record, graph_id)}
 
 
 def timer_input(entry: EntryPoint, slot: float, missed: int) -> dict[str, Any]:
-    """The input of a timer-triggered run: a user message naming the slot."""
-    when = datetime.fromtimestamp(slot, UTC).isoformat()
-    text = f"timer {entry.id} fired for the slot at {when}"
-    if missed:
-        text += f" (standing for {missed} earlier slot(s) missed while no runtime ran)"
-    return {"messages": [to_builtins(Message.text_message(text, role="user"))]}
+    """What a timer-triggered run receives before it is mapped into the state (hive's
+    `{"event": {"source": "timer", "reason": "scheduled"}}`, with its slot)."""
+    return {"event": timer_payload(entry, slot, missed)}
+
+
+def delivery_input(record: EventRecord) -> dict[str, Any]:
+    """What a run answering a webhook delivery receives before it is mapped into the state
+    (hive's `{"event": {"type": "webhook_received", ...}}`): the route, the delivery id and
+    the parsed body, as the delivery's acceptance records them."""
+    accepted = record.event
+    if not isinstance(accepted, TriggerAccepted):
+        raise TypeError(f"record {record.position} is no delivery: {record.kind}")
+    webhook: dict[str, Any] = {}
+    messages = accepted.input.get("messages") if isinstance(accepted.input, dict) else None
+    if isinstance(messages, list) and messages and isinstance(messages[0], dict):
+        found = (messages[0].get("metadata") or {}).get("webhook")
+        webhook = found if isinstance(found, dict) else {}
+    return {
+        "event": {
+            "type": "webhook_received",
+            "source_id": accepted.entry_point,
+            "delivery_id": accepted.idempotency_key,
+            "route": webhook.get("route"),
+            "body": webhook.get("body"),
+            "thread_id": accepted.thread_id,
+            "position": record.position,
+        }
+    }
+
+
+def _is_delivery(record: EventRecord) -> bool:
+    event = record.event
+    return isinstance(event, TriggerAccepted) and event.cause == "webhook"
 
 
 GRAPHS_KEPT = 100_000
@@ -86,6 +115,10 @@ async def graph_of_thread(
         event = record.event
         if isinstance(event, ThreadCreated):
             found = event.graph_id
+            if found is None:  # created with no graph: its first run names it
+                async for second in store.read(thread_id, 2, 2):
+                    if isinstance(second.event, RunStarted) and second.event.graph:
+                        found = by_name(second.event.graph)
         elif isinstance(event, RunStarted) and event.graph:
             found = by_name(event.graph)
         elif isinstance(event, Forked):
@@ -112,6 +145,7 @@ class Listeners:
         self._poke = asyncio.Event()
         self._firing = asyncio.Lock()
         self._graphs: dict[str, str | None] = {}
+        self._following = self._timing = False
 
     def _entries(self, trigger: str) -> list[EntryPoint]:
         return [e for e in self.runtime.entries.values() if e.trigger == trigger]
@@ -121,7 +155,7 @@ class Listeners:
         self._head = runtime._head_at_start
         for entry in self._entries("event"):
             if entry.id not in ledger.answered:
-                await runtime.listen_from(entry.id, self._head, None)
+                await self.listen_from(entry.id, self._head, None)
         now = runtime.clock()
         for entry in self._entries("timer"):
             if entry.id in ledger.fired:
@@ -131,15 +165,54 @@ class Listeners:
             if entry.run_immediately:
                 await self._fire(entry, slot, 0)
             else:
-                await runtime.listen_from(entry.id, None, slot)
+                await self.listen_from(entry.id, None, slot)
         events = self._entries("event")
         if events:  # a follower decodes every record: only when something listens
-            after = min(ledger.answered[e.id] for e in events)
-            self._tasks.append(asyncio.ensure_future(self._follow(after)))
+            self._start_following(min(ledger.answered[e.id] for e in events))
         if self._entries("timer"):
+            self._start_timing()
+
+    def _start_following(self, after: int) -> None:
+        if not self._following:
+            self._following = True
+            self._tasks.append(asyncio.ensure_future(self._follow(after)))
+
+    def _start_timing(self) -> None:
+        if not self._timing:
+            self._timing = True
             self._tasks.append(asyncio.ensure_future(self._timers()))
 
+    def adopt(self, entry: EntryPoint) -> None:
+        """An event or timer entry point registered while the runtime runs (a graph added
+        meanwhile): it answers what is committed from now on, fires the slots after now,
+        and records where it began, as one registered before the start does."""
+        runtime, ledger = self.runtime, self.runtime.ledger
+        begin: Any
+        if entry.trigger == "event":
+            head = ledger.answered.setdefault(entry.id, self.head)
+            begin = self.listen_from(entry.id, head, None)
+            self._start_following(head)
+        elif entry.trigger == "timer":
+            slot = runtime.schedules[entry.id].slot_at_or_before(runtime.clock())
+            if entry.run_immediately:
+                begin = self._fire(entry, slot, 0)
+            else:
+                ledger.fired.setdefault(entry.id, slot)
+                begin = self.listen_from(entry.id, None, slot)
+            self._start_timing()
+            self.poke()
+        else:
+            return
+        self._tasks.append(asyncio.ensure_future(begin))
+
+    async def listen_from(self, entry_id: str, position: int | None, slot: float | None) -> None:
+        """Record where an event or timer entry point begins to listen."""
+        await self.runtime.journal.record(
+            [TriggerListening(entry_point=entry_id, position=position, slot=slot)]
+        )
+
     async def stop(self) -> None:
+        self._following = self._timing = False
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -163,12 +236,15 @@ class Listeners:
         self.settled = after
         async for record in follow(runtime.store, after=after):
             self._head = max(self._head, record.position)
-            if record.thread_id == runtime.config.runtime_thread:
+            delivery = record.thread_id == runtime.config.runtime_thread
+            if delivery and not _is_delivery(record):
                 self.settled = record.position
                 continue
             for entry in self._entries("event"):
                 if record.position <= runtime.ledger.answered.get(entry.id, 0):
                     continue
+                if delivery != (entry.webhook is not None):
+                    continue  # deliveries go to webhook listeners, runs' records to the rest
                 try:
                     await self._answer(entry, record)
                 except Exception as exc:  # one entry point's failure stops no other
@@ -179,12 +255,29 @@ class Listeners:
             self.settled = record.position
 
     async def _answer(self, entry: EntryPoint, record: EventRecord) -> None:
+        if entry.webhook is not None:
+            if isinstance(record.event, TriggerAccepted) and (
+                record.event.entry_point == entry.webhook
+            ):
+                made = entry.input_from(record) if entry.input_from else delivery_input(record)
+                await self.runtime.accept(
+                    entry,
+                    to_builtins(made_input(entry, made, self._state_cls(entry))),
+                    cause="event",
+                    thread_id=await session_thread(self.runtime, entry),
+                    source_position=record.position,
+                    by=f"webhook:{entry.webhook}",
+                    key=f"agentlog:event:{record.position}",
+                )
+            return
         if await self._matches(entry, record):
-            made = entry.input_from(record) if entry.input_from else event_input(record)
+            graph = await self.graph_of_thread(record.thread_id)  # cached by the match
+            made = entry.input_from(record) if entry.input_from else event_input(record, graph)
             await self.runtime.accept(
                 entry,
-                to_builtins(made),
+                to_builtins(made_input(entry, made, self._state_cls(entry))),
                 cause="event",
+                thread_id=await session_thread(self.runtime, entry),
                 source_position=record.position,
                 by=f"event:{record.kind}",
                 key=f"agentlog:event:{record.position}",  # workers answer a record once
@@ -251,11 +344,17 @@ class Listeners:
                     fired += 1
             return fired
 
+    def _state_cls(self, entry: EntryPoint) -> type[AgentState]:
+        return self.runtime.graphs[entry.graph_id].app.graph.state_cls
+
     async def _fire(self, entry: EntryPoint, slot: float, missed: int) -> None:
+        fired = timer_input(entry, slot, missed)
+        made = entry.input_from(fired) if entry.input_from else fired
         await self.runtime.accept(
             entry,
-            timer_input(entry, slot, missed),
+            to_builtins(made_input(entry, made, self._state_cls(entry))),
             cause="timer",
+            thread_id=await session_thread(self.runtime, entry),
             slot=slot,
             missed=missed,
             by=f"timer:{entry.id}",

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, Self
@@ -26,15 +26,19 @@ from agentlog.actors.engine.results import ResponseGranularity, run_result
 from agentlog.actors.runtime.dispatch import Dispatcher
 from agentlog.actors.runtime.facts import Facts
 from agentlog.actors.runtime.goals import Goal
+from agentlog.actors.runtime.graphs import Graphs
+from agentlog.actors.runtime.inputs import recordable_input, with_session_state
 from agentlog.actors.runtime.journal import RuntimeJournal
 from agentlog.actors.runtime.keys import request_digest
 from agentlog.actors.runtime.ledger import WORKER_PREFIX, Ledger, TriggerState
 from agentlog.actors.runtime.listeners import Listeners
+from agentlog.actors.runtime.manager import StateManager, count_into, percentile
+from agentlog.actors.runtime.registry import check_against, create_agent_runtime
+from agentlog.actors.runtime.resources import Resources
 from agentlog.actors.runtime.spec import (
     MULTITASK_STRATEGIES,
     EntryPoint,
     IdempotencyKeyMismatchError,
-    InvalidTriggerInputError,
     MultitaskStrategy,
     RegistrationError,
     RetryPolicy,
@@ -46,8 +50,11 @@ from agentlog.actors.runtime.spec import (
     ThreadBusyRunError,
     UnknownEntryPointError,
     UnknownRunError,
+    check_position,
+    check_timeout,
 )
 from agentlog.actors.runtime.timers import Schedule
+from agentlog.actors.runtime.tracing import caller_traceparent
 from agentlog.actors.runtime.watching import Handler, Subscriber, Watching, _deliver
 from agentlog.actors.runtime.workers import Follower
 from agentlog.events import EventRecord, EventStore
@@ -59,7 +66,6 @@ from agentlog.events.kinds import (
     TriggerAccepted,
     TriggerDispatched,
     TriggerFinished,
-    TriggerListening,
 )
 from agentlog.events.store import check_thread_id
 from agentlog.projections import ExecutionStatus, IllegalTransitionError, StopRequestStatus
@@ -90,7 +96,7 @@ class _Graph:
     entry_points: set[str] = field(default_factory=set)
 
 
-class AgentRuntime(Watching):
+class AgentRuntime(Watching, Graphs):
     """Runs graphs on one store: `add_graph`, `register_entry_point`, then
     `async with runtime:` (or `await start()` / `await stop()`)."""
 
@@ -101,6 +107,7 @@ class AgentRuntime(Watching):
         *,
         clock: Callable[[], float] = time.time,
         goal: Goal | None = None,
+        resources: Resources | None = None,
     ) -> None:
         if not isinstance(store, EventStore):
             raise RegistrationError(
@@ -118,6 +125,7 @@ class AgentRuntime(Watching):
         self.goals: dict[str, Goal] = {}
         if goal is not None:
             self.add_goal(goal)
+        self.resources = resources or Resources()
         self.facts = Facts()
         """Shared keys and goal outcomes, folded from the log (`catch_up`)."""
         self.active_thread: str | None = None
@@ -131,7 +139,7 @@ class AgentRuntime(Watching):
         """Handler subscriptions made before `start`: each feed begins at the log's head
         as `start` finds it, before anything is resumed, so none of the runtime's own
         records is missed."""
-        self.ledger = Ledger(keep=self.config.keep_results)
+        self.ledger = Ledger(keep=self.config.keep_results, ttl_s=self.config.keep_results_ttl_s)
         self.journal = RuntimeJournal(store, self.config.runtime_thread, self.ledger)
         self.graphs: dict[str, _Graph] = {}
         self.entries: dict[str, EntryPoint] = {}
@@ -202,46 +210,20 @@ class AgentRuntime(Watching):
         if entry.id in self.entries:
             raise RegistrationError(f"entry point {entry.id!r} is registered already")
         graph = self._graph(entry.graph_id, f"entry point {entry.id!r}")
-        if entry.entry_node is not None and entry.entry_node not in graph.app.graph.nodes:
-            known = ", ".join(sorted(graph.app.graph.nodes))
+        check_against(self, entry, graph.app)
+        zone = self.config.zone
+        schedule = Schedule.of(entry, self.clock(), zone) if entry.trigger == "timer" else None
+        if self.started and entry.trigger == "webhook":
             raise RegistrationError(
-                f"entry point {entry.id!r}: {entry.entry_node!r} is not a node of graph "
-                f"{entry.graph_id!r} (nodes: {known})"
-            )
-        if entry.from_graph is not None and entry.from_graph not in self.graphs:
-            raise RegistrationError(
-                f"entry point {entry.id!r}: from_graph {entry.from_graph!r} is not a "
-                f"registered graph (graphs: {', '.join(self.graphs) or 'none'})"
-            )
-        if entry.from_graph == entry.graph_id and not entry.include_own:
-            raise RegistrationError(
-                f"entry point {entry.id!r} listens to its own graph {entry.graph_id!r}: set "
-                "include_own=True if runs should start runs of the same graph"
-            )
-        if entry.trigger == "webhook":
-            for other in self.entries.values():
-                if other.trigger == "webhook" and other.path == entry.path:
-                    raise RegistrationError(
-                        f"entry point {entry.id!r}: path {entry.path!r} is served by entry "
-                        f"point {other.id!r} already"
-                    )
-        fields = graph.app.graph.state_cls.model_fields
-        unknown = [k for k in entry.input_keys if k not in fields or k == "execution_meta"]
-        if unknown:
-            raise RegistrationError(
-                f"entry point {entry.id!r}: input_keys {unknown} are not fields of graph "
-                f"{entry.graph_id!r}'s state ({', '.join(sorted(fields))})"
-            )
-        schedule = Schedule.of(entry, self.clock()) if entry.trigger == "timer" else None
-        if self.started and entry.trigger != "api":
-            raise RegistrationError(
-                f"entry point {entry.id!r}: event and timer entry points are registered "
-                "before the runtime starts (they must not miss what happens meanwhile)"
+                f"entry point {entry.id!r}: a webhook is registered before the runtime starts "
+                "(the HTTP app serves the routes it finds when it is created)"
             )
         self.entries[entry.id] = entry
         graph.entry_points.add(entry.id)
         if schedule is not None:
             self.schedules[entry.id] = schedule
+        if self.started:  # an event or timer entry point begins from now
+            self.listeners.adopt(entry)
 
     def unregister_entry_point(self, entry_id: str) -> bool:
         """Remove an entry point and return True (hive's `if runtime.unregister_entry_point(...)`
@@ -393,14 +375,15 @@ class AgentRuntime(Watching):
         cause: Literal["api", "webhook"] = "api",
         multitask_strategy: MultitaskStrategy | None = None,
         correlation_id: str | None = None,
+        session_state: Mapping[str, Any] | None = None,
     ) -> str:
         """Accept a run of the entry point's graph and return its thread id at once.
 
-        `cause` says what the log records as the trigger's cause (a webhook delivery is one).
-
+        `cause` says what the log records as the trigger's cause (a webhook delivery is one);
+        hive's `session_state` names the thread (`resume_session_id`) and fields (`memory`).
         The acceptance is recorded first; a key seen before returns the first run's thread
-        and starts nothing (across restarts too).
-        """
+        and starts nothing (across restarts too)."""
+        input, thread_id = with_session_state(session_state, input, thread_id)
         accepted = await self.submit(
             entry_point_id, input, thread_id=thread_id, idempotency_key=idempotency_key,
             priority=priority, actor=actor, cause=cause, multitask_strategy=multitask_strategy,
@@ -482,11 +465,10 @@ class AgentRuntime(Watching):
             raise RegistrationError(
                 f"multitask_strategy is one of {', '.join(MULTITASK_STRATEGIES)}, got {strategy!r}"
             )
-        recordable = _recordable(input, resume)
-        if not resume and input is not None and entry.graph_id in self.graphs:
-            from agentlog.actors.engine.steps import check_input_fields
-
-            check_input_fields(self.graphs[entry.graph_id].app.graph.state_cls, recordable)
+        graph = self.graphs.get(entry.graph_id)
+        recordable = recordable_input(
+            entry, input, resume, graph.app.graph.state_cls if graph else None
+        )
         self._check_started()  # again: the runtime may have stopped during the reads above
         busy = thread_id is not None and self._busy(thread_id)
         if busy and strategy == "reject":
@@ -641,7 +623,7 @@ class AgentRuntime(Watching):
         graph = self.ledger.graph_of.get(thread_id)
         if graph is None and await self.store.last_seq(thread_id) > 0:
             graph = await self.listeners.graph_of_thread(thread_id)
-            if graph is None:
+            if graph is None and await self.store.last_seq(thread_id) > 1:  # 1: made, no graph
                 raise RegistrationError(
                     f"thread {thread_id!r} holds a run of no graph this runtime has: "
                     "start a new thread"
@@ -735,6 +717,7 @@ class AgentRuntime(Watching):
                 missed=missed,
                 by=by,
                 correlation_id=correlation_id,
+                traceparent=caller_traceparent(),
             )
         except BaseException:
             if settled is not None:
@@ -762,11 +745,6 @@ class AgentRuntime(Watching):
             return self.ledger.accepted_of(self.ledger.keys[(entry.id, by, key)])
         return event
 
-    async def listen_from(self, entry_id: str, position: int | None, slot: float | None) -> None:
-        await self.journal.record(
-            [TriggerListening(entry_point=entry_id, position=position, slot=slot)]
-        )
-
     async def trigger_and_wait(
         self, entry_point_id: str, input: Any = None, *, timeout: float | None = None, **kw: Any
     ) -> dict[str, Any]:
@@ -781,7 +759,7 @@ class AgentRuntime(Watching):
         A failed run raises its error (after its retries); a cancelled one
         `RunCancelledError`; `TimeoutError` after `timeout` seconds (the run goes on).
         """
-        _check_timeout(timeout)
+        check_timeout(timeout)
         state = self.ledger.latest_on(thread_id)
         if state is None and self.config.worker_id is not None:
             await self.journal.catch_up()  # another worker may have accepted it just now
@@ -796,7 +774,7 @@ class AgentRuntime(Watching):
 
     async def wait_for(self, trigger_id: str, timeout: float | None = None) -> dict[str, Any]:
         """`wait` for one triggered run, by its trigger id."""
-        _check_timeout(timeout)
+        check_timeout(timeout)
         state = self.ledger.triggers.get(trigger_id)
         if state is None and self.config.worker_id is not None:
             await self.journal.catch_up()
@@ -972,6 +950,11 @@ class AgentRuntime(Watching):
 
     # ---- shared state and goals ---------------------------------------------------------
 
+    @property
+    def state_manager(self) -> StateManager:
+        """hive's `state_manager`: the shared keys and their `get_stats()`."""
+        return StateManager(self)
+
     def shared_key(self, graph_id: str, key: str) -> str:
         """A shared key's name in the log: `graph/key`, or `*/key` when declared global."""
         return f"*/{key}" if key in self.config.global_keys else f"{graph_id}/{key}"
@@ -987,7 +970,7 @@ class AgentRuntime(Watching):
         a past position of the log."""
         if graph_id is not None:
             self._graph(graph_id)
-        _check_position(at_position)
+        check_position(at_position)
         if at_position is None:
             await self.catch_up()
             values = dict(self.facts.values)
@@ -1008,7 +991,7 @@ class AgentRuntime(Watching):
 
         if not self.goals:
             raise RegistrationError("no goal is added: AgentRuntime(..., goal=Goal(...))")
-        _check_position(at_position)
+        check_position(at_position)
         if goal_id is None:
             if len(self.goals) > 1:
                 raise RegistrationError(
@@ -1091,7 +1074,7 @@ class AgentRuntime(Watching):
                 by_graph.setdefault(state.accepted.graph_id, Counts()),
                 by_entry.setdefault(state.accepted.entry_point, Counts()),
             ):
-                _count(counts, state, running)
+                count_into(counts, state, running)
         for (graph_id, entry_id, outcome), count in self.ledger.forgotten.items():
             for counts in (
                 by_graph.setdefault(graph_id, Counts()),
@@ -1110,92 +1093,13 @@ class AgentRuntime(Watching):
             "events_appended": max(head - self._head_at_start, 0),
             "runtime_records": self.journal.appended,
             "commit_latency_ms": {
-                "p50": _pct(latencies, 0.50),
-                "p99": _pct(latencies, 0.99),
+                "p50": percentile(latencies, 0.50),
+                "p99": percentile(latencies, 0.99),
             },
             "subscriber_lag": [max(head - s.position, 0) for s in self.subscribers],
         }
 
     get_stats = stats
-
-
-def create_agent_runtime(
-    store: EventStore,
-    graphs: Mapping[str, CompiledGraph[Any]],
-    entry_points: Sequence[EntryPoint],
-    config: RuntimeConfig | None = None,
-    *,
-    goal: Goal | None = None,
-) -> AgentRuntime:
-    """A runtime with `graphs` added and `entry_points` registered, not yet started.
-
-    Unlike hive's (one graph and its goal), `graphs` maps graph ids to compiled graphs.
-    """
-    if not isinstance(graphs, Mapping):
-        raise RegistrationError(
-            f"create_agent_runtime takes graphs as a dict of graph id to compiled graph "
-            f"({{'support': app}}), got {type(graphs).__name__}"
-        )
-    if isinstance(entry_points, EntryPoint) or not isinstance(entry_points, Sequence):
-        raise RegistrationError(
-            f"create_agent_runtime takes entry_points as a list of EntryPoint, got "
-            f"{type(entry_points).__name__}"
-        )
-    runtime = AgentRuntime(store, config, goal=goal)
-    for graph_id, app in graphs.items():
-        runtime.add_graph(graph_id, app)
-    for entry in entry_points:
-        runtime.register_entry_point(entry)
-    return runtime
-
-
-def _recordable(input: Any, resume: bool) -> Any:
-    """The input as the builtins the trigger records; refused (typed, nothing written) when
-    it is no input a run takes or cannot be recorded."""
-    from agentlog.actors.engine.steps import checked_input
-
-    if not resume:
-        checked_input(input)
-    try:
-        return to_builtins(input)
-    except (TypeError, ValueError) as exc:
-        raise InvalidTriggerInputError(
-            f"a trigger's input is recorded in the log: {type(input).__name__} cannot be "
-            f"({exc}); send text, messages or a dict of plain values"
-        ) from exc
-
-
-def _check_timeout(timeout: float | None) -> None:
-    """A `timeout=` is seconds, a number >= 0, or None (no limit)."""
-    if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0
-    ):
-        raise RegistrationError(
-            f"timeout is a number of seconds >= 0 or None (no limit); got {timeout!r}"
-        )
-
-
-def _check_position(at_position: int | None) -> None:
-    """An `at_position=` is a log position: an int >= 0 (0: before anything), or None."""
-    if at_position is not None and (type(at_position) is not int or at_position < 0):
-        raise RegistrationError(
-            f"at_position is a log position, an int >= 0 (a record's .position): {at_position!r}"
-        )
-
-
-def _count(counts: Counts, state: TriggerState, running: set[str]) -> None:
-    if state.id in running:
-        counts.active += 1
-    elif not state.done:
-        counts.queued += 1
-    elif state.outcome in ("completed", "failed", "interrupted", "cancelled"):
-        setattr(counts, state.outcome, getattr(counts, state.outcome) + 1)
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    return round(values[min(int(q * len(values)), len(values) - 1)] * 1000, 3)
 
 
 __all__ = [

@@ -19,13 +19,14 @@ values after a crash and resume than it would have without one: reads are not re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentlog.actors.engine.commit import commit
-from agentlog.actors.engine.context import current_context
+from agentlog.actors.engine.context import NodeContext, current_context
 from agentlog.actors.runtime.facts import SharedStateError, apply_op
 from agentlog.actors.runtime.spec import SHARED_THREAD_PREFIX
 from agentlog.events import EventRecord
@@ -56,11 +57,55 @@ def _check_value(key: str, op: str, value: Any) -> Any:
 
 @dataclass
 class RunScope:
-    """What a run started by the runtime carries into its nodes: whose run it is."""
+    """What a run started by the runtime carries into its nodes: whose run it is, and under
+    `shared` isolation its own writes, so its nodes read them (read your writes)."""
 
     runtime: AgentRuntime
     entry: EntryPoint
     loop: asyncio.AbstractEventLoop
+    base: dict[str, Any] = field(default_factory=dict)
+    """Each key this run wrote: its value as read before the run's writes not folded in."""
+    ops: list[tuple[NodeContext, str, Op, Any]] = field(default_factory=list)
+    """The run's `shared` writes since its `base`: (the node's context, key, op, value)."""
+
+    def visible(self, key: str, default: Any = None) -> Any:
+        """The key's value as this run sees it: as read, with the run's writes that have
+        committed (earlier steps) or are this node's own, pending in its step, applied. A
+        parallel branch not yet committed and a failed attempt of a step that was tried
+        again (seen by the retry's own writes) are left out: their writes may never land."""
+        values = self.runtime.facts.values
+        if key not in self.base:
+            return values.get(key, default)
+        value, here, seen = self.base[key], current_context(), key in values
+        latest: dict[tuple[int, str, int | None], NodeContext] = {}  # each step's last try
+        for context in [*(o[0] for o in self.ops), here]:  # oldest first
+            latest[(context.step, context.node, context.branch)] = context
+        for context, written, op, operand in self.ops:
+            if written != key or (
+                context is not here
+                and (
+                    context.step_seq >= here.step_seq  # a branch beside this one: not committed
+                    or latest[(context.step, context.node, context.branch)] is not context
+                )
+            ):  # an attempt that failed and was tried again: it never committed
+                continue
+            with contextlib.suppress(SharedStateError):  # inert in the fold too
+                value, seen = apply_op(value, op, operand, key), True
+        return value if seen else default
+
+    def wrote(self, key: str, op: Op, value: Any) -> None:
+        if key not in self.base:
+            self.base[key] = self.runtime.facts.values.get(key)
+        self.ops.append((current_context(), key, op, value))
+
+    def refreshed(self, key: str) -> None:
+        """The facts now fold every commit: the key's committed writes are in them; only
+        this node's pending ones stay on top."""
+        if key not in self.base:
+            return
+        here = current_context()
+        self.base[key] = self.runtime.facts.values.get(key)
+        self.ops = [o for o in self.ops if o[1] != key or o[0] is here]
 
 
 _scope: ContextVar[RunScope | None] = ContextVar("agentlog_run_scope", default=None)
@@ -95,15 +140,18 @@ class SharedState:
         return self.scope.entry.isolation
 
     def get(self, key: str, default: Any = None) -> Any:
-        """The key's value as last read from the log (at the run's start at the latest)."""
+        """The key's value as last read from the log (at the run's start at the latest),
+        with this run's own writes (an earlier node's, this node's) applied."""
         full = self.scope.runtime.shared_key(self.scope.entry.graph_id, key)
         self._check_readable(key)
-        return self.scope.runtime.facts.values.get(full, default)
+        return self.scope.visible(full, default)
 
     async def aget(self, key: str, default: Any = None) -> Any:
-        """The key's value with every commit so far folded in."""
+        """The key's value with every commit so far folded in (and this node's own
+        writes, which land with its step)."""
         self._check_readable(key)
         await self.scope.runtime.catch_up()
+        self.scope.refreshed(self.scope.runtime.shared_key(self.scope.entry.graph_id, key))
         return self.get(key, default)
 
     def set(self, key: str, value: Any) -> Any:
@@ -147,7 +195,7 @@ class SharedState:
         if not synchronized:
             # refused now when the value as last read cannot take it (a string incremented),
             # rather than recorded and left inert by the fold with nobody told
-            apply_op(self.scope.runtime.facts.values.get(full), op, recorded, key)
+            apply_op(self.scope.visible(full), op, recorded, key)
         self._writes += 1
         return SharedWritten(
             key=full,
@@ -163,6 +211,7 @@ class SharedState:
         event = self._event(key, op, value)
         if event.isolation == "shared":
             current_context().record(event)
+            self.scope.wrote(event.key, op, event.value)
             return None
         loop = self.scope.loop
         try:
@@ -181,6 +230,7 @@ class SharedState:
         event = self._event(key, op, value)
         if event.isolation == "shared":
             current_context().record(event)
+            self.scope.wrote(event.key, op, event.value)
             return None
         return await self._commit(event)
 

@@ -5,12 +5,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, tzinfo
 from typing import Any, ClassVar, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from pydantic import BaseModel
+
+from agentlog.actors.engine.fingerprint import check_policy
 from agentlog.actors.engine.retry import RetryPolicy as NodeRetryPolicy
 from agentlog.actors.engine.threads import RUNTIME_THREAD, internal_thread
 from agentlog.actors.engine.threads import SHARED_THREAD_PREFIX as SHARED_THREAD_PREFIX
-from agentlog.events import EventRecord
 from agentlog.events.errors import AgentlogError
 from agentlog.events.kinds import KINDS, RUNTIME_KINDS
 from agentlog.projections import IllegalTransitionError
@@ -25,6 +29,7 @@ MULTITASK_STRATEGIES: tuple[str, ...] = ("reject", "enqueue", "interrupt", "roll
 Isolation = Literal["isolated", "shared", "synchronized"]
 """What an entry point's runs may do with the runtime's shared keys (see `shared`)."""
 ISOLATIONS: tuple[str, ...] = ("isolated", "shared", "synchronized")
+Session = Literal["own", "primary"]
 TRIGGERS: tuple[str, ...] = ("api", "event", "timer", "webhook")
 WEBHOOK_SCHEMES: tuple[str, ...] = ("standard", "github")
 """Built-in webhook signature schemes: Standard Webhooks, and GitHub's X-Hub-Signature-256."""
@@ -125,7 +130,9 @@ class EntryPoint:
     thread_id: str | None = None
     node: str | None = None
     include_own: bool = False
-    input_from: Callable[[EventRecord], Any] | None = None
+    input_from: Callable[[Any], Any] | None = None
+    """An event run's input from the record it answers (input_from(record)); a timer run's
+    from hive's {"event": {"source": "timer", ...}} (input_from(fired))."""
     interval_s: float | None = None
     cron: str | None = None
     run_immediately: bool = False
@@ -141,6 +148,19 @@ class EntryPoint:
     """State fields an event or timer run copies from the user's active thread (hive's
     primary session) into its own input; it never writes that thread."""
     name: str = field(default="")
+    webhook: str | None = None
+    """An event entry point answering the deliveries of this webhook entry point (hive's
+    `webhook_received` events filtered by the route's `source_id`): each delivery is an
+    event every such entry point answers once, beside the webhook's own run."""
+    session: Session = "own"
+    """"primary": an event or timer run shares the user's active thread (hive's primary
+    session: memory, logs and rules the user typed are its own): it runs in that thread
+    while the session is idle and its isolation lets it write there ("shared",
+    "synchronized"), else on a fork of it; "own": a thread of its own (with `input_keys`)."""
+    input_schema: type[BaseModel] | None = None
+    """A pydantic model a trigger's input must fit (refused before anything is recorded
+    otherwise); its fields named like the state's are set, the rest reach the run as a user
+    message holding them as JSON, unless the model's `to_state()` maps them itself."""
 
     def check(self) -> None:
         """Refuse what is wrong with this entry point on its own (not against the graphs)."""
@@ -167,6 +187,7 @@ class EntryPoint:
                 f"None, got {self.retry!r}"
             )
         if self.trigger == "event":
+            self._check_webhook_source()
             if isinstance(self.kinds, str | bytes):
                 raise RegistrationError(
                     f"entry point {self.id!r}: kinds is a list of event kinds, got "
@@ -195,12 +216,21 @@ class EntryPoint:
             or self.node
             or self.thread_id is not None
             or self.include_own
-            or self.input_from is not None
+            or self.webhook is not None
+            or (self.input_from is not None and self.trigger != "timer")
         ):
             raise RegistrationError(
-                f"entry point {self.id!r}: kinds, from_graph, thread_id, node, include_own and "
-                "input_from say which events start runs and with what input: they belong to "
-                "trigger='event' (an api run names its thread in trigger(..., thread_id=...))"
+                f"entry point {self.id!r}: kinds, from_graph, thread_id, node, include_own, "
+                "webhook and input_from say which events start runs and with what input: "
+                "they belong to trigger='event' (input_from to a timer too; an api run names "
+                "its thread in trigger(..., thread_id=...))"
+            )
+        if self.input_schema is not None and not (
+            isinstance(self.input_schema, type) and issubclass(self.input_schema, BaseModel)
+        ):
+            raise RegistrationError(
+                f"entry point {self.id!r}: input_schema is a pydantic model class (class "
+                f"Query(BaseModel): query: str), got {self.input_schema!r}"
             )
         if self.multitask_strategy not in MULTITASK_STRATEGIES:
             raise RegistrationError(
@@ -219,6 +249,7 @@ class EntryPoint:
                 f"entry point {self.id!r}: input_keys is a list of state field names, got "
                 f"{self.input_keys!r}"
             )
+        self._check_session()
         if self.input_keys and self.trigger not in ("event", "timer"):
             raise RegistrationError(
                 f"entry point {self.id!r}: input_keys copy the active thread's state into "
@@ -244,6 +275,40 @@ class EntryPoint:
             raise RegistrationError(
                 f"entry point {self.id!r}: interval_s, cron and run_immediately belong to "
                 "trigger='timer'"
+            )
+
+    def _check_webhook_source(self) -> None:
+        if self.webhook is None:
+            return
+        if not isinstance(self.webhook, str) or not self.webhook:
+            raise RegistrationError(
+                f"entry point {self.id!r}: webhook names a webhook entry point's id, got "
+                f"{self.webhook!r}"
+            )
+        if self.kinds or self.from_graph or self.thread_id is not None or self.node:
+            raise RegistrationError(
+                f"entry point {self.id!r}: webhook={self.webhook!r} answers that route's "
+                "deliveries; kinds, from_graph, thread_id and node filter runs' records: "
+                "register one entry point for each"
+            )
+
+    def _check_session(self) -> None:
+        if self.session not in ("own", "primary"):
+            raise RegistrationError(
+                f"entry point {self.id!r}: session is 'own' or 'primary', got {self.session!r}"
+            )
+        if self.session == "own":
+            return
+        if self.trigger not in ("event", "timer"):
+            raise RegistrationError(
+                f"entry point {self.id!r}: session='primary' puts runs nobody typed (event "
+                "and timer entry points) in the user's thread; an api run names its thread "
+                "in trigger(..., thread_id=...)"
+            )
+        if self.input_keys:
+            raise RegistrationError(
+                f"entry point {self.id!r}: input_keys copy fields into a thread of its own; "
+                "with session='primary' the run reads the user's thread itself"
             )
 
     def _check_webhook(self) -> None:
@@ -309,12 +374,30 @@ class RuntimeConfig:
     (on the same host, a dead process is seen at once)."""
     poll_s: float = 0.1
     """How often a worker reads what the other workers recorded (when no commit wakes it)."""
+    timezone: str | None = None
+    """The zone cron expressions are read in ("Europe/Paris"); None: the machine's local
+    time (its UTC offset when the runtime is configured), as hive's."""
     keep_results: int = 10_000
     """Ended runs kept in memory for `wait`, `cancel` and the stats, without their input
     (hive's default); an older one is read from the log (`aget_state`), its key still
     deduplicates and the stats still count it."""
+    keep_results_ttl_s: float | None = None
+    """And for how long at most, in seconds of the log's time (hive's
+    `execution_result_ttl_seconds`); None: no limit but `keep_results`."""
+    on_code_change: Literal["warn", "refuse", "allow"] = "warn"
+    """What resuming a run begun under other code does (`agentlog.actors.engine.fingerprint`):
+    warn, refuse (the attempt fails, nothing written) or allow; its `resumed` records it."""
 
     def __post_init__(self) -> None:
+        try:
+            check_policy(self.on_code_change)
+        except AgentlogError as exc:
+            raise RegistrationError(str(exc)) from None
+        ttl = self.keep_results_ttl_s
+        if ttl is not None and (
+            isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0
+        ):
+            raise RegistrationError(f"keep_results_ttl_s is seconds > 0 or None, got {ttl!r}")
         keys = self.global_keys
         if isinstance(keys, str | bytes) or not all(
             isinstance(k, str) and k and "/" not in k for k in keys
@@ -324,6 +407,14 @@ class RuntimeConfig:
                 f"{keys!r}" + (f": write [{keys!r}]" if isinstance(keys, str) else "")
             )
         object.__setattr__(self, "global_keys", tuple(keys))
+        if self.timezone is not None:
+            try:
+                ZoneInfo(self.timezone)
+            except (ZoneInfoNotFoundError, ValueError, TypeError):
+                raise RegistrationError(
+                    f"timezone is an IANA zone name such as 'Europe/Paris' or 'UTC' (None: "
+                    f"local time), got {self.timezone!r}"
+                ) from None
         if self.worker_id is not None and (
             not isinstance(self.worker_id, str) or not self.worker_id.strip()
         ):
@@ -350,7 +441,32 @@ class RuntimeConfig:
                 f"max_concurrent_runs must be an int >= 1, got {self.max_concurrent_runs!r}"
             )
 
+    @property
+    def zone(self) -> tzinfo:
+        """The time zone cron slots are computed in."""
+        if self.timezone is None:
+            return datetime.now().astimezone().tzinfo or UTC
+        return ZoneInfo(self.timezone)
+
     def is_internal(self, thread_id: str) -> bool:
         """Whether `thread_id` names a thread of the runtime's own (its ledger, a worker's
         lease or id, a synchronized shared key): no run, fork or client may create one."""
         return internal_thread(thread_id, self.runtime_thread)
+
+
+def check_timeout(timeout: float | None) -> None:
+    """A `timeout=` is seconds, a number >= 0, or None (no limit)."""
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0
+    ):
+        raise RegistrationError(
+            f"timeout is a number of seconds >= 0 or None (no limit); got {timeout!r}"
+        )
+
+
+def check_position(at_position: int | None) -> None:
+    """An `at_position=` is a log position: an int >= 0 (0: before anything), or None."""
+    if at_position is not None and (type(at_position) is not int or at_position < 0):
+        raise RegistrationError(
+            f"at_position is a log position, an int >= 0 (a record's .position): {at_position!r}"
+        )

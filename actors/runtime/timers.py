@@ -2,7 +2,8 @@
 
 A slot is the time a firing was due, in seconds since the epoch. Interval slots lie on a grid
 anchored at the epoch (slot k is k * interval_s), so they are the same across restarts; cron
-slots are the expression's times in UTC. A slot fires once: the runtime records each firing
+slots are the expression's times in the runtime's time zone (`RuntimeConfig.timezone`, local
+by default). A slot fires once: the runtime records each firing
 with its slot, and after a restart fires only slots after the last recorded one. Slots missed
 while no runtime ran are coalesced: the latest one fires, once (the others are recorded as
 skipped in that firing's record).
@@ -14,7 +15,7 @@ import math
 import re
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 
 from croniter import CroniterError, croniter
 
@@ -30,9 +31,11 @@ class Schedule:
 
     interval_s: float | None = None
     cron: str | None = None
+    zone: tzinfo = UTC
+    """The zone the cron expression is read in (`RuntimeConfig.timezone`)."""
 
     @classmethod
-    def of(cls, entry: EntryPoint, now: float | None = None) -> Schedule:
+    def of(cls, entry: EntryPoint, now: float | None = None, zone: tzinfo = UTC) -> Schedule:
         """The entry point's schedule; a bad cron expression is refused, naming it."""
         if entry.cron is not None:
             why = _cron_problem(entry.cron, time.time() if now is None else now)
@@ -40,10 +43,10 @@ class Schedule:
                 raise RegistrationError(
                     f"entry point {entry.id!r}: {entry.cron!r} is not a cron expression a "
                     f"timer can keep ({why}): five fields, minute hour day-of-month month "
-                    "day-of-week in UTC, e.g. '0 2 * * *' (or @hourly, @daily, @weekly, "
-                    "@monthly, @yearly)"
+                    "day-of-week in the runtime's time zone, e.g. '0 2 * * *' (or @hourly, "
+                    "@daily, @weekly, @monthly, @yearly)"
                 )
-            return cls(cron=entry.cron)
+            return cls(cron=entry.cron, zone=zone)
         return cls(interval_s=float(entry.interval_s or 0))
 
     def slot_at_or_before(self, now: float) -> float:
@@ -51,7 +54,7 @@ class Schedule:
         if self.interval_s is not None:
             return self._index(now) * self.interval_s
         assert self.cron is not None
-        start = datetime.fromtimestamp(now, UTC)
+        start = datetime.fromtimestamp(now, self.zone)
         it = croniter(self.cron, start)
         nxt: float = it.get_next(float)
         if nxt <= now:  # croniter's next from an exact slot is the following one
@@ -65,7 +68,7 @@ class Schedule:
         if self.interval_s is not None:
             return (self._index(slot) + 1) * self.interval_s
         assert self.cron is not None
-        nxt: float = croniter(self.cron, datetime.fromtimestamp(slot, UTC)).get_next(float)
+        nxt: float = croniter(self.cron, datetime.fromtimestamp(slot, self.zone)).get_next(float)
         return nxt
 
     def due(self, last_fired: float | None, now: float) -> tuple[float | None, int]:

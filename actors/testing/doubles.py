@@ -38,7 +38,7 @@ from typing import Any, Literal
 from agentlog.events import MemoryEventStore
 from agentlog.events.errors import AgentlogError
 from agentlog.projections import AgentState, Message, TextBlock, ToolCallBlock, generate_id
-from agentlog.projections.messages import message_defaults
+from agentlog.projections.ids import message_defaults
 
 __all__ = [
     "FakeClock",

@@ -48,8 +48,8 @@ from agentlog.events.errors import AgentlogError, ThreadBusyError
 from agentlog.events.kinds import MessageAppended, ToolCallFinished, ToolCallStarted
 from agentlog.projections import AgentState, Message, replay, step_seq, verify_snapshots
 from agentlog.projections.forks import fork_state
+from agentlog.projections.ids import message_defaults
 from agentlog.projections.invariants import thread_findings
-from agentlog.projections.messages import message_defaults
 
 if TYPE_CHECKING:
     from agentlog.actors.engine.graph import StateGraph

@@ -2,7 +2,7 @@
 
 Every call is recorded as `tool_call_started` before it runs and `tool_call_finished` the
 moment it ends, so a step run again after a crash answers finished calls from the log
-instead of running them twice.
+instead of running them twice (and a replay test answers every call from its log).
 
 A tool returns like a node: a plain value is its result's output; a `Message` is its result
 message; a `Command(update=..., goto=...)` also updates the state and routes the run. All
@@ -35,6 +35,7 @@ from agentlog.actors.engine.command import Command
 from agentlog.actors.engine.context import NodeContext
 from agentlog.actors.engine.errors import GraphError, GraphInterrupt, ToolCommandConflictError
 from agentlog.actors.engine.redact import redact
+from agentlog.actors.engine.replaying import log_answers
 from agentlog.actors.tools.docstrings import args_section
 from agentlog.events.errors import AgentlogError
 from agentlog.events.kinds import Event, ToolCallFinished, ToolCallStarted
@@ -67,10 +68,9 @@ __all__ = [
 ]
 
 INJECTED = frozenset({"state", "config", "context", "tool_call_id"})
-"""Parameter names the runtime fills in; they never appear in a tool's schema.
-
-`tool_call_id` is the call's id: a tool with side effects can pass it on as an idempotency
-key, since a call cut short by a crash runs again on resume (at least once)."""
+"""Parameter names the runtime fills in; they never appear in a tool's schema. `tool_call_id`
+is the call's id: a tool with side effects can pass it on as an idempotency key, since a call
+cut short by a crash runs again on resume (at least once)."""
 
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -310,6 +310,9 @@ class ToolNode:
     ) -> ToolCallFinished:
         """Run one call, turning any failure into a failed result, and commit its result."""
         context.dispatched.add(call.id)
+        if (session := log_answers()) is not None:  # a replay: the log answers, nothing runs
+            await context.commit([answered := session.tool_result(call, context)])
+            return answered
         begin = monotonic()
         status: typing.Literal["completed", "failed"] = "completed"
         returned = _Returned()
@@ -418,8 +421,7 @@ def pending_calls(state: AgentState) -> list[ToolCallBlock]:
 
 
 def tool_message(result: ToolCallFinished) -> Message:
-    """The tool message of a result: the one the tool gave, if it was recorded, else one
-    made from its output or error, with an id derived from the call id."""
+    """The tool message of a result: the one the tool gave, else one made from its output."""
     if result.message is not None:
         return Message.model_validate(result.message)
     failed = result.status != "completed"
@@ -441,13 +443,11 @@ def rejected_message(call: ToolCallBlock, why: str) -> Message:
 
 
 def node_output(results: Sequence[ToolCallFinished]) -> list[Message] | Command[str]:
-    """What a tool node returns for its calls' results, in call order.
-
-    Without any update or `goto`, the result messages. Otherwise a `Command` whose update
-    holds the result messages, then each call's other messages, and the fields the calls
-    set; a field set by two calls, or two different `goto` targets, is a conflict the step
-    cannot settle (`ToolCommandConflictError`). A failed call's update is never applied.
-    """
+    """What a tool node returns for its calls' results, in call order: without any update or
+    `goto`, the result messages; otherwise a `Command` whose update holds the result
+    messages, then each call's other messages, and the fields the calls set. A field set by
+    two calls, or two different `goto` targets, is a conflict the step cannot settle
+    (`ToolCommandConflictError`). A failed call's update is never applied."""
     messages = [tool_message(r) for r in results]
     applied = [r for r in results if r.status == "completed"]
     if all(r.update is None and r.goto is None for r in applied):

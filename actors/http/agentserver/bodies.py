@@ -1,0 +1,199 @@
+"""What LangGraph's clients send: the Agent Server's request bodies, every field the
+`langgraph-sdk` sends accepted by name. A field whose value this server cannot carry out is
+refused by the route (`refuse`), never ignored."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentlog.actors.http.bodies import MAX_THREAD_ID
+from agentlog.actors.http.errors import ApiError
+
+StreamModeName = Literal[
+    "values",
+    "updates",
+    "messages",
+    "messages-tuple",
+    "custom",
+    "events",
+    "debug",
+    "tasks",
+    "checkpoints",
+]
+"""The stream modes a run's stream takes, by the Agent Server's names."""
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ThreadCreate(Body):
+    thread_id: str | None = Field(default=None, min_length=1, max_length=MAX_THREAD_ID)
+    metadata: dict[str, Any] | None = None
+    if_exists: Literal["raise", "do_nothing"] | None = None
+    graph_id: str | None = None
+    supersteps: list[dict[str, Any]] | None = None
+    ttl: dict[str, Any] | int | None = None
+
+
+class ThreadPatch(Body):
+    metadata: dict[str, Any] | None = None
+    ttl: dict[str, Any] | int | None = None
+
+
+class ThreadSearch(Body):
+    metadata: dict[str, Any] | None = None
+    values: dict[str, Any] | None = None
+    ids: list[str] | None = None
+    status: Literal["idle", "busy", "interrupted", "error"] | None = None
+    limit: int = Field(default=10, ge=1, le=1000)
+    offset: int = Field(default=0, ge=0)
+    sort_by: Literal["thread_id", "status", "created_at", "updated_at"] | None = None
+    sort_order: Literal["asc", "desc"] | None = None
+    select: list[str] | None = None
+    extract: dict[str, str] | None = None
+
+
+class ThreadCount(Body):
+    metadata: dict[str, Any] | None = None
+    values: dict[str, Any] | None = None
+    status: Literal["idle", "busy", "interrupted", "error"] | None = None
+
+
+class ThreadCopy(Body):
+    pass
+
+
+class CheckpointRef(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    checkpoint_id: str | None = None
+    checkpoint_ns: str | None = None
+    thread_id: str | None = None
+
+
+class StateUpdate(Body):
+    values: Any = None
+    as_node: str | None = None
+    checkpoint: CheckpointRef | None = None
+    checkpoint_id: str | None = None
+
+
+class StateAt(Body):
+    checkpoint: CheckpointRef
+    subgraphs: bool = False
+    select: list[str] | None = None
+
+
+class HistoryQuery(Body):
+    limit: int = Field(default=10, ge=1, le=1000)
+    before: CheckpointRef | str | None = None
+    metadata: dict[str, Any] | None = None
+    checkpoint: CheckpointRef | None = None
+    select: list[str] | None = None
+
+
+class AssistantSearch(Body):
+    metadata: dict[str, Any] | None = None
+    graph_id: str | None = None
+    name: str | None = None
+    limit: int = Field(default=10, ge=1, le=1000)
+    offset: int = Field(default=0, ge=0)
+    sort_by: str | None = None
+    sort_order: Literal["asc", "desc"] | None = None
+    select: list[str] | None = None
+
+
+class AssistantCount(Body):
+    metadata: dict[str, Any] | None = None
+    graph_id: str | None = None
+    name: str | None = None
+
+
+class AssistantVersions(Body):
+    metadata: dict[str, Any] | None = None
+    limit: int = Field(default=10, ge=1, le=1000)
+    offset: int = Field(default=0, ge=0)
+
+
+class RunCommand(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    resume: Any = None
+    update: Any = None
+    goto: Any = None
+
+
+class RunCreate(Body):
+    assistant_id: str = Field(min_length=1)
+    thread_id: str | None = None
+    input: Any = None
+    command: RunCommand | None = None
+    metadata: dict[str, Any] | None = None
+    config: dict[str, Any] | None = None
+    context: dict[str, Any] | None = None
+    checkpoint: CheckpointRef | None = None
+    checkpoint_id: str | None = None
+    checkpoint_during: bool | None = None
+    interrupt_before: Literal["*"] | list[str] | None = None
+    interrupt_after: Literal["*"] | list[str] | None = None
+    webhook: str | None = None
+    feedback_keys: list[str] | None = None
+    multitask_strategy: Literal["reject", "interrupt", "rollback", "enqueue"] | None = None
+    if_not_exists: Literal["create", "reject"] | None = None
+    on_disconnect: Literal["cancel", "continue"] | None = None
+    on_completion: Literal["delete", "keep"] | None = None
+    after_seconds: float | None = None
+    durability: Literal["sync", "async", "exit"] | None = None
+    strict_resume: bool | None = None
+    langsmith_tracer: dict[str, Any] | None = None
+    stream_mode: StreamModeName | list[StreamModeName] | None = None
+    stream_subgraphs: bool | None = None
+    stream_resumable: bool | None = None
+
+    def modes(self) -> list[str]:
+        """The stream modes asked for (`values` when none)."""
+        if self.stream_mode is None:
+            return ["values"]
+        return [self.stream_mode] if isinstance(self.stream_mode, str) else list(self.stream_mode)
+
+    def refuse(self) -> None:
+        """Refuse, before anything is written, a field whose value this server cannot carry
+        out as the Agent Server would."""
+        for name in ("interrupt_before", "interrupt_after"):
+            if getattr(self, name):
+                raise ApiError(
+                    422,
+                    "unsupported",
+                    f"{name} per run is not carried out by agentlog yet: compile the graph "
+                    f"with {name}=[...] instead, or leave it out",
+                )
+        if self.webhook:
+            raise ApiError(
+                422,
+                "unsupported",
+                "webhook= on a run is not carried out by agentlog yet: poll the run or "
+                "stream it, or leave it out",
+            )
+        if self.after_seconds:
+            raise ApiError(
+                422,
+                "unsupported",
+                "after_seconds is not carried out by agentlog yet: send the run when it is due",
+            )
+        if self.command is not None and (self.command.update is not None or self.command.goto):
+            raise ApiError(
+                422,
+                "unsupported",
+                "a command's update and goto are not carried out over HTTP yet: send "
+                "command={'resume': ...}, or update the state first (POST /threads/{id}/state)",
+            )
+        if self.context:
+            raise ApiError(
+                422,
+                "unsupported",
+                "context per run is not carried out over HTTP yet: the graph's nodes would "
+                "not see it; leave it out",
+            )
+        if self.command is not None and self.input is not None:
+            raise ApiError(422, "invalid_request", "send input or command, not both")

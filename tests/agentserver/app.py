@@ -1,0 +1,46 @@
+"""The graphs an `agentlog serve` answers LangGraph's clients with in the Agent Server tests:
+LangGraph programs (agentlog.langgraph) with a scripted model, one that asks a human
+(`interrupt`) and one that writes to the custom stream."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Annotated, Any, TypedDict
+
+from agentlog.actors.runtime import AgentRuntime, EntryPoint
+from agentlog.events import EventStore
+from agentlog.langgraph import StateGraph, add_messages, get_stream_writer, interrupt
+
+
+class Chat(TypedDict):
+    messages: Annotated[list[Any], add_messages]
+
+
+def reply(state: Chat) -> dict[str, Any]:
+    last = state["messages"][-1]
+    text = last.content if isinstance(last.content, str) else "?"
+    get_stream_writer()({"heard": text})
+    return {"messages": [{"role": "assistant", "content": f"you said: {text}"}]}
+
+
+def review(state: Chat) -> dict[str, Any]:
+    answer = interrupt({"question": "send it?"})
+    return {"messages": [{"role": "assistant", "content": f"reviewed: {answer}"}]}
+
+
+def build(store: EventStore, clock: Callable[[], float] = time.time) -> AgentRuntime:
+    runtime = AgentRuntime(store, clock=clock)
+    chat = StateGraph(Chat)
+    chat.add_node("reply", reply)
+    chat.set_entry_point("reply")
+    runtime.add_graph("chat", chat.compile(store).graph_engine)
+    approval = StateGraph(Chat)
+    approval.add_node("reply", reply)
+    approval.add_node("review", review)
+    approval.set_entry_point("reply")
+    approval.add_edge("reply", "review")
+    runtime.add_graph("approval", approval.compile(store).graph_engine)
+    runtime.register_entry_point(EntryPoint(id="chat", graph_id="chat"))
+    runtime.register_entry_point(EntryPoint(id="approval", graph_id="approval"))
+    return runtime
