@@ -21,9 +21,9 @@ import contextlib
 import math
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
-from agentlog.events.codec import decode_row
+from agentlog.events.codec import Row, decode_row
 from agentlog.events.errors import (
     CorruptRecordError,
     InvalidArgumentError,
@@ -37,7 +37,14 @@ from agentlog.events.store import MAX_POSITION, EventStore, readable_thread_id
 
 _T = TypeVar("_T")
 
-__all__ = ["CommitSignal", "UnknownKindFilterError", "follow", "last_position"]
+__all__ = [
+    "CommitSignal",
+    "UnknownKindFilterError",
+    "check_kinds",
+    "follow",
+    "follow_rows",
+    "last_position",
+]
 
 
 class UnknownKindFilterError(UnknownEventKindError, InvalidArgumentError):
@@ -221,13 +228,14 @@ def follow(
         readable_thread_id(thread_id)
     if node is not None and (not isinstance(node, str) or not node):
         raise InvalidArgumentError(f"node must be a node's name, got {node!r}")
-    match = _matcher(_kinds(kinds), thread_id, node)
+    match = _matcher(check_kinds(kinds), thread_id, node)
     if thread_id is not None:
         return _follow_thread(store, thread_id, after, match, float(poll_s))
     return _follow(store, after, match, float(poll_s))
 
 
-def _kinds(kinds: Collection[str] | None) -> frozenset[str] | None:
+def check_kinds(kinds: Collection[str] | None) -> frozenset[str] | None:
+    """The kinds a filter names, checked (`UnknownKindFilterError`); None: every kind."""
     if kinds is None:
         return None
     if isinstance(kinds, str | bytes):
@@ -265,16 +273,52 @@ def _node_of(record: EventRecord) -> object:
 async def _follow(
     store: EventStore, after: int, match: Match, poll_s: float
 ) -> AsyncGenerator[EventRecord, None]:
+    async with _closing(_tail(store, store.read_all, after, poll_s)) as records:
+        async for record in records:
+            if match(record):
+                yield record
+
+
+def follow_rows(
+    store: EventStore, *, after: int = 0, poll_s: float = 0.2
+) -> AsyncGenerator[Row, None]:
+    """`follow` without filters, yielding each record's row exactly as stored, undecoded and
+    unchecked (what a relay ships on as it is); woken and polled the same way."""
+    if type(after) is not int or after < 0:
+        raise InvalidArgumentError(
+            f"after must be a position, an int >= 0 (0: from the start), got {after!r}"
+        )
+    read = getattr(store, "read_all_rows", None)
+    if not callable(read):
+        raise InvalidArgumentError(
+            f"{type(store).__name__} cannot hand out its rows (read_all_rows): follow a "
+            "SQLite, PostgreSQL or memory store"
+        )
+    return _tail(store, read, after, float(poll_s))
+
+
+class _Positioned(Protocol):
+    @property
+    def position(self) -> int: ...
+
+
+_P = TypeVar("_P", bound=_Positioned)
+
+
+async def _tail(
+    store: EventStore, read: Callable[[int], AsyncIterator[_P]], after: int, poll_s: float
+) -> AsyncGenerator[_P, None]:
+    """What `read(position)` yields past `after`, for ever: read to the end, then wait for a
+    commit (or `poll_s`) and read again from the last position yielded."""
     signal = commit_signal(store)
     position = after
     while True:
         # Read `seen` before the log: a commit the read misses has moved it, or will wake us.
         seen = signal.position if signal is not None else 0
-        async with _closing(store.read_all(position)) as records:
+        async with _closing(read(position)) as records:
             async for record in records:
                 position = record.position
-                if match(record):
-                    yield record
+                yield record
         if signal is None:
             await asyncio.sleep(poll_s)
             continue

@@ -780,20 +780,19 @@ class BaseEventStore(ABC):
 
     async def read_all(self, from_position: int = 0) -> AsyncIterator[EventRecord]:
         """Stream every record after `from_position`, in commit order."""
+        async for row in self.read_all_rows(from_position):
+            yield decode_row(row)
+
+    async def read_all_rows(self, from_position: int = 0) -> AsyncIterator[Row]:
+        """`read_all`'s rows exactly as stored, undecoded (what a relay ships as it is)."""
         self._check_open()
         position = max(from_position, 0)
-        while True:
-            chunk = await self._fetch_all(position, READ_CHUNK)
-            if not chunk:
-                return
+        while chunk := await self._fetch_all(position, READ_CHUNK):
             for row in chunk:
                 if row.position > MAX_POSITION:
-                    raise CorruptRecordError(
-                        row.thread_id,
-                        row.seq,
-                        f"its position {row.position} is beyond the legal range",
-                    )
-                yield decode_row(row)
+                    why = f"its position {row.position} is beyond the legal range"
+                    raise CorruptRecordError(row.thread_id, row.seq, why)
+                yield row
             position = chunk[-1].position
 
     async def seqs_of_kind(self, thread_id: str, kind: str) -> list[int]:

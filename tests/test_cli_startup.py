@@ -77,6 +77,7 @@ LIGHT = {
     "agentlog.actors.cli.replay_command",  # the command's options alone (typer)
     "agentlog.actors.cli.logs",
     "agentlog.actors.cli.otel",
+    "agentlog.actors.cli.relay",  # the relay's options: typer alone
 }
 """The project's modules besides `events` that the light commands may load."""
 

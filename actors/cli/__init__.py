@@ -37,7 +37,7 @@ from rich.console import Console, RenderableType
 from rich.text import Text
 from typer._click.exceptions import ClickException
 
-from agentlog.actors.cli import logs, render, replay_command
+from agentlog.actors.cli import logs, relay, render, replay_command
 from agentlog.events import (
     KINDS,
     AgentlogError,
@@ -109,8 +109,7 @@ Full = Annotated[
     bool, typer.Option("--full", help="Show everything: every message, every text whole.")
 ]
 Last = Annotated[
-    int,
-    typer.Option("--last", min=1, help="How many of the latest messages to show."),
+    int, typer.Option("--last", min=1, help="How many of the latest messages to show.")
 ]
 
 
@@ -984,6 +983,7 @@ db_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(db_app, name="db")
+app.add_typer(relay.relay_app, name="relay")
 replay_command.register(app)
 from agentlog.actors.cli.otel import otel_app  # noqa: E402 - it imports the names above
 
