@@ -73,4 +73,20 @@ def percentile(values: list[float], q: float) -> float | None:
     return round(values[min(int(q * len(values)), len(values) - 1)] * 1000, 3)
 
 
-__all__ = ["StateManager", "count_into", "percentile"]
+def ended_as_logged(state: TriggerState) -> dict[str, Any]:
+    """How an ended run's trigger reads from the log alone (no result kept in memory)."""
+    error = None
+    if state.outcome == "failed":
+        error = {"type": state.error_type, "message": state.message}
+    elif state.outcome == "cancelled":
+        error = {"type": "cancelled", "message": state.message, "by": state.by}
+    return {
+        "thread_id": state.accepted.thread_id,
+        "status": state.outcome,
+        "success": state.outcome in ("completed", "interrupted"),
+        "attempt": state.attempt,
+        "error": error,
+    }
+
+
+__all__ = ["StateManager", "count_into", "ended_as_logged", "percentile"]

@@ -32,7 +32,13 @@ from agentlog.actors.runtime.journal import RuntimeJournal
 from agentlog.actors.runtime.keys import request_digest
 from agentlog.actors.runtime.ledger import WORKER_PREFIX, Ledger, TriggerState
 from agentlog.actors.runtime.listeners import Listeners
-from agentlog.actors.runtime.manager import StateManager, count_into, percentile
+from agentlog.actors.runtime.manager import (
+    StateManager,
+    count_into,
+    ended_as_logged,
+    percentile,
+)
+from agentlog.actors.runtime.parts import Parts
 from agentlog.actors.runtime.registry import check_against, create_agent_runtime
 from agentlog.actors.runtime.resources import Resources
 from agentlog.actors.runtime.spec import (
@@ -147,6 +153,7 @@ class AgentRuntime(Watching, Graphs):
         self.dispatcher = Dispatcher(self)
         self.listeners = Listeners(self)
         self.follower = Follower(self)
+        self.parts = Parts()
         self.subscribers: list[Subscriber] = []
         self.started = self.stopping = False
         self._starting = asyncio.Lock()
@@ -321,6 +328,11 @@ class AgentRuntime(Watching, Graphs):
         self.dispatcher.start()
         if self.config.worker_id is not None:
             self.follower.start()
+        await self.parts.start()
+
+    async def attach(self, part: contextlib.AbstractAsyncContextManager[Any]) -> None:
+        """Run `part` (a `Relay`, `otel.follow(...)`) while the runtime runs (see `Parts`)."""
+        await self.parts.attach(part, running=self.started)
 
     async def stop(self, cancel: bool = False) -> None:
         """Stop: running steps commit, then runs pause (stopped, resumed by the next runtime
@@ -337,6 +349,7 @@ class AgentRuntime(Watching, Graphs):
         await self.listeners.stop()
         await self.dispatcher.stop(abandon=cancel)
         await self.journal.drain()
+        await self.parts.stop()
         claim, self.journal.claim = self.journal.claim, None
         if claim is not None:
             with contextlib.suppress(StoreError):
@@ -1032,20 +1045,7 @@ class AgentRuntime(Watching, Graphs):
         if state is None or not state.done:
             return None
         kept = self.dispatcher.results.get(state.id)
-        if kept is not None:
-            return {**kept, "success": True}
-        error = None
-        if state.outcome == "failed":
-            error = {"type": state.error_type, "message": state.message}
-        elif state.outcome == "cancelled":
-            error = {"type": "cancelled", "message": state.message, "by": state.by}
-        return {
-            "thread_id": execution_id,
-            "status": state.outcome,
-            "success": state.outcome in ("completed", "interrupted"),
-            "attempt": state.attempt,
-            "error": error,
-        }
+        return {**kept, "success": True} if kept is not None else ended_as_logged(state)
 
     def pause_timers(self) -> None:
         """Timers stop firing (slots due meanwhile fire once on `resume_timers`)."""
