@@ -9,12 +9,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agentlog.actors import END, StateGraph
+from agentlog.actors.http import create_app
 from agentlog.actors.relay import ChainCheck, Relay, redis_records
 from agentlog.actors.runtime import AgentRuntime, EntryPoint
 from agentlog.actors.runtime.spec import RegistrationError
@@ -65,6 +67,12 @@ async def test_an_attached_relay_runs_with_the_runtime_and_sends_its_runs(
             await runtime.wait(thread)
             head = await last_position(store)
             await relay.wait_for(head)
+            transport = httpx.ASGITransport(app=create_app(runtime))
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
+                shown = (await http.get("/log/readers")).json()["readers"]
+            assert [(r["name"], r["position"], r["head"], r["lag"]) for r in shown] == [
+                ("parts", head, head, 0)
+            ]
         assert relay._task is None  # left with the runtime
         ours = [r async for r in store.read(thread)]
     taken: list[dict[str, Any]] = []

@@ -22,8 +22,9 @@ from agentlog.actors.runtime.rollback import roll_back
 from agentlog.actors.runtime.spec import EntryPoint, MultitaskStrategy, UnknownRunError
 from agentlog.events import EventRecord
 from agentlog.events.codec import decode_row
+from agentlog.events.cursors import list_cursors
 from agentlog.events.errors import StoreClosedError
-from agentlog.events.follow import commit_signal, follow
+from agentlog.events.follow import commit_signal, follow, last_position
 from agentlog.events.kinds import Event, ThreadCreated, ThreadHidden
 from agentlog.projections import AgentState
 from agentlog.projections.fold import Fold
@@ -350,6 +351,16 @@ class RuntimeFacade:
         async for record in self.runtime.store.read(thread_id, seq, seq):
             return record
         return None
+
+    async def readers(self) -> list[dict[str, Any]]:
+        """The log's durable readers (relays, span followers): each cursor's name, position
+        and last save (epoch s), with the log's head and how far behind it the reader is."""
+        head = await last_position(self.runtime.store)
+        return [
+            {"name": c.name, "position": c.position, "updated_at": c.updated_at,
+             "head": head, "lag": max(head - c.position, 0)}
+            for c in await list_cursors(self.runtime.store)
+        ]  # fmt: skip
 
     def own_store(self, name: str | None = None) -> LogStore:
         """A long-term store on the runtime's log: the default one (`__store__`), or, named,
