@@ -103,9 +103,8 @@ class TasksPlanned(BaseEvent, tag="tasks_planned", frozen=True):
     """What step `step` runs when it is not one node alone: `tasks`, in branch order, each
     `{"node": name}` or, for a `Send`, `{"node": name, "arg": input}`; `joins` holds, for each
     node waiting for several nodes (`add_edge(["a", "b"], "c")`), the ones done so far.
-    Written in the commit of the step before, just ahead of its `step_advanced` (or in the
-    commit opening the run, after its input); a plain one-node step is planned by
-    `step_advanced.next_node` alone, so such logs read as before supersteps existed."""
+    Written in the commit of the step before, ahead of its `step_advanced` (or of the run's
+    opening); a one-node step is planned by `step_advanced.next_node` alone, as before."""
 
     STEP_OUTPUT: ClassVar[bool] = True
 
@@ -166,10 +165,9 @@ class StateUpdated(BaseEvent, tag="state_updated", frozen=True):
 
 
 class InterruptRaised(BaseEvent, tag="interrupt_raised", frozen=True):
-    """The run paused at `node`, before or after it ran.
-
-    `by_node`: the node asked (and waits for a resume value), not a compiled breakpoint;
-    `branch`: which branch of a superstep asked (its answer reaches it alone)."""
+    """The run paused at `node`, before or after it ran. `by_node`: the node asked (and waits
+    for a resume value), not a compiled breakpoint; `branch`: which branch of a superstep
+    asked (its answer reaches it alone)."""
 
     ENDS_RUN: ClassVar[bool] = True
 
@@ -182,10 +180,8 @@ class InterruptRaised(BaseEvent, tag="interrupt_raised", frozen=True):
 
 
 class Resumed(BaseEvent, tag="resumed", frozen=True):
-    """A paused run was resumed, optionally with a value handed to the paused node.
-
-    `node` is the node it paused at (interrupted, stopped or failed at). Version 2 added it.
-    """
+    """A paused run was resumed, optionally with a value handed to the paused node; `node`
+    is the node it paused at (interrupted, stopped or failed at), added in version 2."""
 
     OPENS_RUN: ClassVar[bool] = True
 
@@ -199,11 +195,9 @@ class Resumed(BaseEvent, tag="resumed", frozen=True):
 
 
 class StopRequested(BaseEvent, tag="stop_requested", frozen=True):
-    """Someone asked the run to stop at the next node boundary.
-
-    With `between_nodes`, a node already running is let finish and commit (an agent
-    runtime shutting down); otherwise a node still running is cut short. Version 2 added it.
-    """
+    """Someone asked the run to stop at the next node boundary. With `between_nodes`
+    (version 2), a node already running is let finish and commit (an agent runtime shutting
+    down); otherwise a node still running is cut short."""
 
     VERSION: ClassVar[int] = 2
 
@@ -253,8 +247,7 @@ class ToolCallFinished(BaseEvent, tag="tool_call_finished", frozen=True):
 
     A tool that returns like a node is recorded as it returned: `message` is the tool
     message it gave as its result; `update` and `goto` are its `Command`'s, applied with
-    the tool node's step. Version 2 added these three; version 1 records have none.
-    """
+    the tool node's step. Version 2 added these three; version 1 records have none."""
 
     TIMED: ClassVar[bool] = True
     STEP_OUTPUT: ClassVar[bool] = True
@@ -283,11 +276,8 @@ class ContextSummarized(BaseEvent, tag="context_summarized", frozen=True):
 
 
 class RunCompleted(BaseEvent, tag="run_completed", frozen=True):
-    """The run reached END.
-
-    `duration_ms` is how long the call that completed it ran, from its start (None: not
-    measured). Version 2 added it.
-    """
+    """The run reached END; `duration_ms` is how long the call that completed it ran, from
+    its start (None: not measured), added in version 2."""
 
     ENDS_RUN: ClassVar[bool] = True
 
@@ -301,8 +291,7 @@ class RunFailed(BaseEvent, tag="run_failed", frozen=True):
 
     `status` is "timed_out" when the node ran past its time limit, else "failed";
     `duration_ms` is how long the call that failed had run, from its start (None: not
-    measured). Version 2 added both; a version 1 record is "failed".
-    """
+    measured). Version 2 added both; a version 1 record is "failed"."""
 
     ENDS_RUN: ClassVar[bool] = True
 
@@ -422,10 +411,22 @@ class TriggerListening(BaseEvent, tag="trigger_listening", frozen=True):
 
 class ThreadHidden(BaseEvent, tag="thread_hidden", frozen=True):
     """The thread was deleted through the HTTP API: hidden from listings, its log kept (it
-    still verifies). Erasure is not offered."""
+    still verifies). A person's data is erased with `erased`."""
 
     by: str
     reason: str | None = None
+
+
+class Erased(BaseEvent, tag="erased", frozen=True):
+    """Subject `subject`'s key was destroyed, so its sealed fields in `threads` read as erased."""
+
+    RUNTIME_ONLY: ClassVar[bool] = True  # written to the erasures' own thread alone
+
+    subject: str
+    by: str
+    reason: str
+    erased_at: float
+    threads: list[str] = []
 
 
 class ThreadCreated(BaseEvent, tag="thread_created", frozen=True):
@@ -518,8 +519,7 @@ class RunSuperseded(BaseEvent, tag="run_superseded", frozen=True):
     by: str
     reason: str | None = None
     started_seq: int = 0
-    """The seq of the superseded run's `run_started`: the state rolled back to is the one
-    just before it."""
+    """The seq of the superseded run's `run_started`: the state goes back to just before it."""
 
 
 class StoreItemPut(BaseEvent, tag="store_item_put", frozen=True):

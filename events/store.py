@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
-import reprlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -41,6 +39,7 @@ from agentlog.events.errors import (
     ThreadNotFoundError,
     UnknownEventKindError,
 )
+from agentlog.events.keystore import keyring
 from agentlog.events.kinds import (
     KINDS,
     MESSAGE_KINDS,
@@ -52,7 +51,9 @@ from agentlog.events.kinds import (
     MessagesReplaced,
     StopRequested,
 )
+from agentlog.events.names import brief, check_text, check_thread_id, readable_thread_id
 from agentlog.events.record import EventRecord, Snapshot, VerifyReport
+from agentlog.events.sealing import PERSONAL, Keys
 
 READ_CHUNK = 2048
 """Rows fetched per round trip when streaming a thread."""
@@ -225,52 +226,6 @@ class EventStore(Protocol):
     ) -> None: ...
 
 
-_CONTROL = re.compile("[\x00-\x1f\x7f]")
-
-
-def brief(value: object) -> str:
-    """A value as an error message shows it: cut short, and safe for a value nested deeper
-    than `repr` can follow (which would raise RecursionError instead of the error)."""
-    return reprlib.repr(value)
-
-
-def check_thread_id(thread_id: object) -> str:
-    """A thread id is a non-empty string; anything else is a caller's mistake."""
-    if not isinstance(thread_id, str) or not thread_id.strip():
-        raise InvalidAppendError(
-            f"thread id must be a non-blank string, got {brief(thread_id)}: name the thread "
-            "with printable text such as 'chat-42'"
-        )
-    _check_text("thread id", thread_id)
-    if thread_id.startswith("-"):
-        raise InvalidAppendError(
-            f"thread id {thread_id!r} begins with '-', which a command line reads as an "
-            "option: choose an id that starts with a letter or digit"
-        )
-    if _CONTROL.search(thread_id):
-        raise InvalidAppendError(
-            f"thread id {thread_id!r} holds control characters: use printable text"
-        )
-    return thread_id
-
-
-def readable_thread_id(thread_id: object) -> str:
-    """A thread id to look up: any non-empty string, so that a thread an older version let in
-    (control characters, a leading '-') can still be read and verified, never written to."""
-    if not isinstance(thread_id, str) or not thread_id:
-        raise InvalidAppendError(f"thread id must be a non-empty string, got {brief(thread_id)}")
-    return thread_id
-
-
-def _check_text(name: str, value: object) -> None:
-    if not isinstance(value, str):
-        raise InvalidAppendError(f"{name} must be a string, got {type(value).__name__}")
-    try:
-        value.encode()
-    except UnicodeEncodeError as exc:
-        raise InvalidAppendError(f"{name} {value!r} is not valid UTF-8 text: {exc}") from exc
-
-
 # ---- snapshots whose context points into the log ------------------------------------------
 
 
@@ -393,16 +348,18 @@ _APPENDED = _CARRIERS[MessageAppended.KIND][1]
 _APPENDED_KIND = MessageAppended.KIND
 
 
-def _carried(thread_id: str, seq: int, kind: str, version: int, payload: bytes) -> list[Any]:
+def _carried(
+    thread_id: str, seq: int, kind: str, version: int, payload: bytes, keys: Keys | None = None
+) -> list[Any]:
     """The messages a stored record carries (decoded as `decode_event` would)."""
     carrier = _CARRIERS.get(kind)
-    if carrier is not None and version == carrier[0].VERSION:
+    if carrier is not None and version == carrier[0].VERSION and payload[:1] != b"\xc1":
         try:
             event = carrier[1].decode(payload)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise CorruptRecordError(thread_id, seq, f"{kind} payload: {exc}") from exc
     else:
-        event = decode_event(thread_id, seq, kind, version, payload)
+        event = decode_event(thread_id, seq, kind, version, payload, keys)
     messages = messages_of(event)
     return [] if messages is None else messages
 
@@ -478,7 +435,11 @@ def _same_digest(thread_id: str, seq: int, stored: object, found: bytes) -> None
 
 
 def _messages(
-    thread_id: str, seq: int, entries: Sequence[ContextEntry], rows: Sequence[Row]
+    thread_id: str,
+    seq: int,
+    entries: Sequence[ContextEntry],
+    rows: Sequence[Row],
+    keys: Keys | None,
 ) -> list[dict[str, Any]]:
     """The messages `entries` name, from `rows` (the records they point to), each record
     decoded once."""
@@ -488,10 +449,13 @@ def _messages(
     try:
         for row in rows:
             row_seq = row.seq
-            if row.kind == _APPENDED_KIND and row.version == current:  # nearly every row
-                carried[row_seq] = (decode(row.payload).message,)
+            payload = row.payload
+            if row.kind == _APPENDED_KIND and row.version == current and payload[:1] != b"\xc1":
+                carried[row_seq] = (decode(payload).message,)  # nearly every row
             else:
-                carried[row_seq] = _carried(thread_id, row_seq, row.kind, row.version, row.payload)
+                carried[row_seq] = _carried(
+                    thread_id, row_seq, row.kind, row.version, payload, keys
+                )
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise CorruptRecordError(thread_id, row_seq, f"message_appended payload: {exc}") from exc
     try:
@@ -694,8 +658,8 @@ class BaseEventStore(ABC):
                 )
         for name, value in (("run_id", run_id), *(("actor", a) for a in _names(who))):
             if value is not None:
-                _check_text(name, value)
-        encoded = encode_payloads(thread_id, events)
+                check_text(name, value)
+        encoded = await self._sealed(thread_id, encode_payloads(thread_id, events))
         at = float(self._clock()) + 0.0  # + 0.0 turns -0.0 into 0.0, as the database would
         if not math.isfinite(at):
             raise InvalidAppendError(f"the store's clock returned {at!r}, not a finite time")
@@ -758,6 +722,7 @@ class BaseEventStore(ABC):
             chunk = await self._fetch(thread_id, seq, last, READ_CHUNK)
             if not chunk:
                 raise ChainBrokenError(thread_id, seq, "the record is missing")
+            keys = await self._keys(chunk)
             for row in chunk:
                 if row.position > MAX_POSITION or row.position < 1:
                     why = f"its position {row.position} is outside the legal range"
@@ -774,7 +739,7 @@ class BaseEventStore(ABC):
                     raise ChainBrokenError(thread_id, seq, "its bytes do not match its hash")
                 prev = row.hash
                 seq += 1
-                yield decode_row(row)
+                yield decode_row(row, keys)
         if linked and last == head_seq and seq == head_seq + 1 and prev != head_hash:
             raise ChainBrokenError(thread_id, head_seq, "the thread's head names another hash")
 
@@ -786,6 +751,7 @@ class BaseEventStore(ABC):
             chunk = await self._fetch_all(position, READ_CHUNK)
             if not chunk:
                 return
+            keys = await self._keys(chunk)
             for row in chunk:
                 if row.position > MAX_POSITION:
                     raise CorruptRecordError(
@@ -793,7 +759,7 @@ class BaseEventStore(ABC):
                         row.seq,
                         f"its position {row.position} is beyond the legal range",
                     )
-                yield decode_row(row)
+                yield decode_row(row, keys)
             position = chunk[-1].position
 
     async def seqs_of_kind(self, thread_id: str, kind: str) -> list[int]:
@@ -958,7 +924,8 @@ class BaseEventStore(ABC):
                     )
                     _same_digest(thread_id, seq, stored, found)
                 if resolve:
-                    state["context"] = _messages(thread_id, seq, entries, rows)
+                    keys = await self._keys(rows)
+                    state["context"] = _messages(thread_id, seq, entries, rows, keys)
         if stored is not None and not isinstance(stored, bytes):
             raise CorruptSnapshotError(thread_id, seq, "its digest is not bytes")
         return Snapshot(
@@ -992,6 +959,17 @@ class BaseEventStore(ABC):
     async def close(self) -> None:
         """Mark the store closed; backends release their resources too."""
         self._closed = True
+
+    async def _sealed(self, thread_id: str, encoded: list[Encoded]) -> list[Encoded]:
+        """`encoded`, each record of a personal kind sealed when the thread has a subject."""
+        sealer = await keyring(self).sealer(thread_id)
+        if sealer is None:
+            return encoded
+        return [e._replace(sealer=sealer) if e.kind in PERSONAL else e for e in encoded]
+
+    async def _keys(self, rows: Sequence[Row]) -> Keys | None:
+        """The keys that open the sealed payloads among `rows` (None when none is sealed)."""
+        return await keyring(self).keys_for(rows)
 
     def _checked_id(self, thread_id: str) -> str:
         return check_thread_id(thread_id)

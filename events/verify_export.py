@@ -246,11 +246,26 @@ def readable(value: Any) -> Any:
     raise Bad(f"payload holds a {type(value).__name__}, which MessagePack cannot")
 
 
+def readable_stored(payload: bytes) -> Any:
+    """The readable form of a stored payload: a sealed one (first byte 0xC1, then
+    [format, subject, nonce, ciphertext, skeleton]) as {"$sealed": [format, subject,
+    readable skeleton]}, the personal fields blank in the skeleton; any other as `readable`."""
+    if payload[:1] != b"\xc1":
+        return readable(unpack(payload))
+    parts = unpack(payload[1:])
+    if not (
+        isinstance(parts, list) and len(parts) == 5 and isinstance(parts[0], int)
+        and isinstance(parts[1], str) and all(isinstance(p, bytes) for p in parts[2:])
+    ):  # fmt: skip
+        raise Bad("sealed payload is not [format, subject, nonce, ciphertext, skeleton]")
+    return {"$sealed": [parts[0], parts[1], readable(unpack(parts[4]))]}
+
+
 def readable_payload(payload: bytes) -> Any:
     """The readable form of a stored payload; ValueError when it is not MessagePack."""
     try:
         with deep_enough():
-            return readable(unpack(payload))
+            return readable_stored(payload)
     except Bad as exc:
         raise ValueError(str(exc)) from None
 
@@ -368,7 +383,7 @@ def check_line(text: str, thread: str | None, seq: int, prev: str) -> dict[str, 
     if "event" not in line:
         raise Bad("missing field(s) event")
     with deep_enough():
-        stored = readable(unpack(payload))
+        stored = readable_stored(payload)
         differs = not same(line["event"], stored)
     if differs:
         where = where_differs(line["event"], stored)
