@@ -47,6 +47,7 @@ __all__ = [
     "Keyring",
     "ThreadTaggedError",
     "keyring",
+    "open_keys",
     "subject_of_thread",
     "tag_thread",
     "threads_of_subject",
@@ -228,6 +229,12 @@ def use_key_store(store: Any, keys: KeyStore) -> None:
     """Keep the store's subject keys in `keys` (a KMS) instead of its own database; thread
     tags and erasures' snapshot clean-up stay in the database."""
     _RINGS[store] = Keyring(_tables_of(store), keys)
+
+
+async def open_keys(store: Any, rows: Sequence[Any]) -> Keys | None:
+    """The keys that open the sealed payloads among `rows` read from `store` (None when none
+    is sealed): what a reader of raw rows hands `decode_row`, as `read` does itself."""
+    return await keyring(store).keys_for(rows)
 
 
 async def tag_thread(store: Any, thread_id: str, subject: str) -> None:
