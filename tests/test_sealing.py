@@ -246,3 +246,63 @@ async def test_a_missing_master_key_refuses_before_writing(
     assert await store.last_seq("chat") == 0
     assert os.environ.get(MASTER_KEY_ENV) is None
     assert keyring(store) is keyring(store)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(3))
+def test_sigkill_during_erasure_leaves_each_subject_old_or_new(tmp_path: Path, seed: int) -> None:
+    import asyncio
+    import random
+    import signal
+
+    from .helpers import spawn_worker, wait_ready
+
+    db, count = tmp_path / "log.db", 12
+
+    async def prepare() -> None:
+        async with SQLiteEventStore(db) as store:
+            for i in range(count):
+                await tag_thread(store, f"t{i}", f"s{i}")
+                message = MessageAppended(message=_message(f"{SECRET} #{i:02d}"))
+                await store.append(f"t{i}", [message], expected_seq=0)
+
+    async def states() -> list[tuple[bool, bool, bool]]:
+        """Per subject: key destroyed, erasure recorded, secret still readable."""
+        async with SQLiteEventStore(db) as store:
+            recorded = {e.subject for e in await erasures(store)}
+            keys = await keyring(store).keys.get({f"s{i}" for i in range(count)})
+            out = []
+            for i in range(count):
+                assert (await store.verify(f"t{i}")).ok
+                shown = f"{SECRET} #{i:02d}" in await _texts(store, f"t{i}")
+                out.append((not isinstance(keys[f"s{i}"], bytes), f"s{i}" in recorded, shown))
+            assert (await store.verify(ERASURE_THREAD)).ok if recorded else True
+            return out
+
+    asyncio.run(prepare())
+    proc = spawn_worker("erase_run", db, count)
+    wait_ready(proc)
+    kill_at = random.Random(seed).randrange(1, count)
+    assert proc.stdout is not None
+    while proc.stdout.readline().strip() != f"start s{kill_at}":
+        pass
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    found = asyncio.run(states())
+    for i, (destroyed, recorded, shown) in enumerate(found):
+        assert shown != destroyed, (i, found)  # readable exactly while the key exists
+        assert destroyed or not recorded, (i, found)  # never recorded with the key alive
+        if i < kill_at:
+            assert destroyed and recorded, (i, found)
+        if i > kill_at:
+            assert not destroyed and not recorded, (i, found)
+    finish = spawn_worker("erase_run", db, count)
+    _, err = finish.communicate(timeout=120)
+    assert finish.returncode == 0, err
+    assert asyncio.run(states()) == [(True, True, False)] * count
+
+    async def once_each() -> list[str]:
+        async with SQLiteEventStore(db) as store:
+            return sorted(e.subject for e in await erasures(store))
+
+    assert asyncio.run(once_each()) == sorted(f"s{i}" for i in range(count))
