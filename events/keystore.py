@@ -144,6 +144,7 @@ class Keyring:
         self.keys: KeyStore = keys if keys is not None else DatabaseKeyStore(tables)
         self._tags: dict[str, str | None] = {}
         self._cache: dict[str, SubjectKey] = {}
+        self._sealers: dict[str, Sealer] = {}
 
     async def subject(self, thread_id: str) -> str | None:
         """The subject the thread is tagged with, or None."""
@@ -171,7 +172,10 @@ class Keyring:
         key = self._cache.get(subject)
         if not isinstance(key, bytes):
             key = self._cache[subject] = await self.keys.create(subject)
-        return Sealer(subject, key)
+        sealer = self._sealers.get(subject)
+        if sealer is None or sealer.key != key:
+            sealer = self._sealers[subject] = Sealer(subject, key)
+        return sealer
 
     async def keys_for(self, rows: Sequence[Any]) -> Keys | None:
         """The keys (or erasures) of the subjects whose sealed payloads are among `rows`."""
@@ -194,6 +198,7 @@ class Keyring:
     async def destroy(self, erasure: Erasure) -> Erasure:
         """Destroy the subject's key (and its threads' snapshots); the erasure in force."""
         self._cache.pop(erasure.subject, None)
+        self._sealers.pop(erasure.subject, None)
         await self.keys.destroy(erasure)
         if isinstance(self.keys, DatabaseKeyStore):
             stored = (await self.keys.get({erasure.subject})).get(erasure.subject)

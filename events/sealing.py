@@ -284,7 +284,7 @@ class Sealer:
     """Seals the payloads of one subject's records under its key (one cipher for all)."""
 
     def __init__(self, subject: str, key: bytes) -> None:
-        self.subject = subject
+        self.subject, self.key = subject, key
         self._cipher = _aesgcm(key)
 
     def seal(self, thread_id: str, seq: int, kind: str, version: int, payload: bytes) -> bytes:
