@@ -95,6 +95,17 @@ class _Tables:
     async def vacuum(self) -> None:
         return None
 
+    async def get_floor(self, thread_id: str) -> tuple[int, bytes] | None:
+        return None
+
+    async def prune(self, thread_id: str, through_seq: int, last_hash: bytes) -> int:
+        """In one transaction: remember the floor, delete the thread's records up to it and
+        every snapshot but the one at it; how many records went."""
+        raise StoreError(
+            f"{type(self.store).__name__} cannot prune: retention needs a SQLite or PostgreSQL "
+            "store (a memory store is gone with its process anyway)"
+        )
+
 
 class DatabaseKeyStore:
     """Subject keys in the store's own database, wrapped under the master key."""
@@ -184,8 +195,10 @@ class Keyring:
             for row in rows
             if is_sealed(row.payload)
         }
-        if not subjects:
-            return None
+        return await self.keys_of(subjects) if subjects else None
+
+    async def keys_of(self, subjects: set[str]) -> Keys:
+        """The keys (or erasures) of `subjects`, cached until the next erasure."""
         erasures = await self.tables.store.last_seq(ERASURE_THREAD)
         if erasures != self._erasures:  # an erasure since: drop every key cached before it
             self._cache.clear()
@@ -234,6 +247,21 @@ def use_key_store(store: Any, keys: KeyStore) -> None:
     """Keep the store's subject keys in `keys` (a KMS) instead of its own database; thread
     tags and erasures' snapshot clean-up stay in the database."""
     _RINGS[store] = Keyring(_tables_of(store), keys)
+
+
+async def pruned_floor(store: Any, thread_id: str) -> tuple[int, bytes] | None:
+    """The seq and chain hash of the last record pruned from `thread_id`, or None."""
+    try:
+        tables = keyring(store).tables
+    except StoreError:  # a store class of one's own: it never prunes
+        return None
+    return await tables.get_floor(thread_id)
+
+
+async def prune_rows(store: Any, thread_id: str, through_seq: int, last_hash: bytes) -> int:
+    """Delete the thread's records up to `through_seq` (whose chain hash is `last_hash`) and
+    its snapshots but the one at that seq, in one transaction; how many records went."""
+    return await keyring(store).tables.prune(thread_id, through_seq, last_hash)
 
 
 async def open_keys(store: Any, rows: Sequence[Any]) -> Keys | None:
@@ -321,6 +349,8 @@ class _Memory(_Tables):
 # ---- SQLite: tables of the file, written on the writer's thread ---------------------------------
 
 _SQLITE_TABLES = (
+    "CREATE TABLE IF NOT EXISTS pruned_floors (thread_id TEXT PRIMARY KEY, "
+    "through_seq INTEGER NOT NULL, last_hash BLOB NOT NULL)",
     "CREATE TABLE IF NOT EXISTS subject_keys (subject TEXT PRIMARY KEY, wrapped BLOB, "
     "created_at REAL NOT NULL, erased_at REAL, erased_by TEXT, reason TEXT)",
     "CREATE TABLE IF NOT EXISTS subject_threads (thread_id TEXT PRIMARY KEY, "
@@ -396,8 +426,27 @@ class _SQLite(_Tables):
             ("UPDATE subject_keys SET wrapped = NULL, erased_at = ?, erased_by = ?, reason = ? "
              "WHERE subject = ? AND erased_at IS NULL", (e.at, e.by, e.reason, e.subject)),
             ("DELETE FROM snapshots WHERE thread_id IN "
-             "(SELECT thread_id FROM subject_threads WHERE subject = ?)", (e.subject,)),
+             "(SELECT thread_id FROM subject_threads WHERE subject = ?) AND NOT EXISTS "
+             "(SELECT 1 FROM pruned_floors f WHERE f.thread_id = snapshots.thread_id "
+             "AND f.through_seq = snapshots.seq)", (e.subject,)),
         )  # fmt: skip
+
+    async def get_floor(self, thread_id: str) -> tuple[int, bytes] | None:
+        sql = "SELECT through_seq, last_hash FROM pruned_floors WHERE thread_id = ?"
+        rows = await self._read(sql, thread_id)
+        return (int(rows[0][0]), bytes(rows[0][1])) if rows else None
+
+    async def prune(self, thread_id: str, through_seq: int, last_hash: bytes) -> int:
+        rows = await self._write(
+            ("INSERT INTO pruned_floors (thread_id, through_seq, last_hash) VALUES (?, ?, ?) "
+             "ON CONFLICT (thread_id) DO UPDATE SET through_seq = excluded.through_seq, "
+             "last_hash = excluded.last_hash WHERE excluded.through_seq > through_seq",
+             (thread_id, through_seq, last_hash)),
+            ("DELETE FROM snapshots WHERE thread_id = ? AND seq <> ?", (thread_id, through_seq)),
+            ("DELETE FROM events WHERE thread_id = ? AND seq <= ?", (thread_id, through_seq)),
+            ("SELECT changes()", ()),
+        )  # fmt: skip
+        return int(rows[0][0])
 
     async def get_tag(self, thread_id: str) -> str | None:
         rows = await self._read(
@@ -429,6 +478,7 @@ class _Postgres(_Tables):
             f"{s}.subject_keys", f"{s}.subject_threads", f"{s}.snapshots",
         )  # fmt: skip
         self.made = False
+        self.floors, self.events = f"{s}.pruned_floors", f"{s}.events"
 
     async def vacuum(self) -> None:
         self.store._check_writable("vacuum")
@@ -439,6 +489,8 @@ class _Postgres(_Tables):
         self.store._check_open()
         if not self.made:
             for statement in (
+                f"CREATE TABLE IF NOT EXISTS {self.floors} (thread_id text PRIMARY KEY, "
+                "through_seq bigint NOT NULL, last_hash bytea NOT NULL)",
                 f"CREATE TABLE IF NOT EXISTS {self.keys} (subject text PRIMARY KEY, wrapped "
                 "bytea, created_at double precision NOT NULL, erased_at double precision, "
                 "erased_by text, reason text)",
@@ -476,10 +528,33 @@ class _Postgres(_Tables):
             " reason) VALUES ($1, $2, $2, $3, $4) ON CONFLICT (subject) DO UPDATE SET wrapped = "
             "NULL, erased_at = excluded.erased_at, erased_by = excluded.erased_by, reason = "
             "excluded.reason WHERE k.erased_at IS NULL RETURNING subject) "
-            f"DELETE FROM {self.snapshots} WHERE thread_id IN "
-            f"(SELECT thread_id FROM {self.threads} WHERE subject = $1)",
+            f"DELETE FROM {self.snapshots} s WHERE thread_id IN "
+            f"(SELECT thread_id FROM {self.threads} WHERE subject = $1) AND NOT EXISTS "
+            f"(SELECT 1 FROM {self.floors} f WHERE f.thread_id = s.thread_id "
+            "AND f.through_seq = s.seq)",
             e.subject, e.at, e.by, e.reason,
         )  # fmt: skip
+
+    async def get_floor(self, thread_id: str) -> tuple[int, bytes] | None:
+        sql = f"SELECT through_seq, last_hash FROM {self.floors} WHERE thread_id = $1"
+        row = await self._query("fetchrow", sql, thread_id)
+        return None if row is None else (int(row[0]), bytes(row[1]))
+
+    async def prune(self, thread_id: str, through_seq: int, last_hash: bytes) -> int:
+        """One statement, so one transaction: the floor, the records, the snapshots."""
+        self.store._check_writable("prune")
+        removed = await self._query(
+            "fetchval",
+            f"WITH f AS (INSERT INTO {self.floors} AS f (thread_id, through_seq, last_hash) "
+            "VALUES ($1, $2, $3) ON CONFLICT (thread_id) DO UPDATE SET through_seq = "
+            "excluded.through_seq, last_hash = excluded.last_hash WHERE excluded.through_seq "
+            "> f.through_seq RETURNING 1), "
+            f"s AS (DELETE FROM {self.snapshots} WHERE thread_id = $1 AND seq <> $2 RETURNING 1), "
+            f"e AS (DELETE FROM {self.events} WHERE thread_id = $1 AND seq <= $2 RETURNING 1) "
+            "SELECT count(*) FROM e",
+            thread_id, through_seq, last_hash,
+        )  # fmt: skip
+        return int(removed)
 
     async def get_tag(self, thread_id: str) -> str | None:
         sql = f"SELECT subject FROM {self.threads} WHERE thread_id = $1"

@@ -44,15 +44,14 @@ class BaseEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", gc=
     STORE_WRITE: ClassVar[bool] = False
     """It changes the long-term store (`agentlog.actors.engine.longterm`): written only to
     the store's own thread, never to a run's thread, each write a commit of its own."""
+    ABOUT_LOG: ClassVar[bool] = False
+    """It records what was done to the log itself (a prune): the thread's state is unchanged."""
 
 
 class RunStarted(BaseEvent, tag="run_started", frozen=True):
-    """A run began on the thread, at `entry_node`, with the caller's input.
-
-    `fields` maps each custom state field to its reducer's qualified name (None: replace),
-    so the thread can be read without the state class (`agentlog.projections.generic`); None when
-    the writer did not record it.
-    """
+    """A run began on the thread, at `entry_node`, with the caller's input. `fields` maps
+    each custom state field to its reducer's qualified name (None: replace), so the thread
+    can be read without the state class (`agentlog.projections.generic`); None: not recorded."""
 
     OPENS_RUN: ClassVar[bool] = True
     SETS_FIELDS: ClassVar[bool] = True
@@ -72,11 +71,9 @@ class NodeEntered(BaseEvent, tag="node_entered", frozen=True):
 
 
 class StepAdvanced(BaseEvent, tag="step_advanced", frozen=True):
-    """The step counter moved to `step`; `next_node` is where the run goes next.
-
-    `duration_ms` is how long the step took, from its node being handed its input to its
-    commit being built (None: not measured, as for a human edit). Version 2 added it.
-    """
+    """The step counter moved to `step`; `next_node` is where the run goes next;
+    `duration_ms` (version 2) is how long the step took, from its node being handed its input
+    to its commit being built (None: not measured, as for a human edit)."""
 
     TIMED: ClassVar[bool] = True
 
@@ -207,20 +204,13 @@ class StopRequested(BaseEvent, tag="stop_requested", frozen=True):
 
 
 class Stopped(BaseEvent, tag="stopped", frozen=True):
-    """The run honoured a stop request and is paused at `node`.
-
-    `when` is "after" when the stop landed between nodes (`node` had finished; the run goes
-    on where it was routed), "before" when it cancelled `node` mid-step (the node runs again
-    on resume). When the caller went away mid-step (abandoned), `reason` says why; a stop
-    that cut a step short names in `in_flight` the sync work still running on worker
-    threads, whose results will be discarded.
-
-    `duration_ms` is how long the call that stopped had run, from its start (None: not
-    measured).
-
-    Version 2 added `when`; a version 1 record was always "before". Version 3 added
-    `duration_ms`.
-    """
+    """The run honoured a stop request and is paused at `node`. `when` is "after" when the
+    stop landed between nodes (`node` had finished; the run goes on where it was routed),
+    "before" when it cancelled `node` mid-step (the node runs again on resume). When the
+    caller went away mid-step (abandoned), `reason` says why; a stop that cut a step short
+    names in `in_flight` the sync work still running on worker threads, whose results will
+    be discarded. `duration_ms` is how long the call that stopped had run (None: not
+    measured). Version 2 added `when` (version 1 was "before"), version 3 `duration_ms`."""
 
     ENDS_RUN: ClassVar[bool] = True
 
@@ -305,10 +295,8 @@ class RunFailed(BaseEvent, tag="run_failed", frozen=True):
 
 
 class Forked(BaseEvent, tag="forked", frozen=True):
-    """This thread starts as a copy of `source_thread` at `source_seq`, holding `state`.
-
-    `fields` is as in `RunStarted`: the custom fields' reducers, when recorded.
-    """
+    """This thread starts as a copy of `source_thread` at `source_seq`, holding `state`;
+    `fields` is as in `RunStarted`: the custom fields' reducers, when recorded."""
 
     CARRIES_MESSAGES: ClassVar[bool] = True
     SETS_FIELDS: ClassVar[bool] = True
@@ -322,9 +310,7 @@ class Forked(BaseEvent, tag="forked", frozen=True):
 class RunCancelled(BaseEvent, tag="run_cancelled", frozen=True):
     """The run was ended on purpose by `by` (a runtime `cancel`): it is over and not
     retried; the thread takes new input, and `ainvoke(None)` has nothing to resume.
-
-    `node` is where it stood; `in_flight` names the node or tool calls cut short.
-    """
+    `node` is where it stood; `in_flight` names the node or tool calls cut short."""
 
     ENDS_RUN: ClassVar[bool] = True
 
@@ -337,11 +323,9 @@ class RunCancelled(BaseEvent, tag="run_cancelled", frozen=True):
 class TriggerAccepted(BaseEvent, tag="trigger_accepted", frozen=True):
     """A runtime accepted a run to start: from an API call, an event, a timer or injected
     input. Recorded before `trigger` returns, so a restart neither loses nor repeats it.
-
     `input` is the run's input as builtins (`resume` True: the value answers an interrupt);
     `source_position` is the record an event trigger answered, `slot` a timer's slot and
-    `missed` the earlier slots it stands for.
-    """
+    `missed` the earlier slots it stands for."""
 
     RUNTIME_ONLY: ClassVar[bool] = True
 
@@ -429,6 +413,21 @@ class Erased(BaseEvent, tag="erased", frozen=True):
     threads: list[str] = []
 
 
+class Pruned(BaseEvent, tag="pruned", frozen=True):
+    """Records up to `through_seq` (`removed` of them) left the store from behind the whole
+    snapshot at `through_seq` of digest `snapshot_digest`; `last_hash` is record
+    `through_seq`'s chain hash, the one the first record kept links to (retention)."""
+
+    ABOUT_LOG: ClassVar[bool] = True
+
+    through_seq: int
+    removed: int
+    last_hash: str
+    snapshot_digest: str
+    by: str
+    reason: str | None = None
+
+
 class ThreadCreated(BaseEvent, tag="thread_created", frozen=True):
     """The thread was created before its first run (`POST /threads`), by `by`, for graph
     `graph_id`, with the caller's `metadata`. Always the thread's first record; the state
@@ -441,12 +440,10 @@ class ThreadCreated(BaseEvent, tag="thread_created", frozen=True):
 
 class ModelCalled(BaseEvent, tag="model_called", frozen=True):
     """A node called a model once (one attempt), recorded in the node's step commit beside
-    the message it produced, so a step's tokens and latency are in the log.
-
-    `request_hash` is a SHA-256 of the request as sent (messages, tools, params), so a
-    replay can find the answer to the same request; `message_id` names the message this
-    call produced (None for a failed attempt); `usage` holds token counts.
-    """
+    the message it produced, so a step's tokens and latency are in the log. `request_hash`
+    is a SHA-256 of the request as sent (messages, tools, params), so a replay can find the
+    answer to the same request; `message_id` names the message this call produced (None for
+    a failed attempt); `usage` holds token counts."""
 
     STEP_OUTPUT: ClassVar[bool] = True
 

@@ -267,8 +267,15 @@ PERSONAL: dict[str, dict[str, _Redact]] = {
 """Per kind: each personal field and how it reads once blanked."""
 
 
-def redact(data: dict[str, Any], mark: str) -> dict[str, Any]:
-    """A payload dict with every personal field of its kind replaced by `mark`."""
+SNAPSHOT = "snapshot"
+"""The kind a sealed snapshot's state is bound to (a state dict, redacted as a fork's)."""
+
+
+def redact(data: dict[str, Any], mark: str, kind: str | None = None) -> dict[str, Any]:
+    """A payload dict (or, for `SNAPSHOT`, a state dict) with every personal field of its
+    kind replaced by `mark`."""
+    if kind == SNAPSHOT:
+        return dict(_state(data, mark))
     fields = PERSONAL.get(str(data.get("kind")), {})
     return {k: (fields[k](v, mark) if k in fields else v) for k, v in data.items()}
 
@@ -292,7 +299,7 @@ class Sealer:
         nonce = os.urandom(NONCE_BYTES)
         aad = _record_aad(thread_id, seq, kind, version, self.subject)
         ciphertext = self._cipher.encrypt(nonce, payload, aad)
-        skeleton = _encode(redact(_raw.decode(payload), ""))
+        skeleton = _encode(redact(_raw.decode(payload), "", kind))
         return SEALED_PREFIX + _encode((FORMAT, self.subject, nonce, ciphertext, skeleton))
 
 
@@ -348,4 +355,4 @@ def open_sealed(
         data = _raw.decode(skeleton)
     except msgspec.DecodeError as exc:
         raise CorruptRecordError(thread_id, seq, f"sealed skeleton: {exc}") from exc
-    return redact(data, key.mark if isinstance(key, Erasure) else NO_KEY)
+    return redact(data, key.mark if isinstance(key, Erasure) else NO_KEY, kind)
