@@ -778,8 +778,9 @@ class BaseEventStore(ABC):
         if prev != head_hash:
             return bad(head_seq, "thread head hash does not match the last record")
         return VerifyReport(
-            thread_id=thread_id, ok=True, records_checked=checked, head_hash=head_hash.hex()
-        )
+            thread_id=thread_id, ok=True, records_checked=checked, head_hash=head_hash.hex(),
+            pruned_through=skipped,
+        )  # fmt: skip
 
     # ---- snapshots ---------------------------------------------------------------------
 

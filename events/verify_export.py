@@ -391,9 +391,30 @@ def check_line(text: str, thread: str | None, seq: int, prev: str) -> dict[str, 
     return line
 
 
+def _pruned_start(lines: list[str]) -> tuple[int, str]:
+    """Where an export of a pruned thread starts: the seq before its first line and that
+    line's prev_hash, when a `pruned` record of the file names both; else (0, GENESIS)."""
+    try:
+        first = loads(lines[0])
+        floor = (int(first["seq"]) - 1, str(first["prev_hash"]))
+        for text in lines:
+            if '"kind":"pruned"' in text:
+                event = loads(text)["event"]
+                if floor[0] > 0 and (event["through_seq"], event["last_hash"]) == floor:
+                    return floor
+    except (Bad, json.JSONDecodeError, IndexError, KeyError, TypeError, ValueError):
+        pass  # check_line says what is wrong with it
+    return 0, GENESIS
+
+
 def verify(lines: Iterable[str], head: tuple[str, int, str] | None) -> str:
-    """'ok: ...' for a whole, intact export; raises Bad with 'line K (seq S): ...' if not."""
-    thread, prev, count = (head[0] if head else None), GENESIS, 0
+    """'ok: ...' for a whole, intact export; raises Bad with 'line K (seq S): ...' if not.
+
+    An export of a pruned thread starts after seq 1: its first record links to the hash of
+    the last record pruned, and a `pruned` record in the file must name that seq and hash."""
+    lines = list(lines)
+    floor = _pruned_start(lines)
+    thread, prev, count = (head[0] if head else None), floor[1], floor[0]
     for number, text in enumerate(lines, start=1):
         try:
             line = check_line(text.removesuffix("\n"), thread, count + 1, prev)
@@ -412,7 +433,9 @@ def verify(lines: Iterable[str], head: tuple[str, int, str] | None) -> str:
             f"line {count + 1} (seq {count + 1}): the tail after seq {count} was truncated "
             f"(head says {head[1]})"
         )
-    return f"ok: {count} records, head {thread}@{count}:{prev}"
+    kept = f"records {floor[0] + 1}..{count} (pruned through {floor[0]})" if floor[0] else (
+        f"{count} records")  # fmt: skip
+    return f"ok: {kept}, head {thread}@{count}:{prev}"
 
 
 def main(argv: list[str] | None = None) -> int:

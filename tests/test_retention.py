@@ -215,3 +215,41 @@ def test_sigkill_during_prune_leaves_old_or_new(tmp_path: Path, seed: int) -> No
     _, err = finish.communicate(timeout=120)
     assert finish.returncode == 0, err
     assert asyncio.run(check()) == [firsts[0]] * threads
+
+
+def test_the_cli_prunes_every_thread_and_the_export_still_verifies(tmp_path: Path) -> None:
+    import asyncio
+    import json
+    import subprocess
+    import sys
+
+    db = tmp_path / "log.db"
+
+    async def prepare() -> None:
+        async with SQLiteEventStore(db) as store:
+            await _runs(store, "a", ["1", "2", "3"])
+            await _runs(store, "b", ["1"])
+
+    asyncio.run(prepare())
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", "from agentlog.actors.cli import main; main()", *args],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    refused = cli("prune", "--db", str(db))
+    assert refused.returncode == 2 and "--keep-runs" in refused.stderr
+    done = cli("prune", "--keep-runs", "1", "--vacuum", "--db", str(db), "--json")
+    assert done.returncode == 0, done.stderr
+    (report,) = json.loads(done.stdout)
+    assert report["thread_id"] == "a" and report["removed"] == report["through_seq"]
+    assert cli("verify", "--db", str(db)).returncode == 0
+    out = tmp_path / "a.jsonl"
+    assert cli("export", "a", "--db", str(db), "--out", str(out)).returncode == 0
+    checked = subprocess.run(
+        [sys.executable, "-I", str(Path(__file__).parents[1] / "events" / "verify_export.py"),
+         str(out)], capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout
+    assert f"pruned through {report['through_seq']}" in checked.stdout

@@ -64,3 +64,63 @@ def vacuum_command(db: Db = "agentlog.db") -> None:
 
     _run(vacuum, db, writes=True)
     typer.echo("vacuumed")
+
+
+@app.command("prune")
+def prune_command(
+    thread: Annotated[
+        str | None, typer.Option("--thread", help="Prune this thread only (default: every one).")
+    ] = None,
+    keep_runs: Annotated[
+        int | None, typer.Option("--keep-runs", help="Keep the last N runs of each thread.")
+    ] = None,
+    keep_days: Annotated[
+        float | None, typer.Option("--keep-days", help="Keep the runs begun in the last N days.")
+    ] = None,
+    do_vacuum: Annotated[
+        bool, typer.Option("--vacuum", help="Then rewrite the file without the freed pages.")
+    ] = False,
+    by: Annotated[str, typer.Option("--by", help="Who prunes (recorded).")] = "agentlog",
+    reason: Annotated[str | None, typer.Option("--reason", help="Why (recorded).")] = None,
+    db: Db = "agentlog.db",
+    as_json: AsJson = False,
+) -> None:
+    """Remove the records before the runs kept (the last run always stays) from behind a
+    snapshot, leaving a `pruned` record the rest of the chain links to: every thread still
+    verifies, reads and resumes. Export a thread first to keep its history elsewhere."""
+    from agentlog.actors.engine.retention import PruneReport, prune_thread
+    from agentlog.actors.engine.threads import internal_threads
+    from agentlog.events.keystore import vacuum
+    from agentlog.projections.generic import open_states
+
+    if (keep_runs is None) == (keep_days is None):
+        raise typer.BadParameter("name what to keep: --keep-runs N or --keep-days N")
+
+    async def job(store: EventStore) -> list[PruneReport]:
+        threads = [thread] if thread is not None else await store.threads()
+        if thread is None:
+            threads = [t for t in threads if t not in await internal_threads(store, threads)]
+        reports = []
+        for one in threads:
+            (now,) = await open_states(store, one, [await store.last_seq(one)])
+            report = await prune_thread(
+                store, one, keep_runs=keep_runs, keep_days=keep_days, by=by, reason=reason,
+                state_cls=type(now.state),
+            )  # fmt: skip
+            if report is not None:
+                reports.append(report)
+        if do_vacuum:
+            await vacuum(store)
+        return reports
+
+    reports = _run(job, db, thread, writes=True)
+    if as_json:
+        _echo_json([
+            {"thread_id": r.thread_id, "through_seq": r.through_seq, "removed": r.removed,
+             "snapshot_digest": r.snapshot_digest} for r in reports
+        ])  # fmt: skip
+        return
+    for r in reports:
+        _print(Text(render.inert(f"pruned {r.thread_id}: {r.removed} records through seq "
+                                 f"{r.through_seq}")))  # fmt: skip
+    typer.echo(f"{len(reports)} thread(s) pruned" + (", vacuumed" if do_vacuum else ""))
