@@ -14,6 +14,12 @@ of the per-round ratios subject/plain (target: at most 0.15), on CPU time of the
 round to the next), with the wall-clock steps/s beside it. A last untimed run checks that
 the subject's run stored no message text in the clear.
 
+Then the rate of retention: one thread of R records (1,000,000; 100,000 with --quick) in
+runs of 10 (`run_started` then nine `node_entered`) is pruned to its last run
+(`prune_thread(keep_runs=1)`: a fold to the cut for its snapshot, the `pruned` record, the
+delete), against stdlib `sqlite3` deleting the same rows from a copy of the file (one
+DELETE, committed): `prune_records_per_s`, `raw_delete_records_per_s` and their ratio.
+
 Usage: .venv/bin/python bench/encryption.py [--quick] [--rounds N]
 """
 
@@ -22,13 +28,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import shutil
+import sqlite3
 import time
 from pathlib import Path
 
 import _common as common
 import workload
 
-from agentlog.events import SQLiteEventStore
+from agentlog.actors.engine.retention import prune_thread
+from agentlog.events import NodeEntered, RunStarted, SQLiteEventStore
 
 TARGET_COST = 0.15
 
@@ -52,6 +61,52 @@ async def _run(path: Path, steps: int, subject: str | None) -> float:
         return used
 
 
+async def _fill(path: Path, records: int) -> None:
+    """One thread of `records` records, in runs of 10, appended 1,000 at a time."""
+    run = [RunStarted(), *(NodeEntered(node=f"n{i}") for i in range(9))]
+    async with SQLiteEventStore(path) as store:
+        for seq in range(0, records, 1000):
+            await store.append("long", run * 100, expected_seq=seq)
+
+
+async def _prune(path: Path) -> tuple[float, int]:
+    async with SQLiteEventStore(path) as store:
+        start = time.perf_counter()
+        report = await prune_thread(store, "long", keep_runs=1)
+        assert report is not None and (await store.verify("long")).ok
+        return time.perf_counter() - start, report.removed
+
+
+def _raw_delete(path: Path, through: int) -> float:
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        start = time.perf_counter()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("DELETE FROM events WHERE thread_id = 'long' AND seq <= ?", (through,))
+        conn.execute("COMMIT")
+        return time.perf_counter() - start
+    finally:
+        conn.close()
+
+
+def prune_rate(tmp: Path, records: int) -> dict[str, float]:
+    """Records pruned per second, and stdlib sqlite3's delete of the same rows beside it."""
+    path, copy = tmp / "prune.sqlite", tmp / "raw.sqlite"
+    asyncio.run(_fill(path, records))
+    for suffix in ("", "-wal"):
+        if Path(f"{path}{suffix}").exists():
+            shutil.copy(f"{path}{suffix}", f"{copy}{suffix}")
+    seconds, removed = asyncio.run(_prune(path))
+    raw = _raw_delete(copy, removed)
+    return {
+        "prune_records": removed,
+        "prune_seconds": round(seconds, 3),
+        "prune_records_per_s": common.per_second(removed, seconds),
+        "raw_delete_records_per_s": common.per_second(removed, raw),
+        "prune_ratio_to_raw_delete": common.ratio(raw, seconds),
+    }
+
+
 def main() -> None:
     args = common.parse_args(__doc__ or "")
     os.environ.setdefault("AGENTLOG_MASTER_KEY", base64.urlsafe_b64encode(os.urandom(32)).decode())
@@ -69,6 +124,8 @@ def main() -> None:
             args.rounds, {"plain": contender(None), "subject": contender("user-42")}, warmup=1
         )
         walls = {k: v[-args.rounds :] for k, v in WALL.items()}  # the warmup's left out
+        common.log("prune rate")
+        pruning = prune_rate(tmp, 100_000 if args.quick else 1_000_000)
         with common.scratch_db(tmp) as path:
             asyncio.run(_run(path, steps, "user-42"))
             clear = workload.FILLER[:60].encode() in Path(path).read_bytes()
@@ -89,6 +146,7 @@ def main() -> None:
             "target_cost": TARGET_COST,
             "within_target": cost <= TARGET_COST,
             "plaintext_in_file": clear,
+            **pruning,
             **common.environment(),
         }
     )
