@@ -1,6 +1,7 @@
 """Verify an agentlog JSONL export with the Python standard library alone.
 
     python verify_export.py FILE [--head THREAD@SEQ:HASH]
+    python verify_export.py --evidence BUNDLE [--public-key PEM]   (needs `cryptography`)
 
 Each line's hash must equal sha256(prev_hash + compact JSON of its envelope + payload bytes),
 its prev_hash the previous line's hash (64 zeros for the first), its seq the next one from 1,
@@ -438,12 +439,82 @@ def verify(lines: Iterable[str], head: tuple[str, int, str] | None) -> str:
     return f"ok: {kept}, head {thread}@{count}:{prev}"
 
 
+def canonical(body: dict[str, Any]) -> bytes:
+    """What an evidence bundle's signature covers: every field but `signature`, as JSON with
+    sorted keys, no spaces, ASCII only (agentlog.events.evidence writes it the same way)."""
+    fields = {k: v for k, v in body.items() if k != "signature"}
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def verify_evidence(text: str, pinned_pem: bytes | None = None) -> str:
+    """'ok: ...' for an intact evidence bundle (`agentlog export --evidence`): its Ed25519
+    signature (by the key `pinned_pem` names, when given), then its records' chain up to the
+    head it states. Needs `cryptography`; raises Bad saying what does not hold."""
+    try:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+        from cryptography.hazmat.primitives.serialization import (
+            Encoding,
+            PublicFormat,
+            load_pem_public_key,
+        )
+    except ImportError:
+        raise Bad("checking a signature needs the 'cryptography' package") from None
+    body = loads(text)
+    if not isinstance(body, dict) or body.get("format") != "agentlog-evidence/1":
+        raise Bad("not an agentlog evidence bundle (format agentlog-evidence/1)")
+    try:
+        public = base64.b64decode(body["public_key"], validate=True)
+        key = Ed25519PublicKey.from_public_bytes(public)
+        key.verify(base64.b64decode(body["signature"], validate=True), canonical(body))
+    except (KeyError, TypeError, ValueError, InvalidSignature):
+        raise Bad(
+            "the signature does not match the bundle: it was altered, or not signed"
+        ) from None
+    if pinned_pem is not None:
+        try:
+            pinned = load_pem_public_key(pinned_pem).public_bytes(Encoding.Raw, PublicFormat.Raw)
+        except (ValueError, TypeError) as exc:
+            raise Bad(f"the public key given is not an Ed25519 PEM key ({exc})") from None
+        if pinned != public:
+            raise Bad("the bundle is signed by another key than the one given")
+    head, lines = body.get("head"), body.get("export")
+    if not isinstance(head, dict) or not isinstance(lines, list):
+        raise Bad("the bundle lacks its head or its records")
+    seq, digest = head.get("seq"), head.get("hash")
+    if not isinstance(seq, int) or not isinstance(digest, str):
+        raise Bad("the bundle's head is not a seq and a hash")
+    verdict = verify(lines, (str(body.get("thread_id")), seq, digest))
+    if not verdict.endswith(f"@{head.get('seq')}:{head.get('hash')}"):
+        raise Bad(f"the records end elsewhere than the head the bundle states ({verdict})")
+    fingerprint = hashlib.sha256(public).hexdigest()[:16]
+    return f"{verdict}; signed by Ed25519 key {fingerprint}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Verify FILE; print the verdict; 0 when intact, 1 when not, 2 when unreadable."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("file", help="a JSONL export of one agentlog thread")
     parser.add_argument("--head", type=parse_head, help="a saved head: THREAD@SEQ:HASH")
+    parser.add_argument("--evidence", action="store_true", help="FILE is a signed evidence bundle")
+    parser.add_argument("--public-key", help="with --evidence: the PEM key it must be signed by")
     args = parser.parse_args(argv)
+    if args.evidence:
+        try:
+            with open(args.file, encoding="utf-8") as f:
+                text = f.read()
+            pinned = None
+            if args.public_key:
+                with open(args.public_key, "rb") as k:
+                    pinned = k.read()
+            print(verify_evidence(text, pinned))
+        except (OSError, UnicodeDecodeError) as exc:
+            print(f"cannot read {args.file}: {exc}")
+            return 2
+        except Bad as exc:
+            print(exc)
+            return 1
+        return 0
     reconfigure = getattr(sys.stdout, "reconfigure", None)
     if reconfigure is not None:  # print any thread id, whatever the terminal's encoding
         reconfigure(errors="backslashreplace")

@@ -26,8 +26,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from enum import StrEnum
-from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console, RenderableType
@@ -47,7 +46,7 @@ from agentlog.events import (
     VerifyReport,
     open_store,
 )
-from agentlog.events.audit import Head, export_jsonl, verify_store, verify_tree
+from agentlog.events.audit import Head, verify_store, verify_tree
 
 if TYPE_CHECKING:
     from agentlog.projections import AgentState, EventRow, StreamChunk
@@ -876,43 +875,6 @@ def verify_command(
             INVARIANT_EXIT,
         )
         raise typer.Exit(INVARIANT_EXIT)
-
-
-async def _export(store: EventStore, thread: str, out: Path | None, overwrite: bool) -> Head:
-    with render.progress(errors, f"exporting {render.inert(thread)}") as update:
-        target: IO[str] | Path = sys.stdout if out is None else out
-        return await export_jsonl(store, thread, target, progress=update, overwrite=overwrite)
-
-
-@app.command("export")
-def export_command(
-    thread: Thread,
-    fmt: Annotated[Format, typer.Option("--format", help="The export format.")] = Format.jsonl,
-    out: Annotated[
-        Path | None, typer.Option("--out", help="The file to write (default: stdout).")
-    ] = None,
-    overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace --out when it already exists.")
-    ] = False,
-    db: Db = "agentlog.db",
-    as_json: AsJson = False,
-) -> None:
-    """Write the thread's records for an audit (check with events/verify_export.py).
-
-    The head (THREAD@SEQ:HASH) is printed on stdout with --out, else on stderr.
-    """
-    exported = _run(lambda store: _export(store, thread, out, overwrite), db, thread)
-    if as_json:
-        report = {"thread_id": thread, "format": fmt.value, "records": exported.seq}
-        report |= {"head": str(exported), "hash": exported.hash, "out": out and str(out)}
-        typer.echo(json.dumps(report), err=out is None)
-    elif out is None:
-        typer.echo(f"head: {render.inert(str(exported))}", err=True)
-    else:
-        said = Text(f"exported {exported.seq} records of {render.inert(thread)} to ")
-        said.append(render.inert(str(out)))
-        _print(said)
-        typer.echo(f"head: {render.inert(str(exported))}")
 
 
 @app.command()

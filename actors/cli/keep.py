@@ -1,4 +1,5 @@
-"""`agentlog erase`: forget a person's data and keep the proof (see docs/compliance.md).
+"""`agentlog export`, `erase`, `prune` and `vacuum`: keep, forget and still prove (see
+docs/compliance.md).
 
 Registered on the `agentlog` app when `agentlog.actors.cli` loads; the engine is imported
 only when a command runs.
@@ -6,14 +7,30 @@ only when a command runs.
 
 from __future__ import annotations
 
+import json
+import sys
 import time
-from typing import Annotated
+from pathlib import Path
+from typing import IO, Annotated
 
 import typer
 from rich.text import Text
 
-from agentlog.actors.cli import AsJson, Db, _echo_json, _print, _run, app, render
+from agentlog.actors.cli import (
+    AsJson,
+    CliError,
+    Db,
+    Format,
+    Thread,
+    _echo_json,
+    _print,
+    _run,
+    app,
+    errors,
+    render,
+)
 from agentlog.events import EventStore
+from agentlog.events.audit import Head, export_jsonl
 
 Subject = Annotated[
     str, typer.Argument(metavar="SUBJECT", help="The data subject's id, as tagged on its threads.")
@@ -124,3 +141,82 @@ def prune_command(
         _print(Text(render.inert(f"pruned {r.thread_id}: {r.removed} records through seq "
                                  f"{r.through_seq}")))  # fmt: skip
     typer.echo(f"{len(reports)} thread(s) pruned" + (", vacuumed" if do_vacuum else ""))
+
+
+async def _export(store: EventStore, thread: str, out: Path | None, overwrite: bool) -> Head:
+    with render.progress(errors, f"exporting {render.inert(thread)}") as update:
+        target: IO[str] | Path = sys.stdout if out is None else out
+        return await export_jsonl(store, thread, target, progress=update, overwrite=overwrite)
+
+
+@app.command("export")
+def export_command(
+    thread: Thread,
+    fmt: Annotated[Format, typer.Option("--format", help="The export format.")] = Format.jsonl,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="The file to write (default: stdout).")
+    ] = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace --out when it already exists.")
+    ] = False,
+    evidence: Annotated[
+        bool,
+        typer.Option("--evidence", help="Write a signed evidence bundle (needs --signing-key)."),
+    ] = False,
+    signing_key: Annotated[
+        Path | None,
+        typer.Option("--signing-key", help="The Ed25519 private key (PEM) that signs it."),
+    ] = None,
+    db: Db = "agentlog.db",
+    as_json: AsJson = False,
+) -> None:
+    """Write the thread's records for an audit (check with events/verify_export.py).
+
+    The head (THREAD@SEQ:HASH) is printed on stdout with --out, else on stderr. With
+    --evidence, one signed JSON bundle: the records, the head, a short report for people,
+    an Ed25519 signature (check with `python -I events/verify_export.py --evidence FILE`).
+    """
+    if evidence:
+        _evidence(thread, out, overwrite, signing_key, db, as_json)
+        return
+    exported = _run(lambda store: _export(store, thread, out, overwrite), db, thread)
+    if as_json:
+        report = {"thread_id": thread, "format": fmt.value, "records": exported.seq}
+        report |= {"head": str(exported), "hash": exported.hash, "out": out and str(out)}
+        typer.echo(json.dumps(report), err=out is None)
+    elif out is None:
+        typer.echo(f"head: {render.inert(str(exported))}", err=True)
+    else:
+        said = Text(f"exported {exported.seq} records of {render.inert(thread)} to ")
+        said.append(render.inert(str(out)))
+        _print(said)
+        typer.echo(f"head: {render.inert(str(exported))}")
+
+
+def _evidence(
+    thread: str, out: Path | None, overwrite: bool, key: Path | None, db: str, as_json: bool
+) -> None:
+    from agentlog.events.evidence import write_evidence
+
+    if key is None or out is None:
+        raise typer.BadParameter("an evidence bundle needs --signing-key PEM and --out FILE")
+    try:
+        pem = key.read_bytes()
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot read {key}: {exc}", param_hint="--signing-key") from None
+
+    async def job(store: EventStore) -> dict[str, object]:
+        try:
+            return await write_evidence(store, thread, out, pem, overwrite=overwrite)
+        except ImportError as exc:  # pragma: no cover - cryptography is a dependency of it
+            raise CliError(
+                f"signing needs 'cryptography' (pip install 'agentlog[crypto]'): {exc}"
+            ) from None
+
+    bundle = _run(job, db, thread)
+    head = bundle["head"]
+    assert isinstance(head, dict)
+    if as_json:
+        _echo_json({"thread_id": thread, "out": str(out), "head": head, "evidence": True})
+    else:
+        _print(Text(render.inert(f"evidence of {thread} (head seq {head['seq']}) in {out}")))
