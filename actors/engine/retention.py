@@ -51,18 +51,26 @@ class PruneReport:
     snapshot_digest: str
 
 
-def _cut(records: list[EventRecord], keep_runs: int | None, keep_days: float | None,
-         now: float) -> int:  # fmt: skip
-    """The last seq to remove: just before the oldest run kept (the last run always is)."""
-    starts = [r for r in records if isinstance(r.event, RunStarted)]
+async def _at(store: EventStore, thread_id: str, seq: int) -> EventRecord:
+    async for record in store.read(thread_id, seq, seq):
+        return record
+    raise InvalidArgumentError(f"record {seq} of thread {thread_id!r} is not stored")
+
+
+async def _cut(store: EventStore, thread_id: str, base: int, keep_runs: int | None,
+               keep_days: float | None, now: float) -> int:  # fmt: skip
+    """The last seq to remove: just before the oldest run kept (the last run always is).
+    Found by the kind index alone: no record before the cut is read."""
+    starts = [seq for seq in await store.seqs_of_kind(thread_id, RunStarted.KIND) if seq > base]
     if not starts:
         return 0
     if keep_runs is not None:
-        kept = starts[-keep_runs:]
-    else:
-        assert keep_days is not None
-        kept = [r for r in starts if r.at >= now - keep_days * DAY] or starts[-1:]
-    return kept[0].seq - 1
+        return starts[-keep_runs:][0] - 1
+    assert keep_days is not None
+    for seq in starts:  # the oldest run begun within the window, else the last run
+        if (await _at(store, thread_id, seq)).at >= now - keep_days * DAY:
+            return seq - 1
+    return starts[-1] - 1
 
 
 def _check(keep_runs: int | None, keep_days: float | None) -> None:
@@ -91,17 +99,18 @@ async def prune_thread(
     _check(keep_runs, keep_days)
     floor = await pruned_floor(store, thread_id)
     base = 0 if floor is None else floor[0]
-    records = [r async for r in store.read(thread_id)]
-    pending = [r.event for r in records if isinstance(r.event, Pruned)]
-    if pending and pending[-1].through_seq > base:  # cut short before its delete: finish it
-        last = pending[-1]
-        await prune_rows(store, thread_id, last.through_seq, bytes.fromhex(last.last_hash))
-        base = last.through_seq
-    cut = _cut(records, keep_runs, keep_days, time.time() if now is None else now)
+    pending = [s for s in await store.seqs_of_kind(thread_id, Pruned.KIND) if s > base]
+    if pending:  # the last prune may have been cut short before its delete: finish it
+        last = (await _at(store, thread_id, pending[-1])).event
+        if isinstance(last, Pruned) and last.through_seq > base:
+            await prune_rows(store, thread_id, last.through_seq, bytes.fromhex(last.last_hash))
+            base = last.through_seq
+    cut = await _cut(store, thread_id, base, keep_runs, keep_days,
+                     time.time() if now is None else now)  # fmt: skip
     if cut <= base:
         return None
     fold = await fold_at(store, thread_id, cut, state_cls)
-    anchor = next(r for r in records if r.seq == cut)
+    anchor = await _at(store, thread_id, cut)
     snapshot = Snapshot(
         thread_id=thread_id, seq=cut, state=state_data(fold.state),
         state_type=state_type_name(type(fold.state)), at=anchor.at, hash=anchor.hash,
