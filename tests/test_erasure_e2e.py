@@ -114,3 +114,38 @@ async def test_a_run_tagged_with_a_subject_is_forgotten_everywhere(tmp_path: Pat
     assert "ok" in cli("verify", "--db", db).lower()
     with pytest.raises(json.JSONDecodeError):
         json.loads("")  # the CLI's outputs above were read as text, never trusted as JSON
+
+
+async def test_the_http_api_shows_the_erasure_and_never_the_plaintext(tmp_path: Path) -> None:
+    import httpx
+
+    from agentlog.actors.engine.erasure import erase_subject
+    from agentlog.actors.http import create_app
+    from agentlog.actors.runtime import AgentRuntime, EntryPoint
+
+    async with SQLiteEventStore(tmp_path / "serve.db") as store:
+        app = graph().compile(checkpointer=store)
+        config = {"thread_id": "t", "subject": "alice"}
+        await app.ainvoke({"messages": [Message.text_message(SECRET)]}, config)
+        runtime = AgentRuntime(store)
+        runtime.add_graph("where", app)
+        runtime.register_entry_point(EntryPoint(id="chat", graph_id="where"))
+        async with runtime:
+            transport = httpx.ASGITransport(app=create_app(runtime))
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
+
+                async def answers() -> str:
+                    got = [
+                        await http.get("/threads/t"),
+                        await http.get("/threads/t/state"),
+                        await http.get("/threads/t/history"),
+                        await http.post("/threads/search", json={}),
+                    ]
+                    assert all(r.status_code == 200 for r in got), [r.text for r in got]
+                    return "\n".join(r.text for r in got)
+
+                assert SECRET in await answers()
+                await erase_subject(store, "alice", by="dpo", reason="Art. 17")
+                after = await answers()
+                assert SECRET not in after and CITY not in after
+                assert "erased on" in after
