@@ -53,7 +53,14 @@ from agentlog.events.kinds import (
 )
 from agentlog.events.names import brief, check_text, check_thread_id, readable_thread_id
 from agentlog.events.record import EventRecord, Snapshot, VerifyReport
-from agentlog.events.sealing import PERSONAL, SNAPSHOT, Keys, open_sealed, subject_of
+from agentlog.events.sealing import (
+    PERSONAL,
+    SNAPSHOT,
+    Keys,
+    SubjectErasedError,
+    open_sealed,
+    subject_of,
+)
 from agentlog.events.snapshot_refs import (
     ContextEntry,
     CorruptSnapshotError,
@@ -919,8 +926,12 @@ class BaseEventStore(ABC):
         return [e._replace(sealer=sealer) if e.kind in PERSONAL else e for e in encoded]
 
     async def _seal_state(self, thread_id: str, seq: int, state: bytes) -> bytes:
-        """A snapshot's state bytes, sealed like a record when the thread has a subject."""
-        sealer = await keyring(self).sealer(thread_id)
+        """A snapshot's state bytes, sealed like a record when the thread has a subject (as
+        they are once it was erased: a state folded since holds its fields as erased)."""
+        try:
+            sealer = await keyring(self).sealer(thread_id)
+        except SubjectErasedError:
+            return state
         return state if sealer is None else sealer.seal(thread_id, seq, SNAPSHOT, 0, state)
 
     async def _open_state(self, thread_id: str, seq: int, data: bytes) -> dict[str, Any]:

@@ -149,3 +149,19 @@ async def test_the_http_api_shows_the_erasure_and_never_the_plaintext(tmp_path: 
                 after = await answers()
                 assert SECRET not in after and CITY not in after
                 assert "erased on" in after
+
+
+async def test_no_cache_of_this_process_serves_the_plaintext_after_erasure(tmp_path: Path) -> None:
+    from agentlog.actors.engine.erasure import erase_subject
+    from agentlog.projections.views import state_at, take_snapshot
+
+    async with SQLiteEventStore(tmp_path / "log.db") as store:
+        app = graph().compile(checkpointer=store)
+        await app.ainvoke({"messages": [Message.text_message(SECRET)]},
+                          {"thread_id": "t", "subject": "alice"})  # fmt: skip
+        await take_snapshot(store, "t")
+        assert SECRET in (await state_at(store, "t")).model_dump_json()  # cached now
+        await erase_subject(store, "alice", by="dpo", reason="Art. 17")
+        await take_snapshot(store, "t")  # a new snapshot pointing at the same records
+        shown = (await state_at(store, "t")).model_dump_json()
+        assert SECRET not in shown and "erased on" in shown

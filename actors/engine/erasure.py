@@ -1,7 +1,8 @@
 """Erasing a data subject: its key destroyed, the erasure recorded through the commit path.
 
 `erase_subject` first destroys the subject's key in the key store, in one transaction with
-the snapshots of its threads (the caches that hold its plaintext), then records an `erased`
+the snapshots of its threads (the caches that hold its plaintext; a pruned thread's floor
+snapshot stays, sealed), empties this process's message cache, then records an `erased`
 event on the erasures' own thread (`ERASURE_THREAD`) through `commit.write`. A process killed
 between the two leaves the subject erased (every read shows its fields as erased) and the
 record missing; running the erasure again writes the record with the erasure first kept (who,
@@ -20,6 +21,7 @@ from agentlog.events.kinds import Erased, Event
 from agentlog.events.sealing import Erasure, check_subject
 from agentlog.projections.fold import Fold
 from agentlog.projections.state import AgentState
+from agentlog.projections.views import clear_message_cache
 
 from .commit import write
 
@@ -61,6 +63,7 @@ async def erase_subject(
     threads = await threads_of_subject(store, subject)
     now = time.time() if at is None else at
     erasure = await keyring(store).destroy(Erasure(subject, now, by, reason))
+    clear_message_cache()  # messages this process validated from the subject's records go too
 
     async def build(fold: Fold[AgentState]) -> list[Event]:
         if any(e.subject == subject for e in await erasures(store)):
