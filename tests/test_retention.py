@@ -253,3 +253,20 @@ def test_the_cli_prunes_every_thread_and_the_export_still_verifies(tmp_path: Pat
     )  # fmt: skip
     assert checked.returncode == 0, checked.stdout
     assert f"pruned through {report['through_seq']}" in checked.stdout
+
+
+async def test_a_thread_idle_past_its_ttl_is_pruned_whole_to_a_tombstone(store: EventStore) -> None:
+    await _runs(store, "t", ["a", "b"])
+    last = [r async for r in store.read("t")][-1]
+    assert await prune_thread(store, "t", idle_days=30, now=last.at + 86400) is None  # not idle
+    report = await prune_thread(store, "t", idle_days=30, now=last.at + 31 * 86400)
+    assert report is not None and report.through_seq == last.seq
+    kept = [r async for r in store.read("t")]
+    assert [r.kind for r in kept] == ["pruned"]  # the tombstone alone
+    assert (await store.verify("t")).ok
+    app = echo_graph().compile(store)
+    assert len((await app.aget_state({"thread_id": "t"})).context) == 4
+    assert await prune_thread(store, "t", idle_days=30, now=last.at + 99 * 86400) is None
+    await app.ainvoke({"messages": [Message.text_message("back")]}, {"thread_id": "t"})
+    assert len((await app.aget_state({"thread_id": "t"})).context) == 6
+    assert (await store.verify("t")).ok

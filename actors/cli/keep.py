@@ -94,6 +94,10 @@ def prune_command(
     keep_days: Annotated[
         float | None, typer.Option("--keep-days", help="Keep the runs begun in the last N days.")
     ] = None,
+    ttl_days: Annotated[
+        float | None,
+        typer.Option("--ttl-days", help="Prune whole each thread idle for more than N days."),
+    ] = None,
     do_vacuum: Annotated[
         bool, typer.Option("--vacuum", help="Then rewrite the file without the freed pages.")
     ] = False,
@@ -110,8 +114,8 @@ def prune_command(
     from agentlog.events.keystore import vacuum
     from agentlog.projections.generic import open_states
 
-    if (keep_runs is None) == (keep_days is None):
-        raise typer.BadParameter("name what to keep: --keep-runs N or --keep-days N")
+    if sum(x is not None for x in (keep_runs, keep_days, ttl_days)) != 1:
+        raise typer.BadParameter("name what to keep: --keep-runs N, --keep-days N or --ttl-days N")
 
     async def job(store: EventStore) -> list[PruneReport]:
         threads = [thread] if thread is not None else await store.threads()
@@ -121,7 +125,8 @@ def prune_command(
         for one in threads:
             (now,) = await open_states(store, one, [await store.last_seq(one)])
             report = await prune_thread(
-                store, one, keep_runs=keep_runs, keep_days=keep_days, by=by, reason=reason,
+                store, one, keep_runs=keep_runs, keep_days=keep_days, idle_days=ttl_days, by=by,
+                reason=reason,
                 state_cls=type(now.state),
             )  # fmt: skip
             if report is not None:

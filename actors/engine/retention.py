@@ -73,9 +73,14 @@ async def _cut(store: EventStore, thread_id: str, base: int, keep_runs: int | No
     return starts[-1] - 1
 
 
-def _check(keep_runs: int | None, keep_days: float | None) -> None:
-    if (keep_runs is None) == (keep_days is None):
-        raise InvalidArgumentError("name what to keep: keep_runs=N or keep_days=N, one of them")
+def _check(keep_runs: int | None, keep_days: float | None, idle_days: float | None) -> None:
+    if sum(x is not None for x in (keep_runs, keep_days, idle_days)) != 1:
+        raise InvalidArgumentError(
+            "name what to keep: keep_runs=N, keep_days=N or idle_days=N (a thread's TTL), "
+            "one of them"
+        )
+    if idle_days is not None and (isinstance(idle_days, bool) or not idle_days >= 0):
+        raise InvalidArgumentError(f"idle_days is a number of days >= 0, got {idle_days!r}")
     if keep_runs is not None and (type(keep_runs) is not int or keep_runs < 1):
         raise InvalidArgumentError(
             f"keep_runs is an int >= 1 (the last run stays), got {keep_runs!r}"
@@ -90,13 +95,18 @@ async def prune_thread(
     *,
     keep_runs: int | None = None,
     keep_days: float | None = None,
+    idle_days: float | None = None,
     by: str = "agentlog",
     reason: str | None = None,
     state_cls: type[AgentState] = AgentState,
     now: float | None = None,
 ) -> PruneReport | None:
-    """Remove the thread's records before the runs kept; None when nothing is to go."""
-    _check(keep_runs, keep_days)
+    """Remove the thread's records before the runs kept; None when nothing is to go.
+
+    With `idle_days` (a thread's time to live), a thread whose last record is older than
+    that is pruned whole: every record goes, leaving the snapshot of its last state and the
+    `pruned` record, a tombstone the snapshot and the floor link to."""
+    _check(keep_runs, keep_days, idle_days)
     floor = await pruned_floor(store, thread_id)
     base = 0 if floor is None else floor[0]
     pending = [s for s in await store.seqs_of_kind(thread_id, Pruned.KIND) if s > base]
@@ -105,8 +115,13 @@ async def prune_thread(
         if isinstance(last, Pruned) and last.through_seq > base:
             await prune_rows(store, thread_id, last.through_seq, bytes.fromhex(last.last_hash))
             base = last.through_seq
-    cut = await _cut(store, thread_id, base, keep_runs, keep_days,
-                     time.time() if now is None else now)  # fmt: skip
+    clock = time.time() if now is None else now
+    if idle_days is not None:
+        newest = await _at(store, thread_id, await store.last_seq(thread_id))
+        idle = newest.at < clock - idle_days * DAY and not isinstance(newest.event, Pruned)
+        cut = newest.seq if idle else 0
+    else:
+        cut = await _cut(store, thread_id, base, keep_runs, keep_days, clock)
     if cut <= base:
         return None
     fold = await fold_at(store, thread_id, cut, state_cls)
