@@ -26,6 +26,8 @@ value exactly, and a one-key object naming the type where it cannot:
     maps with string keys                 JSON objects, unless the map has exactly one key
                                           and it starts with "$"
     any other map                         {"$map": [[key, value], ...]} (in stored order)
+    a sealed payload (first byte 0xC1)    {"$sealed": [format, subject, readable skeleton]}
+                                          (personal fields blank; agentlog.events.sealing)
 
 So a one-key object whose key starts with "$" is always a type name, never stored data, and
 every payload has exactly one readable form. The comparison is strict: 1, 1.0 and true
