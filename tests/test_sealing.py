@@ -306,3 +306,14 @@ def test_sigkill_during_erasure_leaves_each_subject_old_or_new(tmp_path: Path, s
             return sorted(e.subject for e in await erasures(store))
 
     assert asyncio.run(once_each()) == sorted(f"s{i}" for i in range(count))
+
+
+async def test_a_store_wrapping_another_shares_its_keys(tmp_path: Path) -> None:
+    from agentlog.actors.testing import FaultyStore
+
+    async with SQLiteEventStore(tmp_path / "log.db") as inner:
+        wrapper = FaultyStore(inner)
+        await tag_thread(wrapper, "chat", "alice")  # type: ignore[arg-type]
+        assert keyring(wrapper) is keyring(inner)
+        await _personal_thread(inner)
+        assert SECRET in await _texts(wrapper)  # type: ignore[arg-type]
