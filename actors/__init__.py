@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from agentlog.actors.engine.command import Command, Send
     from agentlog.actors.engine.compiled import CompiledGraph
     from agentlog.actors.engine.context import NodeContext, NotInNodeError, current_context
+    from agentlog.actors.engine.erasure import erase_subject
     from agentlog.actors.engine.errors import (
         GraphError,
         GraphInterrupt,
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
     )
     from agentlog.actors.engine.persistence import PersistenceError
     from agentlog.actors.engine.results import ResponseGranularity
+    from agentlog.actors.engine.retention import prune_thread
     from agentlog.actors.engine.subgraph import SubgraphForkError, SubgraphStateError
     from agentlog.actors.engine.tasks import BackgroundTaskManager, TaskNotRegisteredError
     from agentlog.actors.engine.writer import (
@@ -124,6 +126,8 @@ _HOMES: dict[str, str] = {
     "ToolCommandConflictError": "agentlog.actors.engine.errors",
     "UnreadResumeValueError": "agentlog.actors.engine.errors",
     "StateGraph": "agentlog.actors.engine.graph",
+    "erase_subject": "agentlog.actors.engine.erasure",
+    "prune_thread": "agentlog.actors.engine.retention",
     "BaseStore": "agentlog.actors.engine.longterm",
     "InMemoryStore": "agentlog.actors.engine.longterm",
     "InvalidNamespaceError": "agentlog.actors.engine.longterm",
@@ -230,9 +234,11 @@ __all__ = [
     "create_agent_runtime",
     "current_context",
     "emit_message_chunk",
+    "erase_subject",
     "get_store",
     "get_stream_writer",
     "interrupt",
+    "prune_thread",
     "record_outcome",
     "shared_state",
     "tools_condition",

@@ -32,6 +32,7 @@ from agentlog.events.errors import (
     StoreError,
     ThreadNotFoundError,
 )
+from agentlog.events.keystore import pruned_floor
 from agentlog.events.kinds import SubgraphRan
 from agentlog.events.record import VerifyReport
 from agentlog.events.store import READ_CHUNK, EventStore
@@ -131,8 +132,10 @@ async def verify_thread(
         return report
     if not report.ok and report.first_bad_seq is not None and report.first_bad_seq <= head.seq:
         return report  # the chain already breaks at or before the saved head
-    if report.ok and report.records_checked < head.seq:
-        last = report.records_checked
+    if report.ok and head.seq <= report.pruned_through:
+        return report  # pruned: an archive of the removed records proves it (verify_archive)
+    if report.ok and report.records_checked + report.pruned_through < head.seq:
+        last = report.records_checked + report.pruned_through
         problem = f"the tail after seq {last} was truncated (head says {head.seq})"
         return _bad(report, last + 1, problem)
     # Records 1..head.seq chain correctly, so a different hash there is a re-chained history.
@@ -292,7 +295,8 @@ async def _export(
     out: IO[str],
     progress: Callable[[int, int], None] | None,
 ) -> Head:
-    prev, final = GENESIS_HASH, None
+    floor = await pruned_floor(store, thread_id)  # pruned: the first row links to its hash
+    prev, final = GENESIS_HASH if floor is None else floor[1], None
     # Raw rows, as `verify` reads them: the payload bytes exactly as stored.
     async for row in store.read_rows(thread_id, 1, last):
         out.write(export_line(row, prev).decode("utf-8"))

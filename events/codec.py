@@ -35,6 +35,7 @@ from agentlog.events.kinds import (
     kind_of,
 )
 from agentlog.events.record import EventRecord
+from agentlog.events.sealing import Keys, Sealer, open_sealed
 
 GENESIS_HASH = bytes(32)
 """The `prev` hash of a thread's first record."""
@@ -118,6 +119,8 @@ class Encoded(NamedTuple):
     version: int
     payload: bytes
     event: Event
+    sealer: Sealer | None = None
+    """Seals the payload with its subject's key once its seq is known (None: stored plain)."""
 
 
 def encode_payloads(thread_id: str, events: Sequence[Event]) -> list[Encoded]:
@@ -167,9 +170,11 @@ def chain_rows(
 
     `actor` is the one who wrote them all, or a tuple naming each event's own."""
     rows: list[Row] = []
-    for i, (kind, version, payload, _) in enumerate(encoded):
+    for i, (kind, version, payload, _, sealer) in enumerate(encoded):
         seq, position = first_seq + i, first_position + i
         who = actor[i] if isinstance(actor, tuple) else actor
+        if sealer is not None:
+            payload = sealer.seal(thread_id, seq, kind, version, payload)
         envelope = (thread_id, seq, run_id, who, at, kind, version, position)
         digest = chain_hash(prev_hash, envelope, payload)
         rows.append(Row(thread_id, seq, run_id, who, at, kind, version, payload, digest, position))
@@ -177,8 +182,13 @@ def chain_rows(
     return rows
 
 
-def decode_event(thread_id: str, seq: int, kind: str, version: int, payload: bytes) -> Event:
-    """Decode one payload, upcasting it when it was written by an older version of its kind."""
+def decode_event(
+    thread_id: str, seq: int, kind: str, version: int, payload: bytes, keys: Keys | None = None
+) -> Event:
+    """Decode one payload, upcasting it when it was written by an older version of its kind.
+
+    A sealed payload (`agentlog.events.sealing`) is opened with its subject's key from `keys`;
+    without it, its personal fields read as erased (or as sealed, when no key is at hand)."""
     cls = KINDS.get(kind)
     if cls is None:
         raise UnknownEventKindError(kind, thread_id, seq)
@@ -187,10 +197,18 @@ def decode_event(thread_id: str, seq: int, kind: str, version: int, payload: byt
             f"record seq {seq} of thread {thread_id!r} holds {kind!r} version {version}, "
             f"newer than this agentlog knows ({cls.VERSION}): upgrade agentlog to read it"
         )
+    data: dict[str, Any] | None = None
+    if payload[:1] == b"\xc1":
+        opened = open_sealed(thread_id, seq, kind, version, payload, keys)
+        if isinstance(opened, bytes):
+            payload = opened
+        else:
+            data = opened
     try:
-        if version == cls.VERSION:
+        if data is None and version == cls.VERSION:
             return _decoders[kind].decode(payload)
-        data = _raw_decoder.decode(payload)
+        if data is None:
+            data = _raw_decoder.decode(payload)
         while version < cls.VERSION:
             upcaster = _upcasters.get((kind, version))
             if upcaster is None:
@@ -223,9 +241,10 @@ def record_of(row: Row, event: Event) -> EventRecord:
     )
 
 
-def decode_row(row: Row) -> EventRecord:
-    """Build the public record from a stored row."""
-    return record_of(row, decode_event(row.thread_id, row.seq, row.kind, row.version, row.payload))
+def decode_row(row: Row, keys: Keys | None = None) -> EventRecord:
+    """Build the public record from a stored row (sealed fields opened with `keys`)."""
+    event = decode_event(row.thread_id, row.seq, row.kind, row.version, row.payload, keys)
+    return record_of(row, event)
 
 
 def encode_json(obj: Any) -> bytes:

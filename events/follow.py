@@ -31,6 +31,7 @@ from agentlog.events.errors import (
     StoreError,
     UnknownEventKindError,
 )
+from agentlog.events.keystore import open_keys
 from agentlog.events.kinds import KINDS
 from agentlog.events.record import EventRecord
 from agentlog.events.store import MAX_POSITION, EventStore, readable_thread_id
@@ -364,7 +365,7 @@ async def _follow_thread(
                 seq = row.seq + 1
                 if row.position <= after:
                     continue
-                record = decode_row(row)
+                record = decode_row(row, await open_keys(store, (row,)))
                 if match(record):
                     yield record
         if signal is None:

@@ -8,51 +8,32 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal, TypeAlias
 
-import msgspec
-
+from agentlog.events.kinds_base import BaseEvent
+from agentlog.events.kinds_beside import (
+    BESIDE_TYPES,
+    Erased,
+    ModelCalled,
+    OutcomeRecorded,
+    Pruned,
+    RunSuperseded,
+    SharedWritten,
+    StoreItemDeleted,
+    StoreItemPut,
+    SubgraphRan,
+    ThreadCreated,
+    ThreadHidden,
+    TriggerAccepted,
+    TriggerDispatched,
+    TriggerFinished,
+    TriggerListening,
+)
 from agentlog.events.statuses import JSON, RunFailedStatus, ToolCallStatus
 
 
-class BaseEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", gc=False):
-    """Common base: the `kind` tag is the class's snake-case name; VERSION is its schema.
-
-    Events are values that never form reference cycles, so the cyclic GC skips them.
-
-    The class-level traits below say what a kind is for, so a reader asks the kind
-    (`type(event).ENDS_RUN`, or the sets of kind names at the end of this module) instead of
-    listing kind names of its own. A kind sets the traits that hold for it.
-    """
-
-    VERSION: ClassVar[int] = 1
-    KIND: ClassVar[str] = ""
-    """The kind's name, its `kind` tag (set for each kind from its `tag`)."""
-    CARRIES_MESSAGES: ClassVar[bool] = False
-    """Its payload carries whole messages (see `agentlog.events.store.messages_of`)."""
-    SETS_FIELDS: ClassVar[bool] = False
-    """It declares or sets custom state fields (their reducers, or their values)."""
-    OPENS_RUN: ClassVar[bool] = False
-    """It starts or resumes a run: a run's commit that holds the run's input."""
-    ENDS_RUN: ClassVar[bool] = False
-    """It ends a run or pauses it (completed, failed, interrupted, stopped, cancelled)."""
-    TIMED: ClassVar[bool] = False
-    """It records one execution and how long it took: a node's step, a tool call."""
-    STEP_OUTPUT: ClassVar[bool] = False
-    """A node's output or a fact a run records: written in the same commit as the record
-    that closes (or opens) the run's step, never on its own by a run."""
-    RUNTIME_ONLY: ClassVar[bool] = False
-    """An agent runtime writes it only to its own thread, never to a run's thread."""
-    STORE_WRITE: ClassVar[bool] = False
-    """It changes the long-term store (`agentlog.actors.engine.longterm`): written only to
-    the store's own thread, never to a run's thread, each write a commit of its own."""
-
-
 class RunStarted(BaseEvent, tag="run_started", frozen=True):
-    """A run began on the thread, at `entry_node`, with the caller's input.
-
-    `fields` maps each custom state field to its reducer's qualified name (None: replace),
-    so the thread can be read without the state class (`agentlog.projections.generic`); None when
-    the writer did not record it.
-    """
+    """A run began on the thread, at `entry_node`, with the caller's input. `fields` maps
+    each custom state field to its reducer's qualified name (None: replace), so the thread
+    can be read without the state class (`agentlog.projections.generic`); None: not recorded."""
 
     OPENS_RUN: ClassVar[bool] = True
     SETS_FIELDS: ClassVar[bool] = True
@@ -76,11 +57,9 @@ class NodeEntered(BaseEvent, tag="node_entered", frozen=True):
 
 
 class StepAdvanced(BaseEvent, tag="step_advanced", frozen=True):
-    """The step counter moved to `step`; `next_node` is where the run goes next.
-
-    `duration_ms` is how long the step took, from its node being handed its input to its
-    commit being built (None: not measured, as for a human edit). Version 2 added it.
-    """
+    """The step counter moved to `step`; `next_node` is where the run goes next;
+    `duration_ms` (version 2) is how long the step took, from its node being handed its input
+    to its commit being built (None: not measured, as for a human edit)."""
 
     TIMED: ClassVar[bool] = True
 
@@ -107,9 +86,8 @@ class TasksPlanned(BaseEvent, tag="tasks_planned", frozen=True):
     """What step `step` runs when it is not one node alone: `tasks`, in branch order, each
     `{"node": name}` or, for a `Send`, `{"node": name, "arg": input}`; `joins` holds, for each
     node waiting for several nodes (`add_edge(["a", "b"], "c")`), the ones done so far.
-    Written in the commit of the step before, just ahead of its `step_advanced` (or in the
-    commit opening the run, after its input); a plain one-node step is planned by
-    `step_advanced.next_node` alone, so such logs read as before supersteps existed."""
+    Written in the commit of the step before, ahead of its `step_advanced` (or of the run's
+    opening); a one-node step is planned by `step_advanced.next_node` alone, as before."""
 
     STEP_OUTPUT: ClassVar[bool] = True
 
@@ -170,10 +148,9 @@ class StateUpdated(BaseEvent, tag="state_updated", frozen=True):
 
 
 class InterruptRaised(BaseEvent, tag="interrupt_raised", frozen=True):
-    """The run paused at `node`, before or after it ran.
-
-    `by_node`: the node asked (and waits for a resume value), not a compiled breakpoint;
-    `branch`: which branch of a superstep asked (its answer reaches it alone)."""
+    """The run paused at `node`, before or after it ran. `by_node`: the node asked (and waits
+    for a resume value), not a compiled breakpoint; `branch`: which branch of a superstep
+    asked (its answer reaches it alone)."""
 
     ENDS_RUN: ClassVar[bool] = True
 
@@ -205,11 +182,9 @@ class Resumed(BaseEvent, tag="resumed", frozen=True):
 
 
 class StopRequested(BaseEvent, tag="stop_requested", frozen=True):
-    """Someone asked the run to stop at the next node boundary.
-
-    With `between_nodes`, a node already running is let finish and commit (an agent
-    runtime shutting down); otherwise a node still running is cut short. Version 2 added it.
-    """
+    """Someone asked the run to stop at the next node boundary. With `between_nodes`
+    (version 2), a node already running is let finish and commit (an agent runtime shutting
+    down); otherwise a node still running is cut short."""
 
     VERSION: ClassVar[int] = 2
 
@@ -256,8 +231,7 @@ class ToolCallFinished(BaseEvent, tag="tool_call_finished", frozen=True):
 
     A tool that returns like a node is recorded as it returned: `message` is the tool
     message it gave as its result; `update` and `goto` are its `Command`'s, applied with
-    the tool node's step. Version 2 added these three; version 1 records have none.
-    """
+    the tool node's step. Version 2 added these three; version 1 records have none."""
 
     TIMED: ClassVar[bool] = True
     STEP_OUTPUT: ClassVar[bool] = True
@@ -301,8 +275,7 @@ class RunFailed(BaseEvent, tag="run_failed", frozen=True):
 
     `status` is "timed_out" when the node ran past its time limit, else "failed";
     `duration_ms` is how long the call that failed had run, from its start (None: not
-    measured). Version 2 added both; a version 1 record is "failed".
-    """
+    measured). Version 2 added both; a version 1 record is "failed"."""
 
     ENDS_RUN: ClassVar[bool] = True
 
@@ -316,10 +289,8 @@ class RunFailed(BaseEvent, tag="run_failed", frozen=True):
 
 
 class Forked(BaseEvent, tag="forked", frozen=True):
-    """This thread starts as a copy of `source_thread` at `source_seq`, holding `state`.
-
-    `fields` is as in `RunStarted`: the custom fields' reducers, when recorded.
-    """
+    """This thread starts as a copy of `source_thread` at `source_seq`, holding `state`;
+    `fields` is as in `RunStarted`: the custom fields' reducers, when recorded."""
 
     CARRIES_MESSAGES: ClassVar[bool] = True
     SETS_FIELDS: ClassVar[bool] = True
@@ -333,9 +304,7 @@ class Forked(BaseEvent, tag="forked", frozen=True):
 class RunCancelled(BaseEvent, tag="run_cancelled", frozen=True):
     """The run was ended on purpose by `by` (a runtime `cancel`): it is over and not
     retried; the thread takes new input, and `ainvoke(None)` has nothing to resume.
-
-    `node` is where it stood; `in_flight` names the node or tool calls cut short.
-    """
+    `node` is where it stood; `in_flight` names the node or tool calls cut short."""
 
     ENDS_RUN: ClassVar[bool] = True
 
@@ -345,220 +314,15 @@ class RunCancelled(BaseEvent, tag="run_cancelled", frozen=True):
     in_flight: list[str] = []
 
 
-class TriggerAccepted(BaseEvent, tag="trigger_accepted", frozen=True):
-    """A runtime accepted a run to start: from an API call, an event, a timer or injected
-    input. Recorded before `trigger` returns, so a restart neither loses nor repeats it.
-
-    `input` is the run's input as builtins (`resume` True: the value answers an interrupt);
-    `source_position` is the record an event trigger answered, `slot` a timer's slot and
-    `missed` the earlier slots it stands for.
-    """
-
-    RUNTIME_ONLY: ClassVar[bool] = True
-
-    trigger_id: str
-    entry_point: str
-    graph_id: str
-    thread_id: str
-    cause: Literal["api", "event", "timer", "input", "webhook"]
-    input: JSON = None
-    resume: bool = False
-    idempotency_key: str | None = None
-    priority: int = 0
-    source_position: int | None = None
-    slot: float | None = None
-    missed: int = 0
-    by: str | None = None
-    new_thread: bool = False
-    """The runtime named the thread itself (a fresh random id): nothing else writes to it."""
-    correlation_id: str | None = None
-    """The caller's id tying related runs together (hive's `correlation_id`)."""
-    traceparent: str | None = None
-    """The W3C trace context the request or webhook carried, handed to the run it starts."""
-
-
-class TriggerDispatched(BaseEvent, tag="trigger_dispatched", frozen=True):
-    """A runtime handed an accepted trigger to its graph; `thread_seq` is the thread's last
-    seq at that moment (a restart that finds it unchanged knows the run never began)."""
-
-    RUNTIME_ONLY: ClassVar[bool] = True
-
-    trigger_id: str
-    attempt: int
-    thread_seq: int
-    resumed: bool = False
-
-
-class TriggerFinished(BaseEvent, tag="trigger_finished", frozen=True):
-    """How a triggered run's attempt ended: `outcome` is a `Status` ("completed",
-    "failed", "cancelled", "rejected"), or "interrupted" when the run paused; a failure with
-    `retry_at` is tried again then, from the log."""
-
-    RUNTIME_ONLY: ClassVar[bool] = True
-
-    trigger_id: str
-    outcome: str
-    attempt: int = 1
-    error_type: str | None = None
-    message: str | None = None
-    retry_at: float | None = None
-    by: str | None = None
-    rolled_back_to: int | None = None
-    """A run cancelled by a rollback: the thread seq its state is set back to (the thread
-    records `run_superseded` once done; a restart finishes one cut short)."""
-    thread_seq: int | None = None
-    """A completed or interrupted attempt: the thread's seq where its run left it, so the
-    run's records are those after its dispatch's `thread_seq` up to this one."""
-
-
-class TriggerListening(BaseEvent, tag="trigger_listening", frozen=True):
-    """An event or timer entry point began to listen: events after `position`, timer slots
-    after `slot`. Recorded once, so a restart before its first firing misses nothing."""
-
-    RUNTIME_ONLY: ClassVar[bool] = True
-
-    entry_point: str
-    position: int | None = None
-    slot: float | None = None
-
-
-class ThreadHidden(BaseEvent, tag="thread_hidden", frozen=True):
-    """Deleted through the HTTP API: hidden from listings, its log kept (and verifying)."""
-
-    by: str
-    reason: str | None = None
-
-
-class ThreadCreated(BaseEvent, tag="thread_created", frozen=True):
-    """The thread was created before its first run (`POST /threads`), by `by`, for graph
-    `graph_id`, with the caller's `metadata`. Always the thread's first record; the state
-    stays a fresh thread's."""
-
-    by: str
-    graph_id: str | None = None
-    metadata: dict[str, JSON] = {}
-
-
-class ModelCalled(BaseEvent, tag="model_called", frozen=True):
-    """A node called a model once (one attempt), recorded in the node's step commit beside
-    the message it produced, so a step's tokens and latency are in the log.
-
-    `request_hash` is a SHA-256 of the request as sent (messages, tools, params), so a
-    replay can find the answer to the same request; `message_id` names the message this
-    call produced (None for a failed attempt); `usage` holds token counts.
-    """
-
-    STEP_OUTPUT: ClassVar[bool] = True
-
-    node: str
-    provider: str
-    model: str
-    request_hash: str
-    attempt: int = 1
-    status: Literal["completed", "failed"] = "completed"
-    params: dict[str, JSON] = {}
-    message_id: str | int | None = None
-    usage: dict[str, JSON] | None = None
-    latency_ms: float = 0.0
-    finish_reason: str | None = None
-    response_id: str | None = None
-    error_type: str | None = None
-    error: str | None = None
-    streamed: bool = False
-
-
-class OutcomeRecorded(BaseEvent, tag="outcome_recorded", frozen=True):
-    """A node recorded an outcome towards a goal: `metric` (a criterion's metric name)
-    reached `value` (a number, or a bool for a pass/fail criterion)."""
-
-    STEP_OUTPUT: ClassVar[bool] = True
-
-    metric: str
-    value: JSON
-    node: str | None = None
-    goal_id: str | None = None
-
-
-class SharedWritten(BaseEvent, tag="shared_written", frozen=True):
-    """A run wrote a shared key (the runtime's state shared between runs): `op` applied to
-    `value`, in commit order. `key` is namespaced (`graph/name`, or `*/name` when global)."""
-
-    STEP_OUTPUT: ClassVar[bool] = True
-
-    key: str
-    op: Literal["set", "increment", "append", "merge"]
-    value: JSON = None
-    node: str | None = None
-    isolation: Literal["shared", "synchronized"] = "shared"
-    run_id: str | None = None
-    """The run that asked for the write (the key's own thread records it for that run)."""
-    op_id: str | None = None
-    """A synchronized write's identity (thread, step, index): a step run again after a
-    crash finds its write applied already and does not apply it twice."""
-
-
-class SubgraphRan(BaseEvent, tag="subgraph_ran", frozen=True):
-    """A node ran a subgraph on thread `thread_id`, left at `seq` with hash `hash` (a link)."""
-
-    STEP_OUTPUT: ClassVar[bool] = True
-
-    node: str
-    namespace: str
-    thread_id: str
-    seq: int
-    hash: str
-    status: str = "completed"
-
-
-class RunSuperseded(BaseEvent, tag="run_superseded", frozen=True):
-    """Run `run_id` was cancelled and rolled back (double-texting's `rollback`) by `by`: the
-    events after this one set the state back to what it was before that run began. Its
-    tools' side effects are not undone."""
-
-    run_id: str
-    by: str
-    reason: str | None = None
-    started_seq: int = 0
-    """The seq of the superseded run's `run_started`: the state rolled back to is the one
-    just before it."""
-
-
-class StoreItemPut(BaseEvent, tag="store_item_put", frozen=True):
-    """`value` was put under `key` in `namespace` of the long-term store (`BaseStore.put`).
-
-    `index`: what a text query reads (None: all its text, False: nothing, a list: those
-    fields); `ttl`: minutes it lives. A node's write names it, and `op_id` its step (thread,
-    seq of `node_entered`) and place in it: a step run again after a crash skips it."""
-
-    STORE_WRITE: ClassVar[bool] = True
-
-    namespace: list[str]
-    key: str
-    value: dict[str, JSON]
-    index: list[str] | bool | None = None
-    ttl: float | None = None
-    node: str | None = None
-    op_id: str | None = None
-
-
-class StoreItemDeleted(BaseEvent, tag="store_item_deleted", frozen=True):
-    """The item under `key` in `namespace` of the long-term store was deleted (LangGraph's
-    `BaseStore.delete`); the log keeps the values it held. `node` and `op_id` as for
-    `StoreItemPut`."""
-
-    STORE_WRITE: ClassVar[bool] = True
-
-    namespace: list[str]
-    key: str
-    node: str | None = None
-    op_id: str | None = None
-
-
 FACT_KINDS = (ModelCalled, OutcomeRecorded, SharedWritten, SubgraphRan)
 Event: TypeAlias = BaseEvent  # any event; narrow it by class (isinstance, match)
 
-EVENT_TYPES: tuple[type[BaseEvent], ...] = tuple(BaseEvent.__subclasses__())
-"""Every event kind, in the order declared above: a kind is declared once, by its class."""
+RUN_TYPES: tuple[type[BaseEvent], ...] = tuple(
+    t for t in BaseEvent.__subclasses__() if t.__module__ == __name__
+)
+EVENT_TYPES: tuple[type[BaseEvent], ...] = (*RUN_TYPES, *BESIDE_TYPES)
+"""Every event kind: a run's own here, in the order declared, then the kinds beside a run's
+state (`agentlog.events.kinds_beside`); a kind is declared once, by its class."""
 
 for _type in EVENT_TYPES:
     _type.KIND = str(_type.__struct_config__.tag)
@@ -598,3 +362,60 @@ STORE_KINDS = kinds_where("STORE_WRITE")
 def kind_of(event: BaseEvent) -> str:
     """The `kind` string of an event instance."""
     return type(event).KIND
+
+
+__all__ = [
+    "BESIDE_TYPES",
+    "ENDING_KINDS",
+    "EVENT_TYPES",
+    "FACT_KINDS",
+    "FIELD_KINDS",
+    "KINDS",
+    "MESSAGE_KINDS",
+    "OPENING_KINDS",
+    "OUTPUT_KINDS",
+    "RUNTIME_KINDS",
+    "RUN_TYPES",
+    "STORE_KINDS",
+    "TIMED_KINDS",
+    "BaseEvent",
+    "BranchEntered",
+    "ContextSummarized",
+    "Erased",
+    "Event",
+    "Forked",
+    "InterruptRaised",
+    "MessageAppended",
+    "MessageReplaced",
+    "MessagesRemoved",
+    "MessagesReplaced",
+    "ModelCalled",
+    "NodeEntered",
+    "OutcomeRecorded",
+    "Pruned",
+    "Resumed",
+    "RunCancelled",
+    "RunCompleted",
+    "RunFailed",
+    "RunStarted",
+    "RunSuperseded",
+    "SharedWritten",
+    "StateUpdated",
+    "StepAdvanced",
+    "StopRequested",
+    "Stopped",
+    "StoreItemDeleted",
+    "StoreItemPut",
+    "SubgraphRan",
+    "TasksPlanned",
+    "ThreadCreated",
+    "ThreadHidden",
+    "ToolCallFinished",
+    "ToolCallStarted",
+    "TriggerAccepted",
+    "TriggerDispatched",
+    "TriggerFinished",
+    "TriggerListening",
+    "kind_of",
+    "kinds_where",
+]

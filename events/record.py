@@ -76,3 +76,5 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
     head_hash: str | None = None
     first_bad_seq: int | None = None
     problem: str | None = None
+    pruned_through: int = 0
+    """The seq records were pruned through (retention): the chain checked starts after it."""

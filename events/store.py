@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
-import reprlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -37,10 +35,10 @@ from agentlog.events.errors import (
     CorruptRecordError,
     InvalidAppendError,
     StoreClosedError,
-    StoreError,
     ThreadNotFoundError,
     UnknownEventKindError,
 )
+from agentlog.events.keystore import keyring, pruned_floor
 from agentlog.events.kinds import (
     KINDS,
     MESSAGE_KINDS,
@@ -50,9 +48,27 @@ from agentlog.events.kinds import (
     MessageAppended,
     MessageReplaced,
     MessagesReplaced,
+    Pruned,
     StopRequested,
 )
+from agentlog.events.names import brief, check_text, check_thread_id, readable_thread_id
 from agentlog.events.record import EventRecord, Snapshot, VerifyReport
+from agentlog.events.sealing import (
+    PERSONAL,
+    SNAPSHOT,
+    Keys,
+    SubjectErasedError,
+    open_sealed,
+    subject_of,
+)
+from agentlog.events.snapshot_refs import (
+    ContextEntry,
+    CorruptSnapshotError,
+    decode_context_refs,
+    encode_context_refs,
+    is_int,
+    ref_targets,
+)
 
 READ_CHUNK = 2048
 """Rows fetched per round trip when streaming a thread."""
@@ -225,72 +241,7 @@ class EventStore(Protocol):
     ) -> None: ...
 
 
-_CONTROL = re.compile("[\x00-\x1f\x7f]")
-
-
-def brief(value: object) -> str:
-    """A value as an error message shows it: cut short, and safe for a value nested deeper
-    than `repr` can follow (which would raise RecursionError instead of the error)."""
-    return reprlib.repr(value)
-
-
-def check_thread_id(thread_id: object) -> str:
-    """A thread id is a non-empty string; anything else is a caller's mistake."""
-    if not isinstance(thread_id, str) or not thread_id.strip():
-        raise InvalidAppendError(
-            f"thread id must be a non-blank string, got {brief(thread_id)}: name the thread "
-            "with printable text such as 'chat-42'"
-        )
-    _check_text("thread id", thread_id)
-    if thread_id.startswith("-"):
-        raise InvalidAppendError(
-            f"thread id {thread_id!r} begins with '-', which a command line reads as an "
-            "option: choose an id that starts with a letter or digit"
-        )
-    if _CONTROL.search(thread_id):
-        raise InvalidAppendError(
-            f"thread id {thread_id!r} holds control characters: use printable text"
-        )
-    return thread_id
-
-
-def readable_thread_id(thread_id: object) -> str:
-    """A thread id to look up: any non-empty string, so that a thread an older version let in
-    (control characters, a leading '-') can still be read and verified, never written to."""
-    if not isinstance(thread_id, str) or not thread_id:
-        raise InvalidAppendError(f"thread id must be a non-empty string, got {brief(thread_id)}")
-    return thread_id
-
-
-def _check_text(name: str, value: object) -> None:
-    if not isinstance(value, str):
-        raise InvalidAppendError(f"{name} must be a string, got {type(value).__name__}")
-    try:
-        value.encode()
-    except UnicodeEncodeError as exc:
-        raise InvalidAppendError(f"{name} {value!r} is not valid UTF-8 text: {exc}") from exc
-
-
 # ---- snapshots whose context points into the log ------------------------------------------
-
-
-ContextEntry = tuple[int, int] | dict[str, Any]
-"""One message of a snapshot's context: `(seq, index)` of the message in the list that record
-`seq` carries (see `messages_of`), or the message's builtins when no record carries it as is."""
-
-
-class CorruptSnapshotError(CorruptRecordError):
-    """A stored snapshot cannot be read back: its bytes or its references are damaged."""
-
-    def __init__(self, thread_id: str, seq: int, why: str) -> None:
-        StoreError.__init__(
-            self,
-            f"the snapshot at seq {seq} of thread {thread_id!r} is damaged ({why}); the log "
-            "itself may be intact: read the thread without snapshots (use_snapshots=False), "
-            "run `agentlog verify --snapshots` to list every bad snapshot, and take a new one",
-        )
-        self.thread_id = thread_id
-        self.seq = seq
 
 
 def messages_of(event: Event) -> list[Any] | None:
@@ -393,78 +344,20 @@ _APPENDED = _CARRIERS[MessageAppended.KIND][1]
 _APPENDED_KIND = MessageAppended.KIND
 
 
-def _carried(thread_id: str, seq: int, kind: str, version: int, payload: bytes) -> list[Any]:
+def _carried(
+    thread_id: str, seq: int, kind: str, version: int, payload: bytes, keys: Keys | None = None
+) -> list[Any]:
     """The messages a stored record carries (decoded as `decode_event` would)."""
     carrier = _CARRIERS.get(kind)
-    if carrier is not None and version == carrier[0].VERSION:
+    if carrier is not None and version == carrier[0].VERSION and payload[:1] != b"\xc1":
         try:
             event = carrier[1].decode(payload)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise CorruptRecordError(thread_id, seq, f"{kind} payload: {exc}") from exc
     else:
-        event = decode_event(thread_id, seq, kind, version, payload)
+        event = decode_event(thread_id, seq, kind, version, payload, keys)
     messages = messages_of(event)
     return [] if messages is None else messages
-
-
-def encode_context_refs(entries: Iterable[ContextEntry]) -> list[Any]:
-    """The stored form of a context: per message, the distance in seqs from the previous
-    reference (an int when the index is 0, else `[distance, index]`), or an inline message.
-
-    A context of N messages referenced in order costs about N bytes of MessagePack.
-    """
-    encoded: list[Any] = []
-    prev = 0
-    for entry in entries:
-        if isinstance(entry, dict):
-            encoded.append(entry)
-            continue
-        seq, index = entry
-        encoded.append(seq - prev if index == 0 else [seq - prev, index])
-        prev = seq
-    return encoded
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def decode_context_refs(encoded: object, thread_id: str, seq: int) -> list[ContextEntry]:
-    """The entries `encode_context_refs` stored, each reference within records 1..`seq`;
-    `CorruptSnapshotError` for anything else."""
-    if not isinstance(encoded, list):
-        raise CorruptSnapshotError(thread_id, seq, "its context is not a list")
-    entries: list[ContextEntry] = []
-    add = entries.append
-    prev = 0
-    for position, item in enumerate(encoded):
-        kind = type(item)
-        if kind is int:
-            target, index = prev + item, 0
-        elif kind is dict:
-            add(item)
-            continue
-        elif kind is list and len(item) == 2 and type(item[0]) is int and type(item[1]) is int:
-            target, index = prev + item[0], item[1]
-        else:
-            raise CorruptSnapshotError(
-                thread_id, seq, f"context entry {position} is {item!r:.60}, not a reference"
-            )
-        if not 0 < target <= seq or index < 0:
-            raise CorruptSnapshotError(
-                thread_id,
-                seq,
-                f"context entry {position} points to message {index} of seq {target}, "
-                f"outside records 1..{seq}",
-            )
-        add((target, index))
-        prev = target
-    return entries
-
-
-def _targets(entries: Sequence[ContextEntry]) -> list[int]:
-    """The seqs the references among `entries` point to, ascending, each once."""
-    return sorted({entry[0] for entry in entries if type(entry) is tuple})
 
 
 def _same_digest(thread_id: str, seq: int, stored: object, found: bytes) -> None:
@@ -478,7 +371,11 @@ def _same_digest(thread_id: str, seq: int, stored: object, found: bytes) -> None
 
 
 def _messages(
-    thread_id: str, seq: int, entries: Sequence[ContextEntry], rows: Sequence[Row]
+    thread_id: str,
+    seq: int,
+    entries: Sequence[ContextEntry],
+    rows: Sequence[Row],
+    keys: Keys | None,
 ) -> list[dict[str, Any]]:
     """The messages `entries` name, from `rows` (the records they point to), each record
     decoded once."""
@@ -488,10 +385,13 @@ def _messages(
     try:
         for row in rows:
             row_seq = row.seq
-            if row.kind == _APPENDED_KIND and row.version == current:  # nearly every row
-                carried[row_seq] = (decode(row.payload).message,)
+            payload = row.payload
+            if row.kind == _APPENDED_KIND and row.version == current and payload[:1] != b"\xc1":
+                carried[row_seq] = (decode(payload).message,)  # nearly every row
             else:
-                carried[row_seq] = _carried(thread_id, row_seq, row.kind, row.version, row.payload)
+                carried[row_seq] = _carried(
+                    thread_id, row_seq, row.kind, row.version, payload, keys
+                )
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise CorruptRecordError(thread_id, row_seq, f"message_appended payload: {exc}") from exc
     try:
@@ -694,8 +594,8 @@ class BaseEventStore(ABC):
                 )
         for name, value in (("run_id", run_id), *(("actor", a) for a in _names(who))):
             if value is not None:
-                _check_text(name, value)
-        encoded = encode_payloads(thread_id, events)
+                check_text(name, value)
+        encoded = await self._sealed(thread_id, encode_payloads(thread_id, events))
         at = float(self._clock()) + 0.0  # + 0.0 turns -0.0 into 0.0, as the database would
         if not math.isfinite(at):
             raise InvalidAppendError(f"the store's clock returned {at!r}, not a finite time")
@@ -747,9 +647,14 @@ class BaseEventStore(ABC):
         prev, linked = GENESIS_HASH, seq == 1
         if seq > 1 and (seq <= last or after_hash is not None):
             before = await self._fetch(thread_id, seq - 1, seq - 1, 1)
-            if not before or before[0].seq != seq - 1:
+            floor = None if before else await self._floor(thread_id)
+            if floor is not None and floor[0] >= seq - 1:  # pruned: read on from its floor
+                seq, prev = floor[0] + 1, floor[1]
+            elif not before or before[0].seq != seq - 1:
                 raise ChainBrokenError(thread_id, seq - 1, "the record is missing")
-            prev, linked = before[0].hash, True
+            else:
+                prev = before[0].hash
+            linked = True
             if after_hash is not None and prev != after_hash:
                 raise ChainBrokenError(
                     thread_id, seq - 1, "its hash differs from the one its snapshot names"
@@ -758,10 +663,14 @@ class BaseEventStore(ABC):
             chunk = await self._fetch(thread_id, seq, last, READ_CHUNK)
             if not chunk:
                 raise ChainBrokenError(thread_id, seq, "the record is missing")
+            keys = await self._keys(chunk)
             for row in chunk:
                 if row.position > MAX_POSITION or row.position < 1:
                     why = f"its position {row.position} is outside the legal range"
                     raise ChainBrokenError(thread_id, row.seq, why)
+                floor = await self._floor(thread_id) if row.seq != seq == 1 else None
+                if floor is not None and floor[0] + 1 == row.seq:  # pruned: from its floor
+                    seq, prev = row.seq, floor[1]
                 if row.seq != seq:
                     raise ChainBrokenError(
                         thread_id, seq, f"the record is missing (found {row.seq})"
@@ -774,17 +683,25 @@ class BaseEventStore(ABC):
                     raise ChainBrokenError(thread_id, seq, "its bytes do not match its hash")
                 prev = row.hash
                 seq += 1
-                yield decode_row(row)
+                yield decode_row(row, keys)
         if linked and last == head_seq and seq == head_seq + 1 and prev != head_hash:
             raise ChainBrokenError(thread_id, head_seq, "the thread's head names another hash")
 
     async def read_all(self, from_position: int = 0) -> AsyncIterator[EventRecord]:
         """Stream every record after `from_position`, in commit order."""
-        async for row in self.read_all_rows(from_position):
-            yield decode_row(row)
+        async for chunk in self._chunks_all(from_position):
+            keys = await self._keys(chunk)
+            for row in chunk:
+                yield decode_row(row, keys)
 
     async def read_all_rows(self, from_position: int = 0) -> AsyncIterator[Row]:
-        """`read_all`'s rows exactly as stored, undecoded (what a relay ships as it is)."""
+        """`read_all`'s rows exactly as stored, undecoded and still sealed (what a relay ships
+        as it is: the export line a verifier checks)."""
+        async for chunk in self._chunks_all(from_position):
+            for row in chunk:
+                yield row
+
+    async def _chunks_all(self, from_position: int) -> AsyncIterator[list[Row]]:
         self._check_open()
         position = max(from_position, 0)
         while chunk := await self._fetch_all(position, READ_CHUNK):
@@ -792,7 +709,7 @@ class BaseEventStore(ABC):
                 if row.position > MAX_POSITION:
                     why = f"its position {row.position} is beyond the legal range"
                     raise CorruptRecordError(row.thread_id, row.seq, why)
-                yield row
+            yield chunk
             position = chunk[-1].position
 
     async def seqs_of_kind(self, thread_id: str, kind: str) -> list[int]:
@@ -817,7 +734,9 @@ class BaseEventStore(ABC):
         if head is None:
             raise ThreadNotFoundError(thread_id)
         head_seq, head_hash = head
-        prev, expected, checked = GENESIS_HASH, 1, 0
+        prev, expected, checked, skipped = GENESIS_HASH, 1, 0, 0
+        floor: tuple[int, bytes] | None = None  # (seq, hash) records were pruned through
+        linked = False  # whether a pruned record in the chain names that floor
 
         def bad(seq: int, problem: str) -> VerifyReport:
             return VerifyReport(
@@ -834,8 +753,16 @@ class BaseEventStore(ABC):
             if not chunk:
                 break
             for row in chunk:
+                if row.seq != expected and expected == 1 and floor is None:  # pruned?
+                    floor = await self._floor(thread_id)
+                    if floor is not None and floor[0] + 1 == row.seq:
+                        expected, prev, skipped = row.seq, floor[1], floor[0]
                 if row.seq != expected:
                     return bad(expected, f"record seq {expected} is missing (found {row.seq})")
+                if floor is not None and row.kind == Pruned.KIND and not linked:
+                    e = decode_event(thread_id, row.seq, row.kind, row.version, row.payload)
+                    linked = isinstance(e, Pruned) and (e.through_seq, e.last_hash) == (
+                        floor[0], floor[1].hex())  # fmt: skip
                 if not 1 <= row.position <= MAX_POSITION:
                     return bad(
                         row.seq,
@@ -849,7 +776,9 @@ class BaseEventStore(ABC):
                 if chain_hash(prev, envelope, row.payload) != row.hash:
                     return bad(row.seq, f"record seq {row.seq} does not match its hash")
                 prev, expected, checked = row.hash, expected + 1, checked + 1
-        if checked != head_seq:
+        if floor is not None and not linked:
+            return bad(skipped + 1, f"records 1..{skipped} are gone and no pruned record says so")
+        if checked != head_seq - skipped:
             return bad(checked + 1, f"thread head says {head_seq} records, found {checked}")
         beyond = await self._fetch(thread_id, head_seq + 1, 2**62, 1)
         if beyond:  # appended since the head was read, or rows slipped in behind the store
@@ -862,8 +791,9 @@ class BaseEventStore(ABC):
         if prev != head_hash:
             return bad(head_seq, "thread head hash does not match the last record")
         return VerifyReport(
-            thread_id=thread_id, ok=True, records_checked=checked, head_hash=head_hash.hex()
-        )
+            thread_id=thread_id, ok=True, records_checked=checked, head_hash=head_hash.hex(),
+            pruned_through=skipped,
+        )  # fmt: skip
 
     # ---- snapshots ---------------------------------------------------------------------
 
@@ -871,7 +801,7 @@ class BaseEventStore(ABC):
         """Encode and store `snapshot`, whole or referencing (see `Snapshot`)."""
         self._check_open()
         readable_thread_id(snapshot.thread_id)
-        if not _is_int(snapshot.seq) or not 0 <= snapshot.seq <= MAX_POSITION:
+        if not is_int(snapshot.seq) or not 0 <= snapshot.seq <= MAX_POSITION:
             raise InvalidAppendError(
                 f"snapshot seq must be an int from 0 to {MAX_POSITION}, got {snapshot.seq!r}"
             )
@@ -879,7 +809,7 @@ class BaseEventStore(ABC):
         thread_id = snapshot.thread_id
         content: bytes | None = None
         if snapshot.context_refs is None:
-            state = encode_state(snapshot.state)
+            state = await self._seal_state(thread_id, snapshot.seq, encode_state(snapshot.state))
             if anchor:  # a whole state keeps its digest where a referencing row's anchor is
                 content = snapshot_digest(anchor, state, None, ())
             stored = StoredSnapshot(
@@ -891,9 +821,10 @@ class BaseEventStore(ABC):
                 entries = decode_context_refs(snapshot.context_refs, thread_id, snapshot.seq)
             except CorruptSnapshotError as exc:
                 raise InvalidAppendError(f"cannot store a snapshot: {exc}") from None
-            state = encode_state({k: v for k, v in snapshot.state.items() if k != "context"})
+            rest = encode_state({k: v for k, v in snapshot.state.items() if k != "context"})
+            state = await self._seal_state(thread_id, snapshot.seq, rest)
             refs = encode_state({"context": snapshot.context_refs})
-            targets = _targets(entries)
+            targets = ref_targets(entries)
             given = snapshot.record_hashes or {}
             pinned: list[bytes] = [given[t] for t in targets if t in given]
             if len(pinned) != len(targets):  # not followed by a writer: the store's hashes
@@ -934,7 +865,7 @@ class BaseEventStore(ABC):
         if row is None:
             return None
         seq = row.seq
-        state = decode_state(thread_id, seq, row.state)
+        state = await self._open_state(thread_id, seq, row.state)
         hashes: dict[int, bytes] | None = None
         if row.refs is None:
             anchor, refs, stored = row.hash, None, row.anchor
@@ -948,7 +879,7 @@ class BaseEventStore(ABC):
             if check or resolve:  # unchecked and unresolved: the caller judges the references
                 entries = decode_context_refs(refs, thread_id, seq)
             if (check and stored is not None) or resolve:
-                linked = await self._fetch_carriers(thread_id, _targets(entries))
+                linked = await self._fetch_carriers(thread_id, ref_targets(entries))
                 rows = _checked(thread_id, linked, self._seen) if check else [r for r, _ in linked]
                 if check and stored is not None:
                     hashes = {r.seq: r.hash for r in rows}
@@ -957,7 +888,8 @@ class BaseEventStore(ABC):
                     )
                     _same_digest(thread_id, seq, stored, found)
                 if resolve:
-                    state["context"] = _messages(thread_id, seq, entries, rows)
+                    keys = await self._keys(rows)
+                    state["context"] = _messages(thread_id, seq, entries, rows, keys)
         if stored is not None and not isinstance(stored, bytes):
             raise CorruptSnapshotError(thread_id, seq, "its digest is not bytes")
         return Snapshot(
@@ -991,6 +923,38 @@ class BaseEventStore(ABC):
     async def close(self) -> None:
         """Mark the store closed; backends release their resources too."""
         self._closed = True
+
+    async def _sealed(self, thread_id: str, encoded: list[Encoded]) -> list[Encoded]:
+        """`encoded`, each record of a personal kind sealed when the thread has a subject."""
+        sealer = await keyring(self).sealer(thread_id)
+        if sealer is None:
+            return encoded
+        return [e._replace(sealer=sealer) if e.kind in PERSONAL else e for e in encoded]
+
+    async def _seal_state(self, thread_id: str, seq: int, state: bytes) -> bytes:
+        """A snapshot's state bytes, sealed like a record when the thread has a subject (as
+        they are once it was erased: a state folded since holds its fields as erased)."""
+        try:
+            sealer = await keyring(self).sealer(thread_id)
+        except SubjectErasedError:
+            return state
+        return state if sealer is None else sealer.seal(thread_id, seq, SNAPSHOT, 0, state)
+
+    async def _open_state(self, thread_id: str, seq: int, data: bytes) -> dict[str, Any]:
+        """The state a snapshot row stores, opened (or erased) when it is sealed."""
+        if data[:1] != b"\xc1":
+            return decode_state(thread_id, seq, data)
+        keys = await keyring(self).keys_of({subject_of(thread_id, seq, data)})
+        opened = open_sealed(thread_id, seq, SNAPSHOT, 0, data, keys)
+        return decode_state(thread_id, seq, opened) if isinstance(opened, bytes) else opened
+
+    async def _floor(self, thread_id: str) -> tuple[int, bytes] | None:
+        """The seq and chain hash records were pruned through, if the thread was pruned."""
+        return await pruned_floor(self, thread_id)
+
+    async def _keys(self, rows: Sequence[Row]) -> Keys | None:
+        """The keys that open the sealed payloads among `rows` (None when none is sealed)."""
+        return await keyring(self).keys_for(rows)
 
     def _checked_id(self, thread_id: str) -> str:
         return check_thread_id(thread_id)

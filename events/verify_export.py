@@ -1,6 +1,7 @@
 """Verify an agentlog JSONL export with the Python standard library alone.
 
     python verify_export.py FILE [--head THREAD@SEQ:HASH]
+    python verify_export.py --evidence BUNDLE [--public-key PEM]   (needs `cryptography`)
 
 Each line's hash must equal sha256(prev_hash + compact JSON of its envelope + payload bytes),
 its prev_hash the previous line's hash (64 zeros for the first), its seq the next one from 1,
@@ -25,6 +26,8 @@ value exactly, and a one-key object naming the type where it cannot:
     maps with string keys                 JSON objects, unless the map has exactly one key
                                           and it starts with "$"
     any other map                         {"$map": [[key, value], ...]} (in stored order)
+    a sealed payload (first byte 0xC1)    {"$sealed": [format, subject, readable skeleton]}
+                                          (personal fields blank; agentlog.events.sealing)
 
 So a one-key object whose key starts with "$" is always a type name, never stored data, and
 every payload has exactly one readable form. The comparison is strict: 1, 1.0 and true
@@ -246,11 +249,26 @@ def readable(value: Any) -> Any:
     raise Bad(f"payload holds a {type(value).__name__}, which MessagePack cannot")
 
 
+def readable_stored(payload: bytes) -> Any:
+    """The readable form of a stored payload: a sealed one (first byte 0xC1, then
+    [format, subject, nonce, ciphertext, skeleton]) as {"$sealed": [format, subject,
+    readable skeleton]}, the personal fields blank in the skeleton; any other as `readable`."""
+    if payload[:1] != b"\xc1":
+        return readable(unpack(payload))
+    parts = unpack(payload[1:])
+    if not (
+        isinstance(parts, list) and len(parts) == 5 and isinstance(parts[0], int)
+        and isinstance(parts[1], str) and all(isinstance(p, bytes) for p in parts[2:])
+    ):  # fmt: skip
+        raise Bad("sealed payload is not [format, subject, nonce, ciphertext, skeleton]")
+    return {"$sealed": [parts[0], parts[1], readable(unpack(parts[4]))]}
+
+
 def readable_payload(payload: bytes) -> Any:
     """The readable form of a stored payload; ValueError when it is not MessagePack."""
     try:
         with deep_enough():
-            return readable(unpack(payload))
+            return readable_stored(payload)
     except Bad as exc:
         raise ValueError(str(exc)) from None
 
@@ -368,7 +386,7 @@ def check_line(text: str, thread: str | None, seq: int, prev: str) -> dict[str, 
     if "event" not in line:
         raise Bad("missing field(s) event")
     with deep_enough():
-        stored = readable(unpack(payload))
+        stored = readable_stored(payload)
         differs = not same(line["event"], stored)
     if differs:
         where = where_differs(line["event"], stored)
@@ -376,9 +394,30 @@ def check_line(text: str, thread: str | None, seq: int, prev: str) -> dict[str, 
     return line
 
 
+def _pruned_start(lines: list[str]) -> tuple[int, str]:
+    """Where an export of a pruned thread starts: the seq before its first line and that
+    line's prev_hash, when a `pruned` record of the file names both; else (0, GENESIS)."""
+    try:
+        first = loads(lines[0])
+        floor = (int(first["seq"]) - 1, str(first["prev_hash"]))
+        for text in lines:
+            if '"kind":"pruned"' in text:
+                event = loads(text)["event"]
+                if floor[0] > 0 and (event["through_seq"], event["last_hash"]) == floor:
+                    return floor
+    except (Bad, json.JSONDecodeError, IndexError, KeyError, TypeError, ValueError):
+        pass  # check_line says what is wrong with it
+    return 0, GENESIS
+
+
 def verify(lines: Iterable[str], head: tuple[str, int, str] | None) -> str:
-    """'ok: ...' for a whole, intact export; raises Bad with 'line K (seq S): ...' if not."""
-    thread, prev, count = (head[0] if head else None), GENESIS, 0
+    """'ok: ...' for a whole, intact export; raises Bad with 'line K (seq S): ...' if not.
+
+    An export of a pruned thread starts after seq 1: its first record links to the hash of
+    the last record pruned, and a `pruned` record in the file must name that seq and hash."""
+    lines = list(lines)
+    floor = _pruned_start(lines)
+    thread, prev, count = (head[0] if head else None), floor[1], floor[0]
     for number, text in enumerate(lines, start=1):
         try:
             line = check_line(text.removesuffix("\n"), thread, count + 1, prev)
@@ -397,7 +436,61 @@ def verify(lines: Iterable[str], head: tuple[str, int, str] | None) -> str:
             f"line {count + 1} (seq {count + 1}): the tail after seq {count} was truncated "
             f"(head says {head[1]})"
         )
-    return f"ok: {count} records, head {thread}@{count}:{prev}"
+    kept = f"records {floor[0] + 1}..{count} (pruned through {floor[0]})" if floor[0] else (
+        f"{count} records")  # fmt: skip
+    return f"ok: {kept}, head {thread}@{count}:{prev}"
+
+
+def canonical(body: dict[str, Any]) -> bytes:
+    """What an evidence bundle's signature covers: every field but `signature`, as JSON with
+    sorted keys, no spaces, ASCII only (agentlog.events.evidence writes it the same way)."""
+    fields = {k: v for k, v in body.items() if k != "signature"}
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def verify_evidence(text: str, pinned_pem: bytes | None = None) -> str:
+    """'ok: ...' for an intact evidence bundle (`agentlog export --evidence`): its Ed25519
+    signature (by the key `pinned_pem` names, when given), then its records' chain up to the
+    head it states. Needs `cryptography`; raises Bad saying what does not hold."""
+    try:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+        from cryptography.hazmat.primitives.serialization import (
+            Encoding,
+            PublicFormat,
+            load_pem_public_key,
+        )
+    except ImportError:
+        raise Bad("checking a signature needs the 'cryptography' package") from None
+    body = loads(text)
+    if not isinstance(body, dict) or body.get("format") != "agentlog-evidence/1":
+        raise Bad("not an agentlog evidence bundle (format agentlog-evidence/1)")
+    try:
+        public = base64.b64decode(body["public_key"], validate=True)
+        key = Ed25519PublicKey.from_public_bytes(public)
+        key.verify(base64.b64decode(body["signature"], validate=True), canonical(body))
+    except (KeyError, TypeError, ValueError, InvalidSignature):
+        raise Bad(
+            "the signature does not match the bundle: it was altered, or not signed"
+        ) from None
+    if pinned_pem is not None:
+        try:
+            pinned = load_pem_public_key(pinned_pem).public_bytes(Encoding.Raw, PublicFormat.Raw)
+        except (ValueError, TypeError) as exc:
+            raise Bad(f"the public key given is not an Ed25519 PEM key ({exc})") from None
+        if pinned != public:
+            raise Bad("the bundle is signed by another key than the one given")
+    head, lines = body.get("head"), body.get("export")
+    if not isinstance(head, dict) or not isinstance(lines, list):
+        raise Bad("the bundle lacks its head or its records")
+    seq, digest = head.get("seq"), head.get("hash")
+    if not isinstance(seq, int) or not isinstance(digest, str):
+        raise Bad("the bundle's head is not a seq and a hash")
+    verdict = verify(lines, (str(body.get("thread_id")), seq, digest))
+    if not verdict.endswith(f"@{head.get('seq')}:{head.get('hash')}"):
+        raise Bad(f"the records end elsewhere than the head the bundle states ({verdict})")
+    fingerprint = hashlib.sha256(public).hexdigest()[:16]
+    return f"{verdict}; signed by Ed25519 key {fingerprint}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -405,7 +498,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("file", help="a JSONL export of one agentlog thread")
     parser.add_argument("--head", type=parse_head, help="a saved head: THREAD@SEQ:HASH")
+    parser.add_argument("--evidence", action="store_true", help="FILE is a signed evidence bundle")
+    parser.add_argument("--public-key", help="with --evidence: the PEM key it must be signed by")
     args = parser.parse_args(argv)
+    if args.evidence:
+        try:
+            with open(args.file, encoding="utf-8") as f:
+                text = f.read()
+            pinned = None
+            if args.public_key:
+                with open(args.public_key, "rb") as k:
+                    pinned = k.read()
+            print(verify_evidence(text, pinned))
+        except (OSError, UnicodeDecodeError) as exc:
+            print(f"cannot read {args.file}: {exc}")
+            return 2
+        except Bad as exc:
+            print(exc)
+            return 1
+        return 0
     reconfigure = getattr(sys.stdout, "reconfigure", None)
     if reconfigure is not None:  # print any thread id, whatever the terminal's encoding
         reconfigure(errors="backslashreplace")

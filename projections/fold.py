@@ -488,7 +488,7 @@ def _own_thread_record(fold: Fold[Any], e: BaseEvent, r: EventRecord) -> None:
     """A record of a runtime's own thread, or of a long-term store's: no agent state changes."""
 
 
-for _kind in [t for t in EVENT_TYPES if t.RUNTIME_ONLY or t.STORE_WRITE]:
+for _kind in [t for t in EVENT_TYPES if t.RUNTIME_ONLY or t.STORE_WRITE or t.ABOUT_LOG]:
     _handles(_kind)(_own_thread_record)
 
 

@@ -73,6 +73,7 @@ def test_the_traits_name_the_kinds_each_reader_used_to_list() -> None:
     } == kinds.ENDING_KINDS
     assert {"step_advanced", "tool_call_finished"} == kinds.TIMED_KINDS
     assert {
+        "erased",
         "trigger_accepted",
         "trigger_dispatched",
         "trigger_finished",

@@ -1,24 +1,21 @@
 """The `agentlog` command line: run the demo, then read, branch and audit a log.
 
 Every command but `demo` and `runtime` opens an existing agentlog database and never creates
-one; only `fork` writes to it (it appends the new thread), and `runtime`, which runs the
-application's agents on it. `--json` prints JSON on stdout instead of tables. A failure
-prints one line, `error: ...`, on stderr and exits 1 (usage errors: 2; `verify` exits 3 when
-the chains are intact but an invariant is broken); with `--json` that line is a JSON object,
-`{"error": ..., "exit": N}`. Stored text is shown inert (see `cli_render.inert`), and a view
-is bounded unless `--full` asks for everything. When stdout is not a terminal, nothing is
-wrapped or cut to a terminal's width.
+one; only `fork`, `erase` and `vacuum` (`agentlog.actors.cli.keep`) write to it, and
+`runtime`. `--json` prints JSON on stdout instead of tables. A failure prints one line,
+`error: ...`, on stderr and exits 1 (usage errors: 2; `verify` exits 3 when the chains are
+intact but an invariant is broken); with `--json` it is `{"error": ..., "exit": N}`. Stored
+text is shown inert (see `cli_render.inert`), a view is bounded unless `--full` asks for
+everything, and nothing is wrapped or cut when stdout is not a terminal.
 
-`--db` takes a SQLite path or any URL `open_store` reads; `--dsn` is the same option, the
-name a PostgreSQL URL reads best under (`--dsn postgresql://user@host/db`), whose schema
-`agentlog db upgrade --dsn ...` creates.
+`--db` takes a SQLite path or any URL `open_store` reads; `--dsn` is the same option, named
+for PostgreSQL (`--dsn postgresql://user@host/db`; `agentlog db upgrade` makes its schema).
 
 Points may count back from the end: step -1 is the thread's last step, seq -1 its last record.
 
 A command imports what it uses when it runs: `agentlog --help` loads neither the state models
-(pydantic, built at import) nor the graph engine, so it starts fast; `threads` and `show` load
-the models to read each thread with the library's own fold (one fold answers for every
-reader), never the engine.
+(pydantic) nor the graph engine, so it starts fast; `threads` and `show` read each thread
+with the library's own fold (one fold answers for every reader), never the engine.
 """
 
 from __future__ import annotations
@@ -29,8 +26,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from enum import StrEnum
-from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console, RenderableType
@@ -50,7 +46,7 @@ from agentlog.events import (
     VerifyReport,
     open_store,
 )
-from agentlog.events.audit import Head, export_jsonl, verify_store, verify_tree
+from agentlog.events.audit import Head, verify_store, verify_tree
 
 if TYPE_CHECKING:
     from agentlog.projections import AgentState, EventRow, StreamChunk
@@ -876,43 +872,6 @@ def verify_command(
         raise typer.Exit(INVARIANT_EXIT)
 
 
-async def _export(store: EventStore, thread: str, out: Path | None, overwrite: bool) -> Head:
-    with render.progress(errors, f"exporting {render.inert(thread)}") as update:
-        target: IO[str] | Path = sys.stdout if out is None else out
-        return await export_jsonl(store, thread, target, progress=update, overwrite=overwrite)
-
-
-@app.command("export")
-def export_command(
-    thread: Thread,
-    fmt: Annotated[Format, typer.Option("--format", help="The export format.")] = Format.jsonl,
-    out: Annotated[
-        Path | None, typer.Option("--out", help="The file to write (default: stdout).")
-    ] = None,
-    overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace --out when it already exists.")
-    ] = False,
-    db: Db = "agentlog.db",
-    as_json: AsJson = False,
-) -> None:
-    """Write the thread's records for an audit (check with events/verify_export.py).
-
-    The head (THREAD@SEQ:HASH) is printed on stdout with --out, else on stderr.
-    """
-    exported = _run(lambda store: _export(store, thread, out, overwrite), db, thread)
-    if as_json:
-        report = {"thread_id": thread, "format": fmt.value, "records": exported.seq}
-        report |= {"head": str(exported), "hash": exported.hash, "out": out and str(out)}
-        typer.echo(json.dumps(report), err=out is None)
-    elif out is None:
-        typer.echo(f"head: {render.inert(str(exported))}", err=True)
-    else:
-        said = Text(f"exported {exported.seq} records of {render.inert(thread)} to ")
-        said.append(render.inert(str(out)))
-        _print(said)
-        typer.echo(f"head: {render.inert(str(exported))}")
-
-
 @app.command()
 def demo(
     db: Annotated[
@@ -1020,6 +979,9 @@ def db_status_command(dsn: Dsn, schema: SchemaOpt = None, as_json: AsJson = Fals
     from agentlog.actors.cli.db import status
 
     status(dsn, schema, as_json)
+
+
+from agentlog.actors.cli import keep as _keep  # noqa: E402, F401  (its commands join `app`)
 
 
 def _usage_line(exc: ClickException) -> str:

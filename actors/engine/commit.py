@@ -31,6 +31,7 @@ from agentlog.events import (
     EventStore,
     ThreadBusyError,
 )
+from agentlog.events.keystore import subject_of_thread, tag_thread
 from agentlog.events.kinds import ENDING_KINDS, OPENING_KINDS, Event
 from agentlog.projections.fold import Fold, decide
 from agentlog.projections.forks import fork_build, fork_event
@@ -322,6 +323,9 @@ async def fork_thread(
         store, thread_id, at_step=at_step, at_seq=at_seq, new_thread_id=new_thread_id,
         state_cls=state_cls,
     )  # fmt: skip
+    subject = await subject_of_thread(store, thread_id)
+    if subject is not None:  # the copy holds the subject's data: sealed as the source is
+        await tag_thread(store, new_id, subject)
     await write(store, new_id, fork_build(new_id, event), state_cls=state_cls, actor=actor,
                 what="a fork")  # fmt: skip
     return new_id

@@ -65,6 +65,7 @@ from agentlog.events import (
     StopRequested,
 )
 from agentlog.events.claims import DEFAULT_LEASE
+from agentlog.events.keystore import tag_thread
 from agentlog.events.kinds import Event
 from agentlog.projections import (
     END,
@@ -115,6 +116,8 @@ class RunLoop(Run[S]):
         thread_id, stream = self.thread_id, self.stream
         recorded: asyncio.Future[None] | None = None
         try:
+            if self.config.get("subject") is not None:  # sealed from its first record on
+                await tag_thread(self.engine.store, thread_id, self.config["subject"])
             await self.claim_thread()
             opening = await self.begin(input)
             if opening:  # begun first, so a cancellation here is recorded after it

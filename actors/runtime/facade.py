@@ -25,6 +25,7 @@ from agentlog.events.codec import decode_row
 from agentlog.events.cursors import list_cursors
 from agentlog.events.errors import StoreClosedError
 from agentlog.events.follow import commit_signal, follow, last_position
+from agentlog.events.keystore import open_keys
 from agentlog.events.kinds import Event, ThreadCreated, ThreadHidden
 from agentlog.projections import AgentState
 from agentlog.projections.fold import Fold
@@ -433,7 +434,7 @@ class RuntimeFacade:
                             break  # written after its end: not its own
                         seq = row.seq + 1
                         if row.position > after:
-                            yield decode_row(row)
+                            yield decode_row(row, await open_keys(store, (row,)))
             if done:
                 if finished is not None and finished > after:
                     ledger_thread = self.runtime.config.runtime_thread

@@ -1,0 +1,267 @@
+"""Subject keys kept in the store's own database, and the keyring a store reads them through.
+
+Two tables, made on first use in the same database as the log (the SQLite file, the
+PostgreSQL schema, the memory store's process):
+
+- `subject_keys(subject, wrapped, created_at, erased_at, erased_by, reason)`: each subject's
+  data key wrapped under the master key (`agentlog.events.sealing.load_master_key`); erasing
+  sets `wrapped` to NULL and keeps who, when and why in its place.
+- `subject_threads(thread_id, subject)`: which threads are tagged with which subject.
+
+`DatabaseKeyStore` is the default `KeyStore`; `use_key_store(store, keys)` puts another (a KMS)
+in its place. Every store reads sealed payloads through its `Keyring` (see
+`agentlog.events.store.BaseEventStore`): it caches keys and thread tags, and forgets a key the
+moment it is destroyed through it.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from agentlog.events.errors import InvalidArgumentError, StoreError
+from agentlog.events.keytables import Tables, tables_of
+from agentlog.events.sealing import (
+    PERSONAL,
+    Erasure,
+    Keys,
+    KeyStore,
+    Sealer,
+    SubjectErasedError,
+    SubjectKey,
+    check_subject,
+    is_sealed,
+    load_master_key,
+    new_key,
+    subject_of,
+    unwrap_key,
+    wrap_key,
+)
+
+__all__ = [
+    "ERASURE_THREAD",
+    "DatabaseKeyStore",
+    "Keyring",
+    "ThreadTaggedError",
+    "keyring",
+    "open_keys",
+    "subject_of_thread",
+    "tag_thread",
+    "threads_of_subject",
+    "use_key_store",
+    "vacuum",
+]
+
+
+ERASURE_THREAD = "__erasures__"
+"""The thread where erasures are recorded (`erased`): a key a reader cached is dropped once
+this thread moves, so an erasure made by another process is seen by every reader."""
+
+
+class ThreadTaggedError(StoreError, InvalidArgumentError):
+    """A thread already tagged with one subject was asked to take another; nothing changed."""
+
+
+class DatabaseKeyStore:
+    """Subject keys in the store's own database, wrapped under the master key."""
+
+    def __init__(self, tables: Tables, master: bytes | None = None) -> None:
+        self._tables = tables
+        self._master = master
+
+    def master(self) -> bytes:
+        if self._master is None:
+            self._master = load_master_key()
+        return self._master
+
+    async def create(self, subject: str) -> bytes:
+        found = (await self.get({subject})).get(subject)
+        if found is None:
+            await self._tables.put_key(subject, wrap_key(self.master(), subject, new_key()),
+                                       time.time())  # fmt: skip
+            found = (await self.get({subject}))[subject]  # the winner's, when two raced
+        if isinstance(found, Erasure):
+            raise SubjectErasedError(found)
+        return found
+
+    async def get(self, subjects: set[str]) -> dict[str, SubjectKey]:
+        out: dict[str, SubjectKey] = {}
+        for subject, wrapped, erased_at, by, reason in await self._tables.get_keys(subjects):
+            if wrapped is None:
+                out[subject] = Erasure(subject, float(erased_at), str(by), str(reason))
+            else:
+                out[subject] = unwrap_key(self.master(), subject, bytes(wrapped))
+        return out
+
+    async def destroy(self, erasure: Erasure) -> bool:
+        found = await self._tables.get_keys({erasure.subject})
+        if found and found[0][1] is None:
+            return False
+        await self._tables.erase(erasure)
+        return True
+
+
+class Keyring:
+    """A store's view of subject keys: the key store, with keys and thread tags cached."""
+
+    def __init__(self, tables: Tables, keys: KeyStore | None = None) -> None:
+        self.tables = tables
+        self._erasures = -1
+        self.keys: KeyStore = keys if keys is not None else DatabaseKeyStore(tables)
+        self._tags: dict[str, str | None] = {}
+        self._cache: dict[str, SubjectKey] = {}
+        self._sealers: dict[str, Sealer] = {}
+
+    async def subject(self, thread_id: str) -> str | None:
+        """The subject the thread is tagged with, or None."""
+        if thread_id not in self._tags:
+            self._tags[thread_id] = await self.tables.get_tag(thread_id)
+        return self._tags[thread_id]
+
+    async def tag(self, thread_id: str, subject: str) -> None:
+        self._tags.pop(thread_id, None)
+        held = await self.subject(thread_id)
+        if held is None:
+            held = await self.tables.put_tag(thread_id, subject)
+            self._tags[thread_id] = held
+        if held != subject:
+            raise ThreadTaggedError(
+                f"thread {thread_id!r} holds the data of subject {held!r}; a thread has one "
+                f"subject, so it cannot take {subject!r}: use a new thread for that subject"
+            )
+
+    async def sealer(self, thread_id: str) -> Sealer | None:
+        """What seals the thread's personal fields, or None for an untagged thread."""
+        subject = await self.subject(thread_id)
+        if subject is None:
+            return None
+        key = self._cache.get(subject)
+        if not isinstance(key, bytes):
+            key = self._cache[subject] = await self.keys.create(subject)
+        sealer = self._sealers.get(subject)
+        if sealer is None or sealer.key != key:
+            sealer = self._sealers[subject] = Sealer(subject, key)
+        return sealer
+
+    async def keys_for(self, rows: Sequence[Any]) -> Keys | None:
+        """The keys (or erasures) of the subjects whose sealed payloads are among `rows`."""
+        subjects = {
+            subject_of(row.thread_id, row.seq, row.payload)
+            for row in rows
+            if is_sealed(row.payload)
+        }
+        return await self.keys_of(subjects) if subjects else None
+
+    async def keys_of(self, subjects: set[str]) -> Keys:
+        """The keys (or erasures) of `subjects`, cached until the next erasure."""
+        erasures = await self.tables.store.last_seq(ERASURE_THREAD)
+        if erasures != self._erasures:  # an erasure since: drop every key cached before it
+            self._cache.clear()
+            self._erasures = erasures
+        missing = subjects - self._cache.keys()
+        if missing:
+            self._cache.update(await self.keys.get(missing))
+        return self._cache
+
+    async def destroy(self, erasure: Erasure) -> Erasure:
+        """Destroy the subject's key (and its threads' snapshots); the erasure in force."""
+        self._cache.pop(erasure.subject, None)
+        self._sealers.pop(erasure.subject, None)
+        await self.keys.destroy(erasure)
+        if isinstance(self.keys, DatabaseKeyStore):
+            stored = (await self.keys.get({erasure.subject})).get(erasure.subject)
+        else:
+            await self.tables.erase(erasure)  # the snapshots still go
+            stored = None
+        self._cache.pop(erasure.subject, None)
+        return stored if isinstance(stored, Erasure) else erasure
+
+    def forget(self) -> None:
+        """Drop every cached key and tag (another process may have erased or tagged)."""
+        self._cache.clear()
+        self._tags.clear()
+
+
+def personal(kind: str) -> bool:
+    """Whether records of `kind` carry personal fields to seal."""
+    return kind in PERSONAL
+
+
+_RINGS: weakref.WeakKeyDictionary[Any, Keyring] = weakref.WeakKeyDictionary()
+
+
+def keyring(store: Any) -> Keyring:
+    """The store's keyring (made on first use); a store wrapping another (`inner`, as the
+    testing toolkit's `FaultyStore` does) shares the inner one's."""
+    store = _unwrapped(store)
+    ring = _RINGS.get(store)
+    if ring is None:
+        ring = _RINGS[store] = Keyring(tables_of(store))
+    return ring
+
+
+def use_key_store(store: Any, keys: KeyStore) -> None:
+    """Keep the store's subject keys in `keys` (a KMS) instead of its own database; thread
+    tags and erasures' snapshot clean-up stay in the database."""
+    store = _unwrapped(store)
+    _RINGS[store] = Keyring(tables_of(store), keys)
+
+
+def _unwrapped(store: Any) -> Any:
+    from agentlog.events.store import BaseEventStore
+
+    while not isinstance(store, BaseEventStore) and getattr(store, "inner", None) is not None:
+        store = store.inner
+    return store
+
+
+async def pruned_floor(store: Any, thread_id: str) -> tuple[int, bytes] | None:
+    """The seq and chain hash of the last record pruned from `thread_id`, or None."""
+    try:
+        tables = keyring(store).tables
+    except StoreError:  # a store class of one's own: it never prunes
+        return None
+    return await tables.get_floor(thread_id)
+
+
+async def prune_rows(store: Any, thread_id: str, through_seq: int, last_hash: bytes) -> int:
+    """Delete the thread's records up to `through_seq` (whose chain hash is `last_hash`) and
+    its snapshots but the one at that seq, in one transaction; how many records went."""
+    return await keyring(store).tables.prune(thread_id, through_seq, last_hash)
+
+
+async def open_keys(store: Any, rows: Sequence[Any]) -> Keys | None:
+    """The keys that open the sealed payloads among `rows` read from `store` (None when none
+    is sealed): what a reader of raw rows hands `decode_row`, as `read` does itself."""
+    return await keyring(store).keys_for(rows)
+
+
+async def tag_thread(store: Any, thread_id: str, subject: str) -> None:
+    """Tag `thread_id` with `subject`: from now on its personal fields are sealed under the
+    subject's key. A thread takes one subject (`ThreadTaggedError` for another); an erased
+    subject takes nothing more (`SubjectErasedError`); both refused before anything is written."""
+    check_subject(subject)
+    ring = keyring(store)
+    found = (await ring.keys.get({subject})).get(subject)
+    if isinstance(found, Erasure):
+        raise SubjectErasedError(found)
+    await ring.tag(thread_id, subject)
+
+
+async def subject_of_thread(store: Any, thread_id: str) -> str | None:
+    """The subject `thread_id` is tagged with, or None."""
+    return await keyring(store).subject(thread_id)
+
+
+async def threads_of_subject(store: Any, subject: str) -> list[str]:
+    """The threads tagged with `subject`."""
+    return await keyring(store).tables.tagged(check_subject(subject))
+
+
+async def vacuum(store: Any) -> None:
+    """Rewrite the database without the pages erasures and prunes freed, so no byte of what
+    they removed is left in it: SQLite's VACUUM, then its WAL checkpointed and truncated to
+    nothing; PostgreSQL's VACUUM FULL of the tables they remove from. Nothing for memory."""
+    await tables_of(store).vacuum()
