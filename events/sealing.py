@@ -212,11 +212,31 @@ def new_key() -> bytes:
 _MESSAGE_KEEP = ("message_id", "role", "delta", "timestamp", "usages")
 
 
+_CALL_KEEP = ("type", "id", "name", "tool_type")
+_RESULT_KEEP = ("type", "call_id", "is_error", "status")
+
+
+def _block(block: Any, mark: str) -> Any:
+    """A content block blanked: a tool call keeps its id and name (its arguments read
+    `mark`), a tool result its call id and status (its output reads `mark`), so the calls
+    and their answers still pair up; any other block becomes the text `mark`."""
+    kind = block.get("type") if isinstance(block, dict) else None
+    if kind in ("tool_call", "remote_tool_call"):
+        return {**{k: block[k] for k in _CALL_KEEP if k in block}, "args": {"erased": mark}}
+    if kind == "tool_result":
+        return {**{k: block[k] for k in _RESULT_KEEP if k in block}, "output": mark}
+    return {"type": "text", "text": mark}
+
+
 def _message(message: Any, mark: str) -> Any:
     if not isinstance(message, dict):
         return message
     kept = {k: message[k] for k in _MESSAGE_KEEP if k in message}
-    return {**kept, "content": [{"type": "text", "text": mark}]}
+    content = message.get("content")
+    blocks = [_block(b, mark) for b in content] if isinstance(content, list) else []
+    texts = [b for b in blocks if b.get("type") == "text"]
+    others = [b for b in blocks if b.get("type") != "text"]
+    return {**kept, "content": ([texts[0]] if texts else [{"type": "text", "text": mark}]) + others}
 
 
 def _messages(messages: Any, mark: str) -> Any:

@@ -695,8 +695,7 @@ class BaseEventStore(ABC):
                 yield decode_row(row, keys)
 
     async def read_all_rows(self, from_position: int = 0) -> AsyncIterator[Row]:
-        """`read_all`'s rows exactly as stored, undecoded and still sealed (what a relay ships
-        as it is: the export line a verifier checks)."""
+        """`read_all`'s rows as stored, undecoded and still sealed (what a relay ships)."""
         async for chunk in self._chunks_all(from_position):
             for row in chunk:
                 yield row
@@ -926,6 +925,8 @@ class BaseEventStore(ABC):
 
     async def _sealed(self, thread_id: str, encoded: list[Encoded]) -> list[Encoded]:
         """`encoded`, each record of a personal kind sealed when the thread has a subject."""
+        if not any(e.kind in PERSONAL for e in encoded):  # a prune's record needs no key
+            return encoded
         sealer = await keyring(self).sealer(thread_id)
         if sealer is None:
             return encoded
