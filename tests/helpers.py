@@ -74,6 +74,10 @@ def line(*nodes: tuple[str, Callable[..., Any]], state_cls: type[AgentState] = A
 
 ROOT = Path(__file__).resolve().parent.parent
 
+QUIET_PYTEST = ("-p", "no:cacheprovider", "-p", "no:langsmith_plugin")
+"""For a pytest run in a subprocess: no cache written beside the test, and not the langsmith
+plugin (installed with langchain-core; it imports its client at start-up, about a second)."""
+
 
 def agentlog(
     *args: str | Path, cwd: Path = ROOT, columns: int = 160, timeout: float = 120, **env: str
