@@ -35,13 +35,15 @@ typecheck: $(STAMP)
 # core free for mypy. For the same reason the tests run on two workers per core.
 # A file's tests stay on one worker (loadfile): the kill-coverage checks of test_crash_recovery
 # and test_crash_many read what every test of their file found in the same process, and are
-# skipped when worksteal or load spread them (measured: no faster on 2 cores either).
+# skipped when worksteal or load spread them (measured: no faster on 2 cores either). Files
+# go out in collection order, files with slow tests first (tests/conftest.py); xdist's own
+# reordering (most tests first) would send the longest files, which hold few tests, last.
 WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
 test: $(STAMP) $(PEERS)
 	$(MAKE) --no-print-directory --output-sync=target -j3 lint typecheck pytest
 
 pytest: $(STAMP) $(PEERS)
-	AGENTLOG_PEERS=required HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile
+	AGENTLOG_PEERS=required HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The edit loop: no lint, no type check, no slow tests (those two files are all slow, so the
 # tests may be spread one by one).
