@@ -30,7 +30,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Lint, type check and the tests run side by side (each target's output kept together): the
+# Lint, type check and the tests run side by side (their output kept whole line by line): the
 # tests spend much of their time waiting on subprocesses, sockets and fsyncs, which leaves a
 # core free for mypy. For the same reason the tests run on two workers per core.
 # A file's tests stay on one worker (loadfile): the kill-coverage checks of test_crash_recovery
@@ -40,7 +40,7 @@ typecheck: $(STAMP)
 # reordering (most tests first) would send the longest files, which hold few tests, last.
 WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
 test: $(STAMP) $(PEERS)
-	$(MAKE) --no-print-directory --output-sync=target -j3 lint typecheck pytest
+	$(MAKE) --no-print-directory --output-sync=line -j3 lint typecheck pytest
 
 pytest: $(STAMP) $(PEERS)
 	AGENTLOG_PEERS=required HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder
