@@ -31,14 +31,16 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # Lint, type check and the tests run side by side (their output kept whole line by line): the
-# tests spend much of their time waiting on subprocesses, sockets and fsyncs, which leaves a
-# core free for mypy. For the same reason the tests run on two workers per core.
+# tests spend much of their time waiting on subprocesses, sockets and fsyncs, which leaves
+# room for mypy. One test worker per core (WORKERS=N overrides): two per core, measured on
+# this 2-core machine shared with other jobs (load 11-13), used 30% more CPU than one per core
+# for the same tests (their polling waits grow with the contention) and finished later.
 # A file's tests stay on one worker (loadfile): the kill-coverage checks of test_crash_recovery
 # and test_crash_many read what every test of their file found in the same process, and are
 # skipped when worksteal or load spread them (measured: no faster on 2 cores either). Files
 # go out in collection order, files with slow tests first (tests/conftest.py); xdist's own
 # reordering (most tests first) would send the longest files, which hold few tests, last.
-WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
+WORKERS ?= auto
 test: $(STAMP) $(PEERS)
 	$(MAKE) --no-print-directory --output-sync=line -j3 lint typecheck pytest
 
