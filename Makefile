@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-fast demo docs lint typecheck bench clean
+.PHONY: setup test pytest test-fast demo docs lint typecheck bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,11 +30,22 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Lint, type check and the tests run side by side (their output kept whole line by line): the
+# tests spend much of their time waiting on subprocesses, sockets and fsyncs, which leaves
+# room for mypy. One test worker per core (WORKERS=N overrides): two per core, measured on
+# this 2-core machine shared with other jobs (load 11-13), used 30% more CPU than one per core
+# for the same tests (their polling waits grow with the contention) and finished later.
 # A file's tests stay on one worker (loadfile): the kill-coverage checks of test_crash_recovery
 # and test_crash_many read what every test of their file found in the same process, and are
-# skipped when worksteal or load spread them (measured: no faster on 2 cores either).
-test: lint typecheck $(STAMP) $(PEERS)
-	AGENTLOG_PEERS=required HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest -q -n auto --dist loadfile
+# skipped when worksteal or load spread them (measured: no faster on 2 cores either). Files
+# go out in collection order, files with slow tests first (tests/conftest.py); xdist's own
+# reordering (most tests first) would send the longest files, which hold few tests, last.
+WORKERS ?= auto
+test: $(STAMP) $(PEERS)
+	$(MAKE) --no-print-directory --output-sync=line -j3 lint typecheck pytest
+
+pytest: $(STAMP) $(PEERS)
+	AGENTLOG_PEERS=required HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The edit loop: no lint, no type check, no slow tests (those two files are all slow, so the
 # tests may be spread one by one).

@@ -19,6 +19,7 @@ from agentlog.events import GENESIS_HASH, MessageAppended, NodeEntered, StepAdva
 from agentlog.events.codec import chain_hash
 from agentlog.events.kinds import Event
 from agentlog.projections import AgentState, Message, message_appended
+from tests.workers.zygote import ForkedWorker, Zygote
 
 
 def step_events(step: int, text: str = "hello", role: str = "assistant") -> list[Event]:
@@ -74,6 +75,10 @@ def line(*nodes: tuple[str, Callable[..., Any]], state_cls: type[AgentState] = A
 
 ROOT = Path(__file__).resolve().parent.parent
 
+QUIET_PYTEST = ("-p", "no:cacheprovider", "-p", "no:langsmith_plugin")
+"""For a pytest run in a subprocess: no cache written beside the test, and not the langsmith
+plugin (installed with langchain-core; it imports its client at start-up, about a second)."""
+
 
 def agentlog(
     *args: str | Path, cwd: Path = ROOT, columns: int = 160, timeout: float = 120, **env: str
@@ -100,7 +105,22 @@ def spawn_worker(module: str, *args: str | Path) -> subprocess.Popen[str]:
     )
 
 
-def wait_ready(proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
+_ZYGOTE: list[Zygote] = []
+
+
+def fork_worker(module: str, *args: str | Path) -> ForkedWorker:
+    """`spawn_worker`'s process without its start-up: forked from this test process's fork
+    server (tests/workers/zygote.py), which imported agentlog once. A process of its own all
+    the same (SIGKILL, exit codes, pipes); for tests that start many short workers."""
+    if not _ZYGOTE:
+        _ZYGOTE.append(Zygote())
+    return _ZYGOTE[0].fork(module, [str(a) for a in args])
+
+
+Worker = subprocess.Popen[str] | ForkedWorker
+
+
+def wait_ready(proc: Worker, timeout: float = 60.0) -> None:
     """Block until a worker prints "ready" (its store is open); fail with its stderr if not."""
     assert proc.stdout is not None
     readable, _, _ = select.select([proc.stdout], [], [], timeout)
@@ -111,7 +131,7 @@ def wait_ready(proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
         raise AssertionError(f"the worker did not get ready within {timeout}s: {line!r}\n{err}")
 
 
-def wait_done(proc: subprocess.Popen[str], what: str, timeout: float) -> None:
+def wait_done(proc: Worker, what: str, timeout: float) -> None:
     """Wait for a worker that runs a thread to its end: it must print "ready", then "done"."""
     try:
         out, err = proc.communicate(timeout=timeout)

@@ -26,7 +26,7 @@ from tests.workers.durability_run import THREAD, Work, build
 from tests.workers.graph_run import build_graph as agent_graph
 from tests.workers.graph_run import call_ids, comparable
 
-from .helpers import spawn_worker, wait_ready
+from .helpers import fork_worker, wait_ready
 
 
 def until(proc: Any, word: str) -> None:
@@ -78,7 +78,7 @@ def steps_done(log: list[Any]) -> list[str]:
 @pytest.mark.parametrize("mode", ["sync", "async", "exit"])
 def test_sigkill_keeps_what_the_mode_promises(mode: str, tmp_path: Path) -> None:
     db, effects = tmp_path / "x.db", tmp_path / "effects"
-    proc = spawn_worker("durability_run", db, effects, mode, "run")
+    proc = fork_worker("durability_run", db, effects, mode, "run")
     wait_ready(proc)
     until(proc, "holding")  # node `hold` runs: plan, tools, a and b have returned
     proc.send_signal(signal.SIGKILL)
@@ -94,7 +94,7 @@ def test_sigkill_keeps_what_the_mode_promises(mode: str, tmp_path: Path) -> None
         assert done in (["plan", "tools", "a"], ["plan", "tools", "a", "b"])
     else:  # exit: nothing since the tool call's records (the last durable commit)
         assert done == ["plan"]
-    resumed = spawn_worker("durability_run", db, effects, mode, "resume")
+    resumed = fork_worker("durability_run", db, effects, mode, "resume")
     wait_ready(resumed)
     until(resumed, "done")
     resumed.wait(timeout=60)
@@ -117,7 +117,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def resume_agent(db: Path, effects: Path, mode: str) -> None:
-    proc = spawn_worker("graph_run", db, effects, AGENT_THREAD, "run", mode)
+    proc = fork_worker("graph_run", db, effects, AGENT_THREAD, "run", mode)
     out, err = proc.communicate(timeout=TIMEOUT)
     assert proc.returncode == 0 and out.split() == ["ready", "done"], (out, err)
 
@@ -154,7 +154,7 @@ def test_sigkill_anywhere_then_resume_equals_uninterrupted(
     mode: str, moment: Moment, uninterrupted: dict[str, Any], tmp_path: Path
 ) -> None:
     db, effects = tmp_path / "x.db", tmp_path / "effects"
-    proc = spawn_worker("graph_run", db, effects, AGENT_THREAD, "run", mode)
+    proc = fork_worker("graph_run", db, effects, AGENT_THREAD, "run", mode)
     killed = kill_at(proc, moment, db, effects)
     finished = finished_calls(db) if killed else set()
     ran_at_kill = executions(effects)

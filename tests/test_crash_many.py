@@ -39,7 +39,7 @@ from agentlog.events import SQLiteEventStore
 from agentlog.projections import Message
 from tests.workers.many_threads import STEPS, build_graph, call_ids, thread_ids, uses_tools
 
-from .helpers import normalized, records_in, spawn_worker, wait_ready
+from .helpers import Worker, fork_worker, normalized, records_in, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 THREADS = 100
@@ -54,11 +54,11 @@ pytestmark = pytest.mark.slow
 # ---- processes -------------------------------------------------------------------------
 
 
-def spawn(db: Path, effects: Path, every: int, delay_ms: int, mode: str) -> subprocess.Popen[str]:
-    return spawn_worker("many_threads", db, effects, str(THREADS), str(every), str(delay_ms), mode)
+def spawn(db: Path, effects: Path, every: int, delay_ms: int, mode: str) -> Worker:
+    return fork_worker("many_threads", db, effects, str(THREADS), str(every), str(delay_ms), mode)
 
 
-def outcomes(proc: subprocess.Popen[str], what: str) -> dict[str, str | None]:
+def outcomes(proc: Worker, what: str) -> dict[str, str | None]:
     """Wait for a worker to end; per thread, the error its run raised (None: none)."""
     try:
         out, err = proc.communicate(timeout=TIMEOUT)

@@ -22,7 +22,6 @@ import os
 import random
 import signal
 import sqlite3
-import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +40,7 @@ from agentlog.events import (
 from agentlog.projections import Message, replay
 from tests.workers.graph_run import build_graph, call_ids, comparable
 
-from .helpers import normalized, spawn_worker, wait_done, wait_ready
+from .helpers import Worker, fork_worker, normalized, wait_done, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 THREAD = "crash-thread"
@@ -58,8 +57,8 @@ pytestmark = pytest.mark.slow
 # ---- processes -------------------------------------------------------------------------
 
 
-def spawn(db: Path, effects: Path, mode: str = "run") -> subprocess.Popen[str]:
-    return spawn_worker("graph_run", db, effects, THREAD, mode)
+def spawn(db: Path, effects: Path, mode: str = "run") -> Worker:
+    return fork_worker("graph_run", db, effects, THREAD, mode)
 
 
 def finish(db: Path, effects: Path, what: str) -> None:
@@ -97,7 +96,7 @@ def logged(db: Path) -> int:
     return int(found[0]) if found else 0
 
 
-def kill_at(proc: subprocess.Popen[str], moment: Moment, db: Path, effects: Path) -> bool:
+def kill_at(proc: Worker, moment: Moment, db: Path, effects: Path) -> bool:
     """SIGKILL `proc` as soon as the run reached `moment` (seen by polling its log and its
     side-effect file); False if it had already finished."""
     wait_ready(proc)

@@ -29,13 +29,13 @@ from tests.test_crash_recovery import THREAD, TIMEOUT, Moment, executions, kill_
 from tests.workers.graph_run import comparable
 from tests.workers.subgraph_run import CALLS, SUBJECTS, Draft, Report, Research, build_graph
 
-from .helpers import spawn_worker
+from .helpers import Worker, fork_worker
 
 pytestmark = pytest.mark.slow
 
 
-def spawn(db: Path, effects: Path) -> subprocess.Popen[str]:
-    return spawn_worker("subgraph_run", db, effects, THREAD, "run")
+def spawn(db: Path, effects: Path) -> Worker:
+    return fork_worker("subgraph_run", db, effects, THREAD, "run")
 
 
 def finish(db: Path, effects: Path, what: str) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,13 +26,13 @@ from tests.test_crash_recovery import THREAD, TIMEOUT, Moment, executions, kill_
 from tests.workers.graph_run import comparable
 from tests.workers.superstep_run import CALLS, Report, build_graph
 
-from .helpers import spawn_worker, wait_done
+from .helpers import Worker, fork_worker, wait_done
 
 pytestmark = pytest.mark.slow
 
 
-def spawn(db: Path, effects: Path) -> subprocess.Popen[str]:
-    return spawn_worker("superstep_run", db, effects, THREAD, "run")
+def spawn(db: Path, effects: Path) -> Worker:
+    return fork_worker("superstep_run", db, effects, THREAD, "run")
 
 
 def finish(db: Path, effects: Path, what: str) -> None:

@@ -19,7 +19,7 @@ from agentlog.actors.examples.support import support_graph
 from agentlog.actors.testing import MachineFailure, RecordedCall, graph_machine
 from agentlog.events import MemoryEventStore
 from agentlog.projections import Message
-from tests.helpers import ROOT
+from tests.helpers import QUIET_PYTEST, ROOT
 from tests.toolkit_graphs import (
     closure_counter,
     counting_graph,
@@ -50,7 +50,7 @@ def run_printed_test(tmp_path: Path, failure: MachineFailure) -> subprocess.Comp
     (tmp_path / "test_pasted.py").write_text(failure.test)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+        [sys.executable, "-m", "pytest", "-q", *QUIET_PYTEST, "-p", "no:xdist",
          "-p", "no:randomly", str(tmp_path / "test_pasted.py")],
         capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env,
     )  # fmt: skip
@@ -271,7 +271,7 @@ def test_each_rule_does_what_it_says_and_its_script_replays(tmp_path: Path) -> N
     (tmp_path / "test_replayed.py").write_text(test)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-q", *QUIET_PYTEST, str(tmp_path)],
         capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env,
     )  # fmt: skip
     assert done.returncode == 0, test + done.stdout + done.stderr  # a healthy graph passes

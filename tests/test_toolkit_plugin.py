@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import QUIET_PYTEST, ROOT
 
 USER_TESTS = """
 import pytest
@@ -60,7 +60,7 @@ def test_needs_a_graph(agentlog_app):
 def run_pytest(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "test_user.py").write_text(source)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+        [sys.executable, "-m", "pytest", "-q", *QUIET_PYTEST, "-p", "no:xdist",
          "-o", "asyncio_mode=auto", str(tmp_path)],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip
@@ -120,7 +120,7 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
         "test_refund_properties.py",
         "test_support_flow.py",
     ]
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+    command = [sys.executable, "-m", "pytest", "-q", *QUIET_PYTEST, "-p", "no:xdist",
                "--hypothesis-seed=0"]  # fmt: skip
     ran = subprocess.run(
         [*command, "tests"], capture_output=True, text=True, timeout=600, cwd=tmp_path

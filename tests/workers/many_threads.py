@@ -63,6 +63,14 @@ def _record(path: str | None, call_id: str) -> None:
     append_line(path, call_id, durable=False)
 
 
+def _turns(state: AgentState, thread: str) -> int:
+    """The assistant turns so far, from the context's length: the user's message, then one
+    message per turn of a talking thread, two (the call, its result) of a tool thread. Not
+    by reading every message: a node's view copies each message it reads, which made the
+    100 threads' 30 steps quadratic in the workers' time (a fifth of it)."""
+    return (len(state.context) - 1) // (2 if uses_tools(thread) else 1)
+
+
 def build_graph(
     store: SQLiteEventStore,
     side_effects: str | None = None,
@@ -88,7 +96,7 @@ def build_graph(
 
     async def talk(state: AgentState, config: dict[str, Any]) -> dict[str, Any]:
         thread = str(config["thread_id"])
-        n = sum(1 for m in state.context if m.role == "assistant")
+        n = _turns(state, thread)
         await pause()  # the "model" thinks
         blocks: list[Any] = [TextBlock(text=f"{thread} turn {n}")]
         if uses_tools(thread):
@@ -103,11 +111,11 @@ def build_graph(
     def after_talk(state: AgentState) -> str:
         if state.context[-1].tool_calls():
             return "tools"
-        talked = sum(1 for m in state.context if m.role == "assistant")
+        talked = len(state.context) - 1  # a talking thread: the user's message, then its turns
         return END if talked >= STEPS else "talk"
 
     def after_tools(state: AgentState) -> str:
-        answered = sum(1 for m in state.context if m.role == "tool")
+        answered = (len(state.context) - 1) // 2  # a tool thread: a result after each turn
         return END if answered >= TOOL_TURNS else "talk"
 
     graph: StateGraph[AgentState] = StateGraph(name="many-threads")
