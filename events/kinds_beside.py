@@ -86,6 +86,16 @@ class TriggerListening(BaseEvent, tag="trigger_listening", frozen=True):
     slot: float | None = None
 
 
+class ResourcesNamed(BaseEvent, tag="resources_named", frozen=True):
+    """The names of what a runtime's programs share (hive's `llm`, `tools`, tool executor,
+    accounts, `tool_provider_map`, checkpoint settings), recorded when a runtime starts with
+    other names than the log last holds: names only, never a key or a token."""
+
+    RUNTIME_ONLY: ClassVar[bool] = True
+
+    names: dict[str, JSON]
+
+
 class ThreadHidden(BaseEvent, tag="thread_hidden", frozen=True):
     """The thread was deleted through the HTTP API: hidden from listings, its log kept (it
     still verifies). A person's data is erased with `erased`."""

@@ -74,6 +74,7 @@ def test_the_traits_name_the_kinds_each_reader_used_to_list() -> None:
     assert {"step_advanced", "tool_call_finished"} == kinds.TIMED_KINDS
     assert {
         "erased",
+        "resources_named",
         "trigger_accepted",
         "trigger_dispatched",
         "trigger_finished",

@@ -269,3 +269,37 @@ def test_hive_entry_point_specs_map_to_entry_points() -> None:
     assert nightly.cron == "0 2 * * *" and nightly.interval_s is None
     with pytest.raises(RegistrationError, match="trigger_type"):
         EntryPointSpec(id="x", trigger_type="carrier-pigeon").entry_point("primary")
+
+
+async def test_the_resources_are_named_in_the_log_once_and_never_their_secrets(
+    tmp_path: Path,
+) -> None:
+    from agentlog.events import SQLiteEventStore
+    from agentlog.events.kinds import ResourcesNamed
+
+    def resources(provider: str) -> Resources:
+        return Resources(
+            llm=FakeLLM(),
+            tools=[process_request],
+            accounts=[{"name": "zendesk-main", "token": "secret-token"}],
+            tool_provider_map={"process_request": provider},
+        )
+
+    async def named_records(store: Any) -> list[dict[str, Any]]:
+        thread = Runtime(store).config.runtime_thread
+        return [r.event.names async for r in store.read(thread)
+                if isinstance(r.event, ResourcesNamed)]  # fmt: skip
+
+    db = tmp_path / "hive.db"
+    for provider in ("zendesk-main", "zendesk-main", "zendesk-eu"):  # a restart, a change
+        async with SQLiteEventStore(db) as store, Runtime(store, resources=resources(provider)):
+            pass
+    async with SQLiteEventStore(db) as store:
+        named = await named_records(store)
+    assert [n["tool_provider_map"] for n in named] == [
+        {"process_request": "zendesk-main"},
+        {"process_request": "zendesk-eu"},
+    ]
+    assert named[0]["llm"] == "FakeLLM:gpt-test" and named[0]["accounts"] == ["zendesk-main"]
+    stored = b"".join(p.read_bytes() for p in tmp_path.iterdir())
+    assert b"secret" not in stored  # neither the account's token nor the model's key

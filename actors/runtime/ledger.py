@@ -22,6 +22,7 @@ import msgspec
 from agentlog.actors.runtime.keys import request_digest
 from agentlog.events import EventRecord
 from agentlog.events.kinds import (
+    ResourcesNamed,
     TriggerAccepted,
     TriggerDispatched,
     TriggerFinished,
@@ -116,6 +117,8 @@ class Ledger:
     """The ids of the done triggers kept, the earliest done first, with when each was done."""
     forgotten: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     """(graph id, entry point, outcome) -> done triggers no longer kept."""
+    resources: dict[str, Any] | None = None
+    """The resource names the log last holds (`resources_named`); None: never recorded."""
     keyed: dict[str, TriggerAccepted] = field(default_factory=dict)
     """Trigger id -> its acceptance (without input), for keyed triggers no longer kept: a
     repeated key still answers with the trigger it names."""
@@ -192,6 +195,7 @@ class Ledger:
                 "finished": [[tid, at] for tid, at in self.finished.items()],
                 "forgotten": [[*key, count] for key, count in self.forgotten.items()],
                 "keyed": list(self.keyed.values()),
+                "resources": self.resources,
             }
         )
         return data
@@ -208,6 +212,7 @@ class Ledger:
             answered=data["answered"],
             fired=data["fired"],
             workers=set(data["workers"]),
+            resources=data.get("resources"),  # absent from snapshots written before it
         )
         for raw in data["triggers"]:
             state = msgspec.convert(raw, TriggerState)
@@ -286,6 +291,8 @@ class Ledger:
             state.finished_position = record.position
             state.end_seq = event.thread_seq
             state.updated_at = record.at
+        elif isinstance(event, ResourcesNamed):
+            self.resources = dict(event.names)
         elif isinstance(event, TriggerListening):
             if event.position is not None:
                 self.answered.setdefault(event.entry_point, event.position)

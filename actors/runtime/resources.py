@@ -8,7 +8,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentlog.actors.runtime.journal import RuntimeJournal
 from agentlog.actors.runtime.spec import RegistrationError
+from agentlog.events.kinds import ResourcesNamed
 
 
 def named(value: Any) -> str | None:
@@ -72,4 +74,14 @@ class Resources:
         }  # fmt: skip
 
 
-__all__ = ["CheckpointConfig", "Resources", "named"]
+async def record_names(resources: Resources, journal: RuntimeJournal, *, lone: bool) -> None:
+    """Record the resources' names on the runtime thread when they differ from what the log
+    last holds (a restart with the same resources writes nothing); a lone runtime does, as
+    the one writer of its own settings, never a worker."""
+    names = resources.names()
+    last = journal.ledger.resources or Resources().names()  # none given, none recorded: quiet
+    if lone and names != last:
+        await journal.record([ResourcesNamed(names=names)])
+
+
+__all__ = ["CheckpointConfig", "Resources", "named", "record_names"]

@@ -40,7 +40,7 @@ from agentlog.actors.runtime.manager import (
 )
 from agentlog.actors.runtime.parts import Parts
 from agentlog.actors.runtime.registry import check_against, create_agent_runtime
-from agentlog.actors.runtime.resources import Resources
+from agentlog.actors.runtime.resources import Resources, record_names
 from agentlog.actors.runtime.spec import (
     MULTITASK_STRATEGIES,
     EntryPoint,
@@ -317,6 +317,7 @@ class AgentRuntime(Watching, Graphs):
             self.journal.on_applied = self.follower.seen
             self.journal.writer = f"{WORKER_PREFIX}{self.config.worker_id}"
         await self.journal.catch_up()
+        await record_names(self.resources, self.journal, lone=self.config.worker_id is None)
         self._head_at_start = await last_position(self.store)
         self.started, self.stopping = True, False
         for subscription, (feed, handler) in self._pending_handlers.items():
@@ -1024,8 +1025,7 @@ class AgentRuntime(Watching, Graphs):
     # ---- hive's names ------------------------------------------------------------------
 
     async def cancel_execution(self, entry_point_id: str, execution_id: str) -> bool:
-        """hive's `cancel_execution`: cancel the run on thread `execution_id` (what
-        `trigger` returned); False when there is none to cancel."""
+        """hive's: cancel the run on thread `execution_id`; False when there is none."""
         self._entry(entry_point_id)
         try:
             await self.cancel(execution_id, actor="api")
