@@ -68,8 +68,9 @@ async def test_free_form_input_is_refused_before_anything_is_recorded(store: Any
     runtime.register_entry_point(EntryPoint(id="api", graph_id="support", trigger="api"))
     async with runtime:
         before = await last_position(store)
-        with pytest.raises(InvalidStateUpdateError, match="no field 'query'"):
+        with pytest.raises(InvalidStateUpdateError, match="no field 'query'") as refused:
             await runtime.trigger("api", {"query": "help"})
+        assert "EntryPoint(id='api', ..., input_schema=Model)" in str(refused.value)
         assert await last_position(store) == before  # not even the acceptance
         assert runtime.stats()["entry_points"]["api"]["failed"] == 0
 

@@ -30,6 +30,7 @@ from agentlog.actors.runtime.spec import InvalidTriggerInputError
 from agentlog.events.errors import ThreadNotFoundError
 from agentlog.projections import Message
 from agentlog.projections.edge import to_builtins
+from agentlog.projections.errors import InvalidStateUpdateError
 from agentlog.projections.messages import is_message_dict
 
 if TYPE_CHECKING:
@@ -149,7 +150,15 @@ def recordable_input(
             f"({exc}); send text, messages or a dict of plain values"
         ) from exc
     if not resume and input is not None and state_cls is not None:
-        check_input_fields(state_cls, recorded)
+        try:
+            check_input_fields(state_cls, recorded)
+        except InvalidStateUpdateError as exc:
+            if entry.input_schema is not None or type(exc) is not InvalidStateUpdateError:
+                raise
+            raise InvalidStateUpdateError(
+                f"{exc}; or map free-form input into the state with "
+                f"EntryPoint(id={entry.id!r}, ..., input_schema=Model)"
+            ) from None
     return recorded
 
 
