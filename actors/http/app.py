@@ -1,6 +1,7 @@
 """The runtime over HTTP: LangGraph's Agent Server API at the root paths (wire-compatible,
 `agentserver/`), agentlog's own record-level API under `/log` (threads, state, history,
-runs and live streams of records, in agentlog's shapes), and webhook routes.
+runs and live streams of records, in agentlog's shapes), webhook routes, and the viewer at `/ui`
+(`ui/`: a page and a script in the package, reading through these same routes).
 
 Every request acts as a principal (its token's name, or "local" on a loopback server
 without tokens), which is the `actor` of whatever it writes. Errors are JSON
@@ -26,6 +27,7 @@ from agentlog.actors.http.agentserver.facade import AgentServer
 from agentlog.actors.http.guard import BODY_TIMEOUT_S, BodyLimit, RequestGuard
 from agentlog.actors.http.routes import ROUTERS, health
 from agentlog.actors.http.tokens import TokenBook
+from agentlog.actors.http.ui import router as viewer
 from agentlog.actors.runtime import AgentRuntime, EntryPoint
 from agentlog.actors.runtime.facade import RuntimeFacade
 from agentlog.actors.runtime.tracing import caller_trace
@@ -99,6 +101,7 @@ def create_app(
         app.include_router(router)
     for router in ROUTERS:
         app.include_router(router, prefix=LOG_PREFIX if router is not health.router else "")
+    app.include_router(viewer)  # the viewer at /ui, a page over the routes above
     if webhooks:
         _mount_webhooks(app, runtime, rt.webhook_entries(), max_body)
     return app

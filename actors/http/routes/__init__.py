@@ -1,8 +1,15 @@
 """The API's routes, one router per concern; `create_app` includes them all."""
 
-from agentlog.actors.http.routes import health, runs, state, streams, threads
+from agentlog.actors.http.routes import health, records, runs, state, streams, threads
 
-ROUTERS = [health.router, threads.router, state.router, runs.router, streams.router]
+ROUTERS = [
+    health.router,
+    threads.router,
+    state.router,
+    records.router,
+    runs.router,
+    streams.router,
+]
 """In the order their paths are matched."""
 
 __all__ = ["ROUTERS"]
