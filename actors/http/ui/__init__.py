@@ -18,7 +18,7 @@ from agentlog.actors.http.errors import ApiError
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-    "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    "img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 )
 """What the viewer's pages may load and run: their own files, nothing inline."""
 ASSETS = {

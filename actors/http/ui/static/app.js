@@ -111,6 +111,17 @@ async function verifyBadge(threadId) {
   return span;
 }
 
+// A button that runs the thread's verify and says the first broken link, if any.
+function verifyButton(threadId) {
+  return el("button", { type: "button", onclick: async () => {
+    try {
+      const report = await api("GET", LOG + "/threads/" + enc(threadId) + "/verify");
+      say(report.ok ? `verified: ${report.records_checked} records, chain intact`
+        : `broken at seq ${report.first_bad_seq}: ${report.problem}`);
+    } catch (e) { say(e.message); }
+  } }, "Verify");
+}
+
 // ---- threads --------------------------------------------------------------------------------
 
 async function threadsView() {
@@ -232,12 +243,7 @@ async function timelineView(threadId) {
 
   function drawActions(t) {
     actions.replaceChildren();
-    const verify = el("button", { type: "button", onclick: async () => {
-      const report = await api("GET", base + "/verify");
-      say(report.ok ? `verified: ${report.records_checked} records, chain intact`
-        : `broken at seq ${report.first_bad_seq}: ${report.problem}`);
-    } }, "Verify");
-    actions.append(verify);
+    actions.append(verifyButton(threadId));
     if (t.interrupts && t.interrupts.length) {
       const pause = t.interrupts[0];
       actions.append(el("span", { class: "pending" }, `pending: ${pause.node || ""} ${pause.reason || ""}`),
@@ -452,7 +458,8 @@ async function route() {
     else if (parts[0] === "threads" && parts[2] === "diff") { document.title = `Diff · ${parts[1]} · agentlog`; await diffView(parts[1]); }
     else main.replaceChildren(el("h1", {}, "Not found"), el("p", {}, el("a", { href: "/ui" }, "Threads")));
   } catch (e) {
-    main.replaceChildren(el("h1", {}, "Cannot show this"), el("p", { class: "error", role: "alert" }, e.message));
+    main.replaceChildren(el("h1", {}, "Cannot show this"), el("p", { class: "error", role: "alert" }, e.message),
+      parts[0] === "threads" ? verifyButton(parts[1]) : null);
   }
   document.body.dataset.ready = "1";
 }
