@@ -229,6 +229,29 @@ def test_approving_a_pending_tool_call_finishes_the_run_live(
     assert [r["actor"] for r in resumed] == ["local"]  # the page's principal
 
 
+def test_rejecting_a_pending_tool_call_answers_it_as_an_edit_and_goes_on(
+    page: Page, served: tuple[str, Path, str]
+) -> None:
+    url, _, _ = served
+    run(url, "refund-8", "My order A-1042 arrived damaged.")
+    show(page, "/ui/threads/refund-8")
+    expect(page.locator(".pending")).to_contain_text("issue_refund")
+    page.get_by_label("Why").fill("too much")
+    page.get_by_role("button", name="Reject").click()
+    expect(page.locator("tr.step", has_text="edit by local")).to_have_count(1)  # live
+    expect(page.locator("tr.step").last).to_contain_text("agent")  # the run went on
+    with httpx.Client(base_url=url) as http:
+        state = http.get("/log/threads/refund-8").json()
+    results = [
+        block
+        for message in state["values"]["context"]
+        for block in message["content"]
+        if block["type"] == "tool_result"
+    ]
+    assert results[-1]["output"] == "rejected: too much"
+    assert results[-1]["is_error"] is True
+
+
 def test_a_hostile_message_renders_as_text(
     page: Page, served: tuple[str, Path, str], axe: str
 ) -> None:

@@ -191,9 +191,15 @@ function timelineRows(records) {
       case "model_called":
         for (const v of Object.values(e.usage || {})) if (typeof v === "number") step.tokens += v;
         break;
+      case "node_entered":
+        step.entered = true;
+        break;
+      case "message_appended": case "messages_replaced": case "messages_removed":
+        if (e.reason) step.why = e.reason;
+        break;
       case "step_advanced":
-        rows.push({ step: e.step, node: r.actor, duration: e.duration_ms, tools: step.tools,
-          tokens: step.tokens, at: r.at, seq: r.seq });
+        rows.push({ step: e.step, node: step.entered ? r.actor : `edit by ${r.actor}` + (step.why ? ` — why: ${step.why}` : ""),
+          duration: e.duration_ms, tools: step.tools, tokens: step.tokens, at: r.at, seq: r.seq });
         step = { tools: [], tokens: 0 };
         break;
       case "interrupt_raised":
@@ -246,8 +252,15 @@ async function timelineView(threadId) {
     actions.append(verifyButton(threadId));
     if (t.interrupts && t.interrupts.length) {
       const pause = t.interrupts[0];
-      actions.append(el("span", { class: "pending" }, `pending: ${pause.node || ""} ${pause.reason || ""}`),
+      const calls = pendingCalls(t);
+      actions.append(el("span", { class: "pending" }, `pending: ${pause.node || ""} ${pause.reason || ""}`,
+        calls.map((c) => ` · ${c.name}(${JSON.stringify(c.args)})`)),
         el("button", { type: "button", class: "primary", onclick: () => resume(t) }, "Approve and resume"));
+      if (calls.length) {
+        const why = el("input", { name: "why", size: 24 });
+        actions.append(el("label", {}, "Why ", why),
+          el("button", { type: "button", onclick: () => reject(t, pause.node, calls, why.value) }, "Reject"));
+      }
     }
     if (t.status === "running") {
       actions.append(el("button", { type: "button", onclick: () => cancel() }, "Cancel run"));
@@ -264,6 +277,24 @@ async function timelineView(threadId) {
     if (!assistants.length) { say("no assistant serves graph " + t.graph_id); return; }
     await api("POST", base + "/runs", { assistant_id: assistants[0].assistant_id, command: { resume: null } });
     say("resumed");
+  }
+
+  // The tool calls of the last message that no result answers yet.
+  function pendingCalls(t) {
+    const messages = (t.values && t.values.context) || [];
+    const answered = new Set();
+    for (const m of messages) for (const b of m.content || []) if (b.type === "tool_result") answered.add(b.call_id);
+    const last = [...messages].reverse().find((m) => m.role === "assistant");
+    return ((last && last.content) || []).filter((b) => b.type === "tool_call" && !answered.has(b.id));
+  }
+
+  // A rejection: each pending call answered with an error, as the paused node (an edit the
+  // log records with the token's name), then the run goes on from there.
+  async function reject(t, node, calls, why) {
+    const messages = calls.map((c) => ({ type: "tool", tool_call_id: c.id, status: "error",
+      content: "rejected" + (why ? ": " + why : "") }));
+    await api("POST", "/threads/" + enc(threadId) + "/state", { values: { messages }, as_node: node });
+    await resume(t);
   }
 
   async function cancel() {
