@@ -47,6 +47,7 @@ def create_app(
     allowed_hosts: Iterable[str] | None = None,
     allowed_origins: Iterable[str] = (),
     body_timeout: float = BODY_TIMEOUT_S,
+    read_only: bool = False,
 ) -> FastAPI:
     """The HTTP app of `runtime`; it starts the runtime with the server if it is not running.
 
@@ -57,12 +58,18 @@ def create_app(
     always; "*" for any), no change from a page of another origin than the server's own or
     `allowed_origins`, a JSON body nesting at most 64 deep that arrives within
     `body_timeout` seconds.
+
+    `read_only`: every request acts with the `read` right only (as "local" without
+    `tokens`), and the runtime is not started, so the server writes nothing (`agentlog ui`).
     """
     rt = RuntimeFacade(runtime)
     server = AgentServer(rt)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if read_only:  # nothing runs: the runtime, which writes as it starts, is not started
+            yield
+            return
         owned = not rt.started
         if owned:
             await rt.start()
@@ -85,6 +92,7 @@ def create_app(
     app.state.draining = asyncio.Event()
     app.state.facade = rt  # what the routes call (`access.Runtime`)
     app.state.tokens = tokens  # who a request acts as (`access.Who`)
+    app.state.read_only = read_only
     errors.install(app)
     hooks = [e.path for e in rt.webhook_entries() if e.path]
     app.add_middleware(TraceContext)
