@@ -143,8 +143,8 @@ async def visible(
 
 
 async def thread_of(
-    rt: RuntimeFacade, thread_id: str, graph: str, state: AgentState
+    rt: RuntimeFacade, thread_id: str, graph: str, state: AgentState, with_values: bool = True
 ) -> dict[str, Any]:
     """The thread as the API shows it, with when it was created and last written."""
     created_at, updated_at = await rt.thread_times(thread_id)
-    return thread_json(thread_id, graph, state, created_at, updated_at)
+    return thread_json(thread_id, graph, state, created_at, updated_at, with_values)

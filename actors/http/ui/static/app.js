@@ -129,7 +129,7 @@ async function threadsView() {
   const offset = Math.max(0, parseInt(params.get("offset") || "0", 10) || 0);
   const status = params.get("status") || "";
   const graph = params.get("graph") || "";
-  const search = { limit: PAGE, offset };
+  const search = { limit: PAGE, offset, values: false };
   if (status) search.status = status;
   if (graph) search.graph_id = graph;
   const rows = await api("POST", LOG + "/threads/search", search);
@@ -230,8 +230,11 @@ async function timelineView(threadId) {
   const params = new URLSearchParams(location.search);
   const after = Math.max(0, parseInt(params.get("after") || "0", 10) || 0);
   const base = LOG + "/threads/" + enc(threadId);
+  // the thread without its values (a long thread's state is large), unless it is paused
+  // and the pending tool calls are wanted
+  const head = () => api("GET", base + "?values=false").then((t) => t.interrupts.length ? api("GET", base) : t);
   const [thread, page] = await Promise.all([
-    api("GET", base), api("GET", `${base}/records?after=${after}&limit=${RECORDS}`)]);
+    head(), api("GET", `${base}/records?after=${after}&limit=${RECORDS}`)]);
   let records = page.records;
   const header = el("div");
   const table = el("table", { "aria-label": "Timeline" });
@@ -381,7 +384,7 @@ async function timelineView(threadId) {
       records.push(record);
       draw();
       clearTimeout(refresh);
-      refresh = setTimeout(() => api("GET", base).then(drawHeader, () => {}), 100);
+      refresh = setTimeout(() => head().then(drawHeader, () => {}), 100);
     });
   }
 }
