@@ -25,7 +25,11 @@ function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [name, value] of Object.entries(attrs || {})) {
     if (value === undefined || value === null || value === false) continue;
-    if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    if (name.startsWith("on")) { // an action's failure is said, not thrown away
+      node.addEventListener(name.slice(2), async (ev) => {
+        try { await value(ev); } catch (e) { say(e.message); }
+      });
+    }
     else node.setAttribute(name, value === true ? "" : String(value));
   }
   for (const child of children.flat()) {
