@@ -205,6 +205,12 @@ def test_a_fork_at_a_step_opens_the_new_thread(
     forked = page.url.rsplit("/", 1)[1]
     with httpx.Client(base_url=url) as http:
         assert http.get(f"/log/threads/{forked}/state").json()["step"] == 2
+    page.get_by_role("link", name="diff with it").click()  # the source now, and the fork
+    page.wait_for_url(f"**/ui/threads/{thread}/diff?with={forked}")
+    page.wait_for_selector("body[data-ready]")
+    expect(page.locator("h1")).to_have_text("Diff of step 5 and step 2")
+    expect(page.locator("h2").nth(1)).to_have_text("Messages removed (3)")
+    scan(page, axe, "fork-diff")
     show(page, "/ui")
     expect(page.locator(f'tr[data-thread="{forked}"]')).to_be_visible()
 
@@ -265,6 +271,23 @@ def test_a_hostile_message_renders_as_text(
     assert page.locator("main a[href^=javascript]").count() == 0
     assert page.evaluate("window.__pwned") is None
     scan(page, axe, "hostile")
+
+
+def test_the_threads_page_follows_a_thread_it_lists(
+    page: Page, served: tuple[str, Path, str]
+) -> None:
+    url, _, _ = served
+    run(url, "live-9", "My order A-1042 arrived damaged.")
+    show(page, "/ui")
+    row = page.locator('tr[data-thread="live-9"]')
+    expect(row).to_contain_text("interrupted_before")
+    with httpx.Client(base_url=url, timeout=60) as http:
+        done = http.post(
+            "/log/threads/live-9/runs/wait",
+            json={"assistant_id": "support", "command": {"resume": None}},
+        )
+    assert done.status_code == 200, done.text
+    expect(row.locator("td").nth(1)).to_have_text("completed")  # no reload
 
 
 def test_a_tampered_thread_shows_a_red_verify_badge(

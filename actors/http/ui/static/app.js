@@ -151,6 +151,18 @@ async function threadsView() {
     const q = new URLSearchParams(params); q.set("offset", String(to));
     return el("a", { href: "/ui?" + q.toString() }, text);
   };
+  setTimeout(function refresh() { // live: each listed thread's status, steps and activity
+    if (!body.isConnected) return;
+    api("POST", LOG + "/threads/search", search).then((now) => {
+      for (const t of now) {
+        const row = Array.from(body.rows).find((r) => r.dataset.thread === t.thread_id);
+        if (!row || t.error) continue;
+        row.cells[1].textContent = visible(t.status);
+        row.cells[3].textContent = String(t.step);
+        row.cells[4].textContent = when(t.updated_at);
+      }
+    }, () => {}).finally(() => setTimeout(refresh, 3000));
+  }, 3000);
   main.replaceChildren(
     el("h1", {}, "Threads"),
     el("form", { class: "inline", method: "get", action: "/ui", role: "search" },
@@ -337,7 +349,8 @@ async function timelineView(threadId) {
         body.append(row);
       } else {
         body.append(el("tr", { class: "event" }, el("td", {}, ""), el("td", {}, r.event),
-          el("td", { colspan: 3 }, r.text), el("td", {}, when(r.at)), el("td", {}, r.actor ? "by " + r.actor : "")));
+          el("td", { colspan: 3 }, r.text, r.from ? [" ", el("a", { href: `${threadUrl(r.from)}/diff?with=${enc(threadId)}` }, "diff with it")] : null),
+          el("td", {}, when(r.at)), el("td", {}, r.actor ? "by " + r.actor : "")));
       }
     }
     table.replaceChildren(
@@ -455,12 +468,15 @@ function changes(a, b, path, out) {
   return out;
 }
 
+// Two steps of a thread, or (`with`) a step of the thread and one of another, such as its
+// fork; a step left out is the thread as it is now.
 async function diffView(threadId) {
   const params = new URLSearchParams(location.search);
-  const a = parseInt(params.get("a") || "0", 10) || 0;
-  const b = parseInt(params.get("b") || "0", 10) || 0;
-  const base = `${LOG}/threads/${enc(threadId)}/state/`;
-  const [sa, sb] = await Promise.all([api("GET", base + a), api("GET", base + b)]);
+  const other = params.get("with") || threadId;
+  const step = (name) => params.has(name) ? parseInt(params.get(name), 10) || 0 : null;
+  const a = step("a"), b = step("b");
+  const state = (id, at) => api("GET", `${LOG}/threads/${enc(id)}/state` + (at === null ? "" : "/" + at));
+  const [sa, sb] = await Promise.all([state(threadId, a), state(other, b)]);
   const va = sa.values || {}, vb = sb.values || {};
   const byId = (ms) => new Map((ms || []).map((m) => [m.message_id, m]));
   const ma = byId(va.context), mb = byId(vb.context);
@@ -470,8 +486,9 @@ async function diffView(threadId) {
   const fields = changes(strip(va), strip(vb), "", []);
   const show = (v) => v === undefined ? "(absent)" : JSON.stringify(v, null, 1);
   main.replaceChildren(
-    el("h1", {}, `Diff of step ${a} and step ${b}`),
-    el("p", {}, "thread ", el("a", { href: threadUrl(threadId) }, threadId)),
+    el("h1", {}, `Diff of step ${sa.step} and step ${sb.step}`),
+    el("p", {}, "thread ", el("a", { href: threadUrl(threadId) }, threadId),
+      other !== threadId ? [" with ", el("a", { href: threadUrl(other) }, other)] : null),
     el("h2", {}, `Messages added (${added.length})`), transcript(added),
     el("h2", {}, `Messages removed (${removed.length})`), transcript(removed),
     el("h2", {}, `Fields changed (${fields.length})`),
