@@ -56,6 +56,7 @@ def test_ui_serves_a_database_read_only(tmp_path: Path) -> None:
         proc.terminate()
         proc.communicate(timeout=30)
     assert digest(db) == before  # not a byte written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo.db"]  # no -wal, no -shm left
 
 
 def test_ui_refuses_a_missing_database_and_creates_none(tmp_path: Path) -> None:
