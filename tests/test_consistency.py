@@ -117,7 +117,7 @@ async def test_resumed_names_the_node_an_interrupt_paused(tmp_path: Path) -> Non
 
 def test_help_is_never_cut_on_an_80_column_terminal() -> None:
     commands = ["threads", "history", "tail", "runtime", "worker", "serve", "show", "diff"]
-    commands += ["fork", "verify", "export", "demo", "db upgrade", "db status"]
+    commands += ["fork", "verify", "export", "demo", "db upgrade", "db status", "ui"]
     for command in ["", *commands]:
         shown = agentlog(*command.split(), "--help", columns=80)
         assert shown.returncode == 0, shown.stderr

@@ -33,7 +33,7 @@ from rich.console import Console, RenderableType
 from rich.text import Text
 from typer._click.exceptions import ClickException
 
-from agentlog.actors.cli import logs, relay, render, replay_command
+from agentlog.actors.cli import logs, relay, render, replay_command, ui
 from agentlog.events import (
     KINDS,
     AgentlogError,
@@ -169,9 +169,6 @@ def main_callback(
     ] = False,
 ) -> None:
     """agentlog: an agent-graph runtime whose event log tells exactly what happened."""
-
-
-# ---- opening a store, running a job ---------------------------------------------------------
 
 
 @asynccontextmanager
@@ -944,6 +941,7 @@ db_app = typer.Typer(
 app.add_typer(db_app, name="db")
 app.add_typer(relay.relay_app, name="relay")
 replay_command.register(app)
+ui.register(app)
 from agentlog.actors.cli.otel import otel_app  # noqa: E402 - it imports the names above
 
 app.add_typer(otel_app)

@@ -110,6 +110,7 @@ async def main(
     tokens: str | None,
     max_body: int,
     guard: Guarding | None = None,
+    read_only: bool = False,
 ) -> None:
     from agentlog.actors.http import TokenBook
 
@@ -123,7 +124,7 @@ async def main(
         )
     sock = listen(host, port)
     try:
-        await _serve(db, ref, target, host, sock, book, max_body, guard or Guarding())
+        await _serve(db, ref, target, host, sock, book, max_body, guard or Guarding(), read_only)
     finally:
         sock.close()
 
@@ -137,6 +138,7 @@ async def _serve(
     book: TokenBook | None,
     max_body: int,
     guard: Guarding,
+    read_only: bool = False,
 ) -> None:
     import uvicorn
 
@@ -148,7 +150,7 @@ async def _serve(
         same_store(target, db, ref)
         store: EventStore = target.store
     else:
-        store = open_store(db)
+        store = open_store(db, readonly=read_only)  # read-only: an existing database only
     async with store:
         runtime = (
             target
@@ -172,6 +174,7 @@ async def _serve(
             allowed_hosts=hosts,
             allowed_origins=guard.allowed_origins,
             body_timeout=guard.body_timeout,
+            read_only=read_only,
         )
         server = _server_class()(
             uvicorn.Config(
@@ -188,7 +191,8 @@ async def _serve(
         )
         server.draining = app.state.draining
         try:  # started here, not by the app: another runtime on the file is one line, exit 1
-            await runtime.start()
+            if not read_only:  # a read-only server runs nothing, and writes nothing
+                await runtime.start()
         except ThreadBusyError as exc:
             raise CliError(str(exc)) from None
         announce = asyncio.ensure_future(_announce(server, db, book is not None))
@@ -196,7 +200,8 @@ async def _serve(
             await server.serve(sockets=[sock])
         finally:
             announce.cancel()
-            await _stop(runtime)
+            if not read_only:
+                await _stop(runtime)
 
 
 async def _stop(runtime: AgentRuntime) -> None:

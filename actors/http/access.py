@@ -11,7 +11,7 @@ from fastapi import Depends, Header, Request
 from agentlog.actors.http.bodies import MAX_THREAD_ID, ThreadCreate
 from agentlog.actors.http.errors import ApiError
 from agentlog.actors.http.shapes import thread_json
-from agentlog.actors.http.tokens import LOCAL, Principal, Right, TokenBook
+from agentlog.actors.http.tokens import LOCAL, READER, Principal, Right, TokenBook
 from agentlog.actors.runtime.facade import RuntimeFacade, hidden, hidden_by
 from agentlog.events.errors import ThreadNotFoundError
 from agentlog.projections import AgentState
@@ -31,10 +31,14 @@ async def principal(
     `x-api-key` header LangGraph's clients send), or "local" on a server without tokens."""
     tokens = cast("TokenBook | None", request.app.state.tokens)
     if tokens is None:
-        return LOCAL
+        return READER if request.app.state.read_only else LOCAL
     if authorization is None and x_api_key:
         authorization = f"Bearer {x_api_key}"
-    return tokens.check(authorization)
+    who = tokens.check(authorization)
+    if request.app.state.read_only:  # a token reads what it may, and writes nothing
+        rights = frozenset({"read"}) if who.may("read") else frozenset()
+        return Principal(who.name, who.graphs, rights)
+    return who
 
 
 Who = Depends(principal)
@@ -139,8 +143,8 @@ async def visible(
 
 
 async def thread_of(
-    rt: RuntimeFacade, thread_id: str, graph: str, state: AgentState
+    rt: RuntimeFacade, thread_id: str, graph: str, state: AgentState, with_values: bool = True
 ) -> dict[str, Any]:
     """The thread as the API shows it, with when it was created and last written."""
     created_at, updated_at = await rt.thread_times(thread_id)
-    return thread_json(thread_id, graph, state, created_at, updated_at)
+    return thread_json(thread_id, graph, state, created_at, updated_at, with_values)

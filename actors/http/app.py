@@ -1,6 +1,7 @@
 """The runtime over HTTP: LangGraph's Agent Server API at the root paths (wire-compatible,
 `agentserver/`), agentlog's own record-level API under `/log` (threads, state, history,
-runs and live streams of records, in agentlog's shapes), and webhook routes.
+runs and live streams of records, in agentlog's shapes), webhook routes, and the viewer at `/ui`
+(`ui/`: a page and a script in the package, reading through these same routes).
 
 Every request acts as a principal (its token's name, or "local" on a loopback server
 without tokens), which is the `actor` of whatever it writes. Errors are JSON
@@ -26,6 +27,7 @@ from agentlog.actors.http.agentserver.facade import AgentServer
 from agentlog.actors.http.guard import BODY_TIMEOUT_S, BodyLimit, RequestGuard
 from agentlog.actors.http.routes import ROUTERS, health
 from agentlog.actors.http.tokens import TokenBook
+from agentlog.actors.http.ui import router as viewer
 from agentlog.actors.runtime import AgentRuntime, EntryPoint
 from agentlog.actors.runtime.facade import RuntimeFacade
 from agentlog.actors.runtime.tracing import caller_trace
@@ -45,6 +47,7 @@ def create_app(
     allowed_hosts: Iterable[str] | None = None,
     allowed_origins: Iterable[str] = (),
     body_timeout: float = BODY_TIMEOUT_S,
+    read_only: bool = False,
 ) -> FastAPI:
     """The HTTP app of `runtime`; it starts the runtime with the server if it is not running.
 
@@ -55,12 +58,18 @@ def create_app(
     always; "*" for any), no change from a page of another origin than the server's own or
     `allowed_origins`, a JSON body nesting at most 64 deep that arrives within
     `body_timeout` seconds.
+
+    `read_only`: every request acts with the `read` right only (as "local" without
+    `tokens`), and the runtime is not started, so the server writes nothing (`agentlog ui`).
     """
     rt = RuntimeFacade(runtime)
     server = AgentServer(rt)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if read_only:  # nothing runs: the runtime, which writes as it starts, is not started
+            yield
+            return
         owned = not rt.started
         if owned:
             await rt.start()
@@ -83,6 +92,7 @@ def create_app(
     app.state.draining = asyncio.Event()
     app.state.facade = rt  # what the routes call (`access.Runtime`)
     app.state.tokens = tokens  # who a request acts as (`access.Who`)
+    app.state.read_only = read_only
     errors.install(app)
     hooks = [e.path for e in rt.webhook_entries() if e.path]
     app.add_middleware(TraceContext)
@@ -99,6 +109,7 @@ def create_app(
         app.include_router(router)
     for router in ROUTERS:
         app.include_router(router, prefix=LOG_PREFIX if router is not health.router else "")
+    app.include_router(viewer)  # the viewer at /ui, a page over the routes above
     if webhooks:
         _mount_webhooks(app, runtime, rt.webhook_entries(), max_body)
     return app

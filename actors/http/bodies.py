@@ -45,6 +45,7 @@ class ThreadCreate(StrictBody):
 
 class ThreadSearch(StrictBody):
     limit: int = Field(default=10, ge=1, le=SEARCH_LIMIT)
+    values: bool = Field(default=True, description="false: each thread without its values")
     offset: int = Field(default=0, ge=0)
     status: ExecutionStatus | None = Field(
         default=None,

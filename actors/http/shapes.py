@@ -21,8 +21,11 @@ def thread_json(
     state: AgentState,
     created_at: float | None = None,
     updated_at: float | None = None,
+    with_values: bool = True,
 ) -> dict[str, Any]:
-    values, unshown = shown(state)
+    """The thread; without its values (`"values": null`) unless `with_values`: a long
+    thread's state is most of what shaping it costs."""
+    values, unshown = shown(state) if with_values else (None, None)
     metadata = created_metadata(state) if unshown is None else shown_metadata(state)
     return present.thread(
         thread_id,

@@ -93,6 +93,8 @@ class Principal:
 
 LOCAL = Principal("local", frozenset({"*"}), frozenset(RIGHTS))
 """Who acts when a loopback server runs without tokens."""
+READER = Principal("local", frozenset({"*"}), frozenset({"read"}))
+"""Who acts on a read-only server without tokens (`agentlog ui`): it may read everything."""
 
 
 class TokenBook:

@@ -20,7 +20,7 @@ from agentlog.actors.engine.threads import STORE_THREAD, internal_threads
 from agentlog.actors.runtime.ledger import TriggerState
 from agentlog.actors.runtime.rollback import roll_back
 from agentlog.actors.runtime.spec import EntryPoint, MultitaskStrategy, UnknownRunError
-from agentlog.events import EventRecord
+from agentlog.events import EventRecord, VerifyReport
 from agentlog.events.codec import decode_row
 from agentlog.events.cursors import list_cursors
 from agentlog.events.errors import StoreClosedError
@@ -362,6 +362,14 @@ class RuntimeFacade:
              "head": head, "lag": max(head - c.position, 0)}
             for c in await list_cursors(self.runtime.store)
         ]  # fmt: skip
+
+    async def records(self, thread_id: str, after: int, limit: int) -> list[EventRecord]:
+        """The thread's records after seq `after`, at most `limit` of them, oldest first."""
+        return [r async for r in self.runtime.store.read(thread_id, after + 1, after + limit)]
+
+    async def verify(self, thread_id: str) -> VerifyReport:
+        """The thread's hash chain recomputed: intact, or where it first breaks."""
+        return await self.runtime.store.verify(thread_id)
 
     def own_store(self, name: str | None = None) -> LogStore:
         """A long-term store on the runtime's log: the default one (`__store__`), or, named,

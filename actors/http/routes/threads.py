@@ -66,10 +66,13 @@ async def create_thread(
 
 @router.get("/threads/{thread_id}", summary="A thread: status, step, graph, values")
 async def get_thread(
-    thread_id: str, who: Principal = Who, rt: RuntimeFacade = Runtime
+    thread_id: str,
+    who: Principal = Who,
+    values: bool = Query(default=True, description="false: without its values (null)"),
+    rt: RuntimeFacade = Runtime,
 ) -> dict[str, Any]:
     graph, state = await visible(rt, thread_id, who, "read")
-    return await thread_of(rt, thread_id, graph, state)
+    return await thread_of(rt, thread_id, graph, state, values)
 
 
 @router.post("/threads/search", summary="Threads, newest first, paginated")
@@ -107,7 +110,7 @@ async def search_threads(
         if skipped < body.offset:
             skipped += 1
             continue
-        found.append(await thread_of(rt, thread_id, graph, state))
+        found.append(await thread_of(rt, thread_id, graph, state, body.values))
         if len(found) >= body.limit:
             break
     return found
