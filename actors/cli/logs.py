@@ -30,6 +30,7 @@ LogLevel = Annotated[
     Level,
     typer.Option(
         "--log-level",
+        metavar="LEVEL",
         help="What to log on stderr: debug (a line per committed record), info (a line per "
         "run start and end, and per HTTP request), warning or error.",
     ),
