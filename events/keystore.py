@@ -16,12 +16,13 @@ moment it is destroyed through it.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from agentlog.events.errors import InvalidArgumentError, StoreError
+from agentlog.events.errors import CorruptRecordError, InvalidArgumentError, StoreError
 from agentlog.events.keytables import Tables, tables_of
 from agentlog.events.sealing import (
     PERSONAL,
@@ -147,11 +148,11 @@ class Keyring:
 
     async def keys_for(self, rows: Sequence[Any]) -> Keys | None:
         """The keys (or erasures) of the subjects whose sealed payloads are among `rows`."""
-        subjects = {
-            subject_of(row.thread_id, row.seq, row.payload)
-            for row in rows
-            if is_sealed(row.payload)
-        }
+        subjects: set[str] = set()
+        for row in rows:
+            if is_sealed(row.payload):
+                with contextlib.suppress(CorruptRecordError):  # the read names it, in order
+                    subjects.add(subject_of(row.thread_id, row.seq, row.payload))
         return await self.keys_of(subjects) if subjects else None
 
     async def keys_of(self, subjects: set[str]) -> Keys:

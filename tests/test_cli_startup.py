@@ -78,6 +78,8 @@ LIGHT = {
     "agentlog.actors.cli.logs",
     "agentlog.actors.cli.otel",
     "agentlog.actors.cli.relay",  # the relay's options: typer alone
+    "agentlog.actors.cli.keep",  # export, erase, prune: their options, the engine loaded late
+    "agentlog.actors.cli.ui",  # the viewer's options: typer and the log alone
 }
 """The project's modules besides `events` that the light commands may load."""
 

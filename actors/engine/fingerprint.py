@@ -106,14 +106,14 @@ def _describe(obj: Any, depth: int) -> Any:
 
 
 def _cell(cell: Any, depth: int) -> Any:
-    """A closure's captured value as its code sees it: plain values and the code of
-    functions (anything else by its type alone)."""
+    """A closure's captured function by its code; any other captured value by its type
+    alone. A captured value is configuration (a path, a port, a prompt handed to a node
+    factory), often other in each process: counting it as code would make every restart a
+    code change. What it changes shows in the replay as the node's output or its request."""
     try:
         value = cell.cell_contents
     except ValueError:  # not bound yet
         return None
-    if isinstance(value, str | int | float | bool | None):
-        return value
     if callable(value):
         return _describe(value, depth + 1)
     return type(value).__qualname__

@@ -34,6 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from agentlog.events.errors import InvalidArgumentError
 from agentlog.projections import ExecutionStatus, Message
 from agentlog.projections.edge import to_builtins
 from agentlog.projections.langchain import from_langchain, to_langchain
@@ -71,7 +72,7 @@ HASH_DIGITS = 24
 """How much of the chain hash a checkpoint id carries."""
 
 
-class BadCheckpointError(ValueError):
+class BadCheckpointError(InvalidArgumentError):
     """A checkpoint id that is not one of the thread's (malformed, or not its history)."""
 
 
