@@ -24,11 +24,13 @@ from typing import Any
 from agentlog.events.errors import InvalidArgumentError, StoreError
 from agentlog.events.keytables import Tables, tables_of
 from agentlog.events.sealing import (
+    KEY_BYTES,
     PERSONAL,
     Erasure,
     Keys,
     KeyStore,
     Sealer,
+    SealingError,
     SubjectErasedError,
     SubjectKey,
     check_subject,
@@ -47,6 +49,7 @@ __all__ = [
     "ThreadTaggedError",
     "keyring",
     "open_keys",
+    "rotate_master_key",
     "subject_of_thread",
     "tag_thread",
     "threads_of_subject",
@@ -265,3 +268,40 @@ async def vacuum(store: Any) -> None:
     they removed is left in it: SQLite's VACUUM, then its WAL checkpointed and truncated to
     nothing; PostgreSQL's VACUUM FULL of the tables they remove from. Nothing for memory."""
     await tables_of(store).vacuum()
+
+
+async def rotate_master_key(
+    store: Any, new_master: bytes, *, old_master: bytes | None = None
+) -> int:
+    """Re-wrap every subject key of the store under `new_master`, in one transaction: the
+    database afterwards opens with the old master key or, once it committed, with the new one
+    only, never half of each. `old_master` defaults to the configured one (`load_master_key`).
+    A key already under `new_master` is left as it is, so rerunning a rotation whose outcome
+    is unknown is safe. Stop the writers first and restart them with the new key: a process
+    still holding the old one would wrap a new subject's key under it. How many keys changed."""
+    if not isinstance(new_master, bytes) or len(new_master) != KEY_BYTES:
+        raise InvalidArgumentError(
+            "a new master key is 32 random bytes: make one with "
+            "base64.urlsafe_b64encode(os.urandom(32)) and pass the decoded bytes"
+        )
+    ring = keyring(store)
+    if not isinstance(ring.keys, DatabaseKeyStore):
+        raise StoreError(
+            f"the subject keys of this store live in {type(ring.keys).__name__}, not in its "
+            "database: rotate the key wrapping them there"
+        )
+    old = ring.keys.master() if old_master is None else old_master
+    if old == new_master:
+        raise InvalidArgumentError("the new master key is the one in use: make a new one")
+
+    def rewrap(subject: str, wrapped: bytes) -> bytes | None:
+        try:
+            key = unwrap_key(old, subject, wrapped)
+        except SealingError:
+            unwrap_key(new_master, subject, wrapped)  # neither opens it: the old key is wrong
+            return None  # rotated already
+        return wrap_key(new_master, subject, key)
+
+    changed = await ring.tables.rewrap(rewrap)
+    ring.keys._master = new_master
+    return changed
