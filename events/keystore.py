@@ -21,6 +21,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
+from agentlog.events.codec import Encoded
 from agentlog.events.errors import InvalidArgumentError, StoreError
 from agentlog.events.keytables import Tables, tables_of
 from agentlog.events.sealing import (
@@ -65,6 +66,13 @@ this thread moves, so an erasure made by another process is seen by every reader
 
 class ThreadTaggedError(StoreError, InvalidArgumentError):
     """A thread already tagged with one subject was asked to take another; nothing changed."""
+
+    @classmethod
+    def of(cls, thread_id: str, held: str, subject: str) -> ThreadTaggedError:
+        return cls(
+            f"thread {thread_id!r} holds the data of subject {held!r}; a thread has one "
+            f"subject, so it cannot take {subject!r}: use a new thread for that subject"
+        )
 
 
 class DatabaseKeyStore:
@@ -130,16 +138,15 @@ class Keyring:
             held = await self.tables.put_tag(thread_id, subject)
             self._tags[thread_id] = held
         if held != subject:
-            raise ThreadTaggedError(
-                f"thread {thread_id!r} holds the data of subject {held!r}; a thread has one "
-                f"subject, so it cannot take {subject!r}: use a new thread for that subject"
-            )
+            raise ThreadTaggedError.of(thread_id, held, subject)
 
     async def sealer(self, thread_id: str) -> Sealer | None:
         """What seals the thread's personal fields, or None for an untagged thread."""
         subject = await self.subject(thread_id)
-        if subject is None:
-            return None
+        return None if subject is None else await self.sealer_of(subject)
+
+    async def sealer_of(self, subject: str) -> Sealer:
+        """What seals a record of `subject`'s data (its key made on first use)."""
         key = self._cache.get(subject)
         if not isinstance(key, bytes):
             key = self._cache[subject] = await self.keys.create(subject)
@@ -147,6 +154,20 @@ class Keyring:
         if sealer is None or sealer.key != key:
             sealer = self._sealers[subject] = Sealer(subject, key)
         return sealer
+
+    async def seal(self, thread_id: str, encoded: list[Encoded]) -> list[Encoded]:
+        """`encoded`, each record of a personal kind given what seals it: its thread's
+        subject, or the subject the record names itself (a runtime's trigger, on the
+        runtime's own thread, which has none)."""
+        if not any(e.kind in PERSONAL for e in encoded):  # a prune's record needs no key
+            return encoded
+        sealer = await self.sealer(thread_id)
+        out = []
+        for e in encoded:
+            own = getattr(e.event, "subject", None) if e.kind in PERSONAL else None
+            seal = sealer if own is None else await self.sealer_of(own)
+            out.append(e._replace(sealer=seal) if e.kind in PERSONAL and seal else e)
+        return out
 
     async def keys_for(self, rows: Sequence[Any]) -> Keys | None:
         """The keys (or erasures) of the subjects whose sealed payloads are among `rows`."""
