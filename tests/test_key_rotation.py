@@ -31,7 +31,7 @@ from agentlog.events.keystore import DatabaseKeyStore, keyring, rotate_master_ke
 from agentlog.events.sealing import MASTER_KEY_ENV, SealingError, SubjectKey
 
 from .conftest import ticking_clock
-from .helpers import spawn_worker, wait_ready
+from .helpers import ROOT, spawn_worker, wait_ready
 from .workers.pg_env import DSN, fresh_schema
 
 OLD, NEW, OTHER = bytes(range(32)), bytes(range(1, 33)), bytes(range(2, 34))
@@ -158,7 +158,7 @@ def test_the_cli_rotates_from_a_file_or_a_variable(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kill_at", [1, 150, 299, None])
+@pytest.mark.parametrize("kill_at", [1, 150, 300, 0, None])
 def test_sigkill_during_rotation_leaves_the_old_keys_or_the_new_never_half(
     tmp_path: Path, kill_at: int | None
 ) -> None:
@@ -184,17 +184,25 @@ def test_sigkill_during_rotation_leaves_the_old_keys_or_the_new_never_half(
             return master
 
     asyncio.run(prepare())
-    proc = spawn_worker("rotate_run", db, b64(NEW), "" if kill_at is None else str(kill_at))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.workers.rotate_run", str(db), b64(NEW), str(kill_at or "")],
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
     wait_ready(proc)
     assert proc.stdout is not None
     if kill_at is None:
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0 and f"done {count}" in out, err
         assert asyncio.run(under()) == NEW
+    elif kill_at == 0:  # anywhere: before, inside or after the transaction
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+        asyncio.run(under())
     else:
         assert proc.stdout.readline().strip() == f"wrapped {kill_at}"
         os.kill(proc.pid, signal.SIGKILL)  # inside the transaction: nothing committed yet
-        proc.wait(timeout=30)
+        proc.communicate(timeout=30)
         assert asyncio.run(under()) == OLD
     rerun = spawn_worker("rotate_run", db, b64(NEW), "")  # safe whatever the outcome was
     wait_ready(rerun)

@@ -4,8 +4,8 @@ usage: python -m tests.workers.rotate_run DB NEW_KEY_B64 SAY_AT
 
 The old master key comes from the environment as usual. Prints "ready" once its store is
 open and "wrapped N" once the Nth subject key is re-wrapped (inside the rotation's one
-transaction) for each N in SAY_AT (comma-separated), so the test can kill it at a point told
-by its progress; "done K" once the rotation committed.
+transaction) for each N in SAY_AT (comma-separated), then waits there on its stdin, which the
+test never answers (it SIGKILLs the process instead); "done K" once the rotation committed.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ async def main(db: str, new_key: bytes, say_at: set[int]) -> None:
         count += 1
         if count in say_at:
             print(f"wrapped {count}", flush=True)
+            sys.stdin.readline()
         return wrap(master, subject, key)
 
     keystore.wrap_key = wrap_and_say  # type: ignore[assignment]
