@@ -22,14 +22,17 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
+from agentlog.events.codec import Encoded
 from agentlog.events.errors import CorruptRecordError, InvalidArgumentError, StoreError
 from agentlog.events.keytables import Tables, tables_of
 from agentlog.events.sealing import (
+    KEY_BYTES,
     PERSONAL,
     Erasure,
     Keys,
     KeyStore,
     Sealer,
+    SealingError,
     SubjectErasedError,
     SubjectKey,
     check_subject,
@@ -48,6 +51,7 @@ __all__ = [
     "ThreadTaggedError",
     "keyring",
     "open_keys",
+    "rotate_master_key",
     "subject_of_thread",
     "tag_thread",
     "threads_of_subject",
@@ -63,6 +67,13 @@ this thread moves, so an erasure made by another process is seen by every reader
 
 class ThreadTaggedError(StoreError, InvalidArgumentError):
     """A thread already tagged with one subject was asked to take another; nothing changed."""
+
+    @classmethod
+    def of(cls, thread_id: str, held: str, subject: str) -> ThreadTaggedError:
+        return cls(
+            f"thread {thread_id!r} holds the data of subject {held!r}; a thread has one "
+            f"subject, so it cannot take {subject!r}: use a new thread for that subject"
+        )
 
 
 class DatabaseKeyStore:
@@ -128,16 +139,15 @@ class Keyring:
             held = await self.tables.put_tag(thread_id, subject)
             self._tags[thread_id] = held
         if held != subject:
-            raise ThreadTaggedError(
-                f"thread {thread_id!r} holds the data of subject {held!r}; a thread has one "
-                f"subject, so it cannot take {subject!r}: use a new thread for that subject"
-            )
+            raise ThreadTaggedError.of(thread_id, held, subject)
 
     async def sealer(self, thread_id: str) -> Sealer | None:
         """What seals the thread's personal fields, or None for an untagged thread."""
         subject = await self.subject(thread_id)
-        if subject is None:
-            return None
+        return None if subject is None else await self.sealer_of(subject)
+
+    async def sealer_of(self, subject: str) -> Sealer:
+        """What seals a record of `subject`'s data (its key made on first use)."""
         key = self._cache.get(subject)
         if not isinstance(key, bytes):
             key = self._cache[subject] = await self.keys.create(subject)
@@ -145,6 +155,20 @@ class Keyring:
         if sealer is None or sealer.key != key:
             sealer = self._sealers[subject] = Sealer(subject, key)
         return sealer
+
+    async def seal(self, thread_id: str, encoded: list[Encoded]) -> list[Encoded]:
+        """`encoded`, each record of a personal kind given what seals it: its thread's
+        subject, or the subject the record names itself (a runtime's trigger, on the
+        runtime's own thread, which has none)."""
+        if not any(e.kind in PERSONAL for e in encoded):  # a prune's record needs no key
+            return encoded
+        sealer = await self.sealer(thread_id)
+        out = []
+        for e in encoded:
+            own = getattr(e.event, "subject", None) if e.kind in PERSONAL else None
+            seal = sealer if own is None else await self.sealer_of(own)
+            out.append(e._replace(sealer=seal) if e.kind in PERSONAL and seal else e)
+        return out
 
     async def keys_for(self, rows: Sequence[Any]) -> Keys | None:
         """The keys (or erasures) of the subjects whose sealed payloads are among `rows`."""
@@ -266,3 +290,40 @@ async def vacuum(store: Any) -> None:
     they removed is left in it: SQLite's VACUUM, then its WAL checkpointed and truncated to
     nothing; PostgreSQL's VACUUM FULL of the tables they remove from. Nothing for memory."""
     await tables_of(store).vacuum()
+
+
+async def rotate_master_key(
+    store: Any, new_master: bytes, *, old_master: bytes | None = None
+) -> int:
+    """Re-wrap every subject key of the store under `new_master`, in one transaction: the
+    database afterwards opens with the old master key or, once it committed, with the new one
+    only, never half of each. `old_master` defaults to the configured one (`load_master_key`).
+    A key already under `new_master` is left as it is, so rerunning a rotation whose outcome
+    is unknown is safe. Stop the writers first and restart them with the new key: a process
+    still holding the old one would wrap a new subject's key under it. How many keys changed."""
+    if not isinstance(new_master, bytes) or len(new_master) != KEY_BYTES:
+        raise InvalidArgumentError(
+            "a new master key is 32 random bytes: make one with "
+            "base64.urlsafe_b64encode(os.urandom(32)) and pass the decoded bytes"
+        )
+    ring = keyring(store)
+    if not isinstance(ring.keys, DatabaseKeyStore):
+        raise StoreError(
+            f"the subject keys of this store live in {type(ring.keys).__name__}, not in its "
+            "database: rotate the key wrapping them there"
+        )
+    old = ring.keys.master() if old_master is None else old_master
+    if old == new_master:
+        raise InvalidArgumentError("the new master key is the one in use: make a new one")
+
+    def rewrap(subject: str, wrapped: bytes) -> bytes | None:
+        try:
+            key = unwrap_key(old, subject, wrapped)
+        except SealingError:
+            unwrap_key(new_master, subject, wrapped)  # neither opens it: the old key is wrong
+            return None  # rotated already
+        return wrap_key(new_master, subject, key)
+
+    changed = await ring.tables.rewrap(rewrap)
+    ring.keys._master = new_master
+    return changed

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import sqlite3
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from agentlog.events.errors import StoreError
 from agentlog.events.sealing import Erasure
+
+Rewrap = Callable[[str, bytes], bytes | None]
+"""A key's new wrapping from its subject and old wrapping (None: leave it as it is)."""
 
 
 class Tables:
@@ -41,6 +45,11 @@ class Tables:
         raise NotImplementedError
 
     async def tagged(self, subject: str) -> list[str]:
+        raise NotImplementedError
+
+    async def rewrap(self, rewrap: Rewrap) -> int:
+        """Replace every live wrapped key by `rewrap(subject, wrapped)`, all or none (one
+        transaction; an error from `rewrap` leaves every row as it was); how many changed."""
         raise NotImplementedError
 
     async def vacuum(self) -> None:
@@ -133,6 +142,13 @@ class _Memory(Tables):
     async def tagged(self, subject: str) -> list[str]:
         return sorted(t for t, s in self.tags.items() if s == subject)
 
+    async def rewrap(self, rewrap: Rewrap) -> int:
+        new = {s: rewrap(s, row[1]) for s, row in self.keys.items() if row[1] is not None}
+        changed = {s: w for s, w in new.items() if w is not None}  # every one made first
+        for subject, wrapped in changed.items():
+            self.keys[subject] = (subject, wrapped, *self.keys[subject][2:])
+        return len(changed)
+
 
 # ---- SQLite: tables of the file, written on the writer's thread ---------------------------------
 
@@ -147,20 +163,41 @@ _SQLITE_TABLES = (
 _KEY_COLUMNS = "subject, wrapped, erased_at, erased_by, reason"
 
 
-def _in_transaction(conn: sqlite3.Connection, statements: list[tuple[str, tuple[Any, ...]]]) -> Any:
+def _atomically(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], Any]) -> Any:
     conn.execute("BEGIN IMMEDIATE")
     try:
         for table in _SQLITE_TABLES:
             conn.execute(table)
-        last = None
-        for sql, args in statements:
-            last = conn.execute(sql, args).fetchall()
+        result = body(conn)
         conn.execute("COMMIT")
-        return last
+        return result
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def _in_transaction(conn: sqlite3.Connection, statements: list[tuple[str, tuple[Any, ...]]]) -> Any:
+    def body(conn: sqlite3.Connection) -> Any:
+        last = None
+        for sql, args in statements:
+            last = conn.execute(sql, args).fetchall()
+        return last
+
+    return _atomically(conn, body)
+
+
+def _rewrap(conn: sqlite3.Connection, rewrap: Rewrap) -> int:
+    def body(conn: sqlite3.Connection) -> int:
+        rows = conn.execute(
+            "SELECT subject, wrapped FROM subject_keys WHERE wrapped IS NOT NULL"
+        ).fetchall()
+        new = [(rewrap(str(s), bytes(w)), s) for s, w in rows]
+        changed = [(w, s) for w, s in new if w is not None]
+        conn.executemany("UPDATE subject_keys SET wrapped = ? WHERE subject = ?", changed)
+        return len(changed)
+
+    return int(_atomically(conn, body))
 
 
 def _select(conn: sqlite3.Connection, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
@@ -253,6 +290,10 @@ class _SQLite(Tables):
     async def tagged(self, subject: str) -> list[str]:
         sql = "SELECT thread_id FROM subject_threads WHERE subject = ? ORDER BY thread_id"
         return [str(row[0]) for row in await self._read(sql, subject)]
+
+    async def rewrap(self, rewrap: Rewrap) -> int:
+        self.store._check_open()
+        return int(await self.store._write(_rewrap, rewrap))
 
 
 # ---- PostgreSQL: tables of the schema, made on first use -----------------------------------------
@@ -367,3 +408,31 @@ class _Postgres(Tables):
     async def tagged(self, subject: str) -> list[str]:
         sql = f"SELECT thread_id FROM {self.threads} WHERE subject = $1 ORDER BY thread_id"
         return [str(row[0]) for row in await self._query("fetch", sql, subject)]
+
+    async def rewrap(self, rewrap: Rewrap) -> int:
+        """One statement, so one transaction; each row changes only if it still holds the
+        wrapping read, and a row changed meanwhile fails the whole statement."""
+        self.store._check_writable("rotate the master key")
+        sql = f"SELECT subject, wrapped FROM {self.keys} WHERE wrapped IS NOT NULL"
+        rows = [(str(s), bytes(w)) for s, w in await self._query("fetch", sql)]
+        new = [(s, w, rewrap(s, w)) for s, w in rows]
+        changed = [(s, old, w) for s, old, w in new if w is not None]
+        if not changed:
+            return 0
+        try:
+            count = await self._query(
+                "fetchval",
+            f"WITH v AS (SELECT * FROM unnest($1::text[], $2::bytea[], $3::bytea[]) AS v(s, o, n)),"
+            f" u AS (UPDATE {self.keys} k SET wrapped = v.n FROM v WHERE k.subject = v.s AND "
+            "k.wrapped = v.o RETURNING 1), c AS (SELECT count(*) AS n FROM u) "
+            "SELECT CASE WHEN n = cardinality($1::text[]) THEN n ELSE n / (n - n) END FROM c",
+            [c[0] for c in changed], [c[1] for c in changed], [c[2] for c in changed],
+            )  # fmt: skip
+        except StoreError as exc:
+            if "division by zero" not in str(exc):
+                raise
+            raise StoreError(
+                "a subject key was made or erased while the master key was rotated, so no key "
+                "was changed: run the rotation again"
+            ) from exc
+        return int(count)

@@ -39,6 +39,9 @@ class TriggerAccepted(BaseEvent, tag="trigger_accepted", frozen=True):
     """The caller's id tying related runs together (hive's `correlation_id`)."""
     traceparent: str | None = None
     """The W3C trace context the request or webhook carried, handed to the run it starts."""
+    subject: str | None = None
+    """The data subject whose personal data `input` is: sealed under its key (though the
+    runtime's thread has no subject of its own), and the run's thread is tagged with it."""
 
 
 class TriggerDispatched(BaseEvent, tag="trigger_dispatched", frozen=True):

@@ -54,7 +54,6 @@ from agentlog.events.kinds import (
 from agentlog.events.names import brief, check_text, check_thread_id, readable_thread_id
 from agentlog.events.record import EventRecord, Snapshot, VerifyReport
 from agentlog.events.sealing import (
-    PERSONAL,
     SNAPSHOT,
     Keys,
     SubjectErasedError,
@@ -924,13 +923,8 @@ class BaseEventStore(ABC):
         self._closed = True
 
     async def _sealed(self, thread_id: str, encoded: list[Encoded]) -> list[Encoded]:
-        """`encoded`, each record of a personal kind sealed when the thread has a subject."""
-        if not any(e.kind in PERSONAL for e in encoded):  # a prune's record needs no key
-            return encoded
-        sealer = await keyring(self).sealer(thread_id)
-        if sealer is None:
-            return encoded
-        return [e._replace(sealer=sealer) if e.kind in PERSONAL else e for e in encoded]
+        """`encoded`, each record of a personal kind sealed when it has a subject."""
+        return await keyring(self).seal(thread_id, encoded)
 
     async def _seal_state(self, thread_id: str, seq: int, state: bytes) -> bytes:
         """A snapshot's state bytes, sealed like a record when the thread has a subject (as

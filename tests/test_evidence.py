@@ -132,3 +132,54 @@ async def test_a_wrong_key_is_refused_before_anything_is_written(tmp_path: Path)
         with pytest.raises(InvalidArgumentError, match="PEM"):
             await write_evidence(store, "t", tmp_path / "b.json", b"not a key")
     assert not (tmp_path / "b.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["before", "after"])
+@pytest.mark.parametrize("previous", [False, True])
+def test_sigkill_during_an_evidence_export_leaves_no_bundle_the_previous_or_the_whole(
+    tmp_path: Path, point: str, previous: bool
+) -> None:
+    import asyncio
+    import os
+    import signal
+
+    from .helpers import ROOT, wait_ready
+
+    db, out = tmp_path / "log.db", tmp_path / "bundle.json"
+    private, public = keys(tmp_path)
+    asyncio.run(_thread(db))
+    if previous:
+
+        async def first() -> None:
+            async with SQLiteEventStore(db) as store:
+                await write_evidence(store, "t", out, private.read_bytes())
+
+        asyncio.run(first())
+    before = out.read_bytes() if previous else None
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.workers.evidence_run", str(db), str(out), str(private),
+         point],
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    wait_ready(proc)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == point
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    if point == "before":  # the whole bundle sat in its temporary file, never renamed
+        assert (out.read_bytes() if out.exists() else None) == before
+        assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    else:
+        assert out.read_bytes() != before
+    if out.exists():
+        result = checked(out, "--public-key", str(public))
+        assert result.returncode == 0, result.stdout + result.stderr
+
+    async def again() -> None:  # a later export sweeps what the killed one left
+        async with SQLiteEventStore(db) as store:
+            await write_evidence(store, "t", out, private.read_bytes(), overwrite=True)
+
+    asyncio.run(again())
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert checked(out, "--public-key", str(public)).returncode == 0

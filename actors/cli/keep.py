@@ -29,7 +29,7 @@ from agentlog.actors.cli import (
     errors,
     render,
 )
-from agentlog.events import EventStore
+from agentlog.events import AgentlogError, EventStore
 from agentlog.events.audit import Head, export_jsonl
 
 Subject = Annotated[
@@ -225,3 +225,55 @@ def _evidence(
         _echo_json({"thread_id": thread, "out": str(out), "head": head, "evidence": True})
     else:
         _print(Text(render.inert(f"evidence of {thread} (head seq {head['seq']}) in {out}")))
+
+
+keys_app = typer.Typer(
+    name="keys", help="Manage the master key subject keys are wrapped under.", no_args_is_help=True
+)
+app.add_typer(keys_app, name="keys")
+
+
+@keys_app.command("rotate")
+def rotate_command(
+    new_key_file: Annotated[
+        Path | None, typer.Option("--new-key-file", help="A file holding the new master key.")
+    ] = None,
+    new_key_env: Annotated[
+        str | None,
+        typer.Option("--new-key-env", help="The environment variable holding the new master key."),
+    ] = None,
+    db: Db = "agentlog.db",
+    as_json: AsJson = False,
+) -> None:
+    """Re-wrap every subject key under a new master key, in one transaction (the old one is
+    read from AGENTLOG_MASTER_KEY or AGENTLOG_MASTER_KEY_FILE as usual). Stop the writers
+    first, then restart them with the new key. Safe to rerun with the same two keys."""
+    import os
+
+    from agentlog.events.keystore import rotate_master_key
+    from agentlog.events.sealing import MASTER_KEY_ENV, MASTER_KEY_FILE_ENV, load_master_key
+
+    if (new_key_file is None) == (new_key_env is None):
+        raise typer.BadParameter(
+            "name the new master key: --new-key-file PATH or --new-key-env VAR"
+        )
+    if new_key_env is not None and not os.environ.get(new_key_env):
+        raise typer.BadParameter(f"{new_key_env} is not set", param_hint="--new-key-env")
+    where = (
+        {MASTER_KEY_FILE_ENV: str(new_key_file)}
+        if new_key_env is None
+        else {MASTER_KEY_ENV: os.environ[new_key_env]}
+    )
+    try:
+        new = load_master_key(where)
+    except AgentlogError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+    async def job(store: EventStore) -> int:
+        return await rotate_master_key(store, new)
+
+    changed = _run(job, db, writes=True)
+    if as_json:
+        _echo_json({"rotated": changed})
+    else:
+        typer.echo(f"{changed} subject key(s) re-wrapped under the new master key")

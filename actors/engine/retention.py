@@ -35,7 +35,7 @@ from agentlog.projections.views import fold_at, state_type_name
 
 from .commit import write
 
-__all__ = ["PruneReport", "prune_thread", "verify_archive"]
+__all__ = ["PruneReport", "Retention", "prune_thread", "verify_archive"]
 
 DAY = 86_400.0
 
@@ -87,6 +87,35 @@ def _check(keep_runs: int | None, keep_days: float | None, idle_days: float | No
         )
     if keep_days is not None and (isinstance(keep_days, bool) or not keep_days >= 0):
         raise InvalidArgumentError(f"keep_days is a number of days >= 0, got {keep_days!r}")
+
+
+@dataclass(frozen=True)
+class Retention:
+    """A retention policy a runtime applies on its own timer (`RuntimeConfig.retention`, or
+    one graph's by `AgentRuntime.set_retention`): every `every_s` seconds of the runtime's
+    clock, each thread its graph's runs wrote to is pruned by `prune_thread`, keeping the last
+    `keep_runs` runs, the runs begun in the last `keep_days` days, or (`idle_days`) pruning
+    whole a thread idle that long. One of the three; refused when wrong, before anything."""
+
+    keep_runs: int | None = None
+    keep_days: float | None = None
+    idle_days: float | None = None
+    every_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        _check(self.keep_runs, self.keep_days, self.idle_days)
+        every = self.every_s
+        if isinstance(every, bool) or not isinstance(every, int | float) or not every > 0:
+            raise InvalidArgumentError(f"every_s is a number of seconds > 0, got {every!r}")
+
+    async def apply(self, store: EventStore, thread_id: str, *, state_cls: type[AgentState],
+                    now: float, by: str) -> PruneReport | None:  # fmt: skip
+        """Prune the thread by this policy, as `prune_thread` (None: nothing to go)."""
+        return await prune_thread(
+            store, thread_id, keep_runs=self.keep_runs, keep_days=self.keep_days,
+            idle_days=self.idle_days, by=by, reason="retention policy", state_cls=state_cls,
+            now=now,
+        )  # fmt: skip
 
 
 async def prune_thread(

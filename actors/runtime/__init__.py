@@ -2,6 +2,7 @@
 events and timers, with live subscriptions, injected input, cancellation and statistics;
 double-texting, state shared between runs, and goals."""
 
+from agentlog.actors.engine.retention import Retention
 from agentlog.actors.runtime.facts import SharedStateError
 from agentlog.actors.runtime.goals import Constraint, Goal, SuccessCriterion, record_outcome
 from agentlog.actors.runtime.listeners import event_input, timer_input
@@ -37,6 +38,7 @@ __all__ = [
     "InvalidTriggerInputError",
     "RegistrationError",
     "Resources",
+    "Retention",
     "RetryPolicy",
     "RunCancelledError",
     "RunNotWaitingError",

@@ -395,8 +395,7 @@ class Dispatcher:
     ) -> None:
         """Record the trigger's dispatch (unless `dispatched`: its acceptance recorded it),
         run it, and record how it ended."""
-        accepted = state.accepted
-        thread_id = accepted.thread_id
+        accepted, thread_id = state.accepted, state.accepted.thread_id
         app = self.runtime.graphs[accepted.graph_id].app
         attempt = state.attempt + (0 if state.in_flight else 1)
         config: dict[str, Any] = {
@@ -406,6 +405,7 @@ class Dispatcher:
             TRIGGER_KEY: state.id,  # the run's opening names it: see `_opened`
             "on_code_change": self.runtime.config.on_code_change,  # a resume under new code
             "traceparent": accepted.traceparent,  # the caller's, recorded at acceptance
+            "subject": accepted.subject,  # its records sealed as its trigger's input is
         }
         if self.runtime.config.worker_id is not None:
             config["lease_s"] = self.runtime.config.lease_s  # its thread's claim, as its lease

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from agentlog.actors.engine.retention import Retention
 from agentlog.actors.runtime.goals import Goal
 from agentlog.actors.runtime.spec import EntryPoint, RegistrationError
 
@@ -48,12 +49,16 @@ class Graphs:
     remove_graph: Any
     register_entry_point: Any
     add_goal: Any
+    config: Any
+    listeners: Any
+    started: bool
 
     intro_message: str = ""
     """A greeting a client shows when it opens the runtime (set by whoever builds it)."""
     _primary: str | None = None
     _active: str | None = None
     _graph_goals: dict[str, str] | None = None
+    _retention: dict[str, Retention | None] | None = None
 
     @property
     def graph_id(self) -> str | None:
@@ -159,6 +164,25 @@ class Graphs:
             entry_points=entries,
             primary=graph_id == self.graph_id,
         )
+
+    def set_retention(self, graph_id: str, retention: Retention | None) -> None:
+        """Keep `graph_id`'s threads by `retention` instead of `RuntimeConfig.retention`
+        (None: keep them until pruned by hand), applied by the runtime's timer."""
+        self._known(graph_id)
+        if retention is not None and not isinstance(retention, Retention):
+            raise RegistrationError(
+                f"graph {graph_id!r}: retention is a Retention(keep_runs=N | keep_days=N | "
+                f"idle_days=N) or None, got {retention!r}"
+            )
+        self._retention = {**(self._retention or {}), graph_id: retention}
+        if self.started:
+            self.listeners.keep_from_now()
+
+    def retentions(self) -> dict[str, Retention]:
+        """The retention policy of each graph that has one (its own, else the runtime's)."""
+        own, default = self._retention or {}, self.config.retention
+        found = {g: own.get(g, default) for g in self.graphs}
+        return {g: policy for g, policy in found.items() if policy is not None}
 
     def _known(self, graph_id: str) -> None:
         if graph_id not in self.graphs:

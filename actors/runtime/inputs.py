@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from pydantic import BaseModel, ValidationError
 
-from agentlog.actors.runtime.spec import InvalidTriggerInputError
-from agentlog.events.errors import ThreadNotFoundError
+from agentlog.actors.runtime.spec import InvalidTriggerInputError, RegistrationError, RuntimeConfig
+from agentlog.events.errors import InvalidArgumentError, ThreadNotFoundError
 from agentlog.projections import Message
 from agentlog.projections.edge import to_builtins
 from agentlog.projections.errors import InvalidStateUpdateError
@@ -261,3 +261,40 @@ __all__ = [
     "shaped",
     "timer_payload",
 ]
+
+
+def check_request(
+    config: RuntimeConfig, thread_id: Any, priority: Any, correlation_id: Any
+) -> None:
+    """A trigger's thread id, priority and correlation id, refused before anything is written."""
+    if correlation_id is not None and (not isinstance(correlation_id, str) or not correlation_id):
+        raise RegistrationError(
+            f"correlation_id must be a non-empty string, got {correlation_id!r}"
+        )
+    if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
+        raise RegistrationError(f"thread_id must be a non-empty string, got {thread_id!r}")
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        raise RegistrationError(f"priority must be an int (higher runs first), got {priority!r}")
+    if thread_id is not None and config.is_internal(thread_id):
+        raise RegistrationError(
+            f"{thread_id!r} names one of the runtime's own threads (ids beginning "
+            f"{config.runtime_thread!r} or '__shared__/' are reserved): pick another id"
+        )
+
+
+async def check_trigger_subject(store: Any, subject: Any, thread_id: str | None) -> None:
+    """A trigger's data subject: a valid id, not erased, and the one its thread (if it has
+    one already) is tagged with; refused before anything is written."""
+    from agentlog.events.keystore import ThreadTaggedError, keyring, subject_of_thread
+    from agentlog.events.sealing import Erasure, SubjectErasedError, check_subject
+
+    try:
+        check_subject(subject)
+    except InvalidArgumentError as exc:
+        raise RegistrationError(str(exc)) from None
+    found = (await keyring(store).keys.get({subject})).get(subject)
+    if isinstance(found, Erasure):
+        raise SubjectErasedError(found)
+    held = None if thread_id is None else await subject_of_thread(store, thread_id)
+    if held is not None and held != subject:
+        raise ThreadTaggedError.of(str(thread_id), held, subject)

@@ -33,6 +33,7 @@ from agentlog.events.kinds import (
 from agentlog.projections.edge import to_builtins
 
 if TYPE_CHECKING:
+    from agentlog.actors.engine.retention import PruneReport
     from agentlog.actors.runtime.runtime import AgentRuntime
     from agentlog.projections.state import AgentState
 
@@ -146,6 +147,9 @@ class Listeners:
         self._firing = asyncio.Lock()
         self._graphs: dict[str, str | None] = {}
         self._following = self._timing = False
+        self._kept: dict[str, float] = {}
+        """When each graph's retention policy last ran (its first run is `every_s` after
+        the runtime started, or after the policy was set)."""
 
     def _entries(self, trigger: str) -> list[EntryPoint]:
         return [e for e in self.runtime.entries.values() if e.trigger == trigger]
@@ -169,8 +173,13 @@ class Listeners:
         events = self._entries("event")
         if events:  # a follower decodes every record: only when something listens
             self._start_following(min(ledger.answered[e.id] for e in events))
-        if self._entries("timer"):
+        if self._entries("timer") or runtime.retentions():
             self._start_timing()
+
+    def keep_from_now(self) -> None:
+        """A retention policy was set while the runtime runs: its timer starts now."""
+        self._start_timing()
+        self.poke()
 
     def _start_following(self, after: int) -> None:
         if not self._following:
@@ -213,6 +222,7 @@ class Listeners:
 
     async def stop(self) -> None:
         self._following = self._timing = False
+        self._kept.clear()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -318,9 +328,12 @@ class Listeners:
         while not self.runtime.stopping:
             try:
                 await self.fire_due()
+                await self.keep_due()
             except Exception as exc:  # the clock goes on: try again at the next tick
                 _log.error("a timer could not fire: %s: %s", type(exc).__name__, exc)
             nexts = [self.next_fire(e.id) for e in self._entries("timer")]
+            nexts += [self._kept[g] + p.every_s for g, p in self.runtime.retentions().items()
+                      if g in self._kept]  # fmt: skip
             soonest = min((n for n in nexts if n is not None), default=None)
             wait = TIMER_TICK_S
             if soonest is not None:
@@ -343,6 +356,27 @@ class Listeners:
                     await self._fire(entry, slot, missed)
                     fired += 1
             return fired
+
+    async def keep_due(self) -> list[PruneReport]:
+        """Apply each graph's retention policy whose time came (`RuntimeConfig.retention`,
+        `set_retention`): every thread the graph's runs wrote to is pruned through
+        `prune_thread`, the path `agentlog prune` takes; what was pruned."""
+        runtime, reports = self.runtime, []
+        async with self._firing:
+            now = runtime.clock()
+            for graph_id, policy in runtime.retentions().items():
+                last = self._kept.setdefault(graph_id, now)
+                if now < last + policy.every_s:
+                    continue
+                self._kept[graph_id] = now
+                state_cls = runtime.graphs[graph_id].app.graph.state_cls
+                threads = sorted(t for t, g in runtime.ledger.graph_of.items() if g == graph_id)
+                for thread_id in threads:
+                    report = await policy.apply(runtime.store, thread_id, state_cls=state_cls,
+                                                now=now, by=f"retention:{graph_id}")  # fmt: skip
+                    if report is not None:
+                        reports.append(report)
+        return reports
 
     def _state_cls(self, entry: EntryPoint) -> type[AgentState]:
         return self.runtime.graphs[entry.graph_id].app.graph.state_cls

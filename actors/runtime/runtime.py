@@ -27,7 +27,12 @@ from agentlog.actors.runtime.dispatch import Dispatcher
 from agentlog.actors.runtime.facts import Facts
 from agentlog.actors.runtime.goals import Goal
 from agentlog.actors.runtime.graphs import Graphs
-from agentlog.actors.runtime.inputs import recordable_input, with_session_state
+from agentlog.actors.runtime.inputs import (
+    check_request,
+    check_trigger_subject,
+    recordable_input,
+    with_session_state,
+)
 from agentlog.actors.runtime.journal import RuntimeJournal
 from agentlog.actors.runtime.keys import request_digest
 from agentlog.actors.runtime.ledger import WORKER_PREFIX, Ledger, TriggerState
@@ -390,18 +395,20 @@ class AgentRuntime(Watching, Graphs):
         multitask_strategy: MultitaskStrategy | None = None,
         correlation_id: str | None = None,
         session_state: Mapping[str, Any] | None = None,
+        subject: str | None = None,
     ) -> str:
         """Accept a run of the entry point's graph and return its thread id at once.
 
         `cause` says what the log records as the trigger's cause (a webhook delivery is one);
         hive's `session_state` names the thread (`resume_session_id`) and fields (`memory`).
         The acceptance is recorded first; a key seen before returns the first run's thread
-        and starts nothing (across restarts too)."""
+        and starts nothing (across restarts too). `subject`: the data subject whose personal
+        data the input is; sealed under its key here and in the run's thread (erasable)."""
         input, thread_id = with_session_state(session_state, input, thread_id)
         accepted = await self.submit(
             entry_point_id, input, thread_id=thread_id, idempotency_key=idempotency_key,
             priority=priority, actor=actor, cause=cause, multitask_strategy=multitask_strategy,
-            correlation_id=correlation_id,
+            correlation_id=correlation_id, subject=subject,
         )  # fmt: skip
         return accepted.thread_id
 
@@ -417,6 +424,7 @@ class AgentRuntime(Watching, Graphs):
         cause: Literal["api", "webhook"] = "api",
         multitask_strategy: MultitaskStrategy | None = None,
         correlation_id: str | None = None,
+        subject: str | None = None,
     ) -> TriggerAccepted:
         """`trigger`, returning the accepted trigger itself (its id names the run).
 
@@ -435,23 +443,9 @@ class AgentRuntime(Watching, Graphs):
             seen = self.ledger.keys.get((entry.id, actor, idempotency_key))
             if seen is not None:
                 return self._same_request(self.ledger.accepted_of(seen), thread_id, asked)
-        if correlation_id is not None and (
-            not isinstance(correlation_id, str) or not correlation_id
-        ):
-            raise RegistrationError(
-                f"correlation_id must be a non-empty string, got {correlation_id!r}"
-            )
-        if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
-            raise RegistrationError(f"thread_id must be a non-empty string, got {thread_id!r}")
-        if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
-            raise RegistrationError(
-                f"priority must be an int (higher runs first), got {priority!r}"
-            )
-        if thread_id is not None and self.config.is_internal(thread_id):
-            raise RegistrationError(
-                f"{thread_id!r} names one of the runtime's own threads (ids beginning "
-                f"{self.config.runtime_thread!r} or '__shared__/' are reserved): pick another id"
-            )
+        check_request(self.config, thread_id, priority, correlation_id)
+        if subject is not None:
+            await check_trigger_subject(self.store, subject, thread_id)
         if thread_id is not None:
             try:
                 check_thread_id(thread_id)  # what the run's first append would refuse
@@ -507,6 +501,7 @@ class AgentRuntime(Watching, Graphs):
             priority=priority,
             by=actor,
             correlation_id=correlation_id,
+            subject=subject,
         )
         if idempotency_key is not None:  # a concurrent call with the key may have come first
             accepted = self._same_request(accepted, thread_id, asked)
@@ -663,6 +658,7 @@ class AgentRuntime(Watching, Graphs):
         slot: float | None = None,
         missed: int = 0,
         correlation_id: str | None = None,
+        subject: str | None = None,
     ) -> TriggerAccepted:
         """Record a trigger and queue it (the one way every cause starts a run).
 
@@ -686,7 +682,7 @@ class AgentRuntime(Watching, Graphs):
         return await self._accept(
             entry, input, cause=cause, thread_id=thread_id, key=key, priority=priority,
             resume=resume, by=by, source_position=source_position, slot=slot, missed=missed,
-            correlation_id=correlation_id, settled=release,
+            correlation_id=correlation_id, settled=release, subject=subject,
         )  # fmt: skip
 
     async def _accept(
@@ -705,6 +701,7 @@ class AgentRuntime(Watching, Graphs):
         missed: int,
         correlation_id: str | None = None,
         settled: Callable[[], None] | None = None,
+        subject: str | None = None,
     ) -> TriggerAccepted:
         """Record the acceptance; `settled` is called once it has committed or failed.
 
@@ -732,6 +729,7 @@ class AgentRuntime(Watching, Graphs):
                 by=by,
                 correlation_id=correlation_id,
                 traceparent=caller_traceparent(),
+                subject=subject,
             )
         except BaseException:
             if settled is not None:

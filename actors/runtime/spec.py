@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel
 
 from agentlog.actors.engine.fingerprint import check_policy
+from agentlog.actors.engine.retention import Retention
 from agentlog.actors.engine.retry import RetryPolicy as NodeRetryPolicy
 from agentlog.actors.engine.threads import RUNTIME_THREAD, internal_thread
 from agentlog.actors.engine.threads import SHARED_THREAD_PREFIX as SHARED_THREAD_PREFIX
@@ -387,8 +388,16 @@ class RuntimeConfig:
     on_code_change: Literal["warn", "refuse", "allow"] = "warn"
     """What resuming a run begun under other code does (`agentlog.actors.engine.fingerprint`):
     warn, refuse (the attempt fails, nothing written) or allow; its `resumed` records it."""
+    retention: Retention | None = None
+    """How long every graph's threads are kept, applied by the runtime's timer (a graph's own
+    by `set_retention` stands instead); None: kept until pruned (`agentlog prune`)."""
 
     def __post_init__(self) -> None:
+        if self.retention is not None and not isinstance(self.retention, Retention):
+            raise RegistrationError(
+                f"retention is a Retention(keep_runs=N | keep_days=N | idle_days=N) or None, "
+                f"got {self.retention!r}"
+            )
         try:
             check_policy(self.on_code_change)
         except AgentlogError as exc:
