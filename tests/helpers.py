@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import select
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -120,11 +122,24 @@ def fork_worker(module: str, *args: str | Path) -> ForkedWorker:
 Worker = subprocess.Popen[str] | ForkedWorker
 
 
+def _unbuffered_line(fd: int, timeout: float) -> str:
+    """One line read from `fd` a byte at a time: a buffered `readline` may take what follows
+    it too, which `communicate` (reading the descriptor itself) would then never see."""
+    deadline = time.monotonic() + timeout
+    line = b""
+    while not line.endswith(b"\n"):
+        readable, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0))
+        byte = os.read(fd, 1) if readable else b""
+        if not byte:
+            break
+        line += byte
+    return line.decode(errors="replace")
+
+
 def wait_ready(proc: Worker, timeout: float = 60.0) -> None:
     """Block until a worker prints "ready" (its store is open); fail with its stderr if not."""
     assert proc.stdout is not None
-    readable, _, _ = select.select([proc.stdout], [], [], timeout)
-    line = proc.stdout.readline() if readable else ""
+    line = _unbuffered_line(proc.stdout.fileno(), timeout)
     if line.strip() != "ready":
         proc.kill()
         _, err = proc.communicate(timeout=timeout)
