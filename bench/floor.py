@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LANGGRAPH_PYTHON = ROOT / ".bench-venvs" / "langgraph" / "bin" / "python"
 LANGGRAPH_DRIVER = ROOT / "bench" / "peers" / "langgraph_driver.py"
 NODES_PER_STEP = 1  # one node runs per step; its router runs inline on the loop
+STEP_OVER_FLOOR_TARGET = 1.6  # issue 40: a whole durable step at most 1.6 floors
 
 
 def _nothing() -> None:
@@ -210,6 +211,8 @@ def main() -> None:
     floor = us["hop_us"] * NODES_PER_STEP + us["append_us"]
     ideal = us["hop_us"] * (NODES_PER_STEP + 1) + us["sqlite_raw_us"]
     with_bookkeeping = floor + us["engine_memory_async_us"]
+    per_round = zip(samples["agentlog"], samples["hop"], samples["append"], strict=True)
+    over_floor = statistics.median(a / (h * NODES_PER_STEP + p) for a, h, p in per_round)
     result: dict[str, Any] = {
         "bench": "floor",
         "n": n,
@@ -221,6 +224,11 @@ def main() -> None:
         "floor_ideal_us": round(ideal, 1),
         "floor_with_bookkeeping_us": round(with_bookkeeping, 1),
         "agentlog_steps_per_s": round(1e6 / us["agentlog_us"], 1),
+        # issue 40's first target: a whole durable step costs at most this many floors
+        # (the median of per-round ratios: round r's step over round r's floor)
+        "step_over_floor": round(over_floor, 3),
+        "step_over_floor_target": STEP_OVER_FLOOR_TARGET,
+        "step_over_floor_met": over_floor <= STEP_OVER_FLOOR_TARGET,
     }
     lg = us.get("langgraph_none_us")
     if lg is not None:

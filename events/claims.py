@@ -164,20 +164,24 @@ class Heartbeat:
     """A daemon thread renewing a store's live claims, off the event loop.
 
     A run blocked in a slow tool keeps its claim: its heartbeat does not wait for the loop.
+    A claim is first renewed a third of its lease after it was taken (taking it wrote its
+    heartbeat), so a short run commits no beat of its own; then every third of a lease.
     """
 
     def __init__(self, renew: Callable[[list[Claim], float], None]) -> None:
         self._renew = renew
         self._claims: dict[str, Claim] = {}
+        self._due: dict[str, float] = {}  # token -> when (monotonic) its next beat is due
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopped = False
 
     def add(self, claim: Claim) -> None:
-        """Renew `claim` from now on."""
+        """Renew `claim` from a third of its lease on."""
         with self._lock:
             self._claims[claim.token] = claim
+            self._due[claim.token] = time.monotonic() + claim.lease / 3
             if self._thread is None and not self._stopped:
                 self._thread = threading.Thread(
                     target=self._run, name="agentlog-heartbeat", daemon=True
@@ -189,6 +193,7 @@ class Heartbeat:
         """Stop renewing `claim`."""
         with self._lock:
             self._claims.pop(claim.token, None)
+            self._due.pop(claim.token, None)
 
     def stop(self) -> None:
         """End the thread (the store is closing)."""
@@ -198,12 +203,17 @@ class Heartbeat:
     def _run(self) -> None:
         while not self._stopped:
             with self._lock:
-                claims = list(self._claims.values())
-            interval = min((c.lease for c in claims), default=DEFAULT_LEASE) / 3
+                now = time.monotonic()
+                # all at once when one is due: one commit renews every live claim
+                due = any(at <= now for at in self._due.values())
+                claims = list(self._claims.values()) if due else []
+                for claim in claims:
+                    self._due[claim.token] = now + claim.lease / 3
+                nearest = min(self._due.values(), default=now + DEFAULT_LEASE / 3)
             if claims:
                 with contextlib.suppress(Exception):  # busy or closing: the next beat retries
                     self._renew(claims, time.time())
-            self._wake.wait(interval)
+            self._wake.wait(max(0.0, nearest - time.monotonic()))
             self._wake.clear()
 
 

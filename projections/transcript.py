@@ -123,12 +123,43 @@ def results_of(message: Message) -> list[ToolResultBlock]:
 def open_calls(context: Iterable[Message]) -> list[Call]:
     """The calls of the context that no later message answers, oldest first."""
     waiting: dict[str, Call] = {}
-    for message in context:
+    track_calls(context, waiting)
+    return list(waiting.values())
+
+
+def track_calls(messages: Iterable[Message], waiting: dict[str, Call]) -> None:
+    """Carry `waiting` (the open calls of the messages before, by id, oldest first) over
+    `messages`: what they answer leaves it, what they call joins it."""
+    for message in messages:
         for result in results_of(message):
             waiting.pop(result.call_id, None)
         for call in calls_of(message):
             waiting[call.id] = call
-    return list(waiting.values())
+
+
+class OpenCalls:
+    """`open_calls` of a context asked again and again as it grows (a run asks after every
+    step): while the context it is given still starts with the messages it read last time,
+    the very same objects, it reads only the messages added since."""
+
+    __slots__ = ("_read", "_waiting")
+
+    def __init__(self) -> None:
+        self._read: list[Message] = []
+        self._waiting: dict[str, Call] = {}
+
+    def of(self, context: list[Message]) -> list[Call]:
+        """The calls of `context` that no later message answers, oldest first."""
+        read, held = self._read, len(self._read)
+        # list's own slice: a `SharedContext` would copy what it hands out; equal lists of
+        # the same objects compare by identity, at C speed
+        if len(context) < held or list.__getitem__(context, slice(0, held)) != read:
+            read, held, self._waiting = [], 0, {}
+        new = list.__getitem__(context, slice(held, None))
+        track_calls(new, self._waiting)
+        read.extend(new)
+        self._read = read
+        return list(self._waiting.values())
 
 
 def unpaired_results(context: Iterable[Message]) -> list[str]:

@@ -13,6 +13,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ import pytest
 
 from agentlog.actors.testing import until, until_blocking
 from agentlog.events import SQLiteEventStore
-from agentlog.events.claims import HOST
+from agentlog.events.claims import HOST, Claim, Heartbeat, new_claim
 
 from .helpers import agent_with_tools
 
@@ -400,10 +401,7 @@ async def test_a_claims_heartbeat_is_real_time_whatever_the_stores_clock(tmp_pat
 
 async def test_a_short_lease_added_later_is_renewed_in_time(tmp_path: Path) -> None:
     async with SQLiteEventStore(tmp_path / "log.db") as store:
-        claimed = time.time()
         await store.claim("long", lease=30.0)  # the heartbeat thread now sleeps ~10 s
-        # once it has beaten the long claim it falls asleep (a beat later is the same test)
-        await until(lambda: beat_of(tmp_path / "log.db", "long") > claimed, what="a first beat")
         await store.claim("short", lease=0.6)
         first = await store.holder("short")
         assert first is not None
@@ -415,3 +413,26 @@ async def test_a_short_lease_added_later_is_renewed_in_time(tmp_path: Path) -> N
         # beaten long before the ~10 s the long lease's sleep would take (the bound is the
         # assertion here, kept well above a busy machine's delay)
         await until(beaten, timeout=5)
+
+
+def test_a_claim_is_first_renewed_a_third_of_its_lease_after_it_was_taken() -> None:
+    """Taking a claim writes its heartbeat: a run shorter than a third of its lease commits
+    no beat of its own; a longer one is renewed from then on, every claim in one write."""
+    beats: list[tuple[float, set[str]]] = []
+    renewed = threading.Event()
+
+    def renew(claims: list[Claim], now: float) -> None:
+        beats.append((time.monotonic(), {c.thread_id for c in claims}))
+        renewed.set()
+
+    heartbeat = Heartbeat(renew)
+    try:
+        taken = time.monotonic()
+        heartbeat.add(new_claim("long", lease=30.0))
+        heartbeat.add(new_claim("short", lease=0.6))
+        assert renewed.wait(timeout=30), "the short claim was never renewed"
+        at, which = beats[0]
+        assert at - taken >= 0.2, "a claim was renewed before a third of its lease went by"
+        assert which == {"long", "short"}
+    finally:
+        heartbeat.stop()
