@@ -11,14 +11,14 @@ from pydantic import TypeAdapter
 
 from agentlog.actors.engine.subgraph import SubgraphNode
 from agentlog.actors.http.access import Who
-from agentlog.actors.http.agentserver.access import ERRORS, Server
+from agentlog.actors.http.agentserver.access import Server
 from agentlog.actors.http.agentserver.bodies import (
     AssistantCount,
     AssistantSearch,
     AssistantVersions,
 )
 from agentlog.actors.http.agentserver.facade import AgentServer
-from agentlog.actors.http.errors import ApiError
+from agentlog.actors.http.errors import ERRORS, ApiError
 from agentlog.actors.http.tokens import Principal
 from agentlog.actors.langgraph.compiled import ShapedGraph
 from agentlog.actors.runtime.spec import EntryPoint

@@ -16,12 +16,12 @@ from fastapi.responses import StreamingResponse
 from agentlog.actors.engine.command import Command
 from agentlog.actors.http.access import Who, check_new_thread_id, check_thread_id
 from agentlog.actors.http.agentserver import wire
-from agentlog.actors.http.agentserver.access import ERRORS, Server, located
+from agentlog.actors.http.agentserver.access import Server, located
 from agentlog.actors.http.agentserver.bodies import RunCreate
 from agentlog.actors.http.agentserver.facade import INTERRUPT, AgentServer
 from agentlog.actors.http.agentserver.streaming import run_events
 from agentlog.actors.http.bodies import WaitTimeout
-from agentlog.actors.http.errors import ApiError
+from agentlog.actors.http.errors import ERRORS, ApiError
 from agentlog.actors.http.tokens import Principal
 from agentlog.actors.runtime.facade import TriggerState
 from agentlog.events import ThreadNotFoundError

@@ -13,9 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentlog.actors.engine.longterm import LogStore
 from agentlog.actors.http.access import Who
-from agentlog.actors.http.agentserver.access import ERRORS, Server
+from agentlog.actors.http.agentserver.access import Server
 from agentlog.actors.http.agentserver.facade import AgentServer
-from agentlog.actors.http.errors import ApiError
+from agentlog.actors.http.errors import ERRORS, ApiError
 from agentlog.actors.http.tokens import Principal
 from agentlog.projections.longterm import LongTermStoreError
 

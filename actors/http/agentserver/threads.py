@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query, Response
 
 from agentlog.actors.http.access import Who, check_new_thread_id
 from agentlog.actors.http.agentserver import wire
-from agentlog.actors.http.agentserver.access import ERRORS, Server, located
+from agentlog.actors.http.agentserver.access import Server, located
 from agentlog.actors.http.agentserver.bodies import (
     CheckpointRef,
     HistoryQuery,
@@ -23,7 +23,7 @@ from agentlog.actors.http.agentserver.bodies import (
     ThreadSearch,
 )
 from agentlog.actors.http.agentserver.facade import AgentServer
-from agentlog.actors.http.errors import ApiError
+from agentlog.actors.http.errors import ERRORS, ApiError
 from agentlog.actors.http.tokens import Forbidden, Principal
 from agentlog.actors.langgraph.compiled import ShapedGraph
 from agentlog.actors.runtime.facade import hidden
