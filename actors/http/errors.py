@@ -9,7 +9,6 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentlog.actors.engine.errors import (
@@ -92,19 +91,23 @@ STATUS: list[tuple[type[BaseException], int, str]] = [
 """Error classes -> status and code, the first that matches."""
 
 
-class ErrorDetail(BaseModel):
-    code: str
-    message: str
-
-
-class ErrorBody(BaseModel):
-    """Every error's answer: a stable code and a message saying what to do."""
-
-    error: ErrorDetail
-
+ERROR_SCHEMA: dict[str, Any] = {
+    "title": "Error",
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+        }
+    },
+}
+"""Every error's answer: a stable code and a message saying what to do (JSON, also on a
+route that answers a stream)."""
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody, "description": why}
+    status: {"description": why, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
     for status, why in (
         (400, "a malformed request: a Last-Event-ID that is no position, a body nested too deep"),
         (401, "no token, or one the server does not know"),

@@ -23,6 +23,7 @@ from agentlog.actors.http.agentserver.bodies import (
     ThreadSearch,
 )
 from agentlog.actors.http.agentserver.facade import AgentServer
+from agentlog.actors.http.agentserver.schemas import Thread
 from agentlog.actors.http.errors import ERRORS, ApiError
 from agentlog.actors.http.tokens import Forbidden, Principal
 from agentlog.actors.langgraph.compiled import ShapedGraph
@@ -32,7 +33,7 @@ from agentlog.events.verify_export import same
 router = APIRouter(tags=["threads"], responses=ERRORS)
 
 
-@router.post("/threads", summary="Create a thread")
+@router.post("/threads", summary="Create a thread", response_model=Thread)
 async def create_thread(
     body: ThreadCreate | None = None, who: Principal = Who, srv: AgentServer = Server
 ) -> dict[str, Any]:
@@ -69,7 +70,7 @@ async def create_thread(
     return await srv.thread(thread_id, graph, state)
 
 
-@router.get("/threads/{thread_id}", summary="A thread")
+@router.get("/threads/{thread_id}", summary="A thread", response_model=Thread)
 async def get_thread(
     thread_id: str, who: Principal = Who, srv: AgentServer = Server
 ) -> dict[str, Any]:
@@ -77,7 +78,9 @@ async def get_thread(
     return await srv.thread(thread_id, graph, state)
 
 
-@router.patch("/threads/{thread_id}", summary="Set metadata on a thread (recorded)")
+@router.patch(
+    "/threads/{thread_id}", summary="Set metadata on a thread (recorded)", response_model=Thread
+)
 async def patch_thread(
     thread_id: str, body: ThreadPatch, who: Principal = Who, srv: AgentServer = Server
 ) -> dict[str, Any]:
@@ -118,7 +121,7 @@ def holds(shown: dict[str, Any], wanted: dict[str, Any] | None) -> bool:
     return all(k in shown and same(shown[k], v) for k, v in (wanted or {}).items())
 
 
-@router.post("/threads/search", summary="Threads, newest first")
+@router.post("/threads/search", summary="Threads, newest first", response_model=list[Thread])
 async def search_threads(
     body: ThreadSearch | None = None, who: Principal = Who, srv: AgentServer = Server
 ) -> list[dict[str, Any]]:
@@ -150,7 +153,11 @@ async def delete_thread(
     return Response(status_code=204)
 
 
-@router.post("/threads/{thread_id}/copy", summary="A new thread forked from this one now")
+@router.post(
+    "/threads/{thread_id}/copy",
+    summary="A new thread forked from this one now",
+    response_model=Thread,
+)
 async def copy_thread(
     thread_id: str, body: ThreadCopy | None = None, who: Principal = Who, srv: AgentServer = Server
 ) -> dict[str, Any]:

@@ -1,0 +1,56 @@
+"""The JSON schemas of the Agent Server's answers, as the OpenAPI document declares them: a
+`Thread`, a `Run`, an `Assistant` and its versions (LangGraph's field names). The facade
+builds the dicts; a route names its schema with `response_model`, so what is sent is
+checked against it."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Thread(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    thread_id: str
+    created_at: str | None
+    updated_at: str | None
+    metadata: dict[str, Any]
+    status: Literal["idle", "busy", "interrupted", "error"]
+    values: dict[str, Any] | list[Any] | None
+    interrupts: dict[str, list[dict[str, Any]]]
+    config: dict[str, Any]
+    error: Any
+
+
+class Run(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    run_id: str
+    thread_id: str
+    assistant_id: str
+    created_at: str | None
+    updated_at: str | None
+    status: Literal["pending", "running", "error", "success", "timeout", "interrupted"]
+    metadata: dict[str, Any]
+    multitask_strategy: str
+    kwargs_: dict[str, Any] = Field(alias="kwargs")  # `kwargs` is taken by the model
+
+
+class AssistantVersion(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    assistant_id: str
+    graph_id: str
+    config: dict[str, Any]
+    context: dict[str, Any]
+    created_at: str | None
+    metadata: dict[str, Any]
+    version: int
+    name: str
+    description: str | None
+
+
+class Assistant(AssistantVersion):
+    updated_at: str | None
