@@ -1,7 +1,7 @@
 """The JSON schemas of the Agent Server's answers, as the OpenAPI document declares them: a
-`Thread`, a `Run`, an `Assistant` and its versions (LangGraph's field names). The facade
-builds the dicts; a route names its schema with `response_model`, so what is sent is
-checked against it."""
+`Thread`, its `ThreadState`, a `Run`, an `Assistant` and its versions (LangGraph's field
+names). The facade builds the dicts; a route names its schema with `response_model`, so
+what is sent is checked against it."""
 
 from __future__ import annotations
 
@@ -22,6 +22,28 @@ class Thread(BaseModel):
     interrupts: dict[str, list[dict[str, Any]]]
     config: dict[str, Any]
     error: Any
+
+
+class Checkpoint(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str | None
+    checkpoint_map: dict[str, Any] | None
+
+
+class ThreadState(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    values: dict[str, Any] | list[Any] | None
+    next: list[str]
+    checkpoint: Checkpoint
+    metadata: dict[str, Any]
+    created_at: str | None
+    parent_checkpoint: Checkpoint | None
+    tasks: list[dict[str, Any]]
+    interrupts: list[dict[str, Any]]
 
 
 class Run(BaseModel):

@@ -23,7 +23,7 @@ from agentlog.actors.http.agentserver.bodies import (
     ThreadSearch,
 )
 from agentlog.actors.http.agentserver.facade import AgentServer
-from agentlog.actors.http.agentserver.schemas import Thread
+from agentlog.actors.http.agentserver.schemas import Thread, ThreadState
 from agentlog.actors.http.errors import ERRORS, ApiError
 from agentlog.actors.http.tokens import Forbidden, Principal
 from agentlog.actors.langgraph.compiled import ShapedGraph
@@ -171,7 +171,9 @@ async def copy_thread(
     return await srv.thread(new, graph, state)
 
 
-@router.get("/threads/{thread_id}/state", summary="The thread's state now")
+@router.get(
+    "/threads/{thread_id}/state", summary="The thread's state now", response_model=ThreadState
+)
 async def get_state(
     thread_id: str,
     who: Principal = Who,
@@ -182,7 +184,11 @@ async def get_state(
     return await srv.snapshot(thread_id, graph, await srv.head(thread_id))
 
 
-@router.get("/threads/{thread_id}/state/{checkpoint_id}", summary="The state at a checkpoint")
+@router.get(
+    "/threads/{thread_id}/state/{checkpoint_id}",
+    summary="The state at a checkpoint",
+    response_model=ThreadState,
+)
 async def get_state_at(
     thread_id: str, checkpoint_id: str, who: Principal = Who, srv: AgentServer = Server
 ) -> dict[str, Any]:
@@ -190,7 +196,11 @@ async def get_state_at(
     return await srv.snapshot(thread_id, graph, await srv.seq_of(thread_id, checkpoint_id))
 
 
-@router.post("/threads/{thread_id}/state/checkpoint", summary="The state at a checkpoint")
+@router.post(
+    "/threads/{thread_id}/state/checkpoint",
+    summary="The state at a checkpoint",
+    response_model=ThreadState,
+)
 async def post_state_at(
     thread_id: str, body: StateAt, who: Principal = Who, srv: AgentServer = Server
 ) -> dict[str, Any]:
@@ -238,7 +248,11 @@ async def history(
     return states[: query.limit]
 
 
-@router.post("/threads/{thread_id}/history", summary="The thread's states, newest first")
+@router.post(
+    "/threads/{thread_id}/history",
+    summary="The thread's states, newest first",
+    response_model=list[ThreadState],
+)
 async def post_history(
     thread_id: str,
     body: HistoryQuery | None = None,
@@ -248,7 +262,11 @@ async def post_history(
     return await history(srv, thread_id, who, body or HistoryQuery())
 
 
-@router.get("/threads/{thread_id}/history", summary="The thread's states, newest first")
+@router.get(
+    "/threads/{thread_id}/history",
+    summary="The thread's states, newest first",
+    response_model=list[ThreadState],
+)
 async def get_history(
     thread_id: str,
     who: Principal = Who,
