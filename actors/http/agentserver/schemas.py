@@ -1,7 +1,7 @@
 """The JSON schemas of the Agent Server's answers, as the OpenAPI document declares them: a
-`Thread`, its `ThreadState`, a `Run`, an `Assistant` and its versions (LangGraph's field
-names). The facade builds the dicts; a route names its schema with `response_model`, so
-what is sent is checked against it."""
+`Thread`, its `ThreadState`, a `Run`, an `Assistant` and its versions, a store `Item`
+(LangGraph's field names). The facade builds the dicts; a route names its schema with
+`response_model`, so what is sent is checked against it."""
 
 from __future__ import annotations
 
@@ -76,3 +76,25 @@ class AssistantVersion(BaseModel):
 
 class Assistant(AssistantVersion):
     updated_at: str | None
+
+
+class Item(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    namespace: list[str]
+    key: str
+    value: dict[str, Any]
+    created_at: str
+    updated_at: str
+
+
+class SearchItem(Item):
+    score: float | None = None
+
+
+class SearchItems(BaseModel):
+    items: list[SearchItem]
+
+
+class Namespaces(BaseModel):
+    namespaces: list[list[str]]
