@@ -1,7 +1,7 @@
 """The JSON schemas of the Agent Server's answers, as the OpenAPI document declares them: a
-`Thread`, its `ThreadState`, a `Run`, an `Assistant` and its versions, a store `Item`
-(LangGraph's field names). The facade builds the dicts; a route names its schema with
-`response_model`, so what is sent is checked against it."""
+`Thread`, its `ThreadState`, a `Run`, an `Assistant` and its versions, a `Cron`, a store
+`Item` (LangGraph's field names). The facade builds the dicts; a route names its schema
+with `response_model`, so what is sent is checked against it."""
 
 from __future__ import annotations
 
@@ -98,3 +98,20 @@ class SearchItems(BaseModel):
 
 class Namespaces(BaseModel):
     namespaces: list[list[str]]
+
+
+class Cron(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    cron_id: str
+    assistant_id: str
+    thread_id: str | None
+    end_time: str | None
+    schedule: str
+    created_at: str | None
+    updated_at: str | None
+    payload: dict[str, Any]
+    user_id: str | None
+    next_run_date: str | None
+    metadata: dict[str, Any]
+    enabled: bool
