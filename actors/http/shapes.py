@@ -103,6 +103,67 @@ def run_json(trigger: TriggerState, running: bool) -> dict[str, Any]:
     }
 
 
+class ThreadShape(BaseModel):
+    """A thread as `thread_json` shows it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    thread_id: str
+    graph_id: str | None
+    created_at: float | None
+    updated_at: float | None
+    metadata: dict[str, Any]
+    status: str
+    step: int
+    hidden: bool
+    interrupts: Any
+    messages: int
+    values: Any
+
+
+class StateShape(BaseModel):
+    """A thread's state as `state_json` shows it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    thread_id: str
+    values: Any
+    next: list[str]
+    step: int
+    status: str
+    interrupts: Any
+
+
+class StepShape(BaseModel):
+    """A history entry as `step_json` shows it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    step: int
+    node: str | None
+    status: str
+    first_seq: int
+    last_seq: int
+    at: float | None
+    messages: Any
+
+
+class HiddenShape(BaseModel):
+    thread_id: str
+    hidden: bool
+    erased: bool
+
+
+class ForkedFrom(BaseModel):
+    thread_id: str
+    step: int | None
+
+
+class ForkShape(BaseModel):
+    thread_id: str
+    forked_from: ForkedFrom
+
+
 class RunShape(BaseModel):
     """A run as `run_json` shows it (the OpenAPI document's `Run` of the /log routes)."""
 
