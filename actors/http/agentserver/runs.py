@@ -323,7 +323,13 @@ async def join_thread_stream(
     return streamed(request, run_events(srv, trigger, modes), trigger)
 
 
-@router.post("/threads/{thread_id}/runs/{run_id}/cancel", summary="Cancel a run")
+@router.post(
+    "/threads/{thread_id}/runs/{run_id}/cancel",
+    summary="Cancel a run",
+    status_code=202,
+    response_class=Response,
+    responses={200: {"description": "the run was cancelled and ended (`wait=true`)"}},
+)
 async def cancel(
     thread_id: str,
     run_id: str,
@@ -348,7 +354,11 @@ async def cancel(
     return Response(status_code=202 if not wait else 200)
 
 
-@router.delete("/threads/{thread_id}/runs/{run_id}", summary="Deleting a run: refused (409)")
+@router.delete(
+    "/threads/{thread_id}/runs/{run_id}",
+    summary="Deleting a run: refused (409)",
+    response_class=Response,
+)
 async def delete_run(
     thread_id: str, run_id: str, who: Principal = Who, srv: AgentServer = Server
 ) -> Response:
