@@ -108,7 +108,8 @@ def create_app(
     for router in AGENT_SERVER:
         app.include_router(router)
     for router in ROUTERS:
-        app.include_router(router, prefix=LOG_PREFIX if router is not health.router else "")
+        prefix = LOG_PREFIX if router is not health.router else ""
+        app.include_router(router, prefix=prefix, responses=errors.ERRORS)
     app.include_router(viewer)  # the viewer at /ui, a page over the routes above
     if webhooks:
         _mount_webhooks(app, runtime, rt.webhook_entries(), max_body)
@@ -155,4 +156,5 @@ def _mount_webhooks(
             methods=[m.upper() for m in entry.methods],
             summary=f"Webhook deliveries for entry point {entry.id}",
             status_code=202,
+            responses=errors.ERRORS,
         )

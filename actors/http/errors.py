@@ -90,6 +90,41 @@ STATUS: list[tuple[type[BaseException], int, str]] = [
 ]
 """Error classes -> status and code, the first that matches."""
 
+
+ERROR_SCHEMA: dict[str, Any] = {
+    "title": "Error",
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+        }
+    },
+}
+"""Every error's answer: a stable code and a message saying what to do (JSON, also on a
+route that answers a stream)."""
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"description": why, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
+    for status, why in (
+        (400, "a malformed request: a Last-Event-ID that is no position, a body nested too deep"),
+        (401, "no token, or one the server does not know"),
+        (403, "the token lacks the right on that graph, or a page of another origin sent it"),
+        (404, "no such thread, run, assistant, checkpoint, step, item or cron (or deleted)"),
+        (408, "the run did not end within the wait (it goes on), or the body came too slowly"),
+        (409, "a conflict: the thread's graph, a busy thread, a run that is not waiting"),
+        (413, "the body is too large"),
+        (415, "a body that is not JSON"),
+        (422, "a body or value refused before anything was written"),
+        (500, "the log fails an integrity check (the message says what the operator does)"),
+        (503, "the runtime is not running, or the log cannot serve the request now"),
+    )
+}
+"""The error statuses the API answers, declared on each route (`APIRouter(responses=...)`)."""
+
+
 ROUTING = {404: "not_found", 405: "method_not_allowed"}
 """Codes of the answers routing gives itself (no such path, a method the path does not take)."""
 

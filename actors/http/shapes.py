@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from agentlog.actors.http.errors import classify
 from agentlog.actors.http.limits import MAX_DEPTH, nesting_within, showable, shown
 from agentlog.actors.runtime.facade import StepEntry, TriggerState, created_metadata
@@ -102,6 +104,96 @@ def run_json(trigger: TriggerState, running: bool) -> dict[str, Any]:
             else None
         ),
     }
+
+
+class ThreadShape(BaseModel):
+    """A thread as `thread_json` shows it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    thread_id: str
+    graph_id: str | None
+    created_at: float | None
+    updated_at: float | None
+    metadata: dict[str, Any]
+    status: str
+    step: int
+    hidden: bool
+    interrupts: Any
+    messages: int
+    values: Any
+
+
+class StateShape(BaseModel):
+    """A thread's state as `state_json` shows it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    thread_id: str
+    values: Any
+    next: list[str]
+    step: int
+    status: str
+    interrupts: Any
+
+
+class StepShape(BaseModel):
+    """A history entry as `step_json` shows it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    step: int
+    node: str | None
+    status: str
+    first_seq: int
+    last_seq: int
+    at: float | None
+    messages: Any
+
+
+class HiddenShape(BaseModel):
+    thread_id: str
+    hidden: bool
+    erased: bool
+
+
+class ForkedFrom(BaseModel):
+    thread_id: str
+    step: int | None
+
+
+class ForkShape(BaseModel):
+    thread_id: str
+    forked_from: ForkedFrom
+
+
+class RunShape(BaseModel):
+    """A run as `run_json` shows it (the OpenAPI document's `Run` of the /log routes)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    run_id: str
+    thread_id: str
+    assistant_id: str
+    graph_id: str | None
+    status: str
+    created_at: float | None
+    updated_at: float | None
+    attempt: int
+    cause: Any
+    created_by: str | None
+    idempotency_key: str | None
+    correlation_id: str | None
+    error: dict[str, Any] | None
+
+
+class RunResultShape(BaseModel):
+    """A waited-for run: the run, and its thread's state as `state_json` shows it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    run: RunShape
+    thread_id: str
 
 
 def record_json(record: EventRecord, run_id: str | None) -> dict[str, Any]:

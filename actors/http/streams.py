@@ -1,7 +1,10 @@
 """Where a live stream resumes: a position the client was sent, checked. What the streams
-send (a thread's records, a run's own records) comes from `RuntimeFacade`."""
+send (a thread's records, a run's own records) comes from `RuntimeFacade`; `EventStream`
+is how the OpenAPI document declares them."""
 
 from __future__ import annotations
+
+from fastapi.responses import StreamingResponse
 
 from agentlog.events.errors import InvalidArgumentError
 from agentlog.events.store import MAX_POSITION
@@ -29,3 +32,10 @@ def resume_point(after: str | None, last_event_id: str | None) -> int:
             raise BadResumePoint(f"{name} is at most {MAX_POSITION}, got {position}")
         return position
     return 0
+
+
+class EventStream(StreamingResponse):
+    """A streaming route's answer, Server-Sent Events: its `response_class`, so the OpenAPI
+    document declares `text/event-stream`."""
+
+    media_type = "text/event-stream"

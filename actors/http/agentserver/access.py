@@ -4,10 +4,9 @@ and its state), refused when deleted."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 from fastapi import Depends, Request
-from pydantic import BaseModel
 
 from agentlog.actors.http.access import check_thread_id, deleted
 from agentlog.actors.http.agentserver.facade import AgentServer
@@ -16,33 +15,6 @@ from agentlog.actors.http.tokens import Principal, Right
 from agentlog.actors.runtime.facade import hidden, hidden_by
 from agentlog.events.errors import ThreadNotFoundError
 from agentlog.projections import AgentState
-
-
-class ErrorDetail(BaseModel):
-    code: str
-    message: str
-
-
-class ErrorBody(BaseModel):
-    """Every error's answer: a stable code and a message saying what to do."""
-
-    error: ErrorDetail
-
-
-ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody, "description": why}
-    for status, why in (
-        (400, "a malformed request (a Last-Event-ID that is no position)"),
-        (401, "no token, or one the server does not know"),
-        (403, "the token lacks the right on that graph"),
-        (404, "no such thread, run, assistant, checkpoint, item or cron (or deleted)"),
-        (408, "the run did not end within the wait (it goes on)"),
-        (409, "a conflict: the thread's graph, a past checkpoint, a busy thread"),
-        (413, "the body is too large"),
-        (422, "a body or value refused before anything was written"),
-    )
-}
-"""The error statuses the Agent Server routes answer, declared on each of them."""
 
 
 def server_of(request: Request) -> AgentServer:

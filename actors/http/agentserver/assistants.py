@@ -11,14 +11,15 @@ from pydantic import TypeAdapter
 
 from agentlog.actors.engine.subgraph import SubgraphNode
 from agentlog.actors.http.access import Who
-from agentlog.actors.http.agentserver.access import ERRORS, Server
+from agentlog.actors.http.agentserver.access import Server
 from agentlog.actors.http.agentserver.bodies import (
     AssistantCount,
     AssistantSearch,
     AssistantVersions,
 )
 from agentlog.actors.http.agentserver.facade import AgentServer
-from agentlog.actors.http.errors import ApiError
+from agentlog.actors.http.agentserver.schemas import Assistant, AssistantVersion
+from agentlog.actors.http.errors import ERRORS, ApiError
 from agentlog.actors.http.tokens import Principal
 from agentlog.actors.langgraph.compiled import ShapedGraph
 from agentlog.actors.runtime.spec import EntryPoint
@@ -56,7 +57,9 @@ def chosen(
     ]
 
 
-@router.post("/assistants/search", summary="Assistants (entry points)")
+@router.post(
+    "/assistants/search", summary="Assistants (entry points)", response_model=list[Assistant]
+)
 async def search(
     body: AssistantSearch | None = None, who: Principal = Who, srv: AgentServer = Server
 ) -> list[dict[str, Any]]:
@@ -74,12 +77,16 @@ async def count(
     return len(chosen(srv, who, body or AssistantCount()))
 
 
-@router.get("/assistants/{assistant_id}", summary="An assistant")
+@router.get("/assistants/{assistant_id}", summary="An assistant", response_model=Assistant)
 async def get(assistant_id: str, who: Principal = Who, srv: AgentServer = Server) -> dict[str, Any]:
     return srv.assistant(found(srv, who, assistant_id))
 
 
-@router.post("/assistants/{assistant_id}/versions", summary="An assistant's versions (one)")
+@router.post(
+    "/assistants/{assistant_id}/versions",
+    summary="An assistant's versions (one)",
+    response_model=list[AssistantVersion],
+)
 async def versions(
     assistant_id: str,
     body: AssistantVersions | None = None,

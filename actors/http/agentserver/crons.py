@@ -13,11 +13,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentlog.actors.http.access import Who
 from agentlog.actors.http.agentserver import wire
-from agentlog.actors.http.agentserver.access import ERRORS, Server, located
+from agentlog.actors.http.agentserver.access import Server, located
 from agentlog.actors.http.agentserver.bodies import RunCreate
 from agentlog.actors.http.agentserver.cronbook import UTC_NAMES
 from agentlog.actors.http.agentserver.facade import AgentServer
-from agentlog.actors.http.errors import ApiError
+from agentlog.actors.http.agentserver.schemas import Cron
+from agentlog.actors.http.errors import ERRORS, ApiError
 from agentlog.actors.http.tokens import Principal
 from agentlog.events.verify_export import same
 
@@ -117,14 +118,18 @@ async def create(
     return shown(await srv.crons.put(cron, by=who.name))
 
 
-@router.post("/runs/crons", summary="A cron: a run on a new thread at each slot (UTC)")
+@router.post(
+    "/runs/crons", summary="A cron: a run on a new thread at each slot (UTC)", response_model=Cron
+)
 async def create_cron(
     body: CronCreate, who: Principal = Who, srv: AgentServer = Server
 ) -> dict[str, Any]:
     return await create(srv, None, body, who)
 
 
-@router.post("/threads/{thread_id}/runs/crons", summary="A cron on a thread (UTC)")
+@router.post(
+    "/threads/{thread_id}/runs/crons", summary="A cron on a thread (UTC)", response_model=Cron
+)
 async def create_thread_cron(
     thread_id: str, body: CronCreate, who: Principal = Who, srv: AgentServer = Server
 ) -> dict[str, Any]:
@@ -151,7 +156,7 @@ async def matching(srv: AgentServer, who: Principal, body: CronSearch) -> list[d
     return found
 
 
-@router.post("/runs/crons/search", summary="Crons")
+@router.post("/runs/crons/search", summary="Crons", response_model=list[Cron])
 async def search_crons(
     body: CronSearch | None = None, who: Principal = Who, srv: AgentServer = Server
 ) -> list[dict[str, Any]]:
@@ -172,7 +177,7 @@ async def count_crons(
     return len(await matching(srv, who, body or CronSearch()))
 
 
-@router.patch("/runs/crons/{cron_id}", summary="Change a cron")
+@router.patch("/runs/crons/{cron_id}", summary="Change a cron", response_model=Cron)
 async def update_cron(
     cron_id: str, body: CronUpdate, who: Principal = Who, srv: AgentServer = Server
 ) -> dict[str, Any]:

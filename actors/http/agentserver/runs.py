@@ -16,12 +16,14 @@ from fastapi.responses import StreamingResponse
 from agentlog.actors.engine.command import Command
 from agentlog.actors.http.access import Who, check_new_thread_id, check_thread_id
 from agentlog.actors.http.agentserver import wire
-from agentlog.actors.http.agentserver.access import ERRORS, Server, located
+from agentlog.actors.http.agentserver.access import Server, located
 from agentlog.actors.http.agentserver.bodies import RunCreate
 from agentlog.actors.http.agentserver.facade import INTERRUPT, AgentServer
+from agentlog.actors.http.agentserver.schemas import Run
 from agentlog.actors.http.agentserver.streaming import run_events
 from agentlog.actors.http.bodies import WaitTimeout
-from agentlog.actors.http.errors import ApiError
+from agentlog.actors.http.errors import ERRORS, ApiError
+from agentlog.actors.http.streams import EventStream
 from agentlog.actors.http.tokens import Principal
 from agentlog.actors.runtime.facade import TriggerState
 from agentlog.events import ThreadNotFoundError
@@ -158,14 +160,16 @@ def streamed(
     )
 
 
-@router.post("/threads/{thread_id}/runs", summary="Start a run in the background")
+@router.post(
+    "/threads/{thread_id}/runs", summary="Start a run in the background", response_model=Run
+)
 async def create(
     thread_id: str, body: RunCreate, who: Principal = Who, srv: AgentServer = Server
 ) -> dict[str, Any]:
     return srv.run(await begin(srv, thread_id, body, who))
 
 
-@router.post("/runs", summary="Start a run on a new thread, in the background")
+@router.post("/runs", summary="Start a run on a new thread, in the background", response_model=Run)
 async def create_stateless(
     body: RunCreate, who: Principal = Who, srv: AgentServer = Server
 ) -> dict[str, Any]:
@@ -198,7 +202,11 @@ async def wait_stateless(
             after_run(srv, trigger, body, who)
 
 
-@router.post("/threads/{thread_id}/runs/stream", summary="Run and stream it (SSE)")
+@router.post(
+    "/threads/{thread_id}/runs/stream",
+    summary="Run and stream it (SSE)",
+    response_class=EventStream,
+)
 async def stream(
     thread_id: str,
     body: RunCreate,
@@ -212,7 +220,9 @@ async def stream(
     return streamed(request, events, trigger, srv if cancels else None, who)
 
 
-@router.post("/runs/stream", summary="Run on a new thread and stream it (SSE)")
+@router.post(
+    "/runs/stream", summary="Run on a new thread and stream it (SSE)", response_class=EventStream
+)
 async def stream_stateless(
     body: RunCreate, request: Request, who: Principal = Who, srv: AgentServer = Server
 ) -> StreamingResponse:
@@ -239,7 +249,9 @@ async def found(srv: AgentServer, thread_id: str, run_id: str, who: Principal) -
     return trigger
 
 
-@router.get("/threads/{thread_id}/runs", summary="The thread's runs, newest first")
+@router.get(
+    "/threads/{thread_id}/runs", summary="The thread's runs, newest first", response_model=list[Run]
+)
 async def list_runs(
     thread_id: str,
     who: Principal = Who,
@@ -253,7 +265,7 @@ async def list_runs(
     return [r for r in runs if status is None or r["status"] == status][offset:][:limit]
 
 
-@router.get("/threads/{thread_id}/runs/{run_id}", summary="A run")
+@router.get("/threads/{thread_id}/runs/{run_id}", summary="A run", response_model=Run)
 async def get_run(
     thread_id: str, run_id: str, who: Principal = Who, srv: AgentServer = Server
 ) -> dict[str, Any]:
@@ -271,7 +283,11 @@ async def join(
     return await result(srv, await found(srv, thread_id, run_id, who), timeout)
 
 
-@router.get("/threads/{thread_id}/runs/{run_id}/stream", summary="Join a run's stream (SSE)")
+@router.get(
+    "/threads/{thread_id}/runs/{run_id}/stream",
+    summary="Join a run's stream (SSE)",
+    response_class=EventStream,
+)
 async def join_stream(
     thread_id: str,
     run_id: str,
@@ -287,7 +303,11 @@ async def join_stream(
     return streamed(request, run_events(srv, trigger, modes, after=after), trigger)
 
 
-@router.get("/threads/{thread_id}/stream", summary="Join the thread's latest run's stream (SSE)")
+@router.get(
+    "/threads/{thread_id}/stream",
+    summary="Join the thread's latest run's stream (SSE)",
+    response_class=EventStream,
+)
 async def join_thread_stream(
     thread_id: str,
     request: Request,
@@ -303,7 +323,13 @@ async def join_thread_stream(
     return streamed(request, run_events(srv, trigger, modes), trigger)
 
 
-@router.post("/threads/{thread_id}/runs/{run_id}/cancel", summary="Cancel a run")
+@router.post(
+    "/threads/{thread_id}/runs/{run_id}/cancel",
+    summary="Cancel a run",
+    status_code=202,
+    response_class=Response,
+    responses={200: {"description": "the run was cancelled and ended (`wait=true`)"}},
+)
 async def cancel(
     thread_id: str,
     run_id: str,
@@ -328,7 +354,11 @@ async def cancel(
     return Response(status_code=202 if not wait else 200)
 
 
-@router.delete("/threads/{thread_id}/runs/{run_id}", summary="Deleting a run: refused (409)")
+@router.delete(
+    "/threads/{thread_id}/runs/{run_id}",
+    summary="Deleting a run: refused (409)",
+    response_class=Response,
+)
 async def delete_run(
     thread_id: str, run_id: str, who: Principal = Who, srv: AgentServer = Server
 ) -> Response:

@@ -13,9 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentlog.actors.engine.longterm import LogStore
 from agentlog.actors.http.access import Who
-from agentlog.actors.http.agentserver.access import ERRORS, Server
+from agentlog.actors.http.agentserver.access import Server
 from agentlog.actors.http.agentserver.facade import AgentServer
-from agentlog.actors.http.errors import ApiError
+from agentlog.actors.http.agentserver.schemas import Item, Namespaces, SearchItems
+from agentlog.actors.http.errors import ERRORS, ApiError
 from agentlog.actors.http.tokens import Principal
 from agentlog.projections.longterm import LongTermStoreError
 
@@ -75,7 +76,7 @@ async def put_item(body: ItemPut, who: Principal = Who, srv: AgentServer = Serve
     return Response(status_code=204)
 
 
-@router.get("/store/items", summary="An item")
+@router.get("/store/items", summary="An item", response_model=Item)
 async def get_item(
     key: str,
     who: Principal = Who,
@@ -109,7 +110,9 @@ async def delete_item(
     return Response(status_code=204)
 
 
-@router.post("/store/items/search", summary="Items under a namespace prefix")
+@router.post(
+    "/store/items/search", summary="Items under a namespace prefix", response_model=SearchItems
+)
 async def search_items(
     body: ItemSearch | None = None, who: Principal = Who, srv: AgentServer = Server
 ) -> dict[str, Any]:
@@ -128,7 +131,7 @@ async def search_items(
     return {"items": [item.dict() for item in found]}
 
 
-@router.post("/store/namespaces", summary="The namespaces holding items")
+@router.post("/store/namespaces", summary="The namespaces holding items", response_model=Namespaces)
 async def list_namespaces(
     body: NamespaceList | None = None, who: Principal = Who, srv: AgentServer = Server
 ) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query, Response
 
 from agentlog.actors.http.access import Who, check_new_thread_id
 from agentlog.actors.http.agentserver import wire
-from agentlog.actors.http.agentserver.access import ERRORS, Server, located
+from agentlog.actors.http.agentserver.access import Server, located
 from agentlog.actors.http.agentserver.bodies import (
     CheckpointRef,
     HistoryQuery,
@@ -23,7 +23,8 @@ from agentlog.actors.http.agentserver.bodies import (
     ThreadSearch,
 )
 from agentlog.actors.http.agentserver.facade import AgentServer
-from agentlog.actors.http.errors import ApiError
+from agentlog.actors.http.agentserver.schemas import Thread, ThreadState
+from agentlog.actors.http.errors import ERRORS, ApiError
 from agentlog.actors.http.tokens import Forbidden, Principal
 from agentlog.actors.langgraph.compiled import ShapedGraph
 from agentlog.actors.runtime.facade import hidden
@@ -32,7 +33,7 @@ from agentlog.events.verify_export import same
 router = APIRouter(tags=["threads"], responses=ERRORS)
 
 
-@router.post("/threads", summary="Create a thread")
+@router.post("/threads", summary="Create a thread", response_model=Thread)
 async def create_thread(
     body: ThreadCreate | None = None, who: Principal = Who, srv: AgentServer = Server
 ) -> dict[str, Any]:
@@ -69,7 +70,7 @@ async def create_thread(
     return await srv.thread(thread_id, graph, state)
 
 
-@router.get("/threads/{thread_id}", summary="A thread")
+@router.get("/threads/{thread_id}", summary="A thread", response_model=Thread)
 async def get_thread(
     thread_id: str, who: Principal = Who, srv: AgentServer = Server
 ) -> dict[str, Any]:
@@ -77,7 +78,9 @@ async def get_thread(
     return await srv.thread(thread_id, graph, state)
 
 
-@router.patch("/threads/{thread_id}", summary="Set metadata on a thread (recorded)")
+@router.patch(
+    "/threads/{thread_id}", summary="Set metadata on a thread (recorded)", response_model=Thread
+)
 async def patch_thread(
     thread_id: str, body: ThreadPatch, who: Principal = Who, srv: AgentServer = Server
 ) -> dict[str, Any]:
@@ -118,7 +121,7 @@ def holds(shown: dict[str, Any], wanted: dict[str, Any] | None) -> bool:
     return all(k in shown and same(shown[k], v) for k, v in (wanted or {}).items())
 
 
-@router.post("/threads/search", summary="Threads, newest first")
+@router.post("/threads/search", summary="Threads, newest first", response_model=list[Thread])
 async def search_threads(
     body: ThreadSearch | None = None, who: Principal = Who, srv: AgentServer = Server
 ) -> list[dict[str, Any]]:
@@ -150,7 +153,11 @@ async def delete_thread(
     return Response(status_code=204)
 
 
-@router.post("/threads/{thread_id}/copy", summary="A new thread forked from this one now")
+@router.post(
+    "/threads/{thread_id}/copy",
+    summary="A new thread forked from this one now",
+    response_model=Thread,
+)
 async def copy_thread(
     thread_id: str, body: ThreadCopy | None = None, who: Principal = Who, srv: AgentServer = Server
 ) -> dict[str, Any]:
@@ -164,7 +171,9 @@ async def copy_thread(
     return await srv.thread(new, graph, state)
 
 
-@router.get("/threads/{thread_id}/state", summary="The thread's state now")
+@router.get(
+    "/threads/{thread_id}/state", summary="The thread's state now", response_model=ThreadState
+)
 async def get_state(
     thread_id: str,
     who: Principal = Who,
@@ -175,7 +184,11 @@ async def get_state(
     return await srv.snapshot(thread_id, graph, await srv.head(thread_id))
 
 
-@router.get("/threads/{thread_id}/state/{checkpoint_id}", summary="The state at a checkpoint")
+@router.get(
+    "/threads/{thread_id}/state/{checkpoint_id}",
+    summary="The state at a checkpoint",
+    response_model=ThreadState,
+)
 async def get_state_at(
     thread_id: str, checkpoint_id: str, who: Principal = Who, srv: AgentServer = Server
 ) -> dict[str, Any]:
@@ -183,7 +196,11 @@ async def get_state_at(
     return await srv.snapshot(thread_id, graph, await srv.seq_of(thread_id, checkpoint_id))
 
 
-@router.post("/threads/{thread_id}/state/checkpoint", summary="The state at a checkpoint")
+@router.post(
+    "/threads/{thread_id}/state/checkpoint",
+    summary="The state at a checkpoint",
+    response_model=ThreadState,
+)
 async def post_state_at(
     thread_id: str, body: StateAt, who: Principal = Who, srv: AgentServer = Server
 ) -> dict[str, Any]:
@@ -231,7 +248,11 @@ async def history(
     return states[: query.limit]
 
 
-@router.post("/threads/{thread_id}/history", summary="The thread's states, newest first")
+@router.post(
+    "/threads/{thread_id}/history",
+    summary="The thread's states, newest first",
+    response_model=list[ThreadState],
+)
 async def post_history(
     thread_id: str,
     body: HistoryQuery | None = None,
@@ -241,7 +262,11 @@ async def post_history(
     return await history(srv, thread_id, who, body or HistoryQuery())
 
 
-@router.get("/threads/{thread_id}/history", summary="The thread's states, newest first")
+@router.get(
+    "/threads/{thread_id}/history",
+    summary="The thread's states, newest first",
+    response_model=list[ThreadState],
+)
 async def get_history(
     thread_id: str,
     who: Principal = Who,

@@ -19,7 +19,7 @@ from agentlog.actors.http.access import (
 )
 from agentlog.actors.http.bodies import RunCancel, RunCreate, RunStatus, WaitTimeout
 from agentlog.actors.http.errors import ApiError
-from agentlog.actors.http.shapes import run_json, state_json
+from agentlog.actors.http.shapes import RunResultShape, RunShape, run_json, state_json
 from agentlog.actors.http.tokens import Principal
 from agentlog.actors.runtime.facade import RuntimeFacade, TriggerState
 from agentlog.actors.runtime.spec import (
@@ -110,14 +110,23 @@ async def wait(
     return {"run": run, **state_json(trigger.accepted.thread_id, state)}
 
 
-@router.post("/threads/{thread_id}/runs", summary="Start a run (returns at once)", status_code=202)
+@router.post(
+    "/threads/{thread_id}/runs",
+    summary="Start a run (returns at once)",
+    status_code=202,
+    response_model=RunShape,
+)
 async def create_run(
     thread_id: str, body: RunCreate, who: Principal = Who, rt: RuntimeFacade = Runtime
 ) -> dict[str, Any]:
     return shown_run(rt, await start_run(rt, thread_id, body, who))
 
 
-@router.post("/threads/{thread_id}/runs/wait", summary="Start a run and wait for its result")
+@router.post(
+    "/threads/{thread_id}/runs/wait",
+    summary="Start a run and wait for its result",
+    response_model=RunResultShape,
+)
 async def create_run_wait(
     thread_id: str,
     body: RunCreate,
@@ -129,7 +138,9 @@ async def create_run_wait(
     return await wait(rt, trigger, timeout, who)
 
 
-@router.post("/runs/wait", summary="A run on a new thread, waited for")
+@router.post(
+    "/runs/wait", summary="A run on a new thread, waited for", response_model=RunResultShape
+)
 async def stateless_wait(
     body: RunCreate, who: Principal = Who, timeout: WaitTimeout = 300, rt: RuntimeFacade = Runtime
 ) -> dict[str, Any]:
@@ -137,7 +148,11 @@ async def stateless_wait(
     return await wait(rt, trigger, timeout, who)
 
 
-@router.get("/threads/{thread_id}/runs", summary="The thread's runs, oldest first, paginated")
+@router.get(
+    "/threads/{thread_id}/runs",
+    summary="The thread's runs, oldest first, paginated",
+    response_model=list[RunShape],
+)
 async def list_runs(
     thread_id: str,
     who: Principal = Who,
@@ -154,7 +169,7 @@ async def list_runs(
     return [r for r in runs if status is None or r["status"] == status][offset:][:limit]
 
 
-@router.get("/threads/{thread_id}/runs/{run_id}", summary="One run")
+@router.get("/threads/{thread_id}/runs/{run_id}", summary="One run", response_model=RunShape)
 async def get_run(
     thread_id: str, run_id: str, who: Principal = Who, rt: RuntimeFacade = Runtime
 ) -> dict[str, Any]:
@@ -165,7 +180,11 @@ async def get_run(
     return shown_run(rt, trigger)
 
 
-@router.get("/threads/{thread_id}/runs/{run_id}/join", summary="Wait for a run's result")
+@router.get(
+    "/threads/{thread_id}/runs/{run_id}/join",
+    summary="Wait for a run's result",
+    response_model=RunResultShape,
+)
 async def join_run(
     thread_id: str,
     run_id: str,
@@ -178,7 +197,9 @@ async def join_run(
     return await wait(rt, trigger, timeout, who)
 
 
-@router.post("/threads/{thread_id}/runs/{run_id}/cancel", summary="Cancel a run")
+@router.post(
+    "/threads/{thread_id}/runs/{run_id}/cancel", summary="Cancel a run", response_model=RunShape
+)
 async def cancel_run(
     thread_id: str,
     run_id: str,

@@ -9,14 +9,18 @@ from fastapi import APIRouter, Query
 from agentlog.actors.http.access import Runtime, Who, visible
 from agentlog.actors.http.bodies import HistoryQuery
 from agentlog.actors.http.errors import ApiError
-from agentlog.actors.http.shapes import state_json, step_json
+from agentlog.actors.http.shapes import StateShape, StepShape, state_json, step_json
 from agentlog.actors.http.tokens import Principal
 from agentlog.actors.runtime.facade import RuntimeFacade
 
 router = APIRouter()
 
 
-@router.get("/threads/{thread_id}/state", summary="The thread's state, now or at a step")
+@router.get(
+    "/threads/{thread_id}/state",
+    summary="The thread's state, now or at a step",
+    response_model=StateShape,
+)
 async def get_state(
     thread_id: str,
     who: Principal = Who,
@@ -26,7 +30,11 @@ async def get_state(
     return await state_at(rt, thread_id, who, step)
 
 
-@router.get("/threads/{thread_id}/state/{step}", summary="The thread's state right after a step")
+@router.get(
+    "/threads/{thread_id}/state/{step}",
+    summary="The thread's state right after a step",
+    response_model=StateShape,
+)
 async def get_state_at(
     thread_id: str, step: int, who: Principal = Who, rt: RuntimeFacade = Runtime
 ) -> dict[str, Any]:
@@ -53,7 +61,11 @@ async def history(
     return [step_json(e) for e in newest_first[: query.limit]]
 
 
-@router.get("/threads/{thread_id}/history", summary="One entry per step, newest first")
+@router.get(
+    "/threads/{thread_id}/history",
+    summary="One entry per step, newest first",
+    response_model=list[StepShape],
+)
 async def get_history(
     thread_id: str,
     who: Principal = Who,
@@ -64,7 +76,11 @@ async def get_history(
     return await history(rt, thread_id, who, HistoryQuery(limit=limit, before=before))
 
 
-@router.post("/threads/{thread_id}/history", summary="One entry per step, newest first")
+@router.post(
+    "/threads/{thread_id}/history",
+    summary="One entry per step, newest first",
+    response_model=list[StepShape],
+)
 async def post_history(
     thread_id: str,
     body: HistoryQuery | None = None,

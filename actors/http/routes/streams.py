@@ -12,7 +12,7 @@ from fastapi.responses import StreamingResponse
 from agentlog.actors.http.access import Runtime, Who, current, visible
 from agentlog.actors.http.errors import ApiError
 from agentlog.actors.http.shapes import sse_record
-from agentlog.actors.http.streams import BadResumePoint, resume_point
+from agentlog.actors.http.streams import BadResumePoint, EventStream, resume_point
 from agentlog.actors.http.tokens import Principal
 from agentlog.actors.runtime.facade import RuntimeFacade
 from agentlog.events import EventRecord
@@ -23,7 +23,11 @@ KEEPALIVE_S = 15.0
 router = APIRouter()
 
 
-@router.get("/threads/{thread_id}/stream", summary="The thread's records as they commit (SSE)")
+@router.get(
+    "/threads/{thread_id}/stream",
+    summary="The thread's records as they commit (SSE)",
+    response_class=EventStream,
+)
 async def stream_thread(
     thread_id: str,
     request: Request,
@@ -38,7 +42,11 @@ async def stream_thread(
     return sse(request, records, lambda r: rt.run_at(thread_id, r.seq))
 
 
-@router.get("/threads/{thread_id}/runs/{run_id}/stream", summary="A run's records (SSE)")
+@router.get(
+    "/threads/{thread_id}/runs/{run_id}/stream",
+    summary="A run's records (SSE)",
+    response_class=EventStream,
+)
 async def stream_run(
     thread_id: str,
     run_id: str,

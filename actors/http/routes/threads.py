@@ -19,7 +19,7 @@ from agentlog.actors.http.access import (
 )
 from agentlog.actors.http.bodies import ThreadCreate, ThreadFork, ThreadSearch
 from agentlog.actors.http.errors import ApiError
-from agentlog.actors.http.shapes import unreadable_json
+from agentlog.actors.http.shapes import ForkShape, HiddenShape, ThreadShape, unreadable_json
 from agentlog.actors.http.tokens import Forbidden, Principal
 from agentlog.actors.runtime.facade import RuntimeFacade, created_metadata, hidden
 from agentlog.events.verify_export import same
@@ -46,6 +46,7 @@ async def existing(
 @router.post(
     "/threads",
     summary="Create a thread (recorded: thread_created, with its graph and metadata)",
+    response_model=ThreadShape,
 )
 async def create_thread(
     body: ThreadCreate | None = None, who: Principal = Who, rt: RuntimeFacade = Runtime
@@ -64,7 +65,11 @@ async def create_thread(
     return await thread_of(rt, thread_id, graph, await current(rt, thread_id, graph))
 
 
-@router.get("/threads/{thread_id}", summary="A thread: status, step, graph, values")
+@router.get(
+    "/threads/{thread_id}",
+    summary="A thread: status, step, graph, values",
+    response_model=ThreadShape,
+)
 async def get_thread(
     thread_id: str,
     who: Principal = Who,
@@ -130,6 +135,7 @@ def has_metadata(state: AgentState, wanted: dict[str, Any]) -> bool:
         "leaves listings, and its reads and new runs answer 404. Its log stays and still "
         "verifies. Erasure is not offered yet (`erased` is false)."
     ),
+    response_model=HiddenShape,
 )
 async def delete_thread(
     thread_id: str,
@@ -143,7 +149,11 @@ async def delete_thread(
     return {"thread_id": thread_id, "hidden": True, "erased": False}
 
 
-@router.post("/threads/{thread_id}/copy", summary="Fork the thread at a step (default: now)")
+@router.post(
+    "/threads/{thread_id}/copy",
+    summary="Fork the thread at a step (default: now)",
+    response_model=ForkShape,
+)
 async def fork_thread(
     thread_id: str,
     body: ThreadFork | None = None,
