@@ -121,6 +121,14 @@ async def test_a_refused_field_writes_nothing(
         "/threads/fresh/runs/wait", json={"assistant_id": "chat", "input": USER}
     )
     assert missing.status_code == 404  # if_not_exists defaults to reject
+    for message in ({"type": "tool", "content": "x"}, {"type": "ai", "content": 5}):
+        bad = await http.post(
+            "/runs/wait",
+            json={"assistant_id": "chat", "input": {"messages": [message]}},
+        )
+        assert bad.status_code == 422, bad.text  # a client's mistake, named, never a 500
+        assert bad.json()["error"]["code"] == "invalid_request"
+        assert f"a {message['type']!r} message is not a LangChain" in bad.text
 
 
 async def test_cancel_with_rollback_sets_the_thread_back(

@@ -35,7 +35,10 @@ SHOTS = VIEWER / "screenshots"
 APP = "tests.viewer.app:build"
 WAIT_MS = 30_000
 """How long a page may take to show what a test waits for (a failure guard only)."""
-HOSTILE = "<img src=x onerror=window.__pwned=1> \x1b[31mred\x1b[0m [a link](javascript:alert(1))"
+HOSTILE = (
+    "<img src=x onerror=window.__pwned=1> \x1b[31mred\x1b[0m [a link](javascript:alert(1))"
+    " \u202egnp.exe"  # a bidi override would show "exe.png"
+)
 
 
 def missing(why: str) -> None:
@@ -271,6 +274,7 @@ def test_a_hostile_message_renders_as_text(
     first = page.locator("article.msg").first
     expect(first).to_contain_text("<img src=x onerror=window.__pwned=1>")
     expect(first).to_contain_text("\\x1b[31mred\\x1b[0m")  # the escape shown, not obeyed
+    expect(first).to_contain_text("\\u202egnp.exe")  # the override shown, not applied
     assert page.locator("main img").count() == 0
     assert page.locator("main a[href^=javascript]").count() == 0
     assert page.evaluate("window.__pwned") is None

@@ -120,8 +120,12 @@ def live(
                     meter_provider=meters,
                 ) as follower,
             ):
+                from agentlog.actors.cli.render import inert
+                from agentlog.events.stores.postgres import shown_dsn  # never a password
+
+                where = inert(shown_dsn(str(db)))
                 typer.echo(
-                    f"following {db} from position {follower.started_after} (cursor {cursor!r})",
+                    f"following {where} from position {follower.started_after} (cursor {cursor!r})",
                     err=True,
                 )
                 await stop.wait()

@@ -141,7 +141,10 @@ def status_command(db: Db = "agentlog.db", as_json: AsJson = False) -> None:
         typer.echo(json.dumps({"head": head, "cursors": rows}))
         return
     if not rows:
-        typer.echo(f"no relay or follower has saved a cursor in {inert(db)} (head: {head})")
+        from agentlog.events.stores.postgres import shown_dsn  # never a password
+
+        where = inert(shown_dsn(str(db)))
+        typer.echo(f"no relay or follower has saved a cursor in {where} (head: {head})")
     for row in rows:
         age = max(time.time() - row["updated_at"], 0.0)
         typer.echo(

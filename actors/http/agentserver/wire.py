@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from agentlog.events.errors import InvalidArgumentError
 from agentlog.projections import ExecutionStatus, Message
@@ -173,7 +173,15 @@ def incoming(value: Any) -> Any:
             from langchain_core import messages
 
             cls = getattr(messages, LANGCHAIN_KINDS[str(kind)])
-            return to_builtins(from_langchain(cls.model_validate(dict(value))))
+            try:
+                return to_builtins(from_langchain(cls.model_validate(dict(value))))
+            except (ValidationError, KeyError, TypeError, ValueError) as exc:
+                why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise InvalidArgumentError(
+                    f"a {kind!r} message is not a LangChain {cls.__name__} ({why}): send "
+                    "its fields as LangChain serializes them (a 'tool' message needs "
+                    "'tool_call_id', 'content' is text or a list of content blocks)"
+                ) from None
         return {k: incoming(v) for k, v in value.items()}
     if isinstance(value, list):
         return [incoming(v) for v in value]

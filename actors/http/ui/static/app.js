@@ -13,12 +13,19 @@ const tokenInput = document.getElementById("token");
 
 // ---- text and elements ----------------------------------------------------------------------
 
-// The text with every control character but newline and tab shown as an escape.
+// The text with every control, bidi and invisible format character but newline and tab
+// shown as an escape, so stored text can neither reorder nor hide what is around it.
 function visible(value) {
   const text = typeof value === "string" ? value : JSON.stringify(value, null, 1);
-  return String(text).replace(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g,
-    (c) => "\\x" + c.charCodeAt(0).toString(16).padStart(2, "0"));
+  return String(text).replace(
+    /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb]/g,
+    (c) => { const n = c.charCodeAt(0); return n < 0x100 ? "\\x" + n.toString(16).padStart(2, "0") : "\\u" + n.toString(16).padStart(4, "0"); });
 }
+
+// A word from the log used as a CSS class only when it is one the page styles.
+const KNOWN = new Set(["completed", "failed", "abandoned", "rejected", "timed_out", "answered_by_client",
+  "running", "pending", "interrupted", "user", "assistant", "system", "tool"]);
+function known(word) { return KNOWN.has(word) ? word : "other"; }
 
 // An element: attributes set one by one, children appended (strings as text nodes).
 function el(tag, attrs, ...children) {
@@ -336,7 +343,7 @@ async function timelineView(threadId) {
       if (r.run !== undefined) {
         body.append(el("tr", { class: "run" }, el("th", { colspan: 7, scope: "rowgroup" }, `${r.run} · started by ${r.actor} · ${when(r.at)}`)));
       } else if (r.step !== undefined) {
-        const tools = r.tools.map((c) => el("span", { class: "tool " + c.status }, `${c.name} (${c.status}) `));
+        const tools = r.tools.map((c) => el("span", { class: "tool " + known(c.status) }, `${c.name} (${c.status}) `));
         const row = el("tr", { class: "step", tabindex: 0, "data-step": r.step },
           el("td", {}, String(r.step)),
           el("td", {}, r.node),
@@ -421,7 +428,7 @@ function transcript(messages) {
   const out = el("div", { class: "transcript" });
   for (const m of messages) {
     if (m.role === "tool" && (m.content || []).every((b) => b.type === "tool_result")) continue; // shown with its call
-    const box = el("article", { class: "msg " + m.role, "aria-label": m.role + " message" }, el("div", { class: "role" }, m.role));
+    const box = el("article", { class: "msg " + known(m.role), "aria-label": m.role + " message" }, el("div", { class: "role" }, m.role));
     if (m.reasoning) box.append(el("details", {}, el("summary", {}, "reasoning"), el("div", { class: "text" }, m.reasoning)));
     for (const b of m.content || []) {
       if (b.type === "text") box.append(el("div", { class: "text" }, b.text));
@@ -429,7 +436,7 @@ function transcript(messages) {
       else if (b.type === "tool_call") {
         const result = results.get(b.id);
         box.append(el("div", { class: "call" }, "calls ", el("code", {}, b.name), el("pre", {}, JSON.stringify(b.args, null, 1)),
-          result ? el("div", { class: "tool " + (result.status || "") }, `result (${result.status || (result.is_error ? "error" : "ok")})`, el("pre", {}, JSON.stringify(result.output, null, 1)))
+          result ? el("div", { class: "tool " + known(result.status || "") }, `result (${result.status || (result.is_error ? "error" : "ok")})`, el("pre", {}, JSON.stringify(result.output, null, 1)))
             : el("div", {}, "no result yet")));
       } else if (b.type === "tool_result") box.append(el("pre", {}, JSON.stringify(b.output, null, 1)));
       else box.append(el("div", { class: "media" }, `[${b.type}] `, b.url || b.file_id || b.id || ""));
