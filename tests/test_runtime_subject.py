@@ -11,6 +11,7 @@ import pytest
 
 from agentlog.actors.engine.erasure import erase_subject
 from agentlog.actors.runtime import AgentRuntime, EntryPoint, RegistrationError
+from agentlog.actors.testing import until
 from agentlog.events import SQLiteEventStore
 from agentlog.events.keystore import ThreadTaggedError, subject_of_thread, vacuum
 from agentlog.events.sealing import MASTER_KEY_ENV, SubjectErasedError, is_sealed
@@ -80,3 +81,32 @@ async def test_a_wrong_subject_is_refused_before_anything_is_written(tmp_path: P
         rows = [r async for r in store.read_rows("__runtime__")]
         assert all(SECRET.encode() not in r.payload for r in rows)
         assert before < await store.last_seq("__runtime__")
+
+
+async def test_a_run_started_by_a_subjects_record_is_the_subjects_too(tmp_path: Path) -> None:
+    db = tmp_path / "events.db"
+    audit = EntryPoint(id="audit", graph_id="audit", trigger="event", kinds=["message_appended"],
+                       from_graph="support")  # fmt: skip
+    async with SQLiteEventStore(db) as store:
+        runtime = runtime_of(store)
+        runtime.add_graph("audit", line(("log", reply)).compile(store))
+        runtime.register_entry_point(audit)
+        async with runtime:
+            thread = await runtime.trigger("chat", SECRET, subject="alice")
+            await runtime.wait(thread, timeout=30)
+
+            def answered() -> list[Any]:  # the user's message and the reply: two records
+                found = [t for t in runtime.ledger.triggers.values()
+                         if t.accepted.entry_point == "audit"]  # fmt: skip
+                return found if len(found) == 2 else []
+
+            audits = await until(answered, what="both messages answered by the audit graph")
+            for state in audits:  # each answering run's thread belongs to the subject too
+                await runtime.wait(state.accepted.thread_id, timeout=30)
+                assert await subject_of_thread(store, state.accepted.thread_id) == "alice"
+            rows = [r async for r in store.read_rows("__runtime__") if r.kind == "trigger_accepted"]
+            assert all(SECRET.encode() not in r.payload for r in rows)  # sealed, each one
+        await erase_subject(store, "alice", by="dpo", reason="GDPR Art. 17")
+        await vacuum(store)
+    raw = everything(db)
+    assert SECRET.encode() not in raw and b"Rabbit Hole" not in raw

@@ -23,6 +23,7 @@ from agentlog.actors.runtime.inputs import (
 from agentlog.actors.runtime.spec import EntryPoint
 from agentlog.events import EventRecord, EventStore
 from agentlog.events.follow import commit_signal, follow
+from agentlog.events.keystore import subject_of_thread
 from agentlog.events.kinds import (
     Forked,
     RunStarted,
@@ -30,6 +31,7 @@ from agentlog.events.kinds import (
     TriggerAccepted,
     TriggerListening,
 )
+from agentlog.events.sealing import SubjectErasedError
 from agentlog.projections.edge import to_builtins
 
 if TYPE_CHECKING:
@@ -283,15 +285,25 @@ class Listeners:
         if await self._matches(entry, record):
             graph = await self.graph_of_thread(record.thread_id)  # cached by the match
             made = entry.input_from(record) if entry.input_from else event_input(record, graph)
-            await self.runtime.accept(
-                entry,
-                to_builtins(made_input(entry, made, self._state_cls(entry))),
-                cause="event",
-                thread_id=await session_thread(self.runtime, entry),
-                source_position=record.position,
-                by=f"event:{record.kind}",
-                key=f"agentlog:event:{record.position}",  # workers answer a record once
-            )
+            # a record of a data subject's thread carries the subject's data: the run it
+            # starts is the subject's too (sealed under its key, erased with it)
+            subject = await subject_of_thread(self.runtime.store, record.thread_id)
+            try:
+                await self.runtime.accept(
+                    entry,
+                    to_builtins(made_input(entry, made, self._state_cls(entry))),
+                    cause="event",
+                    thread_id=await session_thread(self.runtime, entry),
+                    source_position=record.position,
+                    by=f"event:{record.kind}",
+                    key=f"agentlog:event:{record.position}",  # workers answer a record once
+                    subject=subject,
+                )
+            except SubjectErasedError:  # erased since it was read: its data goes nowhere
+                _log.warning(
+                    "entry point %r does not answer record %d: its subject was erased",
+                    entry.id, record.position,
+                )  # fmt: skip
 
     async def _matches(self, entry: EntryPoint, record: EventRecord) -> bool:
         if entry.kinds and record.kind not in entry.kinds:
