@@ -12,7 +12,7 @@ with durability "sync" and "async", Agentflow.
 Runs alternate between the systems (A B C ... A B C ...) on fresh temporary databases;
 medians are reported per system, and ratios agentlog / peer are taken per round (round i
 against round i) and their median reported. agentlog's commits per step and the top of a
-cProfile come from two more runs, untimed, each in its own process. The issue's targets
+cProfile come from two more runs, untimed, each in its own process. The targets
 are printed beside the ratios as met / not met, never asserted. A driver that is missing
 or fails shows up as such; it never stops the harness.
 
@@ -56,7 +56,7 @@ VARIANTS = ("def-tool", "toolnode")
 WORKLOADS = ("steps", "concurrency", "fault", "concurrent", "fanout")  # steps: loop, load, history
 MAIN_VARIANT = "def-tool"  # load, history and concurrency run on it
 FAULT_VARIANT = "toolnode"  # each system's ToolNode: what a crash must not run twice
-# The issue's targets: (N, peer column, agentlog steps/s at least this many times the peer's).
+# The targets: (N, peer column, agentlog steps/s at least this many times the peer's).
 # Issue 40 restated them against the floor (bench/floor.py): both variants, both sizes.
 RATIO_TARGETS = (
     (1000, "langgraph-none", 1.3),
@@ -474,7 +474,7 @@ def verdict(value: float | None, ok: bool) -> str:
 
 
 def targets(loop: dict[str, Any]) -> dict[str, Any]:
-    """The issue's targets against this run's figures, per variant: met, not met, or not
+    """The targets against this run's figures, per variant: met, not met, or not
     measured (e.g. N = 1000 under --quick)."""
     out: dict[str, Any] = {}
     variants = sorted({v for by_variant in loop.values() for v in by_variant})

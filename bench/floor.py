@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LANGGRAPH_PYTHON = ROOT / ".bench-venvs" / "langgraph" / "bin" / "python"
 LANGGRAPH_DRIVER = ROOT / "bench" / "peers" / "langgraph_driver.py"
 NODES_PER_STEP = 1  # one node runs per step; its router runs inline on the loop
-STEP_OVER_FLOOR_TARGET = 1.6  # issue 40: a whole durable step at most 1.6 floors
+STEP_OVER_FLOOR_TARGET = 1.6  # a whole durable step at most 1.6 floors
 
 
 def _nothing() -> None:
@@ -224,7 +224,7 @@ def main() -> None:
         "floor_ideal_us": round(ideal, 1),
         "floor_with_bookkeeping_us": round(with_bookkeeping, 1),
         "agentlog_steps_per_s": round(1e6 / us["agentlog_us"], 1),
-        # issue 40's first target: a whole durable step costs at most this many floors
+        # the first target: a whole durable step costs at most this many floors
         # (the median of per-round ratios: round r's step over round r's floor)
         "step_over_floor": round(over_floor, 3),
         "step_over_floor_target": STEP_OVER_FLOOR_TARGET,

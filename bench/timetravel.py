@@ -24,7 +24,7 @@ points, and the figures are medians over all of them (p90 and max beside them).
   with the event payloads and the snapshots broken out: a snapshot is a whole state, so
   more frequent snapshots buy cheaper loads with space.
 
-The peer figure is quoted from the issue as context, not measured: LangGraph listing the
+The peer figure is quoted as context, not measured here: LangGraph listing the
 history of a 1,000-step thread in about 11 s.
 
 Usage: .venv/bin/python bench/timetravel.py [--quick] [--rounds N]
@@ -69,7 +69,7 @@ TARGET_LOAD_MS = 20.0
 TARGET_HISTORY_1000_MS = 50.0
 PEER = {
     "langgraph_history_1000_steps_s": 11,
-    "source": "as reported in the issue, not measured here",
+    "source": "quoted, not measured here",
 }
 
 Compiled = CompiledGraph[AgentState]

@@ -189,7 +189,7 @@ async def test_a_body_that_is_not_json_is_refused_with_415(api: Api) -> None:
 
 @pytest.mark.parametrize("depth", [130, 200, *range(246, 258), 300])
 async def test_thread_metadata_of_any_depth_degrades_its_thread_only(api: Api, depth: int) -> None:
-    """Thread metadata nested near the serialiser's limit (250 deep, as the issue wrote it
+    """Thread metadata nested near the serialiser's limit (250 deep, as a report wrote it
     before the limit, or through Python): the thread's reads and a search still answer,
     at every depth, not only where dumping the state alone fails."""
     from agentlog.events.kinds import ThreadCreated
