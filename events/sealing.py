@@ -280,6 +280,7 @@ PERSONAL: dict[str, dict[str, _Redact]] = {
     },
     "state_updated": {"values": _fields},
     "run_started": {"input": _text},
+    "run_failed": {"message": _text},  # an error's text often quotes what it was given
     "trigger_accepted": {"input": _text},
     "resumed": {"value": _text},
     "interrupt_raised": {"data": _erased_dict},

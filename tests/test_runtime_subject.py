@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from agentlog.actors.engine.erasure import erase_subject
+from agentlog.actors.engine.errors import NodeError
 from agentlog.actors.runtime import AgentRuntime, EntryPoint, RegistrationError
 from agentlog.actors.testing import until
 from agentlog.events import SQLiteEventStore
@@ -110,3 +111,22 @@ async def test_a_run_started_by_a_subjects_record_is_the_subjects_too(tmp_path: 
         await vacuum(store)
     raw = everything(db)
     assert SECRET.encode() not in raw and b"Rabbit Hole" not in raw
+
+
+async def test_an_error_quoting_the_subjects_data_is_sealed_and_erased(tmp_path: Path) -> None:
+    def fails(state: AgentState) -> list[Message]:
+        raise ValueError(f"cannot parse {state.context[-1].text()!r}")
+
+    db = tmp_path / "failed.db"
+    async with SQLiteEventStore(db) as store:
+        app = line(("parse", fails)).compile(store)
+        with pytest.raises(NodeError, match="Rabbit Hole"):
+            await app.ainvoke(SECRET, {"thread_id": "t", "subject": "alice"})
+        rows = [r async for r in store.read_rows("t") if r.kind == "run_failed"]
+        assert len(rows) == 1 and is_sealed(rows[0].payload)
+        await erase_subject(store, "alice", by="dpo", reason="GDPR Art. 17")
+        await vacuum(store)
+        failed = [r.event async for r in store.read("t") if r.kind == "run_failed"]
+        assert failed[0].message.startswith("erased on")
+    raw = everything(db)
+    assert b"Rabbit Hole" not in raw
