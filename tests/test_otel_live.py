@@ -17,6 +17,7 @@ import pytest
 
 from agentlog.actors import END, StateGraph
 from agentlog.actors.otel import spans_of_thread
+from agentlog.actors.testing import until
 from agentlog.events import SQLiteEventStore
 from agentlog.events.cursors import load_cursor
 from agentlog.events.follow import last_position
@@ -70,13 +71,6 @@ def key(span: Received) -> tuple[Any, ...]:
             sorted(span.attributes.items()), span.events)  # fmt: skip
 
 
-async def until(condition: Any, what: str) -> None:
-    """Poll `condition` until it holds (a generous deadline guards a failure only)."""
-    async with asyncio.timeout(60.0):
-        while not await condition():
-            await asyncio.sleep(0.02)
-
-
 async def test_a_follower_killed_mid_run_and_restarted_delivers_every_span(
     tmp_path: Path,
 ) -> None:
@@ -96,7 +90,7 @@ async def test_a_follower_killed_mid_run_and_restarted_delivers_every_span(
                 async def saved() -> bool:
                     return await load_cursor(store, "otel") >= end
 
-                await until(saved, "the cursor past a, the start of long, and b")
+                await until(saved, what="the cursor past a, the start of long, and b")
                 kill(follower)
                 # 2. Restarted, it ends the run begun before the kill, then is killed again
                 # before it saves any position: what it sent is sent once more in step 3.
@@ -111,12 +105,12 @@ async def test_a_follower_killed_mid_run_and_restarted_delivers_every_span(
                     ids = [s.span_id for s in receiver.spans]
                     return all(ids.count(span_id) >= count for span_id in again)
 
-                await until(lambda: sent(1), "the spans of long and c")
+                await until(lambda: sent(1), what="the spans of long and c")
                 assert await load_cursor(store, "otel") == end
                 kill(follower)
                 # 3. Restarted from the saved position: long's and c's spans come again.
                 follower = start_follower(db, receiver)
-                await until(lambda: sent(2), "the spans of long and c, a second time")
+                await until(lambda: sent(2), what="the spans of long and c, a second time")
                 expected = {}
                 for thread in ("a", "b", "long", "c"):
                     for span in await spans_of_thread(store, thread):
