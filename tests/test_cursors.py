@@ -27,8 +27,7 @@ from agentlog.events import (
 )
 from agentlog.events.cursors import check_cursor_name
 
-from .conftest import ticking_clock
-from .workers.pg_env import DSN, fresh_schema, needs_pg
+from .workers.pg_env import BACKENDS, DSN, backend_store, fresh_schema, needs_pg
 
 
 async def _fill(store: EventStore, records: int) -> None:
@@ -37,23 +36,10 @@ async def _fill(store: EventStore, records: int) -> None:
         await store.append("t", [NodeEntered(node="n")], expected_seq=seq)
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
+@pytest.fixture(params=BACKENDS)
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[EventStore]:
-    if request.param == "memory":
-        yield MemoryEventStore(clock=ticking_clock())
-    elif request.param == "sqlite":
-        async with SQLiteEventStore(tmp_path / "log.db", clock=ticking_clock()) as sqlite:
-            yield sqlite
-    else:
-        if not DSN:
-            pytest.skip("AGENTLOG_PG_DSN is unset")
-        from agentlog.events.stores.postgres import PostgresEventStore
-
-        async with (
-            fresh_schema() as schema,
-            PostgresEventStore(DSN, schema=schema, clock=ticking_clock()) as pg,
-        ):
-            yield pg
+    async with backend_store(request.param, tmp_path) as opened:
+        yield opened
 
 
 async def test_a_new_cursor_is_at_zero_and_moves_forward(store: EventStore) -> None:

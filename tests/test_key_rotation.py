@@ -23,16 +23,14 @@ from agentlog.actors.engine.erasure import erase_subject
 from agentlog.events import (
     EventStore,
     InvalidArgumentError,
-    MemoryEventStore,
     MessageAppended,
     SQLiteEventStore,
 )
 from agentlog.events.keystore import DatabaseKeyStore, keyring, rotate_master_key, tag_thread
 from agentlog.events.sealing import MASTER_KEY_ENV, SealingError, SubjectKey
 
-from .conftest import ticking_clock
 from .helpers import ROOT, spawn_worker, wait_ready
-from .workers.pg_env import DSN, fresh_schema
+from .workers.pg_env import BACKENDS, backend_store
 
 OLD, NEW, OTHER = bytes(range(32)), bytes(range(1, 33)), bytes(range(2, 34))
 SECRET = "Alice Liddell lives at 7 Rabbit Hole Lane"
@@ -47,23 +45,10 @@ def master_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(MASTER_KEY_ENV, b64(OLD))
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
+@pytest.fixture(params=BACKENDS)
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[EventStore]:
-    if request.param == "memory":
-        yield MemoryEventStore(clock=ticking_clock())
-    elif request.param == "sqlite":
-        async with SQLiteEventStore(tmp_path / "log.db", clock=ticking_clock()) as sqlite:
-            yield sqlite
-    else:
-        if not DSN:
-            pytest.skip("AGENTLOG_PG_DSN is unset")
-        from agentlog.events.stores.postgres import PostgresEventStore
-
-        async with (
-            fresh_schema() as schema,
-            PostgresEventStore(DSN, schema=schema, clock=ticking_clock()) as pg,
-        ):
-            yield pg
+    async with backend_store(request.param, tmp_path) as opened:
+        yield opened
 
 
 async def _subjects(store: EventStore, count: int) -> None:

@@ -45,8 +45,7 @@ from agentlog.events.sealing import (
     load_master_key,
 )
 
-from .conftest import ticking_clock
-from .workers.pg_env import DSN, fresh_schema
+from .workers.pg_env import BACKENDS, backend_store
 
 SECRET = "Alice Liddell lives at 7 Rabbit Hole Lane"
 MASTER = base64.urlsafe_b64encode(bytes(range(32))).decode()
@@ -57,23 +56,10 @@ def master_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(MASTER_KEY_ENV, MASTER)
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
+@pytest.fixture(params=BACKENDS)
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[EventStore]:
-    if request.param == "memory":
-        yield MemoryEventStore(clock=ticking_clock())
-    elif request.param == "sqlite":
-        async with SQLiteEventStore(tmp_path / "log.db", clock=ticking_clock()) as sqlite:
-            yield sqlite
-    else:
-        if not DSN:
-            pytest.skip("AGENTLOG_PG_DSN is unset")
-        from agentlog.events.stores.postgres import PostgresEventStore
-
-        async with (
-            fresh_schema() as schema,
-            PostgresEventStore(DSN, schema=schema, clock=ticking_clock()) as pg,
-        ):
-            yield pg
+    async with backend_store(request.param, tmp_path) as opened:
+        yield opened
 
 
 def _message(text: str, message_id: str = "m1") -> dict[str, Any]:

@@ -10,8 +10,11 @@ import os
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
+
+from agentlog.events import EventStore, MemoryEventStore, SQLiteEventStore
 
 DSN = os.environ.get("AGENTLOG_PG_DSN", "")
 SKIP_REASON = (
@@ -59,3 +62,30 @@ async def fresh_schema() -> AsyncIterator[str]:
         yield schema
     finally:
         await drop_schema(schema)
+
+
+BACKENDS = ["memory", "sqlite", "postgres"]
+"""The store backends a test parametrised over all of them runs on."""
+
+
+@asynccontextmanager
+async def backend_store(kind: str, tmp_path: Path) -> AsyncIterator[EventStore]:
+    """An open store of backend `kind` (one of `BACKENDS`) on a ticking clock: a file under
+    `tmp_path`, or a fresh PostgreSQL schema (the test skips when AGENTLOG_PG_DSN is unset)."""
+    from tests.conftest import ticking_clock
+
+    if kind == "memory":
+        yield MemoryEventStore(clock=ticking_clock())
+    elif kind == "sqlite":
+        async with SQLiteEventStore(tmp_path / "log.db", clock=ticking_clock()) as sqlite:
+            yield sqlite
+    else:
+        if not DSN:
+            pytest.skip(SKIP_REASON)
+        from agentlog.events.stores.postgres import PostgresEventStore
+
+        async with (
+            fresh_schema() as schema,
+            PostgresEventStore(DSN, schema=schema, clock=ticking_clock()) as pg,
+        ):
+            yield pg
