@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -132,14 +133,17 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
     printed = out.split("As a test that fails the same way (paste it into a test file):\n")[1]
     lines = []
     for line in printed.splitlines()[1:]:
-        text = line.removeprefix("E").strip("\n")[7:]
-        if text.startswith("Failing test case"):
+        text = line.removeprefix("E")
+        if text.strip().startswith("Failing test case"):
             break
-        lines.append(text.removeprefix("    "))
-    (tmp_path / "tests" / "test_pasted.py").write_text("\n".join(lines) + "\n")
+        lines.append(text)
+    # pytest indents the message by how deeply the failure is nested (a hypothesis report
+    # of a flaky or multiple failure adds a level): take the block's own indentation off
+    pasted_text = textwrap.dedent("\n".join(lines))
+    (tmp_path / "tests" / "test_pasted.py").write_text(pasted_text.strip("\n") + "\n")
     pasted = subprocess.run(
         [*command, "tests/test_pasted.py"], capture_output=True, text=True, timeout=120,
         cwd=tmp_path,
     )  # fmt: skip
-    assert pasted.returncode == 1, "\n".join(lines) + pasted.stdout + pasted.stderr
+    assert pasted.returncode == 1, pasted_text + pasted.stdout + pasted.stderr
     assert "assert refund_within_total(state) is not False" in pasted.stdout
