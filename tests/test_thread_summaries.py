@@ -4,8 +4,10 @@ what a fresh read would say at that head, and must follow the log as it grows.""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -88,8 +90,9 @@ async def test_verify_reuses_a_check_only_of_the_same_head_and_within_max_age(
     fresh = await verify()  # no max_age: always recomputed
     assert fresh["checked_at"] != first["checked_at"]
     await run(http, "v", {"assistant_id": "support", "command": {"resume": None}})
-    grown = await verify(max_age=60)  # a new head: checked again, every record
-    assert grown["checked_at"] != fresh["checked_at"]
+    grown = await verify(max_age=60)  # a new head: the check carried on through what came
+    assert grown["checked_at"] == fresh["checked_at"]  # when its oldest records were checked
+    assert grown == await verify() | {"checked_at": fresh["checked_at"]}  # as a full check says
     assert grown["records_checked"] > first["records_checked"]  # type: ignore[operator]
     edit_db(tmp_path / "kept.db", "UPDATE events SET actor = 'x' WHERE thread_id = 'v' AND seq = 2")
     assert (await verify(max_age=60))["ok"] is True  # the kept check, of before the damage
@@ -98,3 +101,47 @@ async def test_verify_reuses_a_check_only_of_the_same_head_and_within_max_age(
     assert (await verify(max_age=60))["first_bad_seq"] == 2  # the fresh check is kept now
     bad = await http.get("/log/threads/v/verify", params={"max_age": -1})
     assert bad.status_code == 422
+
+
+async def test_a_check_carried_on_to_a_new_head_finds_a_damaged_new_record(
+    http: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    await run(http, "w", {"assistant_id": "support", "input": DAMAGED})  # pauses
+    kept = (await http.get("/log/threads/w/verify")).json()
+    await run(http, "w", {"assistant_id": "support", "command": {"resume": None}})
+    seq = kept["records_checked"] + 1  # the first record since the check
+    edit_db(
+        tmp_path / "kept.db", "UPDATE events SET actor = 'x' WHERE thread_id = 'w' AND seq = ?", seq
+    )
+    found = (await http.get("/log/threads/w/verify", params={"max_age": 60})).json()
+    assert (found["ok"], found["first_bad_seq"]) == (False, seq)  # checked in full, and said
+    assert found["checked_at"] > kept["checked_at"]
+
+
+async def test_requests_arriving_while_a_thread_is_folded_wait_for_that_one_fold(
+    tmp_path: Path,
+) -> None:
+    async with SQLiteEventStore(tmp_path / "once.db") as store:
+        runtime = AgentRuntime(store)
+        runtime.add_graph("support", support_graph(store))
+        runtime.register_entry_point(EntryPoint(id="support", graph_id="support"))
+        async with runtime:
+            app = create_app(runtime)
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
+                await run(c, "t", {"assistant_id": "support", "input": DAMAGED})
+                facade = app.state.facade
+                read, folds = facade.state, []
+
+                async def counted(*args: Any, **kwargs: Any) -> Any:
+                    folds.append(args)
+                    return await read(*args, **kwargs)
+
+                facade.state = counted
+                answers = await asyncio.gather(
+                    c.get("/log/threads/t", params={"values": "false"}),
+                    c.get("/log/threads/t/records"),
+                    c.post("/log/threads/search", json={"values": False}),
+                )
+    assert [a.status_code for a in answers] == [200, 200, 200]
+    assert len(folds) == 1

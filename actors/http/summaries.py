@@ -14,11 +14,14 @@ what `verify` finds, and a check is reused only when the caller allows its age
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 from weakref import WeakKeyDictionary
+
+import msgspec
 
 from agentlog.actors.http.access import deleted, graph_of
 from agentlog.actors.http.errors import ApiError
@@ -62,6 +65,7 @@ class _Kept:
     def __init__(self) -> None:
         self.summaries: OrderedDict[str, Summary] = OrderedDict()
         self.checks: OrderedDict[str, Check] = OrderedDict()
+        self.folding: dict[tuple[str, Head, str], asyncio.Future[Summary]] = {}
 
 
 _KEPT: WeakKeyDictionary[RuntimeFacade, _Kept] = WeakKeyDictionary()
@@ -92,16 +96,44 @@ async def head_of(rt: RuntimeFacade, thread_id: str) -> Head:
 
 async def summary(rt: RuntimeFacade, thread_id: str, graph: str) -> Summary:
     """The thread's summary at its head: kept from an earlier request at the same head, or
-    folded now (the head read first, so a summary is never kept under a later head)."""
+    folded now (the head read first, so a summary is never kept under a later head).
+    Requests that arrive while it is folded wait for that fold instead of folding again."""
     kept = _kept(rt)
     head = await head_of(rt, thread_id)
     found = kept.summaries.get(thread_id)
     if found is not None and found.head == head and found.graph == graph:
         kept.summaries.move_to_end(thread_id)
         return found
+    key = (thread_id, head, graph)
+    folding = kept.folding.get(key)
+    if folding is not None:
+        try:
+            return await asyncio.shield(folding)
+        except asyncio.CancelledError:
+            if not folding.cancelled():
+                raise  # this request was cancelled, not the fold it waited for
+    folding = kept.folding[key] = asyncio.get_running_loop().create_future()
+    try:
+        made = await _fold(rt, thread_id, graph, head)
+    except asyncio.CancelledError:
+        folding.cancel()  # a request waiting for it folds itself
+        raise
+    except Exception as exc:
+        folding.set_exception(exc)
+        folding.exception()  # said to whoever waits; none may
+        raise
+    finally:
+        if kept.folding.get(key) is folding:
+            del kept.folding[key]
+    folding.set_result(made)
+    _keep(kept.summaries, thread_id, made)
+    return made
+
+
+async def _fold(rt: RuntimeFacade, thread_id: str, graph: str, head: Head) -> Summary:
     state = await rt.state(thread_id, graph)
     created_at, updated_at = await rt.thread_times(thread_id)
-    made = Summary(
+    return Summary(
         head=head,
         graph=graph,
         thread=thread_json(thread_id, graph, state, created_at, updated_at, with_values=False),
@@ -110,8 +142,6 @@ async def summary(rt: RuntimeFacade, thread_id: str, graph: str) -> Summary:
         status=state.execution_meta.status,
         metadata=created_metadata(state),
     )
-    _keep(kept.summaries, thread_id, made)
-    return made
 
 
 async def readable(rt: RuntimeFacade, thread_id: str, who: Principal, right: Right) -> Summary:
@@ -126,8 +156,10 @@ async def readable(rt: RuntimeFacade, thread_id: str, who: Principal, right: Rig
 
 
 async def check(rt: RuntimeFacade, thread_id: str, max_age: float = 0.0) -> Check:
-    """The thread's hash chain recomputed, or a check of the same head made at most
-    `max_age` seconds ago (0: always recomputed)."""
+    """The thread's hash chain recomputed; or, with a check at most `max_age` seconds old
+    (0: never), that check: as it was for the same head, or carried on through the records
+    appended since (each checked against its link from the head it ended at). Its `at` is
+    when its oldest records were checked."""
     kept = _kept(rt)
     try:
         head: Head | None = await head_of(rt, thread_id)
@@ -135,9 +167,38 @@ async def check(rt: RuntimeFacade, thread_id: str, max_age: float = 0.0) -> Chec
         head = None
     found = kept.checks.get(thread_id)
     now = time.time()
-    if head is not None and found is not None and found.head == head and now - found.at <= max_age:
-        return found
+    if head is not None and found is not None and now - found.at <= max_age:
+        if found.head == head:
+            return found
+        grown = await _grown(rt, thread_id, found, head)
+        if grown is not None:
+            _keep(kept.checks, thread_id, grown)
+            return grown
     made = Check(head=head, report=await rt.verify(thread_id), at=now)
     if head is not None:
         _keep(kept.checks, thread_id, made)
     return made
+
+
+async def _grown(rt: RuntimeFacade, thread_id: str, found: Check, head: Head) -> Check | None:
+    """`found`, an intact check, carried on to `head` through the records appended since;
+    None when it cannot be (not intact, not an older head of this chain, a broken link:
+    the whole chain is checked then, and says where)."""
+    if not found.report.ok or found.head is None or found.head[0] >= head[0]:
+        return None
+    seq, digest = found.head
+    read = 0
+    try:  # each record checked against its hash, from the one the check ended at
+        async for record in rt.runtime.store.read(
+            thread_id, seq + 1, head[0], after_hash=bytes.fromhex(digest)
+        ):
+            read += 1
+            last = record.hash
+    except StoreError:
+        return None
+    if read != head[0] - seq or last != head[1]:
+        return None
+    report = msgspec.structs.replace(
+        found.report, records_checked=found.report.records_checked + read, head_hash=head[1]
+    )
+    return Check(head=head, report=report, at=found.at)
