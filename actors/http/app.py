@@ -86,6 +86,8 @@ def create_app(
         version="0.1.0",
         description="An agent runtime on an event log: threads, runs, state and live streams.",
         lifespan=lifespan,
+        docs_url=None,  # /docs is served from the package's own copy of Swagger UI (ui/)
+        redoc_url=None,
     )
     # set when the server begins to shut down (`agentlog serve` sets it): open event streams
     # end at once, so a drain waits for no stream and cancels none

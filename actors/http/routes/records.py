@@ -6,8 +6,9 @@ from typing import Any
 
 from fastapi import APIRouter, Query
 
-from agentlog.actors.http.access import Runtime, Who, graph_of, visible
+from agentlog.actors.http.access import Runtime, Who, graph_of
 from agentlog.actors.http.shapes import record_json
+from agentlog.actors.http.summaries import check, readable
 from agentlog.actors.http.tokens import Principal
 from agentlog.actors.runtime.facade import RuntimeFacade
 
@@ -25,7 +26,7 @@ async def get_records(
     limit: int = Query(default=200, ge=1, le=1000),
     rt: RuntimeFacade = Runtime,
 ) -> dict[str, Any]:
-    await visible(rt, thread_id, who, "read")
+    await readable(rt, thread_id, who, "read")  # its summary: no fold while its head holds
     records = await rt.records(thread_id, after, limit)
     return {
         "thread_id": thread_id,
@@ -39,15 +40,26 @@ async def get_records(
     summary="Recompute the thread's hash chain: intact, or its first broken link",
 )
 async def verify_thread(
-    thread_id: str, who: Principal = Who, rt: RuntimeFacade = Runtime
+    thread_id: str,
+    who: Principal = Who,
+    max_age: float = Query(
+        default=0.0,
+        ge=0.0,
+        le=3600.0,
+        description="seconds: answer with a check of the same head made at most this long "
+        "ago (`checked_at` says when) instead of recomputing; 0, the default, recomputes",
+    ),
+    rt: RuntimeFacade = Runtime,
 ) -> dict[str, Any]:
     graph = await graph_of(rt, thread_id)  # not its state: a damaged log cannot fold
     who.require("read", graph)
-    report = await rt.verify(thread_id)
+    done = await check(rt, thread_id, max_age)
+    report = done.report
     return {
         "thread_id": thread_id,
         "ok": report.ok,
         "records_checked": report.records_checked,
         "first_bad_seq": report.first_bad_seq,
         "problem": report.problem,
+        "checked_at": done.at,
     }

@@ -9,10 +9,11 @@ from collections.abc import AsyncIterator, Callable
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
-from agentlog.actors.http.access import Runtime, Who, current, visible
+from agentlog.actors.http.access import Runtime, Who, current
 from agentlog.actors.http.errors import ApiError
 from agentlog.actors.http.shapes import sse_record
 from agentlog.actors.http.streams import BadResumePoint, EventStream, resume_point
+from agentlog.actors.http.summaries import readable
 from agentlog.actors.http.tokens import Principal
 from agentlog.actors.runtime.facade import RuntimeFacade
 from agentlog.events import EventRecord
@@ -36,7 +37,7 @@ async def stream_thread(
     last_event_id: str | None = Header(default=None),
     rt: RuntimeFacade = Runtime,
 ) -> StreamingResponse:
-    await visible(rt, thread_id, who, "read")
+    await readable(rt, thread_id, who, "read")  # its summary: no fold while its head holds
     start = start_after(after, last_event_id)
     records = rt.follow_thread(thread_id, start)
     return sse(request, records, lambda r: rt.run_at(thread_id, r.seq))

@@ -20,6 +20,7 @@ from agentlog.actors.http.access import (
 from agentlog.actors.http.bodies import ThreadCreate, ThreadFork, ThreadSearch
 from agentlog.actors.http.errors import ApiError
 from agentlog.actors.http.shapes import ForkShape, HiddenShape, ThreadShape, unreadable_json
+from agentlog.actors.http.summaries import readable, summary
 from agentlog.actors.http.tokens import Forbidden, Principal
 from agentlog.actors.runtime.facade import RuntimeFacade, created_metadata, hidden
 from agentlog.events.verify_export import same
@@ -76,6 +77,8 @@ async def get_thread(
     values: bool = Query(default=True, description="false: without its values (null)"),
     rt: RuntimeFacade = Runtime,
 ) -> dict[str, Any]:
+    if not values:  # what the thread's head decides: kept per head, no fold when it holds
+        return dict((await readable(rt, thread_id, who, "read")).thread)
     graph, state = await visible(rt, thread_id, who, "read")
     return await thread_of(rt, thread_id, graph, state, values)
 
@@ -88,6 +91,7 @@ async def search_threads(
     who.require("read")
     found: list[dict[str, Any]] = []
     skipped = 0
+    state: AgentState | None
     for thread_id in await rt.listed_threads():
         graph = await rt.graph_of(thread_id)
         if graph is None or not rt.has_graph(graph) or not who.may("read", graph):
@@ -95,7 +99,15 @@ async def search_threads(
         if body.graph_id is not None and graph != body.graph_id:
             continue
         try:
-            state = await rt.state(thread_id, graph)
+            if body.values:
+                read = await rt.state(thread_id, graph)
+                state, shown = (
+                    read,
+                    (hidden(read), read.execution_meta.status, created_metadata(read)),
+                )
+            else:  # without values: the thread's summary, kept per head
+                state, brief = None, await summary(rt, thread_id, graph)
+                shown = brief.hidden, brief.status, brief.metadata
         except (ApiError, Forbidden):
             raise
         except Exception as exc:  # one unreadable thread never fails the search
@@ -106,24 +118,27 @@ async def search_threads(
             if len(found) >= body.limit:
                 break
             continue
-        if hidden(state):
+        is_hidden, status, metadata = shown
+        if is_hidden:
             continue
-        if body.status is not None and state.execution_meta.status != body.status:
+        if body.status is not None and status != body.status:
             continue
-        if body.metadata and not has_metadata(state, body.metadata):
+        if body.metadata and not has_metadata(metadata, body.metadata):
             continue
         if skipped < body.offset:
             skipped += 1
             continue
-        found.append(await thread_of(rt, thread_id, graph, state, body.values))
+        if state is None:
+            found.append(dict(brief.thread))
+        else:
+            found.append(await thread_of(rt, thread_id, graph, state))
         if len(found) >= body.limit:
             break
     return found
 
 
-def has_metadata(state: AgentState, wanted: dict[str, Any]) -> bool:
-    """Whether the thread's creation metadata holds every key of `wanted`, equal."""
-    metadata = created_metadata(state)
+def has_metadata(metadata: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """Whether a thread's creation metadata holds every key of `wanted`, equal."""
     return all(key in metadata and same(metadata[key], value) for key, value in wanted.items())
 
 

@@ -1,5 +1,7 @@
 """The time-travel viewer at `/ui`: one HTML page and a small script, shipped in the package
-(no CDN, works offline), reading and acting through the same HTTP API clients use.
+(no CDN, works offline), reading and acting through the same HTTP API clients use; and the
+API's reference at `/docs`: Swagger UI, shipped in the package too (`swagger/`, from the npm
+package swagger-ui-dist, fetched by tools/swagger_ui.sh), drawn from `/openapi.json`.
 
 Every path under `/ui` answers the same page; the script reads the path and draws the view
 (threads, a thread's timeline, the state at a step, a diff of two steps). Everything from the
@@ -21,25 +23,37 @@ CSP = (
     "img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 )
 """What the viewer's pages may load and run: their own files, nothing inline."""
+DOCS_CSP = CSP.replace("img-src 'self'", "img-src 'self' data:")
+"""`/docs` likewise; Swagger UI's stylesheet draws its icons from `data:` images."""
 ASSETS = {
     "app.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
+    "docs.js": "text/javascript; charset=utf-8",
 }
 """The files under `/ui/static/`, with their media types."""
+SWAGGER = {
+    "swagger-ui-bundle.js": "text/javascript; charset=utf-8",
+    "swagger-ui.css": "text/css; charset=utf-8",
+    "LICENSE": "text/plain; charset=utf-8",
+    "NOTICE": "text/plain; charset=utf-8",
+    "swagger-ui-bundle.js.LICENSE.txt": "text/plain; charset=utf-8",
+    "VERSION": "text/plain; charset=utf-8",
+}
+"""Swagger UI's files under `/docs/assets/` (its version and licenses among them)."""
 
 router = APIRouter(include_in_schema=False)
 
 
-def _asset(name: str) -> bytes:
-    return resources.files(__package__).joinpath("static", name).read_bytes()
+def _asset(name: str, folder: str = "static") -> bytes:
+    return resources.files(__package__).joinpath(folder, name).read_bytes()
 
 
-def _answer(body: bytes, media_type: str) -> Response:
+def _answer(body: bytes, media_type: str, csp: str = CSP) -> Response:
     return Response(
         body,
         media_type=media_type,
         headers={
-            "Content-Security-Policy": CSP,
+            "Content-Security-Policy": csp,
             "X-Content-Type-Options": "nosniff",
             "Referrer-Policy": "no-referrer",
             "Cache-Control": "no-cache",
@@ -63,3 +77,18 @@ async def asset(name: str) -> Response:
     if media_type is None:
         raise ApiError(404, "not_found", f"the viewer has no file {name!r}")
     return _answer(_asset(name), media_type)
+
+
+@router.get("/docs")
+async def docs() -> Response:
+    """The API's reference, drawn by Swagger UI from `/openapi.json`."""
+    return _answer(_asset("docs.html"), "text/html; charset=utf-8", DOCS_CSP)
+
+
+@router.get("/docs/assets/{name}")
+async def docs_asset(name: str) -> Response:
+    """One of Swagger UI's files, as shipped in the package."""
+    media_type = SWAGGER.get(name)
+    if media_type is None:
+        raise ApiError(404, "not_found", f"the API reference has no file {name!r}")
+    return _answer(_asset(name, "swagger"), media_type, DOCS_CSP)

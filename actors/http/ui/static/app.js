@@ -112,12 +112,17 @@ function follow(threadId, after, onRecord) {
 
 function badge(state, text) { return el("span", { class: "badge " + state }, text); }
 
+// A badge may show a check of the same head made in the last minute (the server keeps it;
+// its title says when); the Verify button always recomputes.
+const BADGE_AGE = 60;
+
 async function verifyBadge(threadId) {
   const span = badge("wait", "checking");
-  api("GET", LOG + "/threads/" + enc(threadId) + "/verify").then((report) => {
+  api("GET", LOG + "/threads/" + enc(threadId) + "/verify?max_age=" + BADGE_AGE).then((report) => {
     span.className = "badge " + (report.ok ? "ok" : "bad");
     span.textContent = report.ok ? "verified" : "broken at seq " + report.first_bad_seq;
-    span.title = report.ok ? report.records_checked + " records checked" : visible(report.problem || "");
+    span.title = (report.ok ? report.records_checked + " records checked" : visible(report.problem || ""))
+      + " at " + when(report.checked_at);
   }, (e) => { span.className = "badge bad"; span.textContent = "unverified"; span.title = visible(e.message); });
   return span;
 }
