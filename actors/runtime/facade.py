@@ -26,7 +26,7 @@ from agentlog.events.cursors import list_cursors
 from agentlog.events.errors import StoreClosedError
 from agentlog.events.follow import commit_signal, follow, last_position
 from agentlog.events.keystore import open_keys
-from agentlog.events.kinds import Event, ThreadCreated, ThreadHidden
+from agentlog.events.kinds import Event, ThreadCreated, ThreadHidden, WebhookSent
 from agentlog.projections import AgentState
 from agentlog.projections.fold import Fold
 from agentlog.projections.keys import CREATED_KEY
@@ -300,6 +300,8 @@ class RuntimeFacade:
         actor: str,
         multitask_strategy: MultitaskStrategy | None,
         correlation_id: str | None,
+        due_at: float | None = None,
+        webhook: str | None = None,
     ) -> TriggerState:
         """Accept a run (`AgentRuntime.submit`); the run as the runtime keeps it."""
         accepted = await self.runtime.submit(
@@ -310,8 +312,23 @@ class RuntimeFacade:
             actor=actor,
             multitask_strategy=multitask_strategy,
             correlation_id=correlation_id,
+            due_at=due_at,
+            webhook=webhook,
         )
         return self.runtime.ledger.triggers[accepted.trigger_id]
+
+    def outbox(self) -> dict[str, str]:
+        """Run id -> the webhook its result goes to, for each not yet delivered nor given up
+        (the ledger's fold of `trigger_accepted` and `webhook_sent`)."""
+        return dict(self.runtime.ledger.outbox)
+
+    def known_run(self, run_id: str) -> TriggerState | None:
+        """A run the ledger still keeps (None: unknown, or done long ago and forgotten)."""
+        return self.runtime.ledger.triggers.get(run_id)
+
+    async def record_sent(self, sent: WebhookSent) -> None:
+        """Record one webhook delivery attempt on the runtime's thread."""
+        await self.runtime.journal.record([sent], by=[f"webhook:{sent.run_id}"])
 
     async def trigger(
         self,

@@ -14,6 +14,7 @@ from agentlog.actors.engine.longterm import BaseStore
 from agentlog.actors.http.agentserver import wire
 from agentlog.actors.http.agentserver.bodies import RunCreate
 from agentlog.actors.http.agentserver.cronbook import CronBook
+from agentlog.actors.http.agentserver.outbound import Outbox, RunWebhooks
 from agentlog.actors.http.errors import ApiError
 from agentlog.actors.langgraph.compiled import ShapedGraph, interrupts_of
 from agentlog.actors.langgraph.types import interrupt_id
@@ -44,8 +45,10 @@ class RunNote:
 class AgentServer:
     """The Agent Server's view of the runtime `rt`."""
 
-    def __init__(self, rt: RuntimeFacade) -> None:
+    def __init__(self, rt: RuntimeFacade, webhooks: RunWebhooks | None = None) -> None:
         self.rt = rt
+        self.outbox = Outbox(self, webhooks)
+        """Where runs' webhooks are sent from (`outbound`)."""
         self.started_at = rt.clock()
         self.notes: dict[str, RunNote] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
@@ -84,6 +87,14 @@ class AgentServer:
         )
         while len(self.notes) > NOTES_KEPT:
             del self.notes[next(iter(self.notes))]
+
+    async def deferred(self, body: RunCreate) -> dict[str, Any]:
+        """What a run's acceptance records of when it is due and where its result goes
+        (`AgentRuntime.submit`'s `due_at`, `webhook`); a webhook this server may not call
+        is refused (422) before anything is written."""
+        await self.outbox.check(body.webhook)
+        after = body.after_seconds
+        return {"due_at": self.rt.clock() + after if after else None, "webhook": body.webhook}
 
     def modes_of(self, run_id: str) -> list[str]:
         note = self.notes.get(run_id)
