@@ -16,6 +16,7 @@ import signal
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -290,3 +291,71 @@ async def _killed_between_end_and_delivery(tmp_path: Path) -> None:
     async with SQLiteEventStore(str(db)) as store:
         records = await sent_records(store)
     assert [(r.run_id, r.outcome) for r in records] == [(run, "delivered"), (later, "delivered")]
+
+
+async def test_a_cron_is_a_runtime_timer_that_survives_a_restart_and_sends_its_webhook(
+    tmp_path: Path, receiver: tuple[Receiver, str]
+) -> None:
+    hook, url = receiver
+    hook.answers.clear()
+    now = [datetime(2027, 1, 1, 8, 59, 30, tzinfo=UTC).timestamp()]
+    path = str(tmp_path / "log.db")
+    hooks = RunWebhooks(secret=SECRET, private=True)
+
+    async def runs_of(runtime: AgentRuntime, timer: str) -> list[str]:
+        await runtime.listeners.fire_due()  # (or the runtime's timer loop fired it first)
+        found = runtime.ledger.triggers.values()
+        return [t.id for t in found if t.accepted.entry_point == timer]
+
+    async with SQLiteEventStore(path) as store:
+        runtime = build(store, clock=lambda: now[0])
+        async with runtime:
+            app = create_app(runtime, run_webhooks=hooks)
+            async with Server(app) as base, httpx.AsyncClient(base_url=base) as http:
+                thread = (await http.post("/threads", json={})).json()["thread_id"]
+                daily = {"assistant_id": "chat", "schedule": "0 9 * * *", "input": USER}
+                kept = await http.post(
+                    f"/threads/{thread}/runs/crons", json={**daily, "webhook": url}
+                )
+                assert kept.status_code == 200, kept.text
+                dropped = (await http.post("/runs/crons", json=daily)).json()
+                refused = await http.post("/runs/crons", json={**daily, "webhook": "file:///x"})
+                assert refused.status_code == 422
+                timer, other = f"cron:{kept.json()['cron_id']}", f"cron:{dropped['cron_id']}"
+                now[0] += 60
+                assert len(await runs_of(runtime, timer)) == len(await runs_of(runtime, other)) == 1
+                await until(lambda: len(hook.delivered()) == 1, what="the cron run's webhook")
+                gone = await http.delete(f"/runs/crons/{dropped['cron_id']}")
+                assert gone.status_code == 204
+    now[0] += 24 * 3600  # the next day's slot comes while no server runs
+    async with SQLiteEventStore(path) as store:
+        runtime = build(store, clock=lambda: now[0])
+        async with runtime:
+            app = create_app(runtime, run_webhooks=hooks)
+            async with Server(app) as base, httpx.AsyncClient(base_url=base) as http:
+                assert timer in runtime.entries and other not in runtime.entries
+                assert len(await runs_of(runtime, timer)) == 2  # the missed slot, once
+                assert len(await runs_of(runtime, timer)) == 2
+                runs = (await http.get(f"/threads/{thread}/runs")).json()
+                assert [r["assistant_id"] for r in runs] == ["chat", "chat"]
+                await until(lambda: len(hook.delivered()) == 2, what="the second run's webhook")
+    assert all(verified(headers, raw) for headers, raw, _ in hook.got)
+    assert [r["thread_id"] for r in hook.delivered()] == [thread, thread]
+
+
+def test_a_timer_takes_its_own_time_zone_and_thread() -> None:
+    from agentlog.actors.runtime.spec import RegistrationError
+    from agentlog.actors.runtime.timers import Schedule
+
+    paris = EntryPoint(id="t", graph_id="g", trigger="timer", cron="0 9 * * *",
+                       timezone="Europe/Paris", thread_id="standup")  # fmt: skip
+    paris.check()
+    noon_utc = datetime(2027, 1, 1, 12, tzinfo=UTC).timestamp()
+    assert Schedule.of(paris, noon_utc).slot_at_or_before(noon_utc) == (
+        datetime(2027, 1, 1, 8, tzinfo=UTC).timestamp()  # 09:00 in Paris
+    )
+    with pytest.raises(RegistrationError, match="IANA"):
+        EntryPoint(id="t", graph_id="g", trigger="timer", cron="0 9 * * *",
+                   timezone="Mars/Base").check()  # fmt: skip
+    with pytest.raises(RegistrationError, match="thread_id"):
+        EntryPoint(id="a", graph_id="g", thread_id="standup").check()

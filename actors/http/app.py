@@ -78,7 +78,7 @@ def create_app(
         owned = not rt.started
         if owned:
             await rt.start()
-        server.crons.start()  # the crons made over the API fire while the server runs
+        await server.crons.start()  # the crons made over the API: the runtime's timers
         server.outbox.start()  # webhooks of runs that ended undelivered are sent
         try:
             yield

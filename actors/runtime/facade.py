@@ -19,7 +19,14 @@ from agentlog.actors.engine.longterm import LogStore
 from agentlog.actors.engine.threads import STORE_THREAD, internal_threads
 from agentlog.actors.runtime.ledger import TriggerState
 from agentlog.actors.runtime.rollback import roll_back
-from agentlog.actors.runtime.spec import EntryPoint, MultitaskStrategy, UnknownRunError
+from agentlog.actors.runtime.spec import (
+    EntryPoint,
+    MultitaskStrategy,
+    RegistrationError,
+    UnknownRunError,
+)
+from agentlog.actors.runtime.timers import Schedule
+from agentlog.actors.runtime.watching import Handler
 from agentlog.events import EventRecord, VerifyReport
 from agentlog.events.codec import decode_row
 from agentlog.events.cursors import list_cursors
@@ -38,6 +45,9 @@ if TYPE_CHECKING:
 
 POLL_S = 0.2
 """How often a run's stream looks again when no commit through this store wakes it."""
+
+NEVER = Schedule(interval_s=1e18)
+"""The schedule of a timer being removed: its next slot is past any clock's."""
 
 HIDDEN_KEY = "hidden"
 """Where the fold keeps a deleted thread's `thread_hidden` (who, why)."""
@@ -316,6 +326,47 @@ class RuntimeFacade:
             webhook=webhook,
         )
         return self.runtime.ledger.triggers[accepted.trigger_id]
+
+    # ---- timers made while the runtime runs (the Agent Server's crons) --------------------
+
+    def add_timer(self, entry: EntryPoint) -> None:
+        """Register a timer entry point now: it fires the slots after now (or after the last
+        one the log says it fired, when it was registered before)."""
+        self.runtime.register_entry_point(entry)
+
+    async def remove_timer(self, entry_id: str) -> None:
+        """Unregister a timer entry point: it fires no more from now, and is gone once the
+        runs it started (queued or going) end."""
+        runtime = self.runtime
+        if entry_id not in runtime.entries:
+            return
+        runtime.schedules[entry_id] = NEVER
+        while True:
+            try:
+                runtime.unregister_entry_point(entry_id)
+                return
+            except RegistrationError:
+                for run in runtime.ledger.pending():
+                    if run.accepted.entry_point == entry_id:
+                        with contextlib.suppress(Exception):
+                            await runtime.wait_for(run.id)
+
+    def next_fire(self, entry_id: str) -> float | None:
+        """When a registered timer fires next (None: not registered, or paused)."""
+        if entry_id not in self.runtime.entries:
+            return None
+        return self.runtime.next_fire(entry_id)
+
+    def follow_runtime(self, kinds: list[str], handler: Handler) -> str:
+        """Call `handler` with each record of those kinds the runtime writes to its own
+        thread from now on; the subscription's id."""
+        thread = self.runtime.config.runtime_thread
+        return self.runtime.subscribe_to_events(kinds, handler, thread_id=thread)
+
+    def unsubscribe(self, subscription: str) -> None:
+        self.runtime.unsubscribe_from_events(subscription)
+
+    # ---- runs' webhooks ------------------------------------------------------------------
 
     def outbox(self) -> dict[str, str]:
         """Run id -> the webhook its result goes to, for each not yet delivered nor given up

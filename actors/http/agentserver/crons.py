@@ -1,6 +1,6 @@
 """The Agent Server's crons: create (on a thread, or a new thread per run), search, count,
-update, delete. They are kept and fired by the server's `CronBook`; a schedule is five cron
-fields read in UTC."""
+update, delete. Each is a timer entry point of the runtime (`CronBook`); a schedule is five
+cron fields read in UTC."""
 
 from __future__ import annotations
 
@@ -77,6 +77,11 @@ async def create(
 ) -> dict[str, Any]:
     body.refuse()
     in_utc(body.timezone)
+    if body.after_seconds:
+        raise ApiError(
+            422, "unsupported", "a cron's runs start at its slots: leave after_seconds out"
+        )
+    await srv.outbox.check(body.webhook)
     entry = srv.entry(body.assistant_id)
     if entry is None:
         raise ApiError(404, "not_found", f"no assistant {body.assistant_id!r}")
@@ -107,6 +112,7 @@ async def create(
             "input": wire.jsonable(body.input),
             "multitask_strategy": body.multitask_strategy,
             "stream_mode": body.modes(),
+            "webhook": body.webhook,
         },
         "user_id": who.name,
         "next_run_date": None,

@@ -13,6 +13,7 @@ from agentlog.actors.engine.compiled import CompiledGraph
 from agentlog.actors.engine.longterm import BaseStore
 from agentlog.actors.http.agentserver import wire
 from agentlog.actors.http.agentserver.bodies import RunCreate
+from agentlog.actors.http.agentserver.cronbook import PREFIX as CRON_PREFIX
 from agentlog.actors.http.agentserver.cronbook import CronBook
 from agentlog.actors.http.agentserver.outbound import Outbox, RunWebhooks
 from agentlog.actors.http.errors import ApiError
@@ -54,6 +55,7 @@ class AgentServer:
         self.tasks: set[asyncio.Task[Any]] = set()
         self._long_term: BaseStore | None = None
         self.crons = CronBook(rt)
+        self.crons.fired = self.outbox.watch  # a cron's run sends its webhook too
         self.thread_notes = rt.own_store(THREADS_STORE)
         """Metadata set on threads after their creation (`PATCH /threads/{id}`), as records."""
 
@@ -110,10 +112,12 @@ class AgentServer:
         trigger = self.rt.run_now(trigger)
         note = self.notes.get(trigger.id)
         accepted = trigger.accepted
+        entry = self.rt.entry(accepted.entry_point)  # a cron's timer: the cron's assistant
+        cron = entry is not None and entry.id.startswith(CRON_PREFIX)
         return {
             "run_id": trigger.id,
             "thread_id": accepted.thread_id,
-            "assistant_id": accepted.entry_point,
+            "assistant_id": entry.name if cron and entry is not None else accepted.entry_point,
             "created_at": wire.iso(trigger.accepted_at),
             "updated_at": wire.iso(trigger.updated_at or trigger.accepted_at),
             "status": wire.run_status(
@@ -319,12 +323,16 @@ class AgentServer:
 
     # ---- assistants ------------------------------------------------------------------
 
+    def entry_points(self) -> list[EntryPoint]:
+        """The assistants: the runtime's entry points but the crons' timers."""
+        return [e for e in self.rt.entry_points() if not e.id.startswith(CRON_PREFIX)]
+
     def entry(self, assistant_id: str) -> EntryPoint | None:
         """The entry point an assistant id names: its id, or a graph's id (its first)."""
         entry = self.rt.entry(assistant_id)
-        if entry is not None:
+        if entry is not None and not assistant_id.startswith(CRON_PREFIX):
             return entry
-        return next((e for e in self.rt.entry_points() if e.graph_id == assistant_id), None)
+        return next((e for e in self.entry_points() if e.graph_id == assistant_id), None)
 
     def assistant(self, entry: EntryPoint) -> dict[str, Any]:
         """An `Assistant`: one per entry point, a single version."""
