@@ -234,6 +234,10 @@ async def test_a_run_after_seconds_waits_until_due_across_a_restart_or_is_cancel
                 runtime.dispatcher.poke()
                 run = f"/threads/{thread}/runs/{kept['run_id']}"
                 assert (await http.get(run)).json()["status"] == "pending"
+                now_busy = {"assistant_id": "chat", "input": USER, "multitask_strategy": "reject"}
+                assert (
+                    await http.post(f"/threads/{thread}/runs", json=now_busy)
+                ).status_code == 409
     now[0] += 601  # due while no server ran: the restarted one runs it
     async with SQLiteEventStore(path) as store:
         runtime = build(store, clock=lambda: now[0])
@@ -327,6 +331,13 @@ async def test_a_cron_is_a_runtime_timer_that_survives_a_restart_and_sends_its_w
                 await until(lambda: len(hook.delivered()) == 1, what="the cron run's webhook")
                 gone = await http.delete(f"/runs/crons/{dropped['cron_id']}")
                 assert gone.status_code == 204
+                cron_url = f"/runs/crons/{kept.json()['cron_id']}"
+                off = await http.patch(cron_url, json={"enabled": False})
+                assert off.json()["enabled"] is False and timer not in runtime.entries
+                bad = await http.patch(cron_url, json={"webhook": "http://user:pw@x.org/"})
+                assert bad.status_code == 422
+                on = await http.patch(cron_url, json={"enabled": True, "webhook": url + "?2"})
+                assert on.status_code == 200 and timer in runtime.entries
     now[0] += 24 * 3600  # the next day's slot comes while no server runs
     async with SQLiteEventStore(path) as store:
         runtime = build(store, clock=lambda: now[0])

@@ -43,6 +43,7 @@ class CronUpdate(BaseModel):
     metadata: dict[str, Any] | None = None
     input: Any = None
     timezone: str | None = None
+    webhook: str | None = None
 
 
 class CronSearch(BaseModel):
@@ -200,6 +201,9 @@ async def update_cron(
         cron["metadata"] = wire.jsonable(body.metadata)
     if body.input is not None:
         cron["payload"] = {**cron["payload"], "input": wire.jsonable(body.input)}
+    if body.webhook is not None:
+        await srv.outbox.check(body.webhook)
+        cron["payload"] = {**cron["payload"], "webhook": body.webhook}
     return shown(await srv.crons.put(cron, by=who.name))
 
 
