@@ -370,3 +370,35 @@ def test_a_timer_takes_its_own_time_zone_and_thread() -> None:
                    timezone="Mars/Base").check()  # fmt: skip
     with pytest.raises(RegistrationError, match="thread_id"):
         EntryPoint(id="a", graph_id="g", thread_id="standup").check()
+
+
+async def test_a_cron_past_its_end_time_fires_no_more(tmp_path: Path) -> None:
+    now = [datetime(2027, 1, 1, 8, 59, 30, tzinfo=UTC).timestamp()]
+    async with SQLiteEventStore(str(tmp_path / "log.db")) as store:
+        runtime = build(store, clock=lambda: now[0])
+        async with runtime:
+            app = create_app(runtime)
+            async with Server(app) as base, httpx.AsyncClient(base_url=base) as http:
+                made = await http.post(
+                    "/runs/crons",
+                    json={"assistant_id": "chat", "schedule": "0 9 * * *", "input": USER,
+                          "end_time": "2027-01-01T12:00:00+00:00"},
+                )  # fmt: skip
+                timer = f"cron:{made.json()['cron_id']}"
+                now[0] += 60
+                await runtime.listeners.fire_due()
+                await until(lambda: timer not in runtime.entries, what="the ended cron's timer")
+                now[0] += 24 * 3600
+                await runtime.listeners.fire_due()
+                runs = [
+                    t for t in runtime.ledger.triggers.values() if t.accepted.entry_point == timer
+                ]
+                assert len(runs) == 1
+
+
+def test_the_ledger_snapshot_keeps_the_webhooks_owed() -> None:
+    from agentlog.actors.runtime.ledger import Ledger
+
+    ledger = Ledger(outbox={"run-1": "https://example.com/hook"})
+    again = Ledger.from_snapshot(ledger.to_snapshot(), keep=10)
+    assert again.outbox == {"run-1": "https://example.com/hook"}

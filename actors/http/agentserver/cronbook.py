@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from agentlog.actors.http.agentserver import wire
@@ -81,7 +81,8 @@ class CronBook:
         """Called with each run a cron starts (the server sends its webhook)."""
         self.subscription: str | None = None
         self.pending: set[asyncio.Task[None]] = set()
-        """The deletions of cron runs' own threads, waiting for their runs to end."""
+        """What waits for cron runs to end: their own threads' deletions, ended timers'
+        removals."""
 
     # ---- the book ----------------------------------------------------------------------
 
@@ -166,12 +167,15 @@ class CronBook:
         if item is None:
             return
         cron = dict(item.value)
-        if self._ended(cron):
-            await self.rt.remove_timer(entry_id(cron_id))
+        if self._ended(cron):  # its last slot fired: removed once that run ends
+            self._later(self.rt.remove_timer(entry_id(cron_id)))
         if run is not None and cron["thread_id"] is None and cron["on_run_completed"] == "delete":
-            task = asyncio.ensure_future(self._delete_after(run, cron_id))
-            self.pending.add(task)
-            task.add_done_callback(self.pending.discard)
+            self._later(self._delete_after(run, cron_id))
+
+    def _later(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
 
     async def _delete_after(self, trigger: TriggerState, cron_id: str) -> None:
         """Delete (hide) a cron run's own thread once the run ends, as `on_run_completed`
