@@ -22,6 +22,7 @@ import ipaddress
 import json
 import os
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
@@ -131,10 +132,17 @@ class Outbox:
     def watch(self, run: TriggerState) -> None:
         """Send the run's webhook (its acceptance names one) once the run ends."""
         url = run.accepted.webhook
-        if url is not None and run.id not in self.sending:
-            task = asyncio.ensure_future(self._send(run.id, url))
-            self.sending[run.id] = task
-            task.add_done_callback(lambda _: self.sending.pop(run.id, None))
+        if url is not None:
+            self._keep(run.id, self._send, url)
+
+    def _keep(
+        self, run_id: str, work: Callable[[str, str], Coroutine[Any, Any, None]], url: str
+    ) -> None:
+        """Run `work(run_id, url)` unless the run's webhook is being sent already."""
+        if run_id not in self.sending:
+            task = asyncio.ensure_future(work(run_id, url))
+            self.sending[run_id] = task
+            task.add_done_callback(lambda _: self.sending.pop(run_id, None))
 
     def start(self) -> None:
         """Take up every webhook the log says is still owed (its run ended or not)."""
@@ -144,8 +152,7 @@ class Outbox:
             if run is not None:
                 self.watch(run)
             else:
-                task = asyncio.ensure_future(self._forgotten(run_id, url))
-                self.sending[run_id] = task
+                self._keep(run_id, self._forgotten, url)
 
     async def stop(self) -> None:
         tasks = list(self.sending.values())
