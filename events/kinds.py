@@ -27,6 +27,7 @@ from agentlog.events.kinds_beside import (
     TriggerDispatched,
     TriggerFinished,
     TriggerListening,
+    WebhookSent,
 )
 from agentlog.events.statuses import JSON, RunFailedStatus, ToolCallStatus
 
@@ -418,6 +419,7 @@ __all__ = [
     "TriggerDispatched",
     "TriggerFinished",
     "TriggerListening",
+    "WebhookSent",
     "kind_of",
     "kinds_where",
 ]

@@ -42,6 +42,10 @@ class TriggerAccepted(BaseEvent, tag="trigger_accepted", frozen=True):
     subject: str | None = None
     """The data subject whose personal data `input` is: sealed under its key (though the
     runtime's thread has no subject of its own), and the run's thread is tagged with it."""
+    due_at: float | None = None
+    """The run waits until then (epoch seconds) before it is dispatched (`after_seconds`)."""
+    webhook: str | None = None
+    """Where the run's result is POSTed when it ends (`webhook_sent` records each attempt)."""
 
 
 class TriggerDispatched(BaseEvent, tag="trigger_dispatched", frozen=True):
@@ -87,6 +91,22 @@ class TriggerListening(BaseEvent, tag="trigger_listening", frozen=True):
     entry_point: str
     position: int | None = None
     slot: float | None = None
+
+
+class WebhookSent(BaseEvent, tag="webhook_sent", frozen=True):
+    """One attempt to POST run `run_id`'s result to the webhook its acceptance names:
+    `outcome` "delivered" (a 2xx answer), "failed" (tried again after `retry_at`), or
+    "given_up" (no more attempts). Delivered or given up, it is never sent again."""
+
+    RUNTIME_ONLY: ClassVar[bool] = True
+
+    run_id: str
+    attempt: int
+    outcome: Literal["delivered", "failed", "given_up"]
+    status: int | None = None
+    """The receiver's HTTP status (None: no answer)."""
+    error: str | None = None
+    retry_at: float | None = None
 
 
 class ResourcesNamed(BaseEvent, tag="resources_named", frozen=True):

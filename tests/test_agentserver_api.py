@@ -5,7 +5,6 @@ agentlog's own shapes stay under /log."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -18,6 +17,7 @@ import pytest
 from agentlog.actors.http import TokenBook, create_app, hash_token
 from agentlog.actors.http.agentserver.wire import jsonable
 from agentlog.actors.runtime import AgentRuntime
+from agentlog.actors.testing import until
 from agentlog.events import SQLiteEventStore
 from tests.agentserver.app import build
 
@@ -206,7 +206,6 @@ async def test_a_cron_fires_each_utc_slot_once(
     served: tuple[httpx.AsyncClient, AgentRuntime],
 ) -> None:
     http, runtime = served
-    book = runtime.agentserver.crons  # type: ignore[attr-defined]
     thread = (await http.post("/threads", json={})).json()["thread_id"]
     elsewhere = await http.post(
         f"/threads/{thread}/runs/crons",
@@ -224,18 +223,25 @@ async def test_a_cron_fires_each_utc_slot_once(
     assert made.status_code == 200, made.text
     cron = made.json()
     assert cron["next_run_date"] == "2027-01-01T09:00:00+00:00" and cron["timezone"] == "UTC"
-    assert await book.fire_due() == 0  # 08:59:30: not yet
+    timer = f"cron:{cron['cron_id']}"  # the cron is a timer entry point of the runtime
+    assert runtime.next_fire(timer) == NOW[0] + 30
+    assert await runtime.listeners.fire_due() == 0  # 08:59:30: not yet
     NOW[0] += 60
-    assert await book.fire_due() == 1
-    assert await book.fire_due() == 0  # the slot fired
-    (run,) = (await http.get(f"/threads/{thread}/runs")).json()
+    await runtime.listeners.fire_due()  # (or the runtime's timer loop fires it first)
+    await runtime.listeners.fire_due()
+    (run,) = (await http.get(f"/threads/{thread}/runs")).json()  # the slot fired once
+    assert run["assistant_id"] == "chat"
     joined = await http.get(f"/threads/{thread}/runs/{run['run_id']}/join")
     assert joined.json()["messages"][-1]["content"] == "you said: hello"
-    again = await book.fire(await book.get(cron["cron_id"]), book.last[cron["cron_id"]])
-    assert again == run["run_id"]  # another server firing the same slot starts nothing new
-    assert len((await http.get(f"/threads/{thread}/runs")).json()) == 1
+    assert runtime.ledger.fired[timer] == NOW[0] - 30  # the slot is in the log
+    assistants = (await http.post("/assistants/search", json={})).json()
+    assert timer not in {a["assistant_id"] for a in assistants}
     gone = await http.delete(f"/runs/crons/{cron['cron_id']}")
     assert gone.status_code == 204
+    assert timer not in runtime.entries  # a deleted cron fires no more
+    NOW[0] += 24 * 3600
+    assert await runtime.listeners.fire_due() == 0
+    assert len((await http.get(f"/threads/{thread}/runs")).json()) == 1
     assert (await http.post("/runs/crons/search", json={})).json() == []
     records = [r async for r in runtime.store.read("__store__/crons")]
     assert [(r.kind, r.actor) for r in records] == [
@@ -249,18 +255,24 @@ async def test_a_cron_of_no_thread_runs_on_a_thread_of_its_own_then_deletes_it(
     served: tuple[httpx.AsyncClient, AgentRuntime],
 ) -> None:
     http, runtime = served
-    book = runtime.agentserver.crons  # type: ignore[attr-defined]
     made = await http.post(
         "/runs/crons", json={"assistant_id": "chat", "schedule": "0 9 * * *", "input": USER}
     )
     assert made.json()["thread_id"] is None and made.json()["on_run_completed"] == "delete"
-    before = set(await runtime.store.threads())
     NOW[0] += 60
-    assert await book.fire_due() == 1
-    await asyncio.gather(*book.pending)
-    (own,) = set(await runtime.store.threads()) - before - {"__runtime__"}
-    kinds = [r.kind async for r in runtime.store.read(own)]
-    assert "run_completed" in kinds and kinds[-1] == "thread_hidden"
+    await runtime.listeners.fire_due()
+    timer = f"cron:{made.json()['cron_id']}"
+    (run,) = [t for t in runtime.ledger.triggers.values() if t.accepted.entry_point == timer]
+    own = run.accepted.thread_id
+
+    async def hidden() -> list[str] | None:
+        if not await runtime.store.last_seq(own):
+            return None
+        kinds = [r.kind async for r in runtime.store.read(own)]
+        return kinds if kinds and kinds[-1] == "thread_hidden" else None
+
+    kinds = await until(hidden, what="the cron run's own thread deleted at its end")
+    assert "run_completed" in kinds
     assert (await http.get(f"/threads/{own}")).status_code == 404
 
 

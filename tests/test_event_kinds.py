@@ -79,6 +79,7 @@ def test_the_traits_name_the_kinds_each_reader_used_to_list() -> None:
         "trigger_dispatched",
         "trigger_finished",
         "trigger_listening",
+        "webhook_sent",
     } == kinds.RUNTIME_KINDS
     assert {
         "message_appended",

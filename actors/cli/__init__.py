@@ -537,7 +537,7 @@ def serve_command(
             metavar="FILE",
             help="The token file (JSON: name, sha256, graphs, rights per token); default: the "
             "file the AGENTLOG_TOKENS_FILE environment variable names. Without tokens only a "
-            "loopback address is served.",
+            "loopback address is served (AGENTLOG_RUN_WEBHOOK_SECRET signs runs' webhooks).",
         ),
     ] = None,
     max_body: Annotated[int, typer.Option(help="Largest request body, in bytes.")] = 1_048_576,

@@ -143,6 +143,7 @@ async def _serve(
     import uvicorn
 
     from agentlog.actors.http import create_app
+    from agentlog.actors.http.agentserver.outbound import SECRET_ENV, RunWebhooks
     from agentlog.actors.http.connections import guarded_protocol
     from agentlog.actors.runtime import AgentRuntime
 
@@ -167,8 +168,14 @@ async def _serve(
         hosts = [*guard.allowed_hosts]
         if host not in ("0.0.0.0", "::", ""):
             hosts.append(host)  # a client reaching it by its address names that address
+        try:  # the secret runs' webhooks are signed with; loopback and private targets
+            # only for a server on loopback
+            outbound = RunWebhooks.from_environment(private=loopback(host))
+        except AgentlogError as exc:
+            raise CliError(f"{SECRET_ENV}: {exc}") from None
         app = create_app(
             runtime,
+            run_webhooks=outbound,
             tokens=book,
             max_body=max_body,
             allowed_hosts=hosts,

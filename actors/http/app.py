@@ -24,6 +24,7 @@ from fastapi.responses import Response
 from agentlog.actors.http import errors
 from agentlog.actors.http.agentserver import ROUTERS as AGENT_SERVER
 from agentlog.actors.http.agentserver.facade import AgentServer
+from agentlog.actors.http.agentserver.outbound import RunWebhooks
 from agentlog.actors.http.guard import BODY_TIMEOUT_S, BodyLimit, RequestGuard
 from agentlog.actors.http.routes import ROUTERS, health
 from agentlog.actors.http.tokens import TokenBook
@@ -48,6 +49,7 @@ def create_app(
     allowed_origins: Iterable[str] = (),
     body_timeout: float = BODY_TIMEOUT_S,
     read_only: bool = False,
+    run_webhooks: RunWebhooks | None = None,
 ) -> FastAPI:
     """The HTTP app of `runtime`; it starts the runtime with the server if it is not running.
 
@@ -61,9 +63,12 @@ def create_app(
 
     `read_only`: every request acts with the `read` right only (as "local" without
     `tokens`), and the runtime is not started, so the server writes nothing (`agentlog ui`).
+
+    `run_webhooks`: how runs' `webhook=` results are sent (signing secret, whether loopback
+    and private targets are allowed); None: unsigned, public targets only.
     """
     rt = RuntimeFacade(runtime)
-    server = AgentServer(rt)
+    server = AgentServer(rt, run_webhooks)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -73,10 +78,12 @@ def create_app(
         owned = not rt.started
         if owned:
             await rt.start()
-        server.crons.start()  # the crons made over the API fire while the server runs
+        await server.crons.start()  # the crons made over the API: the runtime's timers
+        server.outbox.start()  # webhooks of runs that ended undelivered are sent
         try:
             yield
         finally:
+            await server.outbox.stop()
             await server.crons.stop()
             if owned:
                 await rt.stop()

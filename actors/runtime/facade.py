@@ -19,14 +19,21 @@ from agentlog.actors.engine.longterm import LogStore
 from agentlog.actors.engine.threads import STORE_THREAD, internal_threads
 from agentlog.actors.runtime.ledger import TriggerState
 from agentlog.actors.runtime.rollback import roll_back
-from agentlog.actors.runtime.spec import EntryPoint, MultitaskStrategy, UnknownRunError
+from agentlog.actors.runtime.spec import (
+    EntryPoint,
+    MultitaskStrategy,
+    RegistrationError,
+    UnknownRunError,
+)
+from agentlog.actors.runtime.timers import Schedule
+from agentlog.actors.runtime.watching import Handler
 from agentlog.events import EventRecord, VerifyReport
 from agentlog.events.codec import decode_row
 from agentlog.events.cursors import list_cursors
 from agentlog.events.errors import StoreClosedError
 from agentlog.events.follow import commit_signal, follow, last_position
 from agentlog.events.keystore import open_keys
-from agentlog.events.kinds import Event, ThreadCreated, ThreadHidden
+from agentlog.events.kinds import Event, ThreadCreated, ThreadHidden, WebhookSent
 from agentlog.projections import AgentState
 from agentlog.projections.fold import Fold
 from agentlog.projections.keys import CREATED_KEY
@@ -38,6 +45,9 @@ if TYPE_CHECKING:
 
 POLL_S = 0.2
 """How often a run's stream looks again when no commit through this store wakes it."""
+
+NEVER = Schedule(interval_s=1e18)
+"""The schedule of a timer being removed: its next slot is past any clock's."""
 
 HIDDEN_KEY = "hidden"
 """Where the fold keeps a deleted thread's `thread_hidden` (who, why)."""
@@ -300,6 +310,8 @@ class RuntimeFacade:
         actor: str,
         multitask_strategy: MultitaskStrategy | None,
         correlation_id: str | None,
+        due_at: float | None = None,
+        webhook: str | None = None,
     ) -> TriggerState:
         """Accept a run (`AgentRuntime.submit`); the run as the runtime keeps it."""
         accepted = await self.runtime.submit(
@@ -310,8 +322,64 @@ class RuntimeFacade:
             actor=actor,
             multitask_strategy=multitask_strategy,
             correlation_id=correlation_id,
+            due_at=due_at,
+            webhook=webhook,
         )
         return self.runtime.ledger.triggers[accepted.trigger_id]
+
+    # ---- timers made while the runtime runs (the Agent Server's crons) --------------------
+
+    def add_timer(self, entry: EntryPoint) -> None:
+        """Register a timer entry point now: it fires the slots after now (or after the last
+        one the log says it fired, when it was registered before)."""
+        self.runtime.register_entry_point(entry)
+
+    async def remove_timer(self, entry_id: str) -> None:
+        """Unregister a timer entry point: it fires no more from now, and is gone once the
+        runs it started (queued or going) end."""
+        runtime = self.runtime
+        if entry_id not in runtime.entries:
+            return
+        runtime.schedules[entry_id] = NEVER
+        while True:
+            try:
+                runtime.unregister_entry_point(entry_id)
+                return
+            except RegistrationError:
+                for run in runtime.ledger.pending():
+                    if run.accepted.entry_point == entry_id:
+                        with contextlib.suppress(Exception):
+                            await runtime.wait_for(run.id)
+
+    def next_fire(self, entry_id: str) -> float | None:
+        """When a registered timer fires next (None: not registered, or paused)."""
+        if entry_id not in self.runtime.entries:
+            return None
+        return self.runtime.next_fire(entry_id)
+
+    def follow_runtime(self, kinds: list[str], handler: Handler) -> str:
+        """Call `handler` with each record of those kinds the runtime writes to its own
+        thread from now on; the subscription's id."""
+        thread = self.runtime.config.runtime_thread
+        return self.runtime.subscribe_to_events(kinds, handler, thread_id=thread)
+
+    def unsubscribe(self, subscription: str) -> None:
+        self.runtime.unsubscribe_from_events(subscription)
+
+    # ---- runs' webhooks ------------------------------------------------------------------
+
+    def outbox(self) -> dict[str, str]:
+        """Run id -> the webhook its result goes to, for each not yet delivered nor given up
+        (the ledger's fold of `trigger_accepted` and `webhook_sent`)."""
+        return dict(self.runtime.ledger.outbox)
+
+    def known_run(self, run_id: str) -> TriggerState | None:
+        """A run the ledger still keeps (None: unknown, or done long ago and forgotten)."""
+        return self.runtime.ledger.triggers.get(run_id)
+
+    async def record_sent(self, sent: WebhookSent) -> None:
+        """Record one webhook delivery attempt on the runtime's thread."""
+        await self.runtime.journal.record([sent], by=[f"webhook:{sent.run_id}"])
 
     async def trigger(
         self,

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
+
+from agentlog.actors.engine.command import Command
+from agentlog.actors.runtime.spec import IdempotencyKeyMismatchError
+from agentlog.events.kinds import TriggerAccepted
+from agentlog.projections.edge import to_builtins
 
 _MADE = ("message_id", "timestamp")
 """What a message gets when it is built, not from what its sender says."""
@@ -28,3 +34,33 @@ def request_digest(input: Any, resume: bool) -> bytes:
     except (TypeError, ValueError, RecursionError):
         text = repr((resume, input))
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+
+
+def same_request(
+    requests: Mapping[str, bytes], first: TriggerAccepted, thread_id: str | None, input: Any
+) -> TriggerAccepted:
+    """`first`, the trigger its caller's idempotency key names, when this request is that
+    one again (its thread, its input: a retry); else `IdempotencyKeyMismatchError`, so a
+    key never hands a caller another request's run. A webhook delivery's body is the
+    sender's, signed with its id: only its thread is compared."""
+    key = first.idempotency_key
+    same_thread = first.new_thread if thread_id is None else first.thread_id == thread_id
+    if not same_thread:
+        raise IdempotencyKeyMismatchError(
+            f"idempotency key {key!r} was used for a run on another thread: a key names "
+            "one request; send a new key for a new one"
+        )
+    if first.cause == "webhook":
+        return first
+    resume = isinstance(input, Command)
+    try:
+        asked = to_builtins(input.resume if resume else input)
+    except (TypeError, ValueError):
+        asked = input
+    known = requests.get(first.trigger_id)
+    if known is not None and known != request_digest(asked, resume):
+        raise IdempotencyKeyMismatchError(
+            f"idempotency key {key!r} was used for a run with other input: a key names "
+            "one request; send a new key for a new one"
+        )
+    return first

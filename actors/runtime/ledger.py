@@ -27,6 +27,7 @@ from agentlog.events.kinds import (
     TriggerDispatched,
     TriggerFinished,
     TriggerListening,
+    WebhookSent,
 )
 
 SNAPSHOT_TYPE = "agentlog.runtime.Ledger/1"
@@ -122,6 +123,9 @@ class Ledger:
     keyed: dict[str, TriggerAccepted] = field(default_factory=dict)
     """Trigger id -> its acceptance (without input), for keyed triggers no longer kept: a
     repeated key still answers with the trigger it names."""
+    outbox: dict[str, str] = field(default_factory=dict)
+    """Trigger id -> the webhook its result goes to, until a `webhook_sent` record says it
+    was delivered or given up (a restart sends the ones of ended runs)."""
 
     def apply_all(self, records: Iterable[EventRecord]) -> None:
         for record in records:
@@ -196,6 +200,7 @@ class Ledger:
                 "forgotten": [[*key, count] for key, count in self.forgotten.items()],
                 "keyed": list(self.keyed.values()),
                 "resources": self.resources,
+                "outbox": self.outbox,
             }
         )
         return data
@@ -213,6 +218,7 @@ class Ledger:
             fired=data["fired"],
             workers=set(data["workers"]),
             resources=data.get("resources"),  # absent from snapshots written before it
+            outbox=data.get("outbox", {}),
         )
         for raw in data["triggers"]:
             state = msgspec.convert(raw, TriggerState)
@@ -260,6 +266,9 @@ class Ledger:
                     self.keys[key] = event.trigger_id
                     self.requests[event.trigger_id] = request_digest(event.input, event.resume)
             self.by_thread.setdefault(event.thread_id, []).append(event.trigger_id)
+            state.retry_at = event.due_at  # held until due, as a retry is
+            if event.webhook is not None and state.outcome is None:
+                self.outbox[event.trigger_id] = event.webhook
             self.graph_of.setdefault(event.thread_id, event.graph_id)
             if event.source_position is not None:
                 last = self.answered.get(event.entry_point, 0)
@@ -291,6 +300,9 @@ class Ledger:
             state.finished_position = record.position
             state.end_seq = event.thread_seq
             state.updated_at = record.at
+        elif isinstance(event, WebhookSent):
+            if event.outcome != "failed":
+                self.outbox.pop(event.run_id, None)
         elif isinstance(event, ResourcesNamed):
             self.resources = dict(event.names)
         elif isinstance(event, TriggerListening):

@@ -400,11 +400,12 @@ class Listeners:
             entry,
             to_builtins(made_input(entry, made, self._state_cls(entry))),
             cause="timer",
-            thread_id=await session_thread(self.runtime, entry),
+            thread_id=entry.thread_id or await session_thread(self.runtime, entry),
             slot=slot,
             missed=missed,
             by=f"timer:{entry.id}",
             key=f"agentlog:timer:{slot!r}",  # workers fire a slot once
+            webhook=entry.result_webhook,
         )
 
     def next_fire(self, entry_id: str) -> float | None:

@@ -34,7 +34,7 @@ from agentlog.actors.runtime.inputs import (
     with_session_state,
 )
 from agentlog.actors.runtime.journal import RuntimeJournal
-from agentlog.actors.runtime.keys import request_digest
+from agentlog.actors.runtime.keys import same_request
 from agentlog.actors.runtime.ledger import WORKER_PREFIX, Ledger, TriggerState
 from agentlog.actors.runtime.listeners import Listeners
 from agentlog.actors.runtime.manager import (
@@ -49,7 +49,6 @@ from agentlog.actors.runtime.resources import Resources, record_names
 from agentlog.actors.runtime.spec import (
     MULTITASK_STRATEGIES,
     EntryPoint,
-    IdempotencyKeyMismatchError,
     MultitaskStrategy,
     RegistrationError,
     RetryPolicy,
@@ -425,8 +424,11 @@ class AgentRuntime(Watching, Graphs):
         multitask_strategy: MultitaskStrategy | None = None,
         correlation_id: str | None = None,
         subject: str | None = None,
+        due_at: float | None = None,
+        webhook: str | None = None,
     ) -> TriggerAccepted:
-        """`trigger`, returning the accepted trigger itself (its id names the run).
+        """`trigger`, returning the accepted trigger itself (its id names the run); `due_at`:
+        dispatched no earlier (epoch seconds), `webhook`: recorded where its result goes.
 
         New input for a thread whose run is still going follows `multitask_strategy` (else
         the entry point's): "reject" raises `ThreadBusyRunError` writing nothing, "enqueue"
@@ -442,7 +444,9 @@ class AgentRuntime(Watching, Graphs):
                 )
             seen = self.ledger.keys.get((entry.id, actor, idempotency_key))
             if seen is not None:
-                return self._same_request(self.ledger.accepted_of(seen), thread_id, asked)
+                return same_request(
+                    self.ledger.requests, self.ledger.accepted_of(seen), thread_id, asked
+                )
         check_request(self.config, thread_id, priority, correlation_id)
         if subject is not None:
             await check_trigger_subject(self.store, subject, thread_id)
@@ -502,9 +506,11 @@ class AgentRuntime(Watching, Graphs):
             by=actor,
             correlation_id=correlation_id,
             subject=subject,
+            due_at=due_at,
+            webhook=webhook,
         )
         if idempotency_key is not None:  # a concurrent call with the key may have come first
-            accepted = self._same_request(accepted, thread_id, asked)
+            accepted = same_request(self.ledger.requests, accepted, thread_id, asked)
         self._last_user_input = self.clock()
         self.active_thread = accepted.thread_id
         if busy and strategy == "interrupt" and thread_id is not None:
@@ -517,35 +523,6 @@ class AgentRuntime(Watching, Graphs):
                 if running is not None:
                     await self._settle_rollback(running.state)
         return accepted
-
-    def _same_request(
-        self, first: TriggerAccepted, thread_id: str | None, input: Any
-    ) -> TriggerAccepted:
-        """`first`, the trigger its caller's idempotency key names, when this request is that
-        one again (its thread, its input: a retry); else `IdempotencyKeyMismatchError`, so a
-        key never hands a caller another request's run. A webhook delivery's body is the
-        sender's, signed with its id: only its thread is compared."""
-        key = first.idempotency_key
-        same_thread = first.new_thread if thread_id is None else first.thread_id == thread_id
-        if not same_thread:
-            raise IdempotencyKeyMismatchError(
-                f"idempotency key {key!r} was used for a run on another thread: a key names "
-                "one request; send a new key for a new one"
-            )
-        if first.cause == "webhook":
-            return first
-        resume = isinstance(input, Command)
-        try:
-            asked = to_builtins(input.resume if resume else input)
-        except (TypeError, ValueError):
-            asked = input
-        known = self.ledger.requests.get(first.trigger_id)
-        if known is not None and known != request_digest(asked, resume):
-            raise IdempotencyKeyMismatchError(
-                f"idempotency key {key!r} was used for a run with other input: a key names "
-                "one request; send a new key for a new one"
-            )
-        return first
 
     async def _settle_rollback(self, state: TriggerState) -> None:
         """A run that completed just before its rollback landed keeps its completion: the
@@ -659,6 +636,8 @@ class AgentRuntime(Watching, Graphs):
         missed: int = 0,
         correlation_id: str | None = None,
         subject: str | None = None,
+        due_at: float | None = None,
+        webhook: str | None = None,
     ) -> TriggerAccepted:
         """Record a trigger and queue it (the one way every cause starts a run).
 
@@ -682,7 +661,8 @@ class AgentRuntime(Watching, Graphs):
         return await self._accept(
             entry, input, cause=cause, thread_id=thread_id, key=key, priority=priority,
             resume=resume, by=by, source_position=source_position, slot=slot, missed=missed,
-            correlation_id=correlation_id, settled=release, subject=subject,
+            correlation_id=correlation_id, settled=release, subject=subject, due_at=due_at,
+            webhook=webhook,
         )  # fmt: skip
 
     async def _accept(
@@ -702,6 +682,8 @@ class AgentRuntime(Watching, Graphs):
         correlation_id: str | None = None,
         settled: Callable[[], None] | None = None,
         subject: str | None = None,
+        due_at: float | None = None,
+        webhook: str | None = None,
     ) -> TriggerAccepted:
         """Record the acceptance; `settled` is called once it has committed or failed.
 
@@ -730,13 +712,16 @@ class AgentRuntime(Watching, Graphs):
                 correlation_id=correlation_id,
                 traceparent=caller_traceparent(),
                 subject=subject,
+                due_at=due_at,
+                webhook=webhook,
             )
         except BaseException:
             if settled is not None:
                 settled()
             raise
         events: list[Event] = [event]
-        start_now = self.dispatcher.reserve(entry, thread, new_thread=thread_id is None)
+        fresh = thread_id is None and due_at is None  # one due later waits in the queue
+        start_now = self.dispatcher.reserve(entry, thread, new_thread=fresh)
         if start_now:  # nothing awaited from here to the record: the log keeps arrival order
             events.append(TriggerDispatched(trigger_id=trigger_id, attempt=1, thread_seq=0))
         accepted = partial(self.dispatcher.accepted, trigger_id, thread if start_now else None)

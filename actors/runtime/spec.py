@@ -116,7 +116,8 @@ class EntryPoint:
     `kinds`, `from_graph`, `thread_id` and `node` filter the events an "event" entry point
     answers (never its own graph's, unless `include_own`); `input_from` turns the record
     into the run's input (by default a user message holding the record as JSON). A "timer"
-    entry point has `interval_s` or `cron`; `run_immediately` fires one slot at start.
+    entry point has `interval_s` or `cron` (read in `timezone`, else the runtime's);
+    `run_immediately` fires one slot at start; with `thread_id` its runs go on that thread.
     """
 
     id: str
@@ -158,6 +159,11 @@ class EntryPoint:
     session: memory, logs and rules the user typed are its own): it runs in that thread
     while the session is idle and its isolation lets it write there ("shared",
     "synchronized"), else on a fork of it; "own": a thread of its own (with `input_keys`)."""
+    timezone: str | None = None
+    """A timer's IANA time zone its cron is read in (None: `RuntimeConfig.timezone`)."""
+    result_webhook: str | None = None
+    """Where each run's result is POSTed when it ends (recorded on its acceptance; the HTTP
+    server sends it, as for a run created with `webhook=`)."""
     input_schema: type[BaseModel] | None = None
     """A pydantic model a trigger's input must fit (refused before anything is recorded
     otherwise); its fields named like the state's are set, the rest reach the run as a user
@@ -215,7 +221,7 @@ class EntryPoint:
             self.kinds
             or self.from_graph
             or self.node
-            or self.thread_id is not None
+            or (self.thread_id is not None and self.trigger != "timer")
             or self.include_own
             or self.webhook is not None
             or (self.input_from is not None and self.trigger != "timer")
@@ -271,6 +277,11 @@ class EntryPoint:
                 raise RegistrationError(
                     f"entry point {self.id!r}: interval_s must be a number of seconds > 0, "
                     f"got {self.interval_s!r}"
+                )
+            if self.timezone is not None and not is_zone(self.timezone):
+                raise RegistrationError(
+                    f"entry point {self.id!r}: timezone {self.timezone!r} is not an IANA "
+                    "time zone (say 'UTC' or 'Europe/Paris')"
                 )
         elif self.interval_s is not None or self.cron is not None or self.run_immediately:
             raise RegistrationError(
@@ -416,14 +427,11 @@ class RuntimeConfig:
                 f"{keys!r}" + (f": write [{keys!r}]" if isinstance(keys, str) else "")
             )
         object.__setattr__(self, "global_keys", tuple(keys))
-        if self.timezone is not None:
-            try:
-                ZoneInfo(self.timezone)
-            except (ZoneInfoNotFoundError, ValueError, TypeError):
-                raise RegistrationError(
-                    f"timezone is an IANA zone name such as 'Europe/Paris' or 'UTC' (None: "
-                    f"local time), got {self.timezone!r}"
-                ) from None
+        if self.timezone is not None and not is_zone(self.timezone):
+            raise RegistrationError(
+                f"timezone is an IANA zone name such as 'Europe/Paris' or 'UTC' (None: "
+                f"local time), got {self.timezone!r}"
+            )
         if self.worker_id is not None and (
             not isinstance(self.worker_id, str) or not self.worker_id.strip()
         ):
@@ -461,6 +469,15 @@ class RuntimeConfig:
         """Whether `thread_id` names a thread of the runtime's own (its ledger, a worker's
         lease or id, a synchronized shared key): no run, fork or client may create one."""
         return internal_thread(thread_id, self.runtime_thread)
+
+
+def is_zone(name: object) -> bool:
+    """Whether `name` is an IANA time zone this machine knows."""
+    try:
+        ZoneInfo(name)  # type: ignore[arg-type]
+    except (ZoneInfoNotFoundError, ValueError, TypeError):
+        return False
+    return True
 
 
 def check_timeout(timeout: float | None) -> None:

@@ -16,6 +16,7 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
+from zoneinfo import ZoneInfo
 
 from croniter import CroniterError, croniter
 
@@ -36,8 +37,10 @@ class Schedule:
 
     @classmethod
     def of(cls, entry: EntryPoint, now: float | None = None, zone: tzinfo = UTC) -> Schedule:
-        """The entry point's schedule; a bad cron expression is refused, naming it."""
+        """The entry point's schedule (its cron read in its own `timezone`, else in `zone`);
+        a bad cron expression is refused, naming it."""
         if entry.cron is not None:
+            zone = ZoneInfo(entry.timezone) if entry.timezone else zone
             why = _cron_problem(entry.cron, time.time() if now is None else now)
             if why is not None:
                 raise RegistrationError(

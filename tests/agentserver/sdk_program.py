@@ -11,8 +11,10 @@ answers without raising and its answer has the keys the SDK's TypedDict declares
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
 import sys
+import threading
 import traceback
 import uuid
 from collections.abc import Awaitable, Callable
@@ -241,6 +243,17 @@ async def sdk() -> None:
             )
         ),
     )
+    hook, delivered = receiver()
+    await call(
+        "runs.create(webhook)",
+        lambda: _webhooked(r.create(tid, "chat", input=USER, webhook=hook), delivered),
+    )
+    later = await call("threads.create(after_seconds)", lambda: _shaped(t.create(), Thread))
+    lid = later["thread_id"] if later else str(uuid.uuid4())
+    await call(
+        "runs.create(after_seconds) then cancel",
+        lambda: _put_off(r, lid, r.create(lid, "chat", input=USER, after_seconds=3600)),
+    )
     if run:
         await call("runs.delete", lambda: r.delete(tid, run["run_id"]))
     s = client.store
@@ -314,6 +327,41 @@ async def _interrupted(value: Awaitable[Any]) -> Any:
     assert isinstance(got, dict) and got.get("__interrupt__"), got
     assert {"value", "id"} <= set(got["__interrupt__"][0]), got
     return got
+
+
+def receiver() -> tuple[str, dict[str, threading.Event]]:
+    """A webhook receiver on loopback: the URL, and an event per run id it got."""
+    got: dict[str, threading.Event] = {}
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            got.setdefault(body["run_id"], threading.Event()).set()
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}/hook", got
+
+
+async def _webhooked(value: Awaitable[Any], got: dict[str, threading.Event]) -> Any:
+    """The run, once the receiver got its result (POSTed when it ended)."""
+    run = shaped(await value, Run)
+    arrived = got.setdefault(run["run_id"], threading.Event())
+    assert await asyncio.to_thread(arrived.wait, 60), f"no webhook for {run['run_id']}"
+    return run
+
+
+async def _put_off(runs: Any, thread_id: str, value: Awaitable[Any]) -> Any:
+    """A run put off for an hour is pending; cancelled, it ends without running."""
+    run = shaped(await value, Run)
+    assert run["status"] == "pending", run
+    await runs.cancel(thread_id, run["run_id"])
+    return await _status(runs.get(thread_id, run["run_id"]), "interrupted")
 
 
 async def _status(value: Awaitable[Any], status: str) -> Any:

@@ -31,7 +31,7 @@ router = APIRouter(tags=["assistants"], responses=ERRORS)
 def found(srv: AgentServer, who: Principal, assistant_id: str) -> EntryPoint:
     entry = srv.entry(assistant_id)
     if entry is None or not who.may("read", entry.graph_id):
-        yours = sorted(e.id for e in srv.rt.entry_points() if who.may("read", e.graph_id))
+        yours = sorted(e.id for e in srv.entry_points() if who.may("read", e.graph_id))
         raise ApiError(
             404,
             "not_found",
@@ -44,7 +44,7 @@ def found(srv: AgentServer, who: Principal, assistant_id: str) -> EntryPoint:
 def chosen(
     srv: AgentServer, who: Principal, body: AssistantCount | AssistantSearch
 ) -> list[dict[str, Any]]:
-    shown = [srv.assistant(e) for e in srv.rt.entry_points() if who.may("read", e.graph_id)]
+    shown = [srv.assistant(e) for e in srv.entry_points() if who.may("read", e.graph_id)]
     return [
         a
         for a in shown

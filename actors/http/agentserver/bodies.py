@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentlog.actors.http.bodies import MAX_THREAD_ID
 from agentlog.actors.http.errors import ApiError
 
+MAX_AFTER_S = 366 * 24 * 3600.0
+"""The longest a run may be put off (`after_seconds`): a year."""
 StreamModeName = Literal[
     "values",
     "updates",
@@ -168,18 +170,12 @@ class RunCreate(Body):
                     f"{name} per run is not carried out by agentlog yet: compile the graph "
                     f"with {name}=[...] instead, or leave it out",
                 )
-        if self.webhook:
+        after = self.after_seconds
+        if after is not None and not (0 <= after <= MAX_AFTER_S):
             raise ApiError(
                 422,
-                "unsupported",
-                "webhook= on a run is not carried out by agentlog yet: poll the run or "
-                "stream it, or leave it out",
-            )
-        if self.after_seconds:
-            raise ApiError(
-                422,
-                "unsupported",
-                "after_seconds is not carried out by agentlog yet: send the run when it is due",
+                "invalid_request",
+                f"after_seconds is a number of seconds from 0 to {MAX_AFTER_S:g}, got {after!r}",
             )
         if self.command is not None and (self.command.update is not None or self.command.goto):
             raise ApiError(

@@ -1,13 +1,16 @@
 """Crons made over the Agent Server API: kept as items of a long-term store on the runtime's
 log (thread `__store__/crons`, so every create, change and delete is a record naming its
-token), scheduled by the timer entry points' own `Schedule` (five cron fields, in UTC, as the
-Agent Server reads a cron made over its API), fired by the server while it runs.
+token), each one a timer entry point of the runtime (`cron:<cron_id>`, its five cron fields
+read in UTC, as the Agent Server reads a cron made over its API), fired by the runtime's
+own scheduler.
 
-A slot fires one run through the runtime, with an idempotency key naming the cron and the
-slot, so two servers on one log, or a restart, never fire a slot twice. A cron on a thread
-runs there; one without a thread runs each slot on a new thread of its own, deleted (hidden)
-when the run ends unless the cron says `on_run_completed="keep"`. Slots missed
-while no server ran are not caught up: a cron goes on from the next slot.
+A slot fires once: the runtime records each firing with its slot, so a restart never fires a
+slot twice, and slots missed while no server ran coalesce into one firing (the latest). A
+cron on a thread runs there; one without a thread runs each slot on a new thread of its
+own, deleted (hidden) when the run ends unless the cron says `on_run_completed="keep"`. A
+cron's `webhook` is recorded on each run's acceptance and sent when the run ends. A server
+registers the stored crons when it starts; a deleted or disabled cron, or one past its
+`end_time`, fires no more.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from agentlog.actors.http.agentserver import wire
@@ -23,15 +26,21 @@ from agentlog.actors.http.errors import ApiError
 from agentlog.actors.runtime.facade import RuntimeFacade, TriggerState
 from agentlog.actors.runtime.spec import EntryPoint, RegistrationError
 from agentlog.actors.runtime.timers import Schedule
+from agentlog.events import EventRecord
+from agentlog.events.kinds import TriggerAccepted
 
 CRONS_STORE = "crons"
 """The runtime's own store the crons are kept in (thread `__store__/crons`)."""
 NAMESPACE = ("crons",)
-TICK_S = 1.0
-"""How often the server looks for due slots."""
+PREFIX = "cron:"
+"""A cron's timer entry point is `cron:<cron_id>`."""
 UTC_NAMES = frozenset({"UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z"})
 
 _log = logging.getLogger(__name__)
+
+
+def entry_id(cron_id: str) -> str:
+    return PREFIX + cron_id
 
 
 def schedule_of(cron_id: str, graph_id: str, expression: str, now: float) -> Schedule:
@@ -43,17 +52,37 @@ def schedule_of(cron_id: str, graph_id: str, expression: str, now: float) -> Sch
         raise ApiError(422, "invalid_request", str(exc)) from None
 
 
+def timer_of(cron: dict[str, Any]) -> EntryPoint:
+    """The cron's timer entry point: its schedule in UTC, its thread, its input, its
+    webhook."""
+    payload = cron["payload"]
+    made = wire.incoming(payload.get("input"))
+    return EntryPoint(
+        id=entry_id(cron["cron_id"]),
+        graph_id=cron["graph_id"],
+        trigger="timer",
+        cron=cron["schedule"],
+        timezone="UTC",
+        thread_id=cron["thread_id"],
+        input_from=lambda _fired: made,
+        multitask_strategy=payload.get("multitask_strategy") or "enqueue",
+        result_webhook=payload.get("webhook"),
+        name=cron["assistant_id"],
+    )
+
+
 class CronBook:
-    """The crons of one server: their store, their schedules, the slots they fired last."""
+    """The crons of one server: their store, and their timer entry points."""
 
     def __init__(self, rt: RuntimeFacade) -> None:
         self.rt = rt
         self.store = rt.own_store(CRONS_STORE)
-        self.last: dict[str, float] = {}
-        """Cron id -> the slot it fired last (or was made at): later slots are due."""
-        self.task: asyncio.Task[None] | None = None
+        self.fired: Callable[[TriggerState], None] = lambda _run: None
+        """Called with each run a cron starts (the server sends its webhook)."""
+        self.subscription: str | None = None
         self.pending: set[asyncio.Task[None]] = set()
-        """The deletions of cron runs' own threads, waiting for their runs to end."""
+        """What waits for cron runs to end: their own threads' deletions, ended timers'
+        removals."""
 
     # ---- the book ----------------------------------------------------------------------
 
@@ -75,58 +104,78 @@ class CronBook:
         cron["updated_at"] = wire.iso(now)
         cron["next_run_date"] = wire.iso(schedule.next_after(schedule.slot_at_or_before(now)))
         await self.store.aput(NAMESPACE, cron["cron_id"], cron, by=by)
-        self.last.setdefault(cron["cron_id"], schedule.slot_at_or_before(now))
+        await self.schedule(cron)
         return cron
 
     async def delete(self, cron_id: str, by: str) -> None:
         await self.get(cron_id)
         await self.store.adelete(NAMESPACE, cron_id, by=by)
-        self.last.pop(cron_id, None)
+        await self.rt.remove_timer(entry_id(cron_id))
 
-    # ---- firing ------------------------------------------------------------------------
+    # ---- the runtime's timers ----------------------------------------------------------
 
-    async def fire_due(self) -> int:
-        """Fire each enabled cron whose slot is due now; how many fired."""
+    async def schedule(self, cron: dict[str, Any]) -> None:
+        """Make the cron's timer entry point the one the runtime keeps: none when it is
+        disabled or past its end."""
+        await self.rt.remove_timer(entry_id(cron["cron_id"]))
+        if not cron.get("enabled", True) or self._ended(cron):
+            return
+        self.rt.add_timer(timer_of(cron))
+        self._follow()
+
+    def _ended(self, cron: dict[str, Any]) -> bool:
+        end = cron.get("end_before")
+        if end is None:
+            return False
+        schedule = schedule_of(cron["cron_id"], cron["graph_id"], cron["schedule"], 0)
+        next_run = self.rt.next_fire(entry_id(cron["cron_id"]))
         now = self.rt.clock()
-        fired = 0
-        for cron in await self.all():
-            if not cron.get("enabled", True) or cron.get("end_before", float("inf")) <= now:
-                continue
-            schedule = schedule_of(cron["cron_id"], cron["graph_id"], cron["schedule"], now)
-            last = self.last.setdefault(cron["cron_id"], schedule.slot_at_or_before(now))
-            slot, _ = schedule.due(last, now)
-            if slot is None:
-                continue
-            self.last[cron["cron_id"]] = slot
-            try:
-                await self.fire(cron, slot)
-            except Exception as exc:  # one cron failing never stops the others
-                _log.error(
-                    "cron %s could not fire: %s: %s", cron["cron_id"], type(exc).__name__, exc
-                )
-                continue
-            fired += 1
-        return fired
+        upcoming = next_run or schedule.next_after(schedule.slot_at_or_before(now))
+        return bool(upcoming >= end)
 
-    async def fire(self, cron: dict[str, Any], slot: float) -> str:
-        """Start the run of `cron`'s `slot`; its run id."""
-        payload = cron["payload"]
-        named = f"agentlog:cron:{cron['cron_id']}:{slot!r}"
-        thread_id = cron["thread_id"] or str(uuid.uuid5(uuid.NAMESPACE_URL, named))
-        trigger = await self.rt.submit(
-            cron["assistant_id"],
-            wire.incoming(payload.get("input")),
-            thread_id=thread_id,
-            idempotency_key=named,
-            actor=f"cron:{cron['cron_id']}",
-            multitask_strategy=payload.get("multitask_strategy"),
-            correlation_id=None,
-        )
-        if cron["thread_id"] is None and cron.get("on_run_completed") == "delete":
-            task = asyncio.ensure_future(self._delete_after(trigger, cron["cron_id"]))
-            self.pending.add(task)
-            task.add_done_callback(self.pending.discard)
-        return trigger.id
+    async def start(self) -> None:
+        """Register the stored crons' timers (a server starting on a log that has some)."""
+        for cron in await self.all():
+            try:
+                await self.schedule(cron)
+            except Exception as exc:  # one cron failing stops no other
+                _log.error("cron %s is not scheduled: %s: %s", cron.get("cron_id"),
+                           type(exc).__name__, exc)  # fmt: skip
+
+    async def stop(self) -> None:
+        if self.subscription is not None:
+            self.rt.unsubscribe(self.subscription)
+            self.subscription = None
+        for waiting in list(self.pending):
+            waiting.cancel()
+
+    def _follow(self) -> None:
+        if self.subscription is None:
+            self.subscription = self.rt.follow_runtime(["trigger_accepted"], self._accepted)
+
+    async def _accepted(self, record: EventRecord) -> None:
+        """A run a cron started: its webhook is watched, its own thread deleted at its end
+        when the cron says so; a cron past its end fires no more."""
+        accepted = record.event
+        if not isinstance(accepted, TriggerAccepted) or not accepted.entry_point.startswith(PREFIX):
+            return
+        run = self.rt.known_run(accepted.trigger_id)
+        if run is not None:
+            self.fired(run)
+        cron_id = accepted.entry_point[len(PREFIX) :]
+        item = await self.store.aget(NAMESPACE, cron_id)
+        if item is None:
+            return
+        cron = dict(item.value)
+        if self._ended(cron):  # its last slot fired: removed once that run ends
+            self._later(self.rt.remove_timer(entry_id(cron_id)))
+        if run is not None and cron["thread_id"] is None and cron["on_run_completed"] == "delete":
+            self._later(self._delete_after(run, cron_id))
+
+    def _later(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
 
     async def _delete_after(self, trigger: TriggerState, cron_id: str) -> None:
         """Delete (hide) a cron run's own thread once the run ends, as `on_run_completed`
@@ -137,24 +186,3 @@ class CronBook:
         await self.rt.hide_thread(
             accepted.thread_id, accepted.graph_id, by=f"cron:{cron_id}", reason="cron run ended"
         )
-
-    def start(self) -> None:
-        if self.task is None:
-            self.task = asyncio.ensure_future(self._loop())
-
-    async def stop(self) -> None:
-        for waiting in list(self.pending):
-            waiting.cancel()
-        task, self.task = self.task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _loop(self) -> None:
-        while True:
-            try:
-                await self.fire_due()
-            except Exception as exc:  # the clock goes on: try again at the next tick
-                _log.error("crons could not fire: %s: %s", type(exc).__name__, exc)
-            await asyncio.sleep(TICK_S)

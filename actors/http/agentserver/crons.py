@@ -1,6 +1,6 @@
 """The Agent Server's crons: create (on a thread, or a new thread per run), search, count,
-update, delete. They are kept and fired by the server's `CronBook`; a schedule is five cron
-fields read in UTC."""
+update, delete. Each is a timer entry point of the runtime (`CronBook`); a schedule is five
+cron fields read in UTC."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ class CronUpdate(BaseModel):
     metadata: dict[str, Any] | None = None
     input: Any = None
     timezone: str | None = None
+    webhook: str | None = None
 
 
 class CronSearch(BaseModel):
@@ -77,6 +78,11 @@ async def create(
 ) -> dict[str, Any]:
     body.refuse()
     in_utc(body.timezone)
+    if body.after_seconds:
+        raise ApiError(
+            422, "unsupported", "a cron's runs start at its slots: leave after_seconds out"
+        )
+    await srv.outbox.check(body.webhook)
     entry = srv.entry(body.assistant_id)
     if entry is None:
         raise ApiError(404, "not_found", f"no assistant {body.assistant_id!r}")
@@ -107,6 +113,7 @@ async def create(
             "input": wire.jsonable(body.input),
             "multitask_strategy": body.multitask_strategy,
             "stream_mode": body.modes(),
+            "webhook": body.webhook,
         },
         "user_id": who.name,
         "next_run_date": None,
@@ -194,6 +201,9 @@ async def update_cron(
         cron["metadata"] = wire.jsonable(body.metadata)
     if body.input is not None:
         cron["payload"] = {**cron["payload"], "input": wire.jsonable(body.input)}
+    if body.webhook is not None:
+        await srv.outbox.check(body.webhook)
+        cron["payload"] = {**cron["payload"], "webhook": body.webhook}
     return shown(await srv.crons.put(cron, by=who.name))
 
 

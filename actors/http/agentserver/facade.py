@@ -13,7 +13,9 @@ from agentlog.actors.engine.compiled import CompiledGraph
 from agentlog.actors.engine.longterm import BaseStore
 from agentlog.actors.http.agentserver import wire
 from agentlog.actors.http.agentserver.bodies import RunCreate
+from agentlog.actors.http.agentserver.cronbook import PREFIX as CRON_PREFIX
 from agentlog.actors.http.agentserver.cronbook import CronBook
+from agentlog.actors.http.agentserver.outbound import Outbox, RunWebhooks
 from agentlog.actors.http.errors import ApiError
 from agentlog.actors.langgraph.compiled import ShapedGraph, interrupts_of
 from agentlog.actors.langgraph.types import interrupt_id
@@ -44,13 +46,16 @@ class RunNote:
 class AgentServer:
     """The Agent Server's view of the runtime `rt`."""
 
-    def __init__(self, rt: RuntimeFacade) -> None:
+    def __init__(self, rt: RuntimeFacade, webhooks: RunWebhooks | None = None) -> None:
         self.rt = rt
+        self.outbox = Outbox(self, webhooks)
+        """Where runs' webhooks are sent from (`outbound`)."""
         self.started_at = rt.clock()
         self.notes: dict[str, RunNote] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
         self._long_term: BaseStore | None = None
         self.crons = CronBook(rt)
+        self.crons.fired = self.outbox.watch  # a cron's run sends its webhook too
         self.thread_notes = rt.own_store(THREADS_STORE)
         """Metadata set on threads after their creation (`PATCH /threads/{id}`), as records."""
 
@@ -85,6 +90,14 @@ class AgentServer:
         while len(self.notes) > NOTES_KEPT:
             del self.notes[next(iter(self.notes))]
 
+    async def deferred(self, body: RunCreate) -> dict[str, Any]:
+        """What a run's acceptance records of when it is due and where its result goes
+        (`AgentRuntime.submit`'s `due_at`, `webhook`); a webhook this server may not call
+        is refused (422) before anything is written."""
+        await self.outbox.check(body.webhook)
+        after = body.after_seconds
+        return {"due_at": self.rt.clock() + after if after else None, "webhook": body.webhook}
+
     def modes_of(self, run_id: str) -> list[str]:
         note = self.notes.get(run_id)
         return note.modes if note is not None else ["values"]
@@ -99,10 +112,12 @@ class AgentServer:
         trigger = self.rt.run_now(trigger)
         note = self.notes.get(trigger.id)
         accepted = trigger.accepted
+        entry = self.rt.entry(accepted.entry_point)  # a cron's timer: the cron's assistant
+        cron = entry is not None and entry.id.startswith(CRON_PREFIX)
         return {
             "run_id": trigger.id,
             "thread_id": accepted.thread_id,
-            "assistant_id": accepted.entry_point,
+            "assistant_id": entry.name if cron and entry is not None else accepted.entry_point,
             "created_at": wire.iso(trigger.accepted_at),
             "updated_at": wire.iso(trigger.updated_at or trigger.accepted_at),
             "status": wire.run_status(
@@ -308,12 +323,16 @@ class AgentServer:
 
     # ---- assistants ------------------------------------------------------------------
 
+    def entry_points(self) -> list[EntryPoint]:
+        """The assistants: the runtime's entry points but the crons' timers."""
+        return [e for e in self.rt.entry_points() if not e.id.startswith(CRON_PREFIX)]
+
     def entry(self, assistant_id: str) -> EntryPoint | None:
         """The entry point an assistant id names: its id, or a graph's id (its first)."""
         entry = self.rt.entry(assistant_id)
-        if entry is not None:
+        if entry is not None and not assistant_id.startswith(CRON_PREFIX):
             return entry
-        return next((e for e in self.rt.entry_points() if e.graph_id == assistant_id), None)
+        return next((e for e in self.entry_points() if e.graph_id == assistant_id), None)
 
     def assistant(self, entry: EntryPoint) -> dict[str, Any]:
         """An `Assistant`: one per entry point, a single version."""

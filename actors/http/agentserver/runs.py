@@ -74,6 +74,7 @@ async def begin(
             f"checkpoint {ident!r} is not the head of thread {thread_id!r}: a thread's log only "
             "grows; copy the thread at that point and run the copy",
         )
+    deferred = await srv.deferred(body)  # webhook, after_seconds: checked, then recorded
     resume = body.command.resume if body.command is not None else None
     payload = Command(resume=resume) if body.command is not None else wire.incoming(body.input)
     trigger = await rt.submit(
@@ -84,8 +85,10 @@ async def begin(
         actor=who.name,
         multitask_strategy=body.multitask_strategy,
         correlation_id=None,
+        **deferred,
     )
     srv.note(trigger.id, body)
+    srv.outbox.watch(trigger)
     return trigger
 
 
