@@ -14,6 +14,7 @@ from agentlog.actors.engine.longterm import BaseStore
 from agentlog.actors.http.agentserver import wire
 from agentlog.actors.http.agentserver.bodies import RunCreate
 from agentlog.actors.http.agentserver.cronbook import CronBook
+from agentlog.actors.http.agentserver.livewire import live_modes
 from agentlog.actors.http.errors import ApiError
 from agentlog.actors.langgraph.compiled import ShapedGraph, interrupts_of
 from agentlog.actors.langgraph.types import interrupt_id
@@ -51,6 +52,8 @@ class AgentServer:
         self.tasks: set[asyncio.Task[Any]] = set()
         self._long_term: BaseStore | None = None
         self.crons = CronBook(rt)
+        self.live = rt.live_parts()
+        """The live parts of the runs executing here (`custom`, token deltas), by run."""
         self.thread_notes = rt.own_store(THREADS_STORE)
         """Metadata set on threads after their creation (`PATCH /threads/{id}`), as records."""
 
@@ -82,6 +85,7 @@ class AgentServer:
                 }
             ),
         )
+        self.live.want(run_id, live_modes(body.modes()))
         while len(self.notes) > NOTES_KEPT:
             del self.notes[next(iter(self.notes))]
 

@@ -1,0 +1,81 @@
+"""A run's live parts through `agentlog serve`, read by LangGraph's official Python SDK (in
+LangGraph's venv) from a real server process on a loopback port: what a node writes with
+`get_stream_writer()` comes as `custom`, a fake chat model's token chunks as `messages`
+tuples and as `messages/metadata` then `messages/partial` with the message so far, and as
+`on_chat_model_stream` events; all of them before the node's `updates` and `values`. A stream
+joined after the run ended replays the log (the whole message, `messages/complete`) and no
+delta. A node that writes more custom parts at once than a stream holds loses the rest for
+that stream, the run going on to its end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from agentlog.actors.runtime.live import BUFFER
+from tests.agentserver.app import ANSWER, FLOOD
+from tests.helpers import ROOT
+from tests.test_agentserver_clients import peer, serving
+
+PROGRAM = ROOT / "tests" / "agentserver" / "live_program.py"
+__all__ = ["peer"]
+
+
+def streams(tmp_path: Path, python: Path) -> dict[str, list[tuple[str, Any]]]:
+    with serving(tmp_path) as url:
+        ran = subprocess.run(
+            [str(python), str(PROGRAM), url, "sk-ann"],
+            capture_output=True, text=True, timeout=300, cwd=ROOT,
+        )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-4000:]
+    lines = [json.loads(line) for line in ran.stdout.splitlines() if line.startswith("{")]
+    return {s["stream"]: [(e, d) for e, d in s["parts"]] for s in lines}
+
+
+def test_the_sdk_streams_custom_parts_and_token_deltas_in_place(tmp_path: Path, peer: Path) -> None:
+    got = streams(tmp_path, peer)
+    talk = got["talk"]
+    names = [e for e, _ in talk]
+    assert names[0] == "metadata" and names[-1] == "end", names
+    assert ("custom", {"thinking": True}) in talk
+    tuples = [d for e, d in talk if e == "messages"]
+    assert len(tuples) > 1, names  # one per token chunk
+    for chunk, metadata in tuples:
+        assert chunk["type"] == "AIMessageChunk" and chunk["id"], chunk
+        assert metadata["langgraph_node"] == "speak" and metadata["langgraph_step"] == 1
+    assert "".join(chunk["content"] for chunk, _ in tuples) == ANSWER
+    ident = tuples[0][0]["id"]
+    assert [d for e, d in talk if e == "messages/metadata"] == [
+        {ident: {"metadata": tuples[0][1]}}
+    ]  # once per message
+    partials = [d for e, d in talk if e == "messages/partial"]
+    assert len(partials) == len(tuples)
+    assert all(p[0]["type"] == "ai" and p[0]["id"] == ident for p in partials), partials
+    assert [p[0]["content"] for p in partials][-1] == ANSWER  # the message so far, each time
+    assert ANSWER.startswith(partials[0][0]["content"]), partials[0]
+    assert "messages/complete" not in names  # streamed: not sent again whole
+    # in order: the input's values, the node's custom part and deltas, then its step's
+    last_delta = max(i for i, n in enumerate(names) if n.startswith("messages"))
+    assert names.index("values") < names.index("custom") < names.index("messages")
+    assert last_delta < names.index("updates") < len(names) - 2
+    assert names[-2] == "values" and talk[-2][1]["messages"][-1]["content"] == ANSWER
+
+    joined = got["joined after its end"]
+    later = [e for e, _ in joined]
+    assert "custom" not in later and "messages/partial" not in later, later
+    assert [d[0]["content"] for e, d in joined if e == "messages/complete"] == [ANSWER]
+    assert [d[0]["content"] for e, d in joined if e == "messages"] == [ANSWER]
+
+    events = [d for e, d in got["events"] if e == "events"]
+    kinds = [d["event"] for d in events]
+    assert kinds[0] == "on_chain_start" and kinds[-1] == "on_chain_end", kinds
+    tokens = [d for d in events if d["event"] == "on_chat_model_stream"]
+    assert "".join(d["data"]["chunk"]["content"] for d in tokens) == ANSWER
+
+    flood = got["flood"]
+    written = [d["n"] for e, d in flood if e == "custom"]
+    assert FLOOD > BUFFER and written == list(range(BUFFER))  # the rest dropped for it
+    assert [e for e, _ in flood][-2:] == ["values", "end"]
+    assert flood[-2][1]["messages"][-1]["content"] == "flooded"  # the run went on
