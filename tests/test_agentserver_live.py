@@ -5,19 +5,28 @@ tuples and as `messages/metadata` then `messages/partial` with the message so fa
 `on_chat_model_stream` events; all of them before the node's `updates` and `values`. A stream
 joined after the run ended replays the log (the whole message, `messages/complete`) and no
 delta. A node that writes more custom parts at once than a stream holds loses the rest for
-that stream, the run going on to its end."""
+that stream, the run going on to its end. A subgraph node's custom part comes as
+`custom|namespace` with `stream_subgraphs`, and not without it."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
+import httpx
+
+from agentlog.actors.http import create_app
+from agentlog.actors.runtime import AgentRuntime, EntryPoint
 from agentlog.actors.runtime.live import BUFFER
+from agentlog.events import SQLiteEventStore
+from agentlog.langgraph import StateGraph, add_messages, get_stream_writer
 from tests.agentserver.app import ANSWER, FLOOD
 from tests.helpers import ROOT
 from tests.test_agentserver_clients import peer, serving
+from tests.test_serve import Server
 
 PROGRAM = ROOT / "tests" / "agentserver" / "live_program.py"
 __all__ = ["peer"]
@@ -79,3 +88,49 @@ def test_the_sdk_streams_custom_parts_and_token_deltas_in_place(tmp_path: Path, 
     assert FLOOD > BUFFER and written == list(range(BUFFER))  # the rest dropped for it
     assert [e for e, _ in flood][-2:] == ["values", "end"]
     assert flood[-2][1]["messages"][-1]["content"] == "flooded"  # the run went on
+
+
+class Chat(TypedDict):
+    messages: Annotated[list[Any], add_messages]
+
+
+def inner(state: Chat) -> dict[str, Any]:
+    get_stream_writer()({"inside": True})
+    return {"messages": [{"role": "assistant", "content": "from inside"}]}
+
+
+async def test_a_subgraph_nodes_custom_part_comes_under_its_namespace(tmp_path: Path) -> None:
+    async with SQLiteEventStore(tmp_path / "nest.db") as store:
+        sub = StateGraph(Chat)
+        sub.add_node("inner", inner)
+        sub.set_entry_point("inner")
+        outer = StateGraph(Chat)
+        outer.add_node("outer", sub.compile(store))
+        outer.set_entry_point("outer")
+        runtime = AgentRuntime(store)
+        runtime.add_graph("nest", outer.compile(store).graph_engine)
+        runtime.register_entry_point(EntryPoint(id="nest", graph_id="nest"))
+        async with (
+            Server(create_app(runtime)) as url,
+            httpx.AsyncClient(base_url=url, timeout=30) as client,
+        ):
+            seen = {}
+            for subgraphs in (False, True):
+                body = {
+                    "assistant_id": "nest",
+                    "input": {"messages": [{"role": "user", "content": "hi"}]},
+                    "stream_mode": ["custom", "updates"],
+                    "stream_subgraphs": subgraphs,
+                }
+                async with client.stream("POST", "/runs/stream", json=body) as answer:
+                    text = "".join([chunk async for chunk in answer.aiter_text()])
+                lines = text.splitlines()
+                seen[subgraphs] = [
+                    (line.removeprefix("event: "), json.loads(after.removeprefix("data: ")))
+                    for line, after in itertools.pairwise(lines)
+                    if line.startswith("event: ")
+                ]
+    assert [e for e, _ in seen[False]] == ["metadata", "updates", "end"]
+    names = [e for e, _ in seen[True]]
+    assert names[0] == "metadata" and names[2:] == ["updates", "end"], names
+    assert names[1].startswith("custom|outer:") and seen[True][1][1] == {"inside": True}
