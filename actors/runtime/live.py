@@ -41,6 +41,10 @@ BUFFER = 1024
 """How many parts a subscriber holds that it has not taken yet; past that, new ones are
 dropped for it."""
 
+WANTS_KEPT = 10_000
+"""How many runs' wanted modes are kept before the oldest are forgotten (a run never
+dispatched on this process keeps its entry until then)."""
+
 LIVE_MODES = frozenset({StreamMode.CUSTOM, StreamMode.MESSAGES})
 """The engine's modes whose live parts a tap hands over."""
 
@@ -186,6 +190,8 @@ class LiveParts:
         if not wanted:
             return
         self.modes[run_id] = wanted | self.modes.get(run_id, frozenset())
+        while len(self.modes) > WANTS_KEPT:  # runs never dispatched here: forgotten
+            del self.modes[next(iter(self.modes))]
         tap = self.taps.get(run_id)
         if tap is not None:
             tap.live.modes = self.modes[run_id]
@@ -199,8 +205,11 @@ class LiveParts:
     def tap(self, trigger: TriggerState, projection: ModeProjection) -> LiveTap:
         """The stream of one attempt of the run `trigger` starts, over the graph's own
         `projection` (its shapes of messages and values)."""
-        fields = {f.name: getattr(projection, f.name) for f in dataclasses.fields(projection)}
+        fields = {f.name: getattr(projection, f.name) for f in dataclasses.fields(ModeProjection)}
         fields["modes"] = self.modes.get(trigger.id, frozenset())
+        stale = self.taps.get(trigger.id)
+        if stale is not None:  # an attempt that ended before its run began (a retry)
+            stale.end()
         tap = LiveTap(self, trigger.id, LiveProjection(**fields))
         self.taps[trigger.id] = tap
         return tap

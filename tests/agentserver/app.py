@@ -47,12 +47,13 @@ def speak(state: Chat) -> dict[str, Any]:
 
 
 async def flood(state: Chat) -> dict[str, Any]:
-    """Writes FLOOD custom parts without giving the event loop a turn: no stream reads
-    any of them until the node returns."""
+    """Writes FLOOD custom parts, then answers with the streaming chat model, without giving
+    the event loop a turn: no stream reads any of them until the node returns."""
     write = get_stream_writer()
     for n in range(FLOOD):
         write({"n": n})
-    return {"messages": [{"role": "assistant", "content": "flooded"}]}
+    model = GenericFakeChatModel(messages=iter([AIMessage(content=ANSWER)]))
+    return {"messages": [model.invoke(state["messages"])]}
 
 
 def build(store: EventStore, clock: Callable[[], float] = time.time) -> AgentRuntime:

@@ -36,7 +36,9 @@ async def main() -> None:
     report("joined after its end", [p async for p in joined])
     events = client.runs.stream(None, "talk", input=USER, stream_mode="events")
     report("events", [p async for p in events])
-    flood = client.runs.stream(None, "flood", input=USER, stream_mode=["custom", "values"])
+    flood = client.runs.stream(
+        None, "flood", input=USER, stream_mode=["custom", "messages", "values"]
+    )
     report("flood", [p async for p in flood])
 
 

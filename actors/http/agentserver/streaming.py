@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 from agentlog.actors.engine.modes import Part, StreamMode
@@ -147,8 +147,9 @@ async def run_events(
     yield sse("metadata", {"run_id": trigger.id, "attempt": trigger.attempt or 1})
     live = LiveWire.of(srv.live, trigger.id, modes, subgraphs, earlier=created and not after)
     try:
-        async for event in _events(srv, trigger, modes, subgraphs, after, live):
-            yield event
+        async with contextlib.aclosing(_events(srv, trigger, modes, subgraphs, after, live)) as out:
+            async for event in out:
+                yield event
     finally:
         if live is not None:
             live.close()
@@ -165,7 +166,7 @@ async def _events(
     subgraphs: bool,
     after: int,
     live: LiveWire | None,
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str, None]:
     """The run's parts: from its records as they commit, and `live`'s in their place."""
     accepted = trigger.accepted
     thread_id, graph_id = accepted.thread_id, accepted.graph_id
@@ -174,30 +175,32 @@ async def _events(
     projection = app.stream_projection(wanted, {"thread_id": thread_id})
     fold: Fold[Any] | None = None
     batch: list[EventRecord] = []
-    async for record in live_merged(srv.rt.run_records(trigger, after), live):
-        if record is None:  # live parts came: those made after what was read so far
-            assert live is not None
-            for event in live.events(upto=fold.seq if fold is not None else 0):
-                yield event
-            continue
-        if record.thread_id != thread_id:
-            continue  # the runtime's record of the run's end: said below
-        if live is not None:  # those made before this record was committed go first
-            for event in live.events(upto=record.seq - 1):
-                yield event
-        if fold is None:
-            before = record.seq - 1
-            state = await srv.state_at(thread_id, graph_id, before) if before else None
-            if state is None:
-                state = app.graph.state_cls()
-            fold = Fold(state, seq=before)
-        fold.apply(record)
-        batch.append(record)
-        if isinstance(record.event, BOUNDARIES):
-            parts = projection.committed(batch, fold.state)
-            for event in parted(parts, modes, subgraphs, record, live):
-                yield event
-            batch = []
+    merged = contextlib.aclosing(live_merged(srv.rt.run_records(trigger, after), live))
+    async with merged as records:
+        async for record in records:
+            if record is None:  # live parts came: those made after what was read so far
+                assert live is not None
+                for event in live.events(upto=fold.seq if fold is not None else 0):
+                    yield event
+                continue
+            if record.thread_id != thread_id:
+                continue  # the runtime's record of the run's end: said below
+            if live is not None:  # those made before this record was committed go first
+                for event in live.events(upto=record.seq - 1):
+                    yield event
+            if fold is None:
+                before = record.seq - 1
+                state = await srv.state_at(thread_id, graph_id, before) if before else None
+                if state is None:
+                    state = app.graph.state_cls()
+                fold = Fold(state, seq=before)
+            fold.apply(record)
+            batch.append(record)
+            if isinstance(record.event, BOUNDARIES):
+                parts = projection.committed(batch, fold.state)
+                for event in parted(parts, modes, subgraphs, record, live):
+                    yield event
+                batch = []
     if batch and fold is not None:
         parts = projection.committed(batch, fold.state)
         for event in parted(parts, modes, subgraphs, batch[-1], live):
@@ -209,7 +212,7 @@ async def _events(
 
 async def live_merged(
     records: AsyncIterator[EventRecord], live: LiveWire | None
-) -> AsyncIterator[EventRecord | None]:
+) -> AsyncGenerator[EventRecord | None, None]:
     """The run's records as they commit, and None whenever live parts came meanwhile."""
     if live is None:
         async for record in records:
