@@ -6,8 +6,10 @@ tuples and as `messages/metadata` then `messages/partial` with the message so fa
 joined after the run ended replays the log (the whole message, `messages/complete`) and no
 delta. A node that writes more custom parts at once than a stream holds loses the rest for
 that stream (its model's chunks too, the whole message then coming from the log), the run
-going on to its end. A subgraph node's custom part comes as
-`custom|namespace` with `stream_subgraphs`, and not without it."""
+going on to its end; so does a client that stops reading its stream while a run writes
+more than the connection holds: the run ends, and the stream, read again, has lost parts.
+A subgraph node's custom part comes as `custom|namespace` with `stream_subgraphs`, and not
+without it."""
 
 from __future__ import annotations
 
@@ -137,3 +139,48 @@ async def test_a_subgraph_nodes_custom_part_comes_under_its_namespace(tmp_path: 
     names = [e for e, _ in seen[True]]
     assert names[0] == "metadata" and names[2:] == ["updates", "end"], names
     assert names[1].startswith("custom|outer:") and seen[True][1][1] == {"inside": True}
+
+
+PIECES = 4000
+PIECE = "x" * 10_000
+"""What `chatty` writes: 40 MB, more than a loopback connection and a stream's buffer hold."""
+
+
+def chatty(state: Chat) -> dict[str, Any]:
+    write = get_stream_writer()
+    for n in range(PIECES):
+        write({"n": n, "text": PIECE})
+    return {"messages": [{"role": "assistant", "content": "said it all"}]}
+
+
+async def test_a_client_that_stops_reading_never_holds_the_run(tmp_path: Path) -> None:
+    async with SQLiteEventStore(tmp_path / "chatty.db") as store:
+        graph = StateGraph(Chat)
+        graph.add_node("chatty", chatty)
+        graph.set_entry_point("chatty")
+        runtime = AgentRuntime(store)
+        runtime.add_graph("chatty", graph.compile(store).graph_engine)
+        runtime.register_entry_point(EntryPoint(id="chatty", graph_id="chatty"))
+        async with (
+            Server(create_app(runtime)) as url,
+            httpx.AsyncClient(base_url=url, timeout=60) as slow,
+            httpx.AsyncClient(base_url=url, timeout=60) as other,
+        ):
+            tid = (await other.post("/threads", json={})).json()["thread_id"]
+            body = {
+                "assistant_id": "chatty",
+                "input": {"messages": [{"role": "user", "content": "talk"}]},
+                "stream_mode": ["custom", "values"],
+            }
+            async with slow.stream("POST", f"/threads/{tid}/runs/stream", json=body) as answer:
+                lines = answer.aiter_lines()
+                while not (line := await anext(lines)).startswith("data: "):
+                    pass
+                run_id = json.loads(line.removeprefix("data: "))["run_id"]
+                # the client reads no more: the run still ends
+                joined = await other.get(f"/threads/{tid}/runs/{run_id}/join")
+                assert joined.json()["messages"][-1]["content"] == "said it all"
+                rest = [line async for line in lines if line.startswith("event: ")]
+    custom = rest.count("event: custom")
+    assert 0 < custom < PIECES, custom  # those written while its buffer was full: dropped
+    assert rest[-2:] == ["event: values", "event: end"], rest[-3:]
