@@ -9,7 +9,8 @@ that stream (its model's chunks too, the whole message then coming from the log)
 going on to its end; so does a client that stops reading its stream while a run writes
 more than the connection holds: the run ends, and the stream, read again, has lost parts.
 A subgraph node's custom part comes as `custom|namespace` with `stream_subgraphs`, and not
-without it."""
+without it. A model node of agentlog's own (`ModelNode`, over the fake provider) streams its
+deltas as one message's chunks, and a stream joined later gets its whole answer."""
 
 from __future__ import annotations
 
@@ -20,16 +21,19 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import httpx
+import openai
 
 from agentlog.actors.http import create_app
+from agentlog.actors.models import ModelNode
 from agentlog.actors.runtime import AgentRuntime, EntryPoint
 from agentlog.actors.runtime.live import BUFFER
 from agentlog.events import SQLiteEventStore
 from agentlog.langgraph import StateGraph, add_messages, get_stream_writer
 from tests.agentserver.app import ANSWER, FLOOD
-from tests.helpers import ROOT
+from tests.helpers import ROOT, line
 from tests.test_agentserver_clients import peer, serving
 from tests.test_serve import Server
+from tests.workers.fake_provider import FakeProvider
 
 PROGRAM = ROOT / "tests" / "agentserver" / "live_program.py"
 __all__ = ["peer"]
@@ -184,3 +188,43 @@ async def test_a_client_that_stops_reading_never_holds_the_run(tmp_path: Path) -
     custom = rest.count("event: custom")
     assert 0 < custom < PIECES, custom  # those written while its buffer was full: dropped
     assert rest[-2:] == ["event: values", "event: end"], rest[-3:]
+
+
+def sse_events(text: str) -> list[tuple[str, Any]]:
+    lines = text.splitlines()
+    return [
+        (head.removeprefix("event: "), json.loads(data.removeprefix("data: ")))
+        for head, data in itertools.pairwise(lines)
+        if head.startswith("event: ")
+    ]
+
+
+async def test_a_model_nodes_deltas_stream_as_one_message(tmp_path: Path) -> None:
+    whole = "Your order A-1042 is eligible for a refund of 89.90."
+    async with FakeProvider() as provider, SQLiteEventStore(tmp_path / "model.db") as store:
+        client = openai.AsyncOpenAI(base_url=provider.openai_url, api_key="sk-test")
+        runtime = AgentRuntime(store)
+        runtime.add_graph("ask", line(("model", ModelNode(client, model="m"))).compile(store))
+        runtime.register_entry_point(EntryPoint(id="ask", graph_id="ask"))
+        async with (
+            Server(create_app(runtime)) as url,
+            httpx.AsyncClient(base_url=url, timeout=30) as http,
+        ):
+            modes = ["messages-tuple", "messages", "values"]
+            body = {"assistant_id": "ask", "input": "refund?", "stream_mode": modes}
+            tid = (await http.post("/threads", json={})).json()["thread_id"]
+            answer = await http.post(f"/threads/{tid}/runs/stream", json=body)
+            live = sse_events(answer.text)
+            run_id = live[0][1]["run_id"]
+            later = await http.get(f"/threads/{tid}/runs/{run_id}/stream")
+            joined = sse_events(later.text)
+    tuples = [data for event, data in live if event == "messages"]
+    assert len(tuples) > 2 and "".join(c["content"] for c, _ in tuples) == whole, tuples
+    assert {m["langgraph_node"] for _, m in tuples} == {"model"}
+    partials = [data[0]["content"] for event, data in live if event == "messages/partial"]
+    assert partials[-1] == whole and len(partials) == len(tuples), partials
+    assert len({data[0]["id"] for event, data in live if event == "messages/partial"}) == 1
+    names = [event for event, _ in live]
+    assert names.count("messages/metadata") == 1 and "messages/complete" not in names, names
+    assert [d[0]["content"] for e, d in joined if e == "messages/complete"] == [whole]
+    assert "messages/partial" not in [e for e, _ in joined]

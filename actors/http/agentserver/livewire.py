@@ -79,7 +79,12 @@ class LiveWire:
         sent again whole when some of its chunks were dropped for this stream)."""
         if part.mode is not StreamMode.MESSAGES or self.subscription.dropped:
             return False
-        return _message_id(part.data[0]) in self.sent
+        message, metadata = part.data
+        if _message_id(message) in self.sent:
+            return True
+        mine = isinstance(message, Message) and message.role == "assistant"
+        mine = mine or getattr(message, "type", None) == "ai"
+        return mine and _turn(wire.jsonable(metadata)) in self.sent
 
     def events(self, *, upto: int | None) -> list[str]:
         """The events of the live parts made after the run's commit `upto` at the latest."""
@@ -102,7 +107,7 @@ class LiveWire:
         metadata = wire.jsonable(metadata)
         key = _message_id(message)
         if isinstance(message, Message) and message.delta:  # agentlog's deltas: one per step
-            key = f"{metadata.get('langgraph_node')}:{metadata.get('langgraph_step')}"
+            key = _turn(metadata)
         self.sent.add(key)
         chunk = wire.jsonable(message)
         out: list[str] = []
@@ -146,6 +151,12 @@ class LiveWire:
             whole["type"] = "ai"
         whole["id"] = key
         return whole
+
+
+def _turn(metadata: dict[str, Any]) -> str:
+    """The key of a model node's deltas (they carry no id of their message): its node and
+    step, whose assistant message they are."""
+    return f"{metadata.get('langgraph_node')}:{metadata.get('langgraph_step')}"
 
 
 def _joined(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:

@@ -173,6 +173,7 @@ async def _events(
     app = srv.app(graph_id)
     wanted = sorted({m for m in (ENGINE_MODES.get(n) for n in modes) if m is not None})
     projection = app.stream_projection(wanted, {"thread_id": thread_id})
+    projection.skip_streamed = False  # a model's streamed answer: `live` says if it was sent
     fold: Fold[Any] | None = None
     batch: list[EventRecord] = []
     merged = contextlib.aclosing(live_merged(srv.rt.run_records(trigger, after), live))
