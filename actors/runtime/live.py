@@ -19,6 +19,7 @@ over before it came (up to `BUFFER`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import threading
 import weakref
@@ -96,8 +97,9 @@ class Subscription:
     def wake(self) -> None:
         if threading.get_ident() == self._thread:
             self._ready.set()
-        else:
-            self._loop.call_soon_threadsafe(self._ready.set)
+        else:  # from a worker thread; not at all once the subscriber's loop has closed
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._ready.set)
 
     def take(self, upto: int | None = None) -> list[LivePart]:
         """The parts handed over after the run's commit `upto` at the latest (all: None)."""
