@@ -10,7 +10,7 @@ node's `get_stream_writer()` writes (`custom`) and a model's token deltas (`mess
 before it was made, so a node's deltas come before its step's `updates` and `values`. Those
 are not replayed: a stream joined later, or resumed with `Last-Event-ID`, gets the deltas
 made after it came (its event ids are the log's positions only). A subgraph's live parts
-carry its namespace (`custom|node:task`, with `stream_subgraphs`); its records are on a
+carry its namespace (`custom|node:step`, with `stream_subgraphs`); its records are on a
 thread of its own, so its `values` and `updates` are not in the stream. Modes map to the
 engine's as `ENGINE_MODES` says; the `events` mode shows each task's start and end as
 `on_chain_start` / `on_chain_end`.
