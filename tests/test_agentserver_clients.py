@@ -4,7 +4,8 @@ ephemeral loopback port with a token file, and the official `langgraph-sdk` and
 `x-api-key`), each call asserting its answer's shape as the SDK's TypedDicts declare it.
 
 LangGraph's JavaScript SDK (from the npm registry, run by Node) creates a thread, streams a
-run in `messages-tuple` and `values` modes, and resumes an interrupt.
+run in `messages-tuple` and `values` modes, streams a chat model's token chunks and a node's
+custom part live, and resumes an interrupt.
 
 The program prints one line per call; this test holds the counts to the floor below, and
 names every call that must work (the one left out is refused by design)."""
@@ -108,6 +109,7 @@ def test_the_javascript_sdk_streams_and_resumes(tmp_path: Path, node_client: Pat
     assert set(calls) == {
         "threads.create",
         "runs.stream(messages-tuple, values)",
+        "runs.stream(custom, messages-tuple) token chunks",
         "resume an interrupt",
     }
     assert all(c["ok"] for c in calls.values()), calls

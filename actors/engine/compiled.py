@@ -232,10 +232,11 @@ class CompiledGraph(BlockingCalls, Streaming, Generic[S]):
         shape: ResponseGranularity = ResponseGranularity.LOW,
         *,
         include_state: bool = True,
+        stream: RunStream | None = None,
     ) -> tuple[dict[str, Any], int]:
         """`ainvoke`'s result, and the thread's seq where this call left it (the runtime
-        records where each of its runs ends)."""
-        run = await self._run(input, config, stream=None)
+        records where each of its runs ends); `stream` hears what the run says as it runs."""
+        run = await self._run(input, config, stream=stream)
         return run_result(run.fold.state, run.own, shape, include_state=include_state), run.fold.seq
 
     async def _run(

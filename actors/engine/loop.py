@@ -130,7 +130,7 @@ class RunLoop(Run[S]):
                 await self.commits.land()  # at rest: whatever the mode held is durable now
                 if self.fold.seq - self.last_snapshot >= SNAPSHOT_AT_REST:
                     self.commits.snapshot()  # the next load of the thread starts from here
-            if stream is not None:
+            if stream is not None and stream.projection is None:  # a mode shows no state chunk
                 await stream.tell(
                     StreamChunk(
                         event=StreamEvent.STATE,

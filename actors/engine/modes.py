@@ -189,6 +189,9 @@ class ModeProjection:
     streamed_ids: set[Any] = field(default_factory=set)
     """Ids of the messages whose chunks were handed over (`emit_message_chunk`): not
     yielded again whole when their step commits."""
+    skip_streamed: bool = True
+    """Leave out a whole message whose model call says it streamed (`model_called`'s
+    `streamed`): its chunks went to this consumer. False for one reading the log later."""
 
     def nested(self, segment: str, nodes: frozenset[str] = frozenset()) -> ModeProjection:
         """The projection of a run nested in this one (a subgraph's, with `nodes`): the same
@@ -240,6 +243,7 @@ class ModeProjection:
             r.event.message_id
             for r in records
             if isinstance(r.event, ModelCalled) and r.event.streamed and r.event.message_id
+            if self.skip_streamed
         }
         opened = any(type(r.event).OPENS_RUN for r in records)
         for record in records:

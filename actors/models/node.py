@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from agentlog.actors.engine.context import NodeContext, current_context
 from agentlog.actors.engine.errors import GraphError
+from agentlog.actors.engine.modes import StreamMode
 from agentlog.actors.engine.redact import redact
 from agentlog.actors.engine.replaying import log_answers
 from agentlog.actors.models._common import ModelAnswer, Tools, dumps, plain, request_hash
@@ -317,12 +318,16 @@ class ModelNode:
         return recorded
 
     def _streams(self, context: NodeContext) -> bool:
-        """Whether this call streams: as told, else when someone consumes `astream`, or
-        when the Anthropic SDK would refuse the call unstreamed (a `max_tokens` it expects
-        to take over ten minutes, about 21,000 and up, or over its limit for the model)."""
+        """Whether this call streams: as told, else when someone consumes `astream` (in
+        agentlog's chunks or the `messages` mode), or when the Anthropic SDK would refuse
+        the call unstreamed (a `max_tokens` it expects to take over ten minutes, about
+        21,000 and up, or over its limit for the model)."""
         if self.stream is not None:
             return self.stream
-        if context.stream is not None:
+        projection = None if context.stream is None else context.stream.projection
+        if context.stream is not None and (
+            projection is None or projection.wants(StreamMode.MESSAGES)
+        ):
             return True
         tokens = self.params.get("max_tokens")
         if self.api != "anthropic" or not isinstance(tokens, int):

@@ -21,6 +21,7 @@ from agentlog.actors.engine.redact import redact
 from agentlog.actors.engine.steps import TRIGGER_KEY
 from agentlog.actors.runtime.inputs import with_session_keys
 from agentlog.actors.runtime.ledger import TriggerState
+from agentlog.actors.runtime.live import live_tap
 from agentlog.actors.runtime.rollback import roll_back, rolled_back
 from agentlog.actors.runtime.shared import RunScope, _scope
 from agentlog.actors.runtime.spec import retry_can_fix
@@ -393,8 +394,7 @@ class Dispatcher:
     async def _run_trigger(
         self, state: TriggerState, resume: bool, dispatched: bool = False
     ) -> None:
-        """Record the trigger's dispatch (unless `dispatched`: its acceptance recorded it),
-        run it, and record how it ended."""
+        """Record the trigger's dispatch (unless `dispatched`), run it, record its end."""
         accepted, thread_id = state.accepted, state.accepted.thread_id
         app = self.runtime.graphs[accepted.graph_id].app
         attempt = state.attempt + (0 if state.in_flight else 1)
@@ -419,9 +419,8 @@ class Dispatcher:
                 cancelling = execution is not None and execution.cancelled_by is not None
                 if state.done or cancelling:  # cancelled during that read: no dispatch after
                     return
-                # resume from the log when this trigger's run opened since its first
-                # dispatch; else its input was never recorded (whatever else was, such as
-                # a person's edit): send it
+                # resume from the log when this trigger's run opened since its first dispatch;
+                # else its input was never recorded (whatever else was, an edit): send it
                 resume = (
                     state.first_seq is not None
                     and seq > state.first_seq
@@ -461,7 +460,8 @@ class Dispatcher:
             try:
                 # busy (a def node cut short, an edit): retried while the trigger is ours
                 ran = await RETRY.while_busy(
-                    lambda: app.ainvoke_to(run_input, config), still=still_ours
+                    lambda: app.ainvoke_to(run_input, config, stream=live_tap(self, state)),
+                    still=still_ours,
                 )
             except ClaimLostError as exc:
                 # its claim was taken over (it looked dead): what it wrote stands and the

@@ -18,6 +18,7 @@ from agentlog.actors.engine.commit import fork_thread
 from agentlog.actors.engine.longterm import LogStore
 from agentlog.actors.engine.threads import STORE_THREAD, internal_threads
 from agentlog.actors.runtime.ledger import TriggerState
+from agentlog.actors.runtime.live import LiveParts
 from agentlog.actors.runtime.rollback import roll_back
 from agentlog.actors.runtime.spec import (
     EntryPoint,
@@ -404,6 +405,11 @@ class RuntimeFacade:
         await self.runtime.cancel(thread_id, actor=actor, reason=reason)
 
     # ---- what a front speaking the graphs' own shapes reads ------------------------------
+
+    def live_parts(self) -> LiveParts:
+        """What the runs executing here say while they run (`custom`, token deltas), turned
+        on for this runtime: a front that streams runs subscribes to them by run."""
+        return LiveParts.of(self.runtime)
 
     def compiled(self, graph_id: str) -> CompiledGraph[Any]:
         """The graph's compiled app: a front that shows a graph as its own program does (the

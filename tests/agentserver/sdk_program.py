@@ -387,8 +387,6 @@ async def _mode(stream: Any, mode: str) -> Any:
     names = events(parts)
     assert names[-1] == "end" or "error" not in names, names
     wanted = {"messages-tuple": "messages", "messages": "messages/complete"}.get(mode, mode)
-    if mode == "custom":  # what a node's writer writes is not in the log (documented)
-        return parts
     assert wanted in names, names
     for part in parts:
         if part.event == "values":

@@ -15,6 +15,7 @@ from agentlog.actors.http.agentserver import wire
 from agentlog.actors.http.agentserver.bodies import RunCreate
 from agentlog.actors.http.agentserver.cronbook import PREFIX as CRON_PREFIX
 from agentlog.actors.http.agentserver.cronbook import CronBook
+from agentlog.actors.http.agentserver.livewire import live_modes
 from agentlog.actors.http.agentserver.outbound import Outbox, RunWebhooks
 from agentlog.actors.http.errors import ApiError
 from agentlog.actors.langgraph.compiled import ShapedGraph, interrupts_of
@@ -56,6 +57,8 @@ class AgentServer:
         self._long_term: BaseStore | None = None
         self.crons = CronBook(rt)
         self.crons.fired = self.outbox.watch  # a cron's run sends its webhook too
+        self.live = rt.live_parts()
+        """The live parts of the runs executing here (`custom`, token deltas), by run."""
         self.thread_notes = rt.own_store(THREADS_STORE)
         """Metadata set on threads after their creation (`PATCH /threads/{id}`), as records."""
 
@@ -87,6 +90,7 @@ class AgentServer:
                 }
             ),
         )
+        self.live.want(run_id, live_modes(body.modes()))
         while len(self.notes) > NOTES_KEPT:
             del self.notes[next(iter(self.notes))]
 

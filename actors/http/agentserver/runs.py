@@ -218,7 +218,8 @@ async def stream(
     srv: AgentServer = Server,
 ) -> StreamingResponse:
     trigger = await begin(srv, thread_id, body, who)
-    events = run_events(srv, trigger, body.modes(), subgraphs=bool(body.stream_subgraphs))
+    subgraphs = bool(body.stream_subgraphs)
+    events = run_events(srv, trigger, body.modes(), subgraphs=subgraphs, created=True)
     cancels = body.on_disconnect == "cancel"
     return streamed(request, events, trigger, srv if cancels else None, who)
 
@@ -232,7 +233,8 @@ async def stream_stateless(
     trigger = await begin(srv, body.thread_id, body, who)
     if body.thread_id is None:
         after_run(srv, trigger, body, who)
-    events = run_events(srv, trigger, body.modes(), subgraphs=bool(body.stream_subgraphs))
+    subgraphs = bool(body.stream_subgraphs)
+    events = run_events(srv, trigger, body.modes(), subgraphs=subgraphs, created=True)
     cancels = body.on_disconnect == "cancel"
     return streamed(request, events, trigger, srv if cancels else None, who)
 

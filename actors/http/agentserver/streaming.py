@@ -3,22 +3,31 @@ run id), then the parts of the stream modes asked for, projected from the run's 
 they commit, `error` if it failed, and `end` last.
 
 The parts come from the log through the engine's own projection (`ModeProjection`), the one
-`astream` uses, fed record by record with the thread's fold; what is not in the log is not in
-a server run's stream: what a node's `get_stream_writer()` writes (`custom`) and a model's
-token deltas (`messages/partial`), nor a subgraph node's own parts (its run is on a thread
-of its own). Modes map to the engine's as `ENGINE_MODES` says; the
-`events` mode shows each task's start and end as `on_chain_start` / `on_chain_end`.
+`astream` uses, fed record by record with the thread's fold. What the log does not keep comes
+live from the run, when it executes on this process (`agentlog.actors.runtime.live`): what a
+node's `get_stream_writer()` writes (`custom`) and a model's token deltas (`messages` tuples,
+`messages/partial`, `on_chat_model_stream` events), each put after the records committed
+before it was made, so a node's deltas come before its step's `updates` and `values`. Those
+are not replayed: a stream joined later, or resumed with `Last-Event-ID`, gets the deltas
+made after it came (its event ids are the log's positions only). A subgraph's live parts
+carry its namespace (`custom|node:step`, with `stream_subgraphs`); its records are on a
+thread of its own, so its `values` and `updates` are not in the stream. Modes map to the
+engine's as `ENGINE_MODES` says; the `events` mode shows each task's start and end as
+`on_chain_start` / `on_chain_end`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 from agentlog.actors.engine.modes import Part, StreamMode
 from agentlog.actors.http.agentserver import wire
 from agentlog.actors.http.agentserver.facade import AgentServer
+from agentlog.actors.http.agentserver.livewire import LiveWire
 from agentlog.actors.runtime.facade import TriggerState
 from agentlog.events import EventRecord
 from agentlog.events.kinds import BranchEntered, InterruptRaised, NodeEntered, StepAdvanced
@@ -108,13 +117,17 @@ the node entered after it (its `values` show the input), a step's writes with it
 
 
 def parted(
-    parts: Sequence[Part], modes: Sequence[str], subgraphs: bool, record: EventRecord
+    parts: Sequence[Part],
+    modes: Sequence[str],
+    subgraphs: bool,
+    record: EventRecord,
+    live: LiveWire | None = None,
 ) -> list[str]:
-    """The events of the parts a batch of records made."""
+    """The events of the parts a batch of records made (but the messages `live` streamed)."""
     return [
         sse(named(mode, part.ns), data, f"{record.position}")
         for part in parts
-        if subgraphs or not part.ns
+        if (subgraphs or not part.ns) and (live is None or not live.streamed(part))
         for mode, data in wire_parts(part, modes, record)
     ]
 
@@ -126,35 +139,108 @@ async def run_events(
     *,
     subgraphs: bool = False,
     after: int = 0,
+    created: bool = False,
 ) -> AsyncIterator[str]:
-    """The run's stream from its records with position > `after`, to its end."""
+    """The run's stream from its records with position > `after`, to its end, with the live
+    parts made since it came (`created`: the stream the run was created with, which also gets
+    those made before it connected)."""
     yield sse("metadata", {"run_id": trigger.id, "attempt": trigger.attempt or 1})
+    live = LiveWire.of(srv.live, trigger.id, modes, subgraphs, earlier=created and not after)
+    try:
+        async with contextlib.aclosing(_events(srv, trigger, modes, subgraphs, after, live)) as out:
+            async for event in out:
+                yield event
+    finally:
+        if live is not None:
+            live.close()
+    ended = srv.rt.run_now(trigger)
+    if ended.outcome == "failed":
+        yield sse("error", {"error": ended.error_type or "Error", "message": ended.message or ""})
+    yield sse("end", None)
+
+
+async def _events(
+    srv: AgentServer,
+    trigger: TriggerState,
+    modes: Sequence[str],
+    subgraphs: bool,
+    after: int,
+    live: LiveWire | None,
+) -> AsyncGenerator[str, None]:
+    """The run's parts: from its records as they commit, and `live`'s in their place."""
     accepted = trigger.accepted
     thread_id, graph_id = accepted.thread_id, accepted.graph_id
     app = srv.app(graph_id)
     wanted = sorted({m for m in (ENGINE_MODES.get(n) for n in modes) if m is not None})
     projection = app.stream_projection(wanted, {"thread_id": thread_id})
+    projection.skip_streamed = False  # a model's streamed answer: `live` says if it was sent
     fold: Fold[Any] | None = None
     batch: list[EventRecord] = []
-    async for record in srv.rt.run_records(trigger, after):
-        if record.thread_id != thread_id:
-            continue  # the runtime's record of the run's end: said below
-        if fold is None:
-            before = record.seq - 1
-            state = await srv.state_at(thread_id, graph_id, before) if before else None
-            if state is None:
-                state = app.graph.state_cls()
-            fold = Fold(state, seq=before)
-        fold.apply(record)
-        batch.append(record)
-        if isinstance(record.event, BOUNDARIES):
-            for event in parted(projection.committed(batch, fold.state), modes, subgraphs, record):
-                yield event
-            batch = []
+    merged = contextlib.aclosing(live_merged(srv.rt.run_records(trigger, after), live))
+    async with merged as records:
+        async for record in records:
+            if record is None:  # live parts came: those made after what was read so far
+                assert live is not None
+                for event in live.events(upto=fold.seq if fold is not None else 0):
+                    yield event
+                continue
+            if record.thread_id != thread_id:
+                continue  # the runtime's record of the run's end: said below
+            if live is not None:  # those made before this record was committed go first
+                for event in live.events(upto=record.seq - 1):
+                    yield event
+            if fold is None:
+                before = record.seq - 1
+                state = await srv.state_at(thread_id, graph_id, before) if before else None
+                if state is None:
+                    state = app.graph.state_cls()
+                fold = Fold(state, seq=before)
+            fold.apply(record)
+            batch.append(record)
+            if isinstance(record.event, BOUNDARIES):
+                parts = projection.committed(batch, fold.state)
+                for event in parted(parts, modes, subgraphs, record, live):
+                    yield event
+                batch = []
     if batch and fold is not None:
-        for event in parted(projection.committed(batch, fold.state), modes, subgraphs, batch[-1]):
+        parts = projection.committed(batch, fold.state)
+        for event in parted(parts, modes, subgraphs, batch[-1], live):
             yield event
-    ended = srv.rt.run_now(trigger)
-    if ended.outcome == "failed":
-        yield sse("error", {"error": ended.error_type or "Error", "message": ended.message or ""})
-    yield sse("end", None)
+    if live is not None:
+        for event in live.events(upto=None):
+            yield event
+
+
+async def live_merged(
+    records: AsyncIterator[EventRecord], live: LiveWire | None
+) -> AsyncGenerator[EventRecord | None, None]:
+    """The run's records as they commit, and None whenever live parts came meanwhile."""
+    if live is None:
+        async for record in records:
+            yield record
+        return
+    following = aiter(records)
+    upcoming: asyncio.Future[EventRecord] = asyncio.ensure_future(anext(following))
+    try:
+        while True:
+            woken: asyncio.Future[Any] = asyncio.ensure_future(live.subscription.wait())
+            either: set[asyncio.Future[Any]] = {upcoming, woken}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            woken.cancel()
+            if woken.done() and not woken.cancelled():
+                yield None
+            if upcoming.done():
+                try:
+                    record = upcoming.result()
+                except StopAsyncIteration:
+                    return
+                upcoming = asyncio.ensure_future(anext(following))
+                yield record
+    finally:
+        upcoming.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await upcoming
+        closing = getattr(following, "aclose", None)
+        if closing is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await closing()

@@ -24,6 +24,22 @@ await call("runs.stream(messages-tuple, values)", async () => {
   if (seen[0] !== "metadata" || !seen.includes("messages") || !seen.includes("values")) throw new Error(seen.join(","));
   if (last.messages.at(-1).content !== "you said: hello") throw new Error(JSON.stringify(last));
 });
+await call("runs.stream(custom, messages-tuple) token chunks", async () => {
+  const seen = [];
+  let text = "";
+  for await (const part of client.runs.stream(null, "talk", { input: user, streamMode: ["custom", "messages-tuple", "updates"] })) {
+    seen.push(part.event);
+    if (part.event === "custom" && !part.data.thinking) throw new Error(JSON.stringify(part.data));
+    if (part.event === "messages") {
+      const [chunk, metadata] = part.data;
+      if (chunk.type !== "AIMessageChunk" || metadata.langgraph_node !== "speak") throw new Error(JSON.stringify(part.data));
+      text += chunk.content;
+    }
+  }
+  const chunks = seen.filter((e) => e === "messages").length;
+  if (text !== "owls hunt at night" || chunks < 2) throw new Error(`${text} in ${chunks}: ${seen.join(",")}`);
+  if (seen.indexOf("custom") > seen.indexOf("messages") || seen.lastIndexOf("messages") > seen.indexOf("updates")) throw new Error(seen.join(","));
+});
 await call("resume an interrupt", async () => {
   const paused = await client.threads.create();
   const first = await client.runs.wait(paused.thread_id, "approval", { input: user });
