@@ -64,7 +64,9 @@ async def events_of(
     """A stream's records up to the first of kind `until`."""
     got: list[dict[str, Any]] = []
     async with client.stream("GET", path, **kw) as stream:
-        assert stream.status_code == 200
+        if stream.status_code != 200:
+            await stream.aread()
+            raise AssertionError(f"{path}: {stream.status_code} {stream.text[:500]}")
         async for text in stream.aiter_lines():
             if text.startswith("data: "):
                 got.append(json.loads(text[6:]))
