@@ -91,6 +91,7 @@ class TasksPlanned(BaseEvent, tag="tasks_planned", frozen=True):
     Written in the commit of the step before, ahead of its `step_advanced` (or of the run's
     opening); a one-node step is planned by `step_advanced.next_node` alone, as before."""
 
+    RUN_INPUT: ClassVar[bool] = True
     STEP_OUTPUT: ClassVar[bool] = True
 
     step: int
@@ -101,6 +102,7 @@ class TasksPlanned(BaseEvent, tag="tasks_planned", frozen=True):
 class MessageAppended(BaseEvent, tag="message_appended", frozen=True):
     """One message joined the context (through the `add_messages` reducer)."""
 
+    RUN_INPUT: ClassVar[bool] = True
     CARRIES_MESSAGES: ClassVar[bool] = True
     STEP_OUTPUT: ClassVar[bool] = True
 
@@ -111,6 +113,7 @@ class MessageAppended(BaseEvent, tag="message_appended", frozen=True):
 class MessageReplaced(BaseEvent, tag="message_replaced", frozen=True):
     """The message with the same `message_id` was replaced in place (a human's correction)."""
 
+    RUN_INPUT: ClassVar[bool] = True
     CARRIES_MESSAGES: ClassVar[bool] = True
     STEP_OUTPUT: ClassVar[bool] = True
 
@@ -130,6 +133,7 @@ class MessagesReplaced(BaseEvent, tag="messages_replaced", frozen=True):
 class MessagesRemoved(BaseEvent, tag="messages_removed", frozen=True):
     """The messages with these ids left the context (`RemoveMessage`); the log keeps them."""
 
+    RUN_INPUT: ClassVar[bool] = True
     STEP_OUTPUT: ClassVar[bool] = True
 
     message_ids: list[str | int]
@@ -140,6 +144,7 @@ class StateUpdated(BaseEvent, tag="state_updated", frozen=True):
     """Custom state fields changed, merged through each field's reducer; with `replace`
     (a rollback) set to the values as they are, reducers bypassed."""
 
+    RUN_INPUT: ClassVar[bool] = True
     SETS_FIELDS: ClassVar[bool] = True
     STEP_OUTPUT: ClassVar[bool] = True
 
@@ -349,6 +354,8 @@ FIELD_KINDS = kinds_where("SETS_FIELDS")
 """Kinds that declare or set custom state fields."""
 OPENING_KINDS = kinds_where("OPENS_RUN")
 """Kinds that start or resume a run."""
+INPUT_KINDS = kinds_where("RUN_INPUT")
+"""Kinds that may carry a run's input in the commit that opens it."""
 ENDING_KINDS = kinds_where("ENDS_RUN")
 """Kinds that end or pause a run."""
 TIMED_KINDS = kinds_where("TIMED")
@@ -372,6 +379,7 @@ __all__ = [
     "EVENT_TYPES",
     "FACT_KINDS",
     "FIELD_KINDS",
+    "INPUT_KINDS",
     "KINDS",
     "MESSAGE_KINDS",
     "OPENING_KINDS",

@@ -27,6 +27,9 @@ class BaseEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", gc=
     """It declares or sets custom state fields (their reducers, or their values)."""
     OPENS_RUN: ClassVar[bool] = False
     """It starts or resumes a run: a run's commit that holds the run's input."""
+    RUN_INPUT: ClassVar[bool] = False
+    """It may carry a run's input: written in the commit that opens the run, after its
+    `OPENS_RUN` record (a replay reads such records as what came from outside)."""
     ENDS_RUN: ClassVar[bool] = False
     """It ends a run or pauses it (completed, failed, interrupted, stopped, cancelled)."""
     TIMED: ClassVar[bool] = False

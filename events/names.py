@@ -1,4 +1,5 @@
-"""Checks of the names a caller gives the log: thread ids, run ids, actors."""
+"""Checks of the names a caller gives the log: thread ids, run ids, actors; and `inert`, how
+stored text (which came from models, tools and users) is shown to a person."""
 
 from __future__ import annotations
 
@@ -51,3 +52,38 @@ def check_text(name: str, value: object) -> None:
         value.encode()
     except UnicodeEncodeError as exc:
         raise InvalidAppendError(f"{name} {value!r} is not valid UTF-8 text: {exc}") from exc
+
+
+_FORMAT = (
+    "\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f"
+    "\ufeff\ufff9-\ufffb\U000e0001\U000e0020-\U000e007f\ud800-\udfff"
+)
+_BODY_UNSAFE = re.compile(f"[\x00-\x08\x0b-\x1f{_FORMAT}]")
+_LINE_UNSAFE = re.compile(f"[\\\\\x00-\x1f{_FORMAT}]")
+_SHORT = {0x5C: "\\\\", 0x0A: "\\n", 0x09: "\\t", 0x0D: "\\r"}
+
+
+def _escape_char(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    if code in _SHORT:
+        return _SHORT[code]
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def inert(text: str, *, body: bool = False) -> str:
+    """`text` safe to print: every control, bidi and invisible format character escaped.
+
+    C0 and C1 controls, DEL, bidi embeddings, overrides and isolates (U+202A-202E,
+    U+2066-2069), zero-width and other format characters, line and paragraph separators
+    become `\\n`, `\\t`, `\\r`, `\\xNN`, `\\uNNNN` or `\\UNNNNNNNN`. In a message `body`,
+    newlines and tabs stay; in a one-line field (a thread id, node, actor, summary) they are
+    escaped too, and a backslash is doubled, so that stored text can neither forge a line
+    nor pose as an escape. Every view of the log for people shows stored text through it
+    (the command line, a replay test's report).
+    """
+    pattern = _BODY_UNSAFE if body else _LINE_UNSAFE
+    return pattern.sub(_escape_char, text)

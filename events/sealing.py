@@ -31,6 +31,21 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 
 from agentlog.events.errors import CorruptRecordError, InvalidArgumentError, StoreError
+from agentlog.events.kinds import (
+    ContextSummarized,
+    Forked,
+    InterruptRaised,
+    MessageAppended,
+    MessageReplaced,
+    MessagesReplaced,
+    Resumed,
+    RunFailed,
+    RunStarted,
+    StateUpdated,
+    ToolCallFinished,
+    ToolCallStarted,
+    TriggerAccepted,
+)
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -270,21 +285,21 @@ def _text(value: Any, mark: str) -> Any:
 
 _Redact = Callable[[Any, str], Any]
 PERSONAL: dict[str, dict[str, _Redact]] = {
-    "message_appended": {"message": _message},
-    "message_replaced": {"message": _message},
-    "messages_replaced": {"messages": _messages},
-    "context_summarized": {"summary": _text, "messages": _messages},
-    "tool_call_started": {"args": lambda v, m: {"erased": m}},
-    "tool_call_finished": {
+    MessageAppended.KIND: {"message": _message},
+    MessageReplaced.KIND: {"message": _message},
+    MessagesReplaced.KIND: {"messages": _messages},
+    ContextSummarized.KIND: {"summary": _text, "messages": _messages},
+    ToolCallStarted.KIND: {"args": lambda v, m: {"erased": m}},
+    ToolCallFinished.KIND: {
         "output": _text, "error": _text, "message": _message, "update": _erased_dict,
     },
-    "state_updated": {"values": _fields},
-    "run_started": {"input": _text},
-    "run_failed": {"message": _text},  # an error's text often quotes what it was given
-    "trigger_accepted": {"input": _text},
-    "resumed": {"value": _text},
-    "interrupt_raised": {"data": _erased_dict},
-    "forked": {"state": _state},
+    StateUpdated.KIND: {"values": _fields},
+    RunStarted.KIND: {"input": _text},
+    RunFailed.KIND: {"message": _text},  # an error's text often quotes what it was given
+    TriggerAccepted.KIND: {"input": _text},
+    Resumed.KIND: {"value": _text},
+    InterruptRaised.KIND: {"data": _erased_dict},
+    Forked.KIND: {"state": _state},
 }  # fmt: skip
 """Per kind: each personal field and how it reads once blanked."""
 

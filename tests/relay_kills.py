@@ -1,26 +1,22 @@
 """The relay's crash drill, shared by one test file per broker (so xdist can run them apart).
 
 10,000 records across 100 threads, half written before the relay starts and half while it
-runs; the relay runs in a child of `tests.workers.relay_zygote` and talks to the broker
-through a TCP proxy of this test. A consumer (the package's own helper) reads the broker
-all along; each time it has taken a random number more records, the relay is SIGKILLed and
-started again, and now and then the proxy cuts every connection instead. The kills follow
-what the consumer saw, never the clock. At the end the consumer must have taken every
-record exactly once (copies dropped), in each thread's order and in commit order overall,
-every chain verifying; and at least one kill must have fallen between the broker's
-confirmation and the cursor's save (the consumer had seen more than the cursor said, or
-was handed a copy to drop).
+runs; the relay (`tests.workers.relay_run`) runs in a child of the tests' fork server
+(`fork_worker`) and talks to the broker through a TCP proxy of this test. A consumer (the
+package's own helper) reads the broker all along; each time it has taken a random number
+more records, the relay is SIGKILLed and started again, and now and then the proxy cuts
+every connection instead. The kills follow what the consumer saw, never the clock. At the
+end the consumer must have taken every record exactly once (copies dropped), in each
+thread's order and in commit order overall, every chain verifying; and at least one kill
+must have fallen between the broker's confirmation and the cursor's save (the consumer had
+seen more than the cursor said, or was handed a copy to drop).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import os
 import random
-import signal
-import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -30,7 +26,8 @@ from typing import Any
 from agentlog.actors.relay import ChainCheck
 from agentlog.events import NodeEntered, SQLiteEventStore, load_cursor
 
-from .helpers import ROOT, text_event
+from .helpers import fork_worker, text_event
+from .workers.zygote import ForkedWorker
 
 THREADS = 100
 PER_THREAD = 100
@@ -118,12 +115,6 @@ async def _write(db: Path, rounds: range) -> None:
                 await store.append(thread, events, expected_seq=r * per_round)
 
 
-async def _line(stream: asyncio.StreamReader, what: str) -> str:
-    line = (await stream.readline()).decode().strip()
-    assert line.startswith(what), f"the relay zygote said {line!r}, not {what!r}"
-    return line
-
-
 async def drill(broker: Broker, tmp_path: Path, seed: int) -> Drill:
     rng = random.Random(seed)
     tag = f"t{uuid.uuid4().hex[:12]}"
@@ -132,24 +123,18 @@ async def drill(broker: Broker, tmp_path: Path, seed: int) -> Drill:
     await broker.prepare(tag)
     proxy = Proxy(broker.port)
     port = await proxy.start()
-    log = open(tmp_path / "relay.log", "wb")  # noqa: SIM115  # the children's stderr
-    zygote = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.workers.relay_zygote", cwd=ROOT,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
-    assert zygote.stdin is not None and zygote.stdout is not None
-    await _line(zygote.stdout, "ready")
-    job = {"db": str(db), "to": broker.url(port, tag), "name": "drill",
-           "template": broker.template(tag), "batch": rng.choice([64, 128, 256])}  # fmt: skip
+    job = (db, broker.url(port, tag), "drill", broker.template(tag),
+           str(rng.choice([64, 128, 256])), tmp_path / "relay.log")  # fmt: skip
     check, result = ChainCheck(), Drill()
     taken = asyncio.Event()
 
-    async def start() -> int:
-        assert zygote.stdin is not None and zygote.stdout is not None
-        zygote.stdin.write((json.dumps(job) + "\n").encode())
-        await zygote.stdin.drain()
-        return int((await _line(zygote.stdout, "started")).split()[1])
+    async def start() -> ForkedWorker:
+        return await asyncio.to_thread(fork_worker, "relay_run", *job)
+
+    async def stop(relay: ForkedWorker) -> None:
+        """Kill the relay and wait until it is reaped (its pipes read to their ends)."""
+        relay.kill()
+        await asyncio.to_thread(relay.communicate, DEADLINE)
 
     async def consume() -> None:
         async for record in broker.consume(broker.url(broker.port, tag), tag, check):
@@ -161,11 +146,16 @@ async def drill(broker: Broker, tmp_path: Path, seed: int) -> Drill:
     async def until(count: int) -> None:
         while len(result.positions) < count:
             taken.clear()
-            await taken.wait()
+            waiting = asyncio.ensure_future(taken.wait())
+            await asyncio.wait([waiting, consumer], return_when=asyncio.FIRST_COMPLETED)
+            waiting.cancel()
+            if consumer.done() and len(result.positions) < count:
+                consumer.result()  # a chain that does not verify fails here, not at DEADLINE
+                raise AssertionError(f"the consumer stopped at {len(result.positions)} records")
 
+    relay = await start()  # first: the fork server's start-up does not slow the consumer's
     consumer = asyncio.ensure_future(consume())
     writer = asyncio.ensure_future(_write(db, range(ROUNDS // 2, ROUNDS)))
-    pid = await start()
     try:
         async with asyncio.timeout(DEADLINE):
             mark = 0
@@ -180,13 +170,12 @@ async def drill(broker: Broker, tmp_path: Path, seed: int) -> Drill:
                     proxy.cut()
                     result.cuts += 1
                     continue
-                os.kill(pid, signal.SIGKILL)
-                await _line(zygote.stdout, f"exited {pid}")
+                await stop(relay)
                 result.kills += 1
                 async with SQLiteEventStore(db, readonly=True) as reader:
                     if max(result.positions) > await load_cursor(reader, "drill"):
                         result.in_window += 1  # the broker had more than the cursor said
-                pid = await start()
+                relay = await start()
             await writer
             await consumer
         stored = await broker.stored(tag, check)
@@ -194,15 +183,11 @@ async def drill(broker: Broker, tmp_path: Path, seed: int) -> Drill:
         if broker.exactly_once_in_broker:
             assert stored == TOTAL, "the broker holds a record twice"
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+        await stop(relay)
         for task in (consumer, writer):
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
-        zygote.stdin.close()
-        await zygote.wait()
-        log.close()
         await proxy.close()
         await broker.clean(tag)
     assert len(result.positions) == TOTAL == check.accepted

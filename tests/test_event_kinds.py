@@ -131,3 +131,68 @@ def _value(kind: object) -> object:
     simple = {mi.StrType: "x", mi.IntType: 0, mi.FloatType: 0.0, mi.BoolType: False}
     empty = {mi.DictType: {}, mi.ListType: [], mi.AnyType: None}
     return {**simple, **empty}[type(kind)]  # type: ignore[index]
+
+
+def test_the_replay_reads_a_runs_input_by_the_kinds_trait() -> None:
+    from agentlog.events.kinds import INPUT_KINDS, kinds_where
+
+    assert kinds_where("RUN_INPUT") == INPUT_KINDS
+    assert {
+        "message_appended",
+        "message_replaced",
+        "messages_removed",
+        "state_updated",
+        "tasks_planned",
+    } == INPUT_KINDS
+
+
+SAME_WORD = {
+    # words that are also a status, a key, an error code or a name of something else
+    "stopped": {
+        "actors/cli/runtime.py",
+        "projections/fold.py",
+        "projections/state.py",
+        "projections/strategies.py",
+        "projections/timetravel.py",
+    },
+    "erased": {"actors/cli/keep.py", "actors/http/routes/threads.py", "events/sealing.py"},
+    "resumed": {"actors/testing/lanes.py", "actors/testing/machine.py"},
+    "forked": {"projections/forks.py"},
+    "stop_requested": {"projections/state.py"},  # a StopRequestStatus
+    "run_failed": {"actors/http/errors.py", "actors/http/routes/runs.py"},  # HTTP error codes
+    "run_cancelled": {"actors/http/errors.py"},
+    "messages_removed": {"actors/cli/render.py"},  # a key of a state diff's JSON
+    "message_appended": {"projections/__init__.py"},  # the reducers' names
+    "messages_replaced": {"projections/__init__.py"},
+    "state_updated": {"projections/__init__.py"},
+    "node_entered": {"events/testing/log.py"},  # a dict posing as an event, refused
+}
+"""String literals equal to a kind's name that do not name the kind; and the OpenTelemetry
+span events, whose names are their own (`agentlog.projections.spans`), below."""
+SPAN_EVENTS = {"forked", "resumed", "run_superseded", "stop_requested", "stopped", "subgraph_ran"}
+
+
+def test_no_kind_is_named_by_a_string_literal_outside_the_kinds_modules() -> None:
+    """Readers name a kind by its class (`StepAdvanced.KIND`) or ask a trait, so renaming a
+    kind cannot leave a reader matching a name no record has."""
+    import ast
+
+    root = Path(__file__).parent.parent
+    kinds_modules = {"events/kinds.py", "events/kinds_base.py", "events/kinds_beside.py"}
+    found = []
+    for top in ("actors", "projections", "events"):
+        for path in sorted((root / top).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            if rel in kinds_modules:
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            prose = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
+            for n in ast.walk(tree):
+                if not isinstance(n, ast.Constant) or n.value not in KINDS or id(n) in prose:
+                    continue
+                if rel in SAME_WORD.get(n.value, ()):
+                    continue
+                if rel == "projections/spans.py" and n.value in SPAN_EVENTS:
+                    continue
+                found.append(f"{rel}:{n.lineno}: {n.value!r}")
+    assert not found, found

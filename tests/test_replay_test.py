@@ -357,3 +357,50 @@ async def test_a_stop_between_nodes_is_replayed_where_it_landed() -> None:
     changed = await replay_test(graphs.stop_graph_b_changed, store=store)
     d = changed.threads[0].divergence
     assert d is not None and (d.step, d.node, d.cause) == (2, "b", "node_output"), changed.render()
+
+
+FORGED = "x\n PASS  'forged' (9 steps)\x1b[31m"
+"""A stored value that, printed raw, would add a line of its own to a report and colour it."""
+
+
+async def record_hostile(db: Path) -> None:
+    """The fan-out thread as a hostile log holds it: its opening's input and its graph's
+    fingerprint (one more edge, from a node named with FORGED) carry FORGED."""
+    from msgspec.structs import replace
+
+    from agentlog.actors.replay.runner import _write_as_recorded
+    from agentlog.events.kinds import RunStarted
+
+    scratch = MemoryEventStore()
+    await graphs.fan_graph(scratch).ainvoke("go", {"thread_id": "fan"})
+    records = []
+    async for r in scratch.read("fan"):
+        if isinstance(r.event, RunStarted) and r.event.fingerprint:
+            shape = {**r.event.fingerprint, "hash": "planted"}
+            shape["edges"] = [*shape["edges"], [FORGED, "done"]]
+            r = replace(r, event=replace(r.event, fingerprint=shape, input=FORGED))
+        records.append(r)
+    async with SQLiteEventStore(db) as store:
+        await _write_as_recorded(store, records)
+
+
+def test_stored_text_cannot_forge_a_line_of_the_report_or_reach_the_terminal(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "hostile.db"
+    asyncio.run(record_hostile(db))
+    runner = CliRunner()
+    args = ["replay-test", "--app", "tests.replay_graphs:fan_graph_b_changed", "--db", str(db)]
+    shown = runner.invoke(cli_app, args)
+    assert shown.exit_code == 1, shown.output
+    assert "\x1b" not in shown.output
+    lines = shown.output.splitlines()
+    assert not [line for line in lines if line.lstrip().startswith("PASS")], shown.output
+    assert "  code changed: edge x\\n PASS  'forged' (9 steps)\\x1b[31m -> done removed" in lines
+    assert lines[-1] == "1 threads: 0 same, 1 diverged, 0 skipped; 0 steps compared"
+    exact = runner.invoke(cli_app, [*args, "--json"])
+    assert exact.exit_code == 1, exact.output
+    assert "\x1b" not in exact.output and len(exact.output.splitlines()) == 1
+    d = json.loads(exact.output)["results"][0]["divergence"]
+    assert d["changed"] == [f"edge {FORGED} -> done removed"]  # JSON escapes, exactly
+    assert d["log"][0]["input"] == FORGED

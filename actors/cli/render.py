@@ -13,7 +13,6 @@ cut, and a long thread shows its last messages with a line saying how many were 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from agentlog.events.kinds import ModelCalled, StepAdvanced
+from agentlog.events.names import inert as inert
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -51,42 +51,7 @@ FULL_FLAG = "--full"
 """The flag that shows everything: every message, every text whole."""
 
 
-# ---- making stored text inert ----------------------------------------------------------
-
-_FORMAT = (
-    "\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f"
-    "\ufeff\ufff9-\ufffb\U000e0001\U000e0020-\U000e007f\ud800-\udfff"
-)
-_BODY_UNSAFE = re.compile(f"[\x00-\x08\x0b-\x1f{_FORMAT}]")
-_LINE_UNSAFE = re.compile(f"[\\\\\x00-\x1f{_FORMAT}]")
-
-
-_SHORT = {0x5C: "\\\\", 0x0A: "\\n", 0x09: "\\t", 0x0D: "\\r"}
-
-
-def _escape_char(found: re.Match[str]) -> str:
-    code = ord(found.group())
-    if code in _SHORT:
-        return _SHORT[code]
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    if code < 0x10000:
-        return f"\\u{code:04x}"
-    return f"\\U{code:08x}"
-
-
-def inert(text: str, *, body: bool = False) -> str:
-    """`text` safe to print: every control, bidi and invisible format character escaped.
-
-    C0 and C1 controls, DEL, bidi embeddings, overrides and isolates (U+202A-202E,
-    U+2066-2069), zero-width and other format characters, line and paragraph separators
-    become `\\n`, `\\t`, `\\r`, `\\xNN`, `\\uNNNN` or `\\UNNNNNNNN`. In a message `body`,
-    newlines and tabs stay; in a one-line field (a thread id, node, actor, summary) they are
-    escaped too, and a backslash is doubled, so that stored text can neither forge a line
-    nor pose as an escape.
-    """
-    pattern = _BODY_UNSAFE if body else _LINE_UNSAFE
-    return pattern.sub(_escape_char, text)
+# ---- making stored text inert (`inert`, from `agentlog.events.names`) ----------------------
 
 
 def cell(text: object, *, body: bool = False, style: str = "") -> Text:

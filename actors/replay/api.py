@@ -20,6 +20,7 @@ from agentlog.actors.replay.runner import ThreadResult, replay_records
 from agentlog.events import EventRecord, EventStore, open_store
 from agentlog.events.codec import Row, decode_row
 from agentlog.events.errors import AgentlogError
+from agentlog.events.names import inert
 from agentlog.events.verify_export import verify
 
 
@@ -57,22 +58,24 @@ class ReplayReport:
         }
 
     def render(self) -> str:
-        """The report for a person: one line per thread, each divergence in full."""
+        """The report for a person: one line per thread, each divergence in full. Stored
+        text (ids, node names, a fingerprint's parts, the diff) is shown inert, so a value in
+        the log can neither forge a line of the report nor reach the terminal as an escape."""
         lines: list[str] = []
         for t in self.threads:
             if t.status == "same":
                 lines.append(f"same      {t.thread_id!r} ({t.steps} steps)")
             elif t.status == "skipped":
-                lines.append(f"skipped   {t.thread_id!r}: {t.reason}")
+                lines.append(f"skipped   {t.thread_id!r}: {inert(str(t.reason))}")
             elif t.divergence is not None:
                 d = t.divergence
                 lines.append(
-                    f"DIVERGED  {t.thread_id!r} run {d.run} ({d.run_id}) step {d.step} "
-                    f"node {d.node!r}: {d.cause}"
+                    f"DIVERGED  {t.thread_id!r} run {d.run} ({inert(str(d.run_id))}) "
+                    f"step {d.step} node {d.node!r}: {inert(d.cause)}"
                 )
-                lines.append(f"  {d.detail}")
-                lines += [f"  code changed: {part}" for part in d.changed]
-                lines += [f"  {line}" for line in d.diff.splitlines()]
+                lines.append(f"  {inert(d.detail)}")
+                lines += [f"  code changed: {inert(part)}" for part in d.changed]
+                lines += [f"  {inert(line, body=True)}" for line in d.diff.split("\n")]
         data = self.as_json()
         lines.append(
             f"{data['threads']} threads: {data['same']} same, {data['diverged']} diverged, "

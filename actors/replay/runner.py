@@ -36,12 +36,14 @@ from agentlog.events import Claim, EventRecord, MemoryEventStore
 from agentlog.events.errors import AgentlogError
 from agentlog.events.kinds import (
     ENDING_KINDS,
+    INPUT_KINDS,
     OPENING_KINDS,
     Event,
     MessageAppended,
     Resumed,
     RunCancelled,
     RunStarted,
+    RunSuperseded,
     StateUpdated,
     StepAdvanced,
     StopRequested,
@@ -50,11 +52,7 @@ from agentlog.projections import Message
 
 __all__ = ["Divergence", "ThreadResult", "bind_graph", "replay_records"]
 
-INPUT_KINDS = frozenset(
-    {"message_appended", "message_replaced", "messages_removed", "state_updated", "tasks_planned"}
-)
-"""Kinds of the records an opening commit carries after its `run_started` or `resumed`."""
-UNSUPPORTED = frozenset({"run_superseded"})
+UNSUPPORTED = frozenset({RunSuperseded.KIND})
 """Outside input a replay cannot place: a thread holding one is reported as skipped."""
 
 

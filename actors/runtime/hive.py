@@ -33,13 +33,20 @@ from agentlog.actors.runtime.spec import (
 )
 from agentlog.events import EventStore, SQLiteEventStore
 from agentlog.events.errors import AgentlogError
+from agentlog.events.kinds import (
+    InterruptRaised,
+    NodeEntered,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+)
 
 _TRIGGERS = {"manual": "api", "api": "api", "event": "event", "timer": "timer"}
 _EVENT_TYPES = {
-    "execution_started": "run_started",
-    "execution_completed": "run_completed",
-    "execution_failed": "run_failed",
-    "execution_paused": "interrupt_raised",
+    "execution_started": RunStarted.KIND,
+    "execution_completed": RunCompleted.KIND,
+    "execution_failed": RunFailed.KIND,
+    "execution_paused": InterruptRaised.KIND,
 }
 """hive's event type names and the kinds of record they are here (others are kinds)."""
 
@@ -311,9 +318,9 @@ class AgentRuntime:
         state = self.runtime.ledger.latest_on(execution_id)
         run_id = state.id if state is not None else None
         return [
-            r.event.node  # type: ignore[attr-defined]
+            r.event.node
             async for r in self.store.read(execution_id)
-            if r.kind == "node_entered" and r.run_id == run_id
+            if isinstance(r.event, NodeEntered) and r.run_id == run_id
         ]
 
     async def _result(self, execution_id: str, result: dict[str, Any]) -> ExecutionResult:

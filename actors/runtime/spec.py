@@ -17,7 +17,7 @@ from agentlog.actors.engine.retry import RetryPolicy as NodeRetryPolicy
 from agentlog.actors.engine.threads import RUNTIME_THREAD, internal_thread
 from agentlog.actors.engine.threads import SHARED_THREAD_PREFIX as SHARED_THREAD_PREFIX
 from agentlog.events.errors import AgentlogError
-from agentlog.events.kinds import KINDS, RUNTIME_KINDS
+from agentlog.events.kinds import KINDS, RUNTIME_KINDS, RunCompleted
 from agentlog.projections import IllegalTransitionError
 
 Trigger = Literal["api", "event", "timer", "webhook"]
@@ -215,7 +215,7 @@ class EntryPoint:
                     raise RegistrationError(
                         f"entry point {self.id!r}: {kind!r} is written only to the runtime's "
                         "own thread, which event entry points never answer, so no run would "
-                        "start: answer the kinds runs write (say 'run_completed')"
+                        f"start: answer the kinds runs write (say {RunCompleted.KIND!r})"
                     )
         elif (
             self.kinds

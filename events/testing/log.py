@@ -19,6 +19,7 @@ from agentlog.events.errors import (
 )
 from agentlog.events.kinds import (
     InterruptRaised,
+    MessageAppended,
     NodeEntered,
     Resumed,
     RunCompleted,
@@ -41,7 +42,11 @@ class LogConformance(ConformanceBase):
     async def test_append_numbers_records_from_one(self, store: EventStore) -> None:
         records = await store.append("t", step_events(1), expected_seq=0, run_id="r1", actor="a")
         assert [r.seq for r in records] == [1, 2, 3]
-        assert [r.kind for r in records] == ["node_entered", "message_appended", "step_advanced"]
+        assert [r.kind for r in records] == [
+            NodeEntered.KIND,
+            MessageAppended.KIND,
+            StepAdvanced.KIND,
+        ]
         assert all(r.thread_id == "t" and r.run_id == "r1" and r.actor == "a" for r in records)
         more = await store.append("t", [RunCompleted()], expected_seq=3)
         assert more[0].seq == 4
@@ -180,7 +185,7 @@ class LogConformance(ConformanceBase):
         assert await store.last_seq("t") == 0
 
     async def test_unencodable_payload_is_refused_up_front(self, store: EventStore) -> None:
-        with pytest.raises(InvalidAppendError, match="'resumed'"):
+        with pytest.raises(InvalidAppendError, match=repr(Resumed.KIND)):
             await store.append("t", [NodeEntered(node="n"), Resumed(value=2**70)], expected_seq=0)
         with pytest.raises(InvalidAppendError, match="JSON-like"):
             await store.append("t", [Resumed(value=object())], expected_seq=0)
@@ -222,13 +227,13 @@ class LogConformance(ConformanceBase):
         await store.append("t", [NodeEntered(node="x")], expected_seq=3)
         await store.append("t", step_events(2), expected_seq=4)
         await store.append("u", step_events(1), expected_seq=0)
-        assert await store.seqs_of_kind("t", "step_advanced") == [3, 7]
-        assert await store.seqs_of_kind("t", "node_entered") == [1, 4, 5]
-        assert await store.seqs_of_kind("t", "run_completed") == []
+        assert await store.seqs_of_kind("t", StepAdvanced.KIND) == [3, 7]
+        assert await store.seqs_of_kind("t", NodeEntered.KIND) == [1, 4, 5]
+        assert await store.seqs_of_kind("t", RunCompleted.KIND) == []
         with pytest.raises(UnknownEventKindError):
             await store.seqs_of_kind("t", "nope")
         with pytest.raises(ThreadNotFoundError):
-            await store.seqs_of_kind("missing", "step_advanced")
+            await store.seqs_of_kind("missing", StepAdvanced.KIND)
 
     async def test_missing_thread_is_a_typed_error(self, store: EventStore) -> None:
         assert await store.last_seq("nope") == 0
