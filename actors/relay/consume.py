@@ -101,7 +101,7 @@ async def nats_records(
         while True:
             try:
                 batch = await sub.fetch(256, timeout=1)
-            except nats.errors.TimeoutError:
+            except TimeoutError:  # nats' own and, when its deadline ran out early, asyncio's
                 continue
             for msg in batch:
                 record = check.check(msg.data)
