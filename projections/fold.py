@@ -56,6 +56,7 @@ from agentlog.events.kinds import (
     kind_of,
 )
 from agentlog.events.record import EventRecord
+from agentlog.projections.copies import copy_meta
 from agentlog.projections.errors import (
     IllegalTransitionError,
     InvalidStateUpdateError,
@@ -638,17 +639,6 @@ def _pause_of(meta: ExecutionState) -> str:
     if meta.is_interrupted():
         return f"{meta.status.value} at {meta.interrupted_node!r}"
     return "stopped"
-
-
-def copy_meta(meta: ExecutionState) -> ExecutionState:
-    """A copy of execution metadata that shares nothing mutable with the original.
-
-    Its dicts hold builtins at most two levels deep, so this is an order of magnitude
-    cheaper than a generic deep copy, and it runs for every commit.
-    """
-    internal = {k: dict(v) if isinstance(v, dict) else v for k, v in meta.internal_data.items()}
-    data = copy.deepcopy(meta.interrupt_data) if meta.interrupt_data else meta.interrupt_data
-    return meta.model_copy(update={"internal_data": internal, "interrupt_data": data})
 
 
 def decide(state: S, events: Sequence[Event], *, seq: int | None = None) -> list[Event]:
