@@ -354,6 +354,8 @@ class RunCommits(Generic[S]):
         if every and self.held is None:  # a snapshot points into the log: durable records
             if self.run.snapshots is None:
                 self.run.snapshots = SnapshotWriter(self.engine.store, self.run.thread_id)
+                if records[0].seq == 1:  # a new thread: followed from its first record
+                    self.run.snapshots.from_start(self.engine.graph.state_cls)
             self.run.snapshots.observe(records)
             if self.run.fold.seq // every > self.run.last_snapshot // every:
                 self.snapshot()
