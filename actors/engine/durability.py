@@ -157,33 +157,27 @@ async def shielded(
     `asyncio.shield` does, less a turn of the loop: the caller is woken from the task
     itself, the moment the append returns, not from the task's done callbacks."""
     landed: asyncio.Future[list[EventRecord]] = asyncio.get_running_loop().create_future()
-    task = asyncio.ensure_future(_forwarded(append, landed))
-    task.add_done_callback(_retrieved)
-    run.committing = task
+    run.committing = asyncio.ensure_future(_forwarded(append, landed))
     return await landed
 
 
 async def _forwarded(
     append: Coroutine[Any, Any, list[EventRecord]], landed: asyncio.Future[list[EventRecord]]
-) -> list[EventRecord]:
+) -> list[EventRecord] | None:
+    """The append's outcome, handed to its caller; an error is the caller's alone (the task
+    ends without it: whoever awaits `run.committing` only waits for the append to end)."""
     try:
         records = await append
     except asyncio.CancelledError:
         landed.cancel()
         raise
-    except BaseException as exc:
+    except Exception as exc:
         if not landed.done():  # else the caller was cancelled: nobody waits for it
             landed.set_exception(exc)
-        raise
+        return None
     if not landed.done():
         landed.set_result(records)
     return records
-
-
-def _retrieved(task: asyncio.Future[Any]) -> None:
-    """The append's error went to its caller (or nobody was left to hear it): retrieved."""
-    if not task.cancelled():
-        task.exception()
 
 
 async def land_held(held: Held | None) -> None:
