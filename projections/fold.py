@@ -56,6 +56,7 @@ from agentlog.events.kinds import (
     kind_of,
 )
 from agentlog.events.record import EventRecord
+from agentlog.projections.copies import copy_meta
 from agentlog.projections.errors import (
     IllegalTransitionError,
     InvalidStateUpdateError,
@@ -85,7 +86,13 @@ from agentlog.projections.state import (
     ExecutionStatus,
     StopRequestStatus,
 )
-from agentlog.projections.transcript import calls_of, check_pairs, open_calls, results_of
+from agentlog.projections.transcript import (
+    Call,
+    OpenCalls,
+    calls_of,
+    check_pairs,
+    results_of,
+)
 
 S = TypeVar("S", bound=AgentState)
 
@@ -142,6 +149,12 @@ class Fold(Generic[S]):
         """The seq of the stored snapshot the fold started from (0: from the log's start),
         so a run knows how far the thread is past its latest snapshot."""
         self._ids = set(map(_message_id, _held(self.state.context)))
+        self.calls = OpenCalls()
+        """The context's open tool calls, read only as far as it grew since last asked."""
+
+    def open_calls(self) -> list[Call]:
+        """The tool calls of the context that no later message answers, oldest first."""
+        return self.calls.of(self.state.context)
 
     @classmethod
     def new(cls, state_cls: type[S]) -> Fold[S]:
@@ -640,17 +653,6 @@ def _pause_of(meta: ExecutionState) -> str:
     return "stopped"
 
 
-def copy_meta(meta: ExecutionState) -> ExecutionState:
-    """A copy of execution metadata that shares nothing mutable with the original.
-
-    Its dicts hold builtins at most two levels deep, so this is an order of magnitude
-    cheaper than a generic deep copy, and it runs for every commit.
-    """
-    internal = {k: dict(v) if isinstance(v, dict) else v for k, v in meta.internal_data.items()}
-    data = copy.deepcopy(meta.interrupt_data) if meta.interrupt_data else meta.interrupt_data
-    return meta.model_copy(update={"internal_data": internal, "interrupt_data": data})
-
-
 def decide(state: S, events: Sequence[Event], *, seq: int | None = None) -> list[Event]:
     """Check that `events`, in order, are legal from `state` and that their payloads validate.
 
@@ -696,10 +698,10 @@ def _gate(
         elif isinstance(event, MessagesRemoved):
             _check_removed(fold, event)
         elif isinstance(event, RunCompleted | RunCancelled):
-            _check_closed(fold.state.context, kind_of(event))
+            _check_closed(fold.open_calls(), kind_of(event))
         elif isinstance(event, MessageAppended):
             _check_answers(earlier, fold.state.context, event)
-        before = list(fold.state.context) if isinstance(event, _NEEDS_CONTEXT) else None
+        before = list(fold.state.context) if isinstance(event, _CHANGES_CONTEXT) else None
         try:
             handlers[type(event)](fold, event, record)
         except InvalidStateUpdateError:
@@ -714,14 +716,10 @@ def _gate(
         fold.hash = record.hash
 
 
-_NEEDS_CONTEXT = (
-    MessagesRemoved,
-    MessagesReplaced,
-    MessageReplaced,
-    ContextSummarized,
-    RunCompleted,
-    RunCancelled,
-)
+_CHANGES_CONTEXT = (MessagesRemoved, MessagesReplaced, MessageReplaced, ContextSummarized)
+"""The events whose change of the context is checked to keep each call with its result."""
+_NEEDS_CONTEXT = (*_CHANGES_CONTEXT, RunCompleted, RunCancelled)
+"""The events `decide` checks against the whole context (those ending a run: no call open)."""
 
 
 def _check_removed(shadow: Fold[Any], event: MessagesRemoved) -> None:
@@ -760,8 +758,7 @@ def _check_answers(context: list[Message], batch: list[Message], event: MessageA
             )
 
 
-def _check_closed(context: list[Message], kind: str = RunCompleted.KIND) -> None:
-    waiting = open_calls(context)
+def _check_closed(waiting: list[Call], kind: str = RunCompleted.KIND) -> None:
     if waiting:
         names = ", ".join(f"{c.name} ({c.id})" for c in waiting)
         raise IllegalTransitionError(

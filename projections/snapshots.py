@@ -299,6 +299,11 @@ class SnapshotWriter:
         self._observed = 0
         self._lock: asyncio.Lock | None = None
 
+    def from_start(self, state_cls: type[AgentState]) -> None:
+        """The thread has no record yet: follow it from its first (observed) record, so no
+        snapshot of it reads the log back."""
+        self._refs, self._custom = _Refs(), _custom_context(state_cls)
+
     def observe(self, records: Sequence[EventRecord]) -> None:
         """Follow records of the thread just committed, in order (cheap: no message is built).
 

@@ -12,7 +12,7 @@ from typing import Any, Generic
 import msgspec
 
 from agentlog.actors.engine.commit import commit
-from agentlog.actors.engine.durability import Held, land_held
+from agentlog.actors.engine.durability import Held, land_held, shielded
 from agentlog.actors.engine.errors import (
     GraphError,
     ThreadBusyError,
@@ -320,17 +320,15 @@ class RunCommits(Generic[S]):
         durability modes the records may land later (`agentlog.actors.engine.durability`)."""
         if self.held is not None:
             return await self.held.append(events, expected_seq, actor)
-        self.run.committing = asyncio.ensure_future(
-            self.engine.store.append(
-                self.run.thread_id,
-                events,
-                expected_seq=expected_seq,
-                run_id=self.run.run_id,
-                actor=actor,
-                claim=self.run.claim,
-            )
+        append = self.engine.store.append(
+            self.run.thread_id,
+            events,
+            expected_seq=expected_seq,
+            run_id=self.run.run_id,
+            actor=actor,
+            claim=self.run.claim,
         )
-        return await asyncio.shield(self.run.committing)
+        return await shielded(self.run, append)
 
     async def _catch_up(self, since: int) -> None:
         """Reload after another writer appended; only a stop request may come from outside."""
@@ -356,6 +354,8 @@ class RunCommits(Generic[S]):
         if every and self.held is None:  # a snapshot points into the log: durable records
             if self.run.snapshots is None:
                 self.run.snapshots = SnapshotWriter(self.engine.store, self.run.thread_id)
+                if records[0].seq == 1:  # a new thread: followed from its first record
+                    self.run.snapshots.from_start(self.engine.graph.state_cls)
             self.run.snapshots.observe(records)
             if self.run.fold.seq // every > self.run.last_snapshot // every:
                 self.snapshot()

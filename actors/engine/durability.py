@@ -20,7 +20,7 @@ a run reads the same in every mode; a run in a weaker mode takes no snapshots.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentlog.actors.engine.options import Durability
@@ -132,8 +132,7 @@ class Held:
                     actor=tuple(names),
                     claim=run.claim,
                 )
-                run.committing = asyncio.ensure_future(append)
-                return await asyncio.shield(run.committing)
+                return await shielded(run, append)
             except ConcurrencyError:
                 since = base + self.shift + 1
                 found = [r async for r in store.read(run.thread_id, since)]
@@ -148,6 +147,37 @@ class Held:
 
     def _scratch(self, events: Sequence[Event], base: int) -> list[EventRecord]:
         return scratch_records(self.run.thread_id, events, base, self.run.run_id)
+
+
+async def shielded(
+    run: Run[Any], append: Coroutine[Any, Any, list[EventRecord]]
+) -> list[EventRecord]:
+    """Await `append` run as a task of its own, kept as `run.committing`: cancelling the
+    caller leaves the append going on, and whoever records the run's end waits for it. What
+    `asyncio.shield` does, less a turn of the loop: the caller is woken from the task
+    itself, the moment the append returns, not from the task's done callbacks."""
+    landed: asyncio.Future[list[EventRecord]] = asyncio.get_running_loop().create_future()
+    run.committing = asyncio.ensure_future(_forwarded(append, landed))
+    return await landed
+
+
+async def _forwarded(
+    append: Coroutine[Any, Any, list[EventRecord]], landed: asyncio.Future[list[EventRecord]]
+) -> list[EventRecord] | None:
+    """The append's outcome, handed to its caller; an error is the caller's alone (the task
+    ends without it: whoever awaits `run.committing` only waits for the append to end)."""
+    try:
+        records = await append
+    except asyncio.CancelledError:
+        landed.cancel()
+        raise
+    except Exception as exc:
+        if not landed.done():  # else the caller was cancelled: nobody waits for it
+            landed.set_exception(exc)
+        return None
+    if not landed.done():
+        landed.set_result(records)
+    return records
 
 
 async def land_held(held: Held | None) -> None:

@@ -26,7 +26,6 @@ from agentlog.projections import (
     RemoteToolCallBlock,
     ToolCallBlock,
     message_appended,
-    open_calls,
     to_builtins,
 )
 from agentlog.projections.keys import ENTERED_KEY, TOOL_CALLS_KEY
@@ -84,7 +83,7 @@ async def closing_events(
     """
     meta = fold.state.execution_meta
     started: dict[str, Any] = dict(meta.internal_data.get(TOOL_CALLS_KEY) or {})
-    waiting = [c for c in open_calls(fold.state.context) if c.id not in skip] if over else []
+    waiting = [c for c in fold.open_calls() if c.id not in skip] if over else []
     if not started and not waiting:
         return []
     finished = await step_results(store, fold) if waiting else {}

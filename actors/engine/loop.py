@@ -74,13 +74,11 @@ from agentlog.projections import (
     StopRequestStatus,
     StreamChunk,
     StreamEvent,
-    open_calls,
     to_builtins,
 )
 from agentlog.projections.fold import before_first_run
 from agentlog.projections.ids import monotonic
 from agentlog.projections.keys import ENTERED_KEY, RESUME_KEY
-from agentlog.projections.transcript import OpenCalls
 
 
 @dataclass(eq=False)
@@ -97,8 +95,6 @@ class RunLoop(Run[S]):
     failures: dict[str, int] = field(default_factory=dict, kw_only=True)
     """Failed attempts of each node's current step in this call, counted by its retry
     policy (a step that goes through clears its nodes')."""
-    calls: OpenCalls = field(default_factory=OpenCalls, init=False, repr=False)
-    """The context's open calls, read step by step as the run adds to it."""
 
     def __post_init__(self) -> None:
         self.commits = RunCommits(self.engine, self)
@@ -351,7 +347,7 @@ class RunLoop(Run[S]):
         why = "the graph reached its end without running this call"
         events = await closing_events(self.engine.store, self.fold, why, over=True)
         if events:
-            waiting = open_calls(self.fold.state.context)
+            waiting = self.fold.open_calls()
             _log.warning(
                 "run %s on thread %r ended with tool call(s) %s unanswered: recorded as not run "
                 "(route assistant messages with tool calls to a ToolNode)",
@@ -494,7 +490,7 @@ class RunLoop(Run[S]):
         """The answers of the open tool calls a node's output goes on past: a message it adds
         would come between them and their results, an order no model provider takes, so
         they are answered first, as not run (the graph did not route them to a tool node)."""
-        if not goes_past(events) or not self.calls.of(self.fold.state.context):
+        if not goes_past(events) or not self.fold.open_calls():
             return []
         why = f"node {node!r} went on without running this call"
         skip = answered_ids(events)

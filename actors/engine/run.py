@@ -81,7 +81,7 @@ class Run(Generic[S]):
     actors: dict[str, NodeActor] = field(default_factory=dict)
     claim: Claim | None = None
     in_flight: InFlight = field(default_factory=InFlight)
-    committing: asyncio.Future[list[EventRecord]] | None = None
+    committing: asyncio.Future[Any] | None = None
     """The append under way, which goes on if the run is cancelled while it waits."""
     recursion_limit: int = DEFAULT_RECURSION_LIMIT
     writing: asyncio.Lock = field(default_factory=asyncio.Lock)

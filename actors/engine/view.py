@@ -7,13 +7,16 @@ import copy
 from typing import Any, TypeVar
 
 from agentlog.projections import AgentState
-from agentlog.projections.copies import copy_message
-from agentlog.projections.fold import copy_meta
+from agentlog.projections.copies import copy_message, copy_meta, shallow_copy
 from agentlog.projections.views import SharedContext
 
 __all__ = ["copy_message", "node_view"]
 
 S = TypeVar("S", bound=AgentState)
+
+_OWN = ("context", "execution_meta")
+"""The fields a view replaces with copies of its own (its other fields are deep copies,
+but for the summary, a str)."""
 
 
 def node_view(state: S, requests: list[tuple[str, tuple[Any, ...]]] | None = None) -> S:
@@ -24,11 +27,23 @@ def node_view(state: S, requests: list[tuple[str, tuple[Any, ...]]] | None = Non
     a node that edits a message in place cannot reach the log's state. With `requests`, the
     copy's state methods note what the node asks of the run there.
     """
-    view = state.model_copy()
-    view.context = SharedContext.copy_on_read(state.context)
-    view.execution_meta = copy_meta(state.execution_meta)
-    view.execution_meta._requests = requests
-    for name in type(state).model_fields:
+    meta = copy_meta(state.execution_meta)
+    meta._requests = requests
+    cls = type(state)
+    if cls.model_config.get("validate_assignment"):  # assigned through its validators
+        view = state.model_copy()
+        view.context = SharedContext.copy_on_read(state.context)
+        view.execution_meta = meta
+        for name in cls.model_fields:
+            if name not in ("context", "execution_meta", "context_summary"):
+                setattr(view, name, copy.deepcopy(getattr(state, name)))
+        return view
+    values = dict(state.__dict__)
+    values["context"] = SharedContext.copy_on_read(state.context)
+    values["execution_meta"] = meta
+    for name in cls.model_fields:  # a state class's own fields: deep copies
         if name not in ("context", "execution_meta", "context_summary"):
-            setattr(view, name, copy.deepcopy(getattr(state, name)))
+            values[name] = copy.deepcopy(values[name])
+    view = shallow_copy(state, values)
+    view.__pydantic_fields_set__.update(_OWN)
     return view
