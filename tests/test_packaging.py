@@ -19,5 +19,6 @@ def test_every_subpackage_is_listed_for_the_wheel() -> None:
         if "node_modules" not in init.parts
     }
     assert found - listed == set()
-    assert config["package-data"]["agentlog.actors.http.ui"] == ["static/*"]
+    assert config["package-data"]["agentlog.actors.http.ui"] == ["static/*", "swagger/*"]
     assert (ROOT / "actors" / "http" / "ui" / "static" / "app.js").exists()
+    assert (ROOT / "actors" / "http" / "ui" / "swagger" / "swagger-ui-bundle.js").exists()

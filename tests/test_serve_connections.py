@@ -23,7 +23,15 @@ pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="counts descriptors in /proc"
 )
 
-LIMITS = ("--header-timeout", "0.5", "--body-timeout", "0.5", "--allowed-host", "agents.example")
+HEADER_S = 0.5
+LIMITS = (
+    "--header-timeout",
+    str(HEADER_S),
+    "--body-timeout",
+    "0.5",
+    "--allowed-host",
+    "agents.example",
+)
 CLIENTS = 60
 GUARD_S = 60.0
 """A failure guard only: the server is expected to close everything within a few seconds."""
@@ -45,7 +53,9 @@ def test_slow_clients_are_cut_off_and_their_descriptors_freed(tmp_path: Path) ->
             assert rebound.status_code == 400, rebound.text  # --allowed-host, and no other
         baseline = descriptors(proc.pid)
         sockets: list[socket.socket] = []
+        late: set[socket.socket] = set()  # whose headers this process sent past their deadline
         for i in range(CLIENTS):
+            opened = time.monotonic()
             sock = socket.create_connection(address, timeout=10)
             head = b"GET /ok HTTP/1.1\r\nHost: 127.0.0.1\r\n"  # headers never finished
             if i % 2:
@@ -54,6 +64,8 @@ def test_slow_clients_are_cut_off_and_their_descriptors_freed(tmp_path: Path) ->
                     b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
                 )  # a body that never ends
             sock.sendall(head)
+            if time.monotonic() - opened >= HEADER_S:  # the server's deadline began after `opened`
+                late.add(sock)  # a loaded machine held this process: the server may cut it first
             sock.setblocking(False)
             sockets.append(sock)
         peak = descriptors(proc.pid)
@@ -79,8 +91,12 @@ def test_slow_clients_are_cut_off_and_their_descriptors_freed(tmp_path: Path) ->
             peak = max(peak, descriptors(proc.pid))
         held = time.monotonic() - started
         assert not still, f"{len(still)} slow connections still open after {held:.1f} s"
-        timed_out = [a for a in answers.values() if a.startswith(b"HTTP/1.1 408")]
-        assert len(timed_out) == CLIENTS // 2 and all(b"body_timeout" in a for a in timed_out)
+        # each body that never ends is answered 408, unless its headers came too late (cut)
+        for sock in sockets[1::2]:
+            answer = answers[sock]
+            if not (sock in late and answer == b""):
+                assert answer.startswith(b"HTTP/1.1 408") and b"body_timeout" in answer, answer
+        assert len(late) < CLIENTS // 2, "every request was sent late: nothing was tested"
         assert not any(a.startswith(b"HTTP/1.1 200") for a in answers.values())
         for sock in sockets:
             sock.close()

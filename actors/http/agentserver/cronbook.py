@@ -151,7 +151,7 @@ class CronBook:
 
     def _follow(self) -> None:
         if self.subscription is None:
-            self.subscription = self.rt.follow_runtime(["trigger_accepted"], self._accepted)
+            self.subscription = self.rt.follow_runtime([TriggerAccepted.KIND], self._accepted)
 
     async def _accepted(self, record: EventRecord) -> None:
         """A run a cron started: its webhook is watched, its own thread deleted at its end
