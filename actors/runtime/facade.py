@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Literal
 
+from agentlog.actors.engine.branch import branch_thread
 from agentlog.actors.engine.commit import fork_thread
 from agentlog.actors.engine.longterm import LogStore
 from agentlog.actors.engine.threads import STORE_THREAD, internal_threads
@@ -376,6 +377,10 @@ class RuntimeFacade:
         one of the runtime's own (`__store__/<name>`, never listed as a user's thread)."""
         thread = STORE_THREAD if name is None else f"{STORE_THREAD}/{name}"
         return LogStore(self.runtime.store, thread=thread)
+
+    async def branch_thread(self, thread_id: str, graph_id: str, at_seq: int, *, by: str) -> None:
+        """Set the thread back to its record `at_seq`, a record at its head (`branch`)."""
+        await branch_thread(self.compiled(graph_id), thread_id, at_seq=at_seq, actor=by)
 
     async def roll_back(
         self, thread_id: str, graph_id: str, to_seq: int, *, by: str, reason: str | None

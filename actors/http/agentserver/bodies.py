@@ -151,6 +151,11 @@ class RunCreate(Body):
     stream_subgraphs: bool | None = None
     stream_resumable: bool | None = None
 
+    def checkpoint_ref(self) -> str | None:
+        """The checkpoint the run starts from (`checkpoint_id`, or `checkpoint`'s); None: the
+        thread's head."""
+        return self.checkpoint_id or (self.checkpoint.checkpoint_id if self.checkpoint else None)
+
     def modes(self) -> list[str]:
         """The stream modes asked for (`values` when none)."""
         if self.stream_mode is None:

@@ -179,6 +179,24 @@ class AgentServer:
     async def head(self, thread_id: str) -> int:
         return await self.rt.head(thread_id)
 
+    async def go_back(self, thread_id: str, graph_id: str, ident: str | None, *, by: str) -> None:
+        """Set the thread back to checkpoint `ident` when it is a past one (a run or an edit
+        there): a record at its head, what followed staying in the log and its history.
+        A thread with a run going or queued is refused first (409 `thread_busy`)."""
+        if ident is None:
+            return
+        seq = await self.seq_of(thread_id, ident)
+        if seq == await self.head(thread_id):
+            return
+        if self.rt.runs_holding(thread_id):
+            raise ApiError(
+                409,
+                "thread_busy",
+                f"thread {thread_id!r} has a run going or queued: it cannot go back to "
+                f"checkpoint {ident[:60]!r} under it; wait for the run, or cancel it first",
+            )
+        await self.rt.branch_thread(thread_id, graph_id, seq, by=by)
+
     # ---- states ----------------------------------------------------------------------
 
     async def state_at(self, thread_id: str, graph_id: str | None, seq: int) -> AgentState | None:

@@ -66,14 +66,7 @@ async def begin(
         raise ThreadNotFoundError(thread_id)
     else:
         check_new_thread_id(rt, thread_id)
-    ident = body.checkpoint_id or (body.checkpoint.checkpoint_id if body.checkpoint else None)
-    if ident is not None and await srv.seq_of(thread_id, ident) != await srv.head(thread_id):
-        raise ApiError(
-            409,
-            "conflict",
-            f"checkpoint {ident!r} is not the head of thread {thread_id!r}: a thread's log only "
-            "grows; copy the thread at that point and run the copy",
-        )
+    await srv.go_back(thread_id, entry.graph_id, body.checkpoint_ref(), by=who.name)
     resume = body.command.resume if body.command is not None else None
     payload = Command(resume=resume) if body.command is not None else wire.incoming(body.input)
     trigger = await rt.submit(
