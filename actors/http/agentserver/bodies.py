@@ -152,9 +152,13 @@ class RunCreate(Body):
     stream_resumable: bool | None = None
 
     def checkpoint_ref(self) -> str | None:
-        """The checkpoint the run starts from (`checkpoint_id`, or `checkpoint`'s); None: the
-        thread's head."""
-        return self.checkpoint_id or (self.checkpoint.checkpoint_id if self.checkpoint else None)
+        """The checkpoint the run starts from (`checkpoint_id`, `checkpoint`'s, or the
+        config's, as `RemoteGraph` sends it); None: the thread's head."""
+        configurable = (self.config or {}).get("configurable")
+        named = configurable.get("checkpoint_id") if isinstance(configurable, dict) else None
+        ref = self.checkpoint.checkpoint_id if self.checkpoint else None
+        found = self.checkpoint_id or ref or named
+        return found if isinstance(found, str) else None
 
     def modes(self) -> list[str]:
         """The stream modes asked for (`values` when none)."""
