@@ -42,6 +42,9 @@ class TriggerAccepted(BaseEvent, tag="trigger_accepted", frozen=True):
     subject: str | None = None
     """The data subject whose personal data `input` is: sealed under its key (though the
     runtime's thread has no subject of its own), and the run's thread is tagged with it."""
+    interrupt_before: str | list[str] | None = None
+    interrupt_after: str | list[str] | None = None
+    """Breakpoints asked for this run only, beside the graph's: node names, or "*"."""
 
 
 class TriggerDispatched(BaseEvent, tag="trigger_dispatched", frozen=True):

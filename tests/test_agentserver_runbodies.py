@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from agentlog.actors.http import create_app
 from agentlog.actors.runtime import AgentRuntime, EntryPoint
 from agentlog.actors.testing import until
 from agentlog.events import SQLiteEventStore
-from agentlog.langgraph import StateGraph
+from agentlog.langgraph import Runtime, StateGraph
 from agentlog.projections.invariants import thread_findings
 from agentlog.projections.views import state_at
 from tests.agentserver.app import Chat, build
@@ -121,6 +122,18 @@ async def test_a_past_checkpoint_of_a_busy_thread_is_refused_writing_nothing(
     assert await runtime.store.last_seq(thread) == head
 
 
+@dataclass
+class Caller:
+    user_id: str
+    tone: str = "plain"
+
+
+def greet(state: Chat, runtime: Runtime[Caller]) -> dict[str, Any]:
+    caller = runtime.context
+    said = f"hi {caller.user_id} ({caller.tone.upper()})" if caller is not None else "hi nobody"
+    return {"messages": [{"role": "assistant", "content": said}]}
+
+
 @pytest.fixture
 async def held(
     tmp_path: Path,
@@ -138,6 +151,11 @@ async def held(
     graph.set_entry_point("hold")
     runtime.add_graph("held", graph.compile(runtime.store).graph_engine)
     runtime.register_entry_point(EntryPoint(id="held", graph_id="held"))
+    greeter = StateGraph(Chat, context_schema=Caller)
+    greeter.add_node("greet", greet)
+    greeter.set_entry_point("greet")
+    runtime.add_graph("greeter", greeter.compile(runtime.store).graph_engine)
+    runtime.register_entry_point(EntryPoint(id="greeter", graph_id="greeter"))
     async with runtime:
         transport = httpx.ASGITransport(app=create_app(runtime))
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
@@ -175,3 +193,53 @@ async def test_a_past_checkpoint_of_a_thread_with_a_run_going_is_refused(
     gate.set()
     joined = await http.get(f"/threads/{thread}/runs/{going['run_id']}/join")
     assert joined.json()["messages"][-1]["content"] == "let go"
+
+
+Held = tuple[httpx.AsyncClient, AgentRuntime, asyncio.Event]
+
+
+async def test_a_runs_context_reaches_its_nodes_and_is_never_recorded(held: Held) -> None:
+    http, runtime, _ = held
+    thread = (await http.post("/threads", json={})).json()["thread_id"]
+    run = {"assistant_id": "greeter", "input": USER}
+    path = f"/threads/{thread}/runs/wait"
+    told = await http.post(path, json={**run, "context": {"user_id": "ann", "tone": "warm"}})
+    assert told.json()["messages"][-1]["content"] == "hi ann (WARM)", told.text
+    plain = await http.post(path, json=run)  # a context is the run's own, not the thread's
+    assert plain.json()["messages"][-1]["content"] == "hi nobody", plain.text
+    logged = [r async for r in runtime.store.read(thread)]
+    logged += [r async for r in runtime.store.read(runtime.config.runtime_thread)]
+    assert not any("warm" in repr(r.event) for r in logged)  # the node's words only
+    head = await runtime.store.last_seq(thread)
+    bad = await http.post(path, json={**run, "context": {"tone": "cold"}})
+    assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_context", bad.text
+    assert "user_id" in bad.text and await runtime.store.last_seq(thread) == head
+
+
+async def test_breakpoints_asked_for_one_run_pause_that_run_only(served: Served) -> None:
+    http, runtime = served
+    thread = (await http.post("/threads", json={})).json()["thread_id"]
+    path = f"/threads/{thread}/runs/wait"
+    run = {"assistant_id": "chat", "input": USER}
+    before = await http.post(path, json={**run, "interrupt_before": ["reply"]})
+    assert [m["content"] for m in before.json()["messages"]] == ["hello"], before.text
+    state = (await http.get(f"/threads/{thread}/state")).json()
+    assert state["next"] == ["reply"]
+    going = await http.post(path, json={"assistant_id": "chat", "input": None})
+    assert going.json()["messages"][-1]["content"] == "you said: hello", going.text
+    after = await http.post(path, json={**run, "interrupt_after": "*"})
+    assert after.json()["messages"][-1]["content"] == "you said: hello", after.text
+    assert (await http.get(f"/threads/{thread}")).json()["status"] == "interrupted"
+    again = await http.post(path, json=run)  # the next run has the graph's breakpoints only
+    assert (await http.get(f"/threads/{thread}")).json()["status"] == "idle", again.text
+    accepted = [
+        r.event
+        async for r in runtime.store.read(runtime.config.runtime_thread)
+        if r.kind == "trigger_accepted"
+    ]
+    asked = [(e.interrupt_before, e.interrupt_after) for e in accepted]
+    assert (["reply"], None) in asked and (None, "*") in asked  # why each run paused
+    reasons = [
+        r.event.reason async for r in runtime.store.read(thread) if r.kind == "interrupt_raised"
+    ]
+    assert reasons == ["interrupt_before", "interrupt_after"]

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentlog.actors.engine.branch import branch_thread
+from agentlog.actors.engine.errors import GraphError
 from agentlog.actors.testing import until
 from agentlog.events import MemoryEventStore, ThreadBusyError
 from agentlog.langgraph import END, START, StateGraph
@@ -109,3 +110,16 @@ async def test_a_thread_whose_run_is_going_refuses_writing_nothing() -> None:
     gate.set()
     await running
     await replayed_is_live(graph, "t")
+
+
+async def test_breakpoints_of_one_call_pause_that_call_only() -> None:
+    graph = counted(MemoryEventStore())
+    config = {"configurable": {"thread_id": "t"}}
+    paused = await graph.ainvoke({"seen": ["a"]}, config, interrupt_before=["two"])
+    assert paused["seen"] == ["a", "one"]
+    assert (await graph.aget_state(config)).next == ("two",)
+    assert (await graph.ainvoke(None, config))["seen"] == ["a", "one", "two"]
+    parts = [p async for p in graph.astream({"seen": ["b"]}, config, interrupt_after="*")]
+    assert (await graph.aget_state(config)).next == ("two",), parts
+    with pytest.raises(GraphError, match=r"'three'.*one, two"):
+        await graph.ainvoke({"seen": ["c"]}, config, interrupt_before=["three"])

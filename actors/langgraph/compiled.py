@@ -97,8 +97,9 @@ class CompiledStateGraph:
         `__interrupt__` when a node paused it."""
         if options.pop("stream_mode", "values") != "values":
             raise UnsupportedOptionError("invoke returns the values: use stream() for other modes")
+        asked = breakpoints_of(options)
         refuse_options("invoke", options)
-        config = await self._at_checkpoint(self._config(config, context, durability))
+        config = await self._at_checkpoint(self._config(config, context, durability) | asked)
         result, _ = await self.graph_engine.ainvoke_to(await self._input(input, config), config)
         state: AgentState = result["state"]
         values = self.shapes.values(state)
@@ -126,8 +127,9 @@ class CompiledStateGraph:
     ) -> AsyncIterator[Any]:
         """Stream a run in LangGraph's modes (`updates` unless told), its values shaped as
         this graph's schema says."""
+        asked = breakpoints_of(options)
         refuse_options("stream", options)
-        config = await self._at_checkpoint(self._config(config, context, durability))
+        config = await self._at_checkpoint(self._config(config, context, durability) | asked)
         parts = self.graph_engine.astream(
             await self._input(input, config),
             config,
@@ -377,6 +379,13 @@ class CompiledStateGraph:
             tasks=tasks,
             interrupts=pending,
         )
+
+
+def breakpoints_of(options: dict[str, Any]) -> dict[str, Any]:
+    """A call's `interrupt_before` / `interrupt_after` (taken out of `options`), for this
+    run only: the config keys the engine reads them from."""
+    names = ("interrupt_before", "interrupt_after")
+    return {n: options.pop(n) for n in names if options.get(n) is not None}
 
 
 def _checkpoint_of(config: Mapping[str, Any]) -> int | None:

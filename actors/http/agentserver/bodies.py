@@ -169,14 +169,6 @@ class RunCreate(Body):
     def refuse(self) -> None:
         """Refuse, before anything is written, a field whose value this server cannot carry
         out as the Agent Server would."""
-        for name in ("interrupt_before", "interrupt_after"):
-            if getattr(self, name):
-                raise ApiError(
-                    422,
-                    "unsupported",
-                    f"{name} per run is not carried out by agentlog yet: compile the graph "
-                    f"with {name}=[...] instead, or leave it out",
-                )
         if self.webhook:
             raise ApiError(
                 422,
@@ -196,13 +188,6 @@ class RunCreate(Body):
                 "unsupported",
                 "a command's update and goto are not carried out over HTTP yet: send "
                 "command={'resume': ...}, or update the state first (POST /threads/{id}/state)",
-            )
-        if self.context:
-            raise ApiError(
-                422,
-                "unsupported",
-                "context per run is not carried out over HTTP yet: the graph's nodes would "
-                "not see it; leave it out",
             )
         if self.command is not None and self.input is not None:
             raise ApiError(422, "invalid_request", "send input or command, not both")
