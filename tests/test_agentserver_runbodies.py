@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from agentlog.actors.http import create_app
 from agentlog.actors.runtime import AgentRuntime, EntryPoint
 from agentlog.actors.testing import until
 from agentlog.events import SQLiteEventStore
-from agentlog.langgraph import Runtime, StateGraph
+from agentlog.langgraph import StateGraph
 from agentlog.projections.invariants import thread_findings
 from agentlog.projections.views import state_at
 from tests.agentserver.app import Chat, build
@@ -122,18 +121,6 @@ async def test_a_past_checkpoint_of_a_busy_thread_is_refused_writing_nothing(
     assert await runtime.store.last_seq(thread) == head
 
 
-@dataclass
-class Caller:
-    user_id: str
-    tone: str = "plain"
-
-
-def greet(state: Chat, runtime: Runtime[Caller]) -> dict[str, Any]:
-    caller = runtime.context
-    said = f"hi {caller.user_id} ({caller.tone.upper()})" if caller is not None else "hi nobody"
-    return {"messages": [{"role": "assistant", "content": said}]}
-
-
 @pytest.fixture
 async def held(
     tmp_path: Path,
@@ -151,11 +138,6 @@ async def held(
     graph.set_entry_point("hold")
     runtime.add_graph("held", graph.compile(runtime.store).graph_engine)
     runtime.register_entry_point(EntryPoint(id="held", graph_id="held"))
-    greeter = StateGraph(Chat, context_schema=Caller)
-    greeter.add_node("greet", greet)
-    greeter.set_entry_point("greet")
-    runtime.add_graph("greeter", greeter.compile(runtime.store).graph_engine)
-    runtime.register_entry_point(EntryPoint(id="greeter", graph_id="greeter"))
     async with runtime:
         transport = httpx.ASGITransport(app=create_app(runtime))
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
@@ -198,8 +180,8 @@ async def test_a_past_checkpoint_of_a_thread_with_a_run_going_is_refused(
 Held = tuple[httpx.AsyncClient, AgentRuntime, asyncio.Event]
 
 
-async def test_a_runs_context_reaches_its_nodes_and_is_never_recorded(held: Held) -> None:
-    http, runtime, _ = held
+async def test_a_runs_context_reaches_its_nodes_and_is_never_recorded(served: Served) -> None:
+    http, runtime = served
     thread = (await http.post("/threads", json={})).json()["thread_id"]
     run = {"assistant_id": "greeter", "input": USER}
     path = f"/threads/{thread}/runs/wait"
@@ -243,3 +225,15 @@ async def test_breakpoints_asked_for_one_run_pause_that_run_only(served: Served)
         r.event.reason async for r in runtime.store.read(thread) if r.kind == "interrupt_raised"
     ]
     assert reasons == ["interrupt_before", "interrupt_after"]
+
+
+async def test_a_commands_update_and_goto_are_refused_writing_nothing(served: Served) -> None:
+    http, runtime = served
+    thread = (await http.post("/threads", json={})).json()["thread_id"]
+    path = f"/threads/{thread}/runs/wait"
+    first = await http.post(path, json={"assistant_id": "approval", "input": USER})
+    head = await runtime.store.last_seq(thread)
+    for command, why in (({"goto": "review"}, "goto"), ({"update": USER}, "update")):
+        refused = await http.post(path, json={"assistant_id": "approval", "command": command})
+        assert refused.status_code == 422 and why in refused.text, refused.text
+    assert await runtime.store.last_seq(thread) == head, first.text

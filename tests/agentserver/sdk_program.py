@@ -210,6 +210,11 @@ async def sdk() -> None:
     await call("time travel", lambda: _time_travel(client, pid))
     await call("runs.wait(checkpoint_id)", lambda: _run_at_checkpoint(client, pid))
     await call("threads.update_state(checkpoint_id)", lambda: _edit_at_checkpoint(client, pid))
+    await call("runs.wait(interrupt_before)", lambda: _breakpoints(client))
+    await call(
+        "runs.wait(context)",
+        lambda: _said(r.wait(None, "greeter", input=USER, context={"user_id": "ann"}), "hi ann"),
+    )
 
     held = await call("threads.create(cancel)", lambda: _shaped(t.create(), Thread))
     hid = held["thread_id"] if held else str(uuid.uuid4())
@@ -383,6 +388,25 @@ async def _run_at_checkpoint(client: Any, thread_id: str) -> Any:
     endings = [h["values"]["messages"][-1]["content"] for h in history]
     assert endings[0] == "reviewed: again" and "reviewed: yes" in endings, endings
     return done
+
+
+async def _breakpoints(client: Any) -> Any:
+    """Breakpoints asked for one run pause that run only."""
+    r, t = client.runs, client.threads
+    tid = (await t.create())["thread_id"]
+    paused = await r.wait(tid, "chat", input=USER, interrupt_before=["reply"])
+    assert [m["content"] for m in paused["messages"]] == ["hello"], paused
+    assert (await t.get_state(tid))["next"] == ["reply"]
+    await _said(r.wait(tid, "chat", input=None), "you said: hello")
+    await _said(r.wait(tid, "chat", input=USER, interrupt_after="*"), "you said: hello")
+    assert (await t.get(tid))["status"] == "interrupted"
+    return paused
+
+
+async def _said(run: Awaitable[Any], text: str) -> Any:
+    values = await run
+    assert values["messages"][-1]["content"].startswith(text), values
+    return values
 
 
 async def _edit_at_checkpoint(client: Any, thread_id: str) -> Any:

@@ -182,12 +182,21 @@ class RunCreate(Body):
                 "unsupported",
                 "after_seconds is not carried out by agentlog yet: send the run when it is due",
             )
-        if self.command is not None and (self.command.update is not None or self.command.goto):
+        if self.command is not None and self.command.goto:
             raise ApiError(
                 422,
                 "unsupported",
-                "a command's update and goto are not carried out over HTTP yet: send "
-                "command={'resume': ...}, or update the state first (POST /threads/{id}/state)",
+                "a command's goto is not carried out: agentlog's engine takes goto only from "
+                "a node's return (in process too); update the state as the node before it "
+                "(POST /threads/{id}/state with as_node), then run",
+            )
+        if self.command is not None and self.command.update is not None:
+            raise ApiError(
+                422,
+                "unsupported",
+                "a command's update is not carried out over HTTP: a queued run records its "
+                "resume value only; send the update as a recorded edit first (POST "
+                "/threads/{id}/state), then command={'resume': ...}",
             )
         if self.command is not None and self.input is not None:
             raise ApiError(422, "invalid_request", "send input or command, not both")
