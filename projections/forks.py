@@ -180,5 +180,11 @@ def branched(event: Forked, step: int) -> Forked:
     )
 
 
+async def went_back_after(store: EventStore, thread_id: str, seq: int) -> bool:
+    """Whether the thread went back to a point of its past (a `forked` record) after `seq`:
+    then its head is not the state `seq`'s step left, and a history shows both."""
+    return any(s > seq for s in await store.seqs_of_kind(thread_id, Forked.KIND))
+
+
 def _exists(new_id: str) -> IllegalTransitionError:
     return IllegalTransitionError(Forked.KIND, f"thread {new_id!r} already exists; pick a new id")

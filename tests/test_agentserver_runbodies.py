@@ -96,6 +96,10 @@ async def test_an_edit_at_a_past_checkpoint_branches_there(served: Served) -> No
     said = [m["content"] for m in now["values"]["messages"]]
     assert said == ["hello", "you said: hello", "on second thought"]
     assert now["next"] == ["review"]
+    history = (await http.post(f"/threads/{thread}/history", json={"limit": 100})).json()
+    assert history[0]["checkpoint"] == now["checkpoint"]  # the head comes first
+    endings = [h["values"]["messages"][-1]["content"] for h in history]
+    assert "reviewed: yes" in endings  # the branch left behind stays in the history
     await replayed_is_live(runtime, http, thread)
     head = await runtime.store.last_seq(thread)
     at_head = {"checkpoint": {"checkpoint_id": now["checkpoint"]["checkpoint_id"]}}

@@ -301,6 +301,8 @@ def test_an_edit_of_a_past_checkpoint_branches_the_thread_there() -> None:
     now = graph.get_state(config)
     assert now.values["topic"] == "rewritten" and now.values["notes"] == ["planned a"]
     assert now.next == ("review",) and graph.get_state(edited).values == now.values
+    history = list(graph.get_state_history(config))
+    assert history[0].values == now.values and history[1].values["notes"][-1] == "review: fine"
     head = graph.update_state(graph.get_state(config).config, {"topic": "edited"})
     assert graph.get_state(head).values["topic"] == "edited"
     assert list(graph.get_state_history({"configurable": {"thread_id": "nobody"}})) == []

@@ -35,6 +35,7 @@ from agentlog.actors.langgraph.types import (
 )
 from agentlog.events import ThreadNotFoundError
 from agentlog.projections import END, AgentState
+from agentlog.projections.forks import went_back_after
 from agentlog.projections.keys import RESUME_KEY
 from agentlog.projections.present import next_nodes
 
@@ -220,13 +221,19 @@ class CompiledStateGraph:
             entries = await self.graph_engine.aget_state_history({"thread_id": thread_id})
         except ThreadNotFoundError:
             return []  # as LangGraph: a thread with no checkpoint has no history
-        head = await self.graph_engine.store.last_seq(thread_id)
+        store = self.graph_engine.store
+        head = await store.last_seq(thread_id)
         snapshots: list[StateSnapshot] = []
         parent: int | None = None
+        # the head is the last step's state, unless the thread went back to a past
+        # checkpoint since: then that step's state stays in the history, and the head follows
+        back = bool(entries) and await went_back_after(store, thread_id, entries[-1].last_seq)
         for number, entry in enumerate(entries, 1):
-            seq = head if number == len(entries) else entry.last_seq
+            seq = head if number == len(entries) and not back else entry.last_seq
             snapshots.append(await self._snapshot_at(thread_id, seq, parent, entry.step))
             parent = seq
+        if back:
+            snapshots.append(await self._snapshot_at(thread_id, head, parent))
         return snapshots[::-1]
 
     def get_state_history(

@@ -30,6 +30,7 @@ from agentlog.events.keystore import open_keys
 from agentlog.events.kinds import Event, ThreadCreated, ThreadHidden
 from agentlog.projections import AgentState
 from agentlog.projections.fold import Fold
+from agentlog.projections.forks import went_back_after
 from agentlog.projections.keys import CREATED_KEY
 from agentlog.projections.timetravel import StepEntry
 
@@ -381,6 +382,10 @@ class RuntimeFacade:
     async def branch_thread(self, thread_id: str, graph_id: str, at_seq: int, *, by: str) -> None:
         """Set the thread back to its record `at_seq`, a record at its head (`branch`)."""
         await branch_thread(self.compiled(graph_id), thread_id, at_seq=at_seq, actor=by)
+
+    async def went_back_after(self, thread_id: str, seq: int) -> bool:
+        """Whether the thread went back to a past checkpoint after `seq` (`branch`)."""
+        return await went_back_after(self.runtime.store, thread_id, seq)
 
     async def roll_back(
         self, thread_id: str, graph_id: str, to_seq: int, *, by: str, reason: str | None

@@ -277,14 +277,19 @@ class AgentServer:
             return []
         shown: list[dict[str, Any]] = []
         parent: int | None = None
+        # the head is the last step's state, unless the thread went back to a past
+        # checkpoint since: then that step's state stays in the history, and the head follows
+        back = bool(entries) and await self.rt.went_back_after(thread_id, entries[-1].last_seq)
         for number, entry in enumerate(entries, 1):
-            seq = head if number == len(entries) else entry.last_seq
+            seq = head if number == len(entries) and not back else entry.last_seq
             if before is not None and seq >= before:
                 break
             shown.append(
                 await self.snapshot(thread_id, graph_id, seq, step=entry.step, parent=parent)
             )
             parent = seq
+        if back and (before is None or head < before):
+            shown.append(await self.snapshot(thread_id, graph_id, head, parent=parent))
         return shown[::-1]
 
     # ---- threads ---------------------------------------------------------------------
