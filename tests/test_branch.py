@@ -17,10 +17,11 @@ from hypothesis import strategies as st
 from agentlog.actors.engine.branch import branch_thread
 from agentlog.actors.engine.errors import GraphError
 from agentlog.actors.testing import until
-from agentlog.events import MemoryEventStore, ThreadBusyError
+from agentlog.events import MemoryEventStore, SQLiteEventStore, ThreadBusyError
 from agentlog.langgraph import END, START, StateGraph
 from agentlog.projections.invariants import thread_findings
 from agentlog.projections.views import state_at
+from tests.helpers import agentlog
 
 
 class Counted(TypedDict):
@@ -123,3 +124,19 @@ async def test_breakpoints_of_one_call_pause_that_call_only() -> None:
     assert (await graph.aget_state(config)).next == ("two",), parts
     with pytest.raises(GraphError, match=r"'three'.*one, two"):
         await graph.ainvoke({"seen": ["c"]}, config, interrupt_before=["three"])
+
+
+async def test_agentlog_verify_passes_on_a_thread_that_went_back(tmp_path: Any) -> None:
+    path = tmp_path / "log.db"
+    async with SQLiteEventStore(str(path)) as store:
+        graph = counted(store)
+        config = {"configurable": {"thread_id": "t"}}
+        await graph.ainvoke({"seen": ["a"]}, config)
+        oldest = (await graph.aget_state_history(config))[-1]
+        await graph.aupdate_state(oldest.config, {"seen": ["edited"]})
+        await graph.ainvoke(None, config)
+        await replayed_is_live(graph, "t")
+    checked = agentlog("verify", "t", "--snapshots", "--db", path)
+    assert checked.returncode == 0, (checked.stdout, checked.stderr)
+    shown = agentlog("history", "t", "--db", path)
+    assert "from t@" in shown.stdout  # the timeline names where the thread went back to
