@@ -46,6 +46,9 @@ class TriggerAccepted(BaseEvent, tag="trigger_accepted", frozen=True):
     """The run waits until then (epoch seconds) before it is dispatched (`after_seconds`)."""
     webhook: str | None = None
     """Where the run's result is POSTed when it ends (`webhook_sent` records each attempt)."""
+    interrupt_before: str | list[str] | None = None
+    interrupt_after: str | list[str] | None = None
+    """Breakpoints asked for this run only, beside the graph's: node names, or "*"."""
 
 
 class TriggerDispatched(BaseEvent, tag="trigger_dispatched", frozen=True):

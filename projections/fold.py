@@ -1,13 +1,11 @@
 """The fold: events in, state out.
 
-`Fold` applies committed records to a private working state in place, which keeps a long
-replay linear; `apply` and `replay` are its pure faces. The runtime feeds the same `Fold`
-the records it has just committed, so the live state is the replayed state by construction.
+`Fold` applies committed records to a private working state in place (a long replay stays
+linear); `apply` and `replay` are its pure faces. The runtime feeds the same `Fold` the
+records it has just committed, so the live state is the replayed state by construction.
 
-`decide` is the gate in front of the log: it checks that a batch of events is a legal
-sequence of transitions from a state and that their payloads validate, and raises
-`IllegalTransitionError` (or `InvalidStateUpdateError`) before anything is written. The fold
-itself never refuses or drops a committed event.
+`decide`, the gate in front of the log, refuses a batch of illegal transitions or invalid
+payloads before anything is written; the fold never refuses or drops a committed event.
 """
 
 from __future__ import annotations
@@ -608,9 +606,11 @@ def _check(meta: ExecutionState, event: Event, seq: int, state_cls: type[AgentSt
         case RunSuperseded():
             if status != ExecutionStatus.CANCELLED:
                 refuse("only a cancelled run can be rolled back; cancel it first")
-        case Forked():
-            if seq != 0:
-                refuse("a fork can only be the first event of a new thread")
+        case Forked():  # a new thread's first event, or a branch back to its own past
+            if seq != 0 and (event.source_thread != meta.thread_id or event.source_seq >= seq):
+                refuse("a fork is a new thread's first event, or a branch of its own past")
+            if seq and status == ExecutionStatus.RUNNING and not (paused or before_first_run(meta)):
+                refuse("a run is in progress on this thread: wait for it or cancel it first")
         case ThreadCreated():
             if seq != 0:
                 refuse("a thread is created once, as its first event")

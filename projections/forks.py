@@ -9,6 +9,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+import msgspec
+
 from agentlog.events import (
     EventRecord,
     EventStore,
@@ -166,6 +168,22 @@ def fork_build(new_id: str, event: Forked) -> Callable[[Fold[S]], list[Event]]:
         return [event]
 
     return start
+
+
+def branched(event: Forked, step: int) -> Forked:
+    """`event` (a fork of a thread at a past point) as a branch of that thread itself, at
+    its head: steps keep counting from `step`, the head's, so no step number is reused."""
+    meta = event.state.get("execution_meta")
+    meta = dict(meta) if isinstance(meta, dict) else {}
+    return msgspec.structs.replace(
+        event, state={**event.state, "execution_meta": meta | {"step": step}}
+    )
+
+
+async def went_back_after(store: EventStore, thread_id: str, seq: int) -> bool:
+    """Whether the thread went back to a point of its past (a `forked` record) after `seq`:
+    then its head is not the state `seq`'s step left, and a history shows both."""
+    return any(s > seq for s in await store.seqs_of_kind(thread_id, Forked.KIND))
 
 
 def _exists(new_id: str) -> IllegalTransitionError:

@@ -107,11 +107,11 @@ async def test_a_refused_field_writes_nothing(
         json={
             "assistant_id": "chat",
             "input": USER,
-            "interrupt_before": ["reply"],
+            "interrupt_before": ["nowhere"],
             "if_not_exists": "create",
         },
     )
-    assert refused.status_code == 422 and "interrupt_before" in refused.text
+    assert refused.status_code == 422 and "'nowhere'" in refused.text and "reply" in refused.text
     assert await runtime.store.last_seq("fresh") == 0
     unknown = await http.post(
         "/threads/fresh/runs/wait", json={"assistant_id": "chat", "input": USER, "bogus": 1}

@@ -105,8 +105,12 @@ def test_get_state_is_a_snapshot_with_checkpoint_ids(tmp_path: Any) -> None:
     # the time a snapshot was made is the time its record was written, whenever it is read
     assert graph.get_state(config).created_at == after.created_at == history[0].created_at
     assert history[-1].created_at <= history[0].created_at
-    with pytest.raises(GraphError, match="afork"):
-        graph.invoke(None, {"configurable": {"thread_id": "t2", "checkpoint_id": checkpoint}})
+    # a run at a past checkpoint goes on from there; the thread's latest state is that branch
+    past = {"configurable": {"thread_id": "t2", "checkpoint_id": checkpoint}}
+    again = graph.invoke(Command(resume="again"), past)
+    assert again["notes"] == ["planned x", "review: again"]
+    assert graph.get_state(config).values["notes"] == ["planned x", "review: again"]
+    assert len(list(graph.get_state_history(config))) > len(history)
 
 
 def test_without_a_checkpointer_invoke_needs_no_thread_and_with_one_it_does(tmp_path: Any) -> None:
@@ -287,18 +291,18 @@ def test_a_node_letting_stop_iteration_out_fails_instead_of_hanging() -> None:
         builder.compile().invoke({"items": []})
 
 
-def test_an_edit_of_a_past_checkpoint_is_refused_and_the_present_is_untouched() -> None:
-    from agentlog.langgraph import PastCheckpointError
-
+def test_an_edit_of_a_past_checkpoint_branches_the_thread_there() -> None:
     graph = reviewed()
     config = {"configurable": {"thread_id": "past"}}
     graph.invoke({"topic": "a"}, config)
     graph.invoke(Command(resume="fine"), config)
     past = list(graph.get_state_history(config))[-1]
-    before = graph.get_state(config).values
-    with pytest.raises(PastCheckpointError, match="afork"):
-        graph.update_state(past.config, {"topic": "rewritten"})
-    assert graph.get_state(config).values == before
+    edited = graph.update_state(past.config, {"topic": "rewritten"})
+    now = graph.get_state(config)
+    assert now.values["topic"] == "rewritten" and now.values["notes"] == ["planned a"]
+    assert now.next == ("review",) and graph.get_state(edited).values == now.values
+    history = list(graph.get_state_history(config))
+    assert history[0].values == now.values and history[1].values["notes"][-1] == "review: fine"
     head = graph.update_state(graph.get_state(config).config, {"topic": "edited"})
     assert graph.get_state(head).values["topic"] == "edited"
     assert list(graph.get_state_history({"configurable": {"thread_id": "nobody"}})) == []

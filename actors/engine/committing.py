@@ -182,7 +182,7 @@ class RunCommits(Generic[S]):
                 tail.append(
                     InterruptRaised(node=node, reason=REMOTE_TOOL_CALL, when="after", data=data)
                 )
-            elif after := [n for n, _ in ran or [(node, goto)] if n in self.engine.interrupt_after]:
+            elif after := [n for n, _ in ran or [(node, goto)] if n in self.run.interrupt_after]:
                 tail.append(InterruptRaised(node=after[0], reason="interrupt_after", when="after"))
             if not is_superstep(tasks):
                 entering = self._entering(tail, target)
@@ -434,7 +434,7 @@ class RunCommits(Generic[S]):
         if (
             target == END
             or target not in self.engine.graph.nodes
-            or target in self.engine.interrupt_before
+            or target in self.run.interrupt_before
             or meta.status != ExecutionStatus.RUNNING
             or meta.stop_current_execution != StopRequestStatus.NONE
             or self.run.taken + 1 >= self.run.recursion_limit

@@ -293,7 +293,7 @@ class RunLoop(Run[S]):
             passed = self.skip_interrupt_before in nodes or (
                 entered and (tasks is not None or entered["node"] == node)
             )
-            waits = next((n for n in nodes if n in self.engine.interrupt_before), None)
+            waits = next((n for n in nodes if n in self.interrupt_before), None)
             if waits is not None and not passed:
                 event = InterruptRaised(node=waits, reason="interrupt_before", when="before")
                 await self.commits.commit([event], actor="runtime")

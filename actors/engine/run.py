@@ -84,6 +84,9 @@ class Run(Generic[S]):
     committing: asyncio.Future[Any] | None = None
     """The append under way, which goes on if the run is cancelled while it waits."""
     recursion_limit: int = DEFAULT_RECURSION_LIMIT
+    interrupt_before: frozenset[str] = frozenset()
+    interrupt_after: frozenset[str] = frozenset()
+    """The call's breakpoints: the graph's, with those its config asks for (`breakpoints`)."""
     writing: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Commits of one run go one at a time (a tool node's calls finish concurrently)."""
     own: set[str | int] = field(default_factory=set)
@@ -383,6 +386,26 @@ def _recursion_limit(config: Mapping[str, Any], default: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise GraphError(f"config['recursion_limit'] must be an int >= 1, got {limit!r}")
     return limit
+
+
+def breakpoints(engine: Engine[Any], config: Mapping[str, Any], name: str) -> frozenset[str]:
+    """The graph's breakpoints `name` ("interrupt_before" or "interrupt_after") with those
+    the call's config asks for, for this call only: node names, or "*" for every node."""
+    compiled: frozenset[str] = getattr(engine, name)
+    asked = config.get(name)
+    if asked is None:
+        return compiled
+    nodes = list(engine.graph.nodes)
+    names = nodes if asked == "*" else asked
+    if isinstance(names, str) or not isinstance(names, list | tuple | frozenset | set):
+        raise GraphError(f"config[{name!r}] is '*' or a list of node names, got {brief(asked)}")
+    unknown = sorted(str(n) for n in names if n not in engine.graph.nodes)
+    if unknown:
+        raise GraphError(
+            f"config[{name!r}] names {', '.join(map(repr, unknown))}, not nodes of the graph "
+            f"(its nodes: {', '.join(nodes)})"
+        )
+    return compiled | frozenset(names)
 
 
 def _timeout(value: Any, what: str) -> float | None:

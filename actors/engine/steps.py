@@ -53,7 +53,13 @@ from agentlog.actors.engine.ending import answered_ids, closing_events, goes_pas
 from agentlog.actors.engine.fingerprint import CODE_CHANGE_KEY, check_policy, code_change
 from agentlog.actors.engine.nodes import output_events
 from agentlog.actors.engine.plan import plan
-from agentlog.actors.engine.run import Engine, S, _recursion_limit, scratch_records
+from agentlog.actors.engine.run import (
+    Engine,
+    S,
+    _recursion_limit,
+    breakpoints,
+    scratch_records,
+)
 
 TRIGGER_KEY = "trigger_id"
 """The config key by which an agent runtime names the trigger a call carries out."""
@@ -135,6 +141,8 @@ async def open_run(run: RunLoop[S], input: Any) -> list[Event]:
     run.run_id = str(meta.internal_data.get("run_id") or "")
     run.fold = fold
     run.recursion_limit = _recursion_limit(config, engine.recursion_limit)
+    run.interrupt_before = breakpoints(engine, config, "interrupt_before")
+    run.interrupt_after = breakpoints(engine, config, "interrupt_after")
     run.last_snapshot = fold.snapshot_seq  # the thread's latest, not 0 for every run
     resume = command.resume if command is not None else None
     paused = meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED

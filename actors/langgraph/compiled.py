@@ -12,6 +12,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator, 
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from agentlog.actors.engine.branch import branch_thread
 from agentlog.actors.engine.command import Command
 from agentlog.actors.engine.compiled import CompiledGraph
 from agentlog.actors.engine.errors import GraphError
@@ -34,6 +35,7 @@ from agentlog.actors.langgraph.types import (
 )
 from agentlog.events import ThreadNotFoundError
 from agentlog.projections import END, AgentState
+from agentlog.projections.forks import went_back_after
 from agentlog.projections.keys import RESUME_KEY
 from agentlog.projections.present import next_nodes
 
@@ -96,8 +98,9 @@ class CompiledStateGraph:
         `__interrupt__` when a node paused it."""
         if options.pop("stream_mode", "values") != "values":
             raise UnsupportedOptionError("invoke returns the values: use stream() for other modes")
+        asked = breakpoints_of(options)
         refuse_options("invoke", options)
-        config = self._config(config, context, durability)
+        config = await self._at_checkpoint(self._config(config, context, durability) | asked)
         result, _ = await self.graph_engine.ainvoke_to(await self._input(input, config), config)
         state: AgentState = result["state"]
         values = self.shapes.values(state)
@@ -125,8 +128,9 @@ class CompiledStateGraph:
     ) -> AsyncIterator[Any]:
         """Stream a run in LangGraph's modes (`updates` unless told), its values shaped as
         this graph's schema says."""
+        asked = breakpoints_of(options)
         refuse_options("stream", options)
-        config = self._config(config, context, durability)
+        config = await self._at_checkpoint(self._config(config, context, durability) | asked)
         parts = self.graph_engine.astream(
             await self._input(input, config),
             config,
@@ -217,13 +221,19 @@ class CompiledStateGraph:
             entries = await self.graph_engine.aget_state_history({"thread_id": thread_id})
         except ThreadNotFoundError:
             return []  # as LangGraph: a thread with no checkpoint has no history
-        head = await self.graph_engine.store.last_seq(thread_id)
+        store = self.graph_engine.store
+        head = await store.last_seq(thread_id)
         snapshots: list[StateSnapshot] = []
         parent: int | None = None
+        # the head is the last step's state, unless the thread went back to a past
+        # checkpoint since: then that step's state stays in the history, and the head follows
+        back = bool(entries) and await went_back_after(store, thread_id, entries[-1].last_seq)
         for number, entry in enumerate(entries, 1):
-            seq = head if number == len(entries) else entry.last_seq
+            seq = head if number == len(entries) and not back else entry.last_seq
             snapshots.append(await self._snapshot_at(thread_id, seq, parent, entry.step))
             parent = seq
+        if back:
+            snapshots.append(await self._snapshot_at(thread_id, head, parent))
         return snapshots[::-1]
 
     def get_state_history(
@@ -235,15 +245,7 @@ class CompiledStateGraph:
         self, config: Mapping[str, Any], values: Any, as_node: str | None = None
     ) -> dict[str, Any]:
         """Record a human edit of the state (as `as_node` if given); the config of the new head."""
-        thread_id = run_config(config)["thread_id"]
-        at = _checkpoint_of(config)
-        if at is not None and at != await self.graph_engine.store.last_seq(thread_id):
-            raise PastCheckpointError(
-                f"checkpoint {at} is not the head of thread {thread_id!r}: an edit there would "
-                "change the thread's present, so it is refused; branch the past into a new "
-                f"thread with graph.graph_engine.afork(config, at_seq={at}) and edit that, or "
-                "drop checkpoint_id to edit the present"
-            )
+        thread_id = run_config(await self._at_checkpoint(config))["thread_id"]
         update = self.shapes.update(values)
         records = await self.graph_engine.aupdate_state({"thread_id": thread_id}, update, as_node)
         seq = records[-1].seq if records else await self.graph_engine.store.last_seq(thread_id)
@@ -285,12 +287,6 @@ class CompiledStateGraph:
         if config is not None and not isinstance(config, Mapping):
             run_config(config)  # refuses it, saying what a config is
         out: dict[str, Any] = self.graph_engine.call_config(config, context, durability) or {}
-        if _checkpoint_of(out) is not None:
-            raise GraphError(
-                "a run cannot start from a checkpoint_id on its own thread here: every "
-                "thread's log only grows; branch the past into a new thread with "
-                "graph.graph_engine.afork(config, at_seq=int(checkpoint_id)) and run that"
-            )
         configurable = out.get("configurable")
         has_thread = "thread_id" in out or (
             isinstance(configurable, Mapping) and "thread_id" in configurable
@@ -305,6 +301,27 @@ class CompiledStateGraph:
                     "{'configurable': {'thread_id': '...'}}"
                 )
             out["thread_id"] = f"run-{uuid.uuid4().hex}"  # one call, in memory, as LangGraph
+        return out
+
+    async def _at_checkpoint(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """The config without its `checkpoint_id`, the thread set back to that checkpoint
+        first when it is a past one (`agentlog.actors.engine.branch`: a record at the head,
+        the branch left behind staying in the log and the history)."""
+        at = _checkpoint_of(config)
+        out = {k: v for k, v in config.items() if k != "checkpoint_id"}
+        configurable = out.get("configurable")
+        if isinstance(configurable, Mapping):
+            out["configurable"] = {k: v for k, v in configurable.items() if k != "checkpoint_id"}
+        if at is None:
+            return out
+        thread_id = run_config(out)["thread_id"]
+        if SEPARATOR in target_thread(config, thread_id):
+            raise PastCheckpointError(
+                "a checkpoint inside a subgraph run cannot be run or edited on its own: run "
+                "or edit the parent's checkpoint before the step that ran the subgraph"
+            )
+        if at != await self.graph_engine.store.last_seq(thread_id):
+            await branch_thread(self.graph_engine, thread_id, at_seq=at, actor="user")
         return out
 
     async def _input(self, input: Any, config: Mapping[str, Any]) -> Any:
@@ -371,6 +388,13 @@ class CompiledStateGraph:
         )
 
 
+def breakpoints_of(options: dict[str, Any]) -> dict[str, Any]:
+    """A call's `interrupt_before` / `interrupt_after` (taken out of `options`), for this
+    run only: the config keys the engine reads them from."""
+    names = ("interrupt_before", "interrupt_after")
+    return {n: options.pop(n) for n in names if options.get(n) is not None}
+
+
 def _checkpoint_of(config: Mapping[str, Any]) -> int | None:
     configurable = config.get("configurable")
     configurable = configurable if isinstance(configurable, Mapping) else {}
@@ -392,7 +416,7 @@ def _config_at(thread_id: str, seq: int) -> dict[str, Any]:
 
 
 class PastCheckpointError(GraphError):
-    """A past checkpoint was named where only a thread's head can be: fork it first."""
+    """A past checkpoint named where it cannot be run or edited (inside a subgraph run)."""
 
 
 class UnsupportedOptionError(GraphError, TypeError):

@@ -3,8 +3,7 @@
 Triggers wait in priority then arrival order. One starts when fewer than `max_concurrent_runs`
 execute, its entry point is under its `max_concurrent`, no run of its thread executes (a
 thread never has two), and its retry time, if any, has come. A run's end is recorded before
-anyone waiting for it hears of it.
-"""
+anyone waiting for it hears of it."""
 
 from __future__ import annotations
 
@@ -295,8 +294,7 @@ class Dispatcher:
         has not begun, but a run that has begun (one waiting to be retried, or cut short)
         goes first, before anything that has not, and so does an earlier input of equal or
         higher priority. Each rule only ever waits for an earlier trigger or a begun one
-        for one not begun, so no two triggers wait for each other.
-        """
+        for one not begun, so no two triggers wait for each other."""
         ledger = self.runtime.ledger
         lone = self.runtime.config.worker_id is None
         begun = state.first_seq is not None
@@ -406,6 +404,7 @@ class Dispatcher:
             "on_code_change": self.runtime.config.on_code_change,  # a resume under new code
             "traceparent": accepted.traceparent,  # the caller's, recorded at acceptance
             "subject": accepted.subject,  # its records sealed as its trigger's input is
+            **self.runtime.contexts.config_of(accepted),  # what its request asked of it
         }
         if self.runtime.config.worker_id is not None:
             config["lease_s"] = self.runtime.config.lease_s  # its thread's claim, as its lease

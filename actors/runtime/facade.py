@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Literal
 
+from agentlog.actors.engine.branch import branch_thread
 from agentlog.actors.engine.commit import fork_thread
 from agentlog.actors.engine.longterm import LogStore
 from agentlog.actors.engine.threads import STORE_THREAD, internal_threads
@@ -37,6 +38,7 @@ from agentlog.events.keystore import open_keys
 from agentlog.events.kinds import Event, ThreadCreated, ThreadHidden, WebhookSent
 from agentlog.projections import AgentState
 from agentlog.projections.fold import Fold
+from agentlog.projections.forks import went_back_after
 from agentlog.projections.keys import CREATED_KEY
 from agentlog.projections.timetravel import StepEntry
 
@@ -450,6 +452,14 @@ class RuntimeFacade:
         one of the runtime's own (`__store__/<name>`, never listed as a user's thread)."""
         thread = STORE_THREAD if name is None else f"{STORE_THREAD}/{name}"
         return LogStore(self.runtime.store, thread=thread)
+
+    async def branch_thread(self, thread_id: str, graph_id: str, at_seq: int, *, by: str) -> None:
+        """Set the thread back to its record `at_seq`, a record at its head (`branch`)."""
+        await branch_thread(self.compiled(graph_id), thread_id, at_seq=at_seq, actor=by)
+
+    async def went_back_after(self, thread_id: str, seq: int) -> bool:
+        """Whether the thread went back to a past checkpoint after `seq` (`branch`)."""
+        return await went_back_after(self.runtime.store, thread_id, seq)
 
     async def roll_back(
         self, thread_id: str, graph_id: str, to_seq: int, *, by: str, reason: str | None

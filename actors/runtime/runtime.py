@@ -4,8 +4,7 @@ and by timers, watched and steered while they run.
 The log is the event bus: every trigger the runtime accepts, every dispatch and every outcome
 is a record of its own thread (`RuntimeConfig.runtime_thread`), written before the caller
 hears of it. A runtime started on the same store folds that thread and carries on: queued
-triggers run, runs cut short resume from their log, no event or timer slot fires twice.
-"""
+triggers run, runs cut short resume from their log, no event or timer slot fires twice."""
 
 from __future__ import annotations
 
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 from agentlog.actors.engine.command import Command
 from agentlog.actors.engine.errors import NothingToResumeError, UnreadResumeValueError
 from agentlog.actors.engine.results import ResponseGranularity, run_result
+from agentlog.actors.runtime.asked import Contexts, recorded
 from agentlog.actors.runtime.dispatch import Dispatcher
 from agentlog.actors.runtime.facts import Facts
 from agentlog.actors.runtime.goals import Goal
@@ -151,6 +151,7 @@ class AgentRuntime(Watching, Graphs):
         records is missed."""
         self.ledger = Ledger(keep=self.config.keep_results, ttl_s=self.config.keep_results_ttl_s)
         self.journal = RuntimeJournal(store, self.config.runtime_thread, self.ledger)
+        self.contexts = Contexts()  # what requests asked of their runs (`asked`)
         self.graphs: dict[str, _Graph] = {}
         self.entries: dict[str, EntryPoint] = {}
         self.schedules: dict[str, Schedule] = {}
@@ -432,8 +433,7 @@ class AgentRuntime(Watching, Graphs):
 
         New input for a thread whose run is still going follows `multitask_strategy` (else
         the entry point's): "reject" raises `ThreadBusyRunError` writing nothing, "enqueue"
-        waits, "interrupt" stops the running run and then continues with this input.
-        """
+        waits, "interrupt" stops the running run and then continues with this input."""
         self._check_started()
         entry = self._entry(entry_point_id)
         asked = input
@@ -641,8 +641,7 @@ class AgentRuntime(Watching, Graphs):
     ) -> TriggerAccepted:
         """Record a trigger and queue it (the one way every cause starts a run).
 
-        A key being accepted by a concurrent call is waited for: both get its first trigger.
-        """
+        A key being accepted by a concurrent call is waited for: both get its first trigger."""
         release: Callable[[], None] | None = None
         if key is not None:
             pair = (entry.id, by, key)
@@ -689,8 +688,7 @@ class AgentRuntime(Watching, Graphs):
 
         What marks the acceptance as in flight (the thread's count, the key's slot) ends
         with the commit, not with this call: a caller cancelled meanwhile (a client that
-        hung up) must not let a second input or a second use of its key slip in.
-        """
+        hung up) must not let a second input or a second use of its key slip in."""
         trigger_id = uuid.uuid4().hex
         thread = thread_id or f"{entry.graph_id}-{trigger_id}"
         try:
@@ -714,12 +712,14 @@ class AgentRuntime(Watching, Graphs):
                 subject=subject,
                 due_at=due_at,
                 webhook=webhook,
+                **recorded(),
             )
         except BaseException:
             if settled is not None:
                 settled()
             raise
         events: list[Event] = [event]
+        self.contexts.keep(trigger_id)
         fresh = thread_id is None and due_at is None  # one due later waits in the queue
         start_now = self.dispatcher.reserve(entry, thread, new_thread=fresh)
         if start_now:  # nothing awaited from here to the record: the log keeps arrival order

@@ -1,12 +1,14 @@
 """The graphs an `agentlog serve` answers LangGraph's clients with in the Agent Server tests:
 LangGraph programs (agentlog.langgraph) with a scripted model, one that asks a human
 (`interrupt`), one that writes to the custom stream and calls a fake streaming chat model
-(`talk`), and one that writes more custom parts at once than a stream buffers (`flood`)."""
+(`talk`), one that writes more custom parts at once than a stream buffers (`flood`), and
+one whose nodes read the run's `context`."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -15,7 +17,7 @@ from langchain_core.messages import AIMessage
 from agentlog.actors.runtime import AgentRuntime, EntryPoint
 from agentlog.actors.runtime.live import BUFFER
 from agentlog.events import EventStore
-from agentlog.langgraph import StateGraph, add_messages, get_stream_writer, interrupt
+from agentlog.langgraph import Runtime, StateGraph, add_messages, get_stream_writer, interrupt
 
 
 class Chat(TypedDict):
@@ -56,6 +58,20 @@ async def flood(state: Chat) -> dict[str, Any]:
     return {"messages": [model.invoke(state["messages"])]}
 
 
+@dataclass
+class Caller:
+    """The context a `greeter` run takes (`context_schema`)."""
+
+    user_id: str
+    tone: str = "plain"
+
+
+def greet(state: Chat, runtime: Runtime[Caller]) -> dict[str, Any]:
+    caller = runtime.context
+    said = f"hi {caller.user_id} ({caller.tone.upper()})" if caller is not None else "hi nobody"
+    return {"messages": [{"role": "assistant", "content": said}]}
+
+
 def build(store: EventStore, clock: Callable[[], float] = time.time) -> AgentRuntime:
     runtime = AgentRuntime(store, clock=clock)
     chat = StateGraph(Chat)
@@ -76,4 +92,9 @@ def build(store: EventStore, clock: Callable[[], float] = time.time) -> AgentRun
         runtime.register_entry_point(EntryPoint(id=name, graph_id=name))
     runtime.register_entry_point(EntryPoint(id="chat", graph_id="chat"))
     runtime.register_entry_point(EntryPoint(id="approval", graph_id="approval"))
+    greeter = StateGraph(Chat, context_schema=Caller)
+    greeter.add_node("greet", greet)
+    greeter.set_entry_point("greet")
+    runtime.add_graph("greeter", greeter.compile(store).graph_engine)
+    runtime.register_entry_point(EntryPoint(id="greeter", graph_id="greeter"))
     return runtime

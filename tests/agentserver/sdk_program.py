@@ -210,6 +210,13 @@ async def sdk() -> None:
     )
     # time travel: the state at an early checkpoint of the approval thread
     await call("time travel", lambda: _time_travel(client, pid))
+    await call("runs.wait(checkpoint_id)", lambda: _run_at_checkpoint(client, pid))
+    await call("threads.update_state(checkpoint_id)", lambda: _edit_at_checkpoint(client, pid))
+    await call("runs.wait(interrupt_before)", lambda: _breakpoints(client))
+    await call(
+        "runs.wait(context)",
+        lambda: _said(r.wait(None, "greeter", input=USER, context={"user_id": "ann"}), "hi ann"),
+    )
 
     held = await call("threads.create(cancel)", lambda: _shaped(t.create(), Thread))
     hid = held["thread_id"] if held else str(uuid.uuid4())
@@ -410,6 +417,55 @@ async def _time_travel(client: Any, thread_id: str) -> Any:
     return again
 
 
+async def _paused_checkpoint(client: Any, thread_id: str) -> str:
+    """The checkpoint of the approval thread's history where it stood before `review`."""
+    history = each(await client.threads.get_history(thread_id, limit=100), ThreadState)
+    return next(h for h in history if h["next"] == ["review"])["checkpoint"]["checkpoint_id"]
+
+
+async def _run_at_checkpoint(client: Any, thread_id: str) -> Any:
+    """A run at a past checkpoint goes on from there; the branch left stays in the history."""
+    r, t = client.runs, client.threads
+    point = await _paused_checkpoint(client, thread_id)
+    _interrupted(await r.wait(thread_id, "approval", input=None, checkpoint_id=point))
+    done = await r.wait(thread_id, "approval", command={"resume": "again"})
+    assert done["messages"][-1]["content"] == "reviewed: again", done
+    history = await t.get_history(thread_id, limit=100)
+    endings = [h["values"]["messages"][-1]["content"] for h in history]
+    assert endings[0] == "reviewed: again" and "reviewed: yes" in endings, endings
+    return done
+
+
+async def _breakpoints(client: Any) -> Any:
+    """Breakpoints asked for one run pause that run only."""
+    r, t = client.runs, client.threads
+    tid = (await t.create())["thread_id"]
+    paused = await r.wait(tid, "chat", input=USER, interrupt_before=["reply"])
+    assert [m["content"] for m in paused["messages"]] == ["hello"], paused
+    assert (await t.get_state(tid))["next"] == ["reply"]
+    await _said(r.wait(tid, "chat", input=None), "you said: hello")
+    await _said(r.wait(tid, "chat", input=USER, interrupt_after="*"), "you said: hello")
+    assert (await t.get(tid))["status"] == "interrupted"
+    return paused
+
+
+async def _said(run: Awaitable[Any], text: str) -> Any:
+    values = await run
+    assert values["messages"][-1]["content"].startswith(text), values
+    return values
+
+
+async def _edit_at_checkpoint(client: Any, thread_id: str) -> Any:
+    t = client.threads
+    point = await _paused_checkpoint(client, thread_id)
+    edit = {"messages": [{"role": "user", "content": "on second thought"}]}
+    shaped(await t.update_state(thread_id, edit, checkpoint_id=point), ThreadUpdateStateResponse)
+    now = await t.get_state(thread_id)
+    assert now["values"]["messages"][-1]["content"] == "on second thought", now
+    assert now["next"] == ["review"], now
+    return now
+
+
 def remote() -> None:
     from langgraph.graph import START, MessagesState, StateGraph
     from langgraph.pregel.remote import RemoteGraph
@@ -487,6 +543,20 @@ def remote() -> None:
         return done
 
     call("invoke + resume interrupt", resumed)
+
+    def at_checkpoint() -> Any:  # RemoteGraph sends a config's checkpoint with its edits
+        history = list(approval.get_state_history(pconfig))
+        past = next(h for h in history if h.next == ("review",))
+        edit = {"messages": [{"role": "user", "content": "later"}]}
+        edited = approval.update_state(past.config, edit)
+        assert approval.get_state(edited).next == ("review",), edited
+        asked = approval.invoke(None, pconfig)
+        assert "__interrupt__" in asked, asked
+        done = approval.invoke(Command(resume="later"), pconfig)
+        assert [m["content"] for m in done["messages"]][-2:] == ["later", "reviewed: later"]
+        return done
+
+    call("update_state at a past checkpoint", at_checkpoint)
 
     def as_node() -> Any:
         outer = StateGraph(MessagesState)

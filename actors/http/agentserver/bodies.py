@@ -153,6 +153,15 @@ class RunCreate(Body):
     stream_subgraphs: bool | None = None
     stream_resumable: bool | None = None
 
+    def checkpoint_ref(self) -> str | None:
+        """The checkpoint the run starts from (`checkpoint_id`, `checkpoint`'s, or the
+        config's, as `RemoteGraph` sends it); None: the thread's head."""
+        configurable = (self.config or {}).get("configurable")
+        named = configurable.get("checkpoint_id") if isinstance(configurable, dict) else None
+        ref = self.checkpoint.checkpoint_id if self.checkpoint else None
+        found = self.checkpoint_id or ref or named
+        return found if isinstance(found, str) else None
+
     def modes(self) -> list[str]:
         """The stream modes asked for (`values` when none)."""
         if self.stream_mode is None:
@@ -162,14 +171,6 @@ class RunCreate(Body):
     def refuse(self) -> None:
         """Refuse, before anything is written, a field whose value this server cannot carry
         out as the Agent Server would."""
-        for name in ("interrupt_before", "interrupt_after"):
-            if getattr(self, name):
-                raise ApiError(
-                    422,
-                    "unsupported",
-                    f"{name} per run is not carried out by agentlog yet: compile the graph "
-                    f"with {name}=[...] instead, or leave it out",
-                )
         after = self.after_seconds
         if after is not None and not (0 <= after <= MAX_AFTER_S):
             raise ApiError(
@@ -177,19 +178,21 @@ class RunCreate(Body):
                 "invalid_request",
                 f"after_seconds is a number of seconds from 0 to {MAX_AFTER_S:g}, got {after!r}",
             )
-        if self.command is not None and (self.command.update is not None or self.command.goto):
+        if self.command is not None and self.command.goto:
             raise ApiError(
                 422,
                 "unsupported",
-                "a command's update and goto are not carried out over HTTP yet: send "
-                "command={'resume': ...}, or update the state first (POST /threads/{id}/state)",
+                "a command's goto is not carried out: agentlog's engine takes goto only from "
+                "a node's return (in process too); update the state as the node before it "
+                "(POST /threads/{id}/state with as_node), then run",
             )
-        if self.context:
+        if self.command is not None and self.command.update is not None:
             raise ApiError(
                 422,
                 "unsupported",
-                "context per run is not carried out over HTTP yet: the graph's nodes would "
-                "not see it; leave it out",
+                "a command's update is not carried out over HTTP: a queued run records its "
+                "resume value only; send the update as a recorded edit first (POST "
+                "/threads/{id}/state), then command={'resume': ...}",
             )
         if self.command is not None and self.input is not None:
             raise ApiError(422, "invalid_request", "send input or command, not both")

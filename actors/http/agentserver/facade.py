@@ -198,6 +198,24 @@ class AgentServer:
     async def head(self, thread_id: str) -> int:
         return await self.rt.head(thread_id)
 
+    async def go_back(self, thread_id: str, graph_id: str, ident: str | None, *, by: str) -> None:
+        """Set the thread back to checkpoint `ident` when it is a past one (a run or an edit
+        there): a record at its head, what followed staying in the log and its history.
+        A thread with a run going or queued is refused first (409 `thread_busy`)."""
+        if ident is None:
+            return
+        seq = await self.seq_of(thread_id, ident)
+        if seq == await self.head(thread_id):
+            return
+        if self.rt.runs_holding(thread_id):
+            raise ApiError(
+                409,
+                "thread_busy",
+                f"thread {thread_id!r} has a run going or queued: it cannot go back to "
+                f"checkpoint {ident[:60]!r} under it; wait for the run, or cancel it first",
+            )
+        await self.rt.branch_thread(thread_id, graph_id, seq, by=by)
+
     # ---- states ----------------------------------------------------------------------
 
     async def state_at(self, thread_id: str, graph_id: str | None, seq: int) -> AgentState | None:
@@ -278,14 +296,19 @@ class AgentServer:
             return []
         shown: list[dict[str, Any]] = []
         parent: int | None = None
+        # the head is the last step's state, unless the thread went back to a past
+        # checkpoint since: then that step's state stays in the history, and the head follows
+        back = bool(entries) and await self.rt.went_back_after(thread_id, entries[-1].last_seq)
         for number, entry in enumerate(entries, 1):
-            seq = head if number == len(entries) else entry.last_seq
+            seq = head if number == len(entries) and not back else entry.last_seq
             if before is not None and seq >= before:
                 break
             shown.append(
                 await self.snapshot(thread_id, graph_id, seq, step=entry.step, parent=parent)
             )
             parent = seq
+        if back and (before is None or head < before):
+            shown.append(await self.snapshot(thread_id, graph_id, head, parent=parent))
         return shown[::-1]
 
     # ---- threads ---------------------------------------------------------------------

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from agentlog.actors.engine.command import Command
+from agentlog.actors.engine.options import InvalidContextError, checked_context
 from agentlog.actors.http.access import Who, check_new_thread_id, check_thread_id
 from agentlog.actors.http.agentserver import wire
 from agentlog.actors.http.agentserver.access import Server, located
@@ -25,6 +26,7 @@ from agentlog.actors.http.bodies import WaitTimeout
 from agentlog.actors.http.errors import ERRORS, ApiError
 from agentlog.actors.http.streams import EventStream
 from agentlog.actors.http.tokens import Principal
+from agentlog.actors.runtime.asked import Ask, asking
 from agentlog.actors.runtime.facade import TriggerState
 from agentlog.events import ThreadNotFoundError
 
@@ -66,30 +68,46 @@ async def begin(
         raise ThreadNotFoundError(thread_id)
     else:
         check_new_thread_id(rt, thread_id)
-    ident = body.checkpoint_id or (body.checkpoint.checkpoint_id if body.checkpoint else None)
-    if ident is not None and await srv.seq_of(thread_id, ident) != await srv.head(thread_id):
-        raise ApiError(
-            409,
-            "conflict",
-            f"checkpoint {ident!r} is not the head of thread {thread_id!r}: a thread's log only "
-            "grows; copy the thread at that point and run the copy",
-        )
+    ask = asked_of(srv, entry.graph_id, body)
     deferred = await srv.deferred(body)  # webhook, after_seconds: checked, then recorded
+    await srv.go_back(thread_id, entry.graph_id, body.checkpoint_ref(), by=who.name)
     resume = body.command.resume if body.command is not None else None
     payload = Command(resume=resume) if body.command is not None else wire.incoming(body.input)
-    trigger = await rt.submit(
-        entry.id,
-        payload,
-        thread_id=thread_id,
-        idempotency_key=None,
-        actor=who.name,
-        multitask_strategy=body.multitask_strategy,
-        correlation_id=None,
-        **deferred,
-    )
+    with asking(ask):  # the run's breakpoints (recorded) and context, for this run only
+        trigger = await rt.submit(
+            entry.id,
+            payload,
+            thread_id=thread_id,
+            idempotency_key=None,
+            actor=who.name,
+            multitask_strategy=body.multitask_strategy,
+            correlation_id=None,
+            **deferred,
+        )
     srv.note(trigger.id, body)
     srv.outbox.watch(trigger)
     return trigger
+
+
+def asked_of(srv: AgentServer, graph_id: str, body: RunCreate) -> Ask:
+    """What the body asks of its run beyond its input, checked against the graph (422,
+    before anything is written): breakpoints at its nodes, a context its schema takes."""
+    graph = srv.app(graph_id).graph
+    for name in ("interrupt_before", "interrupt_after"):
+        asked = getattr(body, name)
+        unknown = [] if asked in (None, "*") else [n for n in asked if n not in graph.nodes]
+        if unknown:
+            raise ApiError(
+                422,
+                "invalid_request",
+                f"{name} names {', '.join(map(repr, unknown))[:300]}, not nodes of graph "
+                f"{graph_id!r}: name some of {', '.join(graph.nodes)}, or '*' for all",
+            )
+    try:
+        context = checked_context(graph.context_schema, body.context)
+    except InvalidContextError as exc:
+        raise ApiError(422, "invalid_context", str(exc)) from None
+    return Ask(body.interrupt_before, body.interrupt_after, context)
 
 
 async def finish(srv: AgentServer, trigger: TriggerState, body: RunCreate, who: Principal) -> None:

@@ -217,20 +217,12 @@ async def update_state(
     graph, _ = await located(srv, thread_id, who, "edit")
     if graph is None:
         raise ApiError(409, "conflict", f"thread {thread_id!r} runs no graph yet: run it first")
-    ident = body.checkpoint_id or (body.checkpoint.checkpoint_id if body.checkpoint else None)
-    head = await srv.head(thread_id)
-    if ident is not None and await srv.seq_of(thread_id, ident) != head:
-        raise ApiError(
-            409,
-            "conflict",
-            f"checkpoint {ident!r} is not the head of thread {thread_id!r}: an edit there would "
-            "change its past; copy the thread at that point (agentlog: POST /log/threads/"
-            "{id}/copy with its step) and edit the copy, or leave the checkpoint out",
-        )
     app = srv.app(graph)
     values = wire.incoming(body.values) if isinstance(body.values, dict) else {}
     if isinstance(app, ShapedGraph):
         values = app.front.shapes.update(values)
+    ident = body.checkpoint_id or (body.checkpoint.checkpoint_id if body.checkpoint else None)
+    await srv.go_back(thread_id, graph, ident, by=who.name)
     await app.aupdate_state({"thread_id": thread_id}, values, body.as_node, actor=who.name)
     ident = await srv.checkpoint_id(thread_id, await srv.head(thread_id))
     return {"checkpoint": wire.checkpoint(thread_id, ident)}
