@@ -38,6 +38,7 @@ from agentlog.projections.keys import (
     TOOL_CALLS_KEY,
 )
 from agentlog.projections.state import (
+    END,
     AgentState,
     ExecutionStatus,
     StopRequestStatus,
@@ -104,7 +105,8 @@ def fork_state(state: S, thread_id: str, seq: int) -> S:
     that was going paused before the node it was at (so the fork reads as what it is, takes
     an edit `as_node=`, and `ainvoke(None)` goes on from there), under a run id of its own.
 
-    A step in flight starts over on the fork; a thread created and not yet run stays so. A
+    A step in flight starts over on the fork; a run whose last step was taken (its end not
+    yet recorded) reads as completed; a thread created and not yet run stays so. A
     node paused in `interrupt()` keeps the answers it had (its next value answers the
     question it waits on, as on the source).
     """
@@ -121,6 +123,9 @@ def fork_state(state: S, thread_id: str, seq: int) -> S:
     if meta.status == ExecutionStatus.RUNNING:
         internal.pop(STOP_KEY, None)  # a stop asked of the source's run is not the fork's
         meta.stop_current_execution = StopRequestStatus.NONE
+        if meta.current_node == END:  # its last step taken, its end not yet recorded
+            meta.status = ExecutionStatus.COMPLETED  # nothing is left to run: a new input
+            return state  # starts a new run, as at a checkpoint whose next is empty
         meta.status = ExecutionStatus.INTERRUPTED_BEFORE
         meta.interrupted_node = meta.current_node
         meta.interrupt_reason = "forked"

@@ -86,6 +86,22 @@ async def test_a_new_input_at_a_past_checkpoint_starts_from_its_state() -> None:
     await replayed_is_live(graph, "t")
 
 
+async def test_a_new_input_at_the_checkpoint_that_ended_a_run_runs_the_graph_again() -> None:
+    """The last step of a run is a checkpoint with nothing next: a new input there starts a
+    new run from the entry, as at the head, not a resume of the old run at its end."""
+    graph = counted(MemoryEventStore())
+    config = {"configurable": {"thread_id": "t"}}
+    await graph.ainvoke({"seen": ["a"]}, config)
+    await graph.ainvoke({"seen": ["b"]}, config)
+    ended = next(s for s in reversed(await graph.aget_state_history(config)) if not s.next)
+    assert ended.values["seen"] == ["a", "one", "two"]
+    done = await graph.ainvoke({"seen": ["c"]}, ended.config)
+    assert done["seen"] == ["a", "one", "two", "c", "one", "two"]
+    await replayed_is_live(graph, "t")
+    forked = await graph.graph_engine.aget_state({"thread_id": "t"})
+    assert forked.execution_meta.status.value == "completed"
+
+
 async def test_a_thread_whose_run_is_going_refuses_writing_nothing() -> None:
     gate = asyncio.Event()
     graph = counted(MemoryEventStore(), gate)

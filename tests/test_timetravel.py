@@ -333,7 +333,10 @@ def test_a_fork_at_any_step_holds_the_source_state_there_and_runs_on_to_the_end(
         assert fields(forked) == fields(at_k)
         meta, source_meta = forked.execution_meta, at_k.execution_meta
         assert (meta.step, meta.current_node) == (source_meta.step, source_meta.current_node)
-        if source_meta.status == ExecutionStatus.RUNNING:  # a run going there: paused at it
+        ended = source_meta.current_node == END  # its last step taken: nothing left to run
+        if source_meta.status == ExecutionStatus.RUNNING and ended:
+            assert meta.status == ExecutionStatus.COMPLETED
+        elif source_meta.status == ExecutionStatus.RUNNING:  # a run going there: paused at it
             assert meta.status == ExecutionStatus.INTERRUPTED_BEFORE
             assert (meta.interrupted_node, meta.interrupt_reason) == (meta.current_node, "forked")
         else:
@@ -346,7 +349,9 @@ def test_a_fork_at_any_step_holds_the_source_state_there_and_runs_on_to_the_end(
         assert await app.aget_state(fork_cfg, at_step=k) == forked
 
         # Run the fork to the end of the run it was in: it ends as the source did then.
-        out = await app.ainvoke(None, fork_cfg, include_state=True)
+        out = {"state": forked}
+        if not ended:
+            out = await app.ainvoke(None, fork_cfg, include_state=True)
         while out["state"].execution_meta.is_interrupted():
             out = await app.ainvoke(
                 Command(resume=f"ok{out['state'].count}"), fork_cfg, include_state=True

@@ -176,7 +176,8 @@ class RunCreate(Body):
             raise ApiError(
                 422,
                 "invalid_request",
-                f"after_seconds is a number of seconds from 0 to {MAX_AFTER_S:g}, got {after!r}",
+                f"after_seconds is a number of seconds from 0 to {MAX_AFTER_S:,.0f} (a year), "
+                f"got {after!r}",
             )
         if self.command is not None and self.command.goto:
             raise ApiError(
