@@ -216,6 +216,8 @@ async def test_a_cron_fires_each_utc_slot_once(
         f"/threads/{thread}/runs/crons", json={"assistant_id": "chat", "schedule": "9 oclock"}
     )
     assert bad.status_code == 422
+    said = bad.json()["error"]["message"]
+    assert said.startswith("cron schedule: '9 oclock'") and "entry point" not in said, said
     made = await http.post(
         f"/threads/{thread}/runs/crons",
         json={"assistant_id": "chat", "schedule": "0 9 * * *", "input": USER},

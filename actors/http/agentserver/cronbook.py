@@ -49,7 +49,8 @@ def schedule_of(cron_id: str, graph_id: str, expression: str, now: float) -> Sch
     try:
         return Schedule.of(entry, now)
     except RegistrationError as exc:
-        raise ApiError(422, "invalid_request", str(exc)) from None
+        why = str(exc).removeprefix(f"entry point {cron_id!r}: ")  # the cron is not one to them
+        raise ApiError(422, "invalid_request", f"cron schedule: {why}") from None
 
 
 def timer_of(cron: dict[str, Any]) -> EntryPoint:
