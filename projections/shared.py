@@ -2,10 +2,11 @@
 
 `state_at` builds a state whose context holds, until each is read, either a message shared
 with the process's message cache or the message as the log stores it (its builtins, a
-`dict`), not validated yet: a first read of a past state decodes its messages but validates
-only those that are read. `SharedContext` turns each into a message of the state's own the
-first time it is read, and every way of looking at the whole context (equality, `model_dump`,
-pickling, copying, `repr`) sees messages, as a context of messages would give them.
+`dict`, or the payload of the `message_appended` record carrying it), not validated yet: a
+first read of a past state reads its messages but decodes and validates only those read.
+`SharedContext` turns each into a message of the state's own the first time it is read, and
+every way of looking at the whole context (equality, `model_dump`, pickling, copying,
+`repr`) sees messages, as a context of messages would give them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Self, SupportsIndex, overload
 
 from pydantic import TypeAdapter
 
+from agentlog.events.codec import stored_message, stored_message_id
 from agentlog.projections.copies import copy_message
 from agentlog.projections.messages import Message
 
@@ -24,12 +26,18 @@ _MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 _validate_message = Message.model_validate
 
 
-def held_id(item: Message | dict[str, Any]) -> str | int:
+def held_id(item: Message | dict[str, Any] | bytes) -> str | int:
     """The id of a message as a context holds it, validated or not (no copy, no check)."""
-    if type(item) is dict:
+    if isinstance(item, bytes):
+        return stored_message_id(item)
+    if isinstance(item, dict):
         message_id: str | int = item["message_id"]
         return message_id
-    return item.message_id  # type: ignore[union-attr]
+    return item.message_id
+
+
+def _stored(item: dict[str, Any] | bytes) -> dict[str, Any]:
+    return stored_message(item) if isinstance(item, bytes) else item
 
 
 def settle(context: object) -> None:
@@ -41,7 +49,7 @@ def settle(context: object) -> None:
 
 class SharedContext(list[Message]):
     """A context whose messages, until read, are shared with the process's message cache,
-    or are still the builtins the log stores (a `dict` each), not validated yet.
+    or are still as the log stores them (builtins, or a record's payload), not validated yet.
 
     It hands out a message of its own for each the first time it is read, kept in its place
     from then on: a private copy of a shared message, the validated form of a stored one.
@@ -73,10 +81,10 @@ class SharedContext(list[Message]):
         return context
 
     def _own(self, index: int) -> Message:
-        item: Message | dict[str, Any] = list.__getitem__(self, index)
+        item: Message | dict[str, Any] | bytes = list.__getitem__(self, index)
         owned = self._owned
-        if isinstance(item, dict):
-            mine = _validate_message(item)
+        if isinstance(item, dict | bytes):
+            mine = _validate_message(_stored(item))
         elif owned is None:
             if self._shared.pop(id(item), None) is None:
                 return item
@@ -94,9 +102,10 @@ class SharedContext(list[Message]):
         """Validate every message still held as stored, in place (one pass for them all)."""
         if not self._raw:
             return
-        at = [i for i, m in enumerate(list.__iter__(self)) if isinstance(m, dict)]
+        items: list[Any] = list(list.__iter__(self))
+        at = [i for i, m in enumerate(items) if isinstance(m, dict | bytes)]
         if at:
-            held = [list.__getitem__(self, i) for i in at]
+            held = [_stored(items[i]) for i in at]
             for index, message in zip(at, _MESSAGES.validate_python(held), strict=True):
                 list.__setitem__(self, index, message)
                 if self._owned is not None:
@@ -223,4 +232,4 @@ class SharedContext(list[Message]):
             self._own_all()
         super().__setitem__(index, value)
         if isinstance(index, slice):
-            self._raw = self._raw or any(isinstance(m, dict) for m in list.__iter__(self))
+            self._raw = self._raw or any(isinstance(m, dict | bytes) for m in list.__iter__(self))

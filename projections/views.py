@@ -103,7 +103,9 @@ async def _fold_from_snapshot(
     cached = _CACHE.get(store, thread_id) if shared and _shares_context(state_cls) else None
     new: dict[_Key, _Entry] | None = None
     if use_snapshots and target > 0:
-        snapshot = await store.load_snapshot(thread_id, target, resolve=cached is None)
+        snapshot = await store.load_snapshot(
+            thread_id, target, resolve=cached is None, payloads=shared
+        )
         if (
             snapshot is not None
             and snapshot.hash
@@ -170,7 +172,7 @@ async def _shared_state(
         built = _context_of(snapshot, held)
         if built is not None:
             break
-        again = await store.load_snapshot(snapshot.thread_id, snapshot.seq)
+        again = await store.load_snapshot(snapshot.thread_id, snapshot.seq, payloads=True)
         if again is None or again.context_refs is None:
             return None  # removed or rewritten meanwhile: the caller folds the log
         snapshot = again
@@ -183,8 +185,9 @@ async def _shared_state(
 def _context_of(
     snapshot: Snapshot, held: dict[_Key, _Entry]
 ) -> tuple[list[Any], dict[_Key, _Entry]] | None:
-    """The snapshot's context, each message pointing into the log as stored (a dict, never
-    changed: the cache and every state read from it share it) and each inline one validated;
+    """The snapshot's context, each message pointing into the log as stored (a dict, or the
+    payload of its record, never changed: the cache and every state read from it share it)
+    and each inline one validated;
     with the ones taken here by key with their record's hash. None when a message is not in
     `held` and the snapshot is unresolved.
 
@@ -235,7 +238,9 @@ def _seq_of(key: _Key) -> int:
     return key if isinstance(key, int) else key[0]
 
 
-def _held(held: dict[_Key, _Entry], hashes: dict[int, bytes], key: _Key) -> dict[str, Any] | None:
+def _held(
+    held: dict[_Key, _Entry], hashes: dict[int, bytes], key: _Key
+) -> dict[str, Any] | bytes | None:
     """The cached message at `key`, if its record still has the hash it was read under."""
     entry = held.get(key)
     if entry is None or entry[0] != hashes.get(_seq_of(key)):
@@ -339,7 +344,7 @@ _Key = int | tuple[int, int]
 """Where a message is in the log: the seq of the record carrying it when it is the record's
 first (nearly always), else (seq, index)."""
 
-_Entry = tuple[bytes, dict[str, Any]]
+_Entry = tuple[bytes, dict[str, Any] | bytes]
 """A cached message as the log stores it, with the chain hash of the record it was read
 from."""
 

@@ -248,7 +248,7 @@ async def test_a_first_read_validates_only_the_messages_read(
     context = state.context
     assert isinstance(context, SharedContext) and len(context) == len(expected.context) > 20
     assert validated == []  # len, and the fold past the snapshot, validate nothing
-    assert isinstance(list.__getitem__(context, 3), dict)  # held as the log stores it
+    assert isinstance(list.__getitem__(context, 3), bytes)  # its record's payload, as stored
     assert context[3] == expected.context[3] and len(validated) == 1
     assert context[3] is context[3] and len(validated) == 1  # validated once, then its own
     context[3].metadata["mine"] = True
