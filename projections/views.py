@@ -336,8 +336,9 @@ async def take_snapshot(
 
 MESSAGE_CACHE_LIMIT = 20_000
 """Messages `state_at` keeps per process by default, least recently read threads
-dropped first: every message of a 10,000-step tool-calling thread (15,001), at about 3 KB
-each (measured on it), so up to about 60 MB. `set_message_cache_limit` changes it."""
+dropped first: every message of a 10,000-step tool-calling thread (15,001), each kept as
+its record's payload (about 400 bytes there, 8 MB in all, plus what the store keeps of the
+records it checked). `set_message_cache_limit` changes it."""
 
 
 _Key = int | tuple[int, int]
