@@ -26,12 +26,16 @@ Figures:
   so nothing read or decoded.
 * bytes: per step, the snapshots table (pages, from SQLite's dbstat) and the whole database
   after a TRUNCATE checkpoint (target: snapshots <= 300 bytes per step).
+* first_read: `state_at` at each of the same points, as the first read of a new process (nothing
+  of the thread read or cached before), then the fold from the start at that point in that
+  same process; medians, and the ratio of the two (target: <= 0.12).
+  `--first-read` builds only the "refs" thread and reports this figure alone.
 * fresh: the latest state of an N = 200 and an N = 1,000 thread loaded in a new process: the
   store opened and `state_at` called, the interpreter's start and imports not timed;
   alternating the policy's snapshots, the same plus one taken when the run ended, and the
   load without snapshots (today's engine takes none below 5,000 records).
 
-Usage: .venv/bin/python bench/snapshots.py [--quick] [--rounds N]
+Usage: .venv/bin/python bench/snapshots.py [--quick] [--rounds N] [--first-read]
 """
 
 from __future__ import annotations
@@ -83,6 +87,7 @@ FRESH_SIZES = (200, 1_000)
 TODAY_EVERY = 5_000
 TARGET_AT_STEP_MS = 20.0
 TARGET_SNAPSHOT_BYTES_PER_STEP = 300.0
+TARGET_FIRST_READ_RATIO = 0.12
 THREAD = "long"
 FILLER = (
     "The agent weighs what it has gathered so far and writes its next thought down in a "
@@ -269,6 +274,49 @@ async def load_once(path: Path, use_snapshots: bool) -> dict[str, float]:
     return {"open_and_load_s": loaded - start, "load_s": loaded - opened}
 
 
+async def read_once(path: Path, seq: int) -> dict[str, float]:
+    """The `--at` side: a new process's first `state_at` at `seq`, then the fold from the
+    start there; seconds each."""
+    async with SQLiteEventStore(path, readonly=True) as store:
+        gc.collect()
+        start = time.perf_counter()
+        state: AgentState | None = await state_at(store, THREAD, seq)
+        first = time.perf_counter() - start
+        del state
+        gc.collect()
+        start = time.perf_counter()
+        state = await state_at(store, THREAD, seq, use_snapshots=False)
+        from_start = time.perf_counter() - start
+        del state
+    return {"first_s": first, "from_start_s": from_start}
+
+
+def first_reads(path: Path, points: list[int], seqs: list[int]) -> dict[str, Any]:
+    """`read_once` at each point, each in a new process; medians and the ratio."""
+    runs: list[dict[str, float]] = []
+    for k in points:
+        argv = [sys.executable, __file__, "--at", str(path), "--seq", str(seqs[k - 1])]
+        done = subprocess.run(argv, capture_output=True, text=True, check=True)
+        runs.append(json.loads(done.stdout))
+        common.log(f"  first read at step {k}: " + ", ".join(
+            f"{name}={common.ms(s)} ms" for name, s in runs[-1].items()
+        ))  # fmt: skip
+    first = [r["first_s"] for r in runs]
+    from_start = [r["from_start_s"] for r in runs]
+    return {
+        "median_ms": {
+            "first": common.ms(common.median(first)),
+            "from_start": common.ms(common.median(from_start)),
+        },
+        "ratio_first_over_from_start": common.ratio(
+            common.median(first), common.median(from_start)
+        ),
+        "paired_ratio": round(common.paired_ratio(first, from_start), 3),
+        "points": len(points),
+        "target_ratio": TARGET_FIRST_READ_RATIO,
+    }
+
+
 def fresh(directory: Path, rounds: int) -> dict[str, Any]:
     """The latest state of N-step threads loaded in new processes: with the snapshots of the
     policy, with one more taken when the run ended, and folded from the start (what today's
@@ -313,12 +361,37 @@ def main() -> None:
     parser = common.argument_parser(__doc__.splitlines()[0])
     parser.add_argument("--load", help="(internal) load the latest state of this file and exit")
     parser.add_argument("--no-snapshots", action="store_true", help="(internal) with --load")
+    parser.add_argument("--at", help="(internal) time a first read of this file at --seq")
+    parser.add_argument("--seq", type=int, help="(internal) with --at")
+    parser.add_argument(
+        "--first-read", action="store_true", help="only the first read of a new process"
+    )
     args = common.checked(parser)
     if args.load:
         timings = asyncio.run(load_once(Path(args.load), not args.no_snapshots))
         print(json.dumps(timings))
         return
+    if args.at:
+        print(json.dumps(asyncio.run(read_once(Path(args.at), args.seq))))
+        return
     steps = QUICK_STEPS if args.quick else STEPS
+    points = random.Random(20260518).sample(range(1, steps + 1), POINTS)
+    if args.first_read:
+        with common.temp_dir() as directory:
+            path = directory / "refs.sqlite"
+            asyncio.run(build(path, steps, "refs"))
+            seqs = asyncio.run(step_seqs(path))
+            figures = first_reads(path, points, seqs)
+        common.emit(
+            {
+                "benchmark": "snapshots_first_read",
+                "steps": steps,
+                "records": seqs[-1],
+                "first_read": figures,
+                "environment": common.environment(),
+            }
+        )
+        return
     with common.temp_dir() as directory:
         paths = {name: directory / f"{name}.sqlite" for name in ("refs", "whole")}
         built = {}
@@ -326,8 +399,8 @@ def main() -> None:
             built[name] = round(asyncio.run(build(path, steps, name)), 2)
             common.log(f"built {name}: {steps} steps in {built[name]} s")
         seqs = asyncio.run(step_seqs(paths["refs"]))
-        points = random.Random(20260518).sample(range(1, steps + 1), POINTS)
         samples = asyncio.run(at_steps(paths["refs"], paths["whole"], points, seqs))
+        first_read = first_reads(paths["refs"], points, seqs)
         medians = {name: common.ms(common.median(s)) for name, s in samples.items()}
         bytes_refs = sizes(paths["refs"], steps)
         bytes_whole = sizes(paths["whole"], steps)
@@ -355,6 +428,7 @@ def main() -> None:
                     medians["whole"], medians["from_start"]
                 ),
             },
+            "first_read": first_read,
             "bytes": {
                 "refs": bytes_refs,
                 "whole": bytes_whole,

@@ -25,6 +25,7 @@ from agentlog.events.kinds import (
     KINDS,
     BaseEvent,
     Event,
+    MessageAppended,
     Resumed,
     RunCompleted,
     RunFailed,
@@ -47,6 +48,29 @@ _header_encoder = msgspec.json.Encoder()
 _decoders = {kind: msgspec.msgpack.Decoder(cls) for kind, cls in KINDS.items()}
 _raw_decoder = msgspec.msgpack.Decoder(dict[str, Any])
 _upcasters: dict[tuple[str, int], Upcaster] = {}
+
+
+class _MessageId(msgspec.Struct, gc=False):
+    message_id: str | int
+
+
+class _AppendedId(msgspec.Struct, gc=False):
+    message: _MessageId
+
+
+_appended = msgspec.msgpack.Decoder(MessageAppended)
+_appended_id = msgspec.msgpack.Decoder(_AppendedId)
+
+
+def stored_message(payload: bytes) -> dict[str, Any]:
+    """The message (builtins) of a plain `message_appended` payload of the current version,
+    as `EventStore.load_snapshot(..., stored=True)` hands such a record's message out."""
+    return _appended.decode(payload).message
+
+
+def stored_message_id(payload: bytes) -> str | int:
+    """The `message_id` of the message of such a payload, decoding nothing else."""
+    return _appended_id.decode(payload).message.message_id
 
 
 def _unchanged(payload: dict[str, Any]) -> dict[str, Any]:

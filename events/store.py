@@ -175,12 +175,14 @@ class EventStore(Protocol):
         *,
         resolve: bool = True,
         check: bool = True,
+        payloads: bool = False,
     ) -> Snapshot | None:
         """The newest snapshot with `seq <= max_seq`, or None.
 
         A referencing snapshot's context is read from the records it names into
-        `state["context"]`, unless `resolve` is False; `CorruptSnapshotError` when a
-        reference does not lead to a message. With `check` (the default), the snapshot's
+        `state["context"]`, unless `resolve` is False (`payloads`: a plain `message_appended`
+        record's message as its payload, for `codec.stored_message`); `CorruptSnapshotError`
+        when a reference does not lead to a message. With `check` (the default), the snapshot's
         digest is recomputed from what was read (its bytes, and each referenced record
         checked against its chain hash): `CorruptSnapshotError` when it differs,
         `ChainBrokenError` for a referenced record whose bytes do not match its hash.
@@ -295,8 +297,8 @@ def snapshot_digest(
 
 
 CHECKED_ROWS_KEPT = 20_000
-"""Rows a store remembers having checked against their chain hash (see `_checked`): as many
-as the messages `state_at` keeps validated by default."""
+"""Rows a store remembers having checked against their hash (`_checked`): `state_at` keeps
+as many messages by default."""
 
 
 def _checked(
@@ -319,10 +321,7 @@ def _checked(
             prev = GENESIS_HASH
         elif prev is None:
             raise ChainBrokenError(thread_id, row.seq - 1, "the record is missing")
-        envelope = (
-            row.thread_id, row.seq, row.run_id, row.actor,
-            row.at, row.kind, row.version, row.position,
-        )  # fmt: skip
+        envelope = (*row[:7], row.position)  # thread_id ... version, position
         if chain_hash(prev, envelope, row.payload) != row.hash:
             raise ChainBrokenError(thread_id, row.seq, "its bytes do not match its hash")
         rows.append(row)
@@ -375,9 +374,10 @@ def _messages(
     entries: Sequence[ContextEntry],
     rows: Sequence[Row],
     keys: Keys | None,
-) -> list[dict[str, Any]]:
+    payloads: bool = False,
+) -> list[Any]:
     """The messages `entries` name, from `rows` (the records they point to), each record
-    decoded once."""
+    decoded once (with `payloads`, a plain `message_appended` one not at all)."""
     carried: dict[int, Any] = {}
     decode, current = _APPENDED.decode, MessageAppended.VERSION
     row_seq = 0
@@ -386,7 +386,7 @@ def _messages(
             row_seq = row.seq
             payload = row.payload
             if row.kind == _APPENDED_KIND and row.version == current and payload[:1] != b"\xc1":
-                carried[row_seq] = (decode(payload).message,)  # nearly every row
+                carried[row_seq] = (payload if payloads else decode(payload).message,)
             else:
                 carried[row_seq] = _carried(
                     thread_id, row_seq, row.kind, row.version, payload, keys
@@ -849,14 +849,14 @@ class BaseEventStore(ABC):
         *,
         resolve: bool = True,
         check: bool = True,
+        payloads: bool = False,
     ) -> Snapshot | None:
         """The newest snapshot at or before `max_seq`, its context read from the log.
 
         With `check`, its digest is recomputed from what was read, each referenced record
         checked against its chain hash, and `digest` is set only when they agree (a row
         stored before digests existed comes back with none: readers do not use it). Without,
-        `digest` is the one stored, unchecked (what `verify_snapshots` compares itself).
-        """
+        `digest` is the one stored, unchecked (what `verify_snapshots` compares itself)."""
         self._check_open()
         readable_thread_id(thread_id)
         row = await self._get_snapshot(thread_id, MAX_POSITION if max_seq is None else max_seq)
@@ -887,7 +887,7 @@ class BaseEventStore(ABC):
                     _same_digest(thread_id, seq, stored, found)
                 if resolve:
                     keys = await self._keys(rows)
-                    state["context"] = _messages(thread_id, seq, entries, rows, keys)
+                    state["context"] = _messages(thread_id, seq, entries, rows, keys, payloads)
         if stored is not None and not isinstance(stored, bytes):
             raise CorruptSnapshotError(thread_id, seq, "its digest is not bytes")
         return Snapshot(

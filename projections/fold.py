@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import gc
 import itertools
-import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
@@ -77,6 +76,7 @@ from agentlog.projections.keys import (
 from agentlog.projections.lifecycle import ended
 from agentlog.projections.messages import Message
 from agentlog.projections.reducers import add_messages
+from agentlog.projections.shared import held_id
 from agentlog.projections.state import (
     END,
     AgentState,
@@ -100,12 +100,12 @@ CONTEXT_FIELDS = frozenset({"context", "messages"})
 _validate_message = Message.model_validate
 
 
-_message_id = operator.attrgetter("message_id")
+_message_id = held_id  # a message's, or a stored one's, read by `_held`
 
 
 def _held(context: list[Message]) -> Iterator[Message]:
     """The messages of a context as the list holds them, for reading ids: a list type of
-    its own (`agentlog.projections.views.SharedContext`) would copy each message read."""
+    its own (`agentlog.projections.shared.SharedContext`) would copy each message read."""
     return list.__iter__(context)
 
 
@@ -215,7 +215,7 @@ class Fold(Generic[S]):
     def _replace_message(self, message: Message) -> None:
         context = self.state.context
         for index in range(len(context) - 1, -1, -1):
-            if list.__getitem__(context, index).message_id == message.message_id:
+            if _message_id(list.__getitem__(context, index)) == message.message_id:
                 context[index] = message
                 return
         self._append_messages((message,))  # `decide` lets no such event in; stay total
@@ -224,7 +224,7 @@ class Fold(Generic[S]):
         gone = set(message_ids) & self._ids
         if gone:
             context = self.state.context
-            kept = [m for m in _held(context) if m.message_id not in gone]
+            kept = [m for m in _held(context) if _message_id(m) not in gone]
             if type(context) is list:
                 self.state.context = kept
             else:  # a list of its own kind (a `SharedContext`): keep it, and what it tracks

@@ -10,7 +10,14 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, PrivateAttr, field_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    field_serializer,
+    field_validator,
+)
 
 from agentlog.projections.errors import StateKeyError, StateMethodError
 from agentlog.projections.messages import Message
@@ -191,11 +198,21 @@ class AgentState(BaseModel):
     def _own_shared_messages(cls, value: Any) -> Any:
         """A context read from time travel shares its unread messages with the process's
         cache: a new state built from it takes copies, so changing it reaches no one else."""
-        from agentlog.projections.views import SharedContext
+        from agentlog.projections.shared import SharedContext
 
         if isinstance(value, SharedContext):
-            return list(value)  # iterating hands out each message as a copy of its own
+            return list(value)  # iterating hands out each message as one of its own
         return value
+
+    @field_serializer("context", mode="wrap")
+    def _dump_messages(self, value: Any, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        """A context read from time travel may hold messages not validated yet: they are
+        validated before it is dumped, so it dumps as a context of messages. (No return
+        annotation: the context's schema stays a list of messages.)"""
+        from agentlog.projections.shared import settle
+
+        settle(value)
+        return handler(value)
 
     def set_interrupt(
         self, node: str, reason: str, status: ExecutionStatus, data: dict[str, Any] | None = None

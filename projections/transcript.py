@@ -29,6 +29,7 @@ from agentlog.projections.messages import (
     ToolResultBlock,
 )
 from agentlog.projections.reducers import add_messages
+from agentlog.projections.shared import settle
 
 Call = ToolCallBlock | RemoteToolCallBlock
 
@@ -150,6 +151,7 @@ class OpenCalls:
 
     def of(self, context: list[Message]) -> list[Call]:
         """The calls of `context` that no later message answers, oldest first."""
+        settle(context)  # the messages of a state read from time travel, validated
         read, held = self._read, len(self._read)
         # list's own slice: a `SharedContext` would copy what it hands out; equal lists of
         # the same objects compare by identity, at C speed

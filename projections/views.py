@@ -5,41 +5,39 @@ recomputed its digest from what it read (`EventStore.load_snapshot`: its bytes, 
 record its context points to checked against that record's chain hash), and the records
 after it are read chained from its hash.
 
-`state_at` keeps, per process, the messages it has validated out of referencing snapshots
-(`_MessageCache`), per store object and thread, keyed by the record carrying each and that
-record's chain hash: a point whose snapshot references messages read before costs reading
-and hashing their records, not validating every message again, and a cached message is
-used only while its record still hashes as it did (it never outlives a change of the bytes
-it came from). The cached messages are only cached once the snapshot's hash was found to be
-the chain's, and are never handed out: a state gets them through a `SharedContext`, which
-copies each one the first time it is read.
+`state_at` keeps, per process, the messages it has read out of referencing snapshots, as
+the log stores them (`_MessageCache`), per store object and thread, keyed by the record
+carrying each and that record's chain hash: a point whose snapshot references messages read
+before costs reading and hashing their records, not decoding them again, and a cached
+message is used only while its record still hashes as it did (it never outlives a change of
+the bytes it came from). The cached messages are only cached once the snapshot's hash was
+found to be the chain's, and are never handed out: a state gets them through a
+`SharedContext`, which validates each one, into a message of the state's own, the first
+time it is read; so a first read of a past state validates none of its messages.
 """
 
 from __future__ import annotations
 
-import copy
 import itertools
 import logging
-import operator
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
 from functools import cache
-from typing import Any, Self, SupportsIndex, TypeVar, get_args, get_origin, overload
+from typing import Any, TypeVar, get_args, get_origin
 
 import msgspec
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from agentlog.events.errors import InvalidArgumentError, ThreadNotFoundError
 from agentlog.events.record import EventRecord, Snapshot
 from agentlog.events.store import EventStore
-from agentlog.projections.copies import copy_message
 from agentlog.projections.edge import state_data, to_builtins
 from agentlog.projections.errors import ProjectionError
 from agentlog.projections.fold import Fold, gc_paused
 from agentlog.projections.messages import Message
 from agentlog.projections.names import current_name
+from agentlog.projections.shared import SharedContext as SharedContext
 from agentlog.projections.state import AgentState
 
 S = TypeVar("S", bound=AgentState)
@@ -105,7 +103,9 @@ async def _fold_from_snapshot(
     cached = _CACHE.get(store, thread_id) if shared and _shares_context(state_cls) else None
     new: dict[_Key, _Entry] | None = None
     if use_snapshots and target > 0:
-        snapshot = await store.load_snapshot(thread_id, target, resolve=cached is None)
+        snapshot = await store.load_snapshot(
+            thread_id, target, resolve=cached is None, payloads=shared
+        )
         if (
             snapshot is not None
             and snapshot.hash
@@ -160,8 +160,8 @@ async def _shared_state(
     store: EventStore, snapshot: Snapshot, state_cls: type[S], cached: _Thread | None
 ) -> tuple[Snapshot, S, dict[_Key, _Entry]] | None:
     """The state of a referencing snapshot, its referenced messages taken from the cache
-    where it holds them and validated otherwise;
-    with the messages validated here, for the cache once the snapshot's hash is checked.
+    where it holds them and from the snapshot otherwise, as stored (validated when read);
+    with the messages taken here, for the cache once the snapshot's hash is checked.
 
     `snapshot` comes unresolved when `cached` is given; it is loaded again, resolved, when
     the cache cannot serve every message (None: it is gone meanwhile). The snapshot returned
@@ -172,22 +172,24 @@ async def _shared_state(
         built = _context_of(snapshot, held)
         if built is not None:
             break
-        again = await store.load_snapshot(snapshot.thread_id, snapshot.seq)
+        again = await store.load_snapshot(snapshot.thread_id, snapshot.seq, payloads=True)
         if again is None or again.context_refs is None:
             return None  # removed or rewritten meanwhile: the caller folds the log
         snapshot = again
-    messages, shared, new = built
+    messages, new = built
     state = state_cls.model_validate({k: v for k, v in snapshot.state.items() if k != "context"})
-    state.context = SharedContext(messages, shared)
+    state.context = SharedContext(messages, raw=True)
     return snapshot, state, new
 
 
 def _context_of(
     snapshot: Snapshot, held: dict[_Key, _Entry]
-) -> tuple[list[Message], list[Message], dict[_Key, _Entry]] | None:
-    """The snapshot's context (all of it, the shared messages among it, the ones validated
-    here by key with their record's hash), or None when a message is not in `held` and the
-    snapshot is unresolved.
+) -> tuple[list[Any], dict[_Key, _Entry]] | None:
+    """The snapshot's context, each message pointing into the log as stored (a dict, or the
+    payload of its record, never changed: the cache and every state read from it share it)
+    and each inline one validated;
+    with the ones taken here by key with their record's hash. None when a message is not in
+    `held` and the snapshot is unresolved.
 
     The references were checked by the store as it loaded the snapshot, and each record they
     point to against its chain hash (`snapshot.record_hashes`): a message of `held` is taken
@@ -197,7 +199,7 @@ def _context_of(
     resolved = snapshot.state.get("context")
     hashes = snapshot.record_hashes or {}
     keys: list[_Key | None]
-    found: list[Message | None]
+    found: list[Any]
     new: dict[_Key, _Entry]
     if set(map(type, refs)) <= {int}:  # the usual context: first messages of records
         seqs: list[int] = list(itertools.accumulate(refs))
@@ -209,11 +211,10 @@ def _context_of(
         else:
             found = [None] * len(seqs)
         if None not in found:
-            return found, found, {}  # type: ignore[return-value]
+            return found, {}
         if isinstance(resolved, list) and found.count(None) == len(found):  # a first read
-            fresh = _MESSAGES.validate_python(resolved)
-            new = {s: (hashes.get(s, b""), m) for s, m in zip(seqs, fresh, strict=True)}
-            return fresh, fresh, new
+            new = {s: (hashes.get(s, b""), m) for s, m in zip(seqs, resolved, strict=True)}
+            return resolved, new
         keys = list(seqs)
     else:
         keys = _keys(refs)
@@ -223,24 +224,23 @@ def _context_of(
         return None
     source = refs if resolved is None else resolved  # inline messages are in both
     new = {}
-    for i, message in zip(
-        missing, _MESSAGES.validate_python([source[i] for i in missing]), strict=True
-    ):
-        found[i] = message
+    for i in missing:
         key = keys[i]
-        if key is not None:
-            new[key] = (hashes.get(_seq_of(key), b""), message)
-    messages: list[Message] = found  # type: ignore[assignment]  # every slot filled
-    if len(missing) == len(new):
-        return messages, messages, new
-    return messages, [m for m, key in zip(messages, keys, strict=True) if key is not None], new
+        if key is None:  # kept in the snapshot alone: checked now, as a whole state would be
+            found[i] = Message.model_validate(source[i])
+        else:
+            found[i] = source[i]
+            new[key] = (hashes.get(_seq_of(key), b""), source[i])
+    return found, new
 
 
 def _seq_of(key: _Key) -> int:
     return key if isinstance(key, int) else key[0]
 
 
-def _held(held: dict[_Key, _Entry], hashes: dict[int, bytes], key: _Key) -> Message | None:
+def _held(
+    held: dict[_Key, _Entry], hashes: dict[int, bytes], key: _Key
+) -> dict[str, Any] | bytes | None:
     """The cached message at `key`, if its record still has the hash it was read under."""
     entry = held.get(key)
     if entry is None or entry[0] != hashes.get(_seq_of(key)):
@@ -264,9 +264,6 @@ def _keys(refs: list[Any]) -> list[_Key | None]:
     return keys
 
 
-_MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
-
-
 async def state_at(
     store: EventStore,
     thread_id: str,
@@ -277,8 +274,9 @@ async def state_at(
 ) -> S:
     """The thread's state after record `seq` (after its last record when None).
 
-    Its context may be a `SharedContext`: messages read before in this process are not
-    validated again, and each is copied the first time it is read from the state.
+    Its context may be a `SharedContext`: its messages, as the log stores them, are read
+    from the log once in this process, and each is validated the first time it is read
+    from the state.
     """
     target = await _target(store, thread_id, seq)
     with gc_paused():
@@ -336,152 +334,20 @@ async def take_snapshot(
     return msgspec.structs.replace(stored, state={**stored.state, "context": context})
 
 
-# ---- messages shared between reads, handed out as copies ------------------------------------
-
-
-class SharedContext(list[Message]):
-    """A context whose messages, until read, are shared with the process's message cache.
-
-    It holds the very messages the cache holds (so equality, `model_dump` and the fold see
-    them as they are), and hands out a private copy of each the first time it is read, kept
-    in its place from then on: reading costs what is read, and changing what was read
-    changes this state only, never the cache or another reader's state. Copies, slices and
-    pickles of it hold copies, and so does a state built from it (`AgentState(context=...)`
-    copies what is still shared).
-    """
-
-    __slots__ = ("_owned", "_shared")
-
-    def __init__(self, messages: Iterable[Message] = (), shared: Iterable[Message] = ()) -> None:
-        super().__init__(messages)
-        self._shared: dict[int, Message] = dict(zip(map(id, shared), shared, strict=False))
-        self._owned: set[int] | None = None
-
-    @classmethod
-    def copy_on_read(cls, messages: Iterable[Message]) -> SharedContext:
-        """A context every message of which is shared until read (a node's view of the
-        log's state): it costs a list copy to build, however long the context, and tracks
-        the copies it made instead of the messages it shares."""
-        context = cls(messages)
-        context._owned = set()
-        return context
-
-    def _own(self, index: int) -> Message:
-        item: Message = list.__getitem__(self, index)
-        owned = self._owned
-        if owned is None:
-            if self._shared.pop(id(item), None) is None:
-                return item
-        elif id(item) in owned:
-            return item
-        mine = copy_message(item)
-        list.__setitem__(self, index, mine)
-        if owned is not None:
-            owned.add(id(mine))
-        return mine
-
-    def originals(self) -> Iterator[Message]:
-        """The messages as held, shared ones included, for read-only passes (never hand
-        them out: a change would reach every reader of the thread in this process)."""
-        return list.__iter__(self)
-
-    @overload
-    def __getitem__(self, index: SupportsIndex) -> Message: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[Message]: ...
-    def __getitem__(self, index: SupportsIndex | slice) -> Message | list[Message]:
-        if isinstance(index, slice):
-            return [self._own(i) for i in range(*index.indices(len(self)))]
-        position = operator.index(index)
-        if position < 0:
-            position += len(self)
-        if not 0 <= position < len(self):
-            raise IndexError("list index out of range")
-        return self._own(position)
-
-    def __iter__(self) -> Iterator[Message]:
-        index = 0
-        while index < len(self):
-            yield self._own(index)
-            index += 1
-
-    def __reversed__(self) -> Iterator[Message]:
-        for index in range(len(self) - 1, -1, -1):
-            if index < len(self):
-                yield self._own(index)
-
-    def pop(self, index: SupportsIndex = -1) -> Message:
-        item = self[index]
-        del self[index]
-        return item
-
-    def copy(self) -> list[Message]:
-        return list(self)
-
-    def __copy__(self) -> list[Message]:
-        return list(self)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> list[Message]:
-        return [copy.deepcopy(m, memo) for m in self.originals()]
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (list, (list(self),))
-
-    def __add__(self, other: list[Message]) -> list[Message]:  # type: ignore[override]
-        return [*self, *other]
-
-    def __radd__(self, other: list[Message]) -> list[Message]:
-        return [*other, *self]
-
-    def __mul__(self, n: SupportsIndex) -> list[Message]:
-        return list(self) * n
-
-    __rmul__ = __mul__
-
-    def _own_all(self) -> None:
-        for index in range(len(self)):
-            self._own(index)
-
-    def __imul__(self, n: SupportsIndex) -> Self:
-        self._own_all()  # one shared message in two places could not be told apart
-        return super().__imul__(n)
-
-    def __iadd__(self, other: Iterable[Message]) -> Self:  # type: ignore[override]
-        if other is self:
-            self._own_all()
-        return super().__iadd__(other)
-
-    def sort(self, *, key: Any = None, reverse: bool = False) -> None:
-        self._own_all()  # a key function is handed each message
-        super().sort(key=key, reverse=reverse)
-
-    def extend(self, other: Iterable[Message]) -> None:
-        if other is self:
-            self._own_all()
-        super().extend(other)
-
-    @overload
-    def __setitem__(self, index: SupportsIndex, value: Message) -> None: ...
-    @overload
-    def __setitem__(self, index: slice, value: Iterable[Message]) -> None: ...
-    def __setitem__(self, index: SupportsIndex | slice, value: Any) -> None:
-        if value is self:
-            self._own_all()
-        super().__setitem__(index, value)
-
-
 MESSAGE_CACHE_LIMIT = 20_000
-"""Messages `state_at` keeps validated per process by default, least recently read threads
-dropped first: every message of a 10,000-step tool-calling thread (15,001), at about 3 KB
-each (measured on it), so up to about 60 MB. `set_message_cache_limit` changes it."""
+"""Messages `state_at` keeps per process by default, least recently read threads
+dropped first: every message of a 10,000-step tool-calling thread (15,001), each kept as
+its record's payload (about 400 bytes there, 8 MB in all, plus what the store keeps of the
+records it checked). `set_message_cache_limit` changes it."""
 
 
 _Key = int | tuple[int, int]
 """Where a message is in the log: the seq of the record carrying it when it is the record's
 first (nearly always), else (seq, index)."""
 
-_Entry = tuple[bytes, Message]
-"""A cached message, with the chain hash of the record it was read from."""
+_Entry = tuple[bytes, dict[str, Any] | bytes]
+"""A cached message as the log stores it, with the chain hash of the record it was read
+from."""
 
 
 class _Thread:
@@ -496,7 +362,7 @@ class _Thread:
 
 
 class _MessageCache:
-    """Validated messages of referencing snapshots, per store and thread, up to `limit`."""
+    """Messages of referencing snapshots as stored, per store and thread, up to `limit`."""
 
     def __init__(self, limit: int = MESSAGE_CACHE_LIMIT) -> None:
         self.limit = limit
@@ -549,13 +415,13 @@ _CACHE = _MessageCache()
 
 
 def clear_message_cache() -> None:
-    """Forget every message `state_at` keeps validated in this process."""
+    """Forget every message `state_at` keeps in this process."""
     _CACHE.clear()
 
 
 def set_message_cache_limit(limit: int) -> None:
-    """Keep at most `limit` validated messages for `state_at` in this process (0: none, so
-    every read validates its messages again); what is kept now is forgotten."""
+    """Keep at most `limit` messages for `state_at` in this process (0: none, so every read
+    decodes its messages again); what is kept now is forgotten."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise InvalidArgumentError(
             f"the message cache limit must be an int >= 0 (a count of messages), got {limit!r}"

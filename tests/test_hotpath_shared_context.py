@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from agentlog.events import ChainBrokenError, SQLiteEventStore
 from agentlog.events.errors import InvalidArgumentError
 from agentlog.projections import AgentState, Message, TextBlock, state_at, state_data
+from agentlog.projections import shared as shared_module
 from agentlog.projections.views import (
     _CACHE,
     MESSAGE_CACHE_LIMIT,
@@ -225,3 +226,46 @@ async def test_a_limit_of_zero_keeps_nothing_and_a_bad_limit_is_refused(
     for bad in (-1, 1.5, True, "10"):
         with pytest.raises(InvalidArgumentError, match="cache limit"):
             set_message_cache_limit(bad)  # type: ignore[arg-type]
+
+
+async def test_a_first_read_validates_only_the_messages_read(
+    db: SQLiteEventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    thread = await long_thread(db)
+    seq = thread.fold.seq
+    expected = await state_at(db, T, seq, use_snapshots=False)
+    clear_message_cache()
+    validated: list[Any] = []
+    real = Message.model_validate
+
+    def counting(value: Any, *args: Any, **kwargs: Any) -> Message:
+        validated.append(value)
+        return real(value, *args, **kwargs)
+
+    monkeypatch.setattr(Message, "model_validate", counting)
+    monkeypatch.setattr(shared_module, "_validate_message", counting)
+    state = await state_at(db, T, seq)
+    context = state.context
+    assert isinstance(context, SharedContext) and len(context) == len(expected.context) > 20
+    assert validated == []  # len, and the fold past the snapshot, validate nothing
+    assert isinstance(list.__getitem__(context, 3), bytes)  # its record's payload, as stored
+    assert context[3] == expected.context[3] and len(validated) == 1
+    assert context[3] is context[3] and len(validated) == 1  # validated once, then its own
+    context[3].metadata["mine"] = True
+    assert (await state_at(db, T, seq)).context[3] == expected.context[3]  # not the cache's
+    context[3].metadata.pop("mine")
+
+    # Every view of the whole sees messages, as a plain context of them gives them.
+    for look in (
+        lambda s: s == expected,
+        lambda s: s.model_dump() == expected.model_dump(),
+        lambda s: s.model_dump_json() == expected.model_dump_json(),
+        lambda s: state_data(s) == state_data(expected),
+        lambda s: pickle.loads(pickle.dumps(s)) == expected,
+        lambda s: s.model_copy(deep=True) == expected,
+        lambda s: copy.deepcopy(s.context) == expected.context,
+        lambda s: repr(s.context) == repr(expected.context),
+        lambda s: expected.context[5] in s.context and s.context.index(expected.context[5]) == 5,
+        lambda s: [m for m in s.context] == expected.context,
+    ):
+        assert look(await state_at(db, T, seq))

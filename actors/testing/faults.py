@@ -211,8 +211,11 @@ class FaultyStore:
         *,
         resolve: bool = True,
         check: bool = True,
+        payloads: bool = False,
     ) -> Snapshot | None:
-        return await self.inner.load_snapshot(thread_id, max_seq, resolve=resolve, check=check)
+        return await self.inner.load_snapshot(
+            thread_id, max_seq, resolve=resolve, check=check, payloads=payloads
+        )
 
     async def snapshot_seqs(self, thread_id: str) -> list[int]:
         return await self.inner.snapshot_seqs(thread_id)
