@@ -302,10 +302,11 @@ class StateGraph(Generic[S]):
         """Refuse a `Command(goto=target)` from `node` outside the destinations it declared."""
         declared = self.destinations.get(node)
         if declared is not None and target not in declared:
+            named = ", ".join(map(repr, sorted(declared)))  # the same words whatever the hash seed
             raise GraphError(
                 f"node {node!r} chose to go to {target!r}, but it declared it goes only to "
-                f"{', '.join(map(repr, declared))}: add {target!r} to its Command[Literal[...]] "
-                "annotation or its destinations"
+                f"{named}: add {target!r} to its Command[Literal[...]] annotation or its "
+                "destinations"
             )
 
     def _no_way_out(self, name: str) -> str:
