@@ -65,7 +65,9 @@ class RetryRule:
     """How many times a write is built and appended before it gives up."""
     race_wait_s: float = 0.001
     """The wait after the second lost race (none after the first); doubled each time."""
-    max_race_wait_s: float = 0.05
+    max_race_wait_s: float = 0.5
+    """The longest of those waits: long enough that processes sharing a thread on a loaded
+    machine (the runtime's ledger of several workers) thin out before `races` run out."""
     busy_wait_s: float = 0.02
     """The first wait for a busy thread; doubled each time."""
     max_busy_wait_s: float = 0.1
