@@ -272,15 +272,7 @@ class Listeners:
                 record.event.entry_point == entry.webhook
             ):
                 made = entry.input_from(record) if entry.input_from else delivery_input(record)
-                await self.runtime.accept(
-                    entry,
-                    to_builtins(made_input(entry, made, self._state_cls(entry))),
-                    cause="event",
-                    thread_id=await session_thread(self.runtime, entry),
-                    source_position=record.position,
-                    by=f"webhook:{entry.webhook}",
-                    key=f"agentlog:event:{record.position}",
-                )
+                await self._start(entry, record, made, by=f"webhook:{entry.webhook}")
             return
         if await self._matches(entry, record):
             graph = await self.graph_of_thread(record.thread_id)  # cached by the match
@@ -289,21 +281,29 @@ class Listeners:
             # starts is the subject's too (sealed under its key, erased with it)
             subject = await subject_of_thread(self.runtime.store, record.thread_id)
             try:
-                await self.runtime.accept(
-                    entry,
-                    to_builtins(made_input(entry, made, self._state_cls(entry))),
-                    cause="event",
-                    thread_id=await session_thread(self.runtime, entry),
-                    source_position=record.position,
-                    by=f"event:{record.kind}",
-                    key=f"agentlog:event:{record.position}",  # workers answer a record once
-                    subject=subject,
-                )
+                await self._start(entry, record, made, by=f"event:{record.kind}", subject=subject)
             except SubjectErasedError:  # erased since it was read: its data goes nowhere
                 _log.warning(
                     "entry point %r does not answer record %d: its subject was erased",
                     entry.id, record.position,
                 )  # fmt: skip
+
+    async def _start(
+        self, entry: EntryPoint, record: EventRecord, made: Any, *, by: str,
+        subject: str | None = None,
+    ) -> None:  # fmt: skip
+        """Accept the run `entry` starts in answer to `record` (keyed by the record's
+        position, so the workers answer a record once)."""
+        await self.runtime.accept(
+            entry,
+            to_builtins(made_input(entry, made, self._state_cls(entry))),
+            cause="event",
+            thread_id=await session_thread(self.runtime, entry),
+            source_position=record.position,
+            by=by,
+            key=f"agentlog:event:{record.position}",
+            subject=subject,
+        )
 
     async def _matches(self, entry: EntryPoint, record: EventRecord) -> bool:
         if entry.kinds and record.kind not in entry.kinds:
