@@ -63,7 +63,7 @@ docs: $(STAMP)
 # on a 2-core VM, the peers' first install included).
 bench: $(STAMP)
 	mkdir -p bench/results
-	set -o pipefail; for b in append replay replay_test steps durability timetravel show snapshots callbacks floor runtime serve testing workers models postgres; do \
+	set -o pipefail; for b in append replay replay_test steps durability timetravel show snapshots callbacks floor instructions runtime serve testing workers models postgres; do \
 		$(BIN)/python bench/$$b.py $(if $(QUICK),--quick,) | tee bench/results/$$b.json || exit 1; \
 	done
 	$(BIN)/python bench/compare.py $(if $(QUICK),--quick,)
