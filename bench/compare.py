@@ -51,7 +51,7 @@ PEERS_DIR = [ROOT / "bench" / "peers"]  # --peers-dir replaces it
 RESULTS = ROOT / "bench" / "results"
 START = time.perf_counter()
 
-SIZES, QUICK_SIZES = (200, 1000), (200,)
+SIZES, QUICK_SIZES = (200, 1000), (200, 1000)  # quick: one round, both targets' sizes
 VARIANTS = ("def-tool", "toolnode")
 WORKLOADS = ("steps", "concurrency", "fault", "concurrent", "fanout")  # steps: loop, load, history
 MAIN_VARIANT = "def-tool"  # load, history and concurrency run on it
@@ -63,6 +63,7 @@ RATIO_TARGETS = (
     (1000, "langgraph-sync", 15.0),
     (200, "langgraph-none", 1.3),
 )
+FANOUT_TARGET = ("langgraph-none", 1.3)  # a Send to 8 branches: runs/s over the peer's
 TARGET_LAST_FIRST = 1.2
 TARGET_COMMITS = 1.5
 TIMEOUT = [300.0]  # seconds any one driver run may take (quick: 60); a hung driver is killed
@@ -611,6 +612,23 @@ def report(
             say(f"  {row['what']}: {value} (target {row['target']}): {row['verdict']}")
 
 
+def fanout_targets(fan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The fan-out target against this run's figures: agentlog's runs/s over the peer's."""
+    peer, want = FANOUT_TARGET
+    rows: list[dict[str, Any]] = []
+    for n, table in fan.items():
+        value = ((table.get(peer) or {}).get("agentlog_over_this") or {}).get("runs_per_s")
+        rows.append(
+            {
+                "what": f"agentlog fan-out runs/s over {peer}, {n} runs",
+                "value": value,
+                "target": f">= {want:g}",
+                "verdict": verdict(value, value is not None and value >= want),
+            }
+        )
+    return rows
+
+
 def report_fanout(cs: list[Contender], fan: dict[str, Any]) -> None:
     """The fan-out tables, on stderr."""
     labels = [c.label for c in fanout.columns(cs)]
@@ -660,12 +678,10 @@ def summary(steps: dict[str, Any], goals: dict[str, Any], meta: dict[str, Any]) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="N=200 only, one round")
+    parser.add_argument("--quick", action="store_true", help="one round, smaller fan-out")
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 3, quick 1)")
     parser.add_argument("--no-setup", action="store_true", help="do not create peer venvs")
-    parser.add_argument(
-        "--sizes", help="comma-separated loop lengths (default 200,1000; quick 200)"
-    )
+    parser.add_argument("--sizes", help="comma-separated loop lengths (default 200,1000)")
     parser.add_argument("--peers-dir", type=Path, help="where the drivers are (bench/peers)")
     parser.add_argument(
         "--variants", default=",".join(VARIANTS), help="comma-separated, from def-tool,toolnode"
@@ -735,6 +751,8 @@ def main() -> None:
             fan = fanout.bench_fanout(harness, cs, fan_sizes, rounds, tmp)
             write("fanout", fan, meta)
     goals = targets(steps["loop"])
+    if fan:
+        goals["fanout"] = fanout_targets(fan)
     report(cs, steps, conc, fault, same, goals)
     report_fanout(cs, fan)
     fan_order = [c.label for c in fanout.columns(cs)]
