@@ -63,6 +63,7 @@ RATIO_TARGETS = (
     (1000, "langgraph-sync", 15.0),
     (200, "langgraph-none", 1.3),
 )
+LOAD_TARGET = ("langgraph-sync", 1.0)  # a fresh process's latest state: time over the peer's
 FANOUT_TARGET = ("langgraph-none", 1.3)  # a Send to 8 branches: runs/s over the peer's
 TARGET_LAST_FIRST = 1.2
 TARGET_COMMITS = 1.5
@@ -612,6 +613,24 @@ def report(
             say(f"  {row['what']}: {value} (target {row['target']}): {row['verdict']}")
 
 
+def load_targets(load: dict[str, Any]) -> list[dict[str, Any]]:
+    """The latest-state target: a fresh process's load (the store's opening apart) takes
+    at most LangGraph `SqliteSaver`'s `get_state` time, as a median of per-round ratios."""
+    peer, most = LOAD_TARGET
+    rows: list[dict[str, Any]] = []
+    for n, table in load.items():
+        value = ((table.get(peer) or {}).get("agentlog_over_this") or {}).get("load_ms")
+        rows.append(
+            {
+                "what": f"agentlog latest-state load time over {peer}'s, N={n}",
+                "value": value,
+                "target": f"<= {most:g}",
+                "verdict": verdict(value, value is not None and value <= most),
+            }
+        )
+    return rows
+
+
 def fanout_targets(fan: dict[str, Any]) -> list[dict[str, Any]]:
     """The fan-out target against this run's figures: agentlog's runs/s over the peer's."""
     peer, want = FANOUT_TARGET
@@ -751,6 +770,8 @@ def main() -> None:
             fan = fanout.bench_fanout(harness, cs, fan_sizes, rounds, tmp)
             write("fanout", fan, meta)
     goals = targets(steps["loop"])
+    if steps["load"]:
+        goals["load"] = load_targets(steps["load"])
     if fan:
         goals["fanout"] = fanout_targets(fan)
     report(cs, steps, conc, fault, same, goals)
