@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NamedTuple, Protocol, Self, runtime_checkable
 
-import msgspec
-
 from agentlog.events.claims import DEFAULT_LEASE, Claim, Holder
 from agentlog.events.codec import (
     GENESIS_HASH,
@@ -42,12 +40,7 @@ from agentlog.events.keystore import keyring, pruned_floor
 from agentlog.events.kinds import (
     KINDS,
     MESSAGE_KINDS,
-    ContextSummarized,
     Event,
-    Forked,
-    MessageAppended,
-    MessageReplaced,
-    MessagesReplaced,
     Pruned,
     StopRequested,
 )
@@ -59,6 +52,13 @@ from agentlog.events.sealing import (
     SubjectErasedError,
     open_sealed,
     subject_of,
+)
+from agentlog.events.snapshot_reads import (
+    Linked,
+    check_linked,
+    context_messages,
+    messages_of,
+    sealed_rows,
 )
 from agentlog.events.snapshot_refs import (
     ContextEntry,
@@ -245,28 +245,9 @@ class EventStore(Protocol):
 # ---- snapshots whose context points into the log ------------------------------------------
 
 
-def messages_of(event: Event) -> list[Any] | None:
-    """The messages (builtins) an event carries in the order a snapshot counts them, or None
-    for a kind that carries none."""
-    if isinstance(event, MessageAppended | MessageReplaced):
-        return [event.message]
-    if isinstance(event, MessagesReplaced):
-        return list(event.messages)
-    if isinstance(event, ContextSummarized):
-        return list(event.messages or ())
-    if isinstance(event, Forked):
-        context = event.state.get("context")
-        return list(context) if isinstance(context, list) else []
-    return None
-
-
 Payload = tuple[int, str | None, int, bytes]
 """A record's `(seq, kind, version, payload)`, what a snapshot's context is read from; `kind`
 is None for `MessageAppended`, the kind of nearly every message (no str made per row)."""
-
-Linked = tuple[Row, bytes | None]
-"""A stored record that carries messages, with the chain hash of the record before it (None
-when there is none: the first record, or a record missing)."""
 
 _DIGEST_DOMAIN = b"agentlog snapshot digest 1\0"
 
@@ -296,68 +277,6 @@ def snapshot_digest(
     return h.digest()
 
 
-CHECKED_ROWS_KEPT = 20_000
-"""Rows a store remembers having checked against their hash (`_checked`): `state_at` keeps
-as many messages by default."""
-
-
-def _checked(
-    thread_id: str, linked: Sequence[Linked], seen: dict[tuple[str, int], Linked] | None = None
-) -> list[Row]:
-    """The rows of `linked`, each one's bytes checked against its chain hash (from the hash of
-    the record before it): `ChainBrokenError` naming the first that does not match.
-
-    `seen` holds rows checked before, exactly as they were read: a row read again with the
-    very same bytes (a comparison, no hashing) is not hashed again; any change of its bytes
-    is checked anew.
-    """
-    rows: list[Row] = []
-    for item in linked:
-        row, prev = item
-        if seen is not None and seen.get((thread_id, row.seq)) == item:
-            rows.append(row)
-            continue
-        if row.seq == 1:
-            prev = GENESIS_HASH
-        elif prev is None:
-            raise ChainBrokenError(thread_id, row.seq - 1, "the record is missing")
-        envelope = (*row[:7], row.position)  # thread_id ... version, position
-        if chain_hash(prev, envelope, row.payload) != row.hash:
-            raise ChainBrokenError(thread_id, row.seq, "its bytes do not match its hash")
-        rows.append(row)
-        if seen is not None:
-            if len(seen) >= CHECKED_ROWS_KEPT:
-                seen.clear()
-            seen[(thread_id, row.seq)] = item
-    return rows
-
-
-_CARRIERS: dict[str, Any] = {
-    str(kind.__struct_config__.tag): (kind, msgspec.msgpack.Decoder(kind))
-    for kind in (MessageAppended, MessageReplaced, MessagesReplaced, ContextSummarized, Forked)
-}
-
-
-_APPENDED = _CARRIERS[MessageAppended.KIND][1]
-_APPENDED_KIND = MessageAppended.KIND
-
-
-def _carried(
-    thread_id: str, seq: int, kind: str, version: int, payload: bytes, keys: Keys | None = None
-) -> list[Any]:
-    """The messages a stored record carries (decoded as `decode_event` would)."""
-    carrier = _CARRIERS.get(kind)
-    if carrier is not None and version == carrier[0].VERSION and payload[:1] != b"\xc1":
-        try:
-            event = carrier[1].decode(payload)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise CorruptRecordError(thread_id, seq, f"{kind} payload: {exc}") from exc
-    else:
-        event = decode_event(thread_id, seq, kind, version, payload, keys)
-    messages = messages_of(event)
-    return [] if messages is None else messages
-
-
 def _same_digest(thread_id: str, seq: int, stored: object, found: bytes) -> None:
     if stored != found:
         raise CorruptSnapshotError(
@@ -366,54 +285,6 @@ def _same_digest(thread_id: str, seq: int, stored: object, found: bytes) -> None
             "its content does not match the digest it was stored with: the row, or a record "
             "it points to, was changed after it was written",
         )
-
-
-def _messages(
-    thread_id: str,
-    seq: int,
-    entries: Sequence[ContextEntry],
-    rows: Sequence[Row],
-    keys: Keys | None,
-    payloads: bool = False,
-) -> list[Any]:
-    """The messages `entries` name, from `rows` (the records they point to), each record
-    decoded once (with `payloads`, a plain `message_appended` one not at all)."""
-    carried: dict[int, Any] = {}
-    decode, current = _APPENDED.decode, MessageAppended.VERSION
-    row_seq = 0
-    try:
-        for row in rows:
-            row_seq = row.seq
-            payload = row.payload
-            if row.kind == _APPENDED_KIND and row.version == current and payload[:1] != b"\xc1":
-                carried[row_seq] = (payload if payloads else decode(payload).message,)
-            else:
-                carried[row_seq] = _carried(
-                    thread_id, row_seq, row.kind, row.version, payload, keys
-                )
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise CorruptRecordError(thread_id, row_seq, f"message_appended payload: {exc}") from exc
-    try:
-        return [
-            entry if type(entry) is dict else carried[entry[0]][entry[1]]  # type: ignore[index]
-            for entry in entries
-        ]
-    except (KeyError, IndexError, TypeError):
-        pass
-    for entry in entries:  # say which reference is wrong
-        if isinstance(entry, tuple):
-            target, index = entry
-            messages = carried.get(target)
-            if messages is None or index >= len(messages):
-                held = (
-                    "which is no record carrying messages"
-                    if messages is None
-                    else f"a record carrying {len(messages)}"
-                )
-                raise CorruptSnapshotError(
-                    thread_id, seq, f"it names message {index} of seq {target}, {held}"
-                )
-    raise CorruptSnapshotError(thread_id, seq, "its context cannot be resolved")
 
 
 class StoredSnapshot(NamedTuple):
@@ -827,7 +698,7 @@ class BaseEventStore(ABC):
             pinned: list[bytes] = [given[t] for t in targets if t in given]
             if len(pinned) != len(targets):  # not followed by a writer: the store's hashes
                 linked = await self._fetch_carriers(thread_id, targets)
-                pinned = [row.hash for row, _ in linked]
+                pinned = [item[8] for item in linked]
             content = snapshot_digest(anchor, state, refs, pinned)
             stored = StoredSnapshot(
                 snapshot.seq, snapshot.state_type, snapshot.at, state, None, anchor,
@@ -878,16 +749,20 @@ class BaseEventStore(ABC):
                 entries = decode_context_refs(refs, thread_id, seq)
             if (check and stored is not None) or resolve:
                 linked = await self._fetch_carriers(thread_id, ref_targets(entries))
-                rows = _checked(thread_id, linked, self._seen) if check else [r for r, _ in linked]
+                if check:
+                    check_linked(thread_id, linked, self._seen)
                 if check and stored is not None:
-                    hashes = {r.seq: r.hash for r in rows}
+                    hashes = {item[0]: item[8] for item in linked}
                     found = snapshot_digest(
                         anchor or b"", row.state, encode_state({"context": refs}), hashes.values()
                     )
                     _same_digest(thread_id, seq, stored, found)
                 if resolve:
-                    keys = await self._keys(rows)
-                    state["context"] = _messages(thread_id, seq, entries, rows, keys, payloads)
+                    sealed = sealed_rows(thread_id, linked)
+                    keys = await self._keys(sealed) if sealed else None
+                    state["context"] = context_messages(
+                        thread_id, seq, entries, linked, keys, payloads
+                    )
         if stored is not None and not isinstance(stored, bytes):
             raise CorruptSnapshotError(thread_id, seq, "its digest is not bytes")
         return Snapshot(

@@ -123,9 +123,9 @@ class MemoryEventStore(BaseEventStore):
     async def _fetch_carriers(self, thread_id: str, seqs: Sequence[int]) -> list[Linked]:
         rows = self._threads.get(thread_id, [])
         return [
-            (rows[seq - 1], rows[seq - 2].hash if seq > 1 else None)
+            (*row[1:7], row.position, *row[7:9], rows[seq - 2].hash if seq > 1 else None)
             for seq in seqs
-            if 0 < seq <= len(rows) and rows[seq - 1].kind in _KINDS
+            if 0 < seq <= len(rows) and (row := rows[seq - 1]).kind in _KINDS
         ]
 
     async def claim(

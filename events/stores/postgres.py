@@ -816,16 +816,16 @@ class PostgresEventStore(BaseEventStore):
     async def _fetch_carriers(self, thread_id: str, seqs: Sequence[int]) -> list[Linked]:
         if not seqs:
             return []
-        columns = ", ".join(f"e.{c}" for c in _ROW_COLUMNS.split(", "))
         rows = await self._query(
             "fetch",
-            f"SELECT {columns}, p.hash FROM {self._t['events']} e LEFT JOIN "
+            "SELECT e.seq, e.run_id, e.actor, e.at, e.kind, e.version, e.position, e.payload, "
+            f"e.hash, p.hash FROM {self._t['events']} e LEFT JOIN "
             f"{self._t['events']} p ON p.thread_id = e.thread_id AND p.seq = e.seq - 1 "
             "WHERE e.thread_id = $1 AND e.seq = ANY($2::bigint[]) "
             "AND e.kind = ANY($3::text[]) ORDER BY e.seq",
             thread_id, list(seqs), list(MESSAGE_KINDS),
         )  # fmt: skip
-        return [(Row(*r[:10]), r[10]) for r in rows]
+        return [tuple(r) for r in rows]
 
     # ---- snapshots -----------------------------------------------------------------------
 

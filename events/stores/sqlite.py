@@ -1086,16 +1086,13 @@ def _fetch_snapshot_seqs(conn: sqlite3.Connection, thread_id: str) -> list[int]:
 
 
 _MESSAGE_KINDS_SQL = ", ".join(f"'{kind}'" for kind in MESSAGE_KINDS)
-_CARRIERS = (
-    "SELECT e.thread_id, e.seq, e.run_id, e.actor, e.at, e.kind, e.version, e.payload, e.hash, "
-    "e.position, p.hash FROM events e LEFT JOIN events p "
-    "ON p.thread_id = e.thread_id AND p.seq = e.seq - 1 "
+_CARRIERS = (  # the record before is most often the row before in the file: a rowid seek
+    "SELECT e.seq, e.run_id, e.actor, e.at, e.kind, e.version, e.position, e.payload, e.hash, "
+    "coalesce((SELECT p.hash FROM events p WHERE p.position = e.position - 1 "
+    "AND p.thread_id = e.thread_id AND p.seq = e.seq - 1), (SELECT p.hash FROM events p "
+    "WHERE p.thread_id = e.thread_id AND p.seq = e.seq - 1)) FROM events e "
     f"WHERE e.thread_id = ? AND e.kind IN ({_MESSAGE_KINDS_SQL})"
 )
-
-
-def _linked(raw: list[tuple[Any, ...]]) -> list[Linked]:
-    return [(Row._make(r[:10]), r[10]) for r in raw]
 
 
 def _fetch_carriers(conn: sqlite3.Connection, thread_id: str, seqs: list[int]) -> list[Linked]:
@@ -1111,12 +1108,12 @@ def _fetch_carriers(conn: sqlite3.Connection, thread_id: str, seqs: list[int]) -
         ).fetchall()
         if len(raw) != len(seqs):
             wanted = set(seqs)
-            raw = [r for r in raw if r[1] in wanted]
-        return _linked(raw)
+            raw = [r for r in raw if r[0] in wanted]
+        return raw
     rows: list[Linked] = []
     for i in range(0, len(seqs), 500):
         part = seqs[i : i + 500]
         marks = ",".join("?" * len(part))
         sql = f"{_CARRIERS} AND e.seq IN ({marks}) ORDER BY e.seq"
-        rows += _linked(conn.execute(sql, (thread_id, *part)).fetchall())
+        rows += conn.execute(sql, (thread_id, *part)).fetchall()
     return rows

@@ -163,6 +163,29 @@ class SnapshotConformance(ConformanceBase):
         unchecked = await store.load_snapshot("t", check=False)
         assert unchecked is not None and unchecked.state["context"][0] == edited
 
+    async def test_a_snapshot_checks_each_record_against_the_one_before_it_in_its_thread(
+        self, store: EventStore
+    ) -> None:
+        """Another thread's records between a thread's own in the file (two threads written
+        in turn): each record a snapshot points to is still checked against its thread's
+        record before it, so one changed there, hash redone, is refused at the next."""
+        records = []
+        for step in (1, 2):
+            for thread in ("t", "u"):
+                written = await store.append(thread, step_events(step), expected_seq=3 * (step - 1))
+                records += written if thread == "t" else []
+        refs = encode_context_refs([(2, 0), (5, 0)])
+        await store.save_snapshot(
+            Snapshot(thread_id="t", seq=6, state={}, hash=records[-1].hash, context_refs=refs)
+        )
+        loaded = await store.load_snapshot("t")
+        assert loaded is not None and loaded.digest
+        assert [m["content"][0]["text"] for m in loaded.state["context"]] == ["hello 1", "hello 2"]
+        await self.alter_record(store, "t", 4, NodeEntered(node="elsewhere"), rehash=True)
+        with pytest.raises(ChainBrokenError) as broken:
+            await store.load_snapshot("t")
+        assert broken.value.seq == 5
+
     async def test_a_referencing_snapshot_is_checked_before_it_is_stored(
         self, store: EventStore
     ) -> None:
