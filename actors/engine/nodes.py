@@ -117,8 +117,14 @@ class NodeCaller:
         self.is_async = _is_async(fn)
         self.wants = _wanted_parameters(fn)
 
-    async def call(self, message: RunNode) -> Any:
-        """Run the node once on `message`: what it returns, or what it raises."""
+    def call(self, message: RunNode) -> Awaitable[Any]:
+        """Run the node once on `message`: what it returns, or what it raises (awaited
+        straight, one coroutine, when the node has no id settings and no slots)."""
+        if self.ids is None and self.slots is None:
+            return self._call(message)
+        return self._prepared(message)
+
+    async def _prepared(self, message: RunNode) -> Any:
         if self.ids is not None:
             await self.ids.resolve()
             with self.ids.applied():
