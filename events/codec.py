@@ -251,18 +251,11 @@ def decode_event(
 
 def record_of(row: Row, event: Event) -> EventRecord:
     """The public record of a stored row carrying `event`."""
+    thread_id, seq, run_id, actor, at, kind, version, _, digest, position = row
     return EventRecord(
-        thread_id=row.thread_id,
-        seq=row.seq,
-        position=row.position,
-        run_id=row.run_id,
-        actor=row.actor,
-        at=row.at,
-        kind=row.kind,
-        version=row.version,
-        event=event,
-        hash=row.hash.hex(),
-    )
+        thread_id=thread_id, seq=seq, position=position, run_id=run_id, actor=actor, at=at,
+        kind=kind, version=version, event=event, hash=digest.hex(),
+    )  # fmt: skip
 
 
 def decode_row(row: Row, keys: Keys | None = None) -> EventRecord:

@@ -156,11 +156,23 @@ class Keyring:
             sealer = self._sealers[subject] = Sealer(subject, key)
         return sealer
 
+    def plain(self, thread_id: str, encoded: list[Encoded]) -> list[Encoded] | None:
+        """`encoded` when none of it needs sealing, known without a query: no personal
+        kind, or a thread known untagged whose records name no subject of their own;
+        None when `seal` must decide."""
+        if all(e.kind not in PERSONAL for e in encoded):  # a prune's record needs no key
+            return encoded
+        if self._tags.get(thread_id, "") is not None:
+            return None
+        if any(getattr(e.event, "subject", None) is not None for e in encoded):
+            return None
+        return encoded
+
     async def seal(self, thread_id: str, encoded: list[Encoded]) -> list[Encoded]:
         """`encoded`, each record of a personal kind given what seals it: its thread's
         subject, or the subject the record names itself (a runtime's trigger, on the
         runtime's own thread, which has none)."""
-        if not any(e.kind in PERSONAL for e in encoded):  # a prune's record needs no key
+        if self.plain(thread_id, encoded) is not None:
             return encoded
         sealer = await self.sealer(thread_id)
         out = []
@@ -220,6 +232,12 @@ _RINGS: weakref.WeakKeyDictionary[Any, Keyring] = weakref.WeakKeyDictionary()
 def keyring(store: Any) -> Keyring:
     """The store's keyring (made on first use); a store wrapping another (`inner`, as the
     testing toolkit's `FaultyStore` does) shares the inner one's."""
+    try:  # a key is its own unwrapped store: found without unwrapping
+        ring = _RINGS.get(store)
+    except TypeError:  # a wrapper that takes no weak reference
+        ring = None
+    if ring is not None:
+        return ring
     store = _unwrapped(store)
     ring = _RINGS.get(store)
     if ring is None:

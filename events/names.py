@@ -17,8 +17,15 @@ def brief(value: object) -> str:
     return reprlib.repr(value)
 
 
+_CHECKED: set[str] = set()
+"""Thread ids that passed `check_thread_id` (cleared when large): a writer's next append
+to its thread skips the checks."""
+
+
 def check_thread_id(thread_id: object) -> str:
     """A thread id is a non-empty string; anything else is a caller's mistake."""
+    if type(thread_id) is str and thread_id in _CHECKED:
+        return thread_id
     if not isinstance(thread_id, str) or not thread_id.strip():
         raise InvalidAppendError(
             f"thread id must be a non-blank string, got {brief(thread_id)}: name the thread "
@@ -34,6 +41,10 @@ def check_thread_id(thread_id: object) -> str:
         raise InvalidAppendError(
             f"thread id {thread_id!r} holds control characters: use printable text"
         )
+    if type(thread_id) is str:  # a subclass could compare equal yet differ
+        if len(_CHECKED) >= 4096:
+            _CHECKED.clear()
+        _CHECKED.add(thread_id)
     return thread_id
 
 

@@ -11,7 +11,6 @@ import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NamedTuple, Protocol, Self, runtime_checkable
 
@@ -324,9 +323,9 @@ def _names(who: str | tuple[str | None, ...] | None) -> tuple[str | None, ...]:
     return who if isinstance(who, tuple) else (who,)
 
 
-@dataclass(frozen=True)
-class AppendRequest:
-    """One append, checked and encoded, as a backend commits it (see `BaseEventStore`)."""
+class AppendRequest(NamedTuple):
+    """One append, checked and encoded, as a backend commits it (see `BaseEventStore`).
+    A tuple: one is built per append, and a tuple builds faster than a frozen dataclass."""
 
     thread_id: str
     events: Sequence[Event]
@@ -462,10 +461,13 @@ class BaseEventStore(ABC):
                     f"append to thread {thread_id!r} names {len(who)} actors for "
                     f"{len(events)} events: give one actor, or one per event"
                 )
-        for name, value in (("run_id", run_id), *(("actor", a) for a in _names(who))):
-            if value is not None:
-                check_text(name, value)
-        encoded = await self._sealed(thread_id, encode_payloads(thread_id, events))
+        if run_id is not None or who is not None:
+            for name, value in (("run_id", run_id), *(("actor", a) for a in _names(who))):
+                if value is not None:
+                    check_text(name, value)
+        encoded = encode_payloads(thread_id, events)
+        ring = keyring(self)
+        encoded = ring.plain(thread_id, encoded) or await ring.seal(thread_id, encoded)
         at = float(self._clock()) + 0.0  # + 0.0 turns -0.0 into 0.0, as the database would
         if not math.isfinite(at):
             raise InvalidAppendError(f"the store's clock returned {at!r}, not a finite time")
@@ -796,10 +798,6 @@ class BaseEventStore(ABC):
     async def close(self) -> None:
         """Mark the store closed; backends release their resources too."""
         self._closed = True
-
-    async def _sealed(self, thread_id: str, encoded: list[Encoded]) -> list[Encoded]:
-        """`encoded`, each record of a personal kind sealed when it has a subject."""
-        return await keyring(self).seal(thread_id, encoded)
 
     async def _seal_state(self, thread_id: str, seq: int, state: bytes) -> bytes:
         """A snapshot's state bytes, sealed like a record when the thread has a subject (as

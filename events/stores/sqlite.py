@@ -548,7 +548,8 @@ class SQLiteEventStore(BaseEventStore):
     # ---- writes: pipelined group commit --------------------------------------------------
 
     async def _commit(self, request: AppendRequest) -> list[EventRecord]:
-        await self._ready_to_write("append")
+        if self._writer is None or self._closing:  # else open and writable: no check to await
+            await self._ready_to_write("append")
         future: asyncio.Future[list[EventRecord]] = asyncio.get_running_loop().create_future()
         with self._queue_lock:
             self._pending.append((request, future))
@@ -882,9 +883,7 @@ def _write_batch(
             results.append(rows)
         if rows_out:
             conn.executemany(_INSERT, rows_out)
-            conn.executemany(
-                _UPSERT_HEAD, [(tid, *heads[tid], at, at) for tid, at in touched.items()]
-            )
+            conn.executemany(_UPSERT_HEAD, [(t, *heads[t], at, at) for t, at in touched.items()])
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
