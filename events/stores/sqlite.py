@@ -48,6 +48,7 @@ from agentlog.events.errors import (
     StoreUnavailableError,
 )
 from agentlog.events.follow import CommitSignal
+from agentlog.events.keystore import keyring
 from agentlog.events.record import EventRecord
 from agentlog.events.store import (
     MAX_POSITION,
@@ -702,10 +703,11 @@ class SQLiteEventStore(BaseEventStore):
         claim = new_claim(self._checked_id(thread_id), lease=lease, purpose=purpose)
         hold(claim)  # before the write: a rival claim queued behind it must see it alive
         try:
-            seq = await self._claim_write(take_claim, claim, time.time(), under)
+            seq, subject = await self._claim_write(take_claim, claim, time.time(), under)
         except BaseException:
             let_go(claim)  # refused, or the caller left mid-claim: whatever was written is dead
             raise
+        keyring(self).seen(claim.thread_id, subject)
         claim = dataclasses.replace(claim, last_seq=seq)
         self._heartbeat.add(claim)
         return claim
@@ -719,15 +721,14 @@ class SQLiteEventStore(BaseEventStore):
         await self._claim_write(drop_claim, claim.thread_id, claim.token)
 
     async def _claim_write(self, fn: Callable[..., T], *args: Any) -> T:
-        """A claim's write, on this thread while the writer is idle: a one-row commit costs
-        less than the two thread hops of queueing it (as `_commit_inline`). Queued instead
-        with `synchronous="FULL"` (its fsync stays off the loop), while the writer is busy,
-        or when another process holds the write lock (never waited for here)."""
+        """A claim's write, here while the writer is idle (as `_commit_inline`: cheaper than
+        two thread hops); queued with `synchronous="FULL"`, while the writer is busy, or
+        while another process holds the write lock (never waited for here)."""
         writer = await self._ready_to_write("write")
         if self._synchronous == "NORMAL":
             try:
                 ran, outcome = writer.try_inline(partial(_unless_busy, fn, args))
-            except sqlite3.Error:  # the write failed whole (rolled back): queued, it is retried
+            except sqlite3.Error:  # failed whole (rolled back): queued, it is tried again
                 ran, outcome = False, _BUSY
             if ran and outcome is not _BUSY:
                 return outcome  # type: ignore[return-value]

@@ -12,10 +12,11 @@ HOLDER_COLUMNS = "token, host, pid, started, heartbeat_at, lease, purpose"
 
 def take_claim(
     conn: sqlite3.Connection, claim: Claim, now: float, under: Claim | None = None
-) -> int:
+) -> tuple[int, str | None]:
     """Record `claim` unless a live owner holds the thread (or `under` is no longer held);
-    a dead owner's claim is replaced. The thread's last seq as it was claimed (0: none),
-    read in the same transaction."""
+    a dead owner's claim is replaced. The thread's last seq (0: none) and the subject it
+    is tagged with (None: none), read in the same transaction: a run needs no read of
+    its own for either."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         if under is not None:
@@ -36,12 +37,25 @@ def take_claim(
         head = conn.execute(
             "SELECT last_seq FROM threads WHERE thread_id = ?", (claim.thread_id,)
         ).fetchone()
+        subject = _tag_of(conn, claim.thread_id)
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-    return 0 if head is None else int(head[0])
+    return (0 if head is None else int(head[0])), subject
+
+
+def _tag_of(conn: sqlite3.Connection, thread_id: str) -> str | None:
+    try:
+        row = conn.execute(
+            "SELECT subject FROM subject_threads WHERE thread_id = ?", (thread_id,)
+        ).fetchone()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):  # no thread of this file was ever tagged
+            return None
+        raise
+    return None if row is None else str(row[0])
 
 
 def drop_claim(conn: sqlite3.Connection, thread_id: str, token: str) -> None:
