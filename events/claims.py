@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agentlog.events.errors import ClaimLostError, InvalidClaimError, ThreadBusyError
 
@@ -35,6 +35,9 @@ class Claim:
     started: str
     lease: float
     purpose: str = "run"
+    last_seq: int | None = field(default=None, compare=False)
+    """The thread's last seq as the store recorded the claim (None: the store did not say).
+    Since then, only the holder and stop requests can have appended to it (fencing)."""
 
 
 @dataclass(frozen=True)
@@ -176,18 +179,22 @@ class Heartbeat:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopped = False
+        self._wake_at = 0.0  # when (monotonic) the thread means to wake next
 
     def add(self, claim: Claim) -> None:
         """Renew `claim` from a third of its lease on."""
         with self._lock:
             self._claims[claim.token] = claim
-            self._due[claim.token] = time.monotonic() + claim.lease / 3
+            due = self._due[claim.token] = time.monotonic() + claim.lease / 3
             if self._thread is None and not self._stopped:
                 self._thread = threading.Thread(
                     target=self._run, name="agentlog-heartbeat", daemon=True
                 )
                 self._thread.start()
-        self._wake.set()  # a shorter lease than the thread is sleeping for must beat soon
+                return
+            sooner = due < self._wake_at
+        if sooner:  # a shorter lease than the thread sleeps for beats soon; else no wake-up
+            self._wake.set()
 
     def discard(self, claim: Claim) -> None:
         """Stop renewing `claim`."""
@@ -210,6 +217,7 @@ class Heartbeat:
                 for claim in claims:
                     self._due[claim.token] = now + claim.lease / 3
                 nearest = min(self._due.values(), default=now + DEFAULT_LEASE / 3)
+                self._wake_at = nearest
             if claims:
                 with contextlib.suppress(Exception):  # busy or closing: the next beat retries
                     self._renew(claims, time.time())

@@ -132,6 +132,10 @@ class Keyring:
             self._tags[thread_id] = await self.tables.get_tag(thread_id)
         return self._tags[thread_id]
 
+    def seen(self, thread_id: str, subject: str | None) -> None:
+        """Note the thread's tag as a claim on it just read it: its records read it no more."""
+        self._tags[thread_id] = subject
+
     async def tag(self, thread_id: str, subject: str) -> None:
         self._tags.pop(thread_id, None)
         held = await self.subject(thread_id)

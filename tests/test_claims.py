@@ -8,6 +8,7 @@ SIGKILL while it holds a thread, and programs that end without closing their sto
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import sqlite3
@@ -17,12 +18,15 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from agentlog import END, START, AgentState, StateGraph
 from agentlog.actors.testing import until, until_blocking
-from agentlog.events import SQLiteEventStore
+from agentlog.events import NodeEntered, SQLiteEventStore
 from agentlog.events.claims import HOST, Claim, Heartbeat, new_claim
+from agentlog.events.stores import sqlite as sqlite_store
 
 from .helpers import agent_with_tools
 
@@ -353,7 +357,7 @@ async def test_work_that_outlives_its_store_still_frees_the_thread(tmp_path: Pat
     import threading
 
     from agentlog.actors import ThreadBusyError
-    from agentlog.projections import AgentState, Message, ToolCallBlock
+    from agentlog.projections import Message, ToolCallBlock
 
     started, release = threading.Event(), threading.Event()
 
@@ -434,5 +438,100 @@ def test_a_claim_is_first_renewed_a_third_of_its_lease_after_it_was_taken() -> N
         at, which = beats[0]
         assert at - taken >= 0.2, "a claim was renewed before a third of its lease went by"
         assert which == {"long", "short"}
+    finally:
+        heartbeat.stop()
+
+
+async def test_a_claim_says_how_far_its_thread_was_written(tmp_path: Path) -> None:
+    """The claim's own transaction reads the thread's head: a run of a fresh thread needs
+    no read of its own before it starts."""
+    async with SQLiteEventStore(tmp_path / "log.db") as store:
+        first = await store.claim("t")
+        assert first.last_seq == 0
+        await store.append("t", [NodeEntered(node="a"), NodeEntered(node="b")], expected_seq=0,
+                           claim=first)  # fmt: skip
+        await store.release(first)
+        second = await store.claim("t")
+        assert second.last_seq == 2
+        assert second == dataclasses.replace(second, last_seq=None)  # not part of its identity
+
+
+async def test_claims_wait_for_another_process_holding_the_write_lock(tmp_path: Path) -> None:
+    """A claim and a release never fail for another process's write under way: they wait
+    for its lock (queued on the writer's thread) and then land."""
+    db = tmp_path / "log.db"
+    async with SQLiteEventStore(db) as store:
+        held = await store.claim("held")
+        other = sqlite3.connect(db, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # another process's write, under way
+            claiming = asyncio.ensure_future(store.claim("t"))
+            releasing = asyncio.ensure_future(store.release(held))
+            await asyncio.sleep(0)  # both tried, found the lock taken, and now wait for it
+            assert not claiming.done() and not releasing.done()
+            other.execute("COMMIT")
+            claim = await claiming
+            await releasing
+        finally:
+            other.close()
+        holder = await store.holder("t")
+        assert holder is not None and holder.token == claim.token
+        assert await store.holder("held") is None
+
+
+async def test_a_run_of_a_fresh_thread_hands_its_claim_to_no_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claiming the thread, reading where it stands and giving it back take no hop to the
+    store's connection threads: the claim reads the head in its transaction, and the claim
+    and its release commit on the loop while the writer is idle."""
+
+    def step(state: AgentState) -> dict[str, Any]:
+        return {"context": [{"role": "assistant", "content": "done"}]}
+
+    graph: StateGraph[AgentState] = StateGraph(AgentState)
+    graph.add_node("step", step)
+    graph.add_edge(START, "step")
+    graph.add_edge("step", END)
+    async with SQLiteEventStore(tmp_path / "log.db") as store:
+        app = graph.compile(checkpointer=store)
+        await app.ainvoke({"context": []}, {"thread_id": "warm"})  # the store opens
+        where: list[str] = []  # the thread each claim statement ran on
+
+        def traced(fn: Any) -> Any:
+            def run(*args: Any) -> Any:
+                where.append(f"{fn.__name__} on {threading.current_thread().name}")
+                return fn(*args)
+
+            return run
+
+        for name in ("take_claim", "drop_claim"):
+            monkeypatch.setattr(sqlite_store, name, traced(getattr(sqlite_store, name)))
+        heads = 0
+        last_seq = store.last_seq
+
+        async def head(thread_id: str) -> int:
+            nonlocal heads
+            heads += 1
+            return await last_seq(thread_id)
+
+        monkeypatch.setattr(store, "last_seq", head)
+        out = await app.ainvoke({"context": []}, {"thread_id": "fresh"})
+        assert out["status"] == "completed"
+        assert heads == 0
+        here = threading.current_thread().name
+        assert where == [f"take_claim on {here}", f"drop_claim on {here}"]
+        assert await store.holder("fresh") is None
+
+
+def test_a_claim_due_after_the_next_beat_leaves_the_heartbeat_asleep() -> None:
+    """A run's claim wakes the heartbeat thread only when it must beat sooner than the
+    thread means to wake: a claim per run costs no thread switch of its own."""
+    heartbeat = Heartbeat(lambda claims, now: None)
+    try:
+        heartbeat.add(new_claim("first", lease=30.0))
+        until_blocking(lambda: heartbeat._wake_at > 0)  # asleep until first's beat is due
+        heartbeat.add(new_claim("second", lease=30.0))
+        assert not heartbeat._wake.is_set()
     finally:
         heartbeat.stop()

@@ -303,3 +303,33 @@ async def test_a_store_wrapping_another_shares_its_keys(tmp_path: Path) -> None:
         assert keyring(wrapper) is keyring(inner)
         await _personal_thread(inner)
         assert SECRET in await _texts(wrapper)  # type: ignore[arg-type]
+
+
+async def test_a_claim_learns_the_tag_another_store_gave_its_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim reads its thread's tag in its own transaction: a thread tagged through
+    another store of the file is sealed from the first record written under the claim,
+    which reads the tag no more (nor for a thread of a file that never tagged one)."""
+    db = tmp_path / "log.db"
+    async with SQLiteEventStore(db) as store:
+        untagged = await store.claim("plain")  # no thread of the file is tagged yet
+        async with SQLiteEventStore(db) as other:
+            await tag_thread(other, "chat", "alice")
+        tables = keyring(store).tables
+        reads: list[str] = []
+
+        async def get_tag(thread_id: str) -> str | None:
+            reads.append(thread_id)
+            return None
+
+        monkeypatch.setattr(tables, "get_tag", get_tag)
+        claim = await store.claim("chat")
+        for thread, held in (("chat", claim), ("plain", untagged)):
+            message = MessageAppended(message=_message(SECRET))
+            await store.append(thread, [message], expected_seq=0, claim=held)
+        assert reads == []
+        sealed = [
+            [is_sealed(r.payload) async for r in store.read_rows(t)] for t in ("chat", "plain")
+        ]
+        assert sealed == [[True], [False]]

@@ -237,9 +237,11 @@ class Engine(Generic[S]):
         """The graph's fingerprint as compiled, which each `run_started` records."""
         return graph_fingerprint(self.graph, self.interrupt_before, self.interrupt_after)
 
-    async def load(self, thread_id: str) -> Fold[S]:
-        """The thread's fold as the log has it (from its latest snapshot)."""
-        if await self.store.last_seq(thread_id) == 0:
+    async def load(self, thread_id: str, claim: Claim | None = None) -> Fold[S]:
+        """The thread's fold as the log has it (from its latest snapshot). `claim`, the
+        caller's: a thread its store saw empty when recording it is not read again (only
+        a stop request can have come since, which the first append finds, as after a read)."""
+        if (claim is not None and claim.last_seq == 0) or await self.store.last_seq(thread_id) == 0:
             return Fold.new(self.graph.state_cls)
         return await fold_at(self.store, thread_id, state_cls=self.graph.state_cls)
 

@@ -131,7 +131,7 @@ async def open_run(run: RunLoop[S], input: Any) -> list[Event]:
     hooks = engine.callbacks
     if values is not None and hooks is not None and "validate_input" in engine.hooked:
         await call_hook(hooks, "validate_input", thread_id, values)  # before any write
-    fold = await engine.load(thread_id)
+    fold = await engine.load(thread_id, run.claim)
     if fold.seq == 0 and values is None:
         raise ThreadNotFoundError(thread_id)
     meta = fold.state.execution_meta

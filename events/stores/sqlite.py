@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import sqlite3
 import stat
@@ -33,7 +34,6 @@ from agentlog.events.claims import (
     fence,
     hold,
     let_go,
-    lost_under,
     new_claim,
 )
 from agentlog.events.codec import GENESIS_HASH, Row, chain_rows
@@ -48,6 +48,7 @@ from agentlog.events.errors import (
     StoreUnavailableError,
 )
 from agentlog.events.follow import CommitSignal
+from agentlog.events.keystore import keyring
 from agentlog.events.record import EventRecord
 from agentlog.events.store import (
     MAX_POSITION,
@@ -56,6 +57,14 @@ from agentlog.events.store import (
     BaseEventStore,
     Linked,
     StoredSnapshot,
+)
+from agentlog.events.stores.sqlite_claims import (
+    HOLDER_COLUMNS,
+    drop_claim,
+    fetch_holder,
+    relabel_claim,
+    renew_claims,
+    take_claim,
 )
 from agentlog.events.stores.sqlite_thread import ConnectionThread
 
@@ -142,7 +151,6 @@ _UPSERT_HEAD = (
     "last_seq = excluded.last_seq, last_hash = excluded.last_hash, "
     "updated_at = excluded.updated_at"
 )
-_HOLDER_COLUMNS = "token, host, pid, started, heartbeat_at, lease, purpose"
 
 T = TypeVar("T")
 
@@ -696,10 +704,12 @@ class SQLiteEventStore(BaseEventStore):
         claim = new_claim(self._checked_id(thread_id), lease=lease, purpose=purpose)
         hold(claim)  # before the write: a rival claim queued behind it must see it alive
         try:
-            await self._write(_take_claim, claim, time.time(), under)
+            seq, subject = await self._claim_write(take_claim, claim, time.time(), under)
         except BaseException:
             let_go(claim)  # refused, or the caller left mid-claim: whatever was written is dead
             raise
+        keyring(self).seen(claim.thread_id, subject)
+        claim = dataclasses.replace(claim, last_seq=seq)
         self._heartbeat.add(claim)
         return claim
 
@@ -709,7 +719,21 @@ class SQLiteEventStore(BaseEventStore):
         if self._closed or self._writer is None:
             await asyncio.to_thread(self._drop_on_own_connection, claim)
             return
-        await self._write(_drop_claim, claim.thread_id, claim.token)
+        await self._claim_write(drop_claim, claim.thread_id, claim.token)
+
+    async def _claim_write(self, fn: Callable[..., T], *args: Any) -> T:
+        """A claim's write, here while the writer is idle (as `_commit_inline`: cheaper than
+        two thread hops); queued with `synchronous="FULL"`, while the writer is busy, or
+        while another process holds the write lock (never waited for here)."""
+        writer = await self._ready_to_write("write")
+        if self._synchronous == "NORMAL":
+            try:
+                ran, outcome = writer.try_inline(partial(_unless_busy, fn, args))
+            except sqlite3.Error:  # failed whole (rolled back): queued, it is tried again
+                ran, outcome = False, _BUSY
+            if ran and outcome is not _BUSY:
+                return outcome  # type: ignore[return-value]
+        return await self._on(writer, fn, *args)
 
     def release_threadsafe(self, claim: Claim) -> None:
         self._heartbeat.discard(claim)
@@ -721,7 +745,7 @@ class SQLiteEventStore(BaseEventStore):
 
         def job(conn: sqlite3.Connection) -> None:
             with contextlib.suppress(sqlite3.Error):  # else it stays until seen dead
-                _drop_claim(conn, claim.thread_id, claim.token)
+                drop_claim(conn, claim.thread_id, claim.token)
 
         writer.submit(job)
 
@@ -732,21 +756,21 @@ class SQLiteEventStore(BaseEventStore):
         with contextlib.suppress(sqlite3.Error):
             conn = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None)
             try:
-                _drop_claim(conn, claim.thread_id, claim.token)
+                drop_claim(conn, claim.thread_id, claim.token)
             finally:
                 conn.close()
 
     async def relabel(self, claim: Claim, purpose: str) -> None:
-        await self._write(_relabel_claim, claim.thread_id, claim.token, purpose)
+        await self._write(relabel_claim, claim.thread_id, claim.token, purpose)
 
     async def holder(self, thread_id: str) -> Holder | None:
         self._check_open()
-        return await self._read(_fetch_holder, self._checked_id(thread_id))
+        return await self._read(fetch_holder, self._checked_id(thread_id))
 
     def _renew_blocking(self, claims: list[Claim], now: float) -> None:
         writer = self._writer
         if writer is not None and not self._closing:
-            writer.call_blocking(_renew_claims, [c.token for c in claims], now, timeout=60)
+            writer.call_blocking(renew_claims, [c.token for c in claims], now, timeout=60)
 
     # ---- reads ---------------------------------------------------------------------------
 
@@ -934,7 +958,7 @@ def _heads(conn: sqlite3.Connection, thread_ids: set[str]) -> dict[str, tuple[in
 
 
 def _holders(conn: sqlite3.Connection, thread_ids: set[str]) -> dict[str, Holder]:
-    sql = f"SELECT thread_id, {_HOLDER_COLUMNS} FROM claims"
+    sql = f"SELECT thread_id, {HOLDER_COLUMNS} FROM claims"
     return {row[0]: Holder(*row[1:]) for row in _select_in(conn, sql, thread_ids)}
 
 
@@ -950,59 +974,16 @@ def _select_in(conn: sqlite3.Connection, select: str, thread_ids: set[str]) -> l
     return found
 
 
-def _take_claim(
-    conn: sqlite3.Connection, claim: Claim, now: float, under: Claim | None = None
-) -> None:
-    """Record `claim` unless a live owner holds the thread (or `under` is no longer held);
-    a dead owner's claim is replaced."""
-    conn.execute("BEGIN IMMEDIATE")
+def _unless_busy(
+    fn: Callable[..., T], args: tuple[Any, ...], conn: sqlite3.Connection
+) -> T | _Busy:
+    """`fn(conn, *args)`; `_BUSY` when another process holds the write lock."""
     try:
-        if under is not None:
-            outer = _holders(conn, {under.thread_id}).get(under.thread_id)
-            if outer is None or outer.token != under.token:
-                raise lost_under(claim, under)
-        holder = _holders(conn, {claim.thread_id}).get(claim.thread_id)
-        if holder is not None and holder.alive(now):
-            raise holder.busy_error(claim.thread_id, now)
-        conn.execute(
-            f"INSERT OR REPLACE INTO claims (thread_id, {_HOLDER_COLUMNS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                claim.thread_id, claim.token, claim.host, claim.pid, claim.started, now,
-                claim.lease, claim.purpose,
-            ),
-        )  # fmt: skip
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
+        return fn(conn, *args)
+    except sqlite3.OperationalError as exc:
+        if _primary(exc) in _BUSY_CODES:
+            return _BUSY
         raise
-
-
-def _drop_claim(conn: sqlite3.Connection, thread_id: str, token: str) -> None:
-    conn.execute("DELETE FROM claims WHERE thread_id = ? AND token = ?", (thread_id, token))
-
-
-def _relabel_claim(conn: sqlite3.Connection, thread_id: str, token: str, purpose: str) -> None:
-    conn.execute(
-        "UPDATE claims SET purpose = ? WHERE thread_id = ? AND token = ?",
-        (purpose, thread_id, token),
-    )
-
-
-def _renew_claims(conn: sqlite3.Connection, tokens: list[str], now: float) -> None:
-    beats = [(now, token) for token in tokens]
-    conn.executemany("UPDATE claims SET heartbeat_at = ? WHERE token = ?", beats)
-
-
-def _fetch_holder(conn: sqlite3.Connection, thread_id: str) -> Holder | None:
-    try:
-        row = conn.execute(
-            f"SELECT {_HOLDER_COLUMNS} FROM claims WHERE thread_id = ?", (thread_id,)
-        ).fetchone()
-    except sqlite3.OperationalError:  # a read-only copy written before claims existed
-        return None
-    return None if row is None else Holder(*row)
 
 
 def _write_snapshot(conn: sqlite3.Connection, values: tuple[Any, ...]) -> None:
