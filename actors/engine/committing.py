@@ -489,7 +489,7 @@ class _RunWrite(Generic[S]):
         if held is not None and held.moved and records[-1].hash:
             held.drop()  # landed after a stop request: the log's seqs and state are the run's
             run.fold, run.snapshots = await commits.engine.load(run.thread_id), None
-        elif any(r.event != e for r, e in zip(records, self.batch, strict=True)):
+        elif [r.event for r in records] != self.batch:
             run.fold = await commits.engine.load(run.thread_id)  # the canonical decoded values
         await commits._after_commit(records)
 
