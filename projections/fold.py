@@ -540,13 +540,11 @@ if _missing:  # a kind declared without its fold handler: fail at import, not on
 
 def _check(meta: ExecutionState, event: Event, seq: int, state_cls: type[AgentState]) -> None:
     """Raise when `event` is not a legal transition from `meta` at thread position `seq`."""
+    if isinstance(event, _CONTEXT_ONLY):
+        return  # legal in any state: `_gate` checks them against the context
     kind = kind_of(event)
     status = meta.status
-    finished = status in (
-        ExecutionStatus.COMPLETED,
-        ExecutionStatus.ERROR,
-        ExecutionStatus.CANCELLED,
-    )
+    finished = status in _FINISHED
     paused = meta.is_interrupted() or meta.stop_current_execution == StopRequestStatus.STOPPED
 
     def refuse(why: str) -> None:
@@ -720,6 +718,8 @@ _CHANGES_CONTEXT = (MessagesRemoved, MessagesReplaced, MessageReplaced, ContextS
 """The events whose change of the context is checked to keep each call with its result."""
 _NEEDS_CONTEXT = (*_CHANGES_CONTEXT, RunCompleted, RunCancelled)
 """The events `decide` checks against the whole context (those ending a run: no call open)."""
+_CONTEXT_ONLY = (*_CHANGES_CONTEXT, MessageAppended)  # no transition: `_check` passes them
+_FINISHED = (ExecutionStatus.COMPLETED, ExecutionStatus.ERROR, ExecutionStatus.CANCELLED)
 
 
 def _check_removed(shadow: Fold[Any], event: MessagesRemoved) -> None:

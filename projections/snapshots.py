@@ -102,6 +102,21 @@ def _same(a: object, b: object) -> bool:
     return type(a) is type(b) and a == b
 
 
+_CONTEXT_KINDS = frozenset(
+    kind.KIND
+    for kind in (
+        MessageAppended,
+        MessagesReplaced,
+        MessageReplaced,
+        MessagesRemoved,
+        ContextSummarized,
+        StateUpdated,
+        Forked,
+    )
+)
+"""The kinds whose records may change the context: the only ones `_Refs.apply` reads."""
+
+
 class _Refs:
     """The context of a thread after record `seq`, as the record each message came from.
 
@@ -180,8 +195,11 @@ class _Refs:
         """Follow one record, as the fold's handler of its kind changes the context."""
         event, seq = record.event, record.seq
         self.seq, self.hash = seq, record.hash
-        if record.kind in MESSAGE_KINDS:
+        kind = record.kind
+        if kind in MESSAGE_KINDS:
             self.hashes[seq] = bytes.fromhex(record.hash)
+        if kind not in _CONTEXT_KINDS:
+            return  # a step, a node entered, a tool call's start: the context stays
         if isinstance(event, MessagesReplaced):
             self._replace(seq, event.messages)
         elif isinstance(event, ContextSummarized):

@@ -395,17 +395,19 @@ async def test_two_ends_landing_at_once_on_one_thread_record_one_end(
     its own end of the same trigger)."""
     from agentlog.events.kinds import TriggerFinished
 
-    gate = asyncio.Event()
+    gate, reached = asyncio.Event(), asyncio.Event()
 
     async def node(state: Any) -> list[Any]:
         if state.context[-1].text() == "one":
+            reached.set()
             await gate.wait()
         return said(state)
 
     store = MemoryEventStore()
     async with store, runtime_on(store, node) as runtime:
         a = await runtime.submit("api", "one", thread_id="t")
-        await until(lambda: _running(runtime), what="the run is running")
+        # in its node: its start is in the log (`running` is set before the run writes)
+        await asyncio.wait_for(reached.wait(), WAIT)
 
         def end(how: str) -> Any:
             if how == "cancel":

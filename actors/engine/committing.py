@@ -182,7 +182,9 @@ class RunCommits(Generic[S]):
                 tail.append(
                     InterruptRaised(node=node, reason=REMOTE_TOOL_CALL, when="after", data=data)
                 )
-            elif after := [n for n, _ in ran or [(node, goto)] if n in self.run.interrupt_after]:
+            elif self.run.interrupt_after and (
+                after := [n for n, _ in ran or [(node, goto)] if n in self.run.interrupt_after]
+            ):
                 tail.append(InterruptRaised(node=after[0], reason="interrupt_after", when="after"))
             if not is_superstep(tasks):
                 entering = self._entering(tail, target)
@@ -487,7 +489,7 @@ class _RunWrite(Generic[S]):
         if held is not None and held.moved and records[-1].hash:
             held.drop()  # landed after a stop request: the log's seqs and state are the run's
             run.fold, run.snapshots = await commits.engine.load(run.thread_id), None
-        elif any(r.event != e for r, e in zip(records, self.batch, strict=True)):
+        elif [r.event for r in records] != self.batch:
             run.fold = await commits.engine.load(run.thread_id)  # the canonical decoded values
         await commits._after_commit(records)
 
@@ -584,10 +586,11 @@ def _remote_calls(events: Sequence[Event]) -> list[RemoteToolCallBlock]:
     answered: set[Any] = set()
     for event in events:
         if isinstance(event, MessageAppended):
+            assistant = event.message.get("role") == "assistant"
             for block in event.message.get("content") or ():
                 kind = block.get("type") if isinstance(block, dict) else None
-                if kind == "remote_tool_call" and event.message.get("role") == "assistant":
+                if kind == "remote_tool_call" and assistant:
                     calls.append(RemoteToolCallBlock.model_validate(block))
-                elif kind == "tool_result":
+                elif kind == "tool_result" and calls:  # only a call before it is answered
                     answered.add(block.get("call_id"))
-    return [c for c in calls if c.id not in answered]
+    return [c for c in calls if c.id not in answered] if calls else calls
