@@ -3,91 +3,66 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
-from typing import Any, TypeVar
+import contextlib
+from typing import Any
 
+from agentlog.actors.engine.nodes import NodeActor
 from agentlog.actors.engine.run import Run, _log
 from agentlog.events import (
-    AgentlogError,
     EventStore,
     StopRequested,
     StoreClosedError,
 )
 
-T = TypeVar("T")
-
 STOP_POLL_S = 0.25
 """How often a running node's run looks in the log for a stop request (after this long)."""
 
 
-class CutShortError(AgentlogError):
-    """The guard cut the node's call short: `why` is "timeout" or "stop"."""
-
-    def __init__(self, node: str, why: str) -> None:
-        super().__init__(f"node {node!r} was cut short ({why})")
-        self.node, self.why = node, why
-
-
-class NodeCancelledError(AgentlogError):
-    """The node's call raised `CancelledError` though nobody cancelled its run: a failure."""
-
-
 class Guard:
-    """Watches a node called in the current task: its time limit, and a stop request
-    landing in the log.
+    """Watches a running node: its time limit, and a stop request landing in the log.
 
-    Either cuts the call short by cancelling the task awaiting it (`call`): an async node
-    is cancelled, a sync one abandoned on its worker thread. The task's cancel count tells
-    that cut from a cancel of the task by anyone else, which goes on as a cancel. Nodes
-    quicker than `STOP_POLL_S` cost one timer.
+    Either cuts the node short by stopping its actor: an async node is cancelled, a sync
+    one abandoned on its worker thread. Nodes quicker than `STOP_POLL_S` cost one timer.
     """
 
-    def __init__(self, store: EventStore, run: Run[Any], node: str, timeout: float | None) -> None:
+    def __init__(
+        self,
+        store: EventStore,
+        run: Run[Any],
+        node: str,
+        actor: NodeActor,
+        timeout: float | None,
+    ) -> None:
         loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None, "a node is called in a task"
-        self.store, self.run, self.node, self.timeout = store, run, node, timeout
-        self.task, self.cancelling = task, task.cancelling()
+        self.store, self.run, self.node, self.actor, self.timeout = store, run, node, actor, timeout
         self.fired: str | None = None
         self.armed = True
-        self._cancelled = False
+        self._stopping: asyncio.Future[None] | None = None
         self._poll: asyncio.Task[None] | None = None
         self._timers = [loop.call_later(STOP_POLL_S, self._start_polling)]
         if timeout is not None:
             self._timers.append(loop.call_later(timeout, self._fire, "timeout"))
 
-    async def call(self, call: Awaitable[T]) -> T:
-        """Await the node's `call`, disarmed however it ends; `CutShortError` when this
-        guard cut it short (and nobody else cancelled the task meanwhile)."""
-        try:
-            return await call
-        except asyncio.CancelledError:
-            fired = self.disarm()
-            if self.task.cancelling() > self.cancelling:
-                raise  # cancelled from outside (too): the run's own cancel goes on
-            if fired is not None:
-                raise CutShortError(self.node, fired) from None
-            raise NodeCancelledError(f"node {self.node!r} was cancelled") from None
-        finally:
-            self.disarm()
-
     def disarm(self) -> str | None:
         """Stop watching; say what cut the node short, if anything did."""
-        if self.armed:
-            self.armed = False
-            for timer in self._timers:
-                timer.cancel()
-            if self._poll is not None and not self._poll.done():
-                self._poll.cancel()
-            if self._cancelled:
-                self.task.uncancel()  # the cancel was this guard's: the task's count drops it
+        self.armed = False
+        for timer in self._timers:
+            timer.cancel()
+        if self._poll is not None and not self._poll.done():
+            self._poll.cancel()
         return self.fired
+
+    async def stopped(self) -> None:
+        """Wait until the node's actor has stopped (its async work is cancelled)."""
+        if self._stopping is not None:
+            with contextlib.suppress(BaseException):
+                await self._stopping
 
     def _fire(self, why: str) -> None:
         if self.armed and self.fired is None:
             self.fired = why
-            if self.task.cancelling() == self.cancelling:  # else a cancel already ends it
-                self._cancelled = self.task.cancel()
+            self.run.actors.pop(self.node, None)  # a later step of the node gets a new one
+            self._stopping = asyncio.ensure_future(self.actor.stop(drain=False))
 
     def _start_polling(self) -> None:
         if self.armed:

@@ -34,8 +34,8 @@ from agentlog.actors.engine.errors import (
     RecursionLimitError,
     ThreadBusyError,
 )
-from agentlog.actors.engine.guard import CutShortError, Guard
-from agentlog.actors.engine.nodes import NodeCaller, RunNode, output_events, resume_values
+from agentlog.actors.engine.guard import Guard
+from agentlog.actors.engine.nodes import NodeActor, RunNode, output_events, resume_values
 from agentlog.actors.engine.plan import planned_tasks, requested
 from agentlog.actors.engine.redact import redact
 from agentlog.actors.engine.retry import retry_failed
@@ -177,10 +177,12 @@ class RunLoop(Run[S]):
         return opening
 
     async def close(self, recorded: asyncio.Future[None] | None) -> None:
-        """After the run, however it ended: wait for its background work, free the thread."""
+        """After the run, however it ended: stop its actors and snapshots, free the thread."""
         if recorded is not None:
             with contextlib.suppress(BaseException):
                 await recorded
+        for actor in self.actors.values():
+            await actor.stop(drain=False)
         if self.background:
             await asyncio.gather(*self.background, return_exceptions=True)
         if self.claim is not None:
@@ -196,7 +198,9 @@ class RunLoop(Run[S]):
         ever come, are discarded), so no later run starts them again.
         """
         assert self.claim is not None
-        engine, in_flight = self.engine, self.in_flight  # a node called was cancelled with it
+        engine, in_flight = self.engine, self.in_flight
+        for actor in self.actors.values():
+            await actor.stop(drain=False)  # an async node is cancelled for real
         if self.committing is not None:
             with contextlib.suppress(BaseException):
                 await self.committing  # a commit under way lands first: record after it
@@ -390,7 +394,7 @@ class RunLoop(Run[S]):
             step=meta.step + 1,
             log=self.engine.store,
         )
-        caller = self.node_caller(node)
+        actor = self.node_actor(node)
         requests: list[tuple[str, tuple[Any, ...]]] = []
         hooks = self.engine.callbacks if self.engine.hooked & INVOCATION_HOOKS else None
         changed_by: str | None = None  # the hook whose change the step's outputs carry
@@ -402,11 +406,12 @@ class RunLoop(Run[S]):
                     InvocationType.NODE, node, self.thread_id, self.run_id, view
                 )
                 await call_hook(hooks, "before", invocation)
-            guard = Guard(self.engine.store, self, node, self.timeout_of(node))
+            guard = Guard(self.engine.store, self, node, actor, self.timeout_of(node))
             began = monotonic()  # the step's start: its node is handed its input
             try:
-                output = await guard.call(caller.call(RunNode(view, self.config, context, resume)))
+                output = await actor.ask(RunNode(view, self.config, context, resume))
             except GraphInterrupt as signal:
+                guard.disarm()
                 event = InterruptRaised(
                     node=node,
                     reason=str(signal.reason),
@@ -416,10 +421,13 @@ class RunLoop(Run[S]):
                 )
                 await self.commits.commit([*context.recorded, event], actor=node)
                 return
-            except CutShortError:
+            except ActorStoppedError:
+                if guard.disarm() is None:
+                    raise
                 await self.cut(node, guard)
                 return
             except Exception as exc:
+                guard.disarm()
                 if hooks is None or invocation is None or isinstance(exc, GraphError):
                     raise
                 found = await call_hook(hooks, "on_error", invocation, exc)
@@ -431,6 +439,7 @@ class RunLoop(Run[S]):
                     recovery.model_copy(update={"metadata": {**recovery.metadata, "recovery": why}})
                 ]
                 changed_by = hooks.name
+            guard.disarm()
             if hooks is not None and invocation is not None:
                 replaced = await call_hook(hooks, "after", invocation, output)
                 if replaced is not None:
@@ -511,6 +520,7 @@ class RunLoop(Run[S]):
         if self.committing is not None:
             with contextlib.suppress(BaseException):
                 await self.committing
+        await guard.stopped()
         await self.commits.land()
         self.fold = await self.engine.load(self.thread_id)
         if guard.fired == "stop":
@@ -545,28 +555,28 @@ class RunLoop(Run[S]):
         await self.commits.commit([*closing, failed], actor="runtime")
         raise error
 
-    def node_caller(self, node: str) -> NodeCaller:
-        """The run's caller of `node`, made on first use.
+    def node_actor(self, node: str) -> NodeActor:
+        """The run's actor for `node`, started on first use and stopped when the run ends.
 
         A node's concurrency limit holds across all runs of this graph on the event loop:
-        its callers share one semaphore.
+        its actors share one semaphore.
         """
-        caller = self.callers.get(node)
-        if caller is None:
+        actor = self.actors.get(node)
+        if actor is None:
             limit = self.engine.node_concurrency.get(node)
             slots = None
             if limit is not None:
                 per_loop = self.engine.slots.setdefault(asyncio.get_running_loop(), {})
                 slots = per_loop.setdefault(node, asyncio.Semaphore(limit))
-            caller = NodeCaller(
+            actor = NodeActor(
                 node,
                 self.engine.graph.nodes[node],
                 self.engine.dependencies,
                 slots=slots,
                 ids=self.engine.ids,
             )
-            self.callers[node] = caller
-        return caller
+            self.actors[node] = actor.start()
+        return actor
 
 
 _AT_REST = (ExecutionStatus.COMPLETED, ExecutionStatus.ERROR, ExecutionStatus.CANCELLED)

@@ -1,4 +1,4 @@
-"""Node calls: run a user's function with what it asks for, and turn its result into events."""
+"""Node actors: run a user's function with what it asks for, and turn its result into events."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentlog.actors.engine.actor import Actor
 from agentlog.actors.engine.command import Command
 from agentlog.actors.engine.context import NodeContext, _current
 from agentlog.actors.engine.errors import GraphInterrupt, NodeReturnError
@@ -92,11 +93,10 @@ class RunNode:
     resume: Sequence[Any] = ()
 
 
-class NodeCaller:
-    """One per node and run: calls the node in the caller's own task, injecting `state`,
-    `config`, `context` and the graph's dependencies.
+class NodeActor(Actor[RunNode, Any]):
+    """One per node and run: injects `state`, `config`, `context` and the graph's dependencies.
 
-    `slots`, shared by the node's callers of every run, caps how many calls of the node run
+    `slots`, shared by the node's actors of every run, caps how many calls of the node run
     at once (an LLM node limited to N concurrent calls).
     """
 
@@ -109,6 +109,7 @@ class NodeCaller:
         slots: asyncio.Semaphore | None = None,
         ids: IdSource | None = None,
     ) -> None:
+        super().__init__(f"node:{name}", concurrency=None)
         self.slots = slots
         self.ids = ids if ids is not None and ids.active else None
         self.node = name
@@ -117,14 +118,7 @@ class NodeCaller:
         self.is_async = _is_async(fn)
         self.wants = _wanted_parameters(fn)
 
-    def call(self, message: RunNode) -> Awaitable[Any]:
-        """Run the node once on `message`: what it returns, or what it raises (awaited
-        straight, one coroutine, when the node has no id settings and no slots)."""
-        if self.ids is None and self.slots is None:
-            return self._call(message)
-        return self._prepared(message)
-
-    async def _prepared(self, message: RunNode) -> Any:
+    async def receive(self, message: RunNode) -> Any:
         if self.ids is not None:
             await self.ids.resolve()
             with self.ids.applied():

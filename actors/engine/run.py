@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from agentlog.actors.engine.graph import StateGraph
     from agentlog.actors.engine.longterm import BaseStore
 from agentlog.actors.engine.ids import IdSource
-from agentlog.actors.engine.nodes import NodeCaller
+from agentlog.actors.engine.nodes import NodeActor
 from agentlog.actors.engine.offload import InFlight
 from agentlog.actors.engine.stream import RunStream
 from agentlog.actors.engine.tasks import BackgroundTaskManager
@@ -78,8 +78,7 @@ class Run(Generic[S]):
     """Follows the context as commits land, so a snapshot references the log (see
     `agentlog.projections.snapshots`)."""
     background: set[asyncio.Task[Any]] = field(default_factory=set)
-    callers: dict[str, NodeCaller] = field(default_factory=dict)
-    """The run's caller of each node it has run (`RunLoop.node_caller`)."""
+    actors: dict[str, NodeActor] = field(default_factory=dict)
     claim: Claim | None = None
     in_flight: InFlight = field(default_factory=InFlight)
     committing: asyncio.Future[Any] | None = None

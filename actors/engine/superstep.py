@@ -26,6 +26,7 @@ import copy
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from agentlog.actors.engine.actor import ActorStoppedError
 from agentlog.actors.engine.callbacks import (
     INVOCATION_HOOKS,
     Invocation,
@@ -35,7 +36,7 @@ from agentlog.actors.engine.callbacks import (
 )
 from agentlog.actors.engine.context import NodeContext
 from agentlog.actors.engine.errors import GraphError, GraphInterrupt
-from agentlog.actors.engine.guard import CutShortError, Guard
+from agentlog.actors.engine.guard import Guard
 from agentlog.actors.engine.nodes import RunNode, output_events, resume_values
 from agentlog.actors.engine.plan import Task, check_merge, requested
 from agentlog.actors.engine.view import node_view
@@ -59,7 +60,6 @@ class _Branch:
         self.index, self.task, self.context = index, task, context
         self.requests: list[tuple[str, tuple[Any, ...]]] = []
         self.guard: Guard | None = None
-        """Watches the branch's node while it runs (in the branch's own task)."""
         self.invocation: Invocation | None = None
 
 
@@ -113,11 +113,15 @@ async def run_superstep(run: RunLoop[Any], tasks: list[Task]) -> None:
         *(_run_branch(run, b, state, resume_values(pending, b.index)) for b in branches),
         return_exceptions=True,
     )
+    for branch in branches:
+        if branch.guard is not None:
+            branch.guard.disarm()
     recorded = [e for b in branches for e in b.context.recorded]
     for branch, output in zip(branches, outputs, strict=True):
         guard = branch.guard
-        if isinstance(output, CutShortError) and guard is not None:
-            await run.cut(branch.task.node, guard)  # the other branches have ended
+        if isinstance(output, ActorStoppedError) and guard is not None and guard.fired:
+            await _stop_all(run, branches)
+            await run.cut(branch.task.node, guard)
             return
         if isinstance(output, GraphInterrupt):
             event = InterruptRaised(
@@ -160,13 +164,11 @@ async def _run_branch(run: RunLoop[Any], branch: _Branch, state: Any, resume: li
     if hooks is not None and not is_tool_node(engine.graph.nodes[node]):
         branch.invocation = Invocation(InvocationType.NODE, node, run.thread_id, run.run_id, view)
         await call_hook(hooks, "before", branch.invocation)
-    caller = run.node_caller(node)
-    branch.guard = Guard(engine.store, run, node, run.timeout_of(node))
+    actor = run.node_actor(node)
+    branch.guard = Guard(engine.store, run, node, actor, run.timeout_of(node))
     try:
-        output = await branch.guard.call(
-            caller.call(RunNode(view, run.config, branch.context, resume))
-        )
-    except (GraphInterrupt, CutShortError, GraphError):
+        output = await actor.ask(RunNode(view, run.config, branch.context, resume))
+    except (GraphInterrupt, ActorStoppedError, GraphError):
         raise
     except Exception as exc:
         if hooks is None or branch.invocation is None:
@@ -178,11 +180,21 @@ async def _run_branch(run: RunLoop[Any], branch: _Branch, state: Any, resume: li
         why = f"recovery by {hooks.name} after {type(exc).__name__}: {exc}"
         metadata = {**recovery.metadata, "recovery": why}
         return [recovery.model_copy(update={"metadata": metadata})]
+    finally:
+        branch.guard.disarm()
     if hooks is not None and branch.invocation is not None:
         replaced = await call_hook(hooks, "after", branch.invocation, output)
         if replaced is not None:
             output = replaced
     return output
+
+
+async def _stop_all(run: RunLoop[Any], branches: list[_Branch]) -> None:
+    """A stop or a time limit cut one branch short: the others stop with it."""
+    for branch in branches:
+        actor = run.actors.pop(branch.task.node, None)
+        if actor is not None:
+            await actor.stop(drain=False)
 
 
 async def _merged(
