@@ -20,9 +20,7 @@ a run reads the same in every mode; a run in a weaker mode takes no snapshots.
 from __future__ import annotations
 
 import asyncio
-import types
-from collections.abc import Coroutine, Generator, Sequence
-from functools import partial
+from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentlog.actors.engine.options import Durability
@@ -154,102 +152,32 @@ class Held:
 async def shielded(
     run: Run[Any], append: Coroutine[Any, Any, list[EventRecord]]
 ) -> list[EventRecord]:
-    """Await `append` so that cancelling the caller leaves it going on: whoever records the
-    run's end waits for `run.committing`, done once the append has ended (landed or not).
+    """Await `append` run as a task of its own, kept as `run.committing`: cancelling the
+    caller leaves the append going on, and whoever records the run's end waits for it. What
+    `asyncio.shield` does, less a turn of the loop: the caller is woken from the task
+    itself, the moment the append returns, not from the task's done callbacks."""
+    landed: asyncio.Future[list[EventRecord]] = asyncio.get_running_loop().create_future()
+    run.committing = asyncio.ensure_future(_forwarded(append, landed))
+    return await landed
 
-    What `asyncio.shield` does, without a task and its turns of the loop per append: the
-    append runs in the caller's task, which waits on a stand-in for each future the append
-    waits on, so a cancel reaches the stand-in, never the store's future; only then is the
-    rest of the append handed to a task of its own (`_rest`)."""
-    carried = _Carried(append, asyncio.get_running_loop().create_future())
-    run.committing = carried.ended
+
+async def _forwarded(
+    append: Coroutine[Any, Any, list[EventRecord]], landed: asyncio.Future[list[EventRecord]]
+) -> list[EventRecord] | None:
+    """The append's outcome, handed to its caller; an error is the caller's alone (the task
+    ends without it: whoever awaits `run.committing` only waits for the append to end)."""
     try:
-        return await carried
-    finally:
-        if not carried.handed and not carried.ended.done():
-            carried.ended.set_result(None)
-
-
-class _Carried:
-    """An append driven in its caller's task, cancel-proof (see `shielded`)."""
-
-    __slots__ = ("append", "ended", "handed")
-
-    def __init__(
-        self, append: Coroutine[Any, Any, list[EventRecord]], ended: asyncio.Future[None]
-    ) -> None:
-        self.append, self.ended, self.handed = append, ended, False
-
-    def __await__(self) -> Generator[Any, None, list[EventRecord]]:
-        steps = self.append.__await__()
-        try:
-            waited = steps.send(None)  # the append runs up to its first wait
-            while True:
-                if isinstance(waited, asyncio.Future):
-                    stand_in = waited.get_loop().create_future()
-                    waited.add_done_callback(partial(_forward, stand_in))
-                else:  # a bare yield (`asyncio.sleep(0)`)
-                    stand_in = None
-                try:
-                    if stand_in is None:
-                        yield None
-                    else:
-                        yield from stand_in
-                except asyncio.CancelledError:  # the caller was: the append goes on alone
-                    self.handed = True
-                    task = asyncio.ensure_future(_rest(steps, waited, self.ended))
-                    _RESTS.add(task)
-                    task.add_done_callback(_RESTS.discard)
-                    raise
-                waited = steps.send(None)
-        except StopIteration as done:
-            records: list[EventRecord] = done.value
-            return records
-
-
-_RESTS: set[asyncio.Future[None]] = set()
-"""The tasks ending appends whose callers were cancelled (held here: the loop holds tasks
-weakly)."""
-
-
-def _forward(stand_in: asyncio.Future[None], waited: asyncio.Future[Any]) -> None:
-    if not stand_in.done():  # else the caller was cancelled, and `_rest` waits on `waited`
-        stand_in.set_result(None)
-
-
-async def _rest(
-    steps: Generator[Any, None, list[EventRecord]], waited: Any, ended: asyncio.Future[None]
-) -> None:
-    """The rest of an append whose caller was cancelled while it waited on `waited`. Its
-    outcome is only waited for (the run reads the log again), so an error ends here."""
-    try:
-        await _resumed(steps, waited)
-    except Exception:
-        pass
-    finally:
-        if not ended.done():
-            ended.set_result(None)
-
-
-@types.coroutine
-def _resumed(
-    steps: Generator[Any, None, list[EventRecord]], waited: Any
-) -> Generator[Any, None, None]:
-    """Drive `steps`, suspended on `waited`, to its end (a cancel is passed on to it)."""
-    while True:
-        failure: BaseException | None = None
-        try:
-            if not isinstance(waited, asyncio.Future):
-                yield waited
-            elif not waited.done():
-                waited._asyncio_future_blocking = True
-                yield waited
-        except asyncio.CancelledError as exc:
-            failure = exc
-        try:
-            waited = steps.send(None) if failure is None else steps.throw(failure)
-        except StopIteration:
-            return
+        records = await append
+    except asyncio.CancelledError:
+        landed.cancel()
+        raise
+    except Exception as exc:
+        if not landed.done():  # else the caller was cancelled: nobody waits for it
+            landed.set_exception(exc)
+        return None
+    if not landed.done():
+        landed.set_result(records)
+    return records
 
 
 async def land_held(held: Held | None) -> None:
