@@ -456,18 +456,33 @@ async def test_a_claim_says_how_far_its_thread_was_written(tmp_path: Path) -> No
         assert second == dataclasses.replace(second, last_seq=None)  # not part of its identity
 
 
-async def test_claims_wait_for_another_process_holding_the_write_lock(tmp_path: Path) -> None:
+async def test_claims_wait_for_another_process_holding_the_write_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A claim and a release never fail for another process's write under way: they wait
     for its lock (queued on the writer's thread) and then land."""
     db = tmp_path / "log.db"
     async with SQLiteEventStore(db) as store:
         held = await store.claim("held")
+        writer = store._writer
+        assert writer is not None
+        queued: list[Any] = []
+        both_queued = asyncio.Event()
+        call = writer.call
+
+        async def counted(fn: Any, *args: Any) -> Any:
+            queued.append(fn)  # tried here first, found the lock taken: handed to the thread
+            if len(queued) == 2:
+                both_queued.set()
+            return await call(fn, *args)
+
+        monkeypatch.setattr(writer, "call", counted)
         other = sqlite3.connect(db, isolation_level=None)
         try:
             other.execute("BEGIN IMMEDIATE")  # another process's write, under way
             claiming = asyncio.ensure_future(store.claim("t"))
             releasing = asyncio.ensure_future(store.release(held))
-            await asyncio.sleep(0)  # both tried, found the lock taken, and now wait for it
+            await both_queued.wait()
             assert not claiming.done() and not releasing.done()
             other.execute("COMMIT")
             claim = await claiming
