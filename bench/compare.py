@@ -613,39 +613,39 @@ def report(
             say(f"  {row['what']}: {value} (target {row['target']}): {row['verdict']}")
 
 
+def _over_peer(
+    by_n: dict[str, Any], peer: str, key: str, what: str, bound: float, at_most: bool
+) -> list[dict[str, Any]]:
+    """One target row per size: agentlog's `key` over `peer`'s (the median of per-round
+    ratios) against `bound`, met when at most (`at_most`) or at least it."""
+    rows: list[dict[str, Any]] = []
+    for n, table in by_n.items():
+        value = ((table.get(peer) or {}).get("agentlog_over_this") or {}).get(key)
+        met = value is not None and (value <= bound if at_most else value >= bound)
+        rows.append(
+            {
+                "what": what.format(n=n, peer=peer),
+                "value": value,
+                "target": f"{'<=' if at_most else '>='} {bound:g}",
+                "verdict": verdict(value, met),
+            }
+        )
+    return rows
+
+
 def load_targets(load: dict[str, Any]) -> list[dict[str, Any]]:
     """The latest-state target: a fresh process's load (the store's opening apart) takes
     at most LangGraph `SqliteSaver`'s `get_state` time, as a median of per-round ratios."""
     peer, most = LOAD_TARGET
-    rows: list[dict[str, Any]] = []
-    for n, table in load.items():
-        value = ((table.get(peer) or {}).get("agentlog_over_this") or {}).get("load_ms")
-        rows.append(
-            {
-                "what": f"agentlog latest-state load time over {peer}'s, N={n}",
-                "value": value,
-                "target": f"<= {most:g}",
-                "verdict": verdict(value, value is not None and value <= most),
-            }
-        )
-    return rows
+    what = "agentlog latest-state load time over {peer}'s, N={n}"
+    return _over_peer(load, peer, "load_ms", what, most, at_most=True)
 
 
 def fanout_targets(fan: dict[str, Any]) -> list[dict[str, Any]]:
     """The fan-out target against this run's figures: agentlog's runs/s over the peer's."""
     peer, want = FANOUT_TARGET
-    rows: list[dict[str, Any]] = []
-    for n, table in fan.items():
-        value = ((table.get(peer) or {}).get("agentlog_over_this") or {}).get("runs_per_s")
-        rows.append(
-            {
-                "what": f"agentlog fan-out runs/s over {peer}, {n} runs",
-                "value": value,
-                "target": f">= {want:g}",
-                "verdict": verdict(value, value is not None and value >= want),
-            }
-        )
-    return rows
+    what = "agentlog fan-out runs/s over {peer}, {n} runs"
+    return _over_peer(fan, peer, "runs_per_s", what, want, at_most=False)
 
 
 def report_fanout(cs: list[Contender], fan: dict[str, Any]) -> None:
